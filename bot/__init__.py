@@ -1,0 +1,1 @@
+"""The service: Slack and console front ends, queue and store, workers, scheduler."""

@@ -1,0 +1,1 @@
+"""Everything that touches a cluster: profiles, SSH, Slurm, launchers, watching, diagnosis."""

@@ -1,0 +1,1 @@
+"""The command language: parsing, validation, policy and help. No I/O here."""
