@@ -1,0 +1,236 @@
+"""Stand-in training workload for the dev cluster.
+
+The dev cluster has no GPUs, so its recipes do not train anything. They print
+what NeMo and NeMo-RL print (progress lines with a falling loss, checkpoint
+messages, the final line), write checkpoints in each framework's layout, and
+fail the way real runs fail, byte for byte where trainbot reads the text.
+
+Knobs and faults come from, in rising precedence:
+  ~/devcluster-control/default.env      applies to every job
+  ~/devcluster-control/<tag>.env        applies to jobs whose Slurm job name contains <tag>
+  DEVCLUSTER_<KEY> environment variables
+Each file holds KEY=VALUE lines. Keys:
+  fault           oom | nccl | hang | gated | wandb | none
+  fault_at_step   step at which oom, nccl or hang strike (default: a third of the way)
+  fault_once      1: the fault strikes only the first job that matches (then it is spent)
+  steps           training steps (default 30)
+  step_time_s     seconds per step (default 2)
+  ckpt_every      checkpoint interval in steps (default steps/3)
+  save_time_s     seconds a checkpoint save takes (default 0.5)
+  tokenizer_race  cold (default: fail once on a cold cache, filling it) |
+                  until_seeded (fail until someone else seeds the cache) | off
+  attach_delay_s  NeMo-RL interactive: seconds before attach.sh appears (default 10)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+CONTROL_DIR = Path.home() / "devcluster-control"
+RANK_DIR = Path("/tmp/devcluster-standin")
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip().lower()] = value.strip()
+    return values
+
+
+def knobs() -> dict[str, str]:
+    values: dict[str, str] = {"_tag": "default"}
+    job_name = os.environ.get("SLURM_JOB_NAME", "")
+    if CONTROL_DIR.is_dir():
+        default = CONTROL_DIR / "default.env"
+        if default.is_file():
+            values.update(read_env_file(default))
+        for path in sorted(CONTROL_DIR.glob("*.env")):
+            if path.name != "default.env" and path.stem in job_name:
+                values.update(read_env_file(path))
+                values["_tag"] = path.stem
+    for key, value in os.environ.items():
+        if key.startswith("DEVCLUSTER_"):
+            values[key[len("DEVCLUSTER_") :].lower()] = value
+    return values
+
+
+def fault_armed(k: dict[str, str]) -> str:
+    """The fault to inject, or "" (a spent fault_once counts as none)."""
+    fault = k.get("fault", "none").strip().lower()
+    if fault in ("", "none"):
+        return ""
+    if k.get("fault_once", "0") in ("1", "true", "yes"):
+        marker = CONTROL_DIR / "spent" / f"{k['_tag']}-{fault}"
+        if marker.exists():
+            return ""
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(os.environ.get("SLURM_JOB_ID", "") + "\n")
+    return fault
+
+
+def say(*lines: str) -> None:
+    for line in lines:
+        print(line, flush=True)
+
+
+def warn(*lines: str) -> None:
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def rank_file() -> Path:
+    job = os.environ.get("SLURM_JOB_ID", "0")
+    step = os.environ.get("SLURM_STEP_ID", "batch")
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return RANK_DIR / f"{job}.{step}.{restart}.rc"
+
+
+def finish(rc: int) -> None:
+    """Rank 0 ends the run; the other ranks (see follow_rank0) end with it."""
+    RANK_DIR.mkdir(parents=True, exist_ok=True)
+    os.chmod(RANK_DIR, 0o1777)
+    rank_file().write_text(str(rc))
+    sys.exit(rc)
+
+
+def follow_rank0() -> None:
+    """Ranks other than 0 stay silent and end the way rank 0 ends."""
+    path = rank_file()
+    while not path.exists():
+        time.sleep(0.5)
+    sys.exit(int(path.read_text() or "1"))
+
+
+def hang() -> None:
+    """A silent hang: the process lives on, printing nothing, until it is cancelled."""
+    while True:
+        time.sleep(3600)
+
+
+def loss_at(step: int, steps: int, start: float = 2.6, floor: float = 0.9) -> float:
+    rng = random.Random(step)
+    return floor + (start - floor) * math.exp(-3.0 * step / max(steps, 1)) + rng.uniform(-0.03, 0.03)
+
+
+def secret_fingerprints() -> list[str]:
+    """Say whether the job received its secrets, without ever printing them."""
+    lines = []
+    for name in ("HF_TOKEN", "WANDB_API_KEY"):
+        value = os.environ.get(name, "")
+        if value:
+            digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+            lines.append(f"{name} is set (sha256 {digest})")
+        else:
+            lines.append(f"{name} is not set")
+    return lines
+
+
+def gated_repo_error(repo: str) -> None:
+    warn(
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/huggingface_hub/utils/_http.py", '
+        "line 409, in hf_raise_for_status",
+        "    response.raise_for_status()",
+        "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url: "
+        f"https://huggingface.co/{repo}/resolve/main/config.json",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        f"huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-{os.getpid():08x})",
+        "",
+        f"Cannot access gated repo for url https://huggingface.co/{repo}/resolve/main/config.json.",
+        f"Access to model {repo} is restricted. You must have access to it and be authenticated "
+        "to access it. Please log in.",
+    )
+
+
+def wandb_error() -> None:
+    warn(
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/wandb/sdk/wandb_login.py", line 325, '
+        "in _login",
+        "    wlogin.prompt_api_key()",
+        "wandb.errors.errors.UsageError: api_key not configured (no-tty). call "
+        "wandb.login(key=[your_api_key])",
+    )
+
+
+def oom_error(rank: int = 0) -> None:
+    warn(
+        f"[rank{rank}]: Traceback (most recent call last):",
+        f'[rank{rank}]:   File "/opt/megatron-lm/megatron/core/pipeline_parallel/schedules.py", '
+        "line 275, in forward_step",
+        f"[rank{rank}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. "
+        "GPU 0 has a total capacity of 79.10 GiB of which 1.27 GiB is free. Including "
+        "non-PyTorch memory, this process has 77.82 GiB memory in use. Of the allocated memory "
+        "74.02 GiB is allocated by PyTorch, and 2.31 GiB is reserved by PyTorch but unallocated.",
+    )
+
+
+def nccl_error(seq: int) -> None:
+    t = time.strftime("%m%d %H:%M:%S")
+    warn(
+        f"[rank0]:[E{t}.000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600042 milliseconds before timing out.",
+        f"[rank0]:[E{t}.000000 ProcessGroupNCCL.cpp:1785] [PG 0 (default_pg) Rank 0] Exception "
+        "(either an error before or asynchronous errors while processing NCCL work) "
+        "caught: Watchdog caught collective operation timeout",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+    )
+
+
+def parse_overrides(argv: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for arg in argv:
+        if "=" in arg:
+            key, _, value = arg.partition("=")
+            overrides[key.lstrip("+")] = value
+    return overrides
+
+
+def write_files(directory: Path, names: dict[str, str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in names.items():
+        (directory / name).write_text(text)
+
+
+def int_knob(k: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(k.get(key, default))
+    except ValueError:
+        return default
+
+
+def float_knob(k: dict[str, str], key: str, default: float) -> float:
+    try:
+        return float(k.get(key, default))
+    except ValueError:
+        return default
+
+
+def job_summary() -> str:
+    return json.dumps(
+        {
+            "job_id": os.environ.get("SLURM_JOB_ID"),
+            "nodes": os.environ.get("SLURM_JOB_NODELIST"),
+            "num_nodes": os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES"),
+            "partition": os.environ.get("SLURM_JOB_PARTITION"),
+            "restart": os.environ.get("SLURM_RESTART_COUNT", "0"),
+        }
+    )
