@@ -1,0 +1,75 @@
+"""The seam between the bot's core and its front ends (Slack, console).
+
+Front ends turn what people type or click into ``Incoming`` objects and hand
+them to a ``Handler``; the core answers with a ``Reply`` (shown only to the
+asker) and, over time, speaks in channels and threads through a ``Front``.
+Nothing here knows Slack: the Slack front end maps these onto the Web API, the
+console onto a terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Blocks = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A slash command (``command`` like "/train") or a button click (``action_id``)."""
+
+    user_id: str
+    channel_id: str
+    command: str = ""
+    text: str = ""
+    user_name: str = ""
+    team_id: str = ""
+    action_id: str = ""
+    action_value: str = ""
+    thread_ts: str = ""  # the message a clicked button belongs to
+    trigger_id: str = ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What only the asker sees. ``error`` replies are shown as such (red in a terminal)."""
+
+    text: str
+    blocks: Blocks = field(default_factory=list)
+    error: bool = False
+    # Filled when the answer is a file (long logs, a loss curve).
+    file_name: str = ""
+    file_content: bytes = b""
+
+
+class Handler(Protocol):
+    async def __call__(self, incoming: Incoming) -> Reply: ...
+
+
+@dataclass(frozen=True)
+class MessageRef:
+    channel: str
+    ts: str
+
+
+class Front(Protocol):
+    """Where the core speaks. Every text passed in is already escaped Slack mrkdwn."""
+
+    async def post(
+        self, channel: str, text: str, *, blocks: Blocks | None = None, thread_ts: str = ""
+    ) -> MessageRef: ...
+
+    async def update(self, ref: MessageRef, text: str, *, blocks: Blocks | None = None) -> None: ...
+
+    async def post_ephemeral(
+        self, channel: str, user: str, text: str, *, blocks: Blocks | None = None
+    ) -> None: ...
+
+    async def upload(
+        self, channel: str, thread_ts: str, *, filename: str, content: bytes, title: str
+    ) -> None: ...
+
+    async def permalink(self, ref: MessageRef) -> str: ...
+
+    async def usergroup_members(self, usergroup_id: str) -> list[str]: ...
