@@ -1,1 +1,58 @@
-"""The command language: parsing, validation, policy and help. No I/O here."""
+"""The command language: parsing, validation, policy and help. No I/O here.
+
+``parse_command(command, text, user=, context=)`` turns a slash command into a
+request model or raises :class:`CommandError` with the text to show.
+"""
+
+from __future__ import annotations
+
+from commands.context import CommandContext, User
+from commands.dispatch import COMMANDS, parse_command, parse_line
+from commands.errors import CommandError
+from commands.help import help_text, recipes_text
+from commands.policy import Decision, Policy, PolicyRule, Principals, decide, may_manage
+from commands.requests import (
+    REQUEST_ADAPTER,
+    AttachRequest,
+    CancelRequest,
+    ClustersRequest,
+    HelpRequest,
+    InteractiveRequest,
+    JobRef,
+    JobsRequest,
+    LaunchRequest,
+    LogsRequest,
+    RecipesRequest,
+    Request,
+    TrainRequest,
+)
+
+__all__ = [
+    "COMMANDS",
+    "REQUEST_ADAPTER",
+    "AttachRequest",
+    "CancelRequest",
+    "ClustersRequest",
+    "CommandContext",
+    "CommandError",
+    "Decision",
+    "HelpRequest",
+    "InteractiveRequest",
+    "JobRef",
+    "JobsRequest",
+    "LaunchRequest",
+    "LogsRequest",
+    "Policy",
+    "PolicyRule",
+    "Principals",
+    "RecipesRequest",
+    "Request",
+    "TrainRequest",
+    "User",
+    "decide",
+    "help_text",
+    "may_manage",
+    "parse_command",
+    "parse_line",
+    "recipes_text",
+]

@@ -1,0 +1,285 @@
+"""Cluster profiles: where a cluster's login node is and how jobs run there.
+
+A profile is one entry under ``clusters:`` in the config file. Everything a
+cluster *type* decides (GPUs per node, the NCCL set-up line, the pyxis flags of
+``srun``) has a built-in default in :data:`TYPE_DEFAULTS`; a profile may
+override each of them.
+
+Paths on the login node are strings, absolute or starting with ``~/``, made of
+characters that need no shell quoting. Paths on the bot's machine (the SSH key
+and known_hosts) are :class:`pathlib.Path`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
+CLUSTER_TYPES: tuple[ClusterType, ...] = ("hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h")
+
+CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+IMAGE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
+SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
+_ATTACH_FIELDS = ("host", "port", "user", "job_id", "cluster")
+_NULLABLE = ("account", "time_limit", "attach_url_template")
+NEMO_IMAGE = "nemo-20250721.sqsh"
+NEMO_RL_IMAGE = "nemo_rl-h20250923.sqsh"
+
+
+def check_remote_path(value: str) -> str:
+    """A path on the login node: absolute or ``~/...``, safe characters, no ``..``."""
+    if value == "~":
+        return value
+    if not value.startswith(("/", "~/")):
+        raise ValueError(f"must be absolute or start with '~/' (got {value!r})")
+    if not _REMOTE_PATH_RE.fullmatch(value):
+        raise ValueError(f"may contain only letters, digits and . _ + @ - / (got {value!r})")
+    if ".." in value.split("/"):
+        raise ValueError(f"must not contain '..' (got {value!r})")
+    return value.rstrip("/") if value not in ("/", "~/") else value
+
+
+RemotePath = Annotated[str, AfterValidator(check_remote_path)]
+
+_SLURM_TIME_RE = re.compile(
+    r"(?:(?P<days>\d{1,3})-(?P<dh>\d{1,2})(?::(?P<dm>\d{1,2})(?::(?P<ds>\d{1,2}))?)?)"
+    r"|(?:(?P<h>\d{1,2}):(?P<m>\d{1,2}):(?P<s>\d{1,2}))"
+    r"|(?:(?P<mm>\d{1,6})(?::(?P<ss>\d{1,2}))?)"
+)
+SLURM_TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+MAX_TIME_S = 365 * 86400
+
+
+def slurm_time_seconds(value: str) -> int:
+    """Seconds in a Slurm time limit (``--time``), or ValueError with a short reason.
+
+    Accepts Slurm's own formats: minutes, minutes:seconds, hours:minutes:seconds,
+    days-hours, days-hours:minutes and days-hours:minutes:seconds. Zero and
+    "UNLIMITED" are refused: every launch gets a limit.
+    """
+    match = _SLURM_TIME_RE.fullmatch(value)
+    if match is None:
+        raise ValueError("not a Slurm time")
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    if "days" in g:
+        days, hours, minutes, seconds = g["days"], g["dh"], g.get("dm", 0), g.get("ds", 0)
+    elif "h" in g:
+        days, hours, minutes, seconds = 0, g["h"], g["m"], g["s"]
+    else:
+        days, hours, minutes, seconds = 0, 0, g["mm"], g.get("ss", 0)
+    if "days" in g and hours >= 24:
+        raise ValueError("hours after 'D-' must be 0 to 23")
+    if minutes >= 60 and "mm" not in g:
+        raise ValueError("minutes must be 0 to 59")
+    if seconds >= 60:
+        raise ValueError("seconds must be 0 to 59")
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError("zero means no limit; give a positive time")
+    if total > MAX_TIME_S:
+        raise ValueError("more than 365 days")
+    return total
+
+
+def join_remote(base: str, *parts: str) -> str:
+    """Join login-node path parts with ``/`` (``~`` stays for the remote shell)."""
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+class TypeDefaults(BaseModel):
+    """What a cluster type implies; see FIELD_GUIDE section 2."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    machine: str
+    gpus_per_node: int = 8
+    nccl_setup: str
+    container_flags: tuple[str, ...] = ("--container-writable", "--no-container-mount-home")
+
+
+_A4_NCCL_ENV = {
+    "NCCL_NET": "gIB",
+    "NCCL_CROSS_NIC": "0",
+    "NCCL_NET_GDR_LEVEL": "PIX",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_IB_TC": "52",
+    "NCCL_IB_FIFO_TC": "84",
+    "NCCL_IB_QPS_PER_CONNECTION": "4",
+    "NCCL_IB_ADAPTIVE_ROUTING": "1",
+    "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20",
+    "NCCL_NVLS_CHUNKSIZE": "524288",
+    "NCCL_P2P_NVL_CHUNKSIZE": "524288",
+    "NCCL_P2P_NET_CHUNKSIZE": "131072",
+    "NCCL_P2P_PCI_CHUNKSIZE": "131072",
+    "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a4.txtpb",
+}
+_GIB_SETUP = "source /usr/local/gib/scripts/set_nccl_env.sh"
+
+TYPE_DEFAULTS: dict[ClusterType, TypeDefaults] = {
+    "hcc-a3m": TypeDefaults(
+        machine="A3 Mega (H100, TCPXO)",
+        nccl_setup="source /var/lib/tcpxo/lib64/nccl-env-profile.sh",
+    ),
+    "hcc-a3u": TypeDefaults(machine="A3 Ultra (H200, RDMA)", nccl_setup=_GIB_SETUP),
+    "hcc-a4": TypeDefaults(
+        machine="A4 (B200, RDMA)",
+        nccl_setup="export " + " ".join(f"{k}={v}" for k, v in _A4_NCCL_ENV.items()),
+    ),
+    "hcc-a3h": TypeDefaults(machine="A3 High (H100)", nccl_setup=_GIB_SETUP),
+}
+
+
+class LoginNode(BaseModel):
+    """How the bot reaches the cluster's login node over SSH."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
+    key_file: Path | None = None
+    known_hosts_file: Path | None = None
+
+
+class EnvSecret(BaseModel):
+    """A secret taken from the bot's environment variable ``env``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: str = Field(pattern=ENV_NAME_PATTERN)
+
+
+class FileSecret(BaseModel):
+    """A secret read from a file on the login node when the job starts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: RemotePath
+
+
+SecretRef = EnvSecret | FileSecret
+
+
+def _check_time_limit(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            slurm_time_seconds(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (got {value!r}); use {SLURM_TIME_FORMATS}") from None
+    return value
+
+
+def _check_attach_template(value: str | None) -> str | None:
+    if value is None:
+        return None
+    names = re.findall(r"\{([^{}]*)\}", value)
+    unknown = [n for n in names if n not in _ATTACH_FIELDS]
+    if unknown:
+        known = ", ".join("{" + name + "}" for name in _ATTACH_FIELDS)
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}}; use {known}")
+    return value
+
+
+class ClusterProfile(BaseModel):
+    """One cluster: the login node, Slurm defaults, images and directories.
+
+    Fields left out take their defaults from the cluster ``type`` and from
+    ``recipes_dir`` (see :meth:`_fill_defaults`), so every field of a built
+    profile holds a concrete value.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    name: str = Field(pattern=CLUSTER_NAME_PATTERN)
+    type: ClusterType
+    description: str = Field(default="", max_length=200)
+    login: LoginNode
+    partition: str = Field(pattern=SLURM_NAME_PATTERN)
+    max_nodes: int = Field(ge=1, le=4096)
+    account: str | None = Field(default=None, pattern=SLURM_NAME_PATTERN)
+    recipes_dir: RemotePath = "~/vertex-oss-training"
+    nemorun_home: RemotePath = ""
+    images: dict[Annotated[str, Field(pattern=IMAGE_NAME_PATTERN)], RemotePath] = Field(
+        default_factory=dict
+    )
+    allow_custom_images: bool = True
+    cache_dir: RemotePath = "~/.cache"
+    data_dir: RemotePath = "~/data"
+    log_dir: RemotePath = ""
+    poll_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    time_limit: Annotated[str | None, AfterValidator(_check_time_limit)] = None
+    job_secrets: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], SecretRef] = Field(
+        default_factory=dict
+    )
+    attach_url_template: Annotated[str | None, AfterValidator(_check_attach_template)] = None
+    gpus_per_node: int = Field(default=0, ge=1, le=64)
+    nccl_setup: str = ""
+    container_flags: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        """Fill type defaults and the paths derived from ``recipes_dir``."""
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v is not None or k in _NULLABLE}
+        defaults = TYPE_DEFAULTS.get(data.get("type"))
+        if defaults is not None:
+            for key in ("gpus_per_node", "nccl_setup", "container_flags"):
+                data.setdefault(key, getattr(defaults, key))
+        recipes_dir = data.setdefault("recipes_dir", "~/vertex-oss-training")
+        if not isinstance(recipes_dir, str):
+            return data
+        data.setdefault("nemorun_home", join_remote(recipes_dir, "nemo"))
+        if isinstance(data["nemorun_home"], str):
+            data.setdefault("log_dir", join_remote(data["nemorun_home"], "logs"))
+        images = data.get("images", {})
+        if isinstance(images, dict):
+            images = dict(images)
+            images.setdefault("nemo", join_remote(recipes_dir, "nemo", NEMO_IMAGE))
+            images.setdefault("nemo-rl", join_remote(recipes_dir, "nemo_rl", NEMO_RL_IMAGE))
+            data["images"] = images
+        return data
+
+    @property
+    def machine(self) -> str:
+        return TYPE_DEFAULTS[self.type].machine
+
+    @property
+    def nemo_rl_dir(self) -> str:
+        return join_remote(self.recipes_dir, "nemo_rl")
+
+    def image_for(self, framework: str) -> str:
+        """The default image path for a framework (``nemo`` or ``nemo-rl``)."""
+        return self.images[framework]
+
+    def resolve_image(self, image: str | None, framework: str) -> str:
+        """The image path for a request's ``image=``: a name of ``images``, a path, or None."""
+        if image is None:
+            return self.image_for(framework)
+        return self.images.get(image, image)
+
+    def srun_container_args(self, image: str, mounts: list[str]) -> list[str]:
+        """``srun`` arguments that run a step in ``image`` through pyxis/enroot."""
+        args = [f"--container-image={image}"]
+        if mounts:
+            args.append("--container-mounts=" + ",".join(mounts))
+        return [*args, *self.container_flags]
+
+    def attach_url(self, *, job_id: str) -> str | None:
+        """The optional web link for attaching to an interactive job."""
+        if self.attach_url_template is None:
+            return None
+        return self.attach_url_template.format(
+            host=self.login.host,
+            port=self.login.port,
+            user=self.login.user,
+            job_id=job_id,
+            cluster=self.name,
+        )

@@ -1,0 +1,221 @@
+"""The recipe catalog: which (workload, model, framework) can be launched, and how.
+
+A NeMo entry names a ``script`` under ``<recipes_dir>/nemo`` (run by ``run.py -s``);
+a NeMo-RL entry names a ``job_script`` under ``<recipes_dir>/nemo_rl`` (run by
+``launch.sh --job_script``) with fixed ``args``. ``overrides`` lists the keys a
+user may set on the ``/train`` line and the pattern each value must fully match.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+Workload = Literal["pretrain", "cpt", "sft", "dpo", "grpo", "rm"]
+WORKLOADS: tuple[Workload, ...] = ("pretrain", "cpt", "sft", "dpo", "grpo", "rm")
+Framework = Literal["nemo", "nemo-rl"]
+FRAMEWORKS: tuple[Framework, ...] = ("nemo", "nemo-rl")
+#: The framework a workload runs on when the user does not say.
+DEFAULT_FRAMEWORK: dict[Workload, Framework] = {
+    "pretrain": "nemo",
+    "cpt": "nemo",
+    "sft": "nemo",
+    "dpo": "nemo-rl",
+    "grpo": "nemo-rl",
+    "rm": "nemo-rl",
+}
+
+MODEL_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+OVERRIDE_KEY_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){0,7}$"
+#: Every override value must also fit this, whatever the entry's own pattern says.
+OVERRIDE_VALUE_PATTERN = r"^[A-Za-z0-9._/:+,@-]{1,200}$"
+_ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")
+_SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
+
+
+def _check_script(value: str | None) -> str | None:
+    if value is not None and (not _SCRIPT_RE.fullmatch(value) or ".." in value.split("/")):
+        raise ValueError(f"must be a relative path of letters, digits and . _ - / (got {value!r})")
+    return value
+
+
+def _check_arg(value: str) -> str:
+    if not _ARG_RE.fullmatch(value):
+        raise ValueError(
+            f"must be one word of letters, digits and . _ / : + , @ = - (got {value!r})"
+        )
+    return value
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"is not a valid regular expression ({exc}): {value!r}") from None
+    return value
+
+
+ScriptPath = Annotated[str | None, AfterValidator(_check_script)]
+OverrideKey = Annotated[str, Field(pattern=OVERRIDE_KEY_PATTERN)]
+
+
+class RecipeEntry(BaseModel):
+    """One launchable recipe."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workload: Workload
+    model: str = Field(pattern=MODEL_PATTERN)
+    framework: Framework
+    script: ScriptPath = None
+    job_script: ScriptPath = None
+    args: tuple[Annotated[str, AfterValidator(_check_arg)], ...] = ()
+    overrides: dict[OverrideKey, Annotated[str, AfterValidator(_check_regex)]] = Field(
+        default_factory=dict
+    )
+    default_nodes: int = Field(default=1, ge=1, le=4096)
+    description: str = Field(default="", max_length=200)
+
+    @model_validator(mode="after")
+    def _check_framework_fields(self) -> RecipeEntry:
+        if self.framework == "nemo" and (self.script is None or self.job_script is not None):
+            raise ValueError("a nemo recipe needs 'script' (and no 'job_script')")
+        if self.framework == "nemo-rl" and (self.job_script is None or self.script is not None):
+            raise ValueError("a nemo-rl recipe needs 'job_script' (and no 'script')")
+        return self
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.workload, self.model, self.framework)
+
+    @property
+    def script_path(self) -> str:
+        """The script relative to ``<recipes_dir>``, e.g. ``nemo/sft/llama3p1_8b_sft.py``."""
+        if self.framework == "nemo":
+            return f"nemo/{self.script}"
+        return f"nemo_rl/{self.job_script}"
+
+    def check_override(self, key: str, value: str) -> bool:
+        """Whether ``key=value`` is allowed for this recipe."""
+        pattern = self.overrides.get(key)
+        return (
+            pattern is not None
+            and re.fullmatch(OVERRIDE_VALUE_PATTERN, value) is not None
+            and re.fullmatch(pattern, value) is not None
+        )
+
+
+class RecipeCatalog(BaseModel):
+    """All launchable recipes, in display order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entries: tuple[RecipeEntry, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_unique(self) -> RecipeCatalog:
+        seen: set[tuple[str, str, str]] = set()
+        for entry in self.entries:
+            if entry.key in seen:
+                raise ValueError("duplicate recipe {} {} ({})".format(*entry.key))
+            seen.add(entry.key)
+        return self
+
+    def find(self, workload: str, model: str, framework: str) -> RecipeEntry | None:
+        for entry in self.entries:
+            if entry.key == (workload, model, framework):
+                return entry
+        return None
+
+    def workloads(self) -> list[str]:
+        return _unique(e.workload for e in self.entries)
+
+    def models(self, workload: str | None = None, framework: str | None = None) -> list[str]:
+        return _unique(
+            e.model
+            for e in self.entries
+            if workload in (None, e.workload) and framework in (None, e.framework)
+        )
+
+    def frameworks(self, workload: str, model: str) -> list[str]:
+        return _unique(
+            e.framework for e in self.entries if (e.workload, e.model) == (workload, model)
+        )
+
+    def merged(self, extra: Sequence[RecipeEntry]) -> RecipeCatalog:
+        """This catalog with ``extra`` entries replacing same-key ones and adding the rest."""
+        replacing = {e.key: e for e in extra}
+        kept = [replacing.pop(e.key, e) for e in self.entries]
+        return RecipeCatalog(entries=(*kept, *(e for e in extra if e.key in replacing)))
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+_STEPS = "[0-9]{1,7}"
+_FLOAT = r"[0-9]+(\.[0-9]+)?([eE]-?[0-9]{1,3})?"
+_NEMO_OVERRIDES = {
+    "trainer.max_steps": _STEPS,
+    "trainer.val_check_interval": _STEPS,
+    "data.global_batch_size": "[0-9]{1,5}",
+    "data.micro_batch_size": "[0-9]{1,3}",
+    "optim.config.lr": _FLOAT,
+}
+_NEMO_RL_OVERRIDES = {
+    "policy.max_total_sequence_length": "[0-9]{1,6}",
+    "policy.train_global_batch_size": "[0-9]{1,5}",
+    "policy.train_micro_batch_size": "[0-9]{1,3}",
+    "checkpointing.save_period": _STEPS,
+    "logger.wandb_enabled": "True|False",
+}
+_NEMO_RL_ALGO_OVERRIDES: dict[str, dict[str, str]] = {
+    "sft": {"sft.max_num_steps": _STEPS, "sft.max_num_epochs": "[0-9]{1,4}"},
+    "dpo": {"dpo.max_num_steps": _STEPS, "dpo.reference_policy_kl_penalty": _FLOAT},
+    "grpo": {
+        "grpo.max_num_steps": _STEPS,
+        "grpo.num_prompts_per_step": "[0-9]{1,5}",
+        "grpo.num_generations_per_prompt": "[0-9]{1,4}",
+    },
+    "rm": {"rm.max_num_steps": _STEPS},
+}
+_NEMO_SUFFIX = {"pretrain": "pt", "cpt": "cpt", "sft": "sft"}
+_HF_MODELS = {
+    "llama3p1_8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama3p1_70b": "meta-llama/Llama-3.1-70B-Instruct",
+}
+
+
+def default_catalog() -> RecipeCatalog:
+    """The built-in catalog, laid out as in the vertex-oss-training recipes tree."""
+    entries: list[RecipeEntry] = []
+    for workload in ("pretrain", "cpt", "sft"):
+        for model in ("llama3p1_2b", "llama3p1_8b", "llama3p1_70b"):
+            entries.append(
+                RecipeEntry(
+                    workload=workload,
+                    model=model,
+                    framework="nemo",
+                    script=f"{workload}/{model}_{_NEMO_SUFFIX[workload]}.py",
+                    overrides=_NEMO_OVERRIDES,
+                )
+            )
+    for workload in ("sft", "dpo", "grpo", "rm"):
+        for model, hf_name in _HF_MODELS.items():
+            entries.append(
+                RecipeEntry(
+                    workload=workload,
+                    model=model,
+                    framework="nemo-rl",
+                    job_script=f"algorithms/{workload}.sh",
+                    args=(f"policy.model_name={hf_name}",),
+                    overrides={**_NEMO_RL_OVERRIDES, **_NEMO_RL_ALGO_OVERRIDES[workload]},
+                )
+            )
+    return RecipeCatalog(entries=tuple(entries))
+
+
+DEFAULT_CATALOG = default_catalog()

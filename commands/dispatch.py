@@ -1,0 +1,58 @@
+"""The entry point of the command language: command name and text in, request out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from commands.context import CommandContext, User
+from commands.errors import CommandError
+from commands.jobs import parse_attach, parse_cancel, parse_clusters, parse_jobs, parse_logs
+from commands.parse import Args, normalise, parse_args
+from commands.requests import Request
+from commands.suggest import did_you_mean, join_names, quote
+from commands.train import parse_train
+
+Parser = Callable[[Args, User, CommandContext], Request]
+
+COMMANDS: dict[str, Parser] = {
+    "/train": parse_train,
+    "/attach": parse_attach,
+    "/jobs": parse_jobs,
+    "/cancel": parse_cancel,
+    "/logs": parse_logs,
+    "/clusters": parse_clusters,
+}
+
+
+def parse_command(command: str, text: str, *, user: User, context: CommandContext) -> Request:
+    """Parse a slash command (``/train``, ``/logs``, ...) and its text.
+
+    Returns a request model or raises :class:`CommandError` whose text tells
+    the user what was wrong and what is valid. Nothing else escapes.
+    """
+    name = normalise(command).strip().lower()
+    if name and not name.startswith("/"):
+        name = "/" + name
+    parser = COMMANDS.get(name)
+    if parser is None:
+        raise CommandError(
+            f"Unknown command {quote(name or command)}. Commands: {join_names(list(COMMANDS))}."
+            f"{did_you_mean(name, list(COMMANDS))}"
+        )
+    args = parse_args(text)
+    try:
+        return parser(args, user, context)
+    except ValidationError as exc:  # a model refused what the checks let through
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or name
+        raise CommandError(f"{where}: {first['msg']}. See /train help.") from None
+
+
+def parse_line(line: str, *, user: User, context: CommandContext) -> Request:
+    """Parse a whole line such as ``/train sft llama3p1_8b nodes=2`` (console, round trips)."""
+    head, _, rest = normalise(line).strip().partition(" ")
+    if not head:
+        raise CommandError(f"Type a command: {join_names(list(COMMANDS))}. /train help explains.")
+    return parse_command(head, rest, user=user, context=context)

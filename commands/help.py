@@ -1,0 +1,87 @@
+"""Help and recipe-list text. Plain text with Slack-style `code` marks; no I/O."""
+
+from __future__ import annotations
+
+from cluster.recipes import WORKLOADS
+from commands.context import CommandContext
+from commands.requests import HelpTopic
+
+USAGE: dict[HelpTopic, str] = {
+    "train": "/train <workload> <model> [key=value ...]",
+    "interactive": "/train interactive [nodes=N] [cluster=C]",
+    "recipes": "/train recipes [workload]",
+    "attach": "/attach <job> [cluster=C]",
+    "jobs": "/jobs [all] [cluster=C]",
+    "cancel": "/cancel <job> [cluster=C]",
+    "logs": "/logs <job> [lines=N] | /logs <job> plot",
+    "clusters": "/clusters [cluster=C]",
+}
+
+_JOB = (
+    "<job> is a launch id such as L-7f3a9c or a Slurm job id such as 4187; "
+    "add cluster=C when a Slurm job id could be on more than one cluster."
+)
+
+_DETAILS: dict[HelpTopic, str] = {
+    "train": (
+        "Launch a recipe. Workloads: pretrain, cpt, sft (NeMo); dpo, grpo, rm (NeMo-RL); "
+        "sft on NeMo-RL with framework=nemo-rl.\n"
+        "Keys:\n"
+        "  cluster=C        where to run (default: {default})\n"
+        "  nodes=N          nodes of 8 GPUs (default 1)\n"
+        "  partition=P      Slurm partition (default: the cluster's)\n"
+        "  time=T           time limit: MM, HH:MM:SS or D-HH:MM:SS\n"
+        "  name=N           job name: letters, digits, - _ .\n"
+        "  image=I          an image name of the cluster, or a path to a .sqsh file\n"
+        "  framework=F      nemo or nemo-rl\n"
+        "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
+        "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
+        "Example: /train sft llama3p1_8b nodes=2 cluster={default}"
+    ),
+    "interactive": (
+        "Allocate nodes for an interactive NeMo-RL session; /attach shows how to get in.\n"
+        "Keys: cluster, nodes, partition, time, name, image, dry_run (as for /train).\n"
+        "Example: /train interactive nodes=1 cluster={default}"
+    ),
+    "recipes": "List what /train can launch, with the overrides each recipe allows.",
+    "attach": "How to attach to your interactive job (only you see it). " + _JOB,
+    "jobs": "Your active launches, one line each; /jobs all for everyone's.",
+    "cancel": "Cancel a job after you confirm. " + _JOB,
+    "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
+    "clusters": "Each cluster's partitions with idle and total nodes, free GPUs and queue length.",
+}
+
+
+def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
+    """The help for one topic, or an overview of every command."""
+    default = context.default_profile().name if context.clusters else "(none configured)"
+    if topic is not None:
+        details = _DETAILS[topic].format(default=default)
+        return f"`{USAGE[topic]}`\n{details}"
+    lines = ["trainbot commands:"]
+    lines += [f"• `{usage}`" for usage in USAGE.values()]
+    lines.append(f"Clusters: {', '.join(context.cluster_names) or '(none)'} (default {default}).")
+    lines.append("More on one command: /train help <command>, e.g. /train help logs.")
+    return "\n".join(lines)
+
+
+def recipes_text(context: CommandContext, workload: str | None = None) -> str:
+    """The catalog, grouped by workload, one line per model and framework."""
+    catalog = context.catalog
+    lines: list[str] = []
+    for name in WORKLOADS:
+        if workload not in (None, name):
+            continue
+        entries = [e for e in catalog.entries if e.workload == name]
+        if not entries:
+            continue
+        lines.append(f"*{name}*")
+        for entry in entries:
+            keys = ", ".join(entry.overrides) or "none"
+            lines.append(
+                f"  {entry.model} ({entry.framework}: {entry.script_path}) overrides: {keys}"
+            )
+    if not lines:
+        return "No recipes match. /train recipes lists them all."
+    lines.append("Example: /train sft llama3p1_8b nodes=2 trainer.max_steps=100")
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""``/attach``, ``/cancel``, ``/logs``, ``/jobs`` and ``/clusters``."""
+
+from __future__ import annotations
+
+import re
+
+from commands.context import CommandContext, User
+from commands.errors import CommandError
+from commands.help import USAGE
+from commands.parse import Args
+from commands.requests import (
+    AttachRequest,
+    CancelRequest,
+    ClustersRequest,
+    HelpTopic,
+    JobRef,
+    JobsRequest,
+    LogsRequest,
+)
+from commands.suggest import did_you_mean, quote
+from commands.train import check_keys
+from commands.values import LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, parse_lines
+
+
+def parse_job_ref(raw: str, cluster: str | None, context: CommandContext) -> JobRef:
+    """A launch id (any case) or a Slurm job id, with an optional known cluster."""
+    value = raw.lower()
+    if value.startswith("l-"):
+        value = "L-" + value[2:]
+    if not (re.fullmatch(LAUNCH_ID_PATTERN, value) or re.fullmatch(SLURM_JOB_ID_PATTERN, value)):
+        raise CommandError(
+            f"{quote(raw)} is not a job: give a launch id such as L-7f3a9c "
+            "or a Slurm job id such as 4187.",
+            field="job",
+        )
+    profile = None if cluster is None else context.profile(cluster)
+    return JobRef(id=value, cluster=None if profile is None else profile.name)
+
+
+def _one_job(args: Args, context: CommandContext, topic: HelpTopic) -> JobRef:
+    if not args.words:
+        raise CommandError(f"Which job? Usage: {USAGE[topic]}. /jobs lists yours.", field="job")
+    if len(args.words) > 1:
+        raise CommandError(
+            f"Unexpected {quote(args.words[1])}. Usage: {USAGE[topic]}.", field=args.words[1]
+        )
+    return parse_job_ref(args.words[0], args.pairs.get("cluster"), context)
+
+
+def parse_attach(args: Args, user: User, context: CommandContext) -> AttachRequest:
+    check_keys(args, ("cluster",), "/attach")
+    return AttachRequest(job=_one_job(args, context, "attach"))
+
+
+def parse_cancel(args: Args, user: User, context: CommandContext) -> CancelRequest:
+    check_keys(args, ("cluster",), "/cancel")
+    return CancelRequest(job=_one_job(args, context, "cancel"))
+
+
+def parse_logs(args: Args, user: User, context: CommandContext) -> LogsRequest:
+    check_keys(args, ("lines", "cluster"), "/logs")
+    words = args.words
+    plot = len(words) > 1 and words[-1].lower() == "plot"
+    if plot:
+        words = words[:-1]
+        if "lines" in args.pairs:
+            raise CommandError(
+                "lines= does not go with plot: the plot shows the whole run. "
+                f"Usage: {USAGE['logs']}.",
+                field="lines",
+            )
+    elif len(words) > 1:
+        raise CommandError(
+            f"Unexpected {quote(words[1])}. Usage: {USAGE['logs']}."
+            f"{did_you_mean(words[1], ['plot'])}",
+            field=words[1],
+        )
+    job = _one_job(Args(words=words, pairs=args.pairs), context, "logs")
+    lines = args.pairs.get("lines")
+    return LogsRequest(job=job, lines=None if lines is None else parse_lines(lines), plot=plot)
+
+
+def parse_jobs(args: Args, user: User, context: CommandContext) -> JobsRequest:
+    check_keys(args, ("cluster",), "/jobs")
+    everyone = False
+    for word in args.words:
+        lowered = word.lower()
+        if lowered in ("all", "mine"):
+            everyone = everyone or lowered == "all"
+            continue
+        raise CommandError(
+            f"Unexpected {quote(word)}. Usage: {USAGE['jobs']}."
+            f"{did_you_mean(lowered, ['all', 'mine'])}",
+            field=word,
+        )
+    cluster = args.pairs.get("cluster")
+    return JobsRequest(
+        all_users=everyone, cluster=None if cluster is None else context.profile(cluster).name
+    )
+
+
+def parse_clusters(args: Args, user: User, context: CommandContext) -> ClustersRequest:
+    check_keys(args, ("cluster",), "/clusters")
+    names = list(args.words)
+    if "cluster" in args.pairs:
+        names.append(args.pairs["cluster"])
+    if len(names) > 1:
+        raise CommandError(
+            f"Give one cluster at most. Usage: {USAGE['clusters']}.", field="cluster"
+        )
+    return ClustersRequest(cluster=context.profile(names[0]).name if names else None)

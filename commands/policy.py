@@ -1,0 +1,168 @@
+"""Who may launch what: the policy model and the pure decision over it.
+
+Rules are tried in order; the first whose people (Slack user ids, user group
+ids, or ``*``) and clusters both match decides. No matching rule means denied.
+Admins pass every rule (the cluster's own ``max_nodes`` still applies, at
+parsing) and never need approval. ``max_concurrent`` counts the asking user's
+active launches. Launches with more nodes than ``approval_above_nodes`` (of the
+rule, else of the policy) wait for a second person's approval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from commands.requests import InteractiveRequest, TrainRequest
+
+ANY = "*"
+PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
+ClusterPattern = Annotated[str, Field(pattern=r"^(\*|[a-z0-9][a-z0-9_-]{0,31})$")]
+
+
+class Principals(BaseModel):
+    """Slack user ids (``U...``) and user group ids (``S...``); ``*`` means everyone."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    users: tuple[PrincipalId, ...] = ()
+    groups: tuple[PrincipalId, ...] = ()
+
+    def includes(self, user_id: str, group_ids: Collection[str]) -> bool:
+        return (
+            ANY in self.users
+            or user_id in self.users
+            or ANY in self.groups
+            or any(group in self.groups for group in group_ids)
+        )
+
+
+class PolicyRule(Principals):
+    """Who (``users``/``groups``) may launch where (``clusters``), and how much."""
+
+    clusters: tuple[ClusterPattern, ...] = (ANY,)
+    max_nodes: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1)
+    approval_above_nodes: int | None = Field(default=None, ge=0)
+
+    def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
+        in_cluster = ANY in self.clusters or cluster in self.clusters
+        return in_cluster and self.includes(user_id, group_ids)
+
+
+class Policy(BaseModel):
+    """The launch policy. The default (no rules) lets only admins launch."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    admins: Principals = Principals()
+    rules: tuple[PolicyRule, ...] = ()
+    approval_above_nodes: int | None = Field(default=None, ge=0)
+
+    def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
+        return self.admins.includes(user_id, group_ids)
+
+    def rule_for(
+        self, user_id: str, group_ids: Collection[str], cluster: str
+    ) -> tuple[int, PolicyRule] | None:
+        """The first matching rule and its 1-based number, or None."""
+        for number, rule in enumerate(self.rules, start=1):
+            if rule.covers(user_id, group_ids, cluster):
+                return number, rule
+        return None
+
+    def max_nodes_for(self, user_id: str, group_ids: Collection[str], cluster: str) -> int | None:
+        """The user's node limit on ``cluster``, or None when the policy sets none."""
+        if self.is_admin(user_id, group_ids):
+            return None
+        found = self.rule_for(user_id, group_ids, cluster)
+        return found[1].max_nodes if found else None
+
+
+class Decision(BaseModel):
+    """The outcome of :func:`decide`; ``reason`` is ready to show to the user."""
+
+    model_config = ConfigDict(frozen=True)
+
+    allowed: bool
+    reason: str
+    needs_approval: bool = False
+
+
+def decide(
+    policy: Policy,
+    request: object,
+    *,
+    user_id: str,
+    group_ids: Collection[str],
+    active_launches: int,
+) -> Decision:
+    """Whether ``user_id`` (in ``group_ids``, with ``active_launches`` running) may do ``request``.
+
+    Only launches (:class:`TrainRequest`, :class:`InteractiveRequest`) are
+    limited. A dry run is checked for access and nodes but neither counts
+    against ``max_concurrent`` nor waits for approval.
+    """
+    if not isinstance(request, TrainRequest | InteractiveRequest):
+        return Decision(allowed=True, reason="Allowed: not a launch.")
+    if policy.is_admin(user_id, group_ids):
+        return Decision(allowed=True, reason="Allowed: you are a trainbot admin.")
+    cluster, nodes = request.cluster, request.nodes
+    found = policy.rule_for(user_id, group_ids, cluster)
+    if found is None:
+        return Decision(
+            allowed=False,
+            reason=f"You may not launch on {cluster}: no policy rule covers you there. "
+            "Ask a trainbot admin for access.",
+        )
+    number, rule = found
+    if rule.max_nodes is not None and nodes > rule.max_nodes:
+        return Decision(
+            allowed=False,
+            reason=f"nodes={nodes} is more than you may use on {cluster} "
+            f"(max {rule.max_nodes} for you). Give nodes={rule.max_nodes} or fewer.",
+        )
+    threshold = (
+        rule.approval_above_nodes
+        if rule.approval_above_nodes is not None
+        else policy.approval_above_nodes
+    )
+    over = threshold is not None and nodes > threshold
+    if request.dry_run:
+        note = f" A real launch of {nodes} nodes would need approval." if over else ""
+        return Decision(allowed=True, reason=f"Allowed (dry run) by policy rule {number}.{note}")
+    if rule.max_concurrent is not None and active_launches >= rule.max_concurrent:
+        return Decision(
+            allowed=False,
+            reason=f"You already have {_launches(active_launches)} active "
+            f"(your limit is {rule.max_concurrent}). Wait for one to finish or /cancel one.",
+        )
+    if over:
+        return Decision(
+            allowed=True,
+            needs_approval=True,
+            reason=f"{nodes} nodes is more than {threshold}, so a second person must approve "
+            "this launch first.",
+        )
+    return Decision(allowed=True, reason=f"Allowed by policy rule {number}.")
+
+
+def may_manage(
+    policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str
+) -> Decision:
+    """Whether ``user_id`` may cancel or attach to a launch owned by ``owner_id``."""
+    if user_id == owner_id:
+        return Decision(allowed=True, reason="Allowed: it is your launch.")
+    if policy.is_admin(user_id, group_ids):
+        return Decision(allowed=True, reason="Allowed: you are a trainbot admin.")
+    return Decision(
+        allowed=False,
+        reason="That launch belongs to someone else; only its owner or a trainbot admin "
+        "can do that.",
+    )
+
+
+def _launches(count: int) -> str:
+    return f"{count} launch" if count == 1 else f"{count} launches"

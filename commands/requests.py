@@ -1,0 +1,265 @@
+"""Typed requests: what a command asks for, after parsing and checking.
+
+Every model is frozen and checks its own fields with the same patterns the
+parser uses, so a request read back from storage is as safe as a parsed one.
+``to_text()`` gives the canonical command line; parsing it gives the same
+request back. ``kind`` tells the requests apart when stored as JSON
+(:data:`REQUEST_ADAPTER`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, ClassVar, Literal, get_args
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from cluster.profiles import (
+    CLUSTER_NAME_PATTERN,
+    IMAGE_NAME_PATTERN,
+    slurm_time_seconds,
+)
+from cluster.recipes import (
+    MODEL_PATTERN,
+    OVERRIDE_KEY_PATTERN,
+    OVERRIDE_VALUE_PATTERN,
+    Framework,
+    Workload,
+)
+from commands.values import (
+    IMAGE_PATH_PATTERN,
+    LAUNCH_ID_PATTERN,
+    MAX_LOG_LINES,
+    NAME_PATTERN,
+    PARTITION_PATTERN,
+    SLURM_JOB_ID_PATTERN,
+)
+
+HelpTopic = Literal[
+    "train", "interactive", "recipes", "attach", "jobs", "cancel", "logs", "clusters"
+]
+HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
+MAX_NODES = 4096
+
+
+def _check_time(value: str | None) -> str | None:
+    if value is not None:
+        slurm_time_seconds(value)
+    return value
+
+
+def _check_image(value: str | None) -> str | None:
+    if value is None or re.fullmatch(IMAGE_NAME_PATTERN, value):
+        return value
+    if re.fullmatch(IMAGE_PATH_PATTERN, value) and ".." not in value.split("/"):
+        return value
+    raise ValueError("must be an image name or a .sqsh path")
+
+
+ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
+Nodes = Annotated[int, Field(ge=1, le=MAX_NODES)]
+Partition = Annotated[str | None, Field(pattern=PARTITION_PATTERN)]
+SlurmTime = Annotated[str | None, AfterValidator(_check_time)]
+JobName = Annotated[str | None, Field(pattern=NAME_PATTERN)]
+Image = Annotated[str | None, AfterValidator(_check_image)]
+Override = tuple[
+    Annotated[str, Field(pattern=OVERRIDE_KEY_PATTERN)],
+    Annotated[str, Field(pattern=OVERRIDE_VALUE_PATTERN)],
+]
+
+
+class JobRef(BaseModel):
+    """A job: the bot's launch id (``L-7f3a9c``) or a Slurm job id, maybe with its cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=f"{LAUNCH_ID_PATTERN}|{SLURM_JOB_ID_PATTERN}")
+    cluster: ClusterName | None = None
+
+    @property
+    def is_launch_id(self) -> bool:
+        return self.id.startswith("L-")
+
+    @property
+    def slurm_job_id(self) -> int | None:
+        return None if self.is_launch_id else int(self.id)
+
+    def to_text(self) -> str:
+        return self.id if self.cluster is None else f"{self.id} cluster={self.cluster}"
+
+    def __str__(self) -> str:
+        return self.id if self.cluster is None else f"{self.id} on {self.cluster}"
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: ClassVar[str] = ""
+
+    def to_text(self) -> str:
+        """The canonical command line for this request."""
+        raise NotImplementedError
+
+
+def _pairs(**values: str | int | None) -> list[str]:
+    return [f"{key}={value}" for key, value in values.items() if value is not None]
+
+
+class _LaunchFields(_Request):
+    cluster: ClusterName
+    nodes: Nodes = 1
+    partition: Partition = None
+    time: SlurmTime = None
+    name: JobName = None
+    image: Image = None
+    dry_run: bool = False
+
+    def _launch_pairs(self) -> list[str]:
+        pairs = _pairs(
+            cluster=self.cluster,
+            nodes=self.nodes,
+            partition=self.partition,
+            time=self.time,
+            name=self.name,
+            image=self.image,
+        )
+        return [*pairs, "dry_run=true"] if self.dry_run else pairs
+
+
+class TrainRequest(_LaunchFields):
+    """``/train <workload> <model> [key=value ...]``: launch a recipe."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["train"] = "train"
+    workload: Workload
+    model: str = Field(pattern=MODEL_PATTERN)
+    framework: Framework
+    overrides: tuple[Override, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_overrides(self) -> TrainRequest:
+        keys = [key for key, _ in self.overrides]
+        if keys != sorted(set(keys)):
+            raise ValueError("overrides must be sorted by key, each key once")
+        return self
+
+    def to_text(self) -> str:
+        words = [self.command, self.workload, self.model, f"framework={self.framework}"]
+        words += self._launch_pairs()
+        words += [f"{key}={value}" for key, value in self.overrides]
+        return " ".join(words)
+
+
+class InteractiveRequest(_LaunchFields):
+    """``/train interactive [nodes=N] [cluster=C] ...``: an interactive NeMo-RL allocation."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["interactive"] = "interactive"
+
+    def to_text(self) -> str:
+        return " ".join([self.command, "interactive", *self._launch_pairs()])
+
+
+class AttachRequest(_Request):
+    """``/attach <job>``: how to attach to an interactive job."""
+
+    command: ClassVar[str] = "/attach"
+    kind: Literal["attach"] = "attach"
+    job: JobRef
+
+    def to_text(self) -> str:
+        return f"{self.command} {self.job.to_text()}"
+
+
+class CancelRequest(_Request):
+    """``/cancel <job>``: cancel a job (after confirmation)."""
+
+    command: ClassVar[str] = "/cancel"
+    kind: Literal["cancel"] = "cancel"
+    job: JobRef
+
+    def to_text(self) -> str:
+        return f"{self.command} {self.job.to_text()}"
+
+
+class LogsRequest(_Request):
+    """``/logs <job> [lines=N]`` or ``/logs <job> plot``. ``lines=None`` means the default."""
+
+    command: ClassVar[str] = "/logs"
+    kind: Literal["logs"] = "logs"
+    job: JobRef
+    lines: int | None = Field(default=None, ge=1, le=MAX_LOG_LINES)
+    plot: bool = False
+
+    @model_validator(mode="after")
+    def _check_plot(self) -> LogsRequest:
+        if self.plot and self.lines is not None:
+            raise ValueError("plot and lines do not go together")
+        return self
+
+    def to_text(self) -> str:
+        words = [self.command, self.job.to_text()]
+        words += ["plot"] if self.plot else _pairs(lines=self.lines)
+        return " ".join(words)
+
+
+class JobsRequest(_Request):
+    """``/jobs [all] [cluster=C]``: your active launches, or everyone's."""
+
+    command: ClassVar[str] = "/jobs"
+    kind: Literal["jobs"] = "jobs"
+    all_users: bool = False
+    cluster: ClusterName | None = None
+
+    def to_text(self) -> str:
+        words = [self.command, *(["all"] if self.all_users else [])]
+        return " ".join(words + _pairs(cluster=self.cluster))
+
+
+class ClustersRequest(_Request):
+    """``/clusters [cluster=C]``: partitions, free nodes and queue per cluster."""
+
+    command: ClassVar[str] = "/clusters"
+    kind: Literal["clusters"] = "clusters"
+    cluster: ClusterName | None = None
+
+    def to_text(self) -> str:
+        return " ".join([self.command, *_pairs(cluster=self.cluster)])
+
+
+class HelpRequest(_Request):
+    """``/train help [topic]``."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["help"] = "help"
+    topic: HelpTopic | None = None
+
+    def to_text(self) -> str:
+        return " ".join([self.command, "help", *([self.topic] if self.topic else [])])
+
+
+class RecipesRequest(_Request):
+    """``/train recipes [workload]``: the recipe catalog."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["recipes"] = "recipes"
+    workload: Workload | None = None
+
+    def to_text(self) -> str:
+        return " ".join([self.command, "recipes", *([self.workload] if self.workload else [])])
+
+
+Request = Annotated[
+    TrainRequest
+    | InteractiveRequest
+    | AttachRequest
+    | CancelRequest
+    | LogsRequest
+    | JobsRequest
+    | ClustersRequest
+    | HelpRequest
+    | RecipesRequest,
+    Field(discriminator="kind"),
+]
+REQUEST_ADAPTER: TypeAdapter[Request] = TypeAdapter(Request)
+LaunchRequest = TrainRequest | InteractiveRequest

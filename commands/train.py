@@ -1,0 +1,197 @@
+"""``/train``: launches, interactive allocations, help and the recipe list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cluster.recipes import DEFAULT_FRAMEWORK, WORKLOADS, RecipeEntry, Workload
+from commands.context import CommandContext, User
+from commands.errors import CommandError
+from commands.help import USAGE
+from commands.parse import Args
+from commands.requests import (
+    HELP_TOPICS,
+    HelpRequest,
+    HelpTopic,
+    InteractiveRequest,
+    RecipesRequest,
+    Request,
+    TrainRequest,
+)
+from commands.suggest import did_you_mean, join_names, quote
+from commands.values import (
+    check_image,
+    check_name,
+    check_partition,
+    check_time,
+    parse_bool,
+    parse_framework,
+    parse_nodes,
+)
+
+LAUNCH_KEYS = ("cluster", "nodes", "partition", "time", "name", "image", "dry_run")
+TRAIN_KEYS = (*LAUNCH_KEYS, "framework")
+SUBCOMMANDS = ("interactive", "help", "recipes")
+
+
+def parse_train(args: Args, user: User, context: CommandContext) -> Request:
+    """``/train ...`` text (already split) to a request."""
+    if not args.words:
+        if args.pairs:
+            raise CommandError(
+                f"Say what to train first: {USAGE['train']}, for example "
+                "/train sft llama3p1_8b nodes=2. /train help lists everything."
+            )
+        return HelpRequest()
+    first = args.words[0].lower()
+    if first == "help":
+        return _parse_help(args)
+    if first == "recipes":
+        return _parse_recipes(args)
+    if first == "interactive":
+        _no_more_words(args.words[1:], "interactive")
+        check_keys(args, LAUNCH_KEYS, "/train interactive")
+        return _launch_fields(args, user, context, default_nodes=1)
+    return _parse_launch(args, user, context)
+
+
+def check_keys(
+    args: Args, allowed: tuple[str, ...], where: str, overrides: tuple[str, ...] = ()
+) -> None:
+    """CommandError for the first key not allowed, with the closest valid key."""
+    extra = f"; recipe overrides: {join_names(overrides)}" if overrides else ""
+    for key in args.pairs:
+        if key not in allowed and key not in overrides:
+            raise CommandError(
+                f"Unknown key {quote(key)} for {where}. Keys: {join_names(allowed)}{extra}."
+                f"{did_you_mean(key, (*allowed, *overrides))}",
+                field=key,
+            )
+
+
+def _no_more_words(extra: tuple[str, ...], topic: HelpTopic) -> None:
+    if extra:
+        raise CommandError(
+            f"Unexpected {quote(extra[0])}. Usage: {USAGE[topic]} "
+            "(options are key=value, for example nodes=2).",
+            field=extra[0],
+        )
+
+
+def _parse_help(args: Args) -> HelpRequest:
+    check_keys(args, (), "/train help")
+    if len(args.words) == 1:
+        return HelpRequest()
+    _no_more_words(args.words[2:], "train")
+    topic = args.words[1].lower().lstrip("/")
+    for known in HELP_TOPICS:
+        if topic == known:
+            return HelpRequest(topic=known)
+    raise CommandError(
+        f"No help on {quote(topic)}. Topics: {join_names(HELP_TOPICS)}."
+        f"{did_you_mean(topic, HELP_TOPICS)}",
+        field="topic",
+    )
+
+
+def _parse_recipes(args: Args) -> RecipesRequest:
+    check_keys(args, (), "/train recipes")
+    if len(args.words) == 1:
+        return RecipesRequest()
+    _no_more_words(args.words[2:], "recipes")
+    return RecipesRequest(workload=_workload(args.words[1]))
+
+
+def _workload(raw: str) -> Workload:
+    lowered = raw.lower()
+    for workload in WORKLOADS:
+        if lowered == workload:
+            return workload
+    raise CommandError(
+        f"Unknown workload {quote(raw)}. Workloads: {join_names(WORKLOADS)}; "
+        f"or /train {' | '.join(SUBCOMMANDS)}.{did_you_mean(lowered, (*WORKLOADS, *SUBCOMMANDS))}",
+        field="workload",
+    )
+
+
+def _parse_launch(args: Args, user: User, context: CommandContext) -> TrainRequest:
+    workload = _workload(args.words[0])
+    catalog = context.catalog
+    if len(args.words) < 2:
+        raise CommandError(
+            f"Which model? Usage: /train {workload} <model> [key=value ...]. "
+            f"Models for {workload}: {join_names(catalog.models(workload))}.",
+            field="model",
+        )
+    _no_more_words(args.words[2:], "train")
+    entry = _recipe(context, workload, args.words[1].lower(), args.pairs.get("framework"))
+    check_keys(args, TRAIN_KEYS, f"{workload} {entry.model}", tuple(entry.overrides))
+    base = _launch_fields(args, user, context, default_nodes=entry.default_nodes)
+    pairs = sorted((k, v) for k, v in args.pairs.items() if k not in TRAIN_KEYS)
+    for key, value in pairs:
+        if not entry.check_override(key, value):
+            raise CommandError(
+                f"{key}={quote(value)} is not allowed for {workload} {entry.model}: "
+                f"the value must match {entry.overrides[key]}.",
+                field=key,
+            )
+    return TrainRequest(
+        workload=workload,
+        model=entry.model,
+        framework=entry.framework,
+        overrides=tuple(pairs),
+        **base.model_dump(exclude={"kind"}),
+    )
+
+
+def _recipe(
+    context: CommandContext, workload: Workload, model: str, raw: str | None
+) -> RecipeEntry:
+    catalog = context.catalog
+    frameworks = catalog.frameworks(workload, model)
+    if not frameworks:
+        models = catalog.models(workload)
+        raise CommandError(
+            f"Unknown model {quote(model)} for {workload}. Models for {workload}: "
+            f"{join_names(models)}.{did_you_mean(model, models)}",
+            field="model",
+        )
+    if raw is not None:
+        framework = parse_framework(raw)
+    elif DEFAULT_FRAMEWORK[workload] in frameworks:
+        framework = DEFAULT_FRAMEWORK[workload]
+    else:
+        framework = parse_framework(frameworks[0])
+    entry = catalog.find(workload, model, framework)
+    if entry is None:
+        others = catalog.models(workload, framework)
+        raise CommandError(
+            f"{workload} {model} has no {framework} recipe (it runs on {join_names(frameworks)}). "
+            f"{framework} {workload} models: {join_names(others)}.",
+            field="framework",
+        )
+    return entry
+
+
+def _launch_fields(
+    args: Args, user: User, context: CommandContext, *, default_nodes: int
+) -> InteractiveRequest:
+    """The checked fields shared by launches and interactive allocations."""
+    pairs = args.pairs
+    profile = context.profile(pairs.get("cluster"))
+    user_max = context.policy.max_nodes_for(user.id, user.groups, profile.name)
+    nodes = parse_nodes(pairs.get("nodes", str(default_nodes)), profile, user_max)
+    image = pairs.get("image")
+    return InteractiveRequest(
+        cluster=profile.name,
+        nodes=nodes,
+        partition=_maybe(check_partition, pairs.get("partition")),
+        time=_maybe(check_time, pairs.get("time")),
+        name=_maybe(check_name, pairs.get("name")),
+        image=None if image is None else check_image(image, profile),
+        dry_run=parse_bool("dry_run", pairs.get("dry_run", "false")),
+    )
+
+
+def _maybe(check: Callable[[str], str], raw: str | None) -> str | None:
+    return None if raw is None else check(raw)

@@ -1,0 +1,175 @@
+"""Checks for single values of the command language (``nodes=``, ``time=``, ...).
+
+Each check takes the user's text and returns the canonical value or raises a
+CommandError saying what is wrong and what is valid. The patterns here are also
+used by the request models, so a request is safe however it was built: no value
+can carry whitespace, quotes or shell metacharacters, and none starts with ``-``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cluster.profiles import (
+    IMAGE_NAME_PATTERN,
+    SLURM_NAME_PATTERN,
+    SLURM_TIME_FORMATS,
+    ClusterProfile,
+    slurm_time_seconds,
+)
+from cluster.recipes import FRAMEWORKS, Framework
+from commands.errors import CommandError
+from commands.suggest import did_you_mean, join_names, quote
+
+NAME_MAX_CHARS = 48
+NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX_CHARS - 1}}}$"
+PARTITION_PATTERN = SLURM_NAME_PATTERN
+IMAGE_PATH_PATTERN = r"^(/|~/)[A-Za-z0-9._+@/-]{0,250}\.sqsh$"
+LAUNCH_ID_PATTERN = r"^L-[0-9a-f]{4,12}$"
+SLURM_JOB_ID_PATTERN = r"^[1-9][0-9]{0,9}$"
+MAX_LOG_LINES = 5000
+_TRUE = ("true", "yes", "1")
+_FALSE = ("false", "no", "0")
+
+
+def _digits(key: str, raw: str, low: int, high: int, example: int) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise CommandError(
+            f"{key}={raw} is not a whole number. Give a number from {low} to {high}, "
+            f"for example {key}={example}.",
+            field=key,
+        )
+    return int(raw)
+
+
+def parse_nodes(raw: str, profile: ClusterProfile, user_max: int | None = None) -> int:
+    """Nodes for a launch: 1 up to the cluster's (and, when given, the user's) maximum."""
+    limit = profile.max_nodes if user_max is None else min(user_max, profile.max_nodes)
+    nodes = _digits("nodes", raw, 1, limit, 1)
+    if nodes < 1:
+        raise CommandError(f"nodes={raw} is not valid: at least 1 node.", field="nodes")
+    if nodes > limit:
+        if user_max is not None and user_max < profile.max_nodes:
+            why = f"max {limit} for you; the cluster allows {profile.max_nodes}"
+        else:
+            why = f"max {limit}"
+        raise CommandError(
+            f"nodes={nodes} is more than {profile.name} allows ({why}). "
+            f"Give nodes=1 to nodes={limit}.",
+            field="nodes",
+            suggestion=str(limit),
+        )
+    return nodes
+
+
+def check_name(raw: str) -> str:
+    """A Slurm-safe job name: letters, digits, ``- _ .``, at most 48, no leading punctuation."""
+    if re.fullmatch(NAME_PATTERN, raw):
+        return raw
+    fixed = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-._")[:NAME_MAX_CHARS]
+    example = fixed if fixed and re.fullmatch(NAME_PATTERN, fixed) else "my-run"
+    raise CommandError(
+        f"name={quote(raw)} is not a valid job name: use letters, digits, '-', '_' and '.', "
+        f"starting with a letter or digit, at most {NAME_MAX_CHARS} characters. "
+        f"For example name={example}.",
+        field="name",
+        suggestion=example,
+    )
+
+
+def check_time(raw: str) -> str:
+    """A Slurm time limit in one of Slurm's formats, more than zero."""
+    try:
+        slurm_time_seconds(raw)
+    except ValueError as exc:
+        raise CommandError(
+            f"time={quote(raw)} is not a valid time limit: {exc}. "
+            f"Use {SLURM_TIME_FORMATS}, for example time=04:00:00.",
+            field="time",
+        ) from None
+    return raw
+
+
+def check_partition(raw: str) -> str:
+    """A Slurm partition name. Whether it exists is checked on the cluster later."""
+    if re.fullmatch(PARTITION_PATTERN, raw):
+        return raw
+    raise CommandError(
+        f"partition={quote(raw)} is not a valid partition name: use letters, digits, '-' "
+        "and '_', starting with a letter or digit.",
+        field="partition",
+    )
+
+
+def check_image(raw: str, profile: ClusterProfile) -> str:
+    """An image: a name from the cluster's ``images`` list, or a ``.sqsh`` path.
+
+    Names are the safe default: the cluster's operators chose those images.
+    A path is accepted only when the profile allows custom images, only as an
+    absolute or ``~/`` path to a squashfs file of plain characters: pyxis then
+    runs a file that already sits on the cluster, never pulls from a registry,
+    and the path is safe in a shell line without quoting.
+    """
+    if raw in profile.images:
+        return raw
+    names = join_names(list(profile.images))
+    if not profile.allow_custom_images:
+        raise CommandError(
+            f"image={quote(raw)} is not an image of {profile.name}. "
+            f"Images there: {names}.{did_you_mean(raw, list(profile.images))}",
+            field="image",
+        )
+    if re.fullmatch(IMAGE_PATH_PATTERN, raw) and ".." not in raw.split("/"):
+        return raw
+    if re.fullmatch(IMAGE_NAME_PATTERN, raw):
+        raise CommandError(
+            f"image={quote(raw)} is not an image of {profile.name}. Images there: {names} "
+            f"(or a path to a .sqsh file).{did_you_mean(raw, list(profile.images))}",
+            field="image",
+        )
+    raise CommandError(
+        f"image={quote(raw)} is not valid: give an image name ({names}) or an absolute "
+        "or ~/ path to a .sqsh file of letters, digits and . _ + @ - /.",
+        field="image",
+    )
+
+
+def parse_bool(key: str, raw: str) -> bool:
+    """``true|false|yes|no|1|0``, any case."""
+    lowered = raw.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise CommandError(
+        f"{key}={quote(raw)} is not valid: use {key}=true or {key}=false "
+        "(yes/no and 1/0 work too).",
+        field=key,
+    )
+
+
+def parse_framework(raw: str) -> Framework:
+    """``nemo`` or ``nemo-rl`` (``nemo_rl`` and ``nemorl`` are read as ``nemo-rl``)."""
+    lowered = raw.lower()
+    if lowered in ("nemo_rl", "nemorl"):
+        lowered = "nemo-rl"
+    for framework in FRAMEWORKS:
+        if lowered == framework:
+            return framework
+    raise CommandError(
+        f"framework={quote(raw)} is not known. Frameworks: {join_names(FRAMEWORKS)}."
+        f"{did_you_mean(lowered, FRAMEWORKS)}",
+        field="framework",
+    )
+
+
+def parse_lines(raw: str) -> int:
+    """Lines of log to show: 1 to :data:`MAX_LOG_LINES`."""
+    lines = _digits("lines", raw, 1, MAX_LOG_LINES, 50)
+    if not 1 <= lines <= MAX_LOG_LINES:
+        raise CommandError(
+            f"lines={lines} is out of range: give 1 to {MAX_LOG_LINES}.",
+            field="lines",
+            suggestion=str(max(1, min(lines, MAX_LOG_LINES))),
+        )
+    return lines
