@@ -1,0 +1,275 @@
+"""SSH to login nodes: one shared connection per login node, the only asyncssh user.
+
+:class:`SSHPool` keeps one long-lived connection per login node (keepalive on),
+caps the channels open on it at once, reconnects with backoff when it drops,
+and puts a timeout on every command. Host keys are always checked against the
+profile's known_hosts file: an unknown or changed key is refused. asyncssh and
+OSError exceptions are translated here into :mod:`cluster.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import asyncssh
+
+from cluster.errors import (
+    ClusterUnreachable,
+    CommandTimeout,
+    HostKeyMismatch,
+    SlurmCommandFailed,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LoginLike(Protocol):
+    """What the pool needs to know about a login node (``profiles.LoginNode`` fits)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def key_file(self) -> Path | None: ...
+    @property
+    def known_hosts_file(self) -> Path | None: ...
+
+
+@dataclass(frozen=True)
+class Result:
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+@dataclass
+class PoolStats:
+    """Counters for measurement: round trips (commands run) and connections made."""
+
+    round_trips: int = 0
+    connects: int = 0
+    by_cluster: dict[str, int] = field(default_factory=dict)
+
+
+_Key = tuple[str, int, str, str, str]
+
+
+class _Link:
+    """One login node: its connection, the lock that guards (re)connecting, the channel cap."""
+
+    def __init__(self, max_channels: int) -> None:
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.lock = asyncio.Lock()
+        self.channels = asyncio.Semaphore(max_channels)
+        self.failures = 0
+        self.retry_at = 0.0
+
+
+class SSHPool:
+    """Shared SSH connections to login nodes. Use as ``async with SSHPool() as pool``."""
+
+    def __init__(
+        self,
+        *,
+        max_channels: int = 16,
+        connect_timeout_s: float = 10.0,
+        keepalive_interval_s: float = 15.0,
+        keepalive_count_max: int = 3,
+        connect_attempts: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.max_channels = max_channels
+        self.connect_timeout_s = connect_timeout_s
+        self.keepalive_interval_s = keepalive_interval_s
+        self.keepalive_count_max = keepalive_count_max
+        self.connect_attempts = connect_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.stats = PoolStats()
+        self._links: dict[_Key, _Link] = {}
+
+    async def __aenter__(self) -> SSHPool:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection."""
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            if link.conn is not None:
+                link.conn.close()
+                await link.conn.wait_closed()
+
+    async def run(
+        self,
+        login: LoginLike,
+        command: str,
+        *,
+        input: str | None = None,
+        timeout_s: float,
+        check: bool = True,
+        cluster: str = "",
+    ) -> Result:
+        """Run ``command`` on the login node; stdin gets ``input`` (then EOF).
+
+        Raises ClusterUnreachable (HostKeyMismatch for host keys), CommandTimeout,
+        and, when ``check`` is true, SlurmCommandFailed for a non-zero exit.
+        """
+        link = self._link(login)
+        deadline = time.monotonic() + timeout_s
+        async with link.channels:
+            process = await self._open(link, login, command, cluster, deadline)
+            self.stats.round_trips += 1
+            self.stats.by_cluster[cluster] = self.stats.by_cluster.get(cluster, 0) + 1
+            try:
+                remaining = max(deadline - time.monotonic(), 0.001)
+                data = input.encode() if input is not None else None
+                out, err = await asyncio.wait_for(process.communicate(data), remaining)
+                await asyncio.wait_for(process.wait_closed(), max(deadline - time.monotonic(), 1))
+            except TimeoutError:
+                process.close()
+                raise CommandTimeout(
+                    f"command did not finish within {timeout_s:g} s: {_short(command)}",
+                    cluster=cluster,
+                ) from None
+            except (asyncssh.Error, OSError) as exc:
+                self._drop(link)
+                raise ClusterUnreachable(
+                    f"connection lost while running a command: {exc}", cluster=cluster
+                ) from exc
+        stdout, stderr = _text(out), _text(err)
+        rc = process.returncode if process.returncode is not None else 255
+        if check and rc != 0:
+            raise SlurmCommandFailed(
+                command=_short(command), returncode=rc, stderr=stderr, cluster=cluster
+            )
+        return Result(stdout=stdout, stderr=stderr, returncode=rc)
+
+    def _link(self, login: LoginLike) -> _Link:
+        key = (
+            login.host,
+            login.port,
+            login.user,
+            str(login.key_file or ""),
+            str(login.known_hosts_file or ""),
+        )
+        if key not in self._links:
+            self._links[key] = _Link(self.max_channels)
+        return self._links[key]
+
+    def _drop(self, link: _Link) -> None:
+        if link.conn is not None:
+            link.conn.close()
+            link.conn = None
+
+    async def _open(
+        self, link: _Link, login: LoginLike, command: str, cluster: str, deadline: float
+    ) -> asyncssh.SSHClientProcess[bytes]:
+        """A process channel; a broken pooled connection is replaced once before giving up."""
+        for attempt in (1, 2):
+            conn = await self._connection(link, login, cluster, deadline)
+            try:
+                return await conn.create_process(command, encoding=None)
+            except (asyncssh.Error, OSError) as exc:
+                self._drop(link)
+                if attempt == 2:
+                    raise ClusterUnreachable(
+                        f"cannot open a channel: {exc}", cluster=cluster
+                    ) from exc
+                log.info("cluster=%s ssh channel failed (%s); reconnecting", cluster, exc)
+        raise AssertionError("unreachable")
+
+    async def _connection(
+        self, link: _Link, login: LoginLike, cluster: str, deadline: float
+    ) -> asyncssh.SSHClientConnection:
+        async with link.lock:
+            if link.conn is not None and not link.conn.is_closed():
+                return link.conn
+            link.conn = None
+            last: ClusterUnreachable | None = None
+            for attempt in range(self.connect_attempts):
+                wait_s = link.retry_at - time.monotonic()
+                if wait_s > 0:
+                    if time.monotonic() + wait_s > deadline:
+                        break
+                    await asyncio.sleep(wait_s)
+                try:
+                    link.conn = await self._connect(login, cluster)
+                except HostKeyMismatch:
+                    raise
+                except ClusterUnreachable as exc:
+                    last = exc
+                    link.failures += 1
+                    backoff = min(self.backoff_s * 2 ** (link.failures - 1), self.max_backoff_s)
+                    link.retry_at = time.monotonic() + backoff
+                    log.warning(
+                        "cluster=%s ssh connect attempt %d failed: %s", cluster, attempt + 1, exc
+                    )
+                    continue
+                link.failures, link.retry_at = 0, 0.0
+                self.stats.connects += 1
+                return link.conn
+            raise last or ClusterUnreachable("login node not reachable", cluster=cluster)
+
+    async def _connect(self, login: LoginLike, cluster: str) -> asyncssh.SSHClientConnection:
+        where = f"{login.user}@{login.host}:{login.port}"
+        known_hosts = login.known_hosts_file
+        if known_hosts is None or not Path(known_hosts).is_file():
+            raise HostKeyMismatch(
+                f"no known_hosts file for {where} (got {known_hosts}); "
+                "host keys are always checked",
+                cluster=cluster,
+            )
+        options: dict[str, Any] = {
+            "port": login.port,
+            "username": login.user,
+            "known_hosts": str(known_hosts),
+            "keepalive_interval": self.keepalive_interval_s,
+            "keepalive_count_max": self.keepalive_count_max,
+            "connect_timeout": self.connect_timeout_s,
+            "agent_path": None,
+            "config": None,
+        }
+        if login.key_file is not None:
+            options["client_keys"] = [str(login.key_file)]
+        try:
+            return await asyncssh.connect(login.host, **options)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise HostKeyMismatch(
+                f"host key of {where} is unknown or changed; not in {known_hosts} ({exc})",
+                cluster=cluster,
+            ) from exc
+        except asyncssh.PermissionDenied as exc:
+            raise ClusterUnreachable(
+                f"authentication refused by {where}: {exc}", cluster=cluster
+            ) from exc
+        except (asyncssh.Error, OSError, TimeoutError) as exc:
+            raise ClusterUnreachable(f"cannot connect to {where}: {exc}", cluster=cluster) from exc
+
+
+def _text(data: object) -> str:
+    if isinstance(data, bytes):
+        return data.decode("utf-8", errors="replace")
+    return str(data or "")
+
+
+def _short(command: str, limit: int = 200) -> str:
+    line = " ".join(command.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
