@@ -155,15 +155,20 @@ class EnvSecret(BaseModel):
     env: str = Field(pattern=ENV_NAME_PATTERN)
 
 
-class FileSecret(BaseModel):
-    """A secret read from a file on the login node when the job starts."""
+class SecretRef(BaseModel):
+    """Where a job secret comes from: ``{env: NAME}`` (the bot's environment) or
+    ``{file: PATH}`` (a file on the login node, read when the job starts)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    file: RemotePath
+    env: str | None = Field(default=None, pattern=ENV_NAME_PATTERN)
+    file: RemotePath | None = None
 
-
-SecretRef = EnvSecret | FileSecret
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env: NAME or file: PATH")
+        return self
 
 
 def _check_time_limit(value: str | None) -> str | None:
@@ -234,8 +239,10 @@ class ClusterProfile(BaseModel):
             for key in ("gpus_per_node", "nccl_setup", "container_flags"):
                 data.setdefault(key, getattr(defaults, key))
         recipes_dir = data.setdefault("recipes_dir", "~/vertex-oss-training")
-        if not isinstance(recipes_dir, str):
-            return data
+        try:
+            check_remote_path(recipes_dir)
+        except (TypeError, ValueError, AttributeError):
+            return data  # reported on recipes_dir itself
         data.setdefault("nemorun_home", join_remote(recipes_dir, "nemo"))
         if isinstance(data["nemorun_home"], str):
             data.setdefault("log_dir", join_remote(data["nemorun_home"], "logs"))

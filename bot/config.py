@@ -1,0 +1,244 @@
+"""The config file (``trainbot.yaml``): clusters, recipes, policy and alerts.
+
+:func:`load_config` reads and checks it. Any problem is a ConfigError naming the
+file, the field path and what is wrong, e.g.
+``trainbot.yaml: clusters.a4.max_nodes: must be >= 1 (got 0)``.
+``trainbot.example.yaml`` documents every field. Secrets never live in the
+file: it names environment variables or login-node files that hold them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cluster.errors import ConfigError
+from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
+from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
+from commands.context import CommandContext
+from commands.policy import ANY, Policy
+
+ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
+
+
+class Webhook(BaseModel):
+    """A PagerDuty Events API v2 endpoint for pages."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(pattern=r"^https?://[^\s]+$")
+    routing_key: EnvSecret | None = None
+
+
+class Alerts(BaseModel):
+    """Where on-call hears about trouble."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    oncall_channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,}$")
+    oncall_usergroup: str | None = Field(default=None, pattern=r"^S[A-Z0-9]{2,}$")
+    webhook: Webhook | None = None
+
+
+class Config(BaseModel):
+    """The whole config file. Cluster names come from the keys under ``clusters``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: dict[ClusterName, ClusterProfile] = Field(min_length=1)
+    default_cluster: str | None = None
+    recipes: tuple[RecipeEntry, ...] = ()
+    default_recipes: bool = True
+    policy: Policy = Field(default_factory=Policy)
+    alerts: Alerts = Field(default_factory=Alerts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_clusters(cls, data: Any) -> Any:
+        """Give each cluster its key as ``name``; drop explicit nulls of optional sections."""
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v is not None or k == "default_cluster"}
+        clusters = data.get("clusters")
+        if isinstance(clusters, dict):
+            data["clusters"] = {
+                key: {"name": key, **value} if isinstance(value, dict) else value
+                for key, value in clusters.items()
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _check_links(self) -> Config:
+        problems = list(self._link_problems())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _link_problems(self) -> list[str]:
+        known = ", ".join(self.clusters)
+        problems: list[str] = []
+        for key, profile in self.clusters.items():
+            if profile.name != key:
+                problems.append(f"clusters.{key}.name: must be {key!r} (got {profile.name!r})")
+        if self.default_cluster is not None and self.default_cluster not in self.clusters:
+            problems.append(
+                f"default_cluster: {self.default_cluster!r} is not a cluster (known: {known})"
+            )
+        for number, rule in enumerate(self.policy.rules):
+            for name in rule.clusters:
+                if name != ANY and name not in self.clusters:
+                    problems.append(
+                        f"policy.rules[{number}].clusters: {name!r} is not a cluster "
+                        f'(known: {known}, or "*")'
+                    )
+        try:
+            self.catalog  # noqa: B018 - builds and checks the merged catalog
+        except ValidationError as exc:
+            problems.append(f"recipes: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+        return problems
+
+    @cached_property
+    def catalog(self) -> RecipeCatalog:
+        """The built-in catalog with ``recipes`` replacing or adding entries."""
+        if self.default_recipes:
+            return DEFAULT_CATALOG.merged(self.recipes)
+        return RecipeCatalog(entries=self.recipes)
+
+    def command_context(self) -> CommandContext:
+        """What the command parser needs from this config."""
+        return CommandContext(
+            clusters=dict(self.clusters),
+            catalog=self.catalog,
+            policy=self.policy,
+            default_cluster=self.default_cluster,
+        )
+
+    def env_secret_names(self) -> dict[str, str]:
+        """Environment variables the config refers to, each with the field that needs it."""
+        names: dict[str, str] = {}
+        for key, profile in self.clusters.items():
+            for job_name, ref in profile.job_secrets.items():
+                if ref.env is not None:
+                    names.setdefault(ref.env, f"clusters.{key}.job_secrets.{job_name}")
+        webhook = self.alerts.webhook
+        if webhook is not None and webhook.routing_key is not None:
+            names.setdefault(webhook.routing_key.env, "alerts.webhook.routing_key")
+        return names
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and check the config file at ``path``, or raise ConfigError."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            "file not found (set TRAINBOT_CONFIG or --config; trainbot.example.yaml "
+            "shows the format)",
+            source=source,
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read it ({exc})", source=source) from None
+    return parse_config(text, source=source, base_dir=Path(path).parent)
+
+
+def parse_config(text: str, *, source: str = "config", base_dir: Path | None = None) -> Config:
+    """Check config text; relative local paths (SSH key, known_hosts) start at ``base_dir``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}not valid YAML ({problem})", source=source) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "must be a mapping with clusters:, recipes:, policy: and alerts:", source=source
+        )
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, source) from None
+    return _resolve_local_paths(config, base_dir) if base_dir is not None else config
+
+
+def config_error(exc: ValidationError, source: str) -> ConfigError:
+    """The first problem of a validation error as a ConfigError (with a count of the rest)."""
+    errors = exc.errors()
+    path, message = _describe(errors[0])
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return ConfigError(message, source=source, path=path)
+
+
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+    parts: list[str] = []
+    for part in error["loc"]:
+        if isinstance(part, int):
+            parts[-1:] = [f"{parts[-1]}[{part}]" if parts else f"[{part}]"]
+        elif part == "[key]":
+            pattern = (error.get("ctx") or {}).get("pattern", "")
+            return ".".join(parts), f"{error['input']!r} is not a valid name (must match {pattern})"
+        else:
+            parts.append(str(part))
+    path = ".".join(parts)
+    kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
+    messages = {
+        "missing": "is required",
+        "extra_forbidden": "is not a known field (check the spelling; "
+        "trainbot.example.yaml lists every field)",
+        "greater_than_equal": f"must be >= {ctx.get('ge')} (got {got!r})",
+        "greater_than": f"must be > {ctx.get('gt')} (got {got!r})",
+        "less_than_equal": f"must be <= {ctx.get('le')} (got {got!r})",
+        "less_than": f"must be < {ctx.get('lt')} (got {got!r})",
+        "string_pattern_mismatch": f"must match {ctx.get('pattern')} (got {got!r})",
+        "literal_error": f"must be one of {ctx.get('expected')} (got {got!r})",
+        "too_short": "must not be empty",
+        "int_parsing": f"must be a whole number (got {got!r})",
+        "int_type": f"must be a whole number (got {got!r})",
+        "int_from_float": f"must be a whole number (got {got!r})",
+        "float_parsing": f"must be a number (got {got!r})",
+        "bool_parsing": f"must be true or false (got {got!r})",
+        "string_type": f"must be a string (got {got!r})",
+        "dict_type": f"must be a mapping (got {got!r})",
+        "model_type": f"must be a mapping (got {got!r})",
+        "tuple_type": f"must be a list (got {got!r})",
+    }
+    if kind == "value_error":
+        text = str(ctx.get("error", error["msg"]))
+        if path == "" and ": " in text:
+            path, _, text = text.partition(": ")
+        return path, text
+    return path, messages.get(kind, f"{error['msg'].lower()} (got {got!r})")
+
+
+def _resolve_local_paths(config: Config, base_dir: Path) -> Config:
+    """Key and known_hosts paths: ``~`` expanded, relative ones taken from ``base_dir``."""
+
+    def local(value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        value = value.expanduser()
+        return value if value.is_absolute() else (base_dir / value).resolve()
+
+    clusters = {
+        name: profile.model_copy(
+            update={
+                "login": profile.login.model_copy(
+                    update={
+                        "key_file": local(profile.login.key_file),
+                        "known_hosts_file": local(profile.login.known_hosts_file),
+                    }
+                )
+            }
+        )
+        for name, profile in config.clusters.items()
+    }
+    return config.model_copy(update={"clusters": clusters})

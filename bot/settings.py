@@ -1,0 +1,119 @@
+"""Process settings from the environment (INTERFACE.md, "Environment").
+
+:meth:`Settings.from_environ` is the one place in trainbot that reads
+``os.environ``; tests pass their own mapping. Secrets are ``SecretStr``: their
+``repr`` and ``str`` show ``**********``. Job secrets and the PagerDuty routing
+key are referenced from the config by environment variable name; the values
+are kept here and handed out with :meth:`Settings.env_secret`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from cluster.errors import ConfigError
+from cluster.profiles import ClusterProfile
+
+
+class Settings(BaseSettings):
+    """Everything the process takes from its environment."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    config_path: Path = Field(default=Path("./trainbot.yaml"), alias="TRAINBOT_CONFIG")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="REDIS_URL")
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
+    http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
+
+    _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only explicit values: the environment comes in through :meth:`from_environ`."""
+        return (init_settings,)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _check_api_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value if value.endswith("/") else value + "/"
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``environ`` (default: the process environment).
+
+        An empty variable counts as unset. A bad value raises ConfigError
+        naming the variable.
+        """
+        env = dict(os.environ if environ is None else environ)
+        names = {field.alias for field in cls.model_fields.values() if field.alias}
+        values = {name: value for name, value in env.items() if name in names and value}
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else ""
+            got = values.get(name, "")
+            shown = "" if _is_secret(cls, name) else f" (got {got!r})"
+            raise ConfigError(f"{first['msg']}{shown}", source="environment", path=name) from None
+        settings._environ = {name: SecretStr(value) for name, value in env.items() if value}
+        return settings
+
+    @property
+    def socket_mode(self) -> bool:
+        """Socket Mode when ``SLACK_APP_TOKEN`` is set; otherwise HTTP."""
+        return self.slack_app_token is not None
+
+    def env_secret(self, name: str) -> SecretStr | None:
+        """The value of environment variable ``name``, or None when unset or empty."""
+        return self._environ.get(name)
+
+    def require_env_secret(self, name: str, *, needed_by: str) -> SecretStr:
+        """Like :meth:`env_secret`, but a missing value is a ConfigError naming who needs it."""
+        value = self.env_secret(name)
+        if value is None:
+            raise ConfigError(
+                f"is not set (needed by {needed_by})", source="environment", path=name
+            )
+        return value
+
+    def job_env_secrets(self, profile: ClusterProfile) -> dict[str, SecretStr]:
+        """The ``job_secrets`` of ``profile`` that come from this environment, by job variable."""
+        return {
+            job_name: self.require_env_secret(
+                ref.env, needed_by=f"clusters.{profile.name}.job_secrets.{job_name}"
+            )
+            for job_name, ref in profile.job_secrets.items()
+            if ref.env is not None
+        }
+
+
+def _is_secret(cls: type[Settings], alias: str) -> bool:
+    for field in cls.model_fields.values():
+        if field.alias == alias:
+            return "SecretStr" in repr(field.annotation)
+    return False
