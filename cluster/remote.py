@@ -7,11 +7,17 @@ leading ``~`` working by turning it into ``"$HOME"`` outside the quotes.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from importlib import resources
+from typing import Any
 
 from pydantic import SecretStr
+
+from cluster.errors import ClusterError
+from cluster.ssh import LoginLike, SSHPool
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 REDACTED = "'<redacted>'"
@@ -60,3 +66,45 @@ def export_lines(
     for name, path in sorted(secret_files.items()):
         lines.append(f'export {check_env_name(name)}="$(cat {quote_path(path)})"')
     return lines
+
+
+def remote_python_input(script: str, payload: object) -> str:
+    """The stdin for ``python3 -``: the script, then a call of its ``main`` on ``payload``.
+
+    The payload is embedded as a Python string literal of its JSON: data, never code.
+    """
+    data = json.dumps(payload)
+    return (
+        f"{script}\n\n"
+        "import json as _json, sys as _sys\n"
+        f"_sys.stdout.write(_json.dumps(main(_json.loads({data!r}))))\n"
+    )
+
+
+def load_script(name: str) -> str:
+    """The text of a remote helper module shipped in this package (``collect_remote.py``)."""
+    return resources.files("cluster").joinpath(name).read_text(encoding="utf-8")
+
+
+async def run_remote_python(
+    pool: SSHPool,
+    login: LoginLike,
+    script_name: str,
+    payload: object,
+    *,
+    timeout_s: float,
+    cluster: str = "",
+) -> dict[str, Any]:
+    """One round trip: ``python3 -`` on the login node, JSON in (on stdin), JSON out."""
+    stdin = remote_python_input(load_script(script_name), payload)
+    result = await pool.run(login, "python3 -", input=stdin, timeout_s=timeout_s, cluster=cluster)
+    try:
+        data = json.loads(result.stdout)
+    except json.JSONDecodeError as exc:
+        raise ClusterError(
+            f"{script_name} returned no JSON: {result.stdout[:200]!r} {result.stderr[-300:]!r}",
+            cluster=cluster,
+        ) from exc
+    if not isinstance(data, dict):
+        raise ClusterError(f"{script_name} returned {type(data).__name__}", cluster=cluster)
+    return data

@@ -1,0 +1,230 @@
+"""The collector: one SSH round trip per cluster per poll, whatever the number of jobs.
+
+The caller keeps a :class:`TrackedJob` per job (log offsets, known checkpoints)
+and feeds it back after each poll with :meth:`JobSnapshot.advance`. The remote
+half is ``collect_remote.py``; the Slurm text it returns is parsed here with
+:mod:`cluster.slurm`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from cluster.remote import run_remote_python
+from cluster.slurm import (
+    AcctRecord,
+    QueueRow,
+    build_sacct,
+    build_squeue,
+    check_job_id,
+    merge_acct,
+    parse_sacct,
+    parse_squeue,
+)
+from cluster.ssh import LoginLike, SSHPool
+
+log = logging.getLogger(__name__)
+
+FrameworkName = Literal["nemo", "nemo-rl"]
+MAX_BYTES_PER_JOB = 64 * 1024
+MAX_TOTAL_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TrackedJob:
+    """What the collector needs to know about one job, and how far it has read."""
+
+    job_id: str
+    framework: FrameworkName
+    local_dir: str = ""  # NeMo: nemo-run's task directory (the status block's Local Directory)
+    job_dir: str = ""  # NeMo-RL: <recipes_dir>/nemo_rl/<job id>
+    checkpoint_dir: str = ""
+    log_path: str = ""
+    log_offset: int = 0
+    sbatch_log_path: str = ""
+    sbatch_log_offset: int = 0
+    known_checkpoints: tuple[str, ...] = ()
+    interactive: bool = False
+
+    def __post_init__(self) -> None:
+        check_job_id(self.job_id)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "framework": self.framework,
+            "local_dir": self.local_dir,
+            "job_dir": self.job_dir,
+            "checkpoint_dir": self.checkpoint_dir,
+            "log_path": self.log_path,
+            "log_offset": self.log_offset,
+            "sbatch_log_path": self.sbatch_log_path,
+            "sbatch_log_offset": self.sbatch_log_offset,
+            "known_checkpoints": list(self.known_checkpoints),
+            "interactive": self.interactive,
+        }
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    path: str
+    text: str
+    offset: int  # where the next read starts
+    size: int  # the file's size (-1: not there yet)
+    reset: bool = False  # the file shrank or changed: read again from 0
+
+    @property
+    def more(self) -> bool:
+        return self.size > self.offset
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    name: str
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """One job after one poll. ``state`` is None when Slurm does not know the job (yet)."""
+
+    job_id: str
+    state: str | None
+    queue: QueueRow | None
+    acct: AcctRecord | None
+    restart: int
+    log: LogChunk
+    sbatch_log: LogChunk
+    new_checkpoints: tuple[Checkpoint, ...] = ()
+    attach_ready: bool | None = None
+
+    @property
+    def restarts(self) -> int:
+        """Requeues seen: squeue's RestartCnt, sacct -D's earlier incarnations, the log name."""
+        counts = [self.restart]
+        if self.queue is not None:
+            counts.append(self.queue.restarts)
+        if self.acct is not None:
+            counts.append(self.acct.restarts)
+        return max(counts)
+
+    def advance(self, job: TrackedJob) -> TrackedJob:
+        """``job`` with offsets and known checkpoints moved past what this poll returned."""
+        return replace(
+            job,
+            log_path=self.log.path or job.log_path,
+            log_offset=self.log.offset,
+            sbatch_log_path=self.sbatch_log.path or job.sbatch_log_path,
+            sbatch_log_offset=self.sbatch_log.offset,
+            known_checkpoints=(*job.known_checkpoints, *(c.name for c in self.new_checkpoints)),
+        )
+
+
+@dataclass(frozen=True)
+class PollResult:
+    cluster: str
+    jobs: dict[str, JobSnapshot]
+    slurm_calls: tuple[str, ...]
+    round_trips: int
+    elapsed_ms: float
+    errors: tuple[str, ...] = field(default=())
+
+
+async def collect(
+    pool: SSHPool,
+    login: LoginLike,
+    jobs: Sequence[TrackedJob],
+    *,
+    cluster: str = "",
+    timeout_s: float = 60.0,
+    max_bytes_per_job: int = MAX_BYTES_PER_JOB,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+) -> PollResult:
+    """Poll every job of one cluster in one SSH round trip."""
+    if not jobs:
+        return PollResult(cluster, {}, (), 0, 0.0)
+    started = time.monotonic()
+    before = pool.stats.round_trips
+    payload = {
+        "jobs": [j.payload() for j in jobs],
+        "squeue_argv": shlex.split(build_squeue()),
+        "sacct_argv": shlex.split(build_sacct(duplicates=True)),
+        "max_bytes_per_job": max_bytes_per_job,
+        "max_total_bytes": max_total_bytes,
+        "slurm_timeout_s": max(timeout_s / 3, 5.0),
+    }
+    raw = await run_remote_python(
+        pool, login, "collect_remote.py", payload, timeout_s=timeout_s, cluster=cluster
+    )
+    result = parse_collect_output(raw, cluster=cluster)
+    elapsed_ms = (time.monotonic() - started) * 1000
+    log.debug(
+        "cluster=%s polled %d jobs in %.0f ms (slurm calls: %s)",
+        cluster,
+        len(jobs),
+        elapsed_ms,
+        ",".join(result.slurm_calls) or "none",
+    )
+    return replace(result, round_trips=pool.stats.round_trips - before, elapsed_ms=elapsed_ms)
+
+
+def parse_collect_output(raw: dict[str, Any], *, cluster: str = "") -> PollResult:
+    """Turn the remote script's JSON into typed snapshots (pure)."""
+    errors: list[str] = []
+    queue: dict[str, QueueRow] = {}
+    acct: dict[str, AcctRecord] = {}
+    squeue = raw.get("squeue") or {}
+    if squeue:
+        queue = {row.job_id: row for row in parse_squeue(squeue.get("stdout", ""))}
+        if squeue.get("rc") and "Invalid job id" not in squeue.get("stderr", ""):
+            errors.append(f"squeue exited {squeue['rc']}: {squeue.get('stderr', '').strip()}")
+    sacct = raw.get("sacct") or {}
+    if sacct:
+        acct = merge_acct(parse_sacct(sacct.get("stdout", "")))
+        if sacct.get("rc"):
+            errors.append(f"sacct exited {sacct['rc']}: {sacct.get('stderr', '').strip()}")
+    snapshots = {}
+    for job_id, data in raw.get("jobs", {}).items():
+        q, a = queue.get(job_id), acct.get(job_id)
+        state = q.state if q is not None else (a.latest.state if a is not None else None)
+        snapshots[job_id] = JobSnapshot(
+            job_id=job_id,
+            state=state,
+            queue=q,
+            acct=a,
+            restart=int(data.get("restart", 0)),
+            log=_chunk(data.get("log")),
+            sbatch_log=_chunk(data.get("sbatch_log")),
+            new_checkpoints=tuple(
+                Checkpoint(step=int(c["step"]), name=str(c["name"]))
+                for c in data.get("checkpoints", [])
+            ),
+            attach_ready=data.get("attach_ready"),
+        )
+    for error in errors:
+        log.warning("cluster=%s collector: %s", cluster, error)
+    return PollResult(
+        cluster=cluster,
+        jobs=snapshots,
+        slurm_calls=tuple(raw.get("slurm_calls", [])),
+        round_trips=1,
+        elapsed_ms=0.0,
+        errors=tuple(errors),
+    )
+
+
+def _chunk(data: dict[str, Any] | None) -> LogChunk:
+    if not data:
+        return LogChunk(path="", text="", offset=0, size=-1)
+    return LogChunk(
+        path=str(data.get("path", "")),
+        text=str(data.get("text", "")),
+        offset=int(data.get("offset", 0)),
+        size=int(data.get("size", -1)),
+        reset=bool(data.get("reset", False)),
+    )

@@ -1,0 +1,293 @@
+"""Pure builders and parsers for Slurm's command-line tools (no I/O here).
+
+Formats are pipe-separated (``-P`` / ``-O 'Field:|'``), which do not change
+between Slurm versions the way ``--json`` does. States are mapped once, by
+prefix (``CANCELLED by 1000`` is CANCELLED).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+STATES = (
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED",
+    "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+    "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING", "REVOKED",
+    "SPECIAL_EXIT", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD",
+)  # fmt: skip
+TERMINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+)  # fmt: skip
+UNKNOWN_STATE = "UNKNOWN"
+_BY_LENGTH = sorted(STATES, key=len, reverse=True)
+JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+
+SQUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NumNodes", "ReasonList", "RestartCnt")
+SQUEUE_FORMAT = ",".join(f"{f}:|" for f in (*SQUEUE_FIELDS, "Name"))
+SACCT_FIELDS = "JobID,JobName%60,State,ExitCode,Elapsed,NodeList"
+SINFO_FORMAT = "NodeList:|,Partition:|,Available:|,StateCompact:|,Gres:|,GresUsed:|"
+_GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+
+
+def normalize_state(raw: str) -> str:
+    """Slurm's state word, matched by prefix; UNKNOWN when nothing matches."""
+    text = raw.strip().upper()
+    for state in _BY_LENGTH:
+        if text.startswith(state):
+            return state
+    return UNKNOWN_STATE
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL_STATES
+
+
+def check_job_id(job_id: str) -> str:
+    if not JOB_ID_RE.fullmatch(job_id):
+        raise ValueError(f"not a Slurm job id: {job_id!r}")
+    return job_id
+
+
+def _ids(job_ids: Iterable[str]) -> str:
+    ids = [check_job_id(j) for j in job_ids]
+    if not ids:
+        raise ValueError("no job ids given")
+    return ",".join(ids)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    cluster: str | None = None
+
+
+def parse_sbatch_parsable(stdout: str) -> Submitted:
+    """``sbatch --parsable`` prints ``jobid`` or ``jobid;cluster`` (last line wins)."""
+    for line in reversed(stdout.strip().splitlines()):
+        match = re.fullmatch(r"\s*(\d+)(?:;(\S+))?\s*", line)
+        if match:
+            return Submitted(job_id=match.group(1), cluster=match.group(2))
+    raise ValueError(f"no job id in sbatch output: {stdout.strip()[:200]!r}")
+
+
+# --- squeue -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    job_id: str
+    state: str
+    raw_state: str
+    reason: str
+    time_used: str
+    nodes: int
+    nodelist: str  # the node list when running, "(Reason)" while pending
+    restarts: int
+    name: str
+
+
+def build_squeue(job_ids: Sequence[str] = (), *, user: str | None = None) -> str:
+    """``squeue`` for the given jobs (or all of ``user``'s); one row per job, fields piped."""
+    words = ["squeue", "-h", "-O", SQUEUE_FORMAT]
+    if job_ids:
+        words += ["-j", _ids(job_ids)]
+    if user:
+        words += ["-u", user]
+    return shlex.join(words)
+
+
+def parse_squeue(stdout: str) -> list[QueueRow]:
+    rows: list[QueueRow] = []
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(SQUEUE_FIELDS) + 1 or not JOB_ID_RE.fullmatch(parts[0].strip()):
+            continue
+        job_id, raw, reason, used, nodes, nodelist, restarts = (p.strip() for p in parts[:7])
+        name = "|".join(parts[7:]).rstrip("|").strip()
+        rows.append(
+            QueueRow(
+                job_id=job_id,
+                state=normalize_state(raw),
+                raw_state=raw,
+                reason=reason,
+                time_used=used,
+                nodes=_int(nodes),
+                nodelist=nodelist,
+                restarts=_int(restarts),
+                name=name,
+            )
+        )
+    return rows
+
+
+# --- sacct --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcctRow:
+    job_id: str
+    name: str
+    state: str
+    raw_state: str
+    exit_code: str
+    elapsed: str
+    nodelist: str
+
+
+@dataclass(frozen=True)
+class AcctRecord:
+    """A job's accounting: its newest incarnation, and what happened to the earlier ones."""
+
+    latest: AcctRow
+    earlier: tuple[AcctRow, ...] = ()
+
+    @property
+    def restarts(self) -> int:
+        return len(self.earlier)
+
+    @property
+    def node_failures(self) -> int:
+        return sum(1 for row in self.earlier if row.state == "NODE_FAIL")
+
+
+def build_sacct(
+    job_ids: Sequence[str] = (), *, duplicates: bool = True, since: str | None = None
+) -> str:
+    """``sacct`` allocation rows; ``duplicates`` adds ``-D`` (requeued incarnations)."""
+    words = ["sacct", "-X", "-P", "-n"]
+    if duplicates:
+        words.append("-D")
+    if since:
+        words += ["-S", since]
+    words += ["-o", SACCT_FIELDS]
+    if job_ids:
+        words += ["-j", _ids(job_ids)]
+    return shlex.join(words)
+
+
+def parse_sacct(stdout: str) -> list[AcctRow]:
+    rows: list[AcctRow] = []
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) < 6 or not JOB_ID_RE.fullmatch(parts[0].strip()):
+            continue
+        job_id, name, raw, exit_code, elapsed, nodelist = (p.strip() for p in parts[:6])
+        rows.append(AcctRow(job_id, name, normalize_state(raw), raw, exit_code, elapsed, nodelist))
+    return rows
+
+
+def merge_acct(rows: Iterable[AcctRow]) -> dict[str, AcctRecord]:
+    """Group ``sacct -D`` rows by job id, in output order (oldest incarnation first)."""
+    grouped: dict[str, list[AcctRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.job_id, []).append(row)
+    return {jid: AcctRecord(latest=rs[-1], earlier=tuple(rs[:-1])) for jid, rs in grouped.items()}
+
+
+# --- sinfo --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    partition: str
+    default: bool
+    available: str
+    state: str
+    gpus_total: int
+    gpus_used: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    default: bool
+    up: bool
+    nodes: int
+    nodes_usable: int
+    gpus_total: int
+    gpus_used: int
+    gpus_per_node: int
+
+    @property
+    def gpus_idle(self) -> int:
+        return max(self.gpus_total - self.gpus_used, 0)
+
+
+USABLE_NODE_STATES = ("idle", "mix", "alloc", "comp", "plnd")
+
+
+def build_sinfo() -> str:
+    """One row per (node, partition) with availability, state and GPUs total/used."""
+    return shlex.join(["sinfo", "-h", "-N", "-O", SINFO_FORMAT])
+
+
+def parse_sinfo(stdout: str) -> list[NodeRow]:
+    rows: list[NodeRow] = []
+    for line in stdout.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 6 or not parts[0]:
+            continue
+        node, partition, available, state, gres, used = parts[:6]
+        rows.append(
+            NodeRow(
+                node=node,
+                partition=partition.rstrip("*"),
+                default=partition.endswith("*"),
+                available=available,
+                state=state,
+                gpus_total=_gpus(gres),
+                gpus_used=_gpus(used),
+            )
+        )
+    return rows
+
+
+def partitions(rows: Iterable[NodeRow]) -> list[PartitionInfo]:
+    """Per-partition capacity, in sinfo's order. Down or drained nodes count as not usable."""
+    grouped: dict[str, list[NodeRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.partition, []).append(row)
+    infos = []
+    for name, nodes in grouped.items():
+        usable = [n for n in nodes if n.state.rstrip("*~#!%$@^-").startswith(USABLE_NODE_STATES)]
+        infos.append(
+            PartitionInfo(
+                name=name,
+                default=any(n.default for n in nodes),
+                up=all(n.available == "up" for n in nodes),
+                nodes=len({n.node for n in nodes}),
+                nodes_usable=len({n.node for n in usable}),
+                gpus_total=sum(n.gpus_total for n in usable),
+                gpus_used=sum(n.gpus_used for n in usable),
+                gpus_per_node=max((n.gpus_total for n in nodes), default=0),
+            )
+        )
+    return infos
+
+
+def format_partitions(infos: Iterable[PartitionInfo]) -> str:
+    """``a3m*, a3u, a4, a3h``: the default marked with ``*``, as sinfo does."""
+    return ", ".join(p.name + ("*" if p.default else "") for p in infos)
+
+
+# --- scancel ------------------------------------------------------------------------------
+
+
+def build_scancel(job_ids: Sequence[str]) -> str:
+    return shlex.join(["scancel", *(check_job_id(j) for j in job_ids)])
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _gpus(gres: str) -> int:
+    return sum(int(m.group(1)) for m in _GPU_RE.finditer(gres))
