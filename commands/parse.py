@@ -59,8 +59,8 @@ def normalise(text: str) -> str:
             f"That command is too long ({len(text)} characters; the limit is {MAX_TEXT_CHARS})."
         )
     text = unicodedata.normalize("NFKC", text).translate(_QUOTE_TABLE)
-    for index, ch in enumerate(text, start=1):
-        _check_char(ch, index)
+    for index, ch in enumerate(text):
+        _check_char(ch, text[:index])
     if len(text) > MAX_TEXT_CHARS:
         raise CommandError(
             f"That command is too long once normalised ({len(text)} characters; "
@@ -69,11 +69,15 @@ def normalise(text: str) -> str:
     return text
 
 
-def _check_char(ch: str, index: int) -> None:
+def _check_char(ch: str, before: str) -> None:
     if ch in "\t\n\r":
         return
     category = unicodedata.category(ch)
-    where = f"({describe_char(ch)}) at position {index}"
+    if category[0] != "C":
+        return
+    shown = before.rsplit(None, 1)[-1] if before.strip() else ""
+    place = f"right after {quote(shown[-30:])}" if shown else "at the start"
+    where = f"({describe_char(ch)}) {place}"
     if category == "Cc":
         raise CommandError(
             f"Your text has a control character {where}. Retype the command without it."
@@ -101,26 +105,28 @@ def split_words(text: str) -> list[str]:
     buf: list[str] = []
     in_word = False
     open_quote = ""
-    quote_at = 0
-    for index, ch in enumerate(text, start=1):
+    word_start = 0
+    for index, ch in enumerate(text):
         if open_quote:
             if ch == open_quote:
                 open_quote = ""
             else:
                 buf.append(ch)
-        elif ch in "\"'":
-            open_quote, quote_at, in_word = ch, index, True
+            continue
+        if not in_word and not ch.isspace():
+            word_start, in_word = index, True
+        if ch in "\"'":
+            open_quote = ch
         elif ch.isspace():
             if in_word:
                 words.append("".join(buf))
                 buf, in_word = [], False
         else:
             buf.append(ch)
-            in_word = True
     if open_quote:
         raise CommandError(
-            f"Unbalanced quote: the {open_quote} at position {quote_at} is never closed. "
-            "Close it, or leave the quotes out (no value needs them)."
+            f"Unbalanced quote: the {open_quote} in {quote(text[word_start:].rstrip())} "
+            "is never closed. Close it, or leave the quotes out (no value needs them)."
         )
     if in_word:
         words.append("".join(buf))

@@ -121,7 +121,14 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
         )
     if re.fullmatch(IMAGE_PATH_PATTERN, raw) and ".." not in raw.split("/"):
         return raw
-    if re.fullmatch(IMAGE_NAME_PATTERN, raw):
+    looks_like_path = "/" in raw or raw.endswith(".sqsh")
+    if looks_like_path and not raw.startswith(("/", "~/")):
+        raise CommandError(
+            f"image={quote(raw)} is a relative path: start it with / or ~/, "
+            f"for example image=~/{raw.lstrip('./')}.",
+            field="image",
+        )
+    if re.fullmatch(IMAGE_NAME_PATTERN, raw) and not looks_like_path:
         raise CommandError(
             f"image={quote(raw)} is not an image of {profile.name}. Images there: {names} "
             f"(or a path to a .sqsh file).{did_you_mean(raw, list(profile.images))}",
