@@ -1,0 +1,207 @@
+"""Slack text and Block Kit building blocks. Pure functions, no I/O.
+
+Anything a person typed or a log printed goes through ``escape`` before it
+reaches Slack; otherwise text such as ``<!channel>`` pings the whole channel.
+Long text is cut to Block Kit's limits with a note that says how much was
+left out and where to get the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+Block = dict[str, Any]
+
+SECTION_TEXT_MAX = 3000
+BLOCKS_MAX = 50
+MESSAGE_TEXT_MAX = 40_000
+BUTTON_TEXT_MAX = 75
+BUTTON_VALUE_MAX = 2000
+
+ACTION_PREFIX = "trainbot_"
+ACTION_CANCEL = "trainbot_cancel"
+ACTION_LOGS = "trainbot_logs"
+ACTION_ATTACH = "trainbot_attach"
+ACTION_RETRY = "trainbot_retry"
+ACTION_USE_PARTITION = "trainbot_use_partition"
+
+_FENCE = "```"
+# A zero-width space between backticks keeps log text from closing our code block.
+_BROKEN_FENCE = "`\u200b`\u200b`"
+
+
+def escape(text: str) -> str:
+    """Escape Slack's three control characters so the text shows as typed."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def unescape(text: str) -> str:
+    """Undo ``escape`` (Slack sends typed ``&``, ``<``, ``>`` as entities)."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def cut_note(more_lines: int, hint: str = "") -> str:
+    """The line added where text was cut, e.g. ``(cut: 1,234 more lines; use /logs 42 ...)``."""
+    unit = "line" if more_lines == 1 else "lines"
+    note = f"(cut: {more_lines:,} more {unit}"
+    return f"{note}; {hint})" if hint else f"{note})"
+
+
+def cut_lines(
+    text: str,
+    max_chars: int,
+    *,
+    keep: Literal["head", "tail"] = "head",
+    hint: str = "",
+) -> str:
+    """Whole lines of ``text`` that fit in ``max_chars`` together with a cut note.
+
+    ``keep="tail"`` keeps the last lines (what matters in a log) and puts the
+    note first. A single line longer than the budget is cut mid-line.
+    """
+    if len(text) <= max_chars:
+        return text
+    lines = text.splitlines()
+    kept: list[str] = []
+    used = 0
+    ordered = lines if keep == "head" else list(reversed(lines))
+    for index, line in enumerate(ordered):
+        note = cut_note(len(lines) - index, hint)
+        if used + len(line) + 1 + len(note) > max_chars:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    note = cut_note(len(lines) - len(kept), hint)
+    if not kept:
+        room = max(max_chars - len(note) - 2, 0)
+        line = ordered[0]
+        kept = [line[:room] + "…"] if keep == "head" else ["…" + line[len(line) - room :]]
+    if keep == "head":
+        return "\n".join([*kept, note])[:max_chars]
+    return "\n".join([note, *reversed(kept)])[-max_chars:]
+
+
+def code_block(
+    text: str,
+    *,
+    max_chars: int = SECTION_TEXT_MAX,
+    keep: Literal["head", "tail"] = "tail",
+    hint: str = "",
+) -> str:
+    """``text`` escaped in a code block, cut to ``max_chars`` including the fences."""
+    body = escape(text.rstrip("\n")).replace(_FENCE, _BROKEN_FENCE) or " "
+    budget = max_chars - 2 * len(_FENCE) - 2
+    return f"{_FENCE}\n{cut_lines(body, budget, keep=keep, hint=hint)}\n{_FENCE}"
+
+
+def cut_text(text: str, max_chars: int = MESSAGE_TEXT_MAX, *, hint: str = "") -> str:
+    """Already-formatted mrkdwn cut to ``max_chars`` (for message and section text)."""
+    return cut_lines(text, max_chars, keep="head", hint=hint)
+
+
+def section(text: str) -> Block:
+    """A mrkdwn section; ``text`` must already be escaped. Cut to 3000 characters."""
+    return {"type": "section", "text": {"type": "mrkdwn", "text": cut_text(text, SECTION_TEXT_MAX)}}
+
+
+def context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut_text(text, 2000)}]}
+
+
+def fit_blocks(blocks: list[Block]) -> list[Block]:
+    """Blocks within Slack's limits: at most 50, section texts at most 3000 characters."""
+    fitted = [_fit_block(block) for block in blocks]
+    if len(fitted) <= BLOCKS_MAX:
+        return fitted
+    dropped = len(fitted) - (BLOCKS_MAX - 1)
+    unit = "block" if dropped == 1 else "blocks"
+    return [*fitted[: BLOCKS_MAX - 1], context(f"(cut: {dropped:,} more {unit})")]
+
+
+def _fit_block(block: Block) -> Block:
+    text = block.get("text")
+    if block.get("type") != "section" or not isinstance(text, dict):
+        return block
+    value = text.get("text")
+    if not isinstance(value, str) or len(value) <= SECTION_TEXT_MAX:
+        return block
+    return {**block, "text": {**text, "text": cut_text(value, SECTION_TEXT_MAX)}}
+
+
+def _plain(text: str, max_chars: int) -> dict[str, Any]:
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
+    return {"type": "plain_text", "text": text, "emoji": True}
+
+
+def confirm_dialog(title: str, text: str, *, confirm: str, deny: str) -> dict[str, Any]:
+    """A confirm dialog; ``text`` is mrkdwn and must already be escaped."""
+    return {
+        "title": _plain(title, 100),
+        "text": {"type": "mrkdwn", "text": cut_text(text, 300)},
+        "confirm": _plain(confirm, 30),
+        "deny": _plain(deny, 30),
+        "style": "danger",
+    }
+
+
+def button(
+    text: str,
+    action_id: str,
+    value: str,
+    *,
+    style: Literal["", "primary", "danger"] = "",
+    confirm: dict[str, Any] | None = None,
+) -> Block:
+    """A button element. ``value`` comes back as ``Incoming.action_value``."""
+    if not action_id.startswith(ACTION_PREFIX):
+        raise ValueError(f"action_id {action_id!r} must start with {ACTION_PREFIX!r}")
+    if len(value) > BUTTON_VALUE_MAX:
+        raise ValueError(f"button value is {len(value)} characters; Slack allows 2000")
+    element: Block = {
+        "type": "button",
+        "text": _plain(text, BUTTON_TEXT_MAX),
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        element["style"] = style
+    if confirm is not None:
+        element["confirm"] = confirm
+    return element
+
+
+def cancel_button(value: str, *, job_label: str) -> Block:
+    """Cancel, behind a confirm dialog. ``job_label`` (e.g. "job 4187") is plain text."""
+    label = escape(job_label)
+    dialog = confirm_dialog(
+        f"Cancel {job_label}?",
+        f"Slurm will stop {label}. Checkpoints already written are kept.",
+        confirm="Cancel it",
+        deny="Keep it running",
+    )
+    return button("Cancel", ACTION_CANCEL, value, style="danger", confirm=dialog)
+
+
+def logs_button(value: str) -> Block:
+    return button("Logs", ACTION_LOGS, value)
+
+
+def attach_button(value: str) -> Block:
+    return button("Attach", ACTION_ATTACH, value, style="primary")
+
+
+def retry_button(value: str) -> Block:
+    return button("Retry", ACTION_RETRY, value, style="primary")
+
+
+def use_partition_button(partition: str, value: str) -> Block:
+    return button(f"Use {partition}", ACTION_USE_PARTITION, value, style="primary")
+
+
+def actions(*elements: Block, block_id: str = "") -> Block:
+    """An actions block holding buttons (at most 25)."""
+    block: Block = {"type": "actions", "elements": list(elements[:25])}
+    if block_id:
+        block["block_id"] = block_id
+    return block
