@@ -1,0 +1,151 @@
+"""Cluster profiles: type defaults, login-node paths, Slurm time limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from cluster.profiles import TYPE_DEFAULTS, ClusterProfile, check_remote_path, slurm_time_seconds
+
+
+def profile(**fields: Any) -> ClusterProfile:
+    base: dict[str, Any] = {
+        "name": "a4",
+        "type": "hcc-a4",
+        "login": {"host": "127.0.0.1", "port": 2222, "user": "trainer"},
+        "partition": "a4",
+        "max_nodes": 4,
+    }
+    return ClusterProfile.model_validate({**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("cluster_type", "nccl"),
+    [
+        ("hcc-a3m", "source /var/lib/tcpxo/lib64/nccl-env-profile.sh"),
+        ("hcc-a3u", "source /usr/local/gib/scripts/set_nccl_env.sh"),
+        ("hcc-a3h", "source /usr/local/gib/scripts/set_nccl_env.sh"),
+    ],
+)
+def test_type_defaults(cluster_type: str, nccl: str) -> None:
+    built = profile(type=cluster_type)
+    assert built.gpus_per_node == 8
+    assert built.nccl_setup == nccl
+    assert built.container_flags == ("--container-writable", "--no-container-mount-home")
+
+
+def test_a4_sets_explicit_nccl_variables() -> None:
+    setup = profile().nccl_setup
+    assert setup.startswith("export NCCL_")
+    assert "NCCL_NET=gIB" in setup and "source" not in setup
+    assert all(d.gpus_per_node == 8 for d in TYPE_DEFAULTS.values())
+
+
+def test_paths_default_from_recipes_dir() -> None:
+    built = profile(recipes_dir="/opt/vot")
+    assert built.nemorun_home == "/opt/vot/nemo"
+    assert built.log_dir == "/opt/vot/nemo/logs"
+    assert built.nemo_rl_dir == "/opt/vot/nemo_rl"
+    assert built.images == {
+        "nemo": "/opt/vot/nemo/nemo-20250721.sqsh",
+        "nemo-rl": "/opt/vot/nemo_rl/nemo_rl-h20250923.sqsh",
+    }
+    assert (built.cache_dir, built.data_dir) == ("~/.cache", "~/data")
+
+
+def test_overrides_and_nulls() -> None:
+    built = profile(
+        gpus_per_node=4,
+        nemorun_home=None,
+        images={"nemo": "/x/n.sqsh", "nemo-25": "/x/n25.sqsh"},
+        account=None,
+    )
+    assert built.gpus_per_node == 4
+    assert built.nemorun_home == "~/vertex-oss-training/nemo"
+    assert built.images["nemo-rl"].endswith("nemo_rl-h20250923.sqsh")
+    assert built.resolve_image("nemo-25", "nemo") == "/x/n25.sqsh"
+    assert built.resolve_image(None, "nemo-rl") == built.images["nemo-rl"]
+    assert built.resolve_image("/y/z.sqsh", "nemo") == "/y/z.sqsh"
+
+
+def test_srun_container_args_and_attach_url() -> None:
+    built = profile(attach_url_template="https://console.example/ssh?host={host}&job={job_id}")
+    assert built.srun_container_args("/x/i.sqsh", ["/data:/data", "/c:/c"]) == [
+        "--container-image=/x/i.sqsh",
+        "--container-mounts=/data:/data,/c:/c",
+        "--container-writable",
+        "--no-container-mount-home",
+    ]
+    assert built.attach_url(job_id="42") == "https://console.example/ssh?host=127.0.0.1&job=42"
+    assert profile().attach_url(job_id="42") is None
+
+
+def test_job_secrets_reference_env_or_file() -> None:
+    built = profile(job_secrets={"HF_TOKEN": {"env": "TRAINBOT_HF_TOKEN"}, "W": {"file": "~/w"}})
+    assert built.job_secrets["HF_TOKEN"].env == "TRAINBOT_HF_TOKEN"
+    assert built.job_secrets["W"].file == "~/w"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"type": "hcc-a5"}, "Input should be 'hcc-a3m', 'hcc-a3u', 'hcc-a4' or 'hcc-a3h'"),
+        ({"max_nodes": 0}, "greater than or equal to 1"),
+        ({"recipes_dir": "vertex"}, "must be absolute or start with '~/'"),
+        ({"recipes_dir": "~/a b"}, "may contain only letters"),
+        ({"log_dir": "~/../etc"}, "must not contain '..'"),
+        ({"partition": "a4;ls"}, "String should match"),
+        ({"time_limit": "0"}, "zero means no limit"),
+        ({"attach_url_template": "https://x/{token}"}, "unknown placeholder {token}"),
+        ({"job_secrets": {"X": {"env": "A", "file": "~/a"}}}, "give exactly one of env"),
+        ({"job_secrets": {"X": {}}}, "give exactly one of env"),
+        ({"login": {"host": "h;x", "user": "u"}}, "String should match"),
+        ({"surprise": 1}, "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_profiles(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        profile(**fields)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 5400),
+        ("90:30", 5430),
+        ("04:00:00", 14400),
+        ("1-0", 86400),
+        ("2-12", 216000),
+        ("1-02:30", 95400),
+        ("1-02:30:15", 95415),
+    ],
+)
+def test_slurm_time_seconds(text: str, seconds: int) -> None:
+    assert slurm_time_seconds(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("0", "zero means no limit"),
+        ("00:00:00", "zero means no limit"),
+        ("1:60:00", "minutes must be 0 to 59"),
+        ("10:61", "seconds must be 0 to 59"),
+        ("1-24", "hours after 'D-' must be 0 to 23"),
+        ("400-00", "more than 365 days"),
+        ("UNLIMITED", "not a Slurm time"),
+        ("1h", "not a Slurm time"),
+        ("", "not a Slurm time"),
+    ],
+)
+def test_bad_slurm_times(text: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        slurm_time_seconds(text)
+
+
+@pytest.mark.parametrize("path", ["/a/b", "~/x", "~", "~/vertex-oss-training/nemo_rl"])
+def test_good_remote_paths(path: str) -> None:
+    assert check_remote_path(path) == path

@@ -1,0 +1,41 @@
+"""Help and recipe text."""
+
+from __future__ import annotations
+
+import pytest
+
+from commands import CommandContext, help_text, recipes_text
+from commands.requests import HELP_TOPICS
+
+
+def test_overview_lists_every_command_and_the_clusters(context: CommandContext) -> None:
+    text = help_text(context)
+    for usage in ("/train <workload> <model> [key=value ...]", "/attach <job>", "/jobs [all]"):
+        assert usage in text
+    assert "Clusters: a3m, a3u, a4, a3h (default a3m)." in text
+
+
+@pytest.mark.parametrize("topic", HELP_TOPICS)
+def test_every_topic_has_help(context: CommandContext, topic: str) -> None:
+    text = help_text(context, topic)  # type: ignore[arg-type]
+    assert text.startswith("`/")
+    assert "{" not in text.replace("{default}", "")
+
+
+def test_train_help_names_every_key(context: CommandContext) -> None:
+    text = help_text(context, "train")
+    for key in ("cluster=", "nodes=", "partition=", "time=", "name=", "image=", "dry_run="):
+        assert key in text
+    assert "framework=F" in text
+
+
+def test_recipes_lists_scripts_and_overrides(context: CommandContext) -> None:
+    text = recipes_text(context)
+    assert "  llama3p1_8b (nemo: nemo/sft/llama3p1_8b_sft.py) overrides: trainer.max_steps" in text
+    assert "  llama3p1_8b (nemo-rl: nemo_rl/algorithms/dpo.sh)" in text
+    assert "*grpo*" in text
+
+
+def test_recipes_filtered_by_workload(context: CommandContext) -> None:
+    text = recipes_text(context, "rm")
+    assert "*rm*" in text and "*sft*" not in text
