@@ -31,21 +31,36 @@ def _restart_of(name: str, job_id: str) -> int:
     return int(match.group(1)) if match else -1
 
 
+def pick_nemo_logs(names: list[str], job_id: str) -> tuple[str, str, int]:
+    """(main log, sbatch log, restart) among a nemo-run task dir's file names.
+
+    Upstream nemo-run writes ``log-<jobname>_<jobid>_<restart>.out`` (one per
+    restart; the newest wins) and ``sbatch_<jobname>_<jobid>.out``; the guide's
+    scheme is ``<jobid>.log``. Either may be missing ("").
+    """
+    runs = [(r, n) for n in names if n.startswith("log-") and (r := _restart_of(n, job_id)) >= 0]
+    sbatch = sorted(n for n in names if n.startswith("sbatch_") and n.endswith(f"_{job_id}.out"))
+    sbatch_name = sbatch[0] if sbatch else ""
+    if runs:
+        restart, name = max(runs)
+        return name, sbatch_name, restart
+    if f"{job_id}.log" in names:
+        return f"{job_id}.log", sbatch_name, 0
+    return "", sbatch_name, 0
+
+
 def find_nemo_logs(local_dir: str, job_id: str) -> tuple[str, str, int]:
-    """(main log, sbatch log, restart) in a nemo-run task dir; both naming schemes."""
+    """:func:`pick_nemo_logs` on a directory, as full paths."""
     try:
         names = os.listdir(local_dir)
     except OSError:
         return "", "", 0
-    runs = [(r, n) for n in names if n.startswith("log-") and (r := _restart_of(n, job_id)) >= 0]
-    sbatch = [n for n in names if n.startswith("sbatch_") and n.endswith(f"_{job_id}.out")]
-    sbatch_path = os.path.join(local_dir, sbatch[0]) if sbatch else ""
-    if runs:
-        restart, name = max(runs)
-        return os.path.join(local_dir, name), sbatch_path, restart
-    if f"{job_id}.log" in names:
-        return os.path.join(local_dir, f"{job_id}.log"), sbatch_path, 0
-    return "", sbatch_path, 0
+    main, sbatch, restart = pick_nemo_logs(names, job_id)
+    return (
+        os.path.join(local_dir, main) if main else "",
+        os.path.join(local_dir, sbatch) if sbatch else "",
+        restart,
+    )
 
 
 def read_chunk(path: str, offset: int, limit: int) -> dict[str, Any]:

@@ -56,9 +56,7 @@ class CommandTimeout(ClusterError):
 class SlurmCommandFailed(ClusterError):
     """A remote command exited non-zero."""
 
-    def __init__(
-        self, *, command: str, returncode: int, stderr: str, cluster: str = ""
-    ) -> None:
+    def __init__(self, *, command: str, returncode: int, stderr: str, cluster: str = "") -> None:
         self.command = command
         self.returncode = returncode
         self.stderr = stderr

@@ -108,3 +108,15 @@ async def run_remote_python(
     if not isinstance(data, dict):
         raise ClusterError(f"{script_name} returned {type(data).__name__}", cluster=cluster)
     return data
+
+
+class RPath(str):
+    """A login-node path inside an argv: quoted with :func:`quote_path` (``~`` kept)."""
+
+
+RemoteArg = str | RPath
+
+
+def join_argv(argv: Iterable[RemoteArg]) -> str:
+    """A command line from argv words: paths with :func:`quote_path`, the rest shlex-quoted."""
+    return " ".join(quote_path(w) if isinstance(w, RPath) else shlex.quote(w) for w in argv)

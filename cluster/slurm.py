@@ -219,11 +219,19 @@ class PartitionInfo:
 
 
 USABLE_NODE_STATES = ("idle", "mix", "alloc", "comp", "plnd")
+UNUSABLE_FLAGS = "*$%!"  # not responding, maintenance, powering down, to be powered down
+
+
+def node_usable(state: str) -> bool:
+    """Whether a node in this ``sinfo`` compact state can run jobs (now or once freed)."""
+    if any(flag in state for flag in UNUSABLE_FLAGS):
+        return False
+    return state.rstrip("~#@^-").startswith(USABLE_NODE_STATES)
 
 
 def build_sinfo() -> str:
     """One row per (node, partition) with availability, state and GPUs total/used."""
-    return shlex.join(["sinfo", "-h", "-N", "-O", SINFO_FORMAT])
+    return shlex.join(["sinfo", "-h", "-N", "-S", "#P,N", "-O", SINFO_FORMAT])
 
 
 def parse_sinfo(stdout: str) -> list[NodeRow]:
@@ -254,7 +262,7 @@ def partitions(rows: Iterable[NodeRow]) -> list[PartitionInfo]:
         grouped.setdefault(row.partition, []).append(row)
     infos = []
     for name, nodes in grouped.items():
-        usable = [n for n in nodes if n.state.rstrip("*~#!%$@^-").startswith(USABLE_NODE_STATES)]
+        usable = [n for n in nodes if node_usable(n.state)]
         infos.append(
             PartitionInfo(
                 name=name,

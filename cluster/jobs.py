@@ -1,0 +1,90 @@
+"""Job operations by id: find a launch again, cancel, tail a log.
+
+A launch id is carried in the Slurm job name (``...<name>-<launch id>``), so after
+a crash the caller can ask Slurm whether it already submitted it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cluster.launch import LAUNCH_ID_RE
+from cluster.profiles import ClusterProfile
+from cluster.remote import quote_path
+from cluster.slurm import (
+    build_sacct,
+    build_scancel,
+    build_squeue,
+    is_terminal,
+    merge_acct,
+    parse_sacct,
+    parse_squeue,
+)
+from cluster.ssh import SSHPool
+
+log = logging.getLogger(__name__)
+
+FIND_TIMEOUT_S = 30.0
+SEPARATOR = "=====trainbot-sacct====="
+MAX_TAIL_LINES = 2000
+
+
+@dataclass(frozen=True)
+class FoundJob:
+    job_id: str
+    name: str
+    state: str
+    active: bool  # still in the queue (pending, running, requeued ...)
+
+
+def launch_name_matches(job_name: str, launch_id: str) -> bool:
+    """Whether a Slurm job name carries ``launch_id`` as its suffix."""
+    return re.search(r"(^|[.-])" + re.escape(launch_id) + r"$", job_name) is not None
+
+
+def parse_found(stdout: str, launch_id: str) -> list[FoundJob]:
+    """Parse the squeue + sacct output of :func:`find_jobs_for_launch` (pure)."""
+    queue_text, _, acct_text = stdout.partition(SEPARATOR)
+    found: dict[str, FoundJob] = {}
+    for row in parse_squeue(queue_text):
+        if launch_name_matches(row.name, launch_id):
+            found[row.job_id] = FoundJob(row.job_id, row.name, row.state, True)
+    for job_id, rec in merge_acct(parse_sacct(acct_text)).items():
+        if job_id not in found and launch_name_matches(rec.latest.name, launch_id):
+            state = rec.latest.state
+            found[job_id] = FoundJob(job_id, rec.latest.name, state, not is_terminal(state))
+    return sorted(found.values(), key=lambda j: int(j.job_id.split("_")[0]))
+
+
+async def find_jobs_for_launch(
+    pool: SSHPool, profile: ClusterProfile, launch_id: str, *, since: str = "now-14days"
+) -> list[FoundJob]:
+    """Every Slurm job of this user whose name ends in ``launch_id`` (one round trip)."""
+    if not LAUNCH_ID_RE.fullmatch(launch_id):
+        raise ValueError(f"invalid launch id: {launch_id!r}")
+    grep = f"grep -F -e {shlex.quote(launch_id)} || true"
+    command = (
+        f"{{ {build_squeue(user=profile.login.user)} | {grep}; }}; echo {SEPARATOR}; "
+        f"{{ {build_sacct(since=since)} -u {shlex.quote(profile.login.user)} | {grep}; }}"
+    )
+    result = await pool.run(profile.login, command, timeout_s=FIND_TIMEOUT_S, cluster=profile.name)
+    return parse_found(result.stdout, launch_id)
+
+
+async def cancel(pool: SSHPool, profile: ClusterProfile, job_ids: Sequence[str]) -> None:
+    """``scancel`` the jobs (one round trip)."""
+    await pool.run(profile.login, build_scancel(job_ids), timeout_s=30.0, cluster=profile.name)
+    for job_id in job_ids:
+        log.info("job=%s cluster=%s cancelled", job_id, profile.name)
+
+
+async def tail_log(pool: SSHPool, profile: ClusterProfile, path: str, *, lines: int = 50) -> str:
+    """The last ``lines`` lines of a log file on the login node ("" if it is not there)."""
+    count = max(1, min(lines, MAX_TAIL_LINES))
+    command = f"tail -n {count} -- {quote_path(path)} 2>/dev/null || true"
+    result = await pool.run(profile.login, command, timeout_s=30.0, cluster=profile.name)
+    return result.stdout

@@ -1,0 +1,157 @@
+"""Pre-flight checks before a submission, all in one SSH round trip, and the dry run.
+
+Checked: the partition exists and is up, the nodes fit (node count and GPUs per
+node), the image and the recipe exist, the launcher is there, the cache (and
+log) directories are writable, secret files are readable. A failed check has a
+user-facing message that lists the valid choices.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.launch import REMOTE_SHELL, LaunchPlan, LaunchSpec, plan_launch
+from cluster.profiles import join_remote
+from cluster.remote import run_remote_python
+from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
+from cluster.ssh import SSHPool
+
+PREFLIGHT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    cluster: str
+    checks: tuple[Check, ...]
+    partitions: tuple[PartitionInfo, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+    def message(self) -> str:
+        """The user-facing text: one line per failed check ("" when all passed)."""
+        return "\n".join(c.message for c in self.failures)
+
+
+def preflight_payload(spec: LaunchSpec) -> dict[str, Any]:
+    profile = spec.profile
+    launcher = "run.py" if spec.framework == "nemo" else "launch.sh"
+    files = {"image": spec.image_path, "launcher": join_remote(spec.work_dir, launcher)}
+    if spec.script:
+        files["recipe"] = join_remote(spec.work_dir, spec.script)
+    writable = {"cache_dir": profile.cache_dir, "work_dir": spec.work_dir}
+    if spec.framework == "nemo":
+        writable["log_dir"] = profile.log_dir
+        writable["nemorun_home"] = profile.nemorun_home
+    return {
+        "sinfo_argv": shlex.split(build_sinfo()),
+        "files": files,
+        "writable": writable,
+        "readable": spec.secret_files(),
+        "recipes_dir": profile.recipes_dir,
+    }
+
+
+def evaluate_preflight(spec: LaunchSpec, raw: dict[str, Any]) -> PreflightResult:
+    """Turn the probe's answer into checks (pure)."""
+    cluster = spec.cluster
+    sinfo = raw.get("sinfo") or {}
+    infos = partitions(parse_sinfo(sinfo.get("stdout", "")))
+    checks = _slurm_checks(spec, infos, sinfo)
+    payload = preflight_payload(spec)
+    files = raw.get("files", {})
+    recipes = [r for r in raw.get("recipes", []) if r.startswith(spec.work_dir.rsplit("/", 1)[-1])]
+    for label, path in payload["files"].items():
+        ok = bool(files.get(label))
+        if label == "recipe":
+            known = ", ".join(r.split("/", 1)[1] for r in recipes) or "none"
+            text = f"Recipe '{spec.script}' does not exist in {spec.work_dir} on {cluster}. "
+            text += f"Recipes there: {known}."
+        elif label == "image":
+            images = ", ".join(raw.get("images", [])) or "none"
+            text = f"Image {path} does not exist on {cluster}. Images in the recipes dir: {images}."
+        else:
+            text = f"Launcher {path} does not exist on {cluster} (recipes dir not set up?)."
+        checks.append(Check(label, ok, "" if ok else text))
+    for label, path in payload["writable"].items():
+        ok = bool(raw.get("writable", {}).get(label))
+        text = f"Directory {path} ({label}) is not writable on {cluster}."
+        checks.append(Check(label, ok, "" if ok else text))
+    for name, path in payload["readable"].items():
+        ok = bool(raw.get("readable", {}).get(name))
+        text = f"Secret file for {name} ({path}) is not readable on {cluster}."
+        checks.append(Check(f"secret {name}", ok, "" if ok else text))
+    return PreflightResult(cluster=cluster, checks=tuple(checks), partitions=tuple(infos))
+
+
+def _slurm_checks(
+    spec: LaunchSpec, infos: list[PartitionInfo], sinfo: dict[str, Any]
+) -> list[Check]:
+    cluster, part = spec.cluster, spec.slurm_partition
+    if sinfo.get("rc"):
+        err = str(sinfo.get("stderr", "")).strip()
+        return [Check("partition", False, f"sinfo failed on {cluster}: {err}")]
+    found = {p.name: p for p in infos}
+    info = found.get(part)
+    if info is None:
+        text = f"Partition '{part}' does not exist on {cluster}. "
+        text += f"Partitions there: {format_partitions(infos) or 'none'}."
+        return [Check("partition", False, text)]
+    checks = [
+        Check("partition", info.up, "" if info.up else f"Partition '{part}' on {cluster} is down.")
+    ]
+    if spec.nodes > info.nodes:
+        text = f"Partition '{part}' on {cluster} has {info.nodes} nodes; {spec.nodes} asked for."
+        checks.append(Check("nodes", False, text))
+    else:
+        checks.append(Check("nodes", True, ""))
+    need = spec.profile.gpus_per_node
+    ok = info.gpus_per_node >= need
+    text = f"Nodes in '{part}' on {cluster} have {info.gpus_per_node} GPUs; the job needs {need}."
+    checks.append(Check("gpus", ok, "" if ok else text))
+    return checks
+
+
+async def preflight(pool: SSHPool, spec: LaunchSpec) -> PreflightResult:
+    """Every check in one round trip."""
+    raw = await run_remote_python(
+        pool,
+        spec.profile.login,
+        "probe_remote.py",
+        preflight_payload(spec),
+        timeout_s=PREFLIGHT_TIMEOUT_S,
+        cluster=spec.cluster,
+    )
+    return evaluate_preflight(spec, raw)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a launch would do: the remote shell, the script (secrets redacted), the checks."""
+
+    plan: LaunchPlan
+    remote_shell: str
+    script: str
+    command_line: str
+    preflight: PreflightResult
+
+
+async def dry_run(pool: SSHPool, spec: LaunchSpec) -> DryRun:
+    """Plan and pre-flight; nothing is submitted."""
+    plan = plan_launch(spec)
+    checks = await preflight(pool, spec)
+    return DryRun(plan, REMOTE_SHELL, plan.script(redact=True), plan.command_line, checks)

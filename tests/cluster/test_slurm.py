@@ -1,0 +1,120 @@
+"""Slurm builders and parsers, table-tested on output recorded from the dev cluster."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from cluster import slurm
+
+DATA = Path(__file__).parent / "data"
+
+
+def data(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("raw", "state"),
+    [
+        ("RUNNING", "RUNNING"),
+        ("CANCELLED by 1001", "CANCELLED"),
+        ("CANCELLED+", "CANCELLED"),
+        ("NODE_FAIL", "NODE_FAIL"),
+        ("OUT_OF_MEMORY", "OUT_OF_MEMORY"),
+        ("REQUEUE_HOLD", "REQUEUE_HOLD"),
+        ("REQUEUED", "REQUEUED"),
+        (" completed ", "COMPLETED"),
+        ("", "UNKNOWN"),
+        ("WEIRD", "UNKNOWN"),
+    ],
+)
+def test_normalize_state(raw: str, state: str) -> None:
+    assert slurm.normalize_state(raw) == state
+
+
+@pytest.mark.parametrize(
+    ("stdout", "job_id", "cluster"),
+    [("26\n", "26", None), ("42;trainbot-dev\n", "42", "trainbot-dev"), ("warn\n7\n", "7", None)],
+)
+def test_parse_sbatch_parsable(stdout: str, job_id: str, cluster: str | None) -> None:
+    assert slurm.parse_sbatch_parsable(stdout) == slurm.Submitted(job_id, cluster)
+
+
+def test_parse_sbatch_parsable_refuses_garbage() -> None:
+    with pytest.raises(ValueError, match="no job id"):
+        slurm.parse_sbatch_parsable(data("sbatch_invalid_partition.stderr"))
+
+
+def test_squeue_running_pending() -> None:
+    rows = {r.job_id: r for r in slurm.parse_squeue(data("squeue_running.txt"))}
+    assert rows["27"].state == "RUNNING" and rows["27"].nodelist == "dev[0-1]"
+    assert rows["27"].nodes == 2 and rows["27"].name == "rec-a-L-rec001"
+    assert rows["29"].state == "PENDING" and rows["29"].reason == "Resources"
+    assert rows["29"].name.endswith("-L-rec003") and len(rows["29"].name) > 50
+
+
+def test_squeue_requeued_job_shows_restart_count() -> None:
+    rows = {r.job_id: r for r in slurm.parse_squeue(data("squeue_requeued.txt"))}
+    assert rows["27"].state == "PENDING" and rows["27"].restarts == 1
+    assert rows["28"].restarts == 0
+
+
+def test_sacct_duplicates_show_node_fail_then_requeue() -> None:
+    records = slurm.merge_acct(slurm.parse_sacct(data("sacct_duplicates.txt")))
+    assert records["27"].earlier[0].state == "NODE_FAIL"
+    assert records["27"].latest.state == "CANCELLED"
+    assert records["27"].restarts == 1 and records["27"].node_failures == 1
+    assert records["28"].latest.raw_state == "CANCELLED by 1001"
+    assert records["6"].latest.state == "FAILED" and records["6"].latest.exit_code == "15:0"
+    assert records["7"].latest.state == "COMPLETED" and records["7"].restarts == 0
+
+
+def test_sinfo_idle_capacity_in_config_order() -> None:
+    infos = slurm.partitions(slurm.parse_sinfo(data("sinfo_idle.txt")))
+    assert slurm.format_partitions(infos) == "a3m*, a3u, a4, a3h"
+    a4 = next(p for p in infos if p.name == "a4")
+    assert (a4.nodes, a4.gpus_total, a4.gpus_idle, a4.gpus_per_node, a4.up) == (4, 32, 32, 8, True)
+
+
+def test_sinfo_busy_counts_allocated_gpus() -> None:
+    a4 = next(
+        p for p in slurm.partitions(slurm.parse_sinfo(data("sinfo_busy.txt"))) if p.name == "a4"
+    )
+    assert (a4.gpus_used, a4.gpus_idle) == (24, 8)
+
+
+def test_sinfo_node_not_responding_is_not_usable() -> None:
+    a4 = next(
+        p
+        for p in slurm.partitions(slurm.parse_sinfo(data("sinfo_node_down.txt")))
+        if p.name == "a4"
+    )
+    assert (a4.nodes, a4.nodes_usable, a4.gpus_total) == (4, 3, 24)
+
+
+@pytest.mark.parametrize(
+    ("gres", "gpus"), [("gpu:8", 8), ("gpu:h100:8(S:0-1)", 8), ("gpu:0", 0), ("(null)", 0)]
+)
+def test_gres_gpu_counts(gres: str, gpus: int) -> None:
+    row = slurm.parse_sinfo(f"n1|p|up|idle|{gres}|gpu:0|")[0]
+    assert row.gpus_total == gpus
+
+
+def test_builders_quote_and_validate() -> None:
+    assert shlex.split(slurm.build_sacct(["1", "2"]))[-2:] == ["-j", "1,2"]
+    assert "-D" in shlex.split(slurm.build_sacct(["1"]))
+    assert "-D" not in shlex.split(slurm.build_sacct(["1"], duplicates=False))
+    assert slurm.build_scancel(["12", "13_2"]) == "scancel 12 13_2"
+    argv = shlex.split(slurm.build_squeue(["5"], user="trainer"))
+    assert argv[:3] == ["squeue", "-h", "-O"] and argv[-4:] == ["-j", "5", "-u", "trainer"]
+    for bad in ("1;touch x", "$(id)", "", "1 2"):
+        with pytest.raises(ValueError):
+            slurm.build_scancel([bad])
+
+
+def test_terminal_states() -> None:
+    assert slurm.is_terminal("NODE_FAIL") and slurm.is_terminal("CANCELLED")
+    assert not slurm.is_terminal("REQUEUED") and not slurm.is_terminal("RUNNING")

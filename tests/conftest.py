@@ -1,0 +1,113 @@
+"""Shared fixtures: the local dev cluster (skipped with a reason when it is not up),
+an SSH pool to its login node, cluster profiles from its generated config, unique names."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cluster.profiles import ClusterProfile
+from cluster.ssh import Result, SSHPool
+
+PROJECT = Path(__file__).resolve().parents[1]
+DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"
+SSHD_PID = Path("/run/trainbot-devcluster-sshd.pid")
+SSHD_CONFIG = Path("/var/lib/trainbot-devcluster/sshd_config")
+
+
+def _dev_clusters() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(DEV_CONFIG.read_text())
+    clusters: dict[str, dict[str, Any]] = data["clusters"]
+    return clusters
+
+
+@pytest.fixture(scope="session")
+def dev_profiles() -> dict[str, ClusterProfile]:
+    """Every cluster of .devcluster/trainbot.yaml as a profile; skips when it is missing."""
+    if not DEV_CONFIG.is_file():
+        pytest.skip(f"dev cluster not up: {DEV_CONFIG} missing (run devcluster/up as root)")
+    return {name: ClusterProfile(name=name, **body) for name, body in _dev_clusters().items()}
+
+
+@pytest.fixture(scope="session")
+def dev_profile(dev_profiles: dict[str, ClusterProfile]) -> ClusterProfile:
+    """The dev cluster's "a4" profile (all four point at the same login node)."""
+    return dev_profiles["a4"]
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[SSHPool]:
+    async with SSHPool() as ssh_pool:
+        yield ssh_pool
+
+
+class LoginShell:
+    """Runs plain commands on the dev login node as trainer, over the pool."""
+
+    def __init__(self, pool: SSHPool, profile: ClusterProfile) -> None:
+        self.pool, self.profile = pool, profile
+
+    async def run(self, command: str, *, check: bool = True, timeout_s: float = 30) -> Result:
+        return await self.pool.run(
+            self.profile.login, command, timeout_s=timeout_s, check=check, cluster="dev"
+        )
+
+    async def exists(self, path: str) -> bool:
+        result = await self.run(f"test -e {shlex.quote(path)}", check=False)
+        return result.returncode == 0
+
+
+@pytest.fixture
+def login(pool: SSHPool, dev_profile: ClusterProfile) -> LoginShell:
+    return LoginShell(pool, dev_profile)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh name for experiments and markers."""
+    return "t" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def launch_id() -> str:
+    return "L-" + uuid.uuid4().hex[:6]
+
+
+@pytest.fixture
+def jobs_to_cancel(dev_profile: ClusterProfile) -> Iterator[list[str]]:
+    """Slurm job ids appended here are cancelled when the test ends, however it ends."""
+    jobs: list[str] = []
+    yield jobs
+    if jobs:
+        login = dev_profile.login
+        subprocess.run(
+            [
+                "ssh", "-q", "-i", str(login.key_file), "-p", str(login.port),
+                "-o", f"UserKnownHostsFile={login.known_hosts_file}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                f"{login.user}@{login.host}", "scancel " + " ".join(jobs),
+            ],
+            check=False,
+            timeout=30,
+        )  # fmt: skip
+
+
+async def wait_until(predicate: Any, what: str, timeout_s: float, interval_s: float = 0.5) -> Any:
+    """Await ``predicate()`` until it returns something truthy; fail after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await asyncio.sleep(interval_s)
