@@ -1,0 +1,207 @@
+"""Serving Slack: HTTP (``POST /slack/events``) or Socket Mode, plus health and metrics.
+
+``run_slack`` is the one entry the core calls. With an app token (``xapp-...``)
+it connects over Socket Mode (``apps.connections.open`` on the configured API
+URL, so no public URL is needed); otherwise Slack posts to ``/slack/events``,
+where bolt verifies the signature (bad or older than 300 s: 401). Either way
+``GET /healthz`` and ``GET /metrics`` are served on ``http_host:http_port``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_internals import build_async_context
+from slack_bolt.request.async_request import AsyncBoltRequest
+
+from bot.front import Handler
+from bot.slack_app import Listeners, build_app
+from bot.slack_front import DEFAULT_API_URL, SlackFront, open_front
+from cluster.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+HealthCheck = Callable[[], Awaitable[tuple[bool, str]]]
+MetricsText = Callable[[], Awaitable[str]]
+EVENTS_PATH = "/slack/events"
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class SlackParams:
+    """What the Slack front end needs, as plain values (secrets unwrapped)."""
+
+    bot_token: str
+    signing_secret: str = ""
+    app_token: str = ""
+    api_url: str = DEFAULT_API_URL
+    http_host: str = "127.0.0.1"
+    http_port: int = 3000
+    ack_budget_s: float = 2.0
+    backoff_base_s: float = 0.5
+    drain_timeout_s: float = 10.0
+
+    def __repr__(self) -> str:  # never print the secrets
+        mode = "socket" if self.app_token else "http"
+        where = f"{self.http_host}:{self.http_port}"
+        return f"SlackParams(mode={mode}, api_url={self.api_url!r}, http={where})"
+
+    @classmethod
+    def from_settings(cls, settings: object, **overrides: Any) -> SlackParams:
+        """Read ``slack_bot_token``, ``slack_signing_secret``, ``slack_app_token``,
+        ``slack_api_url``, ``http_host``, ``http_port`` from a settings object."""
+
+        def value(name: str, default: Any) -> Any:
+            found = getattr(settings, name, None)
+            if found is not None and hasattr(found, "get_secret_value"):
+                found = found.get_secret_value()
+            return default if found is None else found
+
+        params = cls(
+            bot_token=str(value("slack_bot_token", "")),
+            signing_secret=str(value("slack_signing_secret", "")),
+            app_token=str(value("slack_app_token", "")),
+            api_url=str(value("slack_api_url", DEFAULT_API_URL)),
+            http_host=str(value("http_host", "127.0.0.1")),
+            http_port=int(value("http_port", 3000)),
+        )
+        return replace(params, **overrides)
+
+
+async def to_bolt_request(request: web.Request) -> AsyncBoltRequest:
+    """An aiohttp request as bolt's request, guarding bolt 1.30's ``payload`` trap.
+
+    bolt's ``parse_body`` returns ``{}`` for any form body containing the
+    substring "payload" (``/train ... name=payload-test``); such a body that has
+    no ``payload`` field is parsed here as the plain form it is.
+    """
+    raw = await request.text()
+    bolt_request = AsyncBoltRequest(body=raw, query=request.query_string, headers=request.headers)  # type: ignore[arg-type]
+    if not bolt_request.body and raw and not raw.lstrip().startswith("{"):
+        form = dict(parse_qsl(raw, keep_blank_values=True))
+        if "payload" not in form:
+            bolt_request.body = form
+            bolt_request.context = build_async_context(AsyncBoltContext({}), form)
+    return bolt_request
+
+
+def build_web_app(
+    *, health: HealthCheck, metrics: MetricsText, app: AsyncApp | None = None
+) -> web.Application:
+    """``/healthz`` and ``/metrics``; ``POST /slack/events`` when ``app`` is given."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        try:
+            ok, reason = await health()
+        except Exception as error:
+            log.exception("health check failed")
+            ok, reason = False, f"health check failed: {type(error).__name__}"
+        return web.Response(status=200 if ok else 503, text=reason or ("ok" if ok else "unhealthy"))
+
+    async def metrics_text(_: web.Request) -> web.Response:
+        body = await metrics()
+        return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    web_app = web.Application()
+    web_app.router.add_get("/healthz", healthz)
+    web_app.router.add_get("/metrics", metrics_text)
+    if app is not None:
+        bolt_app = app
+
+        async def events(request: web.Request) -> web.Response:
+            bolt_response = await bolt_app.async_dispatch(await to_bolt_request(request))
+            return await to_aiohttp_response(bolt_response)
+
+        web_app.router.add_post(EVENTS_PATH, events)
+    return web_app
+
+
+@dataclass(frozen=True)
+class SlackService:
+    """What ``run_slack`` yields: the ``Front`` for the core, and where it listens."""
+
+    front: SlackFront
+    app: AsyncApp
+    mode: Literal["http", "socket"]
+    http_port: int  # the bound port (useful when ``http_port=0``)
+
+
+@asynccontextmanager
+async def _serve_http(web_app: web.Application, host: str, port: int) -> AsyncIterator[int]:
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        log.info("listening on http://%s:%d", host, bound)
+        yield int(bound)
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[None]:
+    socket = AsyncSocketModeHandler(app, app_token=app_token)
+    await socket.connect_async()  # type: ignore[no-untyped-call]
+    log.info("connected to Slack over Socket Mode")
+    try:
+        yield
+    finally:
+        await socket.close_async()  # type: ignore[no-untyped-call]
+
+
+@asynccontextmanager
+async def run_slack(
+    params: SlackParams,
+    handler: Handler,
+    *,
+    health: HealthCheck,
+    metrics: MetricsText,
+    front: SlackFront | None = None,
+) -> AsyncIterator[SlackService]:
+    """Serve Slack until the block exits; Socket Mode when ``params.app_token`` is set.
+
+    Pass ``front`` (from ``bot.slack_front.open_front``) when the core needs the
+    Front before requests can arrive; otherwise one is opened here. On exit the
+    listener stops, running handlers get ``drain_timeout_s`` to finish, then the
+    HTTP connections close.
+    """
+    if not params.bot_token:
+        raise ConfigError("SLACK_BOT_TOKEN is not set", source="environment")
+    if not params.app_token and not params.signing_secret:
+        raise ConfigError(
+            "HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for Socket Mode)",
+            source="environment",
+        )
+    async with AsyncExitStack() as stack:
+        if front is None:
+            front = await stack.enter_async_context(
+                open_front(
+                    params.bot_token, api_url=params.api_url, backoff_base_s=params.backoff_base_s
+                )
+            )
+        listeners = Listeners(handler, front, ack_budget_s=params.ack_budget_s)
+        stack.push_async_callback(listeners.drain, params.drain_timeout_s)
+        socket_mode = bool(params.app_token)
+        secret = "" if socket_mode else params.signing_secret
+        app = build_app(front.client, listeners, signing_secret=secret)
+        web_app = build_web_app(health=health, metrics=metrics, app=None if socket_mode else app)
+        port = await stack.enter_async_context(
+            _serve_http(web_app, params.http_host, params.http_port)
+        )
+        if socket_mode:
+            await stack.enter_async_context(_socket_mode(app, params.app_token))
+        yield SlackService(
+            front=front, app=app, mode="socket" if socket_mode else "http", http_port=port
+        )

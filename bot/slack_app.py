@@ -1,0 +1,246 @@
+"""The slack-bolt app: slash commands and button clicks in, ``Incoming`` out.
+
+Listeners only acknowledge and hand off. Each request starts the ``Handler``
+and waits at most ``ack_budget_s`` (default 2 s, inside Slack's 3 s): an answer
+in time becomes the ack (shown only to the asker); otherwise the ack says
+"Working on it…" and the answer follows with ``chat.postEphemeral`` (or the
+request's ``response_url`` when the bot may not post in that channel).
+
+A ``Reply`` carrying a file is sent to the asker in a direct message with the
+bot (files cannot be ephemeral, and a log file is nobody else's business); the
+ephemeral text says so. Events are acknowledged and ignored, except a polite
+hint on ``app_mention``; Events API retries of an event already seen are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from bot.front import Handler, Incoming, Reply
+from bot.slack_front import SlackError, SlackFront
+from bot.slack_text import ACTION_PREFIX, MESSAGE_TEXT_MAX, cut_text, escape, fit_blocks, unescape
+
+log = logging.getLogger(__name__)
+
+COMMANDS = ("/train", "/attach", "/jobs", "/cancel", "/logs", "/clusters")
+WORKING_TEXT = "Working on it…"
+FAILED_TEXT = (
+    "Something went wrong on my side while answering that; it is logged. Please try again."
+)
+MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
+_SEEN_EVENTS_MAX = 1000
+
+
+def incoming_from_command(body: dict[str, Any]) -> Incoming:
+    """A slash command form (HTTP) or payload (Socket Mode) as ``Incoming``.
+
+    Slack sends typed ``&``, ``<``, ``>`` as entities; ``text`` is what was typed.
+    """
+    return Incoming(
+        user_id=str(body.get("user_id", "")),
+        channel_id=str(body.get("channel_id", "")),
+        command=str(body.get("command", "")),
+        text=unescape(str(body.get("text", ""))).strip(),
+        user_name=str(body.get("user_name", "")),
+        team_id=str(body.get("team_id", "")),
+        trigger_id=str(body.get("trigger_id", "")),
+    )
+
+
+def incoming_from_action(body: dict[str, Any]) -> Incoming:
+    """A ``block_actions`` payload (its first action) as ``Incoming``."""
+    action = (body.get("actions") or [{}])[0]
+    value = action.get("value") or (action.get("selected_option") or {}).get("value", "")
+    user = body.get("user") or {}
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
+    message_ts = container.get("message_ts") or (body.get("message") or {}).get("ts", "")
+    return Incoming(
+        user_id=str(user.get("id", "")),
+        channel_id=str(channel),
+        user_name=str(user.get("username") or user.get("name", "")),
+        team_id=str((body.get("team") or {}).get("id", "")),
+        action_id=str(action.get("action_id", "")),
+        action_value=str(value),
+        thread_ts=str(message_ts),
+        trigger_id=str(body.get("trigger_id", "")),
+    )
+
+
+def _reply_args(reply: Reply, note: str = "") -> dict[str, Any]:
+    text = f":warning: {reply.text}" if reply.error and reply.text else reply.text
+    if note:
+        text = f"{text}\n{note}" if text else note
+    args: dict[str, Any] = {"text": cut_text(text, MESSAGE_TEXT_MAX)}
+    if reply.blocks:
+        args["blocks"] = fit_blocks(reply.blocks)
+    return args
+
+
+def _file_note(reply: Reply) -> str:
+    return f"_I sent {escape(reply.file_name or 'the file')} to you in a direct message._"
+
+
+def _is_empty(reply: Reply) -> bool:
+    return not (reply.text or reply.blocks or reply.file_content)
+
+
+class Listeners:
+    """The listener bodies, and the handler tasks still running after their ack."""
+
+    def __init__(self, handler: Handler, front: SlackFront, *, ack_budget_s: float = 2.0) -> None:
+        self.handler = handler
+        self.front = front
+        self.ack_budget_s = ack_budget_s
+        self._tasks: set[asyncio.Task[Reply]] = set()
+        self._seen_events: OrderedDict[str, None] = OrderedDict()
+
+    def _start(self, incoming: Incoming) -> asyncio.Task[Reply]:
+        task = asyncio.create_task(self._answer(incoming))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _answer(self, incoming: Incoming) -> Reply:
+        try:
+            return await self.handler(incoming)
+        except Exception:
+            log.exception(
+                "handler failed on %s%s from %s",
+                incoming.command,
+                incoming.action_id,
+                incoming.user_id,
+            )
+            return Reply(text=FAILED_TEXT, error=True)
+
+    async def on_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        incoming = incoming_from_command(body)
+        log.info("%s from %s in %s", incoming.command, incoming.user_id, incoming.channel_id)
+        task = self._start(incoming)
+        done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
+        if not done:
+            await ack(text=WORKING_TEXT, response_type="ephemeral")
+            await self._deliver(incoming, await task, str(body.get("response_url", "")))
+            return
+        reply = task.result()
+        if reply.file_content:
+            await ack(response_type="ephemeral", **_reply_args(reply, _file_note(reply)))
+            await self._send_file(incoming, reply)
+        else:
+            await ack(response_type="ephemeral", **_reply_args(reply))
+
+    async def on_action(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        incoming = incoming_from_action(body)
+        log.info("%s from %s in %s", incoming.action_id, incoming.user_id, incoming.channel_id)
+        reply = await self._start(incoming)
+        await self._deliver(incoming, reply, str(body.get("response_url", "")))
+
+    async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        command = escape(str(body.get("command", "")))
+        await ack(text=f"I don't know {command}. {MENTION_HINT}", response_type="ephemeral")
+
+    async def on_mention(self, ack: AsyncAck, event: dict[str, Any]) -> None:
+        await ack()
+        channel, user = str(event.get("channel", "")), str(event.get("user", ""))
+        if channel and user:
+            try:
+                await self.front.post_ephemeral(channel, user, MENTION_HINT)
+            except SlackError as error:
+                log.info("could not answer a mention in %s: %s", channel, error)
+
+    async def on_other_event(self, ack: AsyncAck) -> None:
+        await ack()
+
+    async def drop_event_retries(
+        self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        """Events API retries carry the same ``event_id``: acknowledge and drop them."""
+        event_id = str(body.get("event_id", "")) if body.get("type") == "event_callback" else ""
+        if event_id:
+            if event_id in self._seen_events:
+                log.info("dropping a retried delivery of event %s", event_id)
+                return BoltResponse(status=200, body="")
+            self._seen_events[event_id] = None
+            while len(self._seen_events) > _SEEN_EVENTS_MAX:
+                self._seen_events.popitem(last=False)
+        await next()
+        return None
+
+    async def _deliver(self, incoming: Incoming, reply: Reply, response_url: str) -> None:
+        """An answer after the ack: ephemeral in the channel, else via ``response_url``."""
+        if _is_empty(reply):
+            return
+        note = ""
+        if reply.file_content:
+            note = _file_note(reply) if await self._send_file(incoming, reply) else ""
+        args = _reply_args(reply, note)
+        try:
+            await self.front.post_ephemeral(incoming.channel_id, incoming.user_id, **args)
+            return
+        except SlackError as error:
+            if not response_url:
+                log.error("could not deliver a reply to %s: %s", incoming.user_id, error)
+                return
+            log.info("chat.postEphemeral failed (%s); answering via response_url", error.error)
+        webhook = AsyncWebhookClient(response_url)
+        answer = await webhook.send(response_type="ephemeral", replace_original=False, **args)
+        if answer.status_code != 200:
+            log.error("response_url answered %d for %s", answer.status_code, incoming.user_id)
+
+    async def _send_file(self, incoming: Incoming, reply: Reply) -> bool:
+        name = reply.file_name or "trainbot.txt"
+        try:
+            await self.front.upload_to_user(
+                incoming.user_id, filename=name, content=reply.file_content, title=name
+            )
+        except SlackError as error:
+            log.error("could not send %s to %s: %s", name, incoming.user_id, error)
+            return False
+        return True
+
+    async def drain(self, timeout_s: float) -> None:
+        """Let running handlers finish for up to ``timeout_s``, then cancel the rest."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("cancelled %d unfinished request(s) at shutdown", len(pending))
+
+
+def build_app(
+    client: AsyncWebClient,
+    listeners: Listeners,
+    *,
+    signing_secret: str = "",
+) -> AsyncApp:
+    """The bolt app. Without ``signing_secret`` (Socket Mode) requests are not verified."""
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        request_verification_enabled=bool(signing_secret),
+        ssl_check_enabled=bool(signing_secret),
+        url_verification_enabled=bool(signing_secret),
+        logger=logging.getLogger("slack_bolt"),
+    )
+    app.middleware(listeners.drop_event_retries)
+    known = "|".join(re.escape(c) for c in COMMANDS)
+    app.command(re.compile(f"^({known})$"))(listeners.on_command)
+    app.command(re.compile(".*"))(listeners.on_unknown_command)
+    app.action(re.compile("^" + re.escape(ACTION_PREFIX)))(listeners.on_action)
+    app.event("app_mention")(listeners.on_mention)
+    app.event(re.compile(".*"))(listeners.on_other_event)
+    return app

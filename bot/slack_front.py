@@ -1,0 +1,283 @@
+"""``SlackFront``: the core's ``Front`` on Slack's Web API.
+
+Every call goes through one ``AsyncWebClient`` pointed at ``api_url`` (the
+real Slack, or a local stand-in in tests). Rate limits (HTTP 429) are retried
+after the ``Retry-After`` the server asked for; 5xx answers and connection
+errors are retried with a bounded exponential backoff. Messages for one thread
+(one channel + thread_ts) go out in the order they were asked for, even while
+one of them waits out a rate limit: each thread has its own FIFO lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
+from slack_sdk.http_retry.interval_calculator import RetryIntervalCalculator
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from bot.front import Blocks, MessageRef
+from bot.slack_text import MESSAGE_TEXT_MAX, cut_text, fit_blocks
+from cluster.errors import TrainbotError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://slack.com/api/"
+
+
+class SlackError(TrainbotError):
+    """A Web API call failed for good (after retries). ``error`` is Slack's error code."""
+
+    def __init__(self, *, method: str, error: str, status: int = 0) -> None:
+        self.method = method
+        self.error = error
+        self.status = status
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        status = f" (HTTP {self.status})" if self.status else ""
+        return f"Slack {self.method} failed: {self.error}{status}"
+
+
+class Backoff(RetryIntervalCalculator):
+    """``base_s * 2**attempt`` capped at ``cap_s``, with up to 10% jitter."""
+
+    def __init__(self, *, base_s: float = 0.5, cap_s: float = 8.0) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+
+    def calculate_sleep_duration(self, current_attempt: int) -> float:
+        delay = min(self.cap_s, self.base_s * 2.0**current_attempt)
+        return delay + random.uniform(0, delay / 10)
+
+
+class RateLimitRetry(AsyncRetryHandler):
+    """Retries HTTP 429 after exactly the ``Retry-After`` seconds asked for (capped)."""
+
+    def __init__(self, *, max_retry_count: int = 5, max_wait_s: float = 60.0) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.max_wait_s = max_wait_s
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        return response is not None and response.status_code == 429
+
+    async def prepare_for_next_attempt_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        wait_s = 1.0
+        for name, values in (response.headers if response else {}).items():
+            if name.lower() == "retry-after" and values:
+                try:
+                    wait_s = float(values[0])
+                except ValueError:
+                    pass
+        wait_s = min(max(wait_s, 0.0), self.max_wait_s)
+        log.warning("Slack rate limit on %s; retrying in %.1f s", _method_of(request), wait_s)
+        await asyncio.sleep(wait_s + random.uniform(0, min(1.0, wait_s / 10)))
+        state.next_attempt_requested = True
+        state.increment_current_attempt()
+
+
+class ServerErrorRetry(AsyncRetryHandler):
+    """Retries any 5xx answer with a bounded backoff."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is None or response.status_code < 500:
+            return False
+        log.warning("Slack answered %d on %s; retrying", response.status_code, _method_of(request))
+        return True
+
+
+def _method_of(request: HttpRequest) -> str:
+    return str(request.url).rstrip("/").rsplit("/", 1)[-1]
+
+
+def make_web_client(
+    bot_token: str,
+    *,
+    api_url: str = DEFAULT_API_URL,
+    session: aiohttp.ClientSession | None = None,
+    max_retries: int = 4,
+    backoff_base_s: float = 0.5,
+    max_rate_limit_wait_s: float = 60.0,
+) -> AsyncWebClient:
+    """An ``AsyncWebClient`` on ``api_url`` with trainbot's retry policy."""
+    backoff = Backoff(base_s=backoff_base_s)
+    handlers: list[AsyncRetryHandler] = [
+        AsyncConnectionErrorRetryHandler(max_retry_count=max_retries, interval_calculator=backoff),
+        RateLimitRetry(max_retry_count=max_retries + 1, max_wait_s=max_rate_limit_wait_s),
+        ServerErrorRetry(max_retry_count=max_retries, interval_calculator=backoff),
+    ]
+    base_url = api_url if api_url.endswith("/") else api_url + "/"
+    return AsyncWebClient(
+        token=bot_token, base_url=base_url, session=session, retry_handlers=handlers
+    )
+
+
+@dataclass
+class _ThreadLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class SlackFront:
+    """``bot.front.Front`` on Slack. Texts passed in are already escaped mrkdwn."""
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self._threads: dict[tuple[str, str], _ThreadLock] = {}
+
+    @asynccontextmanager
+    async def _in_order(self, channel: str, thread_ts: str) -> AsyncIterator[None]:
+        key = (channel, thread_ts)
+        entry = self._threads.setdefault(key, _ThreadLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._threads[key]
+
+    async def _call(self, method: str, call: Awaitable[AsyncSlackResponse]) -> dict[str, Any]:
+        try:
+            response = await call
+        except SlackApiError as error:
+            status = int(getattr(error.response, "status_code", 0) or 0)
+            code = _error_code(error.response)
+            log.error("Slack %s failed: %s (HTTP %d)", method, code, status)
+            raise SlackError(method=method, error=code, status=status) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.error("Slack %s unreachable: %s", method, type(error).__name__)
+            raise SlackError(method=method, error=f"unreachable: {error}") from error
+        return dict(response.data) if isinstance(response.data, dict) else {}
+
+    async def post(
+        self, channel: str, text: str, *, blocks: Blocks | None = None, thread_ts: str = ""
+    ) -> MessageRef:
+        args = _message_args(text, blocks)
+        if thread_ts:
+            args["thread_ts"] = thread_ts
+        async with self._in_order(channel, thread_ts):
+            data = await self._call(
+                "chat.postMessage",
+                self.client.chat_postMessage(
+                    channel=channel, unfurl_links=False, unfurl_media=False, **args
+                ),
+            )
+        return MessageRef(channel=str(data.get("channel", channel)), ts=str(data["ts"]))
+
+    async def update(self, ref: MessageRef, text: str, *, blocks: Blocks | None = None) -> None:
+        args = _message_args(text, blocks)
+        if blocks is None:
+            args["blocks"] = []  # a text-only update replaces the old blocks
+        async with self._in_order(ref.channel, ref.ts):
+            await self._call(
+                "chat.update", self.client.chat_update(channel=ref.channel, ts=ref.ts, **args)
+            )
+
+    async def post_ephemeral(
+        self, channel: str, user: str, text: str, *, blocks: Blocks | None = None
+    ) -> None:
+        async with self._in_order(channel, f"ephemeral:{user}"):
+            args = _message_args(text, blocks)
+            await self._call(
+                "chat.postEphemeral",
+                self.client.chat_postEphemeral(channel=channel, user=user, **args),
+            )
+
+    async def upload(
+        self, channel: str, thread_ts: str, *, filename: str, content: bytes, title: str
+    ) -> None:
+        async with self._in_order(channel, thread_ts):
+            try:
+                await self.client.files_upload_v2(
+                    channel=channel,
+                    thread_ts=thread_ts or None,
+                    filename=filename,
+                    content=content,
+                    title=title,
+                )
+            except SlackApiError as error:
+                code = _error_code(error.response)
+                log.error("Slack file upload %s to %s failed: %s", filename, channel, code)
+                raise SlackError(method="files.upload_v2", error=code) from error
+            except (SlackClientError, aiohttp.ClientError, TimeoutError) as error:
+                log.error("Slack file upload %s to %s failed: %s", filename, channel, error)
+                raise SlackError(method="files.upload_v2", error=str(error)[:200]) from error
+
+    async def upload_to_user(self, user: str, *, filename: str, content: bytes, title: str) -> str:
+        """Upload a file into the bot's DM with ``user``; returns the DM channel id."""
+        data = await self._call("conversations.open", self.client.conversations_open(users=user))
+        dm = str(data["channel"]["id"])
+        await self.upload(dm, "", filename=filename, content=content, title=title)
+        return dm
+
+    async def permalink(self, ref: MessageRef) -> str:
+        call = self.client.chat_getPermalink(channel=ref.channel, message_ts=ref.ts)
+        data = await self._call("chat.getPermalink", call)
+        return str(data["permalink"])
+
+    async def usergroup_members(self, usergroup_id: str) -> list[str]:
+        call = self.client.usergroups_users_list(usergroup=usergroup_id)
+        data = await self._call("usergroups.users.list", call)
+        return [str(user) for user in data.get("users", [])]
+
+
+def _message_args(text: str, blocks: Blocks | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"text": cut_text(text, MESSAGE_TEXT_MAX)}
+    if blocks is not None:
+        args["blocks"] = fit_blocks(blocks)
+    return args
+
+
+def _error_code(response: Any) -> str:
+    data = getattr(response, "data", None)
+    if isinstance(data, dict):
+        return str(data.get("error") or "unknown_error")
+    return str(data)[:200] if data else "unknown_error"
+
+
+@asynccontextmanager
+async def open_front(
+    bot_token: str, *, api_url: str = DEFAULT_API_URL, backoff_base_s: float = 0.5
+) -> AsyncIterator[SlackFront]:
+    """A ``SlackFront`` with its own HTTP connection pool, closed on exit."""
+    async with aiohttp.ClientSession() as session:
+        client = make_web_client(
+            bot_token, api_url=api_url, session=session, backoff_base_s=backoff_base_s
+        )
+        yield SlackFront(client)

@@ -1,0 +1,92 @@
+"""Fixtures for the Slack front end: the Web API stand-in, a Front on it, a running bot."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from bot.front import Incoming, Reply
+from bot.http import SlackParams, SlackService, run_slack
+from bot.slack_front import SlackFront, open_front
+from tests.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
+
+
+@dataclass
+class FakeHandler:
+    """Records what it is given; answers ``reply`` (or ``answer(incoming)``) after ``release``."""
+
+    reply: Reply = field(default_factory=lambda: Reply(text="ok"))
+    answer: Callable[[Incoming], Reply] | None = None
+    release: asyncio.Event | None = None
+    seen: list[Incoming] = field(default_factory=list)
+
+    async def __call__(self, incoming: Incoming) -> Reply:
+        self.seen.append(incoming)
+        if self.release is not None:
+            await self.release.wait()
+        return self.answer(incoming) if self.answer else self.reply
+
+
+async def healthy() -> tuple[bool, str]:
+    return True, "ok"
+
+
+async def some_metrics() -> str:
+    return "# TYPE trainbot_queue_length gauge\ntrainbot_queue_length 3\n"
+
+
+@pytest.fixture
+async def standin() -> AsyncIterator[SlackStandin]:
+    server = SlackStandin(usergroups={"S0ONCALL": ["U0BOB", "U0CAROL"]})
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+async def front(standin: SlackStandin) -> AsyncIterator[SlackFront]:
+    async with open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as opened:
+        yield opened
+
+
+@pytest.fixture
+def handler() -> FakeHandler:
+    return FakeHandler()
+
+
+Serve = Callable[..., AbstractAsyncContextManager[SlackService]]
+
+
+@pytest.fixture
+def serve(standin: SlackStandin, handler: FakeHandler) -> Serve:
+    """``async with serve(socket_mode=False, **params) as service:`` the bot on the stand-in."""
+
+    def start(
+        *,
+        socket_mode: bool = False,
+        health: Callable[[], Awaitable[tuple[bool, str]]] = healthy,
+        **overrides: Any,
+    ) -> AbstractAsyncContextManager[SlackService]:
+        params = SlackParams(
+            bot_token=BOT_TOKEN,
+            signing_secret="" if socket_mode else SIGNING_SECRET,
+            app_token=APP_TOKEN if socket_mode else "",
+            api_url=standin.api_url,
+            http_port=0,
+            backoff_base_s=0.01,
+            drain_timeout_s=2.0,
+        )
+        return run_slack(replace(params, **overrides), handler, health=health, metrics=some_metrics)
+
+    return start
+
+
+def events_url(service: SlackService) -> str:
+    return f"http://127.0.0.1:{service.http_port}/slack/events"
