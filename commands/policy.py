@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from commands.requests import InteractiveRequest, TrainRequest
+from commands.requests import InteractiveRequest, Request, TrainRequest
 
 ANY = "*"
 PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
@@ -93,7 +93,7 @@ class Decision(BaseModel):
 
 def decide(
     policy: Policy,
-    request: object,
+    request: Request,
     *,
     user_id: str,
     group_ids: Collection[str],

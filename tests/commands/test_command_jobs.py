@@ -102,6 +102,11 @@ def test_command_name_without_slash_and_any_case(context, user) -> None:  # type
     assert parse_command("JOBS", "all", user=user, context=context) == JobsRequest(all_users=True)
 
 
+def test_command_and_text_may_be_split_by_any_whitespace(parse) -> None:  # type: ignore[no-untyped-def]
+    assert parse("/jobs\tall") == JobsRequest(all_users=True)
+    assert parse("  /clusters\n a4 ") == ClustersRequest(cluster="a4")
+
+
 def test_job_ref_kinds() -> None:
     launch, slurm = JobRef(id="L-7f3a9c"), JobRef(id="4187", cluster="a4")
     assert launch.is_launch_id and launch.slurm_job_id is None
