@@ -18,8 +18,8 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
@@ -40,6 +40,7 @@ FAILED_TEXT = (
 )
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
+T = TypeVar("T")
 
 
 def incoming_from_command(body: dict[str, Any]) -> Incoming:
@@ -97,17 +98,17 @@ def _is_empty(reply: Reply) -> bool:
 
 
 class Listeners:
-    """The listener bodies, and the handler tasks still running after their ack."""
+    """The listener bodies, and the work still running after its ack (see ``drain``)."""
 
     def __init__(self, handler: Handler, front: SlackFront, *, ack_budget_s: float = 2.0) -> None:
         self.handler = handler
         self.front = front
         self.ack_budget_s = ack_budget_s
-        self._tasks: set[asyncio.Task[Reply]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._seen_events: OrderedDict[str, None] = OrderedDict()
 
-    def _start(self, incoming: Incoming) -> asyncio.Task[Reply]:
-        task = asyncio.create_task(self._answer(incoming))
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -127,16 +128,16 @@ class Listeners:
     async def on_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         incoming = incoming_from_command(body)
         log.info("%s from %s in %s", incoming.command, incoming.user_id, incoming.channel_id)
-        task = self._start(incoming)
+        task = self._spawn(self._answer(incoming))
         done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
         if not done:
             await ack(text=WORKING_TEXT, response_type="ephemeral")
-            await self._deliver(incoming, await task, str(body.get("response_url", "")))
+            self._spawn(self._deliver_later(incoming, task, str(body.get("response_url", ""))))
             return
         reply = task.result()
         if reply.file_content:
             await ack(response_type="ephemeral", **_reply_args(reply, _file_note(reply)))
-            await self._send_file(incoming, reply)
+            self._spawn(self._send_file(incoming, reply))
         else:
             await ack(response_type="ephemeral", **_reply_args(reply))
 
@@ -144,8 +145,8 @@ class Listeners:
         await ack()
         incoming = incoming_from_action(body)
         log.info("%s from %s in %s", incoming.action_id, incoming.user_id, incoming.channel_id)
-        reply = await self._start(incoming)
-        await self._deliver(incoming, reply, str(body.get("response_url", "")))
+        answer = self._spawn(self._answer(incoming))
+        self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
 
     async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         command = escape(str(body.get("command", "")))
@@ -178,8 +179,11 @@ class Listeners:
         await next()
         return None
 
-    async def _deliver(self, incoming: Incoming, reply: Reply, response_url: str) -> None:
+    async def _deliver_later(
+        self, incoming: Incoming, answer: asyncio.Task[Reply], response_url: str
+    ) -> None:
         """An answer after the ack: ephemeral in the channel, else via ``response_url``."""
+        reply = await answer
         if _is_empty(reply):
             return
         note = ""
@@ -195,9 +199,9 @@ class Listeners:
                 return
             log.info("chat.postEphemeral failed (%s); answering via response_url", error.error)
         webhook = AsyncWebhookClient(response_url)
-        answer = await webhook.send(response_type="ephemeral", replace_original=False, **args)
-        if answer.status_code != 200:
-            log.error("response_url answered %d for %s", answer.status_code, incoming.user_id)
+        sent = await webhook.send(response_type="ephemeral", replace_original=False, **args)
+        if sent.status_code != 200:
+            log.error("response_url answered %d for %s", sent.status_code, incoming.user_id)
 
     async def _send_file(self, incoming: Incoming, reply: Reply) -> bool:
         name = reply.file_name or "trainbot.txt"
@@ -211,10 +215,14 @@ class Listeners:
         return True
 
     async def drain(self, timeout_s: float) -> None:
-        """Let running handlers finish for up to ``timeout_s``, then cancel the rest."""
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        """Let answers in flight finish for up to ``timeout_s``, then cancel the rest."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        pending: set[asyncio.Task[Any]] = set()
+        while self._tasks:  # finishing one answer may start its delivery
+            left = deadline - asyncio.get_running_loop().time()
+            _, pending = await asyncio.wait(set(self._tasks), timeout=max(left, 0))
+            if pending:
+                break
         for task in pending:
             task.cancel()
         if pending:

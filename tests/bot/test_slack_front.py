@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
 from bot.front import MessageRef
-from bot.slack_front import SlackError, SlackFront
+from bot.slack_front import SlackError, SlackFront, open_front
 from bot.slack_text import code_block, escape, section
 from tests.slack_standin import BOT_TOKEN, SlackStandin
 
@@ -124,3 +125,14 @@ async def test_permalink_and_usergroup_members(front: SlackFront, standin: Slack
     assert link == "https://standin.slack.com/archives/C0TRAIN/p1700000000000042"
     assert await front.usergroup_members("S0ONCALL") == ["U0BOB", "U0CAROL"]
     assert await front.usergroup_members("S0NOBODY") == []
+
+
+async def test_unreachable_slack_is_retried_then_reported() -> None:
+    with socket.socket() as probe:  # a port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with open_front(
+        BOT_TOKEN, api_url=f"http://127.0.0.1:{port}/api/", backoff_base_s=0.01
+    ) as dead:
+        with pytest.raises(SlackError, match="unreachable"):
+            await dead.post("C0TRAIN", "hello?")

@@ -6,13 +6,17 @@ import asyncio
 import json
 import logging
 import time
+from types import SimpleNamespace
 
 import aiohttp
 import pytest
+from pydantic import SecretStr
 
 from bot.front import Incoming, Reply
+from bot.http import SlackParams
 from bot.slack_app import WORKING_TEXT
 from bot.slack_text import escape
+from cluster.errors import ConfigError
 from tests.bot.conftest import FakeHandler, Serve, events_url
 from tests.slack_standin import (
     SlackStandin,
@@ -217,3 +221,52 @@ async def test_healthz_and_metrics(serve: Serve) -> None:
         async with session.get(f"http://127.0.0.1:{service.http_port}/healthz") as response:
             assert response.status == 503
             assert await response.text() == "redis: connection refused"
+
+
+async def test_shutdown_finishes_answers_in_flight(
+    serve: Serve, handler: FakeHandler, standin: SlackStandin
+) -> None:
+    handler.release = asyncio.Event()
+    handler.reply = Reply(text="done at last")
+    async with serve(ack_budget_s=0.1) as service:
+        answer = await post_signed(events_url(service), slash_command_body("/jobs", ""))
+        assert answer.json()["text"] == WORKING_TEXT
+        asyncio.get_running_loop().call_later(0.2, handler.release.set)
+    assert [c.params["text"] for c in standin.calls_to("chat.postEphemeral")] == ["done at last"]
+
+
+async def test_shutdown_cancels_answers_that_take_too_long(
+    serve: Serve, handler: FakeHandler, standin: SlackStandin
+) -> None:
+    handler.release = asyncio.Event()  # never set
+    started = time.monotonic()
+    async with serve(ack_budget_s=0.1, drain_timeout_s=0.3) as service:
+        await post_signed(events_url(service), slash_command_body("/jobs", ""))
+    assert time.monotonic() - started < 2.0
+    assert standin.calls_to("chat.postEphemeral") == []
+
+
+def test_params_from_settings_unwrap_secrets_and_hide_them() -> None:
+    settings = SimpleNamespace(
+        slack_bot_token=SecretStr("xoxb-1"),
+        slack_signing_secret=SecretStr("s3cret"),
+        slack_app_token=None,
+        slack_api_url="http://127.0.0.1:9/api/",
+        http_host="0.0.0.0",
+        http_port=3001,
+    )
+    params = SlackParams.from_settings(settings, ack_budget_s=1.5)
+    assert (params.bot_token, params.signing_secret, params.app_token) == ("xoxb-1", "s3cret", "")
+    assert (params.api_url, params.http_port, params.ack_budget_s) == (
+        settings.slack_api_url,
+        3001,
+        1.5,
+    )
+    assert "xoxb-1" not in repr(params) and "s3cret" not in repr(params)
+    assert "mode=http" in repr(params)
+
+
+async def test_http_mode_without_signing_secret_is_a_config_error(serve: Serve) -> None:
+    with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
+        async with serve(signing_secret=""):
+            pass
