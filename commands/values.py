@@ -22,7 +22,7 @@ from commands.errors import CommandError
 from commands.suggest import did_you_mean, join_names, quote
 
 NAME_MAX_CHARS = 48
-NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX_CHARS - 1}}}$"
+NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{NAME_MAX_CHARS - 1}}}$"
 PARTITION_PATTERN = SLURM_NAME_PATTERN
 IMAGE_PATH_PATTERN = r"^(/|~/)[A-Za-z0-9._+@/-]{0,250}\.sqsh$"
 LAUNCH_ID_PATTERN = r"^L-[0-9a-f]{4,12}$"
@@ -63,13 +63,16 @@ def parse_nodes(raw: str, profile: ClusterProfile, user_max: int | None = None) 
 
 
 def check_name(raw: str) -> str:
-    """A Slurm-safe job name: letters, digits, ``- _ .``, at most 48, no leading punctuation."""
+    """A Slurm-safe job name: letters, digits, ``-`` and ``_``, at most 48, no leading punctuation.
+
+    No ``.``: nemo-run puts the experiment name after a ``.`` in the Slurm job
+    name, and the launch id is found again by the name's last ``-`` part."""
     if re.fullmatch(NAME_PATTERN, raw):
         return raw
-    fixed = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-._")[:NAME_MAX_CHARS]
+    fixed = re.sub(r"[^A-Za-z0-9_-]+", "-", raw).strip("-_")[:NAME_MAX_CHARS]
     example = fixed if fixed and re.fullmatch(NAME_PATTERN, fixed) else "my-run"
     raise CommandError(
-        f"name={quote(raw)} is not a valid job name: use letters, digits, '-', '_' and '.', "
+        f"name={quote(raw)} is not a valid job name: use letters, digits, '-' and '_', "
         f"starting with a letter or digit, at most {NAME_MAX_CHARS} characters. "
         f"For example name={example}.",
         field="name",

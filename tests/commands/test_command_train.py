@@ -61,7 +61,7 @@ ACCEPTED = [
         ),
     ),
     (
-        "/train rm llama3p1_8b partition=a4 time=1-02:00:00 name=rm.try_2 image=nemo-rl",
+        "/train rm llama3p1_8b partition=a4 time=1-02:00:00 name=rm-try_2 image=nemo-rl",
         TrainRequest(
             workload="rm",
             model="llama3p1_8b",
@@ -69,7 +69,7 @@ ACCEPTED = [
             cluster="a3m",
             partition="a4",
             time="1-02:00:00",
-            name="rm.try_2",
+            name="rm-try_2",
             image="nemo-rl",
         ),
     ),
@@ -224,7 +224,7 @@ REJECTED = [
     # values
     (
         '/train sft llama3p1_8b name="my run"',
-        "name='my run' is not a valid job name: use letters, digits, '-', '_' and '.', "
+        "name='my run' is not a valid job name: use letters, digits, '-' and '_', "
         "starting with a letter or digit, at most 48 characters. For example name=my-run.",
     ),
     ("/train sft llama3p1_8b name=-x", "name='-x' is not a valid job name"),
