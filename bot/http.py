@@ -26,7 +26,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 
 from bot.front import Handler
 from bot.slack_app import Listeners, build_app
-from bot.slack_front import DEFAULT_API_URL, SlackFront, open_front
+from bot.slack_front import DEFAULT_API_URL, SlackError, SlackFront, open_front
 from cluster.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,23 @@ async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[None]:
         await socket.close_async()  # type: ignore[no-untyped-call]
 
 
+_REFUSED = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+
+
+async def _check_token(front: SlackFront) -> None:
+    """Fail at start-up on a refused bot token; only warn when Slack can't be reached."""
+    try:
+        team_id, user_id = await front.identity()
+    except SlackError as error:
+        if error.error in _REFUSED:
+            raise ConfigError(
+                f"Slack refused SLACK_BOT_TOKEN ({error.error})", source="environment"
+            ) from error
+        log.warning("could not check the bot token at start-up: %s", error)
+        return
+    log.info("Slack bot user %s in team %s", user_id, team_id)
+
+
 @asynccontextmanager
 async def run_slack(
     params: SlackParams,
@@ -191,6 +208,7 @@ async def run_slack(
                     params.bot_token, api_url=params.api_url, backoff_base_s=params.backoff_base_s
                 )
             )
+        await _check_token(front)
         listeners = Listeners(handler, front, ack_budget_s=params.ack_budget_s)
         stack.push_async_callback(listeners.drain, params.drain_timeout_s)
         socket_mode = bool(params.app_token)

@@ -246,6 +246,11 @@ class SlackFront:
         await self.upload(dm, "", filename=filename, content=content, title=title)
         return dm
 
+    async def identity(self) -> tuple[str, str]:
+        """``(team_id, bot user_id)`` from ``auth.test``: checks the token works."""
+        data = await self._call("auth.test", self.client.auth_test())
+        return str(data.get("team_id", "")), str(data.get("user_id", ""))
+
     async def permalink(self, ref: MessageRef) -> str:
         call = self.client.chat_getPermalink(channel=ref.channel, message_ts=ref.ts)
         data = await self._call("chat.getPermalink", call)

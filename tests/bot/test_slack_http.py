@@ -270,3 +270,9 @@ async def test_http_mode_without_signing_secret_is_a_config_error(serve: Serve) 
     with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
         async with serve(signing_secret=""):
             pass
+
+
+async def test_refused_bot_token_fails_at_start(serve: Serve) -> None:
+    with pytest.raises(ConfigError, match="refused SLACK_BOT_TOKEN \\(invalid_auth\\)"):
+        async with serve(bot_token="xoxb-revoked"):
+            pass
