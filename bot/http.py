@@ -9,6 +9,7 @@ where bolt verifies the signature (bad or older than 300 s: 401). Either way
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -32,7 +33,7 @@ from cluster.errors import ConfigError
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], Awaitable[tuple[bool, str]]]
-MetricsText = Callable[[], Awaitable[str]]
+MetricsText = Callable[[], Awaitable[str] | str]  # async or plain
 EVENTS_PATH = "/slack/events"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -109,7 +110,8 @@ def build_web_app(
         return web.Response(status=200 if ok else 503, text=reason or ("ok" if ok else "unhealthy"))
 
     async def metrics_text(_: web.Request) -> web.Response:
-        body = await metrics()
+        produced = metrics()
+        body = await produced if inspect.isawaitable(produced) else produced
         return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     web_app = web.Application()

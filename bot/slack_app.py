@@ -10,6 +10,11 @@ A ``Reply`` carrying a file is sent to the asker in a direct message with the
 bot (files cannot be ephemeral, and a log file is nobody else's business); the
 ephemeral text says so. Events are acknowledged and ignored, except a polite
 hint on ``app_mention``; Events API retries of an event already seen are dropped.
+
+The Slack app needs the slash commands above, Interactivity on, and the bot
+scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
+``usergroups:read`` and ``app_mentions:read``; Socket Mode also needs an
+app-level token with ``connections:write``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.front import Incoming, Reply
-from bot.http import SlackParams, SlackService, run_slack
+from bot.http import MetricsText, SlackParams, SlackService, run_slack
 from bot.slack_front import SlackFront, open_front
 from tests.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
 
@@ -72,6 +72,7 @@ def serve(standin: SlackStandin, handler: FakeHandler) -> Serve:
         *,
         socket_mode: bool = False,
         health: Callable[[], Awaitable[tuple[bool, str]]] = healthy,
+        metrics: MetricsText = some_metrics,
         **overrides: Any,
     ) -> AbstractAsyncContextManager[SlackService]:
         params = SlackParams(
@@ -83,7 +84,7 @@ def serve(standin: SlackStandin, handler: FakeHandler) -> Serve:
             backoff_base_s=0.01,
             drain_timeout_s=2.0,
         )
-        return run_slack(replace(params, **overrides), handler, health=health, metrics=some_metrics)
+        return run_slack(replace(params, **overrides), handler, health=health, metrics=metrics)
 
     return start
 

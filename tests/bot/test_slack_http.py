@@ -217,7 +217,16 @@ async def test_healthz_and_metrics(serve: Serve) -> None:
             assert response.status == 200
             assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             assert "trainbot_queue_length 3" in await response.text()
-    async with serve(health=sick) as service, aiohttp.ClientSession() as session:
+
+    def plain_metrics() -> str:
+        return "trainbot_up 1\n"
+
+    async with (
+        serve(health=sick, metrics=plain_metrics) as service,
+        aiohttp.ClientSession() as session,
+    ):
+        async with session.get(f"http://127.0.0.1:{service.http_port}/metrics") as response:
+            assert await response.text() == "trainbot_up 1\n"
         async with session.get(f"http://127.0.0.1:{service.http_port}/healthz") as response:
             assert response.status == 503
             assert await response.text() == "redis: connection refused"
