@@ -98,6 +98,10 @@ def _file_note(reply: Reply) -> str:
     return f"_I sent {escape(reply.file_name or 'the file')} to you in a direct message._"
 
 
+def _file_failed_note(error: str) -> str:
+    return f":warning: _I could not send you the file ({escape(error)})._"
+
+
 def _is_empty(reply: Reply) -> bool:
     return not (reply.text or reply.blocks or reply.file_content)
 
@@ -142,7 +146,7 @@ class Listeners:
         reply = task.result()
         if reply.file_content:
             await ack(response_type="ephemeral", **_reply_args(reply, _file_note(reply)))
-            self._spawn(self._send_file(incoming, reply))
+            self._spawn(self._send_file_or_say_why(incoming, reply))
         else:
             await ack(response_type="ephemeral", **_reply_args(reply))
 
@@ -193,8 +197,11 @@ class Listeners:
             return
         note = ""
         if reply.file_content:
-            note = _file_note(reply) if await self._send_file(incoming, reply) else ""
-        args = _reply_args(reply, note)
+            failure = await self._send_file(incoming, reply)
+            note = _file_failed_note(failure) if failure else _file_note(reply)
+        await self._say(incoming, _reply_args(reply, note), response_url)
+
+    async def _say(self, incoming: Incoming, args: dict[str, Any], response_url: str) -> None:
         try:
             await self.front.post_ephemeral(incoming.channel_id, incoming.user_id, **args)
             return
@@ -203,12 +210,17 @@ class Listeners:
                 log.error("could not deliver a reply to %s: %s", incoming.user_id, error)
                 return
             log.info("chat.postEphemeral failed (%s); answering via response_url", error.error)
-        webhook = AsyncWebhookClient(response_url)
-        sent = await webhook.send(response_type="ephemeral", replace_original=False, **args)
+        try:
+            webhook = AsyncWebhookClient(response_url)
+            sent = await webhook.send(response_type="ephemeral", replace_original=False, **args)
+        except Exception as error:  # the last way to reach the asker; never crash here
+            log.error("response_url failed for %s: %s", incoming.user_id, type(error).__name__)
+            return
         if sent.status_code != 200:
             log.error("response_url answered %d for %s", sent.status_code, incoming.user_id)
 
-    async def _send_file(self, incoming: Incoming, reply: Reply) -> bool:
+    async def _send_file(self, incoming: Incoming, reply: Reply) -> str:
+        """Upload the reply's file to the asker's DM; the error text, or "" when sent."""
         name = reply.file_name or "trainbot.txt"
         try:
             await self.front.upload_to_user(
@@ -216,8 +228,13 @@ class Listeners:
             )
         except SlackError as error:
             log.error("could not send %s to %s: %s", name, incoming.user_id, error)
-            return False
-        return True
+            return error.error
+        return ""
+
+    async def _send_file_or_say_why(self, incoming: Incoming, reply: Reply) -> None:
+        failure = await self._send_file(incoming, reply)
+        if failure:
+            await self._say(incoming, {"text": _file_failed_note(failure)}, "")
 
     async def drain(self, timeout_s: float) -> None:
         """Let answers in flight finish for up to ``timeout_s``, then cancel the rest."""

@@ -285,3 +285,15 @@ async def test_refused_bot_token_fails_at_start(serve: Serve) -> None:
     with pytest.raises(ConfigError, match="refused SLACK_BOT_TOKEN \\(invalid_auth\\)"):
         async with serve(bot_token="xoxb-revoked"):
             pass
+
+
+async def test_file_that_cannot_be_sent_is_explained(
+    serve: Serve, handler: FakeHandler, standin: SlackStandin
+) -> None:
+    handler.reply = Reply(text="Log of job 4187", file_name="4187.out", file_content=b"x\n")
+    standin.fail_next("conversations.open", status=200, error="cannot_dm_bot")
+    async with serve() as service:
+        await post_signed(events_url(service), slash_command_body("/logs", "4187"))
+        call = await standin.wait_for("chat.postEphemeral")
+    assert call.params["text"] == ":warning: _I could not send you the file (cannot_dm_bot)._"
+    assert standin.uploads == {}
