@@ -1,7 +1,10 @@
 """Job operations by id: find a launch again, cancel, tail a log.
 
 A launch id is carried in the Slurm job name (``...<name>-<launch id>``), so after
-a crash the caller can ask Slurm whether it already submitted it.
+a crash the caller can ask Slurm whether it already submitted it. Seen on Slurm
+22.05: for a few seconds after a job starts, slurmdbd records its JobName as
+"allocation", and a finished job leaves plain ``squeue`` at once; so the lookup
+uses ``squeue -t all`` (finished jobs stay there for MinJobAge) and ``sacct``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ def parse_found(stdout: str, launch_id: str) -> list[FoundJob]:
     found: dict[str, FoundJob] = {}
     for row in parse_squeue(queue_text):
         if launch_name_matches(row.name, launch_id):
-            found[row.job_id] = FoundJob(row.job_id, row.name, row.state, True)
+            found[row.job_id] = FoundJob(
+                row.job_id, row.name, row.state, not is_terminal(row.state)
+            )
     for job_id, rec in merge_acct(parse_sacct(acct_text)).items():
         if job_id not in found and launch_name_matches(rec.latest.name, launch_id):
             state = rec.latest.state
@@ -67,10 +72,10 @@ async def find_jobs_for_launch(
     if not LAUNCH_ID_RE.fullmatch(launch_id):
         raise ValueError(f"invalid launch id: {launch_id!r}")
     grep = f"grep -F -e {shlex.quote(launch_id)} || true"
-    command = (
-        f"{{ {build_squeue(user=profile.login.user)} | {grep}; }}; echo {SEPARATOR}; "
-        f"{{ {build_sacct(since=since)} -u {shlex.quote(profile.login.user)} | {grep}; }}"
-    )
+    user = profile.login.user
+    squeue = build_squeue(user=user, all_states=True)
+    sacct = f"{build_sacct(since=since)} -u {shlex.quote(user)}"
+    command = f"{{ {squeue} | {grep}; }}; echo {SEPARATOR}; {{ {sacct} | {grep}; }}"
     result = await pool.run(profile.login, command, timeout_s=FIND_TIMEOUT_S, cluster=profile.name)
     return parse_found(result.stdout, launch_id)
 

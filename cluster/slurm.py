@@ -90,9 +90,16 @@ class QueueRow:
     name: str
 
 
-def build_squeue(job_ids: Sequence[str] = (), *, user: str | None = None) -> str:
-    """``squeue`` for the given jobs (or all of ``user``'s); one row per job, fields piped."""
+def build_squeue(
+    job_ids: Sequence[str] = (), *, user: str | None = None, all_states: bool = False
+) -> str:
+    """``squeue`` for the given jobs (or all of ``user``'s); one row per job, fields piped.
+
+    ``all_states`` adds ``-t all``: jobs that ended within MinJobAge are listed too.
+    """
     words = ["squeue", "-h", "-O", SQUEUE_FORMAT]
+    if all_states:
+        words += ["-t", "all"]
     if job_ids:
         words += ["-j", _ids(job_ids)]
     if user:
