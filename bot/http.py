@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -24,6 +25,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
 
 from bot.front import Handler
 from bot.slack_app import Listeners, build_app
@@ -155,6 +157,18 @@ async def _serve_http(web_app: web.Application, host: str, port: int) -> AsyncIt
 @asynccontextmanager
 async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[None]:
     socket = AsyncSocketModeHandler(app, app_token=app_token)
+    try:  # open the first connection here so that a refused app token fails at start-up
+        opened = await app.client.apps_connections_open(app_token=app_token)
+        socket.client.wss_uri = str(opened["url"])
+    except SlackApiError as error:
+        code = str(error.response.get("error", ""))
+        if code in _REFUSED:
+            raise ConfigError(
+                f"Slack refused SLACK_APP_TOKEN ({code})", source="environment"
+            ) from error
+        log.warning("apps.connections.open failed (%s); the client will keep trying", code)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        log.warning("Slack unreachable (%s); the client will keep trying", type(error).__name__)
     await socket.connect_async()  # type: ignore[no-untyped-call]
     log.info("connected to Slack over Socket Mode")
     try:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bot.front import Reply
 from bot.slack_app import WORKING_TEXT
+from cluster.errors import ConfigError
 from tests.bot.conftest import FakeHandler, Serve
 from tests.slack_standin import APP_TOKEN, SlackStandin
 
@@ -49,3 +52,9 @@ async def test_button_over_socket_mode(
     assert "payload" not in ack or not ack["payload"]
     assert handler.seen[0].action_id == "trainbot_retry"
     assert call.params["text"] == "Retrying L-1"
+
+
+async def test_refused_app_token_fails_at_start(serve: Serve, standin: SlackStandin) -> None:
+    with pytest.raises(ConfigError, match="refused SLACK_APP_TOKEN \\(invalid_auth\\)"):
+        async with serve(socket_mode=True, app_token="xapp-revoked"):
+            pass
