@@ -168,16 +168,25 @@ class LaunchPlan:
     def script(self, *, redact: bool = True) -> str:
         """The script sent on stdin to ``bash -l -s``; secrets shown only if ``redact`` is false."""
         spec = self.spec
-        env = dict(spec.env)
-        if spec.framework == "nemo":
-            env.pop("NEMORUN_HOME", None)
-        lines = ["set -euo pipefail"]
-        lines += export_lines(env, spec.secrets, spec.secret_files(), redact=redact)
-        if spec.framework == "nemo":
-            lines.append(f"export NEMORUN_HOME={quote_path(spec.profile.nemorun_home)}")
-        lines.append(f"cd {quote_path(spec.work_dir)}")
-        lines.append(f"exec {self.command_line} </dev/null")
-        return "\n".join(lines) + "\n"
+        exports = export_lines(spec.env, spec.secrets, spec.secret_files(), redact=redact)
+        nemorun_home = spec.profile.nemorun_home if spec.framework == "nemo" else None
+        return render_script(spec.work_dir, exports, self.argv, nemorun_home=nemorun_home)
+
+
+def render_script(
+    work_dir: str,
+    exports: list[str],
+    argv: tuple[RemoteArg, ...] | list[RemoteArg],
+    *,
+    nemorun_home: str | None = None,
+) -> str:
+    """``set -euo pipefail``, the exports, ``cd`` to the work dir, ``exec`` the launcher."""
+    lines = ["set -euo pipefail", *exports]
+    if nemorun_home is not None:
+        lines.append(f"export NEMORUN_HOME={quote_path(nemorun_home)}")
+    lines.append(f"cd {quote_path(work_dir)}")
+    lines.append(f"exec {join_argv(argv)} </dev/null")
+    return "\n".join(lines) + "\n"
 
 
 def plan_launch(spec: LaunchSpec) -> LaunchPlan:

@@ -1,0 +1,138 @@
+"""The SSH pool on the dev login node: sharing, caps, errors, host keys, reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from cluster.errors import (
+    ClusterUnreachable,
+    CommandTimeout,
+    HostKeyMismatch,
+    SlurmCommandFailed,
+)
+from cluster.profiles import ClusterProfile
+from cluster.ssh import SSHPool
+from tests.conftest import SSHD_CONFIG, SSHD_PID
+
+pytestmark = pytest.mark.devcluster
+
+
+async def test_one_connection_shared_by_concurrent_commands(
+    pool: SSHPool, dev_profile: ClusterProfile
+) -> None:
+    results = await asyncio.gather(
+        *(pool.run(dev_profile.login, f"echo {i}", timeout_s=20) for i in range(40))
+    )
+    assert [r.stdout.strip() for r in results] == [str(i) for i in range(40)]
+    assert pool.stats.connects == 1 and pool.stats.round_trips == 40
+
+
+async def test_stdin_and_failure_translation(pool: SSHPool, dev_profile: ClusterProfile) -> None:
+    result = await pool.run(dev_profile.login, "wc -c", input="x" * 100_000, timeout_s=20)
+    assert result.stdout.strip() == "100000"
+    with pytest.raises(SlurmCommandFailed) as info:
+        await pool.run(dev_profile.login, "echo boom >&2; exit 7", timeout_s=20, cluster="a4")
+    assert (info.value.returncode, info.value.stderr.strip()) == (7, "boom")
+    assert str(info.value).startswith("a4: ")
+    unchecked = await pool.run(dev_profile.login, "exit 3", timeout_s=20, check=False)
+    assert unchecked.returncode == 3
+
+
+async def test_channel_cap(dev_profile: ClusterProfile) -> None:
+    async with SSHPool(max_channels=3) as pool:
+        await pool.run(dev_profile.login, "true", timeout_s=20)
+        started = time.monotonic()
+        await asyncio.gather(
+            *(pool.run(dev_profile.login, "sleep 0.3", timeout_s=20) for _ in range(9))
+        )
+        assert time.monotonic() - started >= 0.85  # three waves of three
+
+
+async def test_timeout(pool: SSHPool, dev_profile: ClusterProfile) -> None:
+    started = time.monotonic()
+    with pytest.raises(CommandTimeout, match="within 0.5 s"):
+        await pool.run(dev_profile.login, "sleep 10", timeout_s=0.5)
+    assert time.monotonic() - started < 3
+    assert (await pool.run(dev_profile.login, "echo ok", timeout_s=10)).stdout == "ok\n"
+
+
+def _other_known_hosts(path: Path) -> Path:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path.write_text("[127.0.0.1]:2222 " + key.export_public_key().decode())
+    return path
+
+
+@pytest.mark.parametrize("kind", ["different key", "empty file", "missing file"])
+async def test_unknown_or_changed_host_key_refused(
+    dev_profile: ClusterProfile, tmp_path: Path, kind: str
+) -> None:
+    known = tmp_path / "known_hosts"
+    if kind == "different key":
+        _other_known_hosts(known)
+    elif kind == "empty file":
+        known.write_text("")
+    login = dev_profile.login.model_copy(update={"known_hosts_file": known})
+    async with SSHPool() as pool:
+        with pytest.raises(HostKeyMismatch, match="host key|known_hosts") as info:
+            await pool.run(login, "touch /tmp/should-not-run", timeout_s=10, cluster="a4")
+    assert info.value.cluster == "a4"
+
+
+async def test_auth_refused_and_unreachable(dev_profile: ClusterProfile, tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_bytes(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
+    stranger = dev_profile.login.model_copy(update={"key_file": key})
+    async with SSHPool(connect_attempts=1) as pool:
+        with pytest.raises(ClusterUnreachable, match="authentication refused"):
+            await pool.run(stranger, "true", timeout_s=10)
+        closed = dev_profile.login.model_copy(update={"port": 1})
+        with pytest.raises(ClusterUnreachable, match="cannot connect"):
+            await pool.run(closed, "true", timeout_s=10)
+
+
+def _sshd_running() -> bool:
+    try:
+        os.kill(int(SSHD_PID.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _start_sshd() -> None:
+    if not _sshd_running():
+        subprocess.run(["/usr/sbin/sshd", "-f", str(SSHD_CONFIG)], check=True, timeout=10)
+    for _ in range(40):
+        if _sshd_running():
+            return
+        time.sleep(0.25)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stopping the login node's sshd needs root")
+async def test_pool_reconnects_after_sshd_restart(dev_profile: ClusterProfile) -> None:
+    login = dev_profile.login
+    async with SSHPool(connect_attempts=2, backoff_s=0.2) as pool:
+        # The sshd processes serving this pool's connection: the shell's parent and its parent.
+        pids = (await pool.run(login, "ps -o ppid= -p $PPID; echo $PPID", timeout_s=10)).stdout
+        try:
+            os.kill(int(SSHD_PID.read_text()), signal.SIGTERM)
+            for pid in pids.split():
+                os.kill(int(pid), signal.SIGTERM)
+            for _ in range(40):
+                if not _sshd_running():
+                    break
+                await asyncio.sleep(0.1)
+            with pytest.raises(ClusterUnreachable):
+                await pool.run(login, "true", timeout_s=10)
+        finally:
+            _start_sshd()
+        result = await pool.run(login, "echo back", timeout_s=20)
+        assert result.stdout == "back\n"
+        assert pool.stats.connects == 2
