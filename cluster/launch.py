@@ -94,16 +94,35 @@ class LaunchSpec:
 
     @classmethod
     def from_recipe(
-        cls, profile: ClusterProfile, recipe: RecipeEntry, *, launch_id: str, **kwargs: object
+        cls,
+        profile: ClusterProfile,
+        recipe: RecipeEntry,
+        *,
+        launch_id: str,
+        nodes: int,
+        partition: str | None = None,
+        time_limit: str | None = None,
+        name: str | None = None,
+        image: str | None = None,
+        overrides: tuple[tuple[str, str], ...] = (),
+        env: Mapping[str, str] | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> LaunchSpec:
-        script = recipe.script if recipe.framework == "nemo" else recipe.job_script
+        """A spec for a catalog recipe: its framework, script or job script, and fixed args."""
         return cls(
             profile=profile,
             launch_id=launch_id,
             framework=recipe.framework,
-            script=script,
+            nodes=nodes,
+            script=recipe.script if recipe.framework == "nemo" else recipe.job_script,
+            partition=partition,
+            time_limit=time_limit,
+            name=name,
+            image=image,
             args=recipe.args,
-            **kwargs,  # type: ignore[arg-type]
+            overrides=overrides,
+            env=dict(env or {}),
+            secrets=dict(secrets or {}),
         )
 
     @property
