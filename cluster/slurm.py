@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 STATES = (
@@ -107,9 +107,25 @@ def build_squeue(
     return shlex.join(words)
 
 
+def records(stdout: str, pipes: int) -> Iterator[str]:
+    """Lines of piped output joined back into records of at least ``pipes`` separators.
+
+    A job name may hold newlines (sbatch -J accepts them); such a name splits its
+    record over several lines, which are rejoined here.
+    """
+    buffer: str | None = None
+    for line in stdout.splitlines():
+        buffer = line if buffer is None else f"{buffer}\n{line}"
+        if buffer.count("|") >= pipes:
+            yield buffer
+            buffer = None
+    if buffer is not None:
+        yield buffer
+
+
 def parse_squeue(stdout: str) -> list[QueueRow]:
     rows: list[QueueRow] = []
-    for line in stdout.splitlines():
+    for line in records(stdout, len(SQUEUE_FIELDS) + 1):
         parts = line.split("|")
         if len(parts) < len(SQUEUE_FIELDS) + 1 or not JOB_ID_RE.fullmatch(parts[0].strip()):
             continue
@@ -178,11 +194,12 @@ def build_sacct(
 
 def parse_sacct(stdout: str) -> list[AcctRow]:
     rows: list[AcctRow] = []
-    for line in stdout.splitlines():
+    for line in records(stdout, 5):
         parts = line.split("|")
         if len(parts) < 6 or not JOB_ID_RE.fullmatch(parts[0].strip()):
             continue
-        job_id, name, raw, exit_code, elapsed, nodelist = (p.strip() for p in parts[:6])
+        name = "|".join(parts[1:-4]).strip()  # the only free text: may hold | or newlines
+        job_id, raw, exit_code, elapsed, nodelist = (p.strip() for p in (parts[0], *parts[-4:]))
         rows.append(AcctRow(job_id, name, normalize_state(raw), raw, exit_code, elapsed, nodelist))
     return rows
 

@@ -118,3 +118,14 @@ def test_builders_quote_and_validate() -> None:
 def test_terminal_states() -> None:
     assert slurm.is_terminal("NODE_FAIL") and slurm.is_terminal("CANCELLED")
     assert not slurm.is_terminal("REQUEUED") and not slurm.is_terminal("RUNNING")
+
+
+def test_job_names_with_newlines_do_not_split_records() -> None:
+    """Recorded: jobs submitted with -J 'x<newline>touch ...' (the injection tests do that)."""
+    acct = slurm.parse_sacct(data("sacct_newline_names.txt"))
+    assert [r.job_id for r in acct] == ["53", "54", "55"]
+    assert all(r.state in ("FAILED", "COMPLETED", "CANCELLED") for r in acct)
+    assert "\ntouch " in acct[1].name
+    queue = slurm.parse_squeue(data("squeue_newline_names.txt"))
+    assert [r.job_id for r in queue] == ["53", "54", "55"]
+    assert queue[1].name.startswith("x\ntouch ")
