@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import getpass
+import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from bot.config import Config, load_config
+from bot.settings import Settings
+from cluster.errors import ConfigError, TrainbotError
+
+log = logging.getLogger(__name__)
+
+PROJECT = Path(__file__).resolve().parents[1]
+DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -12,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainbot",
         description="Slack chat-ops for NeMo and NeMo-RL training on Slurm GPU clusters.",
     )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser(
         "serve",
@@ -20,13 +34,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     console = sub.add_parser("console", help="the same bot with a terminal chat instead of Slack")
     console.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
-    console.add_argument("--user", metavar="NAME", help="who you are in the chat (default: $USER)")
-    sub.add_parser(
+    console.add_argument(
+        "--user", metavar="NAME", help="who you are in the chat (default: your login name)"
+    )
+    demo = sub.add_parser(
         "demo", help="bring up the local dev cluster and Redis, then run a /train in the console"
+    )
+    demo.add_argument(
+        "--train",
+        metavar="TEXT",
+        default="sft llama3p1_8b nodes=2 cluster=a4",
+        help="what to /train (default: %(default)s)",
     )
     doctor = sub.add_parser("doctor", help="check config, Redis, SSH, partitions, images, recipes")
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     return parser
+
+
+def load(args: argparse.Namespace, settings: Settings) -> tuple[Settings, Config]:
+    """The settings (with ``--config`` applied) and the config file they name."""
+    if getattr(args, "config", None):
+        settings = settings.model_copy(update={"config_path": Path(args.config)})
+    return settings, load_config(settings.config_path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,8 +64,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    print(f"trainbot {args.command}: not built yet", file=sys.stderr)
-    return 3
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.from_environ()
+        if args.command == "demo":
+            from bot.demo import run_demo
+
+            return asyncio.run(run_demo(settings, args.train))
+        settings, config = load(args, settings)
+        if args.command == "console":
+            from bot.console_main import run_console
+
+            return asyncio.run(run_console(settings, config, user=args.user or getpass.getuser()))
+        if args.command == "doctor":
+            from bot.doctor import run_doctor
+
+            return asyncio.run(run_doctor(settings, config))
+        if args.command == "serve":
+            from bot.serve import run_serve
+
+            return asyncio.run(run_serve(settings, config))
+    except ConfigError as exc:
+        print(f"trainbot: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except TrainbotError as exc:
+        print(f"trainbot: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    parser.error(f"unknown command {args.command!r}")
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""The bot's view of its clusters: a launch in, cluster-layer calls out.
+
+Builds a :class:`~cluster.launch.LaunchSpec` from a stored launch (recipe from
+the catalog, secrets from the settings) and holds the shared SSH pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+from bot.config import Config
+from bot.launches import Launch
+from bot.settings import Settings
+from cluster import jobs, launch
+from cluster import preflight as checks
+from cluster.discovery import ClusterCapacity, cluster_capacity
+from cluster.errors import ClusterError
+from cluster.profiles import ClusterProfile
+from cluster.ssh import SSHPool
+from commands.requests import TrainRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Spec:
+    spec: launch.LaunchSpec
+    notes: list[str] = field(default_factory=list)  # e.g. a secret that is not configured
+
+
+class Clusters:
+    def __init__(self, config: Config, settings: Settings, pool: SSHPool) -> None:
+        self.config = config
+        self.settings = settings
+        self.pool = pool
+
+    @property
+    def profiles(self) -> dict[str, ClusterProfile]:
+        return dict(self.config.clusters)
+
+    def profile(self, name: str) -> ClusterProfile:
+        try:
+            return self.config.clusters[name]
+        except KeyError:
+            raise ClusterError(f"unknown cluster {name!r}", cluster=name) from None
+
+    def secrets(self, profile: ClusterProfile) -> tuple[dict[str, SecretStr], list[str]]:
+        values: dict[str, SecretStr] = {}
+        notes = []
+        for job_name, ref in profile.job_secrets.items():
+            if ref.env is None:
+                continue
+            value = self.settings.env_secret(ref.env)
+            if value is None:
+                notes.append(
+                    f"{job_name} is not configured for {profile.name} ({ref.env} is unset)"
+                )
+            else:
+                values[job_name] = value
+        return values, notes
+
+    def spec_for(self, item: Launch) -> Spec:
+        profile = self.profile(item.cluster)
+        req = item.request
+        secrets, notes = self.secrets(profile)
+        if isinstance(req, TrainRequest):
+            recipe = self.config.catalog.find(req.workload, req.model, req.framework)
+            if recipe is None:
+                raise ClusterError(
+                    f"no recipe for {req.workload} {req.model} ({req.framework})",
+                    cluster=profile.name,
+                )
+            spec = launch.LaunchSpec.from_recipe(
+                profile,
+                recipe,
+                launch_id=item.id,
+                nodes=req.nodes,
+                partition=req.partition,
+                time_limit=req.time,
+                name=req.name,
+                image=req.image,
+                overrides=tuple(req.overrides),
+                secrets=secrets,
+            )
+        else:
+            spec = launch.LaunchSpec(
+                profile=profile,
+                launch_id=item.id,
+                framework="nemo-rl",
+                nodes=req.nodes,
+                partition=req.partition,
+                time_limit=req.time,
+                name=req.name,
+                image=req.image,
+                interactive=True,
+                secrets=secrets,
+            )
+        return Spec(spec, notes)
+
+    async def preflight(self, spec: launch.LaunchSpec) -> checks.PreflightResult:
+        return await checks.preflight(self.pool, spec)
+
+    async def dry_run(self, spec: launch.LaunchSpec) -> checks.DryRun:
+        return await checks.dry_run(self.pool, spec)
+
+    async def submit(self, spec: launch.LaunchSpec) -> launch.Submission:
+        return await launch.submit(self.pool, launch.plan_launch(spec))
+
+    async def find(self, item: Launch) -> list[jobs.FoundJob]:
+        return await jobs.find_jobs_for_launch(self.pool, self.profile(item.cluster), item.id)
+
+    async def cancel(self, cluster: str, job_ids: list[str]) -> None:
+        await jobs.cancel(self.pool, self.profile(cluster), job_ids)
+
+    async def tail(self, cluster: str, path: str, lines: int) -> str:
+        return await jobs.tail_log(self.pool, self.profile(cluster), path, lines=lines)
+
+    async def capacity(self, cluster: str) -> ClusterCapacity:
+        return await cluster_capacity(self.pool, self.profile(cluster))

@@ -1,0 +1,328 @@
+"""The bot's core: what each command and button does.
+
+Fast paths only: parse, check policy, write to Redis and answer. Launching is
+the workers' job and watching the poller's; this module never waits on Slurm
+for a /train. /cancel, /logs, /attach and /clusters make one SSH round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bot import render
+from bot.clusters import Clusters
+from bot.front import Front, Incoming, Reply
+from bot.launches import Launch, Phase
+from bot.slack_text import (
+    ACTION_ATTACH,
+    ACTION_CANCEL,
+    ACTION_LOGS,
+    cancel_button,
+    code_block,
+    escape,
+    section,
+)
+from bot.store import Event, Store
+from cluster.errors import TrainbotError
+from cluster.nemo_rl import attach_command
+from cluster.slurm import format_partitions
+from commands.context import CommandContext, User
+from commands.dispatch import parse_command
+from commands.errors import CommandError
+from commands.help import help_text, recipes_text
+from commands.policy import decide
+from commands.requests import (
+    AttachRequest,
+    CancelRequest,
+    ClustersRequest,
+    HelpRequest,
+    InteractiveRequest,
+    JobRef,
+    JobsRequest,
+    LogsRequest,
+    RecipesRequest,
+    TrainRequest,
+)
+
+log = logging.getLogger(__name__)
+
+INLINE_LOG_CHARS = 2800
+GROUPS_TTL_S = 300.0
+
+
+class Core:
+    def __init__(
+        self, store: Store, clusters: Clusters, context: CommandContext, front: Front | None = None
+    ) -> None:
+        self.store = store
+        self.clusters = clusters
+        self.context = context
+        self.front = front
+        self._groups: dict[str, tuple[float, set[str]]] = {}
+
+    async def __call__(self, incoming: Incoming) -> Reply:
+        try:
+            if incoming.action_id:
+                return await self.on_action(incoming)
+            return await self.on_command(incoming)
+        except CommandError as exc:  # its text may quote what the user typed
+            return Reply(escape(str(exc)), error=True)
+        except TrainbotError as exc:
+            log.warning("command %s failed: %s", incoming.command or incoming.action_id, exc)
+            return Reply(f"That did not work: {escape(str(exc))}", error=True)
+
+    async def user(self, incoming: Incoming) -> User:
+        return User(
+            id=incoming.user_id,
+            name=incoming.user_name,
+            groups=frozenset(await self.groups_of(incoming.user_id)),
+        )
+
+    async def groups_of(self, user_id: str) -> set[str]:
+        """The policy's user groups this user is in (members asked of the front end, cached)."""
+        policy = self.context.policy
+        wanted = {g for rule in policy.rules for g in rule.groups if g != "*"} | set(
+            policy.admins.groups
+        ) - {"*"}
+        found = set()
+        for group in wanted:
+            stamp, members = self._groups.get(group, (0.0, set()))
+            if time.monotonic() - stamp > GROUPS_TTL_S and self.front is not None:
+                try:
+                    members = set(await self.front.usergroup_members(group))
+                except Exception:  # the group stays as last known
+                    log.warning("could not list members of user group %s", group)
+                self._groups[group] = (time.monotonic(), members)
+            if user_id in members:
+                found.add(group)
+        return found
+
+    async def on_command(self, incoming: Incoming) -> Reply:
+        user = await self.user(incoming)
+        request = parse_command(incoming.command, incoming.text, user=user, context=self.context)
+        if isinstance(request, TrainRequest | InteractiveRequest):
+            return await self.train(request, incoming, user)
+        if isinstance(request, HelpRequest):
+            return Reply(help_text(self.context, request.topic))
+        if isinstance(request, RecipesRequest):
+            return Reply(recipes_text(self.context, request.workload))
+        if isinstance(request, JobsRequest):
+            return await self.jobs(user, all_users=request.all_users)
+        if isinstance(request, ClustersRequest):
+            return await self.cluster_list(request.cluster)
+        if isinstance(request, CancelRequest):
+            launch = await self.owned(request.job, user, "cancel")
+            return self.confirm_cancel(launch)
+        if isinstance(request, LogsRequest):
+            return await self.logs(await self.find(request.job), request.lines or 50)
+        if isinstance(request, AttachRequest):
+            return self.attach(await self.owned(request.job, user, "attach to"))
+        raise CommandError("That command is not handled yet.")
+
+    async def on_action(self, incoming: Incoming) -> Reply:
+        user = await self.user(incoming)
+        ref = JobRef(id=incoming.action_value)
+        if incoming.action_id == ACTION_CANCEL:
+            return await self.cancel(await self.owned(ref, user, "cancel"), user)
+        if incoming.action_id == ACTION_LOGS:
+            return await self.logs(await self.find(ref), 50)
+        if incoming.action_id == ACTION_ATTACH:
+            return self.attach(await self.owned(ref, user, "attach to"))
+        return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)
+
+    # -- /train ------------------------------------------------------------
+
+    async def train(
+        self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
+    ) -> Reply:
+        active = await self.store.active_count(user.id)
+        decision = decide(
+            self.context.policy,
+            request,
+            user_id=user.id,
+            group_ids=user.groups,
+            active_launches=active,
+        )
+        if not decision.allowed:
+            return Reply(decision.reason, error=True)
+        if decision.needs_approval:
+            return Reply(
+                f"{decision.reason} Approvals in Slack are not available yet: ask a trainbot admin "
+                "to launch it, or use fewer nodes.",
+                error=True,
+            )
+        launch = Launch(
+            request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
+        )
+        queued = f"Queued by <@{user.id}>: {render.request_text(launch)}"
+        await self.store.create(
+            launch, [Event("parent", launch.id), Event("thread", launch.id, queued)]
+        )
+        log.info("launch %s queued by %s: %s", launch.id, user.id, request.to_text())
+        return Reply(render.queued_reply(launch, self.clusters.profiles.get(launch.cluster)))
+
+    # -- finding launches ----------------------------------------------------
+
+    async def find(self, ref: JobRef) -> Launch:
+        if ref.is_launch_id:
+            launch = await self.store.get(ref.id)
+            if launch is None:
+                raise CommandError(f"No launch {ref.id}. /jobs lists yours.")
+            return launch
+        found = await self.store.find_job(ref.id)
+        if ref.cluster:
+            found = [f for f in found if f[0] == ref.cluster]
+        if not found:
+            where = f" on {ref.cluster}" if ref.cluster else ""
+            raise CommandError(
+                f"No launch of trainbot has Slurm job {ref.id}{where}. /jobs lists yours."
+            )
+        if len(found) > 1:
+            clusters = ", ".join(c for c, _ in found)
+            raise CommandError(
+                f"Slurm job {ref.id} exists on {clusters}. "
+                f"Add cluster=<name>, e.g. cluster={found[0][0]}."
+            )
+        launch = await self.store.get(found[0][1])
+        if launch is None:
+            raise CommandError(f"Launch {found[0][1]} is gone.")
+        return launch
+
+    async def owned(self, ref: JobRef, user: User, verb: str) -> Launch:
+        launch = await self.find(ref)
+        if launch.user_id != user.id and not self.context.policy.is_admin(user.id, user.groups):
+            who = launch.user_name or launch.user_id
+            raise CommandError(
+                f"Only {who} (who launched {launch.id}) or a trainbot admin may {verb} it."
+            )
+        return launch
+
+    # -- /jobs, /clusters --------------------------------------------------------
+
+    async def jobs(self, user: User, *, all_users: bool) -> Reply:
+        ids = await self.store.active_ids(None if all_users else user.id)
+        launches = [
+            launch for launch in await asyncio.gather(*(self.store.get(i) for i in ids)) if launch
+        ]
+        if not launches:
+            return Reply(
+                "No active launches."
+                if all_users
+                else "You have no active launches. /jobs all shows everyone's."
+            )
+        now = time.time()
+        lines = []
+        for launch in sorted(launches, key=lambda item: item.created_at):
+            _, word = render.status_label(launch)
+            step = (
+                f" · step {launch.progress.step}/{launch.progress.total}"
+                if launch.progress.total
+                else ""
+            )
+            job = f" · job {launch.job_id}" if launch.job_id else ""
+            who = f" · <@{launch.user_id}>" if all_users else ""
+            lines.append(
+                f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step} · "
+                f"{render.duration(now - launch.created_at)} old{who}"
+            )
+        return Reply("\n".join(lines))
+
+    async def cluster_list(self, only: str | None) -> Reply:
+        names = [only] if only else list(self.clusters.profiles)
+        results = await asyncio.gather(
+            *(self.clusters.capacity(n) for n in names), return_exceptions=True
+        )
+        lines = []
+        for name, result in zip(names, results, strict=True):
+            profile = self.clusters.profile(name)
+            head = f"*{name}* ({profile.type}, {escape(profile.machine)})"
+            if isinstance(result, BaseException):
+                lines.append(f"{head}: unreachable: {escape(str(result))}")
+            else:
+                lines.append(f"{head}\n{escape(format_partitions(result.partitions))}")
+        return Reply("\n".join(lines))
+
+    # -- /cancel, /logs, /attach -------------------------------------------------
+
+    def confirm_cancel(self, launch: Launch) -> Reply:
+        if not launch.active:
+            return Reply(
+                f"{launch.id} has already ended ({render.status_label(launch)[1]}).", error=True
+            )
+        label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
+        text = f"Cancel {label} ({launch.title} on {launch.cluster})?"
+        blocks = [
+            section(text),
+            {"type": "actions", "elements": [cancel_button(launch.id, job_label=label)]},
+        ]
+        return Reply(text, blocks=blocks)
+
+    async def cancel(self, launch: Launch, user: User) -> Reply:
+        if not launch.active:
+            return Reply(f"{launch.id} has already ended ({render.status_label(launch)[1]}).")
+        job_ids = [a.job_id for a in launch.attempts if a.job_id]
+        if job_ids:
+            await self.clusters.cancel(launch.cluster, job_ids[-1:])
+
+        def cancelled(stored: Launch) -> list[Event]:
+            text = f"🚫 Cancelled by <@{user.id}>."
+            if stored.phase in (Phase.QUEUED, Phase.PREFLIGHT, Phase.RETRYING) or not stored.job_id:
+                stored.phase, stored.outcome, stored.detail = Phase.DONE, "CANCELLED", text
+            return [Event("thread", stored.id, text), Event("update", stored.id)]
+
+        await self.store.mutate(launch.id, cancelled)
+        what = f"Slurm job {job_ids[-1]}" if job_ids else launch.id
+        return Reply(f"Cancelled {what}. The thread will show the final state.")
+
+    async def logs(self, launch: Launch, lines: int) -> Reply:
+        attempt = launch.attempt
+        if attempt is None or not attempt.job_id:
+            return Reply(
+                f"{launch.id} has no Slurm job yet ({render.status_label(launch)[1]}).", error=True
+            )
+        if not attempt.log_path:
+            return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
+        text = await self.clusters.tail(launch.cluster, attempt.log_path, lines)
+        if not text.strip():
+            return Reply(
+                f"The log of job {attempt.job_id} is empty so far (`{escape(attempt.log_path)}`)."
+            )
+        count = len(text.splitlines())
+        head = f"Last {count} lines of job {attempt.job_id} (`{escape(attempt.log_path)}`):"
+        if len(text) <= INLINE_LOG_CHARS:
+            return Reply(f"{head}\n{code_block(text)}")
+        return Reply(
+            head + " (attached as a file)",
+            file_name=f"{launch.id}-{attempt.job_id}.log",
+            file_content=text.encode(),
+        )
+
+    def attach(self, launch: Launch) -> Reply:
+        if not launch.interactive:
+            return Reply(
+                f"{launch.id} is not an interactive job; /train interactive starts one.", error=True
+            )
+        attempt = launch.attempt
+        if not launch.active or attempt is None:
+            return Reply(
+                f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
+            )
+        if not attempt.attach_ready:
+            return Reply(
+                f"Job {attempt.job_id or '(not submitted yet)'} is not ready to attach yet; "
+                "the thread will say when."
+            )
+        profile = self.clusters.profile(launch.cluster)
+        login = profile.login
+        remote = attach_command(profile.nemo_rl_dir, attempt.job_id)
+        command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
+        text = (
+            f"Attach to job {attempt.job_id} (re-run it after a lost connection):\n"
+            f"```{escape(command)}```"
+        )
+        url = profile.attach_url(job_id=attempt.job_id)
+        if url:
+            text += f"\nOr open <{url}|the web terminal>."
+        return Reply(text)

@@ -1,0 +1,91 @@
+"""``trainbot doctor``: check what the bot depends on, one line per check.
+
+Config (already loaded when this runs), Redis, and for every cluster: SSH with
+its host key, the partition, the images, the catalog's recipes, and the
+directories pre-flight needs. Exit 0 when everything passes.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from bot.clusters import Clusters
+from bot.config import Config
+from bot.settings import Settings
+from bot.store import Store
+from cluster.discovery import discover_recipes
+from cluster.errors import TrainbotError
+from cluster.launch import LaunchSpec
+from cluster.preflight import preflight
+from cluster.profiles import ClusterProfile
+from cluster.ssh import SSHPool
+
+
+class Report:
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.failed = 0
+
+    def line(self, ok: bool, what: str, detail: str = "") -> None:
+        self.failed += not ok
+        mark = "ok  " if ok else "FAIL"
+        print(f"{mark} {what}{': ' + detail if detail else ''}", file=self.out, flush=True)
+
+
+async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
+    name = profile.name
+    login = profile.login
+    try:
+        await clusters.pool.run(login, "true", timeout_s=20, cluster=name)
+    except TrainbotError as exc:
+        report.line(False, f"{name}: ssh {login.user}@{login.host}:{login.port}", str(exc))
+        return
+    report.line(True, f"{name}: ssh {login.user}@{login.host}:{login.port} (host key verified)")
+    listing = await discover_recipes(clusters.pool, profile)
+    entries = [e for e in clusters.config.catalog.entries]
+    missing = [
+        e.script_path
+        for e in entries
+        if (e.script if e.framework == "nemo" else e.job_script)
+        not in (listing.nemo_scripts if e.framework == "nemo" else listing.nemo_rl_job_scripts)
+    ]
+    report.line(
+        not missing,
+        f"{name}: recipes in {profile.recipes_dir}",
+        f"missing {', '.join(sorted(set(missing)))}"
+        if missing
+        else f"{len(entries)} catalog entries found",
+    )
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.framework in seen:
+            continue
+        seen.add(entry.framework)
+        spec = LaunchSpec.from_recipe(profile, entry, launch_id="L-doctor", nodes=1)
+        result = await preflight(clusters.pool, spec)
+        for check in result.checks:
+            report.line(check.ok, f"{name}: {entry.framework} {check.name}", check.message)
+
+
+async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = None) -> int:
+    report = Report(out or sys.stdout)
+    report.line(True, f"config {settings.config_path}", f"{len(config.clusters)} clusters")
+    try:
+        async with Store.connect(settings.redis_url) as store:
+            await store.ping()
+        report.line(True, f"redis {settings.redis_url.split('@')[-1]}")
+    except TrainbotError as exc:
+        report.line(False, "redis", str(exc))
+    async with SSHPool() as pool:
+        clusters = Clusters(config, settings, pool)
+        for profile in config.clusters.values():
+            try:
+                await check_cluster(report, clusters, profile)
+            except TrainbotError as exc:
+                report.line(False, f"{profile.name}", str(exc))
+    print(
+        f"{report.failed} check(s) failed" if report.failed else "all checks passed",
+        file=report.out,
+    )
+    return 1 if report.failed else 0

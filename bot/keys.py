@@ -1,0 +1,44 @@
+"""Every Redis key trainbot uses, in one place. All start with ``trainbot:``."""
+
+from __future__ import annotations
+
+PREFIX = "trainbot"
+
+QUEUE = f"{PREFIX}:queue"  # stream of launch ids to pre-flight and submit
+QUEUE_GROUP = "workers"
+OUTBOX = f"{PREFIX}:outbox"  # stream of messages to post, in order
+OUTBOX_GROUP = "notifiers"
+ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
+HEARTBEAT = f"{PREFIX}:heartbeat"  # hash: process name -> last beat (unix s)
+
+
+def launch(launch_id: str) -> str:
+    return f"{PREFIX}:launch:{launch_id}"
+
+
+def user_active(user_id: str) -> str:
+    return f"{PREFIX}:user:{user_id}:active"
+
+
+def tracked(cluster: str) -> str:
+    """Launches whose Slurm job the poller follows on ``cluster``."""
+    return f"{PREFIX}:tracked:{cluster}"
+
+
+def job(cluster: str, job_id: str) -> str:
+    """Slurm job id on a cluster -> launch id."""
+    return f"{PREFIX}:job:{cluster}:{job_id}"
+
+
+def lease(name: str) -> str:
+    """A lease held by one process at a time (the poller of a cluster, the notifier)."""
+    return f"{PREFIX}:lease:{name}"
+
+
+def posted(event_id: str) -> str:
+    """Set once an outbox entry has reached the front end, so a redelivery is not posted twice."""
+    return f"{PREFIX}:posted:{event_id}"
+
+
+def dedupe(name: str) -> str:
+    return f"{PREFIX}:dedupe:{name}"

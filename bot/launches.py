@@ -1,0 +1,133 @@
+"""A launch: one /train from queue to its final state, with every attempt.
+
+The record is what Redis keeps (as JSON) and what restarts pick up again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from commands.requests import InteractiveRequest, TrainRequest
+
+
+class Phase(StrEnum):
+    """Where a launch is. Slurm's own words for a job live in ``Attempt.slurm_state``."""
+
+    QUEUED = "queued"
+    PREFLIGHT = "preflight"
+    SUBMITTING = "submitting"  # sbatch may have run: look the launch id up before retrying
+    SUBMITTED = "submitted"  # Slurm has it (PENDING)
+    RUNNING = "running"
+    RETRYING = "retrying"
+    DONE = "done"  # terminal: see ``outcome``
+    REJECTED = "rejected"  # pre-flight or submission refused; nothing ran
+    DRY_RUN = "dry_run"
+
+
+ACTIVE_PHASES = frozenset(
+    {
+        Phase.QUEUED,
+        Phase.PREFLIGHT,
+        Phase.SUBMITTING,
+        Phase.SUBMITTED,
+        Phase.RUNNING,
+        Phase.RETRYING,
+    }
+)
+TRACKED_PHASES = frozenset({Phase.SUBMITTED, Phase.RUNNING})
+
+
+def new_launch_id() -> str:
+    return "L-" + secrets.token_hex(3)
+
+
+class Attempt(BaseModel):
+    """One Slurm job of a launch. A retry is a new attempt (a new job)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    number: int
+    job_id: str = ""
+    reason: str = ""  # why this attempt was made (empty for the first)
+    submitted_at: float = 0.0
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    slurm_state: str = ""
+    exit_code: str = ""
+    node_list: str = ""
+    restarts: int = 0
+    local_dir: str = ""  # NeMo: nemo-run's task directory
+    job_dir: str = ""  # NeMo-RL: <nemo_rl>/<job_id>
+    log_path: str = ""
+    log_offset: int = 0
+    attach_ready: bool = False
+    tail: str = ""  # the last lines of the log, for diagnosis and the failure message
+
+
+class Progress(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = 0
+    total: int = 0
+    loss: float | None = None
+    step_time_s: float | None = None
+    updated_at: float = 0.0
+
+
+class Launch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(default_factory=new_launch_id)
+    request: TrainRequest | InteractiveRequest = Field(discriminator="kind")
+    user_id: str
+    user_name: str = ""
+    channel: str
+    parent_ts: str = ""
+    phase: Phase = Phase.QUEUED
+    outcome: str = ""  # Slurm's final word (COMPLETED, FAILED, ...) or why it was rejected
+    detail: str = ""  # a short human sentence about the outcome
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    attempts: list[Attempt] = Field(default_factory=list)
+    progress: Progress = Field(default_factory=Progress)
+    checkpoints: list[str] = Field(default_factory=list)
+    progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    parent_rendered_at: float = 0.0
+
+    @property
+    def cluster(self) -> str:
+        return self.request.cluster
+
+    @property
+    def attempt(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def job_id(self) -> str:
+        return self.attempts[-1].job_id if self.attempts else ""
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE_PHASES
+
+    @property
+    def interactive(self) -> bool:
+        return isinstance(self.request, InteractiveRequest)
+
+    @property
+    def title(self) -> str:
+        """``sft · llama3p1_8b`` or ``interactive``."""
+        req = self.request
+        if isinstance(req, TrainRequest):
+            return f"{req.workload} · {req.model}"
+        return "interactive"
+
+    @property
+    def experiment_name(self) -> str:
+        """What Slurm records for this launch: the user's name= (if any) and the launch id."""
+        name = self.request.name
+        return f"{name}-{self.id}" if name else self.id

@@ -1,0 +1,163 @@
+"""Delivers the outbox to the front end, in order, once.
+
+One notifier at a time holds the lease, so a launch's thread reads in the
+order its events were written, whichever process wrote them. An entry is
+acknowledged only after the front end took it; after a crash the same
+entry is delivered again unless it was marked posted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bot import keys, render
+from bot.front import Front, MessageRef
+from bot.launches import Launch
+from bot.store import Event, Store
+from cluster.profiles import ClusterProfile
+
+log = logging.getLogger(__name__)
+
+LEASE = "notifier"
+LEASE_TTL_MS = 15_000
+MAX_TRIES = 8
+
+
+class Notifier:
+    def __init__(
+        self,
+        store: Store,
+        front: Front,
+        profiles: dict[str, ClusterProfile],
+        *,
+        owner: str,
+        oncall_channel: str = "",
+    ) -> None:
+        self.store = store
+        self.front = front
+        self.profiles = profiles
+        self.owner = owner
+        self.oncall_channel = oncall_channel
+        self.delivered = 0
+        self._tries: dict[str, int] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                if not await self.store.acquire(LEASE, self.owner, LEASE_TTL_MS):
+                    await _sleep(stop, 2.0)
+                    continue
+                await self.drain(block_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis or the front end is down: keep going, slowly
+                log.exception("notifier: delivery failed; retrying")
+                await _sleep(stop, 2.0)
+        await self.store.release(LEASE, self.owner)
+
+    async def drained(self) -> bool:
+        """Whether every outbox entry has been delivered."""
+        return await self.store.stream_length(keys.OUTBOX) == 0
+
+    async def drain(self, *, block_ms: int = 0) -> int:
+        """Deliver what is waiting (this consumer's unacknowledged entries first)."""
+        entries = await self.store.read(
+            keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms, pending=True
+        )
+        if not entries:
+            entries = await self.store.claim_stale(
+                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, min_idle_ms=LEASE_TTL_MS
+            )
+        if not entries:
+            entries = await self.store.read(
+                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms
+            )
+        events = [Event.decode(entry_id, fields) for entry_id, fields in entries]
+        for index, event in enumerate(events):
+            later = events[index + 1 :]
+            if event.kind == "update" and any(
+                e.kind == "update" and e.launch_id == event.launch_id for e in later
+            ):
+                await self.store.ack(
+                    keys.OUTBOX, keys.OUTBOX_GROUP, event.id
+                )  # a newer one follows
+                continue
+            await self._deliver_once(event)
+        return len(events)
+
+    async def _deliver_once(self, event: Event) -> None:
+        if not await self.store.was_posted(event.id):
+            try:
+                await self.deliver(event)
+            except Exception:
+                tries = self._tries.get(event.id, 0) + 1
+                self._tries[event.id] = tries
+                if tries < MAX_TRIES:
+                    raise
+                log.exception(
+                    "notifier: giving up on %s event %s for %s",
+                    event.kind,
+                    event.id,
+                    event.launch_id,
+                )
+            if event.kind != "update":
+                await self.store.mark_posted(event.id)
+        self._tries.pop(event.id, None)
+        await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, event.id)
+        self.delivered += 1
+
+    async def deliver(self, event: Event) -> None:
+        if event.kind == "oncall":
+            channel = str(event.data.get("channel") or self.oncall_channel)
+            if channel:
+                await self.front.post(channel, event.text)
+            return
+        launch = await self.store.get(event.launch_id)
+        if launch is None:
+            log.warning(
+                "notifier: %s event for unknown launch %s dropped", event.kind, event.launch_id
+            )
+            return
+        if event.kind == "ephemeral":
+            await self.front.post_ephemeral(launch.channel, launch.user_id, event.text)
+            return
+        if not launch.parent_ts:
+            launch = await self._post_parent(launch)
+        if event.kind in ("parent", "update"):
+            if event.kind == "update":
+                text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
+                await self.front.update(
+                    MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
+                )
+            return
+        if event.kind == "thread":
+            await self.front.post(launch.channel, event.text, thread_ts=launch.parent_ts)
+        elif event.kind == "upload":
+            await self.front.upload(
+                launch.channel,
+                launch.parent_ts,
+                filename=str(event.data.get("filename", "file.txt")),
+                content=event.text.encode(),
+                title=str(event.data.get("title", "")),
+            )
+        else:
+            log.warning("notifier: unknown event kind %r dropped", event.kind)
+
+    async def _post_parent(self, launch: Launch) -> Launch:
+        text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
+        ref = await self.front.post(launch.channel, text, blocks=blocks)
+
+        def keep_ts(stored: Launch) -> list[Event]:
+            stored.parent_ts = stored.parent_ts or ref.ts
+            return []
+
+        stored, _ = await self.store.mutate(launch.id, keep_ts)
+        return stored
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

@@ -1,0 +1,276 @@
+"""Redis: launch records, the launch queue, the outbox, leases. The only module that imports redis.
+
+Every change to a launch goes through :meth:`Store.mutate`, which writes the
+record, its indexes and the outbox entries it produced in one transaction, so
+a crash never leaves a state change without its message, or a message without
+its state change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError, WatchError
+
+from bot import keys
+from bot.launches import TRACKED_PHASES, Launch
+from cluster.errors import TrainbotError
+
+log = logging.getLogger(__name__)
+
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+_RENEW = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+)
+
+
+def _fields(values: dict[str, str]) -> Any:
+    """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
+    return values
+
+
+class StoreError(TrainbotError):
+    """Redis is unreachable or answered with an error."""
+
+
+@dataclass
+class Event:
+    """An outbox entry: something to say in a launch's thread or about it.
+
+    kinds: ``parent`` (post the parent message), ``update`` (re-render the
+    parent), ``thread`` (a line in the thread), ``upload`` (a file in the
+    thread), ``oncall`` (a page in the on-call channel).
+    """
+
+    kind: str
+    launch_id: str
+    text: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    id: str = ""  # the stream entry id, once stored
+
+    def encode(self) -> dict[str, str]:
+        return {
+            "kind": self.kind,
+            "launch": self.launch_id,
+            "text": self.text,
+            "data": json.dumps(self.data),
+        }
+
+    @classmethod
+    def decode(cls, entry_id: str, fields: dict[str, str]) -> Event:
+        return cls(
+            kind=fields.get("kind", ""),
+            launch_id=fields.get("launch", ""),
+            text=fields.get("text", ""),
+            data=json.loads(fields.get("data") or "{}"),
+            id=entry_id,
+        )
+
+
+class Store:
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, url: str) -> AsyncIterator[Store]:
+        client = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
+        store = cls(client)
+        try:
+            await store.ping()
+            await store.ensure_groups()
+            yield store
+        finally:
+            await client.aclose()
+
+    async def ping(self) -> None:
+        try:
+            await self.redis.ping()
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis is unreachable: {exc}") from exc
+
+    async def ensure_groups(self) -> None:
+        for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
+            try:
+                await self.redis.xgroup_create(stream, group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    # -- launches ---------------------------------------------------------
+
+    async def get(self, launch_id: str) -> Launch | None:
+        raw = await self.redis.get(keys.launch(launch_id))
+        return Launch.model_validate_json(raw) if raw else None
+
+    async def create(self, launch: Launch, events: list[Event], *, enqueue: bool = True) -> None:
+        """Store a new launch, queue it for a worker and write its first messages."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(keys.launch(launch.id), launch.model_dump_json(), nx=True)
+            self._index(pipe, launch)
+            for event in events:
+                pipe.xadd(keys.OUTBOX, _fields(event.encode()))
+            if enqueue:
+                pipe.xadd(keys.QUEUE, {"launch": launch.id})
+            await pipe.execute()
+
+    async def mutate(
+        self, launch_id: str, change: Callable[[Launch], list[Event]]
+    ) -> tuple[Launch, list[Event]]:
+        """Apply ``change`` to the stored launch and write it with the events it returns.
+
+        ``change`` edits the launch in place and may run more than once (when
+        another process writes the same launch meanwhile); it must not do I/O.
+        """
+        key = keys.launch(launch_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    raw = await pipe.get(key)
+                    if raw is None:
+                        raise StoreError(f"launch {launch_id} does not exist")
+                    launch = Launch.model_validate_json(raw)
+                    events = change(launch)
+                    launch.updated_at = time.time()
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(key, launch.model_dump_json())
+                    self._index(pipe, launch)
+                    for event in events:
+                        pipe.xadd(keys.OUTBOX, _fields(event.encode()))
+                    await pipe.execute()
+                    return launch, events
+                except WatchError:
+                    continue
+
+    def _index(self, pipe: Any, launch: Launch) -> None:
+        if launch.active:
+            pipe.sadd(keys.ACTIVE, launch.id)
+            pipe.sadd(keys.user_active(launch.user_id), launch.id)
+        else:
+            pipe.srem(keys.ACTIVE, launch.id)
+            pipe.srem(keys.user_active(launch.user_id), launch.id)
+        if launch.phase in TRACKED_PHASES:
+            pipe.sadd(keys.tracked(launch.cluster), launch.id)
+        else:
+            pipe.srem(keys.tracked(launch.cluster), launch.id)
+        for attempt in launch.attempts:
+            if attempt.job_id:
+                pipe.set(keys.job(launch.cluster, attempt.job_id), launch.id)
+
+    async def active_ids(self, user_id: str | None = None) -> list[str]:
+        key = keys.user_active(user_id) if user_id else keys.ACTIVE
+        return sorted(str(m) for m in await self.redis.smembers(key))
+
+    async def active_count(self, user_id: str) -> int:
+        return int(await self.redis.scard(keys.user_active(user_id)))
+
+    async def tracked_ids(self, cluster: str) -> list[str]:
+        return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
+
+    async def launch_for_job(self, cluster: str, job_id: str) -> str | None:
+        value = await self.redis.get(keys.job(cluster, job_id))
+        return str(value) if value else None
+
+    async def find_job(self, job_id: str) -> list[tuple[str, str]]:
+        """(cluster, launch id) pairs for a Slurm job id, across clusters."""
+        found = []
+        async for key in self.redis.scan_iter(match=keys.job("*", job_id)):
+            cluster = key.split(":")[2]
+            launch_id = await self.redis.get(key)
+            if launch_id:
+                found.append((cluster, str(launch_id)))
+        return sorted(found)
+
+    # -- streams (queue and outbox) -----------------------------------------
+
+    async def read(
+        self, stream: str, group: str, consumer: str, *, block_ms: int, pending: bool = False
+    ) -> list[tuple[str, dict[str, str]]]:
+        """Entries for this consumer: new ones, or (``pending``) its own unacknowledged ones."""
+        reply: Any = await self.redis.xreadgroup(
+            group,
+            consumer,
+            {stream: "0" if pending else ">"},
+            count=16,
+            block=None if pending else block_ms,
+        )
+        entries: list[tuple[str, dict[str, str]]] = []
+        for _stream, items in reply or []:
+            entries.extend((str(entry_id), dict(fields)) for entry_id, fields in items if fields)
+        return entries
+
+    async def claim_stale(
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int
+    ) -> list[tuple[str, dict[str, str]]]:
+        """Take over entries another consumer read but never acknowledged (it died)."""
+        reply: Any = await self.redis.xautoclaim(
+            stream, group, consumer, min_idle_ms, "0-0", count=16
+        )
+        return [(str(entry_id), dict(fields)) for entry_id, fields in reply[1] if fields]
+
+    async def ack(self, stream: str, group: str, entry_id: str) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(stream, group, entry_id)
+            pipe.xdel(stream, entry_id)
+            await pipe.execute()
+
+    async def stream_length(self, stream: str) -> int:
+        return int(await self.redis.xlen(stream))
+
+    async def requeue(self, launch_id: str) -> None:
+        await self.redis.xadd(keys.QUEUE, {"launch": launch_id})
+
+    async def add_events(self, events: list[Event]) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for event in events:
+                pipe.xadd(keys.OUTBOX, _fields(event.encode()))
+            await pipe.execute()
+
+    async def mark_posted(self, event_id: str, value: str = "1") -> bool:
+        """True the first time; False when this outbox entry was already posted."""
+        return bool(await self.redis.set(keys.posted(event_id), value, nx=True, ex=7 * 86400))
+
+    async def was_posted(self, event_id: str) -> bool:
+        return bool(await self.redis.exists(keys.posted(event_id)))
+
+    async def first_time(self, name: str, ttl_s: int = 86400) -> bool:
+        """True once per ``name`` within ``ttl_s`` (de-duplicating retries and alerts)."""
+        return bool(await self.redis.set(keys.dedupe(name), "1", nx=True, ex=ttl_s))
+
+    async def count(self, name: str, ttl_s: int = 86400) -> int:
+        """Increment and return the counter ``name`` (kept ``ttl_s``)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.incr(keys.dedupe(name))
+            pipe.expire(keys.dedupe(name), ttl_s)
+            value, _ = await pipe.execute()
+        return int(value)
+
+    # -- leases and liveness ------------------------------------------------
+
+    async def acquire(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or keep the lease ``name``; True while ``owner`` holds it."""
+        key = keys.lease(name)
+        if await self.redis.set(key, owner, nx=True, px=ttl_ms):
+            return True
+        return bool(await self.redis.eval(_RENEW, 1, key, owner, str(ttl_ms)))
+
+    async def release(self, name: str, owner: str) -> None:
+        await self.redis.eval(_RELEASE, 1, keys.lease(name), owner)
+
+    async def beat(self, process: str) -> None:
+        await self.redis.hset(keys.HEARTBEAT, process, str(time.time()))
+
+    async def last_beat(self, process: str) -> float:
+        value = await self.redis.hget(keys.HEARTBEAT, process)
+        return float(value) if value else 0.0

@@ -1,0 +1,197 @@
+"""What one poll of a job means for its launch. Pure: snapshot in, launch edits and events out.
+
+Called inside :meth:`Store.mutate`, so a state change and its thread message
+are written together, and a restarted bot never announces the same change
+twice (the stored launch already has it).
+"""
+
+from __future__ import annotations
+
+import time
+
+from bot import render
+from bot.launches import Launch, Phase
+from bot.slack_text import code_block, escape
+from bot.store import Event
+from cluster.collector import FrameworkName, JobSnapshot, TrackedJob
+from cluster.nemo_rl import attach_command
+from cluster.profiles import ClusterProfile, join_remote
+from cluster.progress import Point, complete_lines, parse_progress
+from cluster.slurm import is_terminal
+
+PARENT_REFRESH_S = 10.0
+FAILURE_TAIL_LINES = 8
+HISTORY_MAX = 5000
+TAIL_LINES = 60
+TAIL_CHARS = 16_000
+
+
+def tracked_job(launch: Launch, profile: ClusterProfile) -> TrackedJob | None:
+    attempt = launch.attempt
+    if attempt is None or not attempt.job_id:
+        return None
+    framework: FrameworkName = "nemo-rl" if attempt.job_dir else "nemo"
+    if framework == "nemo":
+        ckpt_dir = join_remote(profile.log_dir, launch.experiment_name, "checkpoints")
+    else:
+        ckpt_dir = join_remote(attempt.job_dir, "checkpoints")
+    return TrackedJob(
+        job_id=attempt.job_id,
+        framework=framework,
+        local_dir=attempt.local_dir,
+        job_dir=attempt.job_dir,
+        checkpoint_dir=ckpt_dir,
+        log_path=attempt.log_path,
+        log_offset=attempt.log_offset,
+        known_checkpoints=tuple(launch.checkpoints),
+        interactive=launch.interactive,
+    )
+
+
+class _Step:
+    """One poll applied to one launch: collects the thread lines it causes."""
+
+    def __init__(self, launch: Launch, snap: JobSnapshot, profile: ClusterProfile, now: float):
+        self.launch, self.snap, self.profile, self.now = launch, snap, profile, now
+        self.attempt = launch.attempts[-1]
+        self.events: list[Event] = []
+        self.visible = False
+
+    def say(self, text: str) -> None:
+        self.events.append(Event("thread", self.launch.id, text))
+        self.visible = True
+
+    def read_log(self) -> bool:
+        """New whole lines of the log: progress, and the rolling tail kept for diagnosis."""
+        attempt, chunk, launch = self.attempt, self.snap.log, self.launch
+        if not chunk.path:
+            return False
+        if chunk.path != attempt.log_path or chunk.reset:
+            attempt.log_path, attempt.log_offset = chunk.path, 0
+        text, used = complete_lines(chunk.text)
+        attempt.log_offset = chunk.offset - len(chunk.text.encode("utf-8")) + used
+        if text:
+            attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+        framework = "nemo-rl" if attempt.job_dir else "nemo"
+        p = launch.progress
+        carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
+        progress = parse_progress(text, framework, carry)
+        last = progress.last
+        if last is None:
+            return False
+        p.step, p.total, p.updated_at = last.step, last.total, self.now
+        p.loss = last.loss if last.loss is not None else p.loss
+        p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
+        history = launch.progress_history
+        history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
+        del history[:-HISTORY_MAX]
+        return True
+
+    def checkpoints(self) -> None:
+        for ckpt in self.snap.new_checkpoints:
+            if ckpt.name not in self.launch.checkpoints:
+                self.launch.checkpoints.append(ckpt.name)
+                self.say(f"💾 Checkpoint {render.checkpoint_label(ckpt.name)} saved.")
+
+    def requeues(self) -> None:
+        """Slurm's own requeue (node failure, --requeue): same job id, a new incarnation."""
+        if self.snap.restarts > self.attempt.restarts:
+            self.attempt.restarts = self.snap.restarts
+            self.say(
+                f"⚠️ Slurm requeued job {self.snap.job_id} (restart {self.snap.restarts}), usually "
+                "after a node failure; it will run again from its newest checkpoint. "
+                "No second job was submitted."
+            )
+
+    def attach(self) -> None:
+        if self.snap.attach_ready and not self.attempt.attach_ready:
+            self.attempt.attach_ready = True
+            command = attach_command(self.profile.nemo_rl_dir, self.snap.job_id)
+            self.say(
+                f"🔌 Interactive job {self.snap.job_id} is ready to attach: "
+                f"`/attach {self.launch.id}` shows you how (`{escape(command)}`)."
+            )
+
+    def state(self) -> None:
+        state, attempt, launch = self.snap.state, self.attempt, self.launch
+        if not state or state == attempt.slurm_state:
+            return
+        previous, attempt.slurm_state = attempt.slurm_state, state
+        self.visible = True
+        if state in ("RUNNING", "COMPLETING") and launch.phase != Phase.RUNNING:
+            launch.phase = Phase.RUNNING
+            attempt.started_at = attempt.started_at or self.now
+            nodes = self.snap.queue.nodelist if self.snap.queue else ""
+            attempt.node_list = nodes or attempt.node_list
+            self.say(
+                f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running."
+            )
+        elif is_terminal(state):
+            self.terminal(state)
+        elif state == "PENDING" and previous in ("RUNNING", "COMPLETING"):
+            launch.phase = Phase.SUBMITTED
+            self.say(f"Job {self.snap.job_id} is pending again (requeued).")
+        elif previous and state not in ("PENDING", "CONFIGURING"):
+            self.say(f"Slurm state: {state}.")
+
+    def terminal(self, state: str) -> None:
+        attempt, launch = self.attempt, self.launch
+        attempt.ended_at = self.now
+        if self.snap.acct is not None:
+            attempt.exit_code = self.snap.acct.latest.exit_code
+            attempt.node_list = self.snap.acct.latest.nodelist or attempt.node_list
+        launch.phase = Phase.DONE
+        launch.outcome = state
+        summary = final_summary(launch, self.profile, self.now)
+        launch.detail = summary.split("\n", 1)[0]
+        if state != "COMPLETED" and attempt.tail.strip():
+            lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
+            summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
+        self.say(summary)
+
+
+def apply_snapshot(
+    launch: Launch, snap: JobSnapshot, profile: ClusterProfile, now: float | None = None
+) -> list[Event]:
+    """Edit ``launch`` for what ``snap`` shows; return the messages to post."""
+    attempt = launch.attempt
+    if attempt is None or attempt.job_id != snap.job_id:
+        return []
+    if launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
+        return []
+    step = _Step(launch, snap, profile, time.time() if now is None else now)
+    progressed = step.read_log()
+    step.checkpoints()
+    step.requeues()
+    step.attach()
+    step.state()
+    stale = step.now - launch.parent_rendered_at >= PARENT_REFRESH_S
+    if step.visible or (progressed and stale):
+        launch.parent_rendered_at = step.now
+        step.events.append(Event("update", launch.id))
+    return step.events
+
+
+def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
+    icon, word = render.status_label(launch)
+    first = launch.attempts[0]
+    start = first.started_at or first.submitted_at or launch.created_at
+    elapsed = (launch.attempt.ended_at if launch.attempt else now) - start
+    gpu_hours = (
+        sum(max(0.0, (a.ended_at or now) - a.started_at) for a in launch.attempts if a.started_at)
+        * launch.request.nodes
+        * profile.gpus_per_node
+        / 3600
+    )
+    attempts = len(launch.attempts)
+    parts = [
+        f"in {render.duration(elapsed)}",
+        f"{attempts} attempt{'s' if attempts != 1 else ''}",
+        f"{gpu_hours:.2g} GPU-hours",
+    ]
+    if launch.checkpoints:
+        parts.append(f"last checkpoint {render.checkpoint_label(launch.checkpoints[-1])}")
+    exit_code = launch.attempt.exit_code if launch.attempt else ""
+    if word != "COMPLETED" and exit_code and exit_code != "0:0":
+        parts.append(f"exit code {exit_code}")
+    return f"{icon} {word} " + " · ".join(parts)

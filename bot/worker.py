@@ -1,0 +1,233 @@
+"""Launch workers: take launches off the Redis queue, pre-flight and submit them.
+
+Delivery is at-least-once (a Redis stream with a consumer group); submission
+is exactly once per launch: the launch is marked SUBMITTING before ``sbatch``
+runs, and a worker that finds it so (its predecessor died mid-submit) first
+asks Slurm for a job carrying the launch id before submitting anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bot import keys, render
+from bot.clusters import Clusters
+from bot.launches import Attempt, Launch, Phase
+from bot.slack_text import code_block, escape
+from bot.store import Event, Store
+from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.launch import Submission
+
+log = logging.getLogger(__name__)
+
+CLAIM_IDLE_MS = 30_000
+CLAIM_EVERY_S = 10.0
+UNREACHABLE_RETRIES = 5
+LAUNCH_LOCK_MS = 300_000
+
+
+def thread(launch_id: str, text: str) -> Event:
+    return Event("thread", launch_id, text)
+
+
+def update(launch_id: str) -> Event:
+    return Event("update", launch_id)
+
+
+class Worker:
+    def __init__(self, store: Store, clusters: Clusters, *, name: str, owner: str = "") -> None:
+        self.store = store
+        self.clusters = clusters
+        self.name = name
+        self.owner = f"{owner or name}/{name}"
+        self.processed = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until ``stop`` is set; this consumer's own unfinished entries come first."""
+        own_pending = True
+        next_claim = 0.0
+        while not stop.is_set():
+            try:
+                entries: list[tuple[str, dict[str, str]]] = []
+                if own_pending:  # after a restart: what this worker took but never finished
+                    entries = await self.store.read(
+                        keys.QUEUE, keys.QUEUE_GROUP, self.name, block_ms=0, pending=True
+                    )
+                    own_pending = False
+                elif time.monotonic() >= next_claim:  # what other, dead workers left behind
+                    entries = await self.store.claim_stale(
+                        keys.QUEUE, keys.QUEUE_GROUP, self.name, min_idle_ms=CLAIM_IDLE_MS
+                    )
+                    next_claim = time.monotonic() + CLAIM_EVERY_S
+                if not entries:
+                    entries = await self.store.read(
+                        keys.QUEUE, keys.QUEUE_GROUP, self.name, block_ms=1000
+                    )
+                for entry_id, fields in entries:
+                    await self.process(fields.get("launch", ""))
+                    await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker %s: queue error; retrying", self.name)
+                await asyncio.sleep(1.0)
+
+    async def process(self, launch_id: str) -> None:
+        item = await self.store.get(launch_id)
+        if item is None:
+            log.warning("worker: queue entry for unknown launch %s dropped", launch_id)
+            return
+        if item.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
+            return  # already handled (a redelivery)
+        # Two workers never handle one launch at once (a redelivery racing the original).
+        lock = f"launch:{launch_id}"
+        if not await self.store.acquire(lock, self.owner, LAUNCH_LOCK_MS):
+            return
+        try:
+            await self._launch(item)
+        except ClusterUnreachable as exc:
+            await self._unreachable(item, exc)
+        except ClusterError as exc:
+            await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+        finally:
+            await self.store.release(lock, self.owner)
+        self.processed += 1
+
+    async def _launch(self, item: Launch) -> None:
+        if item.phase == Phase.SUBMITTING:
+            found = await self.clusters.find(item)
+            if found:  # the previous worker submitted, then died: adopt, never resubmit
+                job = found[-1]
+                await self._record(item, job_id=job.job_id, adopted=True)
+                return
+        built = self.clusters.spec_for(item)
+        spec = built.spec
+        item, _ = await self.store.mutate(item.id, _set_phase(Phase.PREFLIGHT))
+        if item.request.dry_run:
+            dry = await self.clusters.dry_run(spec)
+            checks = "\n".join(
+                ("✓ " if c.ok else "✗ ") + escape(c.message) for c in dry.preflight.checks
+            )
+            text = (
+                "Dry run: nothing was submitted. On the login node trainbot would run "
+                f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
+                f"{code_block(dry.script)}\nPre-flight:\n{checks}"
+            )
+            await self.store.mutate(item.id, _finish(Phase.DRY_RUN, "DRY_RUN", text))
+            return
+        result = await self.clusters.preflight(spec)
+        if not result.ok:
+            await self._reject(item, "PREFLIGHT", "Not submitted: " + escape(result.message()))
+            return
+        notes = "".join(f"\nNote: {escape(n)}." for n in built.notes)
+        ok = render.preflight_summary(result, spec) + notes
+
+        def submitting(stored: Launch) -> list[Event]:
+            stored.phase = Phase.SUBMITTING
+            return [thread(stored.id, ok), update(stored.id)]
+
+        item, _ = await self.store.mutate(item.id, submitting)
+        try:
+            submission = await self.clusters.submit(spec)
+        except CommandTimeout:
+            # sbatch may or may not have run: stay SUBMITTING; the next try looks it up first.
+            await self.store.requeue(item.id)
+            raise
+        except SlurmCommandFailed as exc:
+            await self._reject(
+                item,
+                "SUBMIT_FAILED",
+                "Slurm refused the job:\n" + code_block(exc.stderr or str(exc)),
+            )
+            return
+        await self._record(item, submission=submission)
+
+    async def _record(
+        self,
+        item: Launch,
+        *,
+        submission: Submission | None = None,
+        job_id: str = "",
+        adopted: bool = False,
+    ) -> None:
+        profile = self.clusters.profile(item.cluster)
+        spec = self.clusters.spec_for(item).spec
+        job_id = submission.job_id if submission else job_id
+        local_dir = submission.local_dir if submission else ""
+        from cluster.nemo_rl import job_dir as rl_job_dir
+
+        job_dir = (submission.job_dir if submission else "") or (
+            rl_job_dir(profile.nemo_rl_dir, job_id) if spec.framework == "nemo-rl" else ""
+        )
+        log_path = f"{job_dir}/nemo_rl_output.log" if job_dir else (local_dir or "")
+        partition = spec.slurm_partition
+
+        def submitted(stored: Launch) -> list[Event]:
+            if stored.attempts and stored.attempts[-1].job_id == job_id:
+                return []
+            attempt = Attempt(
+                number=len(stored.attempts) + 1,
+                job_id=job_id,
+                submitted_at=time.time(),
+                local_dir=local_dir,
+                job_dir=job_dir,
+                log_path=log_path if job_dir else "",
+            )
+            if stored.attempts and not stored.attempts[-1].job_id:
+                stored.attempts[-1] = attempt.model_copy(
+                    update={
+                        "number": stored.attempts[-1].number,
+                        "reason": stored.attempts[-1].reason,
+                    }
+                )
+            else:
+                stored.attempts.append(attempt)
+            stored.phase = Phase.SUBMITTED
+            unit = "node" if stored.request.nodes == 1 else "nodes"
+            how = "Found the job submitted before a restart" if adopted else "Submitted"
+            where = f" Logs: `{escape(log_path or local_dir)}`" if (log_path or local_dir) else ""
+            text = (
+                f"{how}: Slurm job {job_id} on {stored.cluster}, partition {partition}, "
+                f"{stored.request.nodes} {unit}.{where}"
+            )
+            if len(stored.attempts) > 1:
+                text += f" (attempt {len(stored.attempts)})"
+            return [thread(stored.id, text), update(stored.id)]
+
+        await self.store.mutate(item.id, submitted)
+        log.info("job=%s cluster=%s launch %s submitted", job_id, item.cluster, item.id)
+
+    async def _reject(self, item: Launch, outcome: str, text: str) -> None:
+        await self.store.mutate(item.id, _finish(Phase.REJECTED, outcome, text))
+
+    async def _unreachable(self, item: Launch, exc: ClusterUnreachable) -> None:
+        tries = await self.store.count(f"unreachable:{item.id}")
+        if tries >= UNREACHABLE_RETRIES:
+            await self._reject(
+                item, "UNREACHABLE", f"Not submitted: {escape(str(exc))}. Tried {tries} times."
+            )
+            return
+        log.warning("launch %s: %s; retrying (%d)", item.id, exc, tries)
+        await asyncio.sleep(min(2**tries, 30))
+        await self.store.requeue(item.id)
+
+
+def _set_phase(phase: Phase):  # type: ignore[no-untyped-def]
+    def change(stored: Launch) -> list[Event]:
+        if stored.phase in (Phase.QUEUED, Phase.RETRYING):
+            stored.phase = phase
+        return []
+
+    return change
+
+
+def _finish(phase: Phase, outcome: str, text: str):  # type: ignore[no-untyped-def]
+    def change(stored: Launch) -> list[Event]:
+        stored.phase = phase
+        stored.outcome = outcome
+        stored.detail = text.split("\n", 1)[0][:300]
+        return [thread(stored.id, text), update(stored.id)]
+
+    return change

@@ -1,0 +1,108 @@
+"""Training progress from NeMo and NeMo-RL log text. Pure.
+
+NeMo 2.0 (rank 0):
+  Training epoch 0, iteration 120/149 | lr: 3e-05 | ... | global_step: 120 |
+  reduced_train_loss: 1.233 | train_step_timing in s: 0.03146
+  `Trainer.fit` stopped: `max_steps=100` reached.
+NeMo-RL:
+  ========================= Step 3/100 =========================
+  📊 Training Results:
+    • Loss: 0.6931
+  ⏱️  Timing:
+    • Total step time: 1.23s
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NEMO_STEP_RE = re.compile(
+    r"Training epoch \d+, iteration (?P<it>\d+)/(?P<last>\d+)\b.*?"
+    r"(?:reduced_train_loss: (?P<loss>[-+0-9.eE]+))?.*?"
+    r"(?:train_step_timing in s: (?P<time>[0-9.eE+-]+))?\s*$"
+)
+NEMO_DONE_RE = re.compile(r"`Trainer\.fit` stopped: `max_steps=(\d+)` reached\.")
+RL_STEP_RE = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+\s*$")
+RL_LOSS_RE = re.compile(r"^\s*• Loss: (?P<loss>[-+0-9.eE]+)\s*$")
+RL_TIME_RE = re.compile(r"^\s*• Total step time: (?P<time>[0-9.]+)s\s*$")
+RL_SAVE_RE = re.compile(r"^Saving checkpoint for step (\d+)\.\.\.\s*$")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One training step seen in the log. ``step`` counts from 1 up to ``total``."""
+
+    step: int
+    total: int
+    loss: float | None = None
+    step_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    points: tuple[Point, ...] = ()
+    finished: bool = False
+
+    @property
+    def last(self) -> Point | None:
+        return self.points[-1] if self.points else None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def parse_nemo(text: str) -> Progress:
+    points = []
+    finished = False
+    for line in text.splitlines():
+        match = NEMO_STEP_RE.search(line)
+        if match:
+            points.append(
+                Point(
+                    step=int(match["it"]) + 1,
+                    total=int(match["last"]) + 1,
+                    loss=_float(match["loss"]),
+                    step_time_s=_float(match["time"]),
+                )
+            )
+        elif NEMO_DONE_RE.search(line):
+            finished = True
+    return Progress(tuple(points), finished)
+
+
+def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
+    """NeMo-RL prints the step header first and the loss after it: pair them up.
+
+    ``carry`` is the step seen last time: a chunk may start with the loss of a
+    step whose header came in the chunk before."""
+    points: list[Point] = []
+    current: Point | None = carry
+    for line in text.splitlines():
+        if match := RL_STEP_RE.match(line):
+            if current is not None and current != carry:
+                points.append(current)
+            current = Point(step=int(match["step"]), total=int(match["total"]))
+        elif current is not None and (match := RL_LOSS_RE.match(line)):
+            current = Point(current.step, current.total, _float(match["loss"]), current.step_time_s)
+        elif current is not None and (match := RL_TIME_RE.match(line)):
+            current = Point(current.step, current.total, current.loss, _float(match["time"]))
+    if current is not None and current != carry:
+        points.append(current)
+    finished = bool(points) and points[-1].step >= points[-1].total and points[-1].loss is not None
+    return Progress(tuple(points), finished)
+
+
+def parse_progress(text: str, framework: str, carry: Point | None = None) -> Progress:
+    return parse_nemo_rl(text, carry) if framework == "nemo-rl" else parse_nemo(text)
+
+
+def complete_lines(data: str) -> tuple[str, int]:
+    """The whole lines of ``data`` and how many bytes (UTF-8) they take: a line
+    cut at the end of a chunk is read again, whole, next time."""
+    whole = data[: data.rfind("\n") + 1]
+    return whole, len(whole.encode("utf-8"))
