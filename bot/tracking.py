@@ -112,21 +112,30 @@ class _Step:
                 f"`/attach {self.launch.id}` shows you how (`{escape(command)}`)."
             )
 
+    def started(self) -> None:
+        """First sight of the job running (or already past it): say where, before anything else."""
+        state, attempt, launch = self.snap.state, self.attempt, self.launch
+        if launch.phase == Phase.RUNNING or not state or state in ("PENDING", "CONFIGURING"):
+            return
+        if state not in ("RUNNING", "COMPLETING") and not self.snap.log.path:
+            return  # ended without ever being seen to run: the final message says it all
+        launch.phase = Phase.RUNNING
+        attempt.started_at = attempt.started_at or self.now
+        nodes = self.snap.queue.nodelist if self.snap.queue else ""
+        if not nodes and self.snap.acct is not None:
+            nodes = self.snap.acct.latest.nodelist
+        attempt.node_list = nodes or attempt.node_list
+        self.say(f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running.")
+
     def state(self) -> None:
         state, attempt, launch = self.snap.state, self.attempt, self.launch
         if not state or state == attempt.slurm_state:
             return
         previous, attempt.slurm_state = attempt.slurm_state, state
         self.visible = True
-        if state in ("RUNNING", "COMPLETING") and launch.phase != Phase.RUNNING:
-            launch.phase = Phase.RUNNING
-            attempt.started_at = attempt.started_at or self.now
-            nodes = self.snap.queue.nodelist if self.snap.queue else ""
-            attempt.node_list = nodes or attempt.node_list
-            self.say(
-                f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running."
-            )
-        elif is_terminal(state):
+        if state in ("RUNNING", "COMPLETING"):
+            return
+        if is_terminal(state):
             self.terminal(state)
         elif state == "PENDING" and previous in ("RUNNING", "COMPLETING"):
             launch.phase = Phase.SUBMITTED
@@ -160,6 +169,7 @@ def apply_snapshot(
     if launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
         return []
     step = _Step(launch, snap, profile, time.time() if now is None else now)
+    step.started()
     progressed = step.read_log()
     step.checkpoints()
     step.requeues()

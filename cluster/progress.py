@@ -17,11 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NEMO_STEP_RE = re.compile(
-    r"Training epoch \d+, iteration (?P<it>\d+)/(?P<last>\d+)\b.*?"
-    r"(?:reduced_train_loss: (?P<loss>[-+0-9.eE]+))?.*?"
-    r"(?:train_step_timing in s: (?P<time>[0-9.eE+-]+))?\s*$"
-)
+NEMO_STEP_RE = re.compile(r"Training epoch \d+, iteration (?P<it>\d+)/(?P<last>\d+)\b")
+NEMO_LOSS_RE = re.compile(r"\breduced_train_loss: (?P<loss>[-+0-9.eE]+|nan|inf)")
+NEMO_TIME_RE = re.compile(r"\btrain_step_timing in s: (?P<time>[0-9.eE+-]+)")
 NEMO_DONE_RE = re.compile(r"`Trainer\.fit` stopped: `max_steps=(\d+)` reached\.")
 RL_STEP_RE = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+\s*$")
 RL_LOSS_RE = re.compile(r"^\s*• Loss: (?P<loss>[-+0-9.eE]+)\s*$")
@@ -62,12 +60,14 @@ def parse_nemo(text: str) -> Progress:
     for line in text.splitlines():
         match = NEMO_STEP_RE.search(line)
         if match:
+            loss = NEMO_LOSS_RE.search(line)
+            timing = NEMO_TIME_RE.search(line)
             points.append(
                 Point(
                     step=int(match["it"]) + 1,
                     total=int(match["last"]) + 1,
-                    loss=_float(match["loss"]),
-                    step_time_s=_float(match["time"]),
+                    loss=_float(loss["loss"]) if loss else None,
+                    step_time_s=_float(timing["time"]) if timing else None,
                 )
             )
         elif NEMO_DONE_RE.search(line):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -13,6 +13,7 @@ import pytest
 from bot.front import Incoming, Reply
 from bot.http import MetricsText, SlackParams, SlackService, run_slack
 from bot.slack_front import SlackFront, open_front
+from tests.bot import botkit
 from tests.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
 
 
@@ -91,3 +92,11 @@ def serve(standin: SlackStandin, handler: FakeHandler) -> Serve:
 
 def events_url(service: SlackService) -> str:
     return f"http://127.0.0.1:{service.http_port}/slack/events"
+
+
+@pytest.fixture
+def cancel_jobs() -> Iterator[list[str]]:
+    jobs: list[str] = []
+    yield jobs
+    if jobs:
+        botkit.login_run("scancel " + " ".join(jobs), check=False)

@@ -1,0 +1,127 @@
+"""Helpers for the end-to-end tests of the bot: a test Redis database, the dev
+cluster's config tuned for speed, stand-in knobs by launch name, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.config import Config, parse_config
+from bot.launches import Launch
+from bot.settings import Settings
+from bot.store import Store
+
+PROJECT = Path(__file__).resolve().parents[2]
+DEV = PROJECT / ".devcluster"
+TEST_REDIS = "redis://127.0.0.1:6379/15"
+LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
+
+
+def dev_config(poll_interval_s: float = 1.0) -> Config:
+    path = DEV / "trainbot.yaml"
+    if not path.is_file():
+        pytest.skip("the dev cluster is not up: run devcluster/up first")
+    text = re.sub(
+        r"poll_interval_s: [0-9.]+", f"poll_interval_s: {poll_interval_s}", path.read_text()
+    )
+    return parse_config(text, source=str(path), base_dir=DEV)
+
+
+def bot_settings(**env: str) -> Settings:
+    return Settings.from_environ({"REDIS_URL": TEST_REDIS, **env})
+
+
+async def flush_test_redis() -> None:
+    client = aioredis.from_url(TEST_REDIS)
+    try:
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+@asynccontextmanager
+async def open_test_store() -> AsyncIterator[Store]:
+    async with Store.connect(TEST_REDIS) as store:
+        yield store
+
+
+def login_run(command: str, *, check: bool = True, timeout_s: float = 60) -> str:
+    """Run a command on the dev cluster's login node (plain ssh, strict host keys)."""
+    proc = subprocess.run(
+        [
+            "ssh", "-q", "-i", str(DEV / "id_ed25519"), "-p", "2222",
+            "-o", f"UserKnownHostsFile={DEV / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            "trainer@127.0.0.1", "bash -lc " + shlex.quote(command),
+        ],
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{command!r} exited {proc.returncode}: {proc.stderr}")
+    return proc.stdout
+
+
+@asynccontextmanager
+async def knobs(tag: str, **values: object) -> AsyncIterator[None]:
+    """Stand-in knobs for every job whose Slurm name contains ``tag`` (the launch's name=)."""
+    body = "".join(f"{k}={v}\\n" for k, v in values.items())
+    path = f"~/devcluster-control/{tag}.env"
+    await asyncio.to_thread(login_run, f"printf '{body}' > {path}")
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(login_run, f"rm -f {path}", check=False)
+
+
+def sacct_rows(job_id: str) -> list[dict[str, str]]:
+    fields = ["JobID", "JobName", "State", "NNodes", "Partition"]
+    out = login_run(f"sacct -X -P -n -o {','.join(fields)} -j {job_id}")
+    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines()]
+
+
+def slurm_jobs_named(fragment: str) -> list[str]:
+    """Job ids (queue and accounting) whose name contains ``fragment``."""
+    out = login_run(
+        "sacct -X -P -n -o JobID,JobName%80 -S now-1days"
+        f" | grep -F -e {shlex.quote(fragment)} || true"
+    )
+    return sorted({line.split("|")[0] for line in out.splitlines() if line})
+
+
+async def wait_for_launch(
+    store: Store, launch_id: str, done: str = "terminal", timeout_s: float = 240
+) -> Launch:
+    """Until the launch is terminal (or ``done`` names a phase to reach)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    launch = None
+    while loop.time() < deadline:
+        launch = await store.get(launch_id)
+        if launch is not None:
+            if done == "terminal" and not launch.active:
+                return launch
+            if launch.phase == done:
+                return launch
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"launch {launch_id} did not reach {done} in {timeout_s}s: {launch}")
+
+
+def in_order(lines: list[str], *patterns: str) -> None:
+    """Each pattern matches some line, after the line the previous pattern matched."""
+    position = 0
+    for pattern in patterns:
+        for index in range(position, len(lines)):
+            if re.search(pattern, lines[index]):
+                position = index + 1
+                break
+        else:
+            shown = "\n".join(lines)
+            raise AssertionError(f"no line matching {pattern!r} after line {position}:\n{shown}")

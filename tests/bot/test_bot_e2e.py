@@ -1,0 +1,181 @@
+"""The bot end to end on the dev cluster: real Redis, real Slurm over SSH, real
+nemo-run, and the console or Slack (slack-bolt against the Web API stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+
+import pytest
+
+from bot.console import ConsoleFront, handle_line
+from bot.launches import Phase
+from bot.service import running
+from tests.bot.botkit import (
+    LAUNCH_RE,
+    bot_settings,
+    dev_config,
+    flush_test_redis,
+    in_order,
+    knobs,
+    sacct_rows,
+    slurm_jobs_named,
+    wait_for_launch,
+)
+
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+
+FAST = {
+    "steps": 4,
+    "step_time_s": 0.4,
+    "ckpt_every": 2,
+    "save_time_s": 0.1,
+    "tokenizer_race": "off",
+}
+
+
+@pytest.fixture(autouse=True)
+async def clean_redis() -> None:
+    await flush_test_redis()
+
+
+async def test_train_sft_in_the_console_from_queue_to_completed(unique: str) -> None:
+    out = io.StringIO()
+    front = ConsoleFront(out, color=False)
+    async with knobs(unique, **FAST), running(bot_settings(), dev_config(), front) as bot:
+        reply = await handle_line(
+            f"/train sft llama3p1_8b nodes=2 cluster=a4 name={unique}",
+            bot.core,
+            front,
+            user="alice",
+        )
+        assert reply is not None and not reply.error, reply
+        assert reply.text.startswith("Queued L-")
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch = await wait_for_launch(bot.store, launch_id)
+        await asyncio.sleep(1.5)  # the last messages reach the front end
+    assert launch.outcome == "COMPLETED", front.lines
+    job_id = launch.job_id
+    in_order(
+        front.lines,
+        r"\*  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 \(hcc-a4\)",  # the parent message
+        r"Queued by @alice: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=2",
+        r"Pre-flight ok: partition a4 up .*image nemo-20250721.sqsh found, "
+        r"recipe sft/llama3p1_8b_sft.py found",
+        rf"Submitted: Slurm job {job_id} on a4, partition a4, 2 nodes\.",
+        r"Running on dev\[",
+        r"💾 Checkpoint step 1 saved\.",  # NeMo's own step numbers (global_step)
+        r"✅ COMPLETED in .* · 1 attempt · ",
+        rf"COMPLETED\*  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 \(hcc-a4\) · job {job_id}",
+    )
+    assert sum("Running on" in line for line in front.lines) == 1
+    rows = sacct_rows(job_id)
+    assert rows[-1]["State"] == "COMPLETED" and rows[-1]["Partition"] == "a4"
+    assert rows[-1]["NNodes"] == "2"
+    assert rows[-1]["JobName"].endswith(f"{unique}-{launch_id}")
+    assert launch.progress.step == launch.progress.total == 4
+    assert launch.progress.loss is not None
+
+
+async def test_dry_run_submits_nothing_and_shows_the_commands(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with running(
+        bot_settings(TRAINBOT_HF_TOKEN="hf_secret_value_123"), dev_config(), front
+    ) as bot:
+        reply = await handle_line(
+            f"/train dpo llama3p1_8b nodes=1 cluster=a3u name={unique} dry_run=true",
+            bot.core, front, user="alice",
+        )  # fmt: skip
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch = await wait_for_launch(bot.store, launch_id)
+        await asyncio.sleep(1.0)
+    assert launch.phase == Phase.DRY_RUN
+    text = "\n".join(front.lines)
+    assert "Dry run: nothing was submitted" in text
+    assert "launch.sh --cluster_type hcc-a3u --job_script algorithms/dpo.sh" in text
+    assert "hf_secret_value_123" not in text  # secrets are redacted
+    assert slurm_jobs_named(launch_id) == []
+
+
+async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with running(bot_settings(), dev_config(), front) as bot:
+        reply = await handle_line(
+            f"/train sft llama3p1_2b cluster=a4 partition=general name={unique}",
+            bot.core,
+            front,
+            user="alice",
+        )
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch = await wait_for_launch(bot.store, launch_id)
+        await asyncio.sleep(1.0)
+    assert launch.phase == Phase.REJECTED
+    assert any(
+        "Partition 'general' does not exist on a4. Partitions there: a3m*, a3u, a4, a3h." in line
+        for line in front.lines
+    ), front.lines
+    assert slurm_jobs_named(launch_id) == []
+
+
+async def test_cancel_from_the_button_stops_the_job(unique: str, cancel_jobs: list[str]) -> None:
+    from bot.front import Incoming
+
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with (
+        knobs(unique, steps=200, step_time_s=0.5, tokenizer_race="off"),
+        running(bot_settings(), dev_config(), front) as bot,
+    ):
+        reply = await handle_line(
+            f"/train grpo llama3p1_8b cluster=a3h name={unique}", bot.core, front, user="alice"
+        )
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        running_launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
+        cancel_jobs.append(running_launch.job_id)
+        confirm = await handle_line(f"/cancel {launch_id}", bot.core, front, user="alice")
+        assert confirm is not None and confirm.blocks, "the cancel command asks to confirm"
+        other = await bot.core(
+            Incoming(
+                user_id="mallory",
+                channel_id="console",
+                action_id="trainbot_cancel",
+                action_value=launch_id,
+            )
+        )
+        assert other.error and "Only alice" in other.text
+        done = await bot.core(
+            Incoming(
+                user_id="alice",
+                channel_id="console",
+                action_id="trainbot_cancel",
+                action_value=launch_id,
+            )
+        )
+        assert not done.error, done.text
+        launch = await wait_for_launch(bot.store, launch_id, timeout_s=60)
+        await asyncio.sleep(1.0)
+    assert launch.outcome == "CANCELLED"
+    in_order(front.lines, r"Cancelled by @alice", r"🚫 CANCELLED")
+    assert sacct_rows(running_launch.job_id)[-1]["State"].startswith("CANCELLED")
+
+
+async def test_jobs_logs_and_clusters(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with knobs(unique, **FAST), running(bot_settings(), dev_config(), front) as bot:
+        reply = await handle_line(
+            f"/train rm llama3p1_8b cluster=a3m name={unique}", bot.core, front, user="bob"
+        )
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        jobs = await handle_line("/jobs", bot.core, front, user="bob")
+        assert jobs is not None and launch_id in jobs.text and "rm · llama3p1_8b · a3m" in jobs.text
+        mine = await handle_line("/jobs", bot.core, front, user="carol")
+        assert mine is not None and launch_id not in mine.text
+        everyone = await handle_line("/jobs all", bot.core, front, user="carol")
+        assert everyone is not None and launch_id in everyone.text
+        launch = await wait_for_launch(bot.store, launch_id)
+        logs = await handle_line(f"/logs {launch.job_id} lines=5", bot.core, front, user="bob")
+        assert logs is not None and "Last 5 lines of job" in logs.text and "```" in logs.text
+        clusters = await handle_line("/clusters", bot.core, front, user="bob")
+    assert clusters is not None
+    assert re.search(r"\*a4\* \(hcc-a4, .*\)", clusters.text), clusters.text
+    assert "a3m*" in clusters.text
