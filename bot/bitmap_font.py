@@ -127,8 +127,6 @@ def text_pixels(text: str, scale: int = 1) -> list[tuple[int, int]]:
         width, ink = glyph(char)
         for gx, gy in ink:
             base_x, base_y = left + gx * scale, gy * scale
-            pixels.extend(
-                (base_x + dx, base_y + dy) for dy in range(scale) for dx in range(scale)
-            )
+            pixels.extend((base_x + dx, base_y + dy) for dy in range(scale) for dx in range(scale))
         left += (width + GAP) * scale
     return pixels
