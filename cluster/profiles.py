@@ -171,6 +171,27 @@ class SecretRef(BaseModel):
         return self
 
 
+def check_seed_source(value: str) -> str:
+    """A tokenizer file's source: an http(s) URL or a path on the login node."""
+    if value.startswith(("http://", "https://")):
+        host = value.split("/", 3)[2]
+        if not host or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(f"must be an http(s) URL with a host and no spaces (got {value!r})")
+        return value
+    return check_remote_path(value)
+
+
+class TokenizerSeed(BaseModel):
+    """Where the GPT-2 tokenizer files come from when the cache must be seeded
+    (``gpt2-vocab.json`` and ``gpt2-merges.txt``): paths on the login node, or
+    http(s) URLs that the login node fetches."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vocab: Annotated[str, AfterValidator(check_seed_source)]
+    merges: Annotated[str, AfterValidator(check_seed_source)]
+
+
 def _check_time_limit(value: str | None) -> str | None:
     if value is not None:
         try:
@@ -226,6 +247,7 @@ class ClusterProfile(BaseModel):
     gpus_per_node: int = Field(default=0, ge=1, le=64)
     nccl_setup: str = ""
     container_flags: tuple[str, ...] = ()
+    tokenizer_seed: TokenizerSeed | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from cluster.profiles import TYPE_DEFAULTS, ClusterProfile, check_remote_path, slurm_time_seconds
+from cluster.profiles import (
+    TYPE_DEFAULTS,
+    ClusterProfile,
+    TokenizerSeed,
+    check_remote_path,
+    slurm_time_seconds,
+)
 
 
 def profile(**fields: Any) -> ClusterProfile:
@@ -149,3 +155,29 @@ def test_bad_slurm_times(text: str, reason: str) -> None:
 @pytest.mark.parametrize("path", ["/a/b", "~/x", "~", "~/vertex-oss-training/nemo_rl"])
 def test_good_remote_paths(path: str) -> None:
     assert check_remote_path(path) == path
+
+
+def test_tokenizer_seed_is_optional_paths_or_urls() -> None:
+    assert profile().tokenizer_seed is None
+    built = profile(
+        tokenizer_seed={"vocab": "~/tok/gpt2-vocab.json/", "merges": "https://example.com/m.txt"}
+    )
+    assert built.tokenizer_seed == TokenizerSeed(
+        vocab="~/tok/gpt2-vocab.json", merges="https://example.com/m.txt"
+    )
+
+
+@pytest.mark.parametrize(
+    ("seed", "message"),
+    [
+        ({"vocab": "tok/v.json", "merges": "/m"}, "tokenizer_seed.vocab"),
+        ({"vocab": "/v", "merges": "/a/../m"}, "must not contain '..'"),
+        ({"vocab": "/v", "merges": "ftp://x/m"}, "must be absolute or start with '~/'"),
+        ({"vocab": "https://", "merges": "/m"}, "http\\(s\\) URL with a host"),
+        ({"vocab": "/v"}, "tokenizer_seed.merges"),
+        ({"vocab": "/v", "merges": "/m", "tokens": "/t"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_tokenizer_seeds(seed: dict[str, str], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        profile(tokenizer_seed=seed)

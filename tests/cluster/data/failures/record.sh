@@ -92,11 +92,12 @@ node_failure() {  # a 2-node NeMo job loses its second node (root: devcluster/no
         sleep 1
     done
     sleep 2
-    nemo_save node_failure "$job" "$dir"
-    remote "scancel $job"
+    nemo_save node_failure "$job" "$dir" || true
+    remote "scancel $job" || true
     "$project/devcluster/node" restore "$victim"
 }
 
+trap "remote 'rm -rf ~/.cache/record-failures'" EXIT
 if [ "${1:-}" = node ]; then
     node_failure
     exit
@@ -110,4 +111,3 @@ nemo nemo_tokenizer_race "$TINY DEVCLUSTER_TOKENIZER_RACE=until_seeded" 1
 nemo nemo_oom_2node "$TINY DEVCLUSTER_TOKENIZER_RACE=off DEVCLUSTER_FAULT=oom DEVCLUSTER_FAULT_AT_STEP=1" 2
 nemo nemo_nccl "$TINY DEVCLUSTER_TOKENIZER_RACE=off DEVCLUSTER_FAULT=nccl DEVCLUSTER_FAULT_AT_STEP=1" 1
 nemo nemo_completed "$TINY DEVCLUSTER_TOKENIZER_RACE=off" 1
-remote 'rm -rf ~/.cache/record-failures'
