@@ -33,6 +33,7 @@ MAX_EVIDENCE = 5
 MAX_LINE_CHARS = 300
 _SCAN_CHARS = 4000  # of each line, for matching: bounds the work on huge lines
 _TAIL_LINES = 5
+PAGED = " On-call has been paged."
 
 
 class Reaction(StrEnum):
@@ -341,53 +342,34 @@ def retry_decision(
     nxt = f"(attempt {attempt + 1} of {max_attempts})..."
     page = kind.page_oncall or kind.reaction is R.PAGE
     page = page or (kind.page_oncall_on_repeat and repeats > 0)
+
+    def stop(reason: str, paged: bool = page) -> RetryDecision:
+        return RetryDecision(False, page=paged, reason=reason + PAGED * paged)
+
     if diagnosis.requeued_by_slurm:
-        return RetryDecision(
-            False, page=page, reason="Slurm requeued it itself; following the new run."
-        )
+        return stop("Slurm requeued it itself; following the new run.")
     if kind.reaction in (R.TELL_USER, R.PAGE):
-        paged = " On-call has been paged." if page else ""
         hint = f" {kind.hint}" if kind.reaction is R.TELL_USER and kind.hint else ""
-        return RetryDecision(
-            False, page=page, reason=f"Not retrying: {kind.no_retry}.{hint}{paged}"
-        )
+        return stop(f"Not retrying: {kind.no_retry}.{hint}")
+    if kind.reaction is R.RETRY_WITH_FIX and repeats >= 2:
+        return stop("Not retrying: it failed again after the cache was seeded.", True)
     if attempt >= max_attempts:
-        return RetryDecision(
-            False,
-            page=page or kind.reaction is R.RETRY_WITH_FIX,
-            reason=f"Not retrying: that was attempt {attempt} of {max_attempts}.",
-        )
+        fixed = kind.reaction is R.RETRY_WITH_FIX
+        return stop(f"Not retrying: that was attempt {attempt} of {max_attempts}.", page or fixed)
     if kind.reaction is R.RETRY:
         return RetryDecision(True, reason=f"This is transient. Retrying as is {nxt}")
     if kind.reaction is R.RETRY_WITH_FIX:
-        if repeats == 0:
-            return RetryDecision(
-                True, reason=f"This is transient. Retrying with the same cache dir {nxt}"
-            )
         if repeats == 1:
-            return RetryDecision(
-                True, seed_tokenizer=True,
-                reason=f"It happened again. Seeding the tokenizer cache, then retrying {nxt}",
-            )  # fmt: skip
-        return RetryDecision(
-            False, page=True,
-            reason="Not retrying: it failed again after the cache was seeded. "
-            "On-call has been paged.",
-        )  # fmt: skip
+            why = "It happened again. Seeding the tokenizer cache, then retrying"
+            return RetryDecision(True, seed_tokenizer=True, reason=f"{why} {nxt}")
+        why = "This is transient. Retrying with the same cache dir"
+        return RetryDecision(True, reason=f"{why} {nxt}")
     if kind.reaction is R.RETRY_IF_PROGRESS and not newer_checkpoint:
-        return RetryDecision(
-            False,
-            reason="Not retrying: no checkpoint was saved since this attempt started, "
-            f"so a retry would make no progress. {kind.hint}",
-        )
+        why = "no checkpoint was saved since this attempt started, so a retry would make no"
+        return stop(f"Not retrying: {why} progress. {kind.hint}", False)
     if kind.page_oncall_on_repeat and repeats > 0:
-        return RetryDecision(
-            False, page=True, reason="Not retrying: it happened again. On-call has been paged."
-        )
+        return stop("Not retrying: it happened again.", True)
     exclude = diagnosis.failed_node if kind.exclude_node else None
     without = f" without {exclude}" if exclude else ""
-    paged = " On-call has been paged." if page else ""
-    return RetryDecision(
-        True, exclude_node=exclude, resume=True, page=page,
-        reason=f"Retrying from the newest checkpoint{without} {nxt}{paged}",
-    )  # fmt: skip
+    reason = f"Retrying from the newest checkpoint{without} {nxt}{PAGED * page}"
+    return RetryDecision(True, exclude_node=exclude, resume=True, page=page, reason=reason)

@@ -243,7 +243,7 @@ def made(key: str, failed_node: str | None = None) -> Diagnosis:
         ("tokenizer_race", 2, ("tokenizer_race",), False, "retry seed",
          "It happened again. Seeding the tokenizer cache, then retrying (attempt 3 of 3)..."),
         ("tokenizer_race", 3, ("tokenizer_race",) * 2, False, "page",
-         "Not retrying: that was attempt 3 of 3."),
+         "Not retrying: it failed again after the cache was seeded. On-call has been paged."),
         ("tokenizer_race", 2, ("gpu_oom",), False, "retry", "This is transient."),
         ("nccl_timeout", 1, (), False, "retry resume",
          "Retrying from the newest checkpoint (attempt 2 of 3)..."),
@@ -299,3 +299,14 @@ def test_excluded_node_only_when_known_faulty() -> None:
         attempt=1, max_attempts=3, previous_keys=(), newer_checkpoint=False,
     )  # fmt: skip
     assert preempted.exclude_node is None
+
+
+@pytest.mark.parametrize(
+    ("key", "page"), [("tokenizer_race", True), ("preempted", False), ("node_failure", True)]
+)
+def test_retries_are_bounded(key: str, page: bool) -> None:
+    decision = retry_decision(
+        made(key), attempt=2, max_attempts=2, previous_keys=(key,), newer_checkpoint=True
+    )
+    assert not decision.retry and decision.page is page
+    assert decision.reason.startswith("Not retrying: that was attempt 2 of 2.")
