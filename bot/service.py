@@ -78,11 +78,14 @@ def process_name() -> str:
 
 @asynccontextmanager
 async def running(
-    settings: Settings, config: Config, front: Front, *, workers: int = 2
+    settings: Settings, config: Config, front: Front, *, workers: int = 2, instance: str = ""
 ) -> AsyncIterator[Bot]:
-    """The whole bot speaking through ``front``; stops everything on exit."""
-    owner = process_name()
-    host = socket.gethostname()
+    """The whole bot speaking through ``front``; stops everything on exit.
+
+    ``instance`` tells apart several bots on one host (their leases and queue consumers).
+    """
+    owner = process_name() + (f"-{instance}" if instance else "")
+    host = socket.gethostname() + (f"-{instance}" if instance else "")
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(Store.connect(settings.redis_url))
         pool = await stack.enter_async_context(SSHPool())

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
 UNREACHABLE_RETRIES = 5
-LAUNCH_LOCK_MS = 300_000
+LAUNCH_LOCK_MS = 180_000  # longer than a submission may take
 
 
 def thread(launch_id: str, text: str) -> Event:
@@ -66,25 +66,29 @@ class Worker:
                         keys.QUEUE, keys.QUEUE_GROUP, self.name, block_ms=1000
                     )
                 for entry_id, fields in entries:
-                    await self.process(fields.get("launch", ""))
-                    await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+                    if await self.process(fields.get("launch", "")):
+                        await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("worker %s: queue error; retrying", self.name)
                 await asyncio.sleep(1.0)
 
-    async def process(self, launch_id: str) -> None:
+    async def process(self, launch_id: str) -> bool:
+        """Handle one queue entry; False leaves it pending (another worker holds the launch)."""
         item = await self.store.get(launch_id)
         if item is None:
             log.warning("worker: queue entry for unknown launch %s dropped", launch_id)
-            return
+            return True
         if item.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
-            return  # already handled (a redelivery)
+            return True  # already handled (a redelivery)
         # Two workers never handle one launch at once (a redelivery racing the original).
+        # The lock is held under the worker's stable name, so the same worker restarted
+        # takes it straight back; another worker waits until it expires, then reclaims.
         lock = f"launch:{launch_id}"
-        if not await self.store.acquire(lock, self.owner, LAUNCH_LOCK_MS):
-            return
+        if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
+            log.info("launch %s is being handled by another worker; leaving it pending", launch_id)
+            return False
         try:
             await self._launch(item)
         except ClusterUnreachable as exc:
@@ -92,8 +96,9 @@ class Worker:
         except ClusterError as exc:
             await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         finally:
-            await self.store.release(lock, self.owner)
+            await self.store.release(lock, self.name)
         self.processed += 1
+        return True
 
     async def _launch(self, item: Launch) -> None:
         if item.phase == Phase.SUBMITTING:
