@@ -44,7 +44,8 @@ class Login:
         )
         if check and proc.returncode != 0:
             raise AssertionError(
-                f"{command!r} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+                f"{command!r} exited {proc.returncode}\n"
+                f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
             )
         return proc
 

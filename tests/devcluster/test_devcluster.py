@@ -29,7 +29,9 @@ NEMO_PROGRESS_RE = re.compile(
 )
 
 
-def run_nemo(login: Login, name: str, *, nodes: int = 2, env: str = FAST, cache: str = "") -> dict[str, str]:
+def run_nemo(
+    login: Login, name: str, *, nodes: int = 2, env: str = FAST, cache: str = ""
+) -> dict[str, str]:
     cache = cache or f"{HOME}/.cache"
     out = login.run(
         f"cd {RECIPES}/nemo && {env} NEMORUN_HOME=$PWD python3 run.py -e slurm "
@@ -79,8 +81,12 @@ def test_host_key_checking_is_strict(tmp_path: Path) -> None:
     if not (DEV / "known_hosts").exists():
         pytest.skip("the dev cluster is not up")
     other = tmp_path / "known_hosts"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
-    other.write_text("[127.0.0.1]:2222 " + " ".join((tmp_path / "k.pub").read_text().split()[:2]) + "\n")
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True
+    )
+    other.write_text(
+        "[127.0.0.1]:2222 " + " ".join((tmp_path / "k.pub").read_text().split()[:2]) + "\n"
+    )
     for known_hosts in (other, tmp_path / "empty"):
         proc = subprocess.run(
             ["ssh", "-i", str(DEV / "id_ed25519"), "-p", "2222",
@@ -131,11 +137,17 @@ def test_tokenizer_race_on_a_cold_cache_and_not_on_the_rerun(login: Login, uniqu
 
 
 def test_launch_sh_creates_the_job_dir_layout(login: Login, unique: str) -> None:
-    job = sbatch_rl(login, "--job_script algorithms/dpo.sh dpo.max_num_steps=3", nodes=2, name=unique)
+    job = sbatch_rl(
+        login, "--job_script algorithms/dpo.sh dpo.max_num_steps=3", nodes=2, name=unique
+    )
     row = login.wait_for_state(job)
     assert row["State"] == "COMPLETED" and row["NNodes"] == "2" and row["JobName"] == unique
     job_dir = f"{RECIPES}/nemo_rl/{job}"
-    assert login.run(f"ls {job_dir}").stdout.split() == ["checkpoints", "nemo_rl_output.log", "ray-logs"]
+    assert login.run(f"ls {job_dir}").stdout.split() == [
+        "checkpoints",
+        "nemo_rl_output.log",
+        "ray-logs",
+    ]
     assert login.run(f"ls {job_dir}/checkpoints").stdout.split() == ["step_1", "step_2", "step_3"]
     log = login.read(f"{job_dir}/nemo_rl_output.log")
     assert re.findall(r"^=+ Step (\d+)/3 =+$", log, re.M) == ["1", "2", "3"]
@@ -150,7 +162,9 @@ def test_interactive_job_writes_attach_sh_that_runs_inside_the_allocation(
     cancel_after.append(job)
     attach = f"{RECIPES}/nemo_rl/{job}/attach.sh"
     login.wait_for(lambda: login.exists(attach), "attach.sh", timeout_s=60)
-    out = login.run(f"bash {attach} bash -c 'echo $SLURM_JOB_ID $SLURM_STEP_ID $SLURMD_NODENAME'").stdout
+    out = login.run(
+        f"bash {attach} bash -c 'echo $SLURM_JOB_ID $SLURM_STEP_ID $SLURMD_NODENAME'"
+    ).stdout
     job_id, step_id, node = out.split()
     assert job_id == job and step_id.isdigit() and re.fullmatch(r"dev[0-3]", node)
     # Without arguments it is a shell in the allocation, as after "ssh -t login bash attach.sh".
@@ -200,7 +214,9 @@ def test_silent_hang_stops_progress_while_the_job_keeps_running(
     )  # fmt: skip
     cancel_after.append(job)
     log_path = f"{RECIPES}/nemo_rl/{job}/nemo_rl_output.log"
-    login.wait_for(lambda: "Step 1/5" in login.run(f"cat {log_path} 2>/dev/null", check=False).stdout, "step 1")
+    login.wait_for(
+        lambda: "Step 1/5" in login.run(f"cat {log_path} 2>/dev/null", check=False).stdout, "step 1"
+    )
     first = login.read(log_path)
     time.sleep(2)
     assert login.read(log_path) == first
