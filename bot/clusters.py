@@ -6,6 +6,7 @@ the catalog, secrets from the settings) and holds the shared SSH pool.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -98,7 +99,28 @@ class Clusters:
                 interactive=True,
                 secrets=secrets,
             )
-        return Spec(spec, notes)
+        return Spec(self._for_attempt(item, spec), notes)
+
+    def _for_attempt(self, item: Launch, spec: launch.LaunchSpec) -> launch.LaunchSpec:
+        """A retry keeps away from a failed node and resumes from the older checkpoints."""
+        attempt = item.attempt
+        if attempt is None or attempt.job_id:
+            return spec
+        changes: dict[str, object] = {}
+        if attempt.exclude:
+            changes["exclude"] = attempt.exclude
+        base = spec.profile.nemo_rl_dir + "/"
+        if (
+            spec.framework == "nemo-rl"
+            and attempt.resume
+            and attempt.checkpoint_dir.startswith(base)
+        ):
+            # NeMo-RL resumes from the highest step_N in its checkpoint dir: point it at the
+            # first attempt's (relative to the submit directory, where the job runs).
+            keep = tuple(kv for kv in spec.overrides if kv[0] != "checkpointing.checkpoint_dir")
+            path = attempt.checkpoint_dir[len(base) :]
+            changes["overrides"] = (*keep, ("checkpointing.checkpoint_dir", path))
+        return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
 
     async def preflight(self, spec: launch.LaunchSpec) -> checks.PreflightResult:
         return await checks.preflight(self.pool, spec)

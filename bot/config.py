@@ -45,6 +45,21 @@ class Alerts(BaseModel):
     webhook: Webhook | None = None
 
 
+class Watch(BaseModel):
+    """How runs are babysat: automatic retries and hang detection."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    retry_backoff_s: float = Field(default=30.0, ge=0, le=3600)
+    hang_min_s: float = Field(default=600.0, gt=0, le=7 * 86400)
+    hang_step_factor: float = Field(default=10.0, gt=0, le=1000)
+
+    def hang_after_s(self, step_time_s: float | None) -> float:
+        """No new progress line for this long means a silent hang."""
+        return max(self.hang_min_s, self.hang_step_factor * (step_time_s or 0.0))
+
+
 class Config(BaseModel):
     """The whole config file. Cluster names come from the keys under ``clusters``."""
 
@@ -56,6 +71,7 @@ class Config(BaseModel):
     default_recipes: bool = True
     policy: Policy = Field(default_factory=Policy)
     alerts: Alerts = Field(default_factory=Alerts)
+    watch: Watch = Field(default_factory=Watch)
 
     @model_validator(mode="before")
     @classmethod

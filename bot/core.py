@@ -14,11 +14,13 @@ import time
 from bot import render
 from bot.clusters import Clusters
 from bot.front import Front, Incoming, Reply
-from bot.launches import Launch, Phase
+from bot.launches import Attempt, Launch, Phase
+from bot.plot import render_loss_png
 from bot.slack_text import (
     ACTION_ATTACH,
     ACTION_CANCEL,
     ACTION_LOGS,
+    ACTION_RETRY,
     cancel_button,
     code_block,
     escape,
@@ -116,6 +118,8 @@ class Core:
             launch = await self.owned(request.job, user, "cancel")
             return self.confirm_cancel(launch)
         if isinstance(request, LogsRequest):
+            if request.plot:
+                return self.plot(await self.find(request.job))
             return await self.logs(await self.find(request.job), request.lines or 50)
         if isinstance(request, AttachRequest):
             return self.attach(await self.owned(request.job, user, "attach to"))
@@ -130,6 +134,8 @@ class Core:
             return await self.logs(await self.find(ref), 50)
         if incoming.action_id == ACTION_ATTACH:
             return self.attach(await self.owned(ref, user, "attach to"))
+        if incoming.action_id == ACTION_RETRY:
+            return await self.retry(await self.owned(ref, user, "retry"), user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)
 
     # -- /train ------------------------------------------------------------
@@ -297,6 +303,52 @@ class Core:
             head + " (attached as a file)",
             file_name=f"{launch.id}-{attempt.job_id}.log",
             file_content=text.encode(),
+        )
+
+    async def retry(self, launch: Launch, user: User) -> Reply:
+        """Cancel the current attempt (a hang, say) and queue a new one, resuming."""
+        if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
+            return Reply(
+                f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
+            )
+        old = launch.job_id
+
+        def again(stored: Launch) -> list[Event]:
+            if stored.job_id != old or stored.phase not in (Phase.SUBMITTED, Phase.RUNNING):
+                return []
+            current = stored.attempts[-1]
+            stored.attempts.append(
+                Attempt(
+                    number=len(stored.attempts) + 1,
+                    reason=f"retry asked for by {user.name or user.id}",
+                    resume=True,
+                    checkpoint_dir=current.checkpoint_dir,
+                    checkpoints_at_start=len(stored.checkpoints),
+                )
+            )
+            stored.phase = Phase.RETRYING
+            text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."
+            return [
+                Event("thread", stored.id, text),
+                Event("enqueue", stored.id),
+                Event("update", stored.id),
+            ]
+
+        # The new attempt first, so the poller never takes the cancelled job for the end.
+        await self.store.mutate(launch.id, again)
+        await self.clusters.cancel(launch.cluster, [old])
+        return Reply(f"Cancelled job {old}; a new attempt of {launch.id} is queued.")
+
+    def plot(self, launch: Launch) -> Reply:
+        title = f"{launch.id} · {launch.title.replace(' · ', ' ')} · loss"
+        try:
+            png = render_loss_png(launch.progress_history, title=title)
+        except ValueError as exc:
+            return Reply(f"No loss curve for {launch.id} yet: {escape(str(exc))}.", error=True)
+        return Reply(
+            f"Loss curve of {launch.id} ({len(launch.progress_history)} points).",
+            file_name=f"{launch.id}-loss.png",
+            file_content=png,
         )
 
     def attach(self, launch: Launch) -> Reply:

@@ -65,6 +65,16 @@ class Attempt(BaseModel):
     log_path: str = ""
     log_offset: int = 0
     attach_ready: bool = False
+    checkpoint_dir: str = (
+        ""  # where this attempt's checkpoints go (a retry may resume an older one)
+    )
+    checkpoints_at_start: int = 0
+    exclude: str = ""  # node(s) this attempt keeps away from
+    seed_tokenizer: bool = False  # seed the GPT-2 tokenizer cache before submitting
+    resume: bool = False
+    not_before: float = 0.0  # retry backoff: not submitted before this time
+    cause_key: str = ""  # why it failed (cluster.diagnosis key)
+    hang_reported: bool = False
     tail: str = ""  # the last lines of the log, for diagnosis and the failure message
 
 
@@ -96,6 +106,7 @@ class Launch(BaseModel):
     progress: Progress = Field(default_factory=Progress)
     checkpoints: list[str] = Field(default_factory=list)
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     parent_rendered_at: float = 0.0
 
     @property

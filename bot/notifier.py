@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from bot import keys, render
 from bot.front import Front, MessageRef
 from bot.launches import Launch
+from bot.paging import Pager
+from bot.plot import render_loss_png
+from bot.slack_text import cancel_button, retry_button, section
 from bot.store import Event, Store
 from cluster.profiles import ClusterProfile
 
@@ -32,13 +36,13 @@ class Notifier:
         profiles: dict[str, ClusterProfile],
         *,
         owner: str,
-        oncall_channel: str = "",
+        pager: Pager | None = None,
     ) -> None:
         self.store = store
         self.front = front
         self.profiles = profiles
         self.owner = owner
-        self.oncall_channel = oncall_channel
+        self.pager = pager
         self.delivered = 0
         self._tries: dict[str, int] = {}
 
@@ -108,11 +112,6 @@ class Notifier:
         self.delivered += 1
 
     async def deliver(self, event: Event) -> None:
-        if event.kind == "oncall":
-            channel = str(event.data.get("channel") or self.oncall_channel)
-            if channel:
-                await self.front.post(channel, event.text)
-            return
         launch = await self.store.get(event.launch_id)
         if launch is None:
             log.warning(
@@ -132,17 +131,39 @@ class Notifier:
                 )
             return
         if event.kind == "thread":
-            await self.front.post(launch.channel, event.text, thread_ts=launch.parent_ts)
-        elif event.kind == "upload":
-            await self.front.upload(
+            await self.front.post(
                 launch.channel,
-                launch.parent_ts,
-                filename=str(event.data.get("filename", "file.txt")),
-                content=event.text.encode(),
-                title=str(event.data.get("title", "")),
+                event.text,
+                blocks=thread_blocks(launch, event),
+                thread_ts=launch.parent_ts,
             )
+        elif event.kind == "plot":
+            await self._plot(launch)
+        elif event.kind in ("oncall", "resolve"):
+            if self.pager is None:
+                return
+            link = await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
+            if event.kind == "oncall":
+                await self.pager.trigger(launch, event.data, link)
+            else:
+                await self.pager.resolve(launch, event.data, link)
         else:
             log.warning("notifier: unknown event kind %r dropped", event.kind)
+
+    async def _plot(self, launch: Launch) -> None:
+        title = f"{launch.id} · {launch.title.replace(' · ', ' ')} · loss"
+        try:
+            png = render_loss_png(launch.progress_history, title=title)
+        except ValueError as exc:
+            log.info("launch %s: no loss curve: %s", launch.id, exc)
+            return
+        await self.front.upload(
+            launch.channel,
+            launch.parent_ts,
+            filename=f"{launch.id}-loss.png",
+            content=png,
+            title=f"Loss curve of {launch.id}",
+        )
 
     async def _post_parent(self, launch: Launch) -> Launch:
         text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
@@ -161,3 +182,17 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
     except TimeoutError:
         pass
+
+
+def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
+    """Buttons under a thread line (a hang: Cancel and Retry)."""
+    wanted = event.data.get("buttons") or []
+    if not wanted or not launch.active:
+        return None
+    label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
+    buttons = []
+    if "cancel" in wanted:
+        buttons.append(cancel_button(launch.id, job_label=label))
+    if "retry" in wanted:
+        buttons.append(retry_button(launch.id))
+    return [section(event.text), {"type": "actions", "elements": buttons}]

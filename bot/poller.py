@@ -75,7 +75,7 @@ class Poller:
                 continue
 
             def change(stored: Launch, snap=snap) -> list[Event]:  # type: ignore[no-untyped-def]
-                return apply_snapshot(stored, snap, profile)
+                return apply_snapshot(stored, snap, profile, self.clusters.config.watch)
 
             await self.store.mutate(launch.id, change)
         return len(jobs)

@@ -15,11 +15,13 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
+from bot.alerts import PagerDuty
 from bot.clusters import Clusters
 from bot.config import Config
 from bot.core import Core
 from bot.front import Front
 from bot.notifier import Notifier
+from bot.paging import Pager
 from bot.poller import Poller
 from bot.settings import Settings
 from bot.store import Store
@@ -91,6 +93,12 @@ async def running(
         pool = await stack.enter_async_context(SSHPool())
         clusters = Clusters(config, settings, pool)
         core = Core(store, clusters, config.command_context(), front)
+        pagerduty = None
+        webhook = config.alerts.webhook
+        if webhook is not None and webhook.routing_key is not None:
+            key = settings.require_env_secret(webhook.routing_key.env, needed_by="alerts.webhook")
+            pagerduty = await stack.enter_async_context(PagerDuty(webhook.url, key))
+        pager = Pager(front, config.alerts, pagerduty)
         stop = asyncio.Event()
         bot = Bot(
             settings=settings,
@@ -108,7 +116,7 @@ async def running(
                 front,
                 clusters.profiles,
                 owner=owner,
-                oncall_channel=config.alerts.oncall_channel or "",
+                pager=pager,
             ),
             poller=Poller(store, clusters, owner=owner),
             stop=stop,

@@ -147,7 +147,10 @@ class Store:
                     pipe.set(key, launch.model_dump_json())
                     self._index(pipe, launch)
                     for event in events:
-                        pipe.xadd(keys.OUTBOX, _fields(event.encode()))
+                        if event.kind == "enqueue":  # back to the workers (a retry)
+                            pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                        else:
+                            pipe.xadd(keys.OUTBOX, _fields(event.encode()))
                     await pipe.execute()
                     return launch, events
                 except WatchError:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from bot import render
+from bot import babysit, render
+from bot.config import Watch
 from bot.launches import Launch, Phase
 from bot.slack_text import code_block, escape
 from bot.store import Event
@@ -34,7 +35,7 @@ def tracked_job(launch: Launch, profile: ClusterProfile) -> TrackedJob | None:
     if framework == "nemo":
         ckpt_dir = join_remote(profile.log_dir, launch.experiment_name, "checkpoints")
     else:
-        ckpt_dir = join_remote(attempt.job_dir, "checkpoints")
+        ckpt_dir = attempt.checkpoint_dir or join_remote(attempt.job_dir, "checkpoints")
     return TrackedJob(
         job_id=attempt.job_id,
         framework=framework,
@@ -51,8 +52,11 @@ def tracked_job(launch: Launch, profile: ClusterProfile) -> TrackedJob | None:
 class _Step:
     """One poll applied to one launch: collects the thread lines it causes."""
 
-    def __init__(self, launch: Launch, snap: JobSnapshot, profile: ClusterProfile, now: float):
+    def __init__(
+        self, launch: Launch, snap: JobSnapshot, profile: ClusterProfile, watch: Watch, now: float
+    ):
         self.launch, self.snap, self.profile, self.now = launch, snap, profile, now
+        self.watch = watch
         self.attempt = launch.attempts[-1]
         self.events: list[Event] = []
         self.visible = False
@@ -102,6 +106,16 @@ class _Step:
                 "after a node failure; it will run again from its newest checkpoint. "
                 "No second job was submitted."
             )
+            failed = (
+                [r for r in self.snap.acct.earlier if r.state == "NODE_FAIL"]
+                if self.snap.acct
+                else []
+            )
+            nodes = f" on {escape(failed[-1].nodelist)}" if failed and failed[-1].nodelist else ""
+            cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {self.snap.job_id}"
+            self.events += babysit.oncall(
+                self.launch, "node_failure", cause, "Slurm runs it again."
+            )
 
     def attach(self) -> None:
         if self.snap.attach_ready and not self.attempt.attach_ready:
@@ -149,18 +163,35 @@ class _Step:
         if self.snap.acct is not None:
             attempt.exit_code = self.snap.acct.latest.exit_code
             attempt.node_list = self.snap.acct.latest.nodelist or attempt.node_list
+        if state != "COMPLETED":
+            earlier = [row.state for row in self.snap.acct.earlier] if self.snap.acct else []
+            events, retrying = babysit.on_failure(
+                launch, self.profile, self.watch, state=state, earlier_states=earlier, now=self.now
+            )
+            self.events += events
+            self.visible = True
+            if retrying:
+                return
         launch.phase = Phase.DONE
         launch.outcome = state
         summary = final_summary(launch, self.profile, self.now)
-        launch.detail = summary.split("\n", 1)[0]
-        if state != "COMPLETED" and attempt.tail.strip():
+        launch.detail = launch.detail or summary.split("\n", 1)[0]
+        if state != "COMPLETED" and not launch.attempts[-1].cause_key and attempt.tail.strip():
             lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
             summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
         self.say(summary)
+        if state == "COMPLETED":  # recovered: close what was paged for it
+            self.events += babysit.resolve_alerts(launch, state)
+        if len(launch.progress_history) >= 2:
+            self.events.append(Event("plot", launch.id))
 
 
 def apply_snapshot(
-    launch: Launch, snap: JobSnapshot, profile: ClusterProfile, now: float | None = None
+    launch: Launch,
+    snap: JobSnapshot,
+    profile: ClusterProfile,
+    watch: Watch | None = None,
+    now: float | None = None,
 ) -> list[Event]:
     """Edit ``launch`` for what ``snap`` shows; return the messages to post."""
     attempt = launch.attempt
@@ -168,13 +199,14 @@ def apply_snapshot(
         return []
     if launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
         return []
-    step = _Step(launch, snap, profile, time.time() if now is None else now)
+    step = _Step(launch, snap, profile, watch or Watch(), time.time() if now is None else now)
     step.started()
     progressed = step.read_log()
     step.checkpoints()
     step.requeues()
     step.attach()
     step.state()
+    step.events += babysit.check_hang(launch, step.watch, step.now)
     stale = step.now - launch.parent_rendered_at >= PARENT_REFRESH_S
     if step.visible or (progressed and stale):
         launch.parent_rendered_at = step.now

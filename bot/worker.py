@@ -12,19 +12,21 @@ import asyncio
 import logging
 import time
 
-from bot import keys, render
+from bot import babysit, keys, render
 from bot.clusters import Clusters
 from bot.launches import Attempt, Launch, Phase
 from bot.slack_text import code_block, escape
 from bot.store import Event, Store
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.launch import Submission
+from cluster.tokenizer import seed_tokenizer_cache
 
 log = logging.getLogger(__name__)
 
 CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
 UNREACHABLE_RETRIES = 5
+MAX_BACKOFF_S = 300.0
 LAUNCH_LOCK_MS = 180_000  # longer than a submission may take
 
 
@@ -102,11 +104,14 @@ class Worker:
 
     async def _launch(self, item: Launch) -> None:
         if item.phase == Phase.SUBMITTING:
-            found = await self.clusters.find(item)
+            known = {a.job_id for a in item.attempts if a.job_id}
+            found = [j for j in await self.clusters.find(item) if j.job_id not in known]
             if found:  # the previous worker submitted, then died: adopt, never resubmit
                 job = found[-1]
                 await self._record(item, job_id=job.job_id, adopted=True)
                 return
+        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
+            return
         built = self.clusters.spec_for(item)
         spec = built.spec
         item, _ = await self.store.mutate(item.id, _set_phase(Phase.PREFLIGHT))
@@ -172,23 +177,14 @@ class Worker:
         def submitted(stored: Launch) -> list[Event]:
             if stored.attempts and stored.attempts[-1].job_id == job_id:
                 return []
-            attempt = Attempt(
-                number=len(stored.attempts) + 1,
-                job_id=job_id,
-                submitted_at=time.time(),
-                local_dir=local_dir,
-                job_dir=job_dir,
-                log_path=log_path if job_dir else "",
-            )
-            if stored.attempts and not stored.attempts[-1].job_id:
-                stored.attempts[-1] = attempt.model_copy(
-                    update={
-                        "number": stored.attempts[-1].number,
-                        "reason": stored.attempts[-1].reason,
-                    }
-                )
-            else:
-                stored.attempts.append(attempt)
+            if not stored.attempts or stored.attempts[-1].job_id:
+                stored.attempts.append(Attempt(number=len(stored.attempts) + 1))
+            attempt = stored.attempts[-1]  # a retry's attempt was made when it was decided
+            attempt.job_id, attempt.submitted_at = job_id, time.time()
+            attempt.local_dir, attempt.job_dir = local_dir, job_dir
+            attempt.log_path = log_path if job_dir else ""
+            if job_dir and not attempt.checkpoint_dir:
+                attempt.checkpoint_dir = f"{job_dir}/checkpoints"
             stored.phase = Phase.SUBMITTED
             unit = "node" if stored.request.nodes == 1 else "nodes"
             how = "Found the job submitted before a restart" if adopted else "Submitted"
@@ -203,6 +199,34 @@ class Worker:
 
         await self.store.mutate(item.id, submitted)
         log.info("job=%s cluster=%s launch %s submitted", job_id, item.cluster, item.id)
+
+    async def _prepare_retry(self, item: Launch) -> bool:
+        """Wait out the backoff and seed the tokenizer cache when the retry asks for it."""
+        attempt = item.attempts[-1]
+        wait_s = attempt.not_before - time.time()
+        if wait_s > 0:
+            await asyncio.sleep(min(wait_s, MAX_BACKOFF_S))
+        if not attempt.seed_tokenizer:
+            return True
+        profile = self.clusters.profile(item.cluster)
+        try:
+            result = await seed_tokenizer_cache(self.clusters.pool, profile)
+        except ClusterError as exc:
+            why = escape(str(exc))
+            text = f"Could not seed the tokenizer cache: {why}. Not retrying."
+
+            def give_up(stored: Launch) -> list[Event]:
+                stored.attempts.pop()
+                stored.phase, stored.outcome, stored.detail = Phase.DONE, "FAILED", text
+                events = [thread(stored.id, text), update(stored.id)]
+                return events + babysit.oncall(stored, "tokenizer_seed", why, "Not retried.")
+
+            await self.store.mutate(item.id, give_up)
+            return False
+        await self.store.mutate(
+            item.id, lambda stored: [thread(stored.id, escape(result.summary()))]
+        )
+        return True
 
     async def _reject(self, item: Launch, outcome: str, text: str) -> None:
         await self.store.mutate(item.id, _finish(Phase.REJECTED, outcome, text))

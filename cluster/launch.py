@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 LAUNCH_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,39}")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")
+NODELIST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,199}")
 SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 REMOTE_SHELL = "bash -l -s"
 SUBMIT_TIMEOUT_S = 120.0
@@ -64,6 +65,7 @@ class LaunchSpec:
     args: tuple[str, ...] = ()
     overrides: tuple[tuple[str, str], ...] = ()
     interactive: bool = False
+    exclude: str | None = None  # Slurm node list to keep away from (a failed node)
     env: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, SecretStr] = field(default_factory=dict, repr=False)
 
@@ -85,6 +87,8 @@ class LaunchSpec:
             raise ValueError("a script is needed (only NeMo-RL interactive jobs go without)")
         if self.interactive and self.framework != "nemo-rl":
             raise ValueError("interactive jobs are NeMo-RL jobs")
+        if self.exclude is not None:
+            _check(NODELIST_RE, self.exclude, "node list")
         for arg in self.args:
             _check(ARG_RE, arg, "recipe argument")
         for key, value in self.overrides:
@@ -224,6 +228,7 @@ def plan_launch(spec: LaunchSpec) -> LaunchPlan:
             data_dir=profile.data_dir,
             time_limit=spec.slurm_time,
             account=profile.account,
+            exclude=spec.exclude,
             overrides=spec.overrides,
         )
     else:
@@ -236,6 +241,7 @@ def plan_launch(spec: LaunchSpec) -> LaunchPlan:
             interactive=spec.interactive,
             time_limit=spec.slurm_time,
             account=profile.account,
+            exclude=spec.exclude,
             args=spec.args,
             overrides=spec.overrides,
         )

@@ -33,6 +33,7 @@ def nemo_run_argv(
     data_dir: str | None = None,
     time_limit: str | None = None,
     account: str | None = None,
+    exclude: str | None = None,
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
     """``python3 run.py -e slurm ...``; recipe overrides follow ``--``."""
@@ -51,6 +52,8 @@ def nemo_run_argv(
         argv += ["-t", time_limit]
     if account:
         argv += ["--account", account]
+    if exclude:
+        argv += ["--exclude", exclude]
     if overrides:
         argv += ["--", *(f"{key}={value}" for key, value in overrides)]
     return argv

@@ -21,6 +21,7 @@ def sbatch_argv(
     interactive: bool = False,
     time_limit: str | None = None,
     account: str | None = None,
+    exclude: str | None = None,
     args: tuple[str, ...] = (),
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
@@ -31,6 +32,8 @@ def sbatch_argv(
         argv += ["-t", time_limit]
     if account:
         argv += ["--account", account]
+    if exclude:
+        argv += ["--exclude", exclude]
     argv += ["launch.sh", "--cluster_type", cluster_type]
     if interactive:
         argv.append("--interactive")

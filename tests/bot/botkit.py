@@ -25,13 +25,19 @@ TEST_REDIS = "redis://127.0.0.1:6379/15"
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 
 
-def dev_config(poll_interval_s: float = 1.0) -> Config:
+def dev_config(poll_interval_s: float = 1.0, *, cache_dir: str = "", **watch: float) -> Config:
+    """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced."""
     path = DEV / "trainbot.yaml"
     if not path.is_file():
         pytest.skip("the dev cluster is not up: run devcluster/up first")
     text = re.sub(
         r"poll_interval_s: [0-9.]+", f"poll_interval_s: {poll_interval_s}", path.read_text()
     )
+    if cache_dir:
+        text = text.replace("cache_dir: ~/.cache", f"cache_dir: {cache_dir}")
+    for key, value in watch.items():
+        text, count = re.subn(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text)
+        assert count == 1, f"watch.{key} is not in the dev config (run devcluster/up again)"
     return parse_config(text, source=str(path), base_dir=DEV)
 
 
@@ -88,10 +94,12 @@ def sacct_rows(job_id: str) -> list[dict[str, str]]:
 
 
 def slurm_jobs_named(fragment: str) -> list[str]:
-    """Job ids (queue and accounting) whose name contains ``fragment``."""
+    """Job ids whose name contains ``fragment``: squeue (all states, it knows names at once)
+    and sacct (right after a job starts it may still call it "allocation")."""
+    grep = f"grep -F -e {shlex.quote(fragment)} || true"
     out = login_run(
-        "sacct -X -P -n -o JobID,JobName%80 -S now-1days"
-        f" | grep -F -e {shlex.quote(fragment)} || true"
+        f"squeue -h -t all -o '%i|%j' | {grep}; "
+        f"sacct -X -P -n -o JobID,JobName%80 -S now-1days | {grep}"
     )
     return sorted({line.split("|")[0] for line in out.splitlines() if line})
 

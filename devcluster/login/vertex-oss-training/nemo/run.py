@@ -50,6 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--data-dir")
     parser.add_argument("-t", "--time", default="04:00:00", help="Slurm time limit")
     parser.add_argument("--account", default=None, help="Slurm account (default: your user)")
+    parser.add_argument("--exclude", default=None, help="Slurm nodes to leave out (e.g. dev1)")
     parser.add_argument("overrides", nargs="*", help="recipe overrides after --")
     return parser.parse_args(argv)
 
@@ -93,6 +94,7 @@ def main(argv: list[str]) -> None:
         env_vars=env_vars,
         tunnel=run.LocalTunnel(job_dir=""),
         packager=run.Packager(),
+        exclude=args.exclude,
     )
     # Secrets and DEVCLUSTER_* knobs are not put in env_vars (nemo-run writes
     # those into the sbatch script on disk): sbatch exports this process's

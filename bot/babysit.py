@@ -1,0 +1,135 @@
+"""What the bot does when a run goes wrong: diagnose, retry or stop, page on-call.
+
+Pure: called inside a launch's transaction (see bot.tracking), it edits the
+launch and returns the events to write with it. The failure catalog and the
+retry rules live in cluster.diagnosis; this module applies them to a launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot import render
+from bot.alerts import dedup_key
+from bot.config import Watch
+from bot.launches import Attempt, Launch, Phase
+from bot.slack_text import code_block, escape
+from bot.store import Event
+from cluster.diagnosis import Diagnosis, diagnose, retry_decision
+from cluster.profiles import ClusterProfile
+
+EVIDENCE_LINES = 5
+
+
+def alert_key(launch: Launch, cause_key: str) -> str:
+    return dedup_key(launch.cluster, launch.id, cause_key)
+
+
+def oncall(launch: Launch, cause_key: str, cause: str, action: str) -> list[Event]:
+    """A page (once per launch and cause) for the on-call channel and webhook."""
+    key = alert_key(launch, cause_key)
+    if key in launch.open_alerts:
+        return []
+    launch.open_alerts.append(key)
+    data = {"dedup_key": key, "cause_key": cause_key, "cause": cause, "action": action}
+    return [Event("oncall", launch.id, data=data)]
+
+
+def resolve_alerts(launch: Launch, outcome: str) -> list[Event]:
+    events = [
+        Event("resolve", launch.id, data={"dedup_key": k, "outcome": outcome})
+        for k in launch.open_alerts
+    ]
+    launch.open_alerts.clear()
+    return events
+
+
+def evidence_block(diagnosis: Diagnosis) -> str:
+    lines = list(diagnosis.evidence[-EVIDENCE_LINES:])
+    return code_block("\n".join(lines)) if lines else ""
+
+
+def on_failure(
+    launch: Launch,
+    profile: ClusterProfile,
+    watch: Watch,
+    *,
+    state: str,
+    earlier_states: Sequence[str],
+    now: float,
+) -> tuple[list[Event], bool]:
+    """The attempt ended ``state`` (not COMPLETED). Returns the events, and whether the
+    launch goes on (a retry is queued) rather than ending here."""
+    attempt = launch.attempts[-1]
+    diagnosis = diagnose(
+        attempt.tail,
+        slurm_state=state,
+        exit_code=attempt.exit_code,
+        node_list=attempt.node_list,
+        earlier_states=earlier_states,
+    )
+    if diagnosis is None:
+        return [], False
+    attempt.cause_key = diagnosis.key
+    previous = [a.cause_key for a in launch.attempts[:-1] if a.cause_key]
+    decision = retry_decision(
+        diagnosis,
+        attempt=len(launch.attempts),
+        max_attempts=watch.max_attempts,
+        previous_keys=previous,
+        newer_checkpoint=len(launch.checkpoints) > attempt.checkpoints_at_start,
+    )
+    ran = render.duration(now - (attempt.started_at or attempt.submitted_at or now))
+    job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
+    text = f"⚠️ {job} failed ({state}) after {ran}: {escape(diagnosis.cause)}."
+    if block := evidence_block(diagnosis):
+        text += "\n" + block
+    text += "\n" + escape(decision.reason)
+    events = [Event("thread", launch.id, text)]
+    action = "Retrying." if decision.retry else "Not retried."
+    if decision.page:
+        events += oncall(launch, diagnosis.key, escape(diagnosis.cause), action)
+    if not decision.retry:
+        launch.detail = f"{escape(diagnosis.cause)}. {escape(decision.reason)}"[:300]
+        return events, False
+    number = len(launch.attempts) + 1
+    launch.attempts.append(
+        Attempt(
+            number=number,
+            reason=f"{diagnosis.cause}",
+            exclude=decision.exclude_node or "",
+            seed_tokenizer=decision.seed_tokenizer,
+            resume=decision.resume,
+            checkpoints_at_start=len(launch.checkpoints),
+            checkpoint_dir=attempt.checkpoint_dir if decision.resume else "",
+            not_before=now + watch.retry_backoff_s * (number - 1),
+        )
+    )
+    launch.phase = Phase.RETRYING
+    events += [Event("enqueue", launch.id), Event("update", launch.id)]
+    return events, True
+
+
+def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
+    """RUNNING with no new progress line for too long: say so once, and page."""
+    attempt = launch.attempt
+    if launch.phase != Phase.RUNNING or attempt is None or attempt.hang_reported:
+        return []
+    if launch.interactive or not attempt.started_at:
+        return []
+    last = max(launch.progress.updated_at, attempt.started_at)
+    bound = watch.hang_after_s(launch.progress.step_time_s)
+    if now - last < bound:
+        return []
+    attempt.hang_reported = True
+    quiet = render.duration(now - last)
+    where = f"step {launch.progress.step:,}" if launch.progress.total else "start-up"
+    text = (
+        f"⚠️ No progress for {quiet} (last seen at {where}; the bound is {render.duration(bound)}). "
+        f"Job {attempt.job_id} is still RUNNING and may be hung. On-call has been paged; "
+        "Cancel or Retry below."
+    )
+    data = {"buttons": ["cancel", "retry"]}
+    events = [Event("thread", launch.id, text, data=data), Event("update", launch.id)]
+    cause = f"no progress for {quiet} while RUNNING (silent hang?)"
+    return events + oncall(launch, "silent_hang", cause, "Cancel or Retry from the thread.")
