@@ -29,7 +29,6 @@ from bot.slack_text import (
 from bot.store import Event, Store
 from cluster.errors import TrainbotError
 from cluster.nemo_rl import attach_command
-from cluster.slurm import format_partitions
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
@@ -247,7 +246,16 @@ class Core:
             if isinstance(result, BaseException):
                 lines.append(f"{head}: unreachable: {escape(str(result))}")
             else:
-                lines.append(f"{head}\n{escape(format_partitions(result.partitions))}")
+                lines.append(head)
+                for info in result.partitions:
+                    pending, running = result.queued(info.name)
+                    mark = " (default for /train)" if info.name == profile.partition else ""
+                    state = "" if info.up else " · DOWN"
+                    lines.append(
+                        f"• `{escape(info.name)}`{mark}: {info.nodes_usable}/{info.nodes} nodes "
+                        f"usable · {info.gpus_idle}/{info.gpus_total} GPUs free · "
+                        f"{running} running, {pending} pending{state}"
+                    )
         return Reply("\n".join(lines))
 
     # -- /cancel, /logs, /attach -------------------------------------------------

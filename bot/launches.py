@@ -136,9 +136,3 @@ class Launch(BaseModel):
         if isinstance(req, TrainRequest):
             return f"{req.workload} · {req.model}"
         return "interactive"
-
-    @property
-    def experiment_name(self) -> str:
-        """What Slurm records for this launch: the user's name= (if any) and the launch id."""
-        name = self.request.name
-        return f"{name}-{self.id}" if name else self.id

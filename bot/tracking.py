@@ -32,10 +32,7 @@ def tracked_job(launch: Launch, profile: ClusterProfile) -> TrackedJob | None:
     if attempt is None or not attempt.job_id:
         return None
     framework: FrameworkName = "nemo-rl" if attempt.job_dir else "nemo"
-    if framework == "nemo":
-        ckpt_dir = join_remote(profile.log_dir, launch.experiment_name, "checkpoints")
-    else:
-        ckpt_dir = attempt.checkpoint_dir or join_remote(attempt.job_dir, "checkpoints")
+    ckpt_dir = attempt.checkpoint_dir or join_remote(attempt.job_dir, "checkpoints")
     return TrackedJob(
         job_id=attempt.job_id,
         framework=framework,

@@ -19,6 +19,7 @@ from bot.slack_text import code_block, escape
 from bot.store import Event, Store
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.launch import Submission
+from cluster.profiles import join_remote
 from cluster.tokenizer import seed_tokenizer_cache
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,12 @@ class Worker:
         )
         log_path = f"{job_dir}/nemo_rl_output.log" if job_dir else (local_dir or "")
         partition = spec.slurm_partition
+        if submission is not None and submission.checkpoint_dir:
+            ckpt_dir = submission.checkpoint_dir
+        elif job_dir:
+            ckpt_dir = f"{job_dir}/checkpoints"
+        else:  # NeMo: <log_dir>/<experiment name>/checkpoints, the same for every attempt
+            ckpt_dir = join_remote(profile.log_dir, spec.job_name, "checkpoints")
 
         def submitted(stored: Launch) -> list[Event]:
             if stored.attempts and stored.attempts[-1].job_id == job_id:
@@ -183,8 +190,7 @@ class Worker:
             attempt.job_id, attempt.submitted_at = job_id, time.time()
             attempt.local_dir, attempt.job_dir = local_dir, job_dir
             attempt.log_path = log_path if job_dir else ""
-            if job_dir and not attempt.checkpoint_dir:
-                attempt.checkpoint_dir = f"{job_dir}/checkpoints"
+            attempt.checkpoint_dir = attempt.checkpoint_dir or ckpt_dir
             stored.phase = Phase.SUBMITTED
             unit = "node" if stored.request.nodes == 1 else "nodes"
             how = "Found the job submitted before a restart" if adopted else "Submitted"

@@ -53,14 +53,39 @@ async def discover_recipes(pool: SSHPool, profile: ClusterProfile) -> RecipeList
 class ClusterCapacity:
     cluster: str
     partitions: tuple[PartitionInfo, ...]
+    queue: tuple[tuple[str, int, int], ...] = ()  # (partition, jobs pending, jobs running)
+
+    def queued(self, partition: str) -> tuple[int, int]:
+        """(pending, running) jobs in ``partition``."""
+        return next(((p, r) for name, p, r in self.queue if name == partition), (0, 0))
 
     def partition(self, name: str) -> PartitionInfo | None:
         return next((p for p in self.partitions if p.name == name), None)
 
 
+QUEUE_SEPARATOR = "=====trainbot-squeue====="
+QUEUE_COMMAND = "squeue -h -t PENDING,RUNNING,COMPLETING -o '%P|%T'"
+
+
+def count_queue(stdout: str) -> tuple[tuple[str, int, int], ...]:
+    """(partition, pending, running) from ``squeue -o '%P|%T'`` lines (pure)."""
+    counts: dict[str, list[int]] = {}
+    for line in stdout.splitlines():
+        name, _, state = line.strip().partition("|")
+        if not name:
+            continue
+        slot = counts.setdefault(name.split(",")[0], [0, 0])
+        slot[0 if state == "PENDING" else 1] += 1
+    return tuple((name, p, r) for name, (p, r) in sorted(counts.items()))
+
+
 async def cluster_capacity(pool: SSHPool, profile: ClusterProfile) -> ClusterCapacity:
-    """Partitions, nodes and idle/allocated GPUs from one ``sinfo``."""
+    """Partitions, nodes, idle/allocated GPUs and the queue: one ``sinfo`` and one
+    ``squeue``, in one round trip."""
+    command = f"{build_sinfo()}; echo {QUEUE_SEPARATOR}; {QUEUE_COMMAND}"
     result = await pool.run(
-        profile.login, build_sinfo(), timeout_s=DISCOVERY_TIMEOUT_S, cluster=profile.name
+        profile.login, command, timeout_s=DISCOVERY_TIMEOUT_S, cluster=profile.name
     )
-    return ClusterCapacity(profile.name, tuple(partitions(parse_sinfo(result.stdout))))
+    sinfo_text, _, queue_text = result.stdout.partition(QUEUE_SEPARATOR)
+    infos = tuple(partitions(parse_sinfo(sinfo_text)))
+    return ClusterCapacity(profile.name, infos, count_queue(queue_text))

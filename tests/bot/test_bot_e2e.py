@@ -19,6 +19,7 @@ from tests.bot.botkit import (
     flush_test_redis,
     in_order,
     knobs,
+    login_run,
     sacct_rows,
     slurm_jobs_named,
     wait_for_launch,
@@ -178,4 +179,35 @@ async def test_jobs_logs_and_clusters(unique: str) -> None:
         clusters = await handle_line("/clusters", bot.core, front, user="bob")
     assert clusters is not None
     assert re.search(r"\*a4\* \(hcc-a4, .*\)", clusters.text), clusters.text
-    assert "a3m*" in clusters.text
+    assert re.search(
+        r"• `a4` \(default for /train\): \d/4 nodes usable · \d+/32 GPUs free · ", clusters.text
+    )
+    assert re.search(r"• `a3m`: .* \d+ running, \d+ pending", clusters.text), clusters.text
+
+
+async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
+    """No name=: the experiment is named after the recipe and the launch id."""
+    front = ConsoleFront(io.StringIO(), color=False)
+    tag = "llama3p1_70b_pt"  # the default job name starts with the recipe's name
+    async with knobs(
+        tag, steps=6, step_time_s=0.3, ckpt_every=2, save_time_s=0.1, tokenizer_race="off"
+    ):
+        async with running(bot_settings(), dev_config(), front) as bot:
+            reply = await handle_line(
+                "/train pretrain llama3p1_70b nodes=1 cluster=a3u", bot.core, front, user="alice"
+            )
+            launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            launch = await wait_for_launch(bot.store, launch_id)
+            await asyncio.sleep(1.5)
+    assert launch.outcome == "COMPLETED"
+    ckpt_dir = launch.attempts[0].checkpoint_dir
+    assert ckpt_dir.endswith(f"/llama3p1_70b_pt-{launch_id}/checkpoints")
+    on_disk = login_run(f"ls {ckpt_dir}").split()
+    assert on_disk == [
+        "model_name=0--val_loss=0.00-step=1-consumed_samples=64.0",
+        "model_name=0--val_loss=0.00-step=3-consumed_samples=128.0",
+        "model_name=0--val_loss=0.00-step=5-consumed_samples=192.0-last",
+    ]
+    assert launch.checkpoints == on_disk
+    posted = [line for line in front.lines if "💾 Checkpoint" in line]
+    assert posted == [f"  └ 💾 Checkpoint step {n} saved." for n in (1, 3, 5)]

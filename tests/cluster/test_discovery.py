@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.discovery import cluster_capacity, discover_recipes
+from cluster.discovery import cluster_capacity, count_queue, discover_recipes
 from cluster.jobs import SEPARATOR, launch_name_matches, parse_found
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
@@ -58,3 +58,17 @@ async def test_cluster_capacity(pool: SSHPool, dev_profile: ClusterProfile) -> N
     a4 = capacity.partition("a4")
     assert a4 is not None and a4.nodes == 4 and a4.gpus_per_node == 8
     assert 0 <= a4.gpus_idle <= a4.gpus_total <= 32
+    pending, running = capacity.queued("a4")
+    assert pending >= 0 and running >= 0
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [
+        ("", ()),
+        ("a4|RUNNING\na4|PENDING\na4|PENDING\na3m|COMPLETING\n", (("a3m", 0, 1), ("a4", 2, 1))),
+        ("a3m,a4|PENDING\n\n", (("a3m", 1, 0),)),  # a job asking for several partitions
+    ],
+)
+def test_count_queue(stdout: str, expected: tuple[tuple[str, int, int], ...]) -> None:
+    assert count_queue(stdout) == expected
