@@ -1,0 +1,123 @@
+"""``trainbot serve`` as operators run it: a separate process, configured only by
+its environment, talking to the Slack stand-in, with signed requests over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.bot.botkit import (
+    DEV,
+    LAUNCH_RE,
+    PROJECT,
+    TEST_REDIS,
+    dev_config,
+    flush_test_redis,
+    knobs,
+    login_run,
+    open_test_store,
+    wait_for_launch,
+)
+from tests.slack_standin import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    SlackStandin,
+    post_signed,
+    slash_command_body,
+)
+
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_healthy(url: str, proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while loop.time() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.3)
+    raise AssertionError(f"{url} never became healthy")
+
+
+async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
+    standin: SlackStandin, unique: str, tmp_path: Path
+) -> None:
+    dev_config()  # skips when the dev cluster is not up
+    await flush_test_redis()
+    config = tmp_path / "trainbot.yaml"
+    config.write_text(
+        (DEV / "trainbot.yaml").read_text().replace("poll_interval_s: 2", "poll_interval_s: 1")
+    )
+    port = free_port()
+    env = {
+        **os.environ,
+        "TRAINBOT_CONFIG": str(config),
+        "REDIS_URL": TEST_REDIS,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": standin.api_url,
+        "TRAINBOT_HTTP_PORT": str(port),
+        "TRAINBOT_HF_TOKEN": "hf_test_token_value",
+    }
+    env.pop("SLACK_APP_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot", "serve"],
+        cwd=PROJECT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_healthy(f"{base}/healthz", proc)
+        async with knobs(unique, steps=3, step_time_s=0.3), open_test_store() as store:
+            body = slash_command_body("/train", f"rm llama3p1_8b cluster=a3h name={unique}")
+            answer = await post_signed(f"{base}/slack/events", body)
+            assert answer.status == 200 and answer.elapsed_s < 3.0
+            text = answer.json()["text"]
+            launch_id = LAUNCH_RE.search(text).group(0)  # type: ignore[union-attr]
+            bad = await post_signed(f"{base}/slack/events", body, secret="not-the-secret")
+            assert bad.status == 401
+            launch = await wait_for_launch(store, launch_id)
+            await asyncio.sleep(1.5)
+        async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as metrics:
+            exposition = await metrics.text()
+        assert launch.outcome == "COMPLETED"
+        assert "trainbot_launches_processed_total 1" in exposition
+        assert 'trainbot_ssh_round_trips_total{cluster="a3h"}' in exposition
+        parents = [c for c in standin.calls_to("chat.postMessage") if not c.params.get("thread_ts")]
+        assert len(parents) == 1
+        thread = [
+            c.params["text"]
+            for c in standin.calls_to("chat.postMessage")
+            if c.params.get("thread_ts")
+        ]
+        assert thread[-1].startswith("✅ COMPLETED")
+        # The job got the token (the stand-in prints its fingerprint), no command line did.
+        digest = hashlib.sha256(b"hf_test_token_value").hexdigest()[:12]
+        log = login_run(f"cat ~/vertex-oss-training/nemo_rl/{launch.job_id}/nemo_rl_output.log")
+        assert f"HF_TOKEN is set (sha256 {digest})" in log
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "hf_test_token_value" not in out  # no secret in the bot's output
+    assert BOT_TOKEN not in out
