@@ -185,40 +185,46 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
     assert "Retry asked for by" in text
 
 
-async def test_node_failure_is_seen_as_a_requeue_and_paged_once(
+async def test_node_failure_requeue_runs_elsewhere_paged_once_and_resolved(
     unique: str, cancel_jobs: list[str]
 ) -> None:
-    async with knobs(unique, steps=400, step_time_s=0.5), console_bot() as (bot, front):
-        launch_id = await train(
-            bot, front, f"sft llama3p1_8b framework=nemo-rl nodes=2 cluster=a4 name={unique}"
-        )
+    """Slurm requeues the job itself (JobRequeue=1; about two minutes later it runs on
+    other nodes and resumes from its checkpoint): the bot says so, pages once, never
+    submits a second copy, and resolves the page when the job completes."""
+    knob = {"steps": 60, "step_time_s": 0.5, "ckpt_every": 4, "save_time_s": 0.1}
+    node_script = str(PROJECT / "devcluster" / "node")
+    async with knobs(unique, **knob), console_bot() as (bot, front):
+        text = f"sft llama3p1_8b framework=nemo-rl nodes=2 cluster=a4 name={unique}"
+        launch_id = await train(bot, front, text)
         launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
         cancel_jobs.append(launch.job_id)
+        for _ in range(60):  # a checkpoint to resume from
+            item = await bot.store.get(launch_id)
+            if item and item.checkpoints:
+                break
+            await asyncio.sleep(0.5)
         node = login_run(f"squeue -h -j {launch.job_id} -o %N").strip()
         victim = login_run(f"scontrol show hostnames {shlex.quote(node)} | tail -n 1").strip()
-        subprocess.run(
-            [str(PROJECT / "devcluster" / "node"), "fail", victim], check=True, capture_output=True
-        )
+        subprocess.run([node_script, "fail", victim], check=True, capture_output=True)
         try:
-            for _ in range(120):
-                item = await bot.store.get(launch_id)
-                if item and item.attempts[-1].restarts:
-                    break
-                await asyncio.sleep(0.5)
-            await asyncio.sleep(3.0)
+            final = await wait_for_launch(bot.store, launch_id, timeout_s=300)
+            await asyncio.sleep(1.5)
         finally:
-            subprocess.run(
-                [str(PROJECT / "devcluster" / "node"), "restore", victim],
-                check=True,
-                capture_output=True,
-            )
-        item = await bot.store.get(launch_id)
-    assert item is not None and item.attempts[-1].restarts == 1, thread(front)
+            subprocess.run([node_script, "restore", victim], check=True, capture_output=True)
+    assert final.outcome == "COMPLETED", thread(front)
+    assert final.attempts[-1].restarts == 1 and len(final.attempts) == 1
+    again = login_run(
+        f"scontrol show hostnames {shlex.quote(final.attempts[-1].node_list)}"
+    ).split()
+    assert len(again) == 2 and victim not in again  # ran again elsewhere
     text = thread(front)
-    assert f"Slurm requeued job {launch.job_id} (restart 1)" in text
+    assert text.count(f"Slurm requeued job {launch.job_id} (restart 1)") == 1
     pages = [line for line in front.lines if "S0ONCALL" in line]
     assert len(pages) == 1 and "node failure" in pages[0] and "NODE_FAIL" in pages[0]
+    assert sum(line.startswith("✅ Resolved") for line in front.lines) == 1
     assert slurm_jobs_named(launch_id) == [launch.job_id]  # no second copy of the job
+    log = login_run(f"cat ~/vertex-oss-training/nemo_rl/{launch.job_id}/nemo_rl_output.log")
+    assert "Loading checkpoint from" in log  # the new incarnation resumed
 
 
 async def test_interactive_job_attach_command_runs_in_the_allocation(
