@@ -25,7 +25,9 @@ TEST_REDIS = "redis://127.0.0.1:6379/15"
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 
 
-def dev_config(poll_interval_s: float = 1.0, *, cache_dir: str = "", **watch: float) -> Config:
+def dev_config(
+    poll_interval_s: float = 1.0, *, cache_dir: str = "", webhook_url: str = "", **watch: float
+) -> Config:
     """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced."""
     path = DEV / "trainbot.yaml"
     if not path.is_file():
@@ -35,6 +37,9 @@ def dev_config(poll_interval_s: float = 1.0, *, cache_dir: str = "", **watch: fl
     )
     if cache_dir:
         text = text.replace("cache_dir: ~/.cache", f"cache_dir: {cache_dir}")
+    if webhook_url:
+        hook = f"webhook: {{url: '{webhook_url}', routing_key: {{env: TRAINBOT_PAGERDUTY_KEY}}}}"
+        text = text.replace("webhook: null", hook)
     for key, value in watch.items():
         text, count = re.subn(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text)
         assert count == 1, f"watch.{key} is not in the dev config (run devcluster/up again)"

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+from aiohttp import web
 
 from bot.console import ConsoleFront, handle_line
 from bot.front import Incoming
@@ -34,6 +35,7 @@ from tests.bot.botkit import (
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
 QUICK = {"steps": 3, "step_time_s": 0.3, "save_time_s": 0.1}
+ROUTING_KEY = "R0UTINGKEY0123456789abcdef0123456"
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +46,8 @@ async def clean_redis() -> None:
 @asynccontextmanager
 async def console_bot(**config: object) -> AsyncIterator[tuple[Bot, ConsoleFront]]:
     front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(), dev_config(**config), front) as bot:  # type: ignore[arg-type]
+    settings = bot_settings(TRAINBOT_PAGERDUTY_KEY=ROUTING_KEY)
+    async with running(settings, dev_config(**config), front) as bot:  # type: ignore[arg-type]
         yield bot, front
 
 
@@ -276,3 +279,57 @@ async def test_loss_curve_is_uploaded_at_the_end_and_on_request(unique: str, tmp
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert [step for step, _ in launch.progress_history] == [1, 2, 3, 4, 5, 6]
     assert reply is not None and reply.file_content.startswith(b"\x89PNG")
+
+
+@asynccontextmanager
+async def pagerduty_receiver() -> AsyncIterator[tuple[str, list[dict[str, object]]]]:
+    """A local stand-in for the PagerDuty Events API v2 endpoint: records, answers 202."""
+    events: list[dict[str, object]] = []
+
+    async def enqueue(request: web.Request) -> web.Response:
+        events.append(await request.json())
+        return web.json_response({"status": "success", "dedup_key": "x"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v2/enqueue", enqueue)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/v2/enqueue", events
+    finally:
+        await runner.cleanup()
+
+
+async def test_hang_pages_pagerduty_and_a_retry_that_completes_resolves_it(unique: str) -> None:
+    spec = {"steps": 6, "step_time_s": 0.3, "fault": "hang", "fault_at_step": 3, "fault_once": 1}
+    async with (
+        pagerduty_receiver() as (url, events),
+        knobs(unique, **spec),
+        console_bot(webhook_url=url, hang_min_s=3, hang_step_factor=1) as (bot, front),
+    ):
+        launch_id = await train(bot, front, f"rm llama3p1_70b cluster=a3m name={unique}")
+        for _ in range(120):
+            if events:
+                break
+            await asyncio.sleep(0.5)
+        retry = await bot.core(
+            Incoming(
+                user_id="alice",
+                channel_id="console",
+                action_id="trainbot_retry",
+                action_value=launch_id,
+            )
+        )
+        assert not retry.error, retry.text
+        launch = await wait_for_launch(bot.store, launch_id)
+        await asyncio.sleep(2.0)
+    assert launch.outcome == "COMPLETED", thread(front)
+    assert [e["event_action"] for e in events] == ["trigger", "resolve"], events
+    trigger, resolve = events
+    assert trigger["routing_key"] == ROUTING_KEY and trigger["dedup_key"] == resolve["dedup_key"]
+    payload = trigger["payload"]
+    assert isinstance(payload, dict) and "silent hang" in str(payload["summary"])
+    assert ROUTING_KEY not in thread(front)
