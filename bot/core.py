@@ -17,9 +17,11 @@ from bot.front import Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
 from bot.plot import render_loss_png
 from bot.slack_text import (
+    ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
     ACTION_LOGS,
+    ACTION_REJECT,
     ACTION_RETRY,
     cancel_button,
     code_block,
@@ -33,7 +35,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.policy import decide
+from commands.policy import decide, may_approve
 from commands.requests import (
     AttachRequest,
     CancelRequest,
@@ -133,6 +135,10 @@ class Core:
             return await self.logs(await self.find(ref), 50)
         if incoming.action_id == ACTION_ATTACH:
             return self.attach(await self.owned(ref, user, "attach to"))
+        if incoming.action_id in (ACTION_APPROVE, ACTION_REJECT):
+            return await self.approve(
+                await self.find(ref), user, incoming.action_id == ACTION_APPROVE
+            )
         if incoming.action_id == ACTION_RETRY:
             return await self.retry(await self.owned(ref, user, "retry"), user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)
@@ -152,15 +158,25 @@ class Core:
         )
         if not decision.allowed:
             return Reply(decision.reason, error=True)
-        if decision.needs_approval:
-            return Reply(
-                f"{decision.reason} Approvals in Slack are not available yet: ask a trainbot admin "
-                "to launch it, or use fewer nodes.",
-                error=True,
-            )
         launch = Launch(
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )
+        if decision.needs_approval:
+            launch.phase = Phase.AWAITING_APPROVAL
+            ask = (
+                f"✋ <@{user.id}> asks for {render.request_text(launch)}. "
+                f"{escape(decision.reason)} An admin, or anyone else who may launch on "
+                f"{launch.cluster}, can approve it."
+            )
+            events = [
+                Event("parent", launch.id),
+                Event("thread", launch.id, ask, data={"buttons": ["approve", "reject"]}),
+            ]
+            await self.store.create(launch, events, enqueue=False)
+            return Reply(
+                f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
+                "asked in its thread."
+            )
         queued = f"Queued by <@{user.id}>: {render.request_text(launch)}"
         await self.store.create(
             launch, [Event("parent", launch.id), Event("thread", launch.id, queued)]
@@ -312,6 +328,50 @@ class Core:
             file_name=f"{launch.id}-{attempt.job_id}.log",
             file_content=text.encode(),
         )
+
+    async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:
+        """A second person lets a launch above the node threshold go (or not)."""
+        if launch.phase != Phase.AWAITING_APPROVAL:
+            return Reply(f"{launch.id} is not waiting for approval any more.", error=True)
+        if approved:
+            decision = may_approve(
+                self.context.policy,
+                user_id=user.id,
+                group_ids=user.groups,
+                owner_id=launch.user_id,
+                cluster=launch.cluster,
+            )
+        else:  # the asker may withdraw; others need the same standing as to approve
+            decision = may_approve(
+                self.context.policy,
+                user_id=user.id,
+                group_ids=user.groups,
+                owner_id="",
+                cluster=launch.cluster,
+            )
+        if not decision.allowed:
+            return Reply(escape(decision.reason), error=True)
+
+        def decide_launch(stored: Launch) -> list[Event]:
+            if stored.phase != Phase.AWAITING_APPROVAL:
+                return []
+            if approved:
+                stored.phase = Phase.QUEUED
+                text = f"✅ Approved by <@{user.id}>. Queued."
+                return [
+                    Event("thread", stored.id, text),
+                    Event("update", stored.id),
+                    Event("enqueue", stored.id),
+                ]
+            stored.phase, stored.outcome = Phase.REJECTED, "NOT_APPROVED"
+            stored.detail = f"Not approved by <@{user.id}>."
+            return [
+                Event("thread", stored.id, f"⛔ {stored.detail} Nothing was submitted."),
+                Event("update", stored.id),
+            ]
+
+        await self.store.mutate(launch.id, decide_launch)
+        return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
 
     async def retry(self, launch: Launch, user: User) -> Reply:
         """Cancel the current attempt (a hang, say) and queue a new one, resuming."""

@@ -17,6 +17,7 @@ from commands.requests import InteractiveRequest, TrainRequest
 class Phase(StrEnum):
     """Where a launch is. Slurm's own words for a job live in ``Attempt.slurm_state``."""
 
+    AWAITING_APPROVAL = "awaiting_approval"  # above the policy's node threshold
     QUEUED = "queued"
     PREFLIGHT = "preflight"
     SUBMITTING = "submitting"  # sbatch may have run: look the launch id up before retrying
@@ -30,6 +31,7 @@ class Phase(StrEnum):
 
 ACTIVE_PHASES = frozenset(
     {
+        Phase.AWAITING_APPROVAL,
         Phase.QUEUED,
         Phase.PREFLIGHT,
         Phase.SUBMITTING,

@@ -14,10 +14,10 @@ from typing import Any
 
 from bot import keys, render
 from bot.front import Front, MessageRef
-from bot.launches import Launch
+from bot.launches import Launch, Phase
 from bot.paging import Pager
 from bot.plot import render_loss_png
-from bot.slack_text import cancel_button, retry_button, section
+from bot.slack_text import approve_button, cancel_button, reject_button, retry_button, section
 from bot.store import Event, Store
 from cluster.profiles import ClusterProfile
 
@@ -195,4 +195,8 @@ def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
         buttons.append(cancel_button(launch.id, job_label=label))
     if "retry" in wanted:
         buttons.append(retry_button(launch.id))
+    if launch.phase == Phase.AWAITING_APPROVAL and "approve" in wanted:
+        buttons += [approve_button(launch.id), reject_button(launch.id)]
+    if not buttons:
+        return None
     return [section(event.text), {"type": "actions", "elements": buttons}]

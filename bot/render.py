@@ -28,6 +28,7 @@ OUTCOME_ICONS = {
     "DEADLINE": "⌛",
 }
 PHASE_LABELS = {
+    Phase.AWAITING_APPROVAL: ("✋", "AWAITING APPROVAL"),
     Phase.QUEUED: ("⏳", "QUEUED"),
     Phase.PREFLIGHT: ("🔎", "PRE-FLIGHT"),
     Phase.SUBMITTING: ("📤", "SUBMITTING"),

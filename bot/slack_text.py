@@ -24,6 +24,8 @@ ACTION_LOGS = "trainbot_logs"
 ACTION_ATTACH = "trainbot_attach"
 ACTION_RETRY = "trainbot_retry"
 ACTION_USE_PARTITION = "trainbot_use_partition"
+ACTION_APPROVE = "trainbot_approve"
+ACTION_REJECT = "trainbot_reject"
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.
@@ -205,3 +207,11 @@ def actions(*elements: Block, block_id: str = "") -> Block:
     if block_id:
         block["block_id"] = block_id
     return block
+
+
+def approve_button(value: str) -> Block:
+    return button("Approve", ACTION_APPROVE, value, style="primary")
+
+
+def reject_button(value: str) -> Block:
+    return button("Reject", ACTION_REJECT, value, style="danger")

@@ -10,7 +10,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import COMMANDS, parse_command, parse_line
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.policy import Decision, Policy, PolicyRule, Principals, decide, may_manage
+from commands.policy import Decision, Policy, PolicyRule, Principals, decide, may_approve, may_manage
 from commands.requests import (
     REQUEST_ADAPTER,
     AttachRequest,
@@ -51,6 +51,7 @@ __all__ = [
     "User",
     "decide",
     "help_text",
+    "may_approve",
     "may_manage",
     "parse_command",
     "parse_line",

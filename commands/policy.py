@@ -166,3 +166,23 @@ def may_manage(
 
 def _launches(count: int) -> str:
     return f"{count} launch" if count == 1 else f"{count} launches"
+
+
+def may_approve(
+    policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str, cluster: str
+) -> Decision:
+    """Whether ``user_id`` may approve a launch of ``owner_id`` that needs a second person:
+    someone else, who is an admin or may launch on ``cluster`` themselves."""
+    if user_id == owner_id:
+        return Decision(
+            allowed=False,
+            reason="You cannot approve your own launch: a second person has to.",
+        )
+    if policy.is_admin(user_id, group_ids):
+        return Decision(allowed=True, reason="Approved: you are a trainbot admin.")
+    if policy.rule_for(user_id, group_ids, cluster) is not None:
+        return Decision(allowed=True, reason=f"Approved: you may launch on {cluster} yourself.")
+    return Decision(
+        allowed=False,
+        reason=f"Only a trainbot admin or someone who may launch on {cluster} can approve it.",
+    )

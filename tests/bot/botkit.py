@@ -26,7 +26,12 @@ LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 
 
 def dev_config(
-    poll_interval_s: float = 1.0, *, cache_dir: str = "", webhook_url: str = "", **watch: float
+    poll_interval_s: float = 1.0,
+    *,
+    cache_dir: str = "",
+    webhook_url: str = "",
+    approval_above_nodes: int | None = None,
+    **watch: float,
 ) -> Config:
     """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced."""
     path = DEV / "trainbot.yaml"
@@ -37,6 +42,10 @@ def dev_config(
     )
     if cache_dir:
         text = text.replace("cache_dir: ~/.cache", f"cache_dir: {cache_dir}")
+    if approval_above_nodes is not None:
+        text = text.replace(
+            "approval_above_nodes: null", f"approval_above_nodes: {approval_above_nodes}"
+        )
     if webhook_url:
         hook = f"webhook: {{url: '{webhook_url}', routing_key: {{env: TRAINBOT_PAGERDUTY_KEY}}}}"
         text = text.replace("webhook: null", hook)

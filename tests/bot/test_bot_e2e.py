@@ -211,3 +211,45 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
     assert launch.checkpoints == on_disk
     posted = [line for line in front.lines if "💾 Checkpoint" in line]
     assert posted == [f"  └ 💾 Checkpoint step {n} saved." for n in (1, 3, 5)]
+
+
+async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
+    from bot.front import Incoming
+
+    front = ConsoleFront(io.StringIO(), color=False)
+    config = dev_config(approval_above_nodes=1)
+    async with knobs(unique, **FAST), running(bot_settings(), config, front) as bot:
+        reply = await handle_line(
+            f"/train grpo llama3p1_8b nodes=2 cluster=a3u name={unique}",
+            bot.core,
+            front,
+            user="alice",
+        )
+        assert reply is not None and "needs a second person's approval" in reply.text
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        await asyncio.sleep(1.0)
+        waiting = await bot.store.get(launch_id)
+        assert waiting is not None and waiting.phase == Phase.AWAITING_APPROVAL
+        assert slurm_jobs_named(launch_id) == []
+
+        def click(user: str) -> Incoming:
+            return Incoming(
+                user_id=user,
+                channel_id="console",
+                action_id="trainbot_approve",
+                action_value=launch_id,
+            )
+
+        own = await bot.core(click("alice"))
+        assert own.error and "cannot approve your own launch" in own.text
+        ok = await bot.core(click("bob"))
+        assert not ok.error, ok.text
+        launch = await wait_for_launch(bot.store, launch_id)
+        await asyncio.sleep(1.0)
+    assert launch.outcome == "COMPLETED"
+    in_order(
+        front.lines,
+        r"✋ @alice asks for",
+        r"✅ Approved by @bob\. Queued\.",
+        r"Submitted: Slurm job",
+    )

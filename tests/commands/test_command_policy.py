@@ -16,6 +16,9 @@ from commands import (
     decide,
     may_manage,
 )
+from commands.policy import (
+    may_approve,
+)
 
 POLICY = Policy(
     admins=Principals(users=("U0ADMIN",), groups=("S0ADMINS",)),
@@ -189,3 +192,45 @@ def test_max_nodes_for() -> None:
     assert POLICY.max_nodes_for("U0ALICE", (), "a3m") == 2
     assert POLICY.max_nodes_for("U0ALICE", (), "a4") is None
     assert POLICY.max_nodes_for("U0ADMIN", (), "a3m") is None
+
+
+# approver, groups, owner, cluster -> allowed, reason
+APPROVALS = [
+    (
+        "U0ALICE",
+        (),
+        "U0ALICE",
+        "a3m",
+        False,
+        "You cannot approve your own launch: a second person has to.",
+    ),
+    ("U0BOB", (), "U0ALICE", "a3m", True, "Approved: you may launch on a3m yourself."),
+    (
+        "U0BOB",
+        (),
+        "U0ALICE",
+        "a4",
+        False,
+        "Only a trainbot admin or someone who may launch on a4 can approve it.",
+    ),
+    ("U0BOB", ("S0RESEARCH",), "U0ALICE", "a4", True, "Approved: you may launch on a4 yourself."),
+    ("U0ADMIN", (), "U0ALICE", "a4", True, "Approved: you are a trainbot admin."),
+    (
+        "U0ADMIN",
+        (),
+        "U0ADMIN",
+        "a4",
+        False,
+        "You cannot approve your own launch: a second person has to.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("user_id", "groups", "owner", "cluster", "allowed", "reason"), APPROVALS)
+def test_may_approve(
+    user_id: str, groups: tuple[str, ...], owner: str, cluster: str, allowed: bool, reason: str
+) -> None:
+    decision = may_approve(
+        POLICY, user_id=user_id, group_ids=groups, owner_id=owner, cluster=cluster
+    )
+    assert (decision.allowed, decision.reason) == (allowed, reason)
