@@ -10,7 +10,15 @@ from commands.context import CommandContext, User
 from commands.dispatch import COMMANDS, parse_command, parse_line
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.policy import Decision, Policy, PolicyRule, Principals, decide, may_approve, may_manage
+from commands.policy import (
+    Decision,
+    Policy,
+    PolicyRule,
+    Principals,
+    decide,
+    may_approve,
+    may_manage,
+)
 from commands.requests import (
     REQUEST_ADAPTER,
     AttachRequest,
