@@ -16,6 +16,7 @@ from bot.http import SlackParams, run_slack
 from bot.service import running
 from bot.settings import Settings
 from bot.slack_front import open_front
+from cluster.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,18 @@ async def run_serve(
     settings: Settings, config: Config, *, ready: asyncio.Event | None = None
 ) -> int:
     params = SlackParams.from_settings(settings)
+    if not params.bot_token:  # before connecting to anything
+        raise ConfigError(
+            "SLACK_BOT_TOKEN is not set: give your Slack app's bot token (xoxb-...), "
+            "or run without Slack: trainbot console",
+            source="environment",
+        )
+    if not params.app_token and not params.signing_secret:
+        raise ConfigError(
+            "HTTP mode needs SLACK_SIGNING_SECRET; or set SLACK_APP_TOKEN (xapp-...) for "
+            "Socket Mode, which needs no public URL",
+            source="environment",
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -79,7 +79,8 @@ class Settings(BaseSettings):
             name = str(first["loc"][0]) if first["loc"] else ""
             got = values.get(name, "")
             shown = "" if _is_secret(cls, name) else f" (got {got!r})"
-            raise ConfigError(f"{first['msg']}{shown}", source="environment", path=name) from None
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"{msg}{shown}", source="environment", path=name) from None
         settings._environ = {name: SecretStr(value) for name, value in env.items() if value}
         return settings
 
