@@ -7,15 +7,13 @@ for a /train. /cancel, /logs, /attach and /clusters make one SSH round trip.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
-from bot import render
+from bot import answers, render
 from bot.clusters import Clusters
 from bot.front import Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
-from bot.plot import render_loss_png
 from bot.slack_text import (
     ACTION_APPROVE,
     ACTION_ATTACH,
@@ -23,14 +21,10 @@ from bot.slack_text import (
     ACTION_LOGS,
     ACTION_REJECT,
     ACTION_RETRY,
-    cancel_button,
-    code_block,
     escape,
-    section,
 )
 from bot.store import Event, Store
 from cluster.errors import TrainbotError
-from cluster.nemo_rl import attach_command
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
@@ -112,18 +106,20 @@ class Core:
         if isinstance(request, RecipesRequest):
             return Reply(recipes_text(self.context, request.workload))
         if isinstance(request, JobsRequest):
-            return await self.jobs(user, all_users=request.all_users)
+            return await answers.jobs(self.store, user, all_users=request.all_users)
         if isinstance(request, ClustersRequest):
-            return await self.cluster_list(request.cluster)
+            return await answers.cluster_list(self.clusters, request.cluster)
         if isinstance(request, CancelRequest):
             launch = await self.owned(request.job, user, "cancel")
-            return self.confirm_cancel(launch)
+            return answers.confirm_cancel(launch)
         if isinstance(request, LogsRequest):
             if request.plot:
-                return self.plot(await self.find(request.job))
-            return await self.logs(await self.find(request.job), request.lines or 50)
+                return answers.plot(await self.find(request.job))
+            return await answers.logs(
+                self.clusters, await self.find(request.job), request.lines or 50
+            )
         if isinstance(request, AttachRequest):
-            return self.attach(await self.owned(request.job, user, "attach to"))
+            return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
         raise CommandError("That command is not handled yet.")
 
     async def on_action(self, incoming: Incoming) -> Reply:
@@ -132,9 +128,9 @@ class Core:
         if incoming.action_id == ACTION_CANCEL:
             return await self.cancel(await self.owned(ref, user, "cancel"), user)
         if incoming.action_id == ACTION_LOGS:
-            return await self.logs(await self.find(ref), 50)
+            return await answers.logs(self.clusters, await self.find(ref), 50)
         if incoming.action_id == ACTION_ATTACH:
-            return self.attach(await self.owned(ref, user, "attach to"))
+            return answers.attach(self.clusters, await self.owned(ref, user, "attach to"))
         if incoming.action_id in (ACTION_APPROVE, ACTION_REJECT):
             return await self.approve(
                 await self.find(ref), user, incoming.action_id == ACTION_APPROVE
@@ -222,72 +218,7 @@ class Core:
 
     # -- /jobs, /clusters --------------------------------------------------------
 
-    async def jobs(self, user: User, *, all_users: bool) -> Reply:
-        ids = await self.store.active_ids(None if all_users else user.id)
-        launches = [
-            launch for launch in await asyncio.gather(*(self.store.get(i) for i in ids)) if launch
-        ]
-        if not launches:
-            return Reply(
-                "No active launches."
-                if all_users
-                else "You have no active launches. /jobs all shows everyone's."
-            )
-        now = time.time()
-        lines = []
-        for launch in sorted(launches, key=lambda item: item.created_at):
-            _, word = render.status_label(launch)
-            step = (
-                f" · step {launch.progress.step}/{launch.progress.total}"
-                if launch.progress.total
-                else ""
-            )
-            job = f" · job {launch.job_id}" if launch.job_id else ""
-            who = f" · <@{launch.user_id}>" if all_users else ""
-            lines.append(
-                f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step} · "
-                f"{render.duration(now - launch.created_at)} old{who}"
-            )
-        return Reply("\n".join(lines))
-
-    async def cluster_list(self, only: str | None) -> Reply:
-        names = [only] if only else list(self.clusters.profiles)
-        results = await asyncio.gather(
-            *(self.clusters.capacity(n) for n in names), return_exceptions=True
-        )
-        lines = []
-        for name, result in zip(names, results, strict=True):
-            profile = self.clusters.profile(name)
-            head = f"*{name}* ({profile.type}, {escape(profile.machine)})"
-            if isinstance(result, BaseException):
-                lines.append(f"{head}: unreachable: {escape(str(result))}")
-            else:
-                lines.append(head)
-                for info in result.partitions:
-                    pending, running = result.queued(info.name)
-                    mark = " (default for /train)" if info.name == profile.partition else ""
-                    state = "" if info.up else " · DOWN"
-                    lines.append(
-                        f"• `{escape(info.name)}`{mark}: {info.nodes_usable}/{info.nodes} nodes "
-                        f"usable · {info.gpus_idle}/{info.gpus_total} GPUs free · "
-                        f"{running} running, {pending} pending{state}"
-                    )
-        return Reply("\n".join(lines))
-
     # -- /cancel, /logs, /attach -------------------------------------------------
-
-    def confirm_cancel(self, launch: Launch) -> Reply:
-        if not launch.active:
-            return Reply(
-                f"{launch.id} has already ended ({render.status_label(launch)[1]}).", error=True
-            )
-        label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
-        text = f"Cancel {label} ({launch.title} on {launch.cluster})?"
-        blocks = [
-            section(text),
-            {"type": "actions", "elements": [cancel_button(launch.id, job_label=label)]},
-        ]
-        return Reply(text, blocks=blocks)
 
     async def cancel(self, launch: Launch, user: User) -> Reply:
         if not launch.active:
@@ -305,29 +236,6 @@ class Core:
         await self.store.mutate(launch.id, cancelled)
         what = f"Slurm job {job_ids[-1]}" if job_ids else launch.id
         return Reply(f"Cancelled {what}. The thread will show the final state.")
-
-    async def logs(self, launch: Launch, lines: int) -> Reply:
-        attempt = launch.attempt
-        if attempt is None or not attempt.job_id:
-            return Reply(
-                f"{launch.id} has no Slurm job yet ({render.status_label(launch)[1]}).", error=True
-            )
-        if not attempt.log_path:
-            return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
-        text = await self.clusters.tail(launch.cluster, attempt.log_path, lines)
-        if not text.strip():
-            return Reply(
-                f"The log of job {attempt.job_id} is empty so far (`{escape(attempt.log_path)}`)."
-            )
-        count = len(text.splitlines())
-        head = f"Last {count} lines of job {attempt.job_id} (`{escape(attempt.log_path)}`):"
-        if len(text) <= INLINE_LOG_CHARS:
-            return Reply(f"{head}\n{code_block(text)}")
-        return Reply(
-            head + " (attached as a file)",
-            file_name=f"{launch.id}-{attempt.job_id}.log",
-            file_content=text.encode(),
-        )
 
     async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:
         """A second person lets a launch above the node threshold go (or not)."""
@@ -406,43 +314,3 @@ class Core:
         await self.store.mutate(launch.id, again)
         await self.clusters.cancel(launch.cluster, [old])
         return Reply(f"Cancelled job {old}; a new attempt of {launch.id} is queued.")
-
-    def plot(self, launch: Launch) -> Reply:
-        title = f"{launch.id} · {launch.title.replace(' · ', ' ')} · loss"
-        try:
-            png = render_loss_png(launch.progress_history, title=title)
-        except ValueError as exc:
-            return Reply(f"No loss curve for {launch.id} yet: {escape(str(exc))}.", error=True)
-        return Reply(
-            f"Loss curve of {launch.id} ({len(launch.progress_history)} points).",
-            file_name=f"{launch.id}-loss.png",
-            file_content=png,
-        )
-
-    def attach(self, launch: Launch) -> Reply:
-        if not launch.interactive:
-            return Reply(
-                f"{launch.id} is not an interactive job; /train interactive starts one.", error=True
-            )
-        attempt = launch.attempt
-        if not launch.active or attempt is None:
-            return Reply(
-                f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
-            )
-        if not attempt.attach_ready:
-            return Reply(
-                f"Job {attempt.job_id or '(not submitted yet)'} is not ready to attach yet; "
-                "the thread will say when."
-            )
-        profile = self.clusters.profile(launch.cluster)
-        login = profile.login
-        remote = attach_command(profile.nemo_rl_dir, attempt.job_id)
-        command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
-        text = (
-            f"Attach to job {attempt.job_id} (re-run it after a lost connection):\n"
-            f"```{escape(command)}```"
-        )
-        url = profile.attach_url(job_id=attempt.job_id)
-        if url:
-            text += f"\nOr open <{url}|the web terminal>."
-        return Reply(text)

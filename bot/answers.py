@@ -1,0 +1,153 @@
+"""Answers that only read: /jobs, /clusters, /logs, /logs plot, /attach, and the
+/cancel confirmation. What changes a launch stays in bot.core."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bot import render
+from bot.clusters import Clusters
+from bot.front import Reply
+from bot.launches import Launch
+from bot.plot import render_loss_png
+from bot.slack_text import cancel_button, code_block, escape, section
+from bot.store import Store
+from cluster.nemo_rl import attach_command
+from commands.context import User
+
+INLINE_LOG_CHARS = 2800
+
+
+async def jobs(store: Store, user: User, *, all_users: bool) -> Reply:
+    """/jobs: active launches, one line each."""
+    ids = await store.active_ids(None if all_users else user.id)
+    launches = [launch for launch in await asyncio.gather(*(store.get(i) for i in ids)) if launch]
+    if not launches:
+        return Reply(
+            "No active launches."
+            if all_users
+            else "You have no active launches. /jobs all shows everyone's."
+        )
+    now = time.time()
+    lines = []
+    for launch in sorted(launches, key=lambda item: item.created_at):
+        _, word = render.status_label(launch)
+        step = (
+            f" · step {launch.progress.step}/{launch.progress.total}"
+            if launch.progress.total
+            else ""
+        )
+        job = f" · job {launch.job_id}" if launch.job_id else ""
+        who = f" · <@{launch.user_id}>" if all_users else ""
+        lines.append(
+            f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step} · "
+            f"{render.duration(now - launch.created_at)} old{who}"
+        )
+    return Reply("\n".join(lines))
+
+
+async def cluster_list(clusters: Clusters, only: str | None) -> Reply:
+    """/clusters: per cluster, its partitions with nodes, free GPUs and the queue."""
+    names = [only] if only else list(clusters.profiles)
+    results = await asyncio.gather(*(clusters.capacity(n) for n in names), return_exceptions=True)
+    lines = []
+    for name, result in zip(names, results, strict=True):
+        profile = clusters.profile(name)
+        head = f"*{name}* ({profile.type}, {escape(profile.machine)})"
+        if isinstance(result, BaseException):
+            lines.append(f"{head}: unreachable: {escape(str(result))}")
+        else:
+            lines.append(head)
+            for info in result.partitions:
+                pending, running = result.queued(info.name)
+                mark = " (default for /train)" if info.name == profile.partition else ""
+                state = "" if info.up else " · DOWN"
+                lines.append(
+                    f"• `{escape(info.name)}`{mark}: {info.nodes_usable}/{info.nodes} nodes "
+                    f"usable · {info.gpus_idle}/{info.gpus_total} GPUs free · "
+                    f"{running} running, {pending} pending{state}"
+                )
+    return Reply("\n".join(lines))
+
+
+def confirm_cancel(launch: Launch) -> Reply:
+    """/cancel asks first: the button carries a confirm dialog."""
+    if not launch.active:
+        return Reply(
+            f"{launch.id} has already ended ({render.status_label(launch)[1]}).", error=True
+        )
+    label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
+    text = f"Cancel {label} ({launch.title} on {launch.cluster})?"
+    blocks = [
+        section(text),
+        {"type": "actions", "elements": [cancel_button(launch.id, job_label=label)]},
+    ]
+    return Reply(text, blocks=blocks)
+
+
+async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
+    """/logs: the tail, escaped in a code block, or a file when long."""
+    attempt = launch.attempt
+    if attempt is None or not attempt.job_id:
+        return Reply(
+            f"{launch.id} has no Slurm job yet ({render.status_label(launch)[1]}).", error=True
+        )
+    if not attempt.log_path:
+        return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
+    text = await clusters.tail(launch.cluster, attempt.log_path, lines)
+    if not text.strip():
+        return Reply(
+            f"The log of job {attempt.job_id} is empty so far (`{escape(attempt.log_path)}`)."
+        )
+    count = len(text.splitlines())
+    head = f"Last {count} lines of job {attempt.job_id} (`{escape(attempt.log_path)}`):"
+    if len(text) <= INLINE_LOG_CHARS:
+        return Reply(f"{head}\n{code_block(text)}")
+    return Reply(
+        head + " (attached as a file)",
+        file_name=f"{launch.id}-{attempt.job_id}.log",
+        file_content=text.encode(),
+    )
+
+
+def plot(launch: Launch) -> Reply:
+    """/logs <job> plot: the loss curve as a PNG file."""
+    title = f"{launch.id} · {launch.title.replace(' · ', ' ')} · loss"
+    try:
+        png = render_loss_png(launch.progress_history, title=title)
+    except ValueError as exc:
+        return Reply(f"No loss curve for {launch.id} yet: {escape(str(exc))}.", error=True)
+    return Reply(
+        f"Loss curve of {launch.id} ({len(launch.progress_history)} points).",
+        file_name=f"{launch.id}-loss.png",
+        file_content=png,
+    )
+
+
+def attach(clusters: Clusters, launch: Launch) -> Reply:
+    """/attach: the exact command for the owner (the caller checks who asks)."""
+    if not launch.interactive:
+        return Reply(
+            f"{launch.id} is not an interactive job; /train interactive starts one.", error=True
+        )
+    attempt = launch.attempt
+    if not launch.active or attempt is None:
+        return Reply(f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True)
+    if not attempt.attach_ready:
+        return Reply(
+            f"Job {attempt.job_id or '(not submitted yet)'} is not ready to attach yet; "
+            "the thread will say when."
+        )
+    profile = clusters.profile(launch.cluster)
+    login = profile.login
+    remote = attach_command(profile.nemo_rl_dir, attempt.job_id)
+    command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
+    text = (
+        f"Attach to job {attempt.job_id} (re-run it after a lost connection):\n"
+        f"```{escape(command)}```"
+    )
+    url = profile.attach_url(job_id=attempt.job_id)
+    if url:
+        text += f"\nOr open <{url}|the web terminal>."
+    return Reply(text)
