@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
+
+from pydantic import ValidationError
 
 from bot import answers, render
 from bot.clusters import Clusters
@@ -21,6 +24,7 @@ from bot.slack_text import (
     ACTION_LOGS,
     ACTION_REJECT,
     ACTION_RETRY,
+    ACTION_USE_PARTITION,
     escape,
 )
 from bot.store import Event, Store
@@ -124,6 +128,8 @@ class Core:
 
     async def on_action(self, incoming: Incoming) -> Reply:
         user = await self.user(incoming)
+        if incoming.action_id == ACTION_USE_PARTITION:
+            return await self.use_partition(incoming, user)
         ref = JobRef(id=incoming.action_value)
         if incoming.action_id == ACTION_CANCEL:
             return await self.cancel(await self.owned(ref, user, "cancel"), user)
@@ -236,6 +242,17 @@ class Core:
         await self.store.mutate(launch.id, cancelled)
         what = f"Slurm job {job_ids[-1]}" if job_ids else launch.id
         return Reply(f"Cancelled {what}. The thread will show the final state.")
+
+    async def use_partition(self, incoming: Incoming, user: User) -> Reply:
+        """The [Use a4] button under a refused launch: the same request on that partition."""
+        launch_id, _, partition = incoming.action_value.partition(":")
+        launch = await self.owned(JobRef(id=launch_id), user, "re-run")
+        request = launch.request.model_copy(update={"partition": partition})
+        try:  # the value came back from outside: check it as if typed
+            again = type(launch.request).model_validate(request.model_dump())
+        except ValidationError:
+            raise CommandError(f"{escape(partition)!r} is not a partition name.") from None
+        return await self.train(again, replace(incoming, channel_id=launch.channel), user)
 
     async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:
         """A second person lets a launch above the node threshold go (or not)."""

@@ -17,7 +17,14 @@ from bot.front import Front, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import Pager
 from bot.plot import render_loss_png
-from bot.slack_text import approve_button, cancel_button, reject_button, retry_button, section
+from bot.slack_text import (
+    approve_button,
+    cancel_button,
+    reject_button,
+    retry_button,
+    section,
+    use_partition_button,
+)
 from bot.store import Event, Store
 from cluster.profiles import ClusterProfile
 
@@ -185,16 +192,18 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
 
 
 def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
-    """Buttons under a thread line (a hang: Cancel and Retry)."""
+    """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
+    Use <partition> (a refused partition)."""
     wanted = event.data.get("buttons") or []
-    if not wanted or not launch.active:
-        return None
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
-    if "cancel" in wanted:
+    if "cancel" in wanted and launch.active:
         buttons.append(cancel_button(launch.id, job_label=label))
-    if "retry" in wanted:
+    if "retry" in wanted and launch.active:
         buttons.append(retry_button(launch.id))
+    partition = str(event.data.get("partition", ""))
+    if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
+        buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))
     if launch.phase == Phase.AWAITING_APPROVAL and "approve" in wanted:
         buttons += [approve_button(launch.id), reject_button(launch.id)]
     if not buttons:

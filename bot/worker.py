@@ -130,7 +130,14 @@ class Worker:
             return
         result = await self.clusters.preflight(spec)
         if not result.ok:
-            await self._reject(item, "PREFLIGHT", "Not submitted: " + escape(result.message()))
+            text = "Not submitted: " + escape(result.message())
+            data: dict[str, object] = {}
+            partition_ok = all(c.ok for c in result.checks if c.name == "partition")
+            default = spec.profile.partition
+            if not partition_ok and spec.slurm_partition != default:
+                text += f" Re-run with partition={default}?"
+                data = {"buttons": ["use_partition"], "partition": default}
+            await self._reject(item, "PREFLIGHT", text, data=data)
             return
         notes = "".join(f"\nNote: {escape(n)}." for n in built.notes)
         ok = render.preflight_summary(result, spec) + notes
@@ -234,8 +241,10 @@ class Worker:
         )
         return True
 
-    async def _reject(self, item: Launch, outcome: str, text: str) -> None:
-        await self.store.mutate(item.id, _finish(Phase.REJECTED, outcome, text))
+    async def _reject(
+        self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None
+    ) -> None:
+        await self.store.mutate(item.id, _finish(Phase.REJECTED, outcome, text, data))
 
     async def _unreachable(self, item: Launch, exc: ClusterUnreachable) -> None:
         tries = await self.store.count(f"unreachable:{item.id}")
@@ -258,11 +267,11 @@ def _set_phase(phase: Phase):  # type: ignore[no-untyped-def]
     return change
 
 
-def _finish(phase: Phase, outcome: str, text: str):  # type: ignore[no-untyped-def]
+def _finish(phase: Phase, outcome: str, text: str, data: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
     def change(stored: Launch) -> list[Event]:
         stored.phase = phase
         stored.outcome = outcome
         stored.detail = text.split("\n", 1)[0][:300]
-        return [thread(stored.id, text), update(stored.id)]
+        return [Event("thread", stored.id, text, data=dict(data or {})), update(stored.id)]
 
     return change

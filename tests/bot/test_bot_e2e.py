@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -100,8 +101,10 @@ async def test_dry_run_submits_nothing_and_shows_the_commands(unique: str) -> No
 
 
 async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) -> None:
+    from bot.front import Incoming
+
     front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(), dev_config(), front) as bot:
+    async with knobs(unique, **FAST), running(bot_settings(), dev_config(), front) as bot:
         reply = await handle_line(
             f"/train sft llama3p1_2b cluster=a4 partition=general name={unique}",
             bot.core,
@@ -111,12 +114,28 @@ async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) ->
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
         await asyncio.sleep(1.0)
-    assert launch.phase == Phase.REJECTED
-    assert any(
-        "Partition 'general' does not exist on a4. Partitions there: a3m*, a3u, a4, a3h." in line
-        for line in front.lines
-    ), front.lines
-    assert slurm_jobs_named(launch_id) == []
+        assert launch.phase == Phase.REJECTED
+        assert any(
+            "Partition 'general' does not exist on a4. Partitions there: a3m*, a3u, a4, a3h. "
+            "Re-run with partition=a4?" in line
+            for line in front.lines
+        ), front.lines
+        assert slurm_jobs_named(launch_id) == []
+        # The [Use a4] button under that message: the same launch on partition a4.
+        click = Incoming(
+            user_id="alice",
+            channel_id="console",
+            action_id="trainbot_use_partition",
+            action_value=f"{launch_id}:a4",
+        )
+        again = await bot.core(click)
+        assert again.text.startswith("Queued L-"), again.text
+        new_id = LAUNCH_RE.search(again.text).group(0)  # type: ignore[union-attr]
+        relaunched = await wait_for_launch(bot.store, new_id)
+        hostile = await bot.core(replace(click, action_value=f"{launch_id}:a4;touch"))
+    assert relaunched.outcome == "COMPLETED"
+    assert relaunched.request.partition == "a4"
+    assert hostile.error
 
 
 async def test_cancel_from_the_button_stops_the_job(unique: str, cancel_jobs: list[str]) -> None:

@@ -1,0 +1,151 @@
+"""What one poll means for a launch, and what the parent and thread look like:
+pure functions, fed recorded-shape snapshots (the live paths run in the e2e tests)."""
+
+from __future__ import annotations
+
+from bot import render
+from bot.config import Watch
+from bot.launches import Attempt, Launch, Phase
+from bot.notifier import thread_blocks
+from bot.store import Event
+from bot.tracking import apply_snapshot
+from cluster.collector import Checkpoint, JobSnapshot, LogChunk
+from cluster.profiles import ClusterProfile
+from cluster.slurm import QueueRow
+from commands.requests import TrainRequest
+
+PROFILE = ClusterProfile(
+    name="a4",
+    type="hcc-a4",
+    login={"host": "127.0.0.1", "port": 2222, "user": "trainer"},
+    partition="a4",
+    max_nodes=4,
+)
+NEMO_LOG = "/home/trainer/x/log-trainer-trainer.run_7_0.out"
+
+
+def launch(phase: Phase = Phase.SUBMITTED) -> Launch:
+    request = TrainRequest(
+        workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4", nodes=2
+    )
+    item = Launch(id="L-7f3a9c", request=request, user_id="U0ALICE", channel="C1", phase=phase)
+    item.attempts.append(Attempt(number=1, job_id="7", submitted_at=1000.0, checkpoint_dir="/ck"))
+    return item
+
+
+def snapshot(
+    state: str, text: str = "", offset: int = 0, ckpts: tuple[str, ...] = ()
+) -> JobSnapshot:
+    queue = QueueRow("7", state, state, "None", "0:10", 2, "dev[0-1]", 0, "trainer-trainer.run")
+    size = offset + len(text.encode())
+    return JobSnapshot(
+        job_id="7",
+        state=state,
+        queue=queue if state in ("RUNNING", "PENDING") else None,
+        acct=None,
+        restart=0,
+        log=LogChunk(NEMO_LOG, text, size, size) if text or offset else LogChunk("", "", 0, -1),
+        sbatch_log=LogChunk("", "", 0, -1),
+        new_checkpoints=tuple(Checkpoint(int(c.split("step=")[1].split("-")[0]), c) for c in ckpts),
+    )
+
+
+def progress_line(step: int, total: int, loss: float) -> str:
+    return (
+        f"Training epoch 0, iteration {step}/{total - 1} | lr: 3e-05 | consumed_samples: 64 | "
+        f"global_batch_size: 32 | global_step: {step} | reduced_train_loss: {loss} | "
+        "train_step_timing in s: 0.5\n"
+    )
+
+
+def threads(events: list[Event]) -> list[str]:
+    return [e.text for e in events if e.kind == "thread"]
+
+
+def test_running_progress_checkpoints_and_no_repeats() -> None:
+    item = launch()
+    ck = "model_name=0--val_loss=0.00-step=1-consumed_samples=64.0"
+    text = progress_line(0, 10, 2.5) + progress_line(1, 10, 2.25) + "partial line without newl"
+    first = apply_snapshot(
+        item, snapshot("RUNNING", text, ckpts=(ck,)), PROFILE, Watch(), now=2000.0
+    )
+    assert threads(first) == ["Running on dev[0-1].", "💾 Checkpoint step 1 saved."]
+    assert item.phase == Phase.RUNNING
+    assert (item.progress.step, item.progress.total, item.progress.loss) == (2, 10, 2.25)
+    assert item.attempts[0].log_offset == len(
+        (progress_line(0, 10, 2.5) + progress_line(1, 10, 2.25)).encode()
+    )
+    # The same poll again (a restart, a redelivery): nothing new is said.
+    again = apply_snapshot(
+        item,
+        snapshot("RUNNING", "", offset=item.attempts[0].log_offset, ckpts=(ck,)),
+        PROFILE,
+        Watch(),
+        now=2001.0,
+    )
+    assert threads(again) == []
+
+
+def test_completed_says_so_once_with_a_summary_and_a_plot() -> None:
+    item = launch(Phase.RUNNING)
+    item.attempts[0].started_at = 1000.0
+    item.attempts[0].slurm_state = "RUNNING"
+    item.progress_history = [(1, 2.0), (2, 1.5)]
+    events = apply_snapshot(item, snapshot("COMPLETED"), PROFILE, Watch(), now=1600.0)
+    assert item.phase == Phase.DONE and item.outcome == "COMPLETED"
+    [summary] = threads(events)
+    assert summary.startswith("✅ COMPLETED in 10 min · 1 attempt · 2.7 GPU-hours")
+    assert [e.kind for e in events if e.kind in ("plot", "update")] == ["plot", "update"]
+    assert apply_snapshot(item, snapshot("COMPLETED"), PROFILE, Watch(), now=1700.0) == []
+
+
+def test_silent_hang_is_reported_once() -> None:
+    item = launch(Phase.RUNNING)
+    item.attempts[0].started_at = 1000.0
+    item.attempts[0].slurm_state = "RUNNING"
+    item.progress.step, item.progress.total, item.progress.updated_at = 5, 10, 1100.0
+    watch = Watch(hang_min_s=60, hang_step_factor=10)
+    quiet = apply_snapshot(item, snapshot("RUNNING", "", offset=10), PROFILE, watch, now=1150.0)
+    assert threads(quiet) == []
+    hung = apply_snapshot(item, snapshot("RUNNING", "", offset=10), PROFILE, watch, now=1200.0)
+    assert [e.kind for e in hung].count("oncall") == 1
+    assert threads(hung)[0].startswith("⚠️ No progress for 1 min (last seen at step 5;")
+    assert (
+        apply_snapshot(item, snapshot("RUNNING", "", offset=10), PROFILE, watch, now=1300.0) == []
+    )
+
+
+def test_parent_message_tells_the_state_at_a_glance() -> None:
+    item = launch(Phase.RUNNING)
+    item.attempts[0].job_id = "4187"
+    item.progress.step, item.progress.total, item.progress.loss, item.progress.step_time_s = (
+        1240,
+        5000,
+        1.87,
+        0.42,
+    )
+    text, blocks = render.parent(item, PROFILE, now=1540.0)
+    assert text.splitlines() == [
+        "🟢 *RUNNING*  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 (hcc-a4) · job 4187",
+        "step 1,240 / 5,000 · loss 1.87 · 0.42 s/step · ETA 26 min · attempt 1",
+    ]
+    actions = [b for b in blocks if b["type"] == "actions"][0]["elements"]
+    assert [a["action_id"] for a in actions] == ["trainbot_logs", "trainbot_cancel"]
+    assert "confirm" in actions[1]
+
+
+def test_thread_buttons_follow_the_launch_state() -> None:
+    rejected = launch(Phase.REJECTED)
+    use = Event(
+        "thread",
+        rejected.id,
+        "Not submitted.",
+        data={"buttons": ["use_partition"], "partition": "a4"},
+    )
+    blocks = thread_blocks(rejected, use)
+    assert blocks is not None
+    [button] = blocks[1]["elements"]
+    assert (button["action_id"], button["value"]) == ("trainbot_use_partition", "L-7f3a9c:a4")
+    hang = Event("thread", rejected.id, "No progress.", data={"buttons": ["cancel", "retry"]})
+    assert thread_blocks(rejected, hang) is None  # it has ended: nothing to cancel
+    assert thread_blocks(launch(Phase.RUNNING), hang) is not None
