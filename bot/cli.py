@@ -16,9 +16,6 @@ from cluster.errors import ConfigError, TrainbotError
 
 log = logging.getLogger(__name__)
 
-PROJECT = Path(__file__).resolve().parents[1]
-DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

@@ -9,7 +9,6 @@ QUEUE_GROUP = "workers"
 OUTBOX = f"{PREFIX}:outbox"  # stream of messages to post, in order
 OUTBOX_GROUP = "notifiers"
 ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
-HEARTBEAT = f"{PREFIX}:heartbeat"  # hash: process name -> last beat (unix s)
 
 
 def launch(launch_id: str) -> str:

@@ -14,7 +14,6 @@ from bot.launches import Launch, Phase
 from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
-from commands.requests import TrainRequest
 
 OUTCOME_ICONS = {
     "COMPLETED": "✅",
@@ -153,13 +152,6 @@ def queued_reply(launch: Launch, profile: ClusterProfile | None) -> str:
 def request_text(launch: Launch) -> str:
     """The command as it was understood, escaped, for the thread."""
     return f"`{st.escape(launch.request.to_text())}`"
-
-
-def overrides_text(launch: Launch) -> str:
-    req = launch.request
-    if isinstance(req, TrainRequest) and req.overrides:
-        return " ".join(f"{k}={v}" for k, v in req.overrides)
-    return ""
 
 
 def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:

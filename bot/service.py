@@ -107,10 +107,7 @@ async def running(
             clusters=clusters,
             core=core,
             # Stable names: after a restart a worker first finishes its own pending entries.
-            workers=[
-                Worker(store, clusters, name=f"{host}-worker-{i}", owner=owner)
-                for i in range(workers)
-            ],
+            workers=[Worker(store, clusters, name=f"{host}-worker-{i}") for i in range(workers)],
             notifier=Notifier(
                 store,
                 front,

@@ -181,10 +181,6 @@ class Store:
     async def tracked_ids(self, cluster: str) -> list[str]:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
 
-    async def launch_for_job(self, cluster: str, job_id: str) -> str | None:
-        value = await self.redis.get(keys.job(cluster, job_id))
-        return str(value) if value else None
-
     async def find_job(self, job_id: str) -> list[tuple[str, str]]:
         """(cluster, launch id) pairs for a Slurm job id, across clusters."""
         found = []
@@ -234,22 +230,12 @@ class Store:
     async def requeue(self, launch_id: str) -> None:
         await self.redis.xadd(keys.QUEUE, {"launch": launch_id})
 
-    async def add_events(self, events: list[Event]) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for event in events:
-                pipe.xadd(keys.OUTBOX, _fields(event.encode()))
-            await pipe.execute()
-
     async def mark_posted(self, event_id: str, value: str = "1") -> bool:
         """True the first time; False when this outbox entry was already posted."""
         return bool(await self.redis.set(keys.posted(event_id), value, nx=True, ex=7 * 86400))
 
     async def was_posted(self, event_id: str) -> bool:
         return bool(await self.redis.exists(keys.posted(event_id)))
-
-    async def first_time(self, name: str, ttl_s: int = 86400) -> bool:
-        """True once per ``name`` within ``ttl_s`` (de-duplicating retries and alerts)."""
-        return bool(await self.redis.set(keys.dedupe(name), "1", nx=True, ex=ttl_s))
 
     async def count(self, name: str, ttl_s: int = 86400) -> int:
         """Increment and return the counter ``name`` (kept ``ttl_s``)."""
@@ -259,7 +245,7 @@ class Store:
             value, _ = await pipe.execute()
         return int(value)
 
-    # -- leases and liveness ------------------------------------------------
+    # -- leases ------------------------------------------------
 
     async def acquire(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or keep the lease ``name``; True while ``owner`` holds it."""
@@ -270,10 +256,3 @@ class Store:
 
     async def release(self, name: str, owner: str) -> None:
         await self.redis.eval(_RELEASE, 1, keys.lease(name), owner)
-
-    async def beat(self, process: str) -> None:
-        await self.redis.hset(keys.HEARTBEAT, process, str(time.time()))
-
-    async def last_beat(self, process: str) -> float:
-        value = await self.redis.hget(keys.HEARTBEAT, process)
-        return float(value) if value else 0.0

@@ -40,11 +40,10 @@ def update(launch_id: str) -> Event:
 
 
 class Worker:
-    def __init__(self, store: Store, clusters: Clusters, *, name: str, owner: str = "") -> None:
+    def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
         self.store = store
         self.clusters = clusters
-        self.name = name
-        self.owner = f"{owner or name}/{name}"
+        self.name = name  # stable across restarts: its queue consumer and its launch locks
         self.processed = 0
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -117,7 +117,7 @@ async def test_a_worker_adopts_a_job_submitted_before_it_died(unique: str) -> No
         await bot.store.create(item, [])  # queued for a worker, as the dead one left it
         from bot.worker import Worker
 
-        worker = Worker(bot.store, bot.clusters, name="replacement", owner="test")
+        worker = Worker(bot.store, bot.clusters, name="replacement")
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
         try:
