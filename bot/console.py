@@ -18,13 +18,18 @@ from bot.front import Blocks, Handler, Incoming, MessageRef, Reply
 from bot.slack_text import unescape
 
 _MENTION_RE = re.compile(r"<@([A-Za-z0-9._-]+)>")
+_GROUP_RE = re.compile(r"<!subteam\^([A-Za-z0-9]+)(?:\|[^>]*)?>")
 _LINK_RE = re.compile(r"<([^|>]+)\|([^>]+)>")
+_BOLD_RE = re.compile(r"(?<![\w*])\*([^*\n]+)\*(?![\w*])")
 
 
 def plain(text: str) -> str:
-    """Slack mrkdwn as terminal text: mentions and links shown, entities undone."""
+    """Slack mrkdwn as terminal text: mentions and links shown, bold marks and
+    entities undone."""
     text = _MENTION_RE.sub(r"@\1", text)
+    text = _GROUP_RE.sub(r"@\1", text)
     text = _LINK_RE.sub(r"\2 (\1)", text)
+    text = _BOLD_RE.sub(r"\1", text)
     return unescape(text)
 
 

@@ -61,7 +61,7 @@ async def test_train_sft_in_the_console_from_queue_to_completed(unique: str) -> 
     job_id = launch.job_id
     in_order(
         front.lines,
-        r"\*  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 \(hcc-a4\)",  # the parent message
+        r"^\S+ [A-Z-]+  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 \(hcc-a4\)",  # the parent
         r"Queued by @alice: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=2",
         r"Pre-flight ok: partition a4 up .*image nemo-20250721.sqsh found, "
         r"recipe sft/llama3p1_8b_sft.py found",
@@ -69,7 +69,7 @@ async def test_train_sft_in_the_console_from_queue_to_completed(unique: str) -> 
         r"Running on dev\[",
         r"💾 Checkpoint step 1 saved\.",  # NeMo's own step numbers (global_step)
         r"✅ COMPLETED in .* · 1 attempt · ",
-        rf"COMPLETED\*  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 \(hcc-a4\) · job {job_id}",
+        rf"✅ COMPLETED  sft · llama3p1_8b · 2 nodes × 8 GPU · a4 \(hcc-a4\) · job {job_id}",
     )
     assert sum("Running on" in line for line in front.lines) == 1
     rows = sacct_rows(job_id)
