@@ -93,10 +93,14 @@ def stamp() -> str:
 
 
 def rank_file() -> Path:
+    """Where rank 0 leaves its exit code for the other ranks. Job ids start again
+    from 1 when the dev cluster is rebuilt, so the name also carries the working
+    directory the ranks share (nemo-run's per-experiment directory)."""
     job = os.environ.get("SLURM_JOB_ID", "0")
     step = os.environ.get("SLURM_STEP_ID", "batch")
     restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-    return RANK_DIR / f"{job}.{step}.{restart}.rc"
+    where = hashlib.sha256(os.getcwd().encode()).hexdigest()[:12]
+    return RANK_DIR / f"{job}.{step}.{restart}.{where}.rc"
 
 
 def finish(rc: int) -> None:
