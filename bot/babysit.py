@@ -118,7 +118,7 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
     if launch.interactive or not attempt.started_at:
         return []
     last = max(launch.progress.updated_at, attempt.started_at)
-    bound = watch.hang_after_s(launch.progress.step_time_s)
+    bound = watch.hang_after_s(launch.progress.median_step_time_s)
     if now - last < bound:
         return []
     attempt.hang_reported = True

@@ -56,7 +56,7 @@ class Watch(BaseModel):
     hang_step_factor: float = Field(default=10.0, gt=0, le=1000)
 
     def hang_after_s(self, step_time_s: float | None) -> float:
-        """No new progress line for this long means a silent hang."""
+        """No new progress line for this long means a silent hang (given the median step time)."""
         return max(self.hang_min_s, self.hang_step_factor * (step_time_s or 0.0))
 
 

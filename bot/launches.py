@@ -87,6 +87,13 @@ class Progress(BaseModel):
     total: int = 0
     loss: float | None = None
     step_time_s: float | None = None
+    recent_step_times_s: list[float] = Field(default_factory=list)  # the last few, for the median
+
+    @property
+    def median_step_time_s(self) -> float | None:
+        times = sorted(self.recent_step_times_s)
+        return times[len(times) // 2] if times else self.step_time_s
+
     updated_at: float = 0.0
 
 

@@ -23,6 +23,7 @@ from cluster.slurm import is_terminal
 PARENT_REFRESH_S = 10.0
 FAILURE_TAIL_LINES = 8
 HISTORY_MAX = 5000
+STEP_TIMES_KEPT = 50
 TAIL_LINES = 60
 TAIL_CHARS = 16_000
 
@@ -83,6 +84,8 @@ class _Step:
         p.step, p.total, p.updated_at = last.step, last.total, self.now
         p.loss = last.loss if last.loss is not None else p.loss
         p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
+        p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)
+        del p.recent_step_times_s[:-STEP_TIMES_KEPT]
         history = launch.progress_history
         history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
         del history[:-HISTORY_MAX]

@@ -149,3 +149,17 @@ def test_thread_buttons_follow_the_launch_state() -> None:
     hang = Event("thread", rejected.id, "No progress.", data={"buttons": ["cancel", "retry"]})
     assert thread_blocks(rejected, hang) is None  # it has ended: nothing to cancel
     assert thread_blocks(launch(Phase.RUNNING), hang) is not None
+
+
+def test_the_hang_bound_follows_the_median_step_time() -> None:
+    item = launch()
+    lines = "".join(
+        progress_line(i, 100, 2.0).replace("0.5\n", f"{t}\n")
+        for i, t in enumerate((1.0, 1.1, 50.0))
+    )
+    apply_snapshot(item, snapshot("RUNNING", lines), PROFILE, Watch(), now=2000.0)
+    assert item.progress.recent_step_times_s == [1.0, 1.1, 50.0]
+    assert item.progress.median_step_time_s == 1.1  # one slow step does not stretch the bound
+    watch = Watch(hang_min_s=5, hang_step_factor=10)
+    assert watch.hang_after_s(item.progress.median_step_time_s) == 11.0
+    assert watch.hang_after_s(None) == 5
