@@ -8,13 +8,15 @@ its state change.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
@@ -24,6 +26,8 @@ from bot.launches import TRACKED_PHASES, Launch
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -77,7 +81,23 @@ class Event:
         )
 
 
+def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Redis and connection errors leave the store as StoreError (the edge where they enter)."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis is unreachable or failed: {exc}") from exc
+
+    return wrapper
+
+
 class Store:
+    """Launch records, the queue, the outbox and leases. Every public coroutine
+    raises StoreError, never a redis exception."""
+
     def __init__(self, client: aioredis.Redis) -> None:
         self.redis = client
 
@@ -256,3 +276,8 @@ class Store:
 
     async def release(self, name: str, owner: str) -> None:
         await self.redis.eval(_RELEASE, 1, keys.lease(name), owner)
+
+
+for _name, _method in list(vars(Store).items()):
+    if not _name.startswith("_") and asyncio.iscoroutinefunction(_method):
+        setattr(Store, _name, _translated(_method))

@@ -1,0 +1,84 @@
+"""The store against a real Redis: transactions, leases, and what an outage looks like."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.clusters import Clusters
+from bot.config import load_config
+from bot.core import Core
+from bot.front import Incoming
+from bot.launches import Launch, Phase
+from bot.settings import Settings
+from bot.store import Event, Store, StoreError
+from cluster.ssh import SSHPool
+from commands.requests import TrainRequest
+from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
+
+
+def request() -> TrainRequest:
+    return TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+
+
+async def test_a_change_and_its_messages_are_written_together() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        item = Launch(request=request(), user_id="U1", channel="C1")
+        await store.create(item, [Event("parent", item.id)])
+        assert await store.active_ids("U1") == [item.id]
+
+        def running(stored: Launch) -> list[Event]:
+            stored.phase = Phase.SUBMITTED
+            return [Event("thread", stored.id, "Submitted."), Event("enqueue", stored.id)]
+
+        changed, _ = await store.mutate(item.id, running)
+        assert changed.phase == Phase.SUBMITTED
+        assert await store.tracked_ids("a4") == [item.id]
+        assert (
+            await store.stream_length("trainbot:outbox") == 2
+        )  # parent + thread; enqueue went to the queue
+        assert await store.stream_length("trainbot:queue") == 2  # created + enqueue
+
+
+async def test_a_lease_has_one_holder_at_a_time() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        assert await store.acquire("poller:a4", "one", 5000)
+        assert not await store.acquire("poller:a4", "two", 5000)
+        assert await store.acquire("poller:a4", "one", 5000)  # renewal
+        await store.release("poller:a4", "two")  # not the holder: nothing happens
+        assert not await store.acquire("poller:a4", "two", 5000)
+        await store.release("poller:a4", "one")
+        assert await store.acquire("poller:a4", "two", 5000)
+
+
+async def test_redis_down_is_a_store_error_not_a_redis_exception() -> None:
+    store = Store(aioredis.from_url(CLOSED, decode_responses=True))
+    try:
+        with pytest.raises(StoreError, match="Redis is unreachable"):
+            await store.get("L-abcdef")
+        with pytest.raises(StoreError):
+            await store.active_count("U1")
+    finally:
+        await store.redis.aclose()
+
+
+async def test_commands_answer_clearly_while_redis_is_down() -> None:
+    config = load_config(EXAMPLE)
+    store = Store(aioredis.from_url(CLOSED, decode_responses=True))
+    try:
+        async with SSHPool() as pool:
+            core = Core(
+                store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
+            )
+            reply = await core(Incoming(user_id="U0ALICE", channel_id="C1", command="/jobs"))
+    finally:
+        await store.redis.aclose()
+    assert reply.error and reply.text.startswith("That did not work: Redis is unreachable")
+    assert TEST_REDIS not in reply.text
