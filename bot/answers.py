@@ -10,7 +10,6 @@ from bot import render
 from bot.clusters import Clusters
 from bot.front import Reply
 from bot.launches import Launch
-from bot.plot import render_loss_png
 from bot.slack_text import cancel_button, code_block, escape, section
 from bot.store import Store
 from cluster.nemo_rl import attach_command
@@ -113,9 +112,8 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
 
 def plot(launch: Launch) -> Reply:
     """/logs <job> plot: the loss curve as a PNG file."""
-    title = f"{launch.id} · {launch.title.replace(' · ', ' ')} · loss"
     try:
-        png = render_loss_png(launch.progress_history, title=title)
+        png = render.loss_curve(launch)
     except ValueError as exc:
         return Reply(f"No loss curve for {launch.id} yet: {escape(str(exc))}.", error=True)
     return Reply(

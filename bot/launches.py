@@ -139,6 +139,11 @@ class Launch(BaseModel):
         return isinstance(self.request, InteractiveRequest)
 
     @property
+    def words(self) -> str:
+        """``sft llama3p1_8b``: the title as plain words, for sentences."""
+        return self.title.replace(" · ", " ")
+
+    @property
     def title(self) -> str:
         """``sft · llama3p1_8b`` or ``interactive``."""
         req = self.request

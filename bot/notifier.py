@@ -16,7 +16,6 @@ from bot import keys, render
 from bot.front import Front, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import Pager
-from bot.plot import render_loss_png
 from bot.slack_text import (
     approve_button,
     cancel_button,
@@ -158,9 +157,8 @@ class Notifier:
             log.warning("notifier: unknown event kind %r dropped", event.kind)
 
     async def _plot(self, launch: Launch) -> None:
-        title = f"{launch.id} · {launch.title.replace(' · ', ' ')} · loss"
         try:
-            png = render_loss_png(launch.progress_history, title=title)
+            png = render.loss_curve(launch)
         except ValueError as exc:
             log.info("launch %s: no loss curve: %s", launch.id, exc)
             return

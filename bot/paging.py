@@ -29,7 +29,7 @@ class Pager:
             usergroup_id=self.config.oncall_usergroup or "",
             job_id=launch.job_id,
             launch_id=launch.id,
-            title=launch.title.replace(" · ", " "),
+            title=launch.words,
             user_id=launch.user_id,
             cluster=launch.cluster,
             cause=str(data.get("cause", "")),
@@ -60,7 +60,7 @@ class Pager:
         text = alerts.resolved_text(
             job_id=launch.job_id,
             launch_id=launch.id,
-            title=launch.title.replace(" · ", " "),
+            title=launch.words,
             cluster=launch.cluster,
             outcome=str(data.get("outcome", "")),
             permalink=permalink,

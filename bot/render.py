@@ -11,6 +11,7 @@ from typing import Any
 
 from bot import slack_text as st
 from bot.launches import Launch, Phase
+from bot.plot import render_loss_png
 from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
@@ -141,9 +142,7 @@ def queued_reply(launch: Launch, profile: ClusterProfile | None) -> str:
     req = launch.request
     gpus = (profile.gpus_per_node if profile else 8) * req.nodes
     unit = "node" if req.nodes == 1 else "nodes"
-    what = (
-        f"{launch.title.replace(' · ', ' ')}, {req.nodes} {unit} × {launch.cluster} ({gpus} GPUs)"
-    )
+    what = f"{launch.words}, {req.nodes} {unit} × {launch.cluster} ({gpus} GPUs)"
     if req.dry_run:
         return f"Dry run {launch.id}: {what}. The commands and checks follow in the thread."
     return f"Queued {launch.id}: {what}. Following it in the thread."
@@ -170,3 +169,9 @@ def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
         )
     parts.append("directories writable")
     return "Pre-flight ok: " + ", ".join(st.escape(p) for p in parts) + "."
+
+
+def loss_curve(launch: Launch) -> bytes:
+    """The loss curve as a PNG; ValueError while there are too few points to draw."""
+    title = f"{launch.id} · {launch.words} · loss"
+    return render_loss_png(launch.progress_history, title=title)

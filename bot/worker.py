@@ -19,6 +19,7 @@ from bot.slack_text import code_block, escape
 from bot.store import Event, Store
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.launch import Submission
+from cluster.nemo_rl import job_dir as rl_job_dir
 from cluster.profiles import join_remote
 from cluster.tokenizer import seed_tokenizer_cache
 
@@ -173,8 +174,6 @@ class Worker:
         spec = self.clusters.spec_for(item).spec
         job_id = submission.job_id if submission else job_id
         local_dir = submission.local_dir if submission else ""
-        from cluster.nemo_rl import job_dir as rl_job_dir
-
         job_dir = (submission.job_dir if submission else "") or (
             rl_job_dir(profile.nemo_rl_dir, job_id) if spec.framework == "nemo-rl" else ""
         )
