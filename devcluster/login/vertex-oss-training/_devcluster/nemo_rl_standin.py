@@ -72,14 +72,7 @@ def main(algorithm: str) -> None:
         s.say(f"Loading checkpoint from {ckpt_dir / f'step_{done[-1]}'}")
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     for step in range(start, steps + 1):
-        if fault in ("oom", "nccl", "hang") and step >= fault_at:
-            if fault == "oom":
-                s.oom_error()
-                sys.exit(1)
-            if fault == "nccl":
-                s.nccl_error(step * 5 + 3)
-                sys.exit(134)
-            s.hang()
+        s.strike(fault, step, fault_at, sys.exit)
         s.say(f"{'=' * 25} Step {step}/{steps} {'=' * 25}", "▶ Preparing batch...", "▶ Training policy...")
         time.sleep(step_time_s)
         loss = s.loss_at(step, steps, start=0.6931, floor=0.35)

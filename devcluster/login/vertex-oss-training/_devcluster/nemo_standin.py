@@ -122,14 +122,7 @@ def main(workload: str, model: str) -> None:
         start = step + 1
         s.say(f"[NeMo I {s.stamp()} nemo_logging:393] Restoring states from the checkpoint path at {path}")
     for step in range(start, steps):
-        if fault in ("oom", "nccl", "hang") and step >= fault_at:
-            if fault == "oom":
-                s.oom_error()
-                s.finish(1)
-            if fault == "nccl":
-                s.nccl_error(step * 7 + 11)
-                s.finish(134)
-            s.hang()
+        s.strike(fault, step, fault_at, s.finish)
         time.sleep(step_time_s)
         loss = s.loss_at(step, steps)
         s.say(

@@ -31,6 +31,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CONTROL_DIR = Path.home() / "devcluster-control"
@@ -123,6 +124,19 @@ def hang() -> None:
     """A silent hang: the process lives on, printing nothing, until it is cancelled."""
     while True:
         time.sleep(3600)
+
+
+def strike(fault: str, step: int, fault_at: int, end: Callable[[int], None]) -> None:
+    """A training-time fault (oom, nccl, hang) once ``step`` reaches ``fault_at``."""
+    if fault not in ("oom", "nccl", "hang") or step < fault_at:
+        return
+    if fault == "oom":
+        oom_error()
+        end(1)
+    if fault == "nccl":
+        nccl_error(step * 7 + 11)
+        end(134)
+    hang()
 
 
 def loss_at(step: int, steps: int, start: float = 2.6, floor: float = 0.9) -> float:
