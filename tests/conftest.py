@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import yaml
 
 from cluster.profiles import ClusterProfile
 from cluster.ssh import Result, SSHPool
+from tests import devlogin
 
 PROJECT = Path(__file__).resolve().parents[1]
 DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"
@@ -87,17 +87,7 @@ def jobs_to_cancel(dev_profile: ClusterProfile) -> Iterator[list[str]]:
     jobs: list[str] = []
     yield jobs
     if jobs:
-        login = dev_profile.login
-        subprocess.run(
-            [
-                "ssh", "-q", "-i", str(login.key_file), "-p", str(login.port),
-                "-o", f"UserKnownHostsFile={login.known_hosts_file}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                f"{login.user}@{login.host}", "scancel " + " ".join(jobs),
-            ],
-            check=False,
-            timeout=30,
-        )  # fmt: skip
+        devlogin.run("scancel " + " ".join(jobs), timeout_s=30)
 
 
 async def wait_until(predicate: Any, what: str, timeout_s: float, interval_s: float = 0.5) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ from bot.config import Config, parse_config
 from bot.launches import Launch
 from bot.settings import Settings
 from bot.store import Store
+from tests import devlogin
 
 PROJECT = Path(__file__).resolve().parents[2]
 DEV = PROJECT / ".devcluster"
@@ -75,15 +75,7 @@ async def open_test_store() -> AsyncIterator[Store]:
 
 def login_run(command: str, *, check: bool = True, timeout_s: float = 60) -> str:
     """Run a command on the dev cluster's login node (plain ssh, strict host keys)."""
-    proc = subprocess.run(
-        [
-            "ssh", "-q", "-i", str(DEV / "id_ed25519"), "-p", "2222",
-            "-o", f"UserKnownHostsFile={DEV / 'known_hosts'}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-            "trainer@127.0.0.1", "bash -lc " + shlex.quote(command),
-        ],
-        capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+    proc = devlogin.run(command, timeout_s=timeout_s)
     if check and proc.returncode != 0:
         raise AssertionError(f"{command!r} exited {proc.returncode}: {proc.stderr}")
     return proc.stdout

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import devlogin
+
 PROJECT = Path(__file__).resolve().parents[2]
 DEV = PROJECT / ".devcluster"
 HOME = "/home/trainer"
@@ -24,24 +26,13 @@ class Login:
     """The dev cluster's login node, reached the way a person would."""
 
     def ssh_argv(self, *extra: str) -> list[str]:
-        return [
-            "ssh", "-q", "-i", str(DEV / "id_ed25519"), "-p", "2222",
-            "-o", f"UserKnownHostsFile={DEV / 'known_hosts'}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-            *extra, "trainer@127.0.0.1",
-        ]  # fmt: skip
+        return devlogin.ssh_argv(*extra)
 
     def run(
         self, command: str, *, check: bool = True, timeout_s: float = 60, stdin: str = ""
     ) -> subprocess.CompletedProcess[str]:
         """Run ``command`` in a login shell on the login node."""
-        proc = subprocess.run(
-            [*self.ssh_argv(), "bash -lc " + shlex.quote(command)],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        proc = devlogin.run(command, stdin=stdin, timeout_s=timeout_s)
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"{command!r} exited {proc.returncode}\n"
