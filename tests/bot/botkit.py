@@ -4,6 +4,7 @@ cluster's config tuned for speed, stand-in knobs by launch name, waiting."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
 from collections.abc import AsyncIterator
@@ -21,7 +22,8 @@ from tests import devlogin
 
 PROJECT = Path(__file__).resolve().parents[2]
 DEV = PROJECT / ".devcluster"
-TEST_REDIS = "redis://127.0.0.1:6379/15"
+# Tests flush this database; TRAINBOT_TEST_REDIS lets two checkouts test side by side.
+TEST_REDIS = os.environ.get("TRAINBOT_TEST_REDIS", "redis://127.0.0.1:6379/15")
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 
 
