@@ -76,6 +76,11 @@ def on_failure(
         text += "\n" + block
     if diagnosis.read:
         text += f"\nRead: {escape(diagnosis.read)}."
+    if diagnosis.output_cut:
+        text += (
+            "\nsrun force-terminated the job's tasks after the first one failed, and output "
+            "still on its way to the log is lost then: the cause may be missing from the logs."
+        )
     text += "\n" + escape(decision.reason)
     events = [Event("thread", launch.id, text)]
     action = "Retrying." if decision.retry else "Not retried."

@@ -173,6 +173,7 @@ _NODE_FAILURE_RE = re.compile(r"Node failure on (?P<host>[\w.-]+)\b(?![\[,])")
 _ECC_HOST_RE = re.compile(r"^(?P<host>[a-z][\w.-]*\d[\w.-]*): |\bon (?:host|node) (?P<on>[\w.-]+)")
 _RANK_RE = re.compile(r"\[rank ?(\d+)\]", re.IGNORECASE)
 _ERRORISH_RE = re.compile(r"error|exception|traceback|fatal|killed|abort", re.IGNORECASE)
+_FORCE_TERMINATED_RE = re.compile(r"^srun: Force Terminated (?:StepId|job step)")
 _NOISE_RE = re.compile(r"^\+ |^srun: (?:error: [\w.-]+: tasks? [\d,-]+: |launch/|Force Term)")
 
 
@@ -188,6 +189,7 @@ class Diagnosis:
     slurm_state: str | None = None
     requeued_by_slurm: bool = False  # an earlier incarnation failed; Slurm runs it again
     read: str = ""  # which files were read (said when the cause is unknown)
+    output_cut: bool = False  # srun force-terminated the step: its last output may be lost
 
     @property
     def key(self) -> str:
@@ -333,6 +335,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         first_exit_node=first_exit,
         slurm_state=state,
         read=evidence.describe_read(),
+        output_cut=any(_FORCE_TERMINATED_RE.search(ln) for ln in scan),
     )
 
 

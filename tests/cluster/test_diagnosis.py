@@ -464,3 +464,15 @@ def test_retries_are_bounded(key: str, page: bool) -> None:
     )
     assert not decision.retry and decision.page is page
     assert decision.reason.startswith("Not retrying: that was attempt 2 of 2.")
+
+
+async def test_unknown_cause_says_when_srun_cut_the_output_short(read: Read) -> None:
+    """srun stops reading a step's output once it has killed its tasks: say so."""
+    out = (
+        "srun: error: dev0: task 0: Exited with exit code 1\n"
+        f"srun: Force Terminated StepId={FAKE_JOB_ID}.1\n"
+    )
+    found = await read("nemo_x", state="FAILED", log="GPU available: True\n", out=out)
+    assert found is not None and found.key == "unknown" and found.output_cut
+    plain = await read("nemo_x", state="FAILED", log="GPU available: True\n")
+    assert plain is not None and plain.key == "unknown" and not plain.output_cut

@@ -4,9 +4,11 @@ to that one file. When rank 0 fails, srun kills the other ranks, and once one is
 reported killed by a signal it stops reading (``srun: Force Terminated``): what
 of rank 0's output is still in flight, usually its traceback, never reaches the
 file. That is srun's behaviour, not a cluster setting (``JobFileAppend`` and
-``--open-mode`` do not change it), so these tests pin it down rather than wish it
-away: the loss is only ever the tail, only with ``Force Terminated``, and never
-without ``--kill-on-bad-exit``."""
+``--open-mode`` do not change it). A real failing rank takes a moment to tear
+down before it exits, so its traceback is delivered first; the stand-in does the
+same (``teardown_s``), and these tests check that the race's traceback reaches
+the log of every cold 2-node run, and that with the ranks exiting at once
+(``teardown_s=0``) it is srun's kill that loses it, not the file."""
 
 from __future__ import annotations
 
@@ -51,10 +53,9 @@ def only_the_tail_is_missing(log: str) -> bool:
     return tuple(present) == ORDER[: len(present)] and positions == sorted(positions) and once
 
 
-def test_a_lost_traceback_is_always_the_tail_cut_by_srun_force_terminating_the_step(
+def test_the_race_traceback_reaches_the_log_of_every_cold_two_node_run(
     login: Login, unique: str
 ) -> None:
-    outcomes = []
     for i in range(RUNS):
         name = f"{unique}-{i}"
         status = run_nemo(login, name, env=RACE, cache=f"{HOME}/.cache/tests/{name}")
@@ -62,14 +63,9 @@ def test_a_lost_traceback_is_always_the_tail_cut_by_srun_force_terminating_the_s
         assert login.wait_for_state(job)["State"] == "FAILED"
         log = nemo_log(login, status["dir"], job)
         sbatch_log = login.run(f"cat {status['dir']}/sbatch_*_{job}.out").stdout
-        # What survives every time: srun's own lines about rank 0 in the sbatch log.
         assert re.search(r"^srun: error: dev\d: task 0: Exited with exit code 1$", sbatch_log, re.M)
+        assert TRACEBACK in log, f"job {job} (run {i + 1} of {RUNS}) lost the traceback:\n{log}"
         assert only_the_tail_is_missing(log), f"job {job}: log is not a clean prefix:\n{log}"
-        forced = f"srun: Force Terminated StepId={job}." in sbatch_log
-        if TRACEBACK not in log:
-            assert forced, f"job {job} lost the traceback without srun's abort:\n{sbatch_log}"
-        outcomes.append((job, TRACEBACK in log, forced))
-    print(f"(job, traceback in log, srun force-terminated): {outcomes}")
 
 
 BATCH = """#!/bin/bash
@@ -85,14 +81,17 @@ done
 def test_without_kill_on_bad_exit_the_traceback_always_reaches_the_log(
     login: Login, unique: str
 ) -> None:
-    """nemo-run's srun line with ``--kill-on-bad-exit=0``: the other rank ends on
-    its own (exit code 1, no signal), srun reads every connection to its end, and
-    the traceback is in the log every time."""
+    """Ranks that exit at once (``teardown_s=0``), under nemo-run's srun line with
+    ``--kill-on-bad-exit=0``: the other rank ends on its own (exit code 1, no
+    signal), srun reads every connection to its end, and the traceback is in the
+    log every time. With ``--kill-on-bad-exit=1`` the same runs lost it about one
+    time in three (see the README): the kill, not the file, loses it."""
     d = f"{HOME}/.cache/tests/{unique}"
     script = BATCH.format(d=d, name=unique, runs=RUNS, recipes=RECIPES)
     login.run(f"mkdir -p {d} && cat > {d}/job.sh", stdin=script)
     job = login.run(
-        f"cd {d} && DEVCLUSTER_TOKENIZER_RACE=cold sbatch --parsable -N 2 -p a4 "
+        f"cd {d} && DEVCLUSTER_TOKENIZER_RACE=cold DEVCLUSTER_TEARDOWN_S=0 "
+        "sbatch --parsable -N 2 -p a4 "
         f"--gpus-per-node=8 --ntasks-per-node=1 --open-mode=append -J {unique} "
         f"-o {d}/sbatch-%j.out job.sh"
     ).stdout.strip()
