@@ -55,6 +55,8 @@ class Bot:
             return False, f"redis: {exc}"
         if not groups:
             return False, "queue groups: missing (they are made again on the next read)"
+        if not self.poller.scheduler.running:
+            return False, "poller: not running"
         dead = [t.get_name() for t in self.tasks if t.done()]
         if dead:
             return False, "stopped: " + ", ".join(dead)
