@@ -55,6 +55,7 @@ GROUPS_TTL_S = 300.0
 
 
 CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
+HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
 
 
 class Core:
@@ -321,10 +322,14 @@ class Core:
                     reason=f"retry asked for by {user.name or user.id}",
                     resume=True,
                     checkpoints_at_start=len(stored.checkpoints),
+                    held=True,
                 )
             )
             stored.phase = Phase.RETRYING
-            return [Event("update", stored.id)]
+            # Should this process die before the old job is confirmed gone, a worker takes
+            # the launch up later and checks on the old job itself.
+            later = {"due": time.time() + HELD_RETRY_CHECK_S}
+            return [Event("update", stored.id), Event("enqueue", stored.id, data=later)]
 
         held, _ = await self.store.mutate(launch.id, hold)
         if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
@@ -333,7 +338,7 @@ class Core:
         if why:
 
             def revert(stored: Launch) -> list[Event]:
-                if stored.phase != Phase.RETRYING or stored.attempts[-1].job_id:
+                if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
                     return []
                 stored.attempts.pop()
                 stored.phase = before
@@ -349,8 +354,9 @@ class Core:
             )
 
         def go(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.RETRYING:
+            if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
                 return []
+            stored.attempts[-1].held = False
             text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."
             return [
                 Event("thread", stored.id, text),

@@ -70,6 +70,7 @@ class Attempt(BaseModel):
     seed_tokenizer: bool = False  # seed the GPT-2 tokenizer cache before submitting
     resume: bool = False
     not_before: float = 0.0  # retry backoff: not submitted before this time
+    held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
     tail: str = ""  # the last lines of the main log, for the failure message

@@ -371,6 +371,8 @@ class Worker:
         """Not before the backoff (a deferred entry, not a sleep); seed the tokenizer cache
         when the retry asks for it."""
         attempt = item.attempts[-1]
+        if attempt.held and not await self._held_retry_may_go(item):
+            return False
         wait_s = attempt.not_before - time.time()
         if wait_s > 0.5:
             await self.store.requeue(item.id, after_s=wait_s)
@@ -396,6 +398,27 @@ class Worker:
             return False
         await self._mutate(item.id, lambda stored: [thread(stored.id, escape(result.summary()))])
         return True
+
+    async def _held_retry_may_go(self, item: Launch) -> bool:
+        """A Retry whose old job was never confirmed gone (the asking process died): go on
+        only if Slurm shows that job ended; else the launch goes back to following it."""
+        old = next((a.job_id for a in reversed(item.attempts) if a.job_id), "")
+        jobs = {j.job_id: j for j in await self.clusters.find(item)}
+        gone = old not in jobs or not jobs[old].active
+
+        def settle(stored: Launch) -> list[Event]:
+            if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
+                return []
+            if gone:
+                stored.attempts[-1].held = False
+                return []
+            stored.attempts.pop()
+            stored.phase = Phase.RUNNING if stored.attempts[-1].started_at else Phase.SUBMITTED
+            text = f"⚠️ The retry was interrupted before job {old} was cancelled; it still runs."
+            return [thread(stored.id, text), update(stored.id)]
+
+        await self._mutate(item.id, settle)
+        return gone
 
     async def _reject(
         self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None

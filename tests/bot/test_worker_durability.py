@@ -334,3 +334,34 @@ async def test_queue_groups_come_back_after_redis_lost_them(store: Store) -> Non
     await store.requeue("L-1")
     entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
     assert [f["launch"] for _, f in entries] == ["L-1"]
+
+
+@pytest.mark.parametrize("old_job_gone", [False, True])
+async def test_a_retry_interrupted_before_its_cancel_was_confirmed(
+    store: Store, clusters: ScriptedClusters, old_job_gone: bool
+) -> None:
+    """The process that took a Retry died between holding the launch and queueing the new
+    attempt: a worker picks it up from the safety entry and checks on the old job."""
+    launch = await queued(store)
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
+    if old_job_gone:
+        await clusters.cancel("a4", ["100"])
+
+    def held(stored: Launch) -> list[Event]:  # what Core.retry's first step writes
+        stored.attempts.append(Attempt(number=2, resume=True, held=True))
+        stored.phase = Phase.RETRYING
+        return []
+
+    await store.mutate(launch.id, held)
+    assert await w.process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None
+    if old_job_gone:
+        assert stored.phase == Phase.SUBMITTED and stored.job_id == "101"
+        assert clusters.submits == ["100", "101"]
+    else:
+        assert stored.phase == Phase.SUBMITTED and stored.job_id == "100"
+        assert clusters.submits == ["100"] and len(stored.attempts) == 1
+        texts = await thread_texts(store, launch.id)
+        assert any("retry was interrupted before job 100 was cancelled" in t for t in texts)
