@@ -17,7 +17,7 @@ from bot.store import Event
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
 from cluster.frameworks import Tracking, framework
-from cluster.profiles import ClusterProfile
+from cluster.profiles import ClusterProfile, slurm_time_seconds
 from cluster.progress import Point, complete_lines
 from cluster.slurm import is_terminal
 
@@ -160,8 +160,15 @@ class _Step:
         attempt, launch = self.attempt, self.launch
         attempt.ended_at = self.now
         if self.snap.acct is not None:
-            attempt.exit_code = self.snap.acct.latest.exit_code
-            attempt.node_list = self.snap.acct.latest.nodelist or attempt.node_list
+            latest = self.snap.acct.latest
+            attempt.exit_code = latest.exit_code
+            attempt.node_list = latest.nodelist or attempt.node_list
+            try:  # Slurm's own run time beats when the poller first saw the job running
+                ran_s = slurm_time_seconds(latest.elapsed)
+            except ValueError:
+                ran_s = 0
+            if ran_s:
+                attempt.started_at = min(attempt.started_at or self.now, self.now - ran_s)
         if state != "COMPLETED":
             events, retrying = babysit.on_failure(
                 launch, self.watch, state=state, diagnosis=self.diagnosis, now=self.now

@@ -3,6 +3,8 @@ pure functions, fed recorded-shape snapshots (the live paths run in the e2e test
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bot import render
 from bot.config import Watch
 from bot.launches import Attempt, Launch, Phase
@@ -13,7 +15,7 @@ from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile
-from cluster.slurm import QueueRow
+from cluster.slurm import AcctRecord, QueueRow, parse_sacct
 from commands.requests import TrainRequest
 
 PROFILE = ClusterProfile(
@@ -185,3 +187,12 @@ def test_names_from_the_cluster_never_ping_anyone() -> None:
     assert "💾 Checkpoint step 1 saved." in texts
     assert not any("<!" in t for t in texts), texts
     assert any("&lt;!here&gt;&amp;step_x" in t for t in texts), texts
+
+
+def test_run_time_comes_from_slurm_when_the_start_was_not_seen() -> None:
+    """A job that ran and ended between two polls: Slurm's Elapsed says how long it ran."""
+    item = launch()
+    (row,) = parse_sacct("7|trainer-trainer.run|FAILED|1:0|1:0|None|00:02:05|dev[0-1]\n")
+    done = replace(snapshot("FAILED"), acct=AcctRecord(latest=row))
+    apply_snapshot(item, done, PROFILE, Watch(), now=5000.0)
+    assert item.attempts[0].started_at == 5000.0 - 125
