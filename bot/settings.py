@@ -17,7 +17,6 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cluster.errors import ConfigError
-from cluster.profiles import ClusterProfile
 
 
 class Settings(BaseSettings):
@@ -101,16 +100,6 @@ class Settings(BaseSettings):
                 f"is not set (needed by {needed_by})", source="environment", path=name
             )
         return value
-
-    def job_env_secrets(self, profile: ClusterProfile) -> dict[str, SecretStr]:
-        """The ``job_secrets`` of ``profile`` that come from this environment, by job variable."""
-        return {
-            job_name: self.require_env_secret(
-                ref.env, needed_by=f"clusters.{profile.name}.job_secrets.{job_name}"
-            )
-            for job_name, ref in profile.job_secrets.items()
-            if ref.env is not None
-        }
 
 
 def _is_secret(cls: type[Settings], alias: str) -> bool:

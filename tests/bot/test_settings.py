@@ -9,7 +9,6 @@ from pydantic import SecretStr
 
 from bot.settings import Settings
 from cluster.errors import ConfigError
-from cluster.profiles import ClusterProfile
 
 
 def test_defaults_per_interface() -> None:
@@ -74,25 +73,3 @@ def test_bad_values_name_the_variable(environ: dict[str, str], message: str) -> 
         Settings.from_environ(environ)
     assert str(caught.value).startswith(message)
     assert caught.value.source == "environment"
-
-
-def test_job_secrets_from_the_environment() -> None:
-    profile = ClusterProfile.model_validate(
-        {
-            "name": "a4",
-            "type": "hcc-a4",
-            "login": {"host": "h", "user": "u"},
-            "partition": "a4",
-            "max_nodes": 1,
-            "job_secrets": {"HF_TOKEN": {"env": "TRAINBOT_HF_TOKEN"}, "W": {"file": "~/w"}},
-        }
-    )
-    settings = Settings.from_environ({"TRAINBOT_HF_TOKEN": "hf_x"})
-    secrets = settings.job_env_secrets(profile)
-    assert list(secrets) == ["HF_TOKEN"]
-    assert secrets["HF_TOKEN"].get_secret_value() == "hf_x"
-    with pytest.raises(ConfigError) as caught:
-        Settings.from_environ({}).job_env_secrets(profile)
-    assert str(caught.value) == (
-        "environment: TRAINBOT_HF_TOKEN: is not set (needed by clusters.a4.job_secrets.HF_TOKEN)"
-    )

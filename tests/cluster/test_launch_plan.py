@@ -9,7 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from cluster import nemo, nemo_rl
-from cluster.launch import LaunchSpec, plan_launch, resolve_secrets
+from cluster.launch import LaunchSpec, plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
 from cluster.remote import quote_path
@@ -69,7 +69,7 @@ def test_nemo_plan_command_line(profile: ClusterProfile) -> None:
 def test_nemo_rl_plan_and_secrets(profile: ClusterProfile) -> None:
     recipe = DEFAULT_CATALOG.find("dpo", "llama3p1_8b", "nemo-rl")
     assert recipe is not None
-    secrets = resolve_secrets(profile, {"TB_HF": "hf_s3cr3t'; rm -rf /"})
+    secrets = {"HF_TOKEN": SecretStr("hf_s3cr3t'; rm -rf /")}
     spec = LaunchSpec.from_recipe(
         profile, recipe, launch_id="L-1", nodes=2, partition="a3m", secrets=secrets
     )
@@ -170,9 +170,3 @@ def test_pick_nemo_logs(names: list[str], expected: tuple[str, str, int]) -> Non
 def test_nemo_rl_paths() -> None:
     assert nemo_rl.job_dir("~/v/nemo_rl", "26") == "~/v/nemo_rl/26"
     assert nemo_rl.attach_command("~/v/nemo_rl", "26") == "bash ~/v/nemo_rl/26/attach.sh"
-
-
-def test_secret_values_are_secretstr(profile: ClusterProfile) -> None:
-    secrets = resolve_secrets(profile, {"TB_HF": "abc", "OTHER": "x"})
-    assert list(secrets) == ["HF_TOKEN"] and isinstance(secrets["HF_TOKEN"], SecretStr)
-    assert resolve_secrets(profile, {}) == {}
