@@ -33,7 +33,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.policy import decide, may_approve
+from commands.policy import decide, may_approve, may_manage
 from commands.requests import (
     AttachRequest,
     CancelRequest,
@@ -215,11 +215,17 @@ class Core:
 
     async def owned(self, ref: JobRef, user: User, verb: str) -> Launch:
         launch = await self.find(ref)
-        if launch.user_id != user.id and not self.context.policy.is_admin(user.id, user.groups):
-            who = launch.user_name or launch.user_id
-            raise CommandError(
-                f"Only {who} (who launched {launch.id}) or a trainbot admin may {verb} it."
-            )
+        decision = may_manage(
+            self.context.policy,
+            user_id=user.id,
+            group_ids=user.groups,
+            owner_id=launch.user_id,
+            owner_name=launch.user_name,
+            launch_id=launch.id,
+            verb=verb,
+        )
+        if not decision.allowed:
+            raise CommandError(decision.reason)
         return launch
 
     # -- /jobs, /clusters --------------------------------------------------------
