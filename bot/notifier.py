@@ -17,6 +17,7 @@ from bot.front import Front, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import Pager
 from bot.slack_text import (
+    actions,
     approve_button,
     cancel_button,
     reject_button,
@@ -213,4 +214,4 @@ def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
         buttons += [approve_button(launch.id), reject_button(launch.id)]
     if not buttons:
         return None
-    return [section(event.text), {"type": "actions", "elements": buttons}]
+    return [section(event.text), actions(*buttons)]
