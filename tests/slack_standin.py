@@ -210,11 +210,6 @@ class SlackStandin:
     def _m_usergroups_users_list(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"users": self.usergroups.get(str(p.get("usergroup")), [])}
 
-    def _m_views_open(self, p: dict[str, Any]) -> dict[str, Any]:
-        return {"view": {"id": f"V{next(self._ids):06d}"}}
-
-    _m_views_publish = _m_views_open
-
     def _m_apps_connections_open(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"url": f"ws://127.0.0.1:{self.port}/socket"}
 
@@ -234,12 +229,6 @@ class SlackStandin:
                 for f in files
             ]
         }
-
-    def _m_files_upload(self, p: dict[str, Any]) -> dict[str, Any]:
-        file_id = f"F{next(self._ids):08d}"
-        content = p.get("file", p.get("content", b""))
-        self.uploads[file_id] = content if isinstance(content, bytes) else str(content).encode()
-        return {"file": {"id": file_id, "title": p.get("title"), "name": p.get("filename")}}
 
     async def _upload(self, request: web.Request) -> web.Response:
         file_id = request.match_info["file_id"]
@@ -320,10 +309,6 @@ async def _params(request: web.Request) -> dict[str, Any]:
     params: dict[str, Any] = dict(request.query)
     if request.content_type == "application/json":
         params.update(await request.json())
-    elif request.content_type == "multipart/form-data":
-        form = await request.post()
-        for key, value in form.items():
-            params[key] = value.file.read() if hasattr(value, "file") else value
     elif request.can_read_body:
         params.update(await request.post())
     return params
