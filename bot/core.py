@@ -257,7 +257,7 @@ class Core:
         try:  # the value came back from outside: check it as if typed
             again = type(launch.request).model_validate(request.model_dump())
         except ValidationError:
-            raise CommandError(f"{escape(partition)!r} is not a partition name.") from None
+            raise CommandError(f"{partition!r} is not a partition name.") from None
         return await self.train(again, replace(incoming, channel_id=launch.channel), user)
 
     async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:

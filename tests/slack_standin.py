@@ -1,8 +1,9 @@
 """A local stand-in for Slack: the Web API methods trainbot uses, file uploads,
 response URLs and a Socket Mode websocket, on 127.0.0.1 with a random port.
 
-It records every call (method, params, headers without Authorization, time),
-checks the bearer token, and answers 429 or 500 on demand. Point a client at
+It records every call (method, params, headers without Authorization, time,
+and which of its tokens the Authorization header presented, never the token
+itself), checks the bearer token, and answers 429 or 500 on demand. Point a client at
 ``standin.api_url``. Helpers at the bottom build and sign requests exactly as
 Slack sends them to an app's HTTP endpoint.
 """
@@ -39,6 +40,7 @@ class Call:
     at: float  # time.monotonic()
     status: int = 200
     error: str = ""  # set when answered {"ok": false, "error": ...}
+    auth: str = ""  # "Authorization: Bearer <token>" presented: "bot", "app", "other" or ""
 
 
 @dataclass
@@ -140,10 +142,15 @@ class SlackStandin:
         method = request.match_info["method"]
         params = await _params(request)
         headers = _headers(request)
+        auth = request.headers.get("Authorization", "")
+        presented = {f"Bearer {self.bot_token}": "bot", f"Bearer {self.app_token}": "app"}
+        who = presented.get(auth, "other" if auth else "")
         failure = self._failures.get(method)
         if failure is not None and failure.remaining > 0:
             failure.remaining -= 1
-            call = Call(method, params, headers, time.monotonic(), failure.status, failure.error)
+            call = Call(
+                method, params, headers, time.monotonic(), failure.status, failure.error, who
+            )
             await self._record(call)
             if failure.status == 429:
                 return web.json_response(
@@ -153,17 +160,16 @@ class SlackStandin:
                 )
             error = failure.error or "internal_error"
             return web.json_response({"ok": False, "error": error}, status=failure.status)
-        wanted = self.app_token if method == "apps.connections.open" else self.bot_token
-        auth = request.headers.get("Authorization", "")
+        wanted = "app" if method == "apps.connections.open" else "bot"
         answer = getattr(self, "_m_" + method.replace(".", "_"), None)
         error = ""
         if not auth:
             error = "not_authed"
-        elif auth != f"Bearer {wanted}":
+        elif who != wanted:
             error = "invalid_auth"
         elif answer is None:
             error = "unknown_method"
-        await self._record(Call(method, params, headers, time.monotonic(), error=error))
+        await self._record(Call(method, params, headers, time.monotonic(), error=error, auth=who))
         if error or answer is None:
             return web.json_response({"ok": False, "error": error})
         return web.json_response({"ok": True, **answer(params)})

@@ -30,6 +30,7 @@ async def test_bearer_token_is_checked_and_never_recorded(standin: SlackStandin)
     assert opened["url"] == f"ws://127.0.0.1:{standin.port}/socket"
     assert (await _call(standin, "no.such.method"))["error"] == "unknown_method"
     assert [c.error for c in standin.calls[:3]] == ["not_authed", "invalid_auth", ""]
+    assert [c.auth for c in standin.calls] == ["", "other", "bot", "bot", "app", "bot"]
     assert all(BOT_TOKEN not in repr(c) and APP_TOKEN not in repr(c) for c in standin.calls)
 
 
