@@ -83,11 +83,6 @@ class Settings(BaseSettings):
         settings._environ = {name: SecretStr(value) for name, value in env.items() if value}
         return settings
 
-    @property
-    def socket_mode(self) -> bool:
-        """Socket Mode when ``SLACK_APP_TOKEN`` is set; otherwise HTTP."""
-        return self.slack_app_token is not None
-
     def env_secret(self, name: str) -> SecretStr | None:
         """The value of environment variable ``name``, or None when unset or empty."""
         return self._environ.get(name)

@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
-CLUSTER_TYPES: tuple[ClusterType, ...] = ("hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h")
 
 CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
@@ -255,16 +254,6 @@ class ClusterProfile(BaseModel):
     @property
     def nemo_rl_dir(self) -> str:
         return join_remote(self.recipes_dir, "nemo_rl")
-
-    def image_for(self, framework: str) -> str:
-        """The default image path for a framework (``nemo`` or ``nemo-rl``)."""
-        return self.images[framework]
-
-    def resolve_image(self, image: str | None, framework: str) -> str:
-        """The image path for a request's ``image=``: a name of ``images``, a path, or None."""
-        if image is None:
-            return self.image_for(framework)
-        return self.images.get(image, image)
 
     def attach_url(self, *, job_id: str) -> str | None:
         """The optional web link for attaching to an interactive job."""

@@ -18,7 +18,7 @@ def test_defaults_per_interface() -> None:
     assert settings.slack_api_url == "https://slack.com/api/"
     assert (settings.http_host, settings.http_port) == ("127.0.0.1", 3000)
     assert settings.slack_bot_token is None and settings.slack_signing_secret is None
-    assert not settings.socket_mode
+    assert settings.slack_app_token is None
 
 
 def test_values_from_the_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +38,7 @@ def test_values_from_the_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.config_path == Path("/etc/trainbot.yaml")
     assert settings.slack_api_url == "http://127.0.0.1:8999/api/"
     assert settings.http_port == 8080 and settings.http_host == "0.0.0.0"
-    assert settings.socket_mode
+    assert settings.slack_app_token is not None
     assert isinstance(settings.slack_bot_token, SecretStr)
     assert settings.slack_bot_token.get_secret_value() == "xoxb-1"
 
@@ -52,7 +52,7 @@ def test_secrets_never_show() -> None:
 
 def test_empty_means_unset() -> None:
     settings = Settings.from_environ({"SLACK_APP_TOKEN": "", "TRAINBOT_HTTP_PORT": ""})
-    assert not settings.socket_mode and settings.http_port == 3000
+    assert settings.slack_app_token is None and settings.http_port == 3000
 
 
 @pytest.mark.parametrize(
