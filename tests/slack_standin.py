@@ -123,14 +123,20 @@ class SlackStandin:
         ]
 
     async def wait_for(
-        self, method: str, predicate: Callable[[Call], bool] = lambda _: True, timeout_s: float = 5
+        self,
+        method: str,
+        predicate: Callable[[Call], bool] = lambda _: True,
+        timeout_s: float = 5,
+        *,
+        ok_only: bool = True,
     ) -> Call:
-        """The first successful call of ``method`` matching ``predicate``, waiting for it."""
+        """The first call of ``method`` (successful, unless not ``ok_only``) matching
+        ``predicate``, waiting for it."""
 
         async def found() -> Call:
             async with self._changed:
                 while True:
-                    for call in self.calls_to(method):
+                    for call in self.calls_to(method, ok_only=ok_only):
                         if predicate(call):
                             return call
                     await self._changed.wait()

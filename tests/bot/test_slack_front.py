@@ -138,7 +138,8 @@ async def test_rate_limit_then_ok_keeps_every_message_in_order(
     posts = [
         asyncio.create_task(front.post("C0TRAIN", text, thread_ts=parent.ts)) for text in texts
     ]
-    await asyncio.sleep(0.2)  # the first one is now waiting out Retry-After
+    # The first one met its 429 and now waits out Retry-After (1 s) before its retry.
+    await standin.wait_for("chat.postMessage", lambda c: c.status == 429, ok_only=False)
     other = await front.post("C0OTHER", "another thread is not held up")
     refs = await asyncio.gather(*posts)
 
