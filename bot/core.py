@@ -49,7 +49,6 @@ from commands.requests import (
 
 log = logging.getLogger(__name__)
 
-INLINE_LOG_CHARS = 2800
 GROUPS_TTL_S = 300.0
 
 
@@ -227,8 +226,6 @@ class Core:
         if not decision.allowed:
             raise CommandError(decision.reason)
         return launch
-
-    # -- /jobs, /clusters --------------------------------------------------------
 
     # -- /cancel, /logs, /attach -------------------------------------------------
 
