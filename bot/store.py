@@ -55,9 +55,9 @@ EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "
 - ``thread``: a line in the thread; ``data["buttons"]`` may ask for buttons under it
   (``cancel``, ``retry``, ``approve``/``reject``, ``use_partition`` with ``data["partition"]``).
 - ``plot``: upload the loss curve into the thread.
-- ``oncall``: page the on-call channel (and PagerDuty when configured); ``data`` holds the
-  page (``dedup_key``, cause, ...).
-- ``resolve``: resolve that page (``data["dedup_key"]``).
+- ``oncall``: page the on-call channel (and PagerDuty when configured); ``data`` holds
+  ``dedup_key``, ``cause_key``, ``cause`` and ``action``.
+- ``resolve``: resolve that page; ``data`` holds ``dedup_key`` and ``outcome``.
 - ``enqueue``: not a message: the store puts the launch back on the workers' queue
   (a retry, an approval) instead of in the outbox.
 """
