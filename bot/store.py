@@ -102,15 +102,6 @@ class Event:
         )
 
 
-def _write_events(pipe: Any, events: list[Event]) -> None:
-    """Messages to the outbox; ``enqueue`` puts the launch back on the workers' queue."""
-    for event in events:
-        if event.kind == "enqueue":
-            pipe.xadd(keys.QUEUE, {"launch": event.launch_id})
-        else:
-            pipe.xadd(keys.OUTBOX, _fields(event.encode()))
-
-
 def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """Redis and connection errors leave the store as StoreError (the edge where they enter)."""
 
@@ -168,7 +159,8 @@ class Store:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(keys.launch(launch.id), launch.model_dump_json(), nx=True)
             self._index(pipe, launch)
-            _write_events(pipe, events)
+            for event in events:
+                pipe.xadd(keys.OUTBOX, _fields(event.encode()))
             if enqueue:
                 pipe.xadd(keys.QUEUE, {"launch": launch.id})
             await pipe.execute()
@@ -195,7 +187,11 @@ class Store:
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(key, launch.model_dump_json())
                     self._index(pipe, launch)
-                    _write_events(pipe, events)
+                    for event in events:
+                        if event.kind == "enqueue":  # back to the workers (a retry)
+                            pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                        else:
+                            pipe.xadd(keys.OUTBOX, _fields(event.encode()))
                     await pipe.execute()
                     return launch, events
                 except WatchError:
