@@ -255,6 +255,16 @@ class ClusterProfile(BaseModel):
     def nemo_rl_dir(self) -> str:
         return join_remote(self.recipes_dir, "nemo_rl")
 
+    def image_for(self, framework: str) -> str:
+        """The default image path for a framework (``nemo`` or ``nemo-rl``)."""
+        return self.images[framework]
+
+    def resolve_image(self, image: str | None, framework: str) -> str:
+        """The image path for a request's ``image=``: a name of ``images``, a path, or None."""
+        if image is None:
+            return self.image_for(framework)
+        return self.images.get(image, image)
+
     def attach_url(self, *, job_id: str) -> str | None:
         """The optional web link for attaching to an interactive job."""
         if self.attach_url_template is None:

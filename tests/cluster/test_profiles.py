@@ -62,11 +62,10 @@ def test_overrides_and_nulls() -> None:
     )
     assert built.gpus_per_node == 4
     assert built.nemorun_home == "~/vertex-oss-training/nemo"
-    assert built.images == {
-        "nemo": "/x/n.sqsh",
-        "nemo-25": "/x/n25.sqsh",
-        "nemo-rl": "~/vertex-oss-training/nemo_rl/nemo_rl-h20250923.sqsh",
-    }
+    assert built.images["nemo-rl"].endswith("nemo_rl-h20250923.sqsh")
+    assert built.resolve_image("nemo-25", "nemo") == "/x/n25.sqsh"
+    assert built.resolve_image(None, "nemo-rl") == built.images["nemo-rl"]
+    assert built.resolve_image("/y/z.sqsh", "nemo") == "/y/z.sqsh"
 
 
 def test_attach_url() -> None:
