@@ -10,7 +10,7 @@ from bot import render
 from bot.clusters import Clusters
 from bot.front import Reply
 from bot.launches import Launch
-from bot.slack_text import cancel_button, code_block, escape, section
+from bot.slack_text import actions, cancel_button, code_block, escape, section
 from bot.store import Store
 from cluster.frameworks import framework
 from commands.context import User
@@ -80,7 +80,7 @@ def confirm_cancel(launch: Launch) -> Reply:
     text = f"Cancel {label} ({launch.title} on {launch.cluster})?"
     blocks = [
         section(text),
-        {"type": "actions", "elements": [cancel_button(launch.id, job_label=label)]},
+        actions(cancel_button(launch.id, job_label=label)),
     ]
     return Reply(text, blocks=blocks)
 

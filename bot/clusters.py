@@ -53,6 +53,9 @@ class Clusters:
             raise ClusterError(f"unknown cluster {name!r}", cluster=name) from None
 
     def secrets(self, profile: ClusterProfile) -> tuple[dict[str, SecretStr], list[str]]:
+        """The profile's ``{env: NAME}`` job secrets from the bot's environment, by job
+        variable, and a note for each one that is unset (the launch goes on without it).
+        ``{file: PATH}`` secrets are read on the login node, by the launch script."""
         values: dict[str, SecretStr] = {}
         notes = []
         for job_name, ref in profile.job_secrets.items():

@@ -137,18 +137,6 @@ class Config(BaseModel):
             default_cluster=self.default_cluster,
         )
 
-    def env_secret_names(self) -> dict[str, str]:
-        """Environment variables the config refers to, each with the field that needs it."""
-        names: dict[str, str] = {}
-        for key, profile in self.clusters.items():
-            for job_name, ref in profile.job_secrets.items():
-                if ref.env is not None:
-                    names.setdefault(ref.env, f"clusters.{key}.job_secrets.{job_name}")
-        webhook = self.alerts.webhook
-        if webhook is not None and webhook.routing_key is not None:
-            names.setdefault(webhook.routing_key.env, "alerts.webhook.routing_key")
-        return names
-
 
 def load_config(path: str | Path) -> Config:
     """Read and check the config file at ``path``, or raise ConfigError."""

@@ -34,7 +34,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.policy import decide, may_approve
+from commands.policy import decide, may_approve, may_manage
 from commands.requests import (
     AttachRequest,
     CancelRequest,
@@ -50,7 +50,6 @@ from commands.requests import (
 
 log = logging.getLogger(__name__)
 
-INLINE_LOG_CHARS = 2800
 GROUPS_TTL_S = 300.0
 
 
@@ -220,14 +219,18 @@ class Core:
 
     async def owned(self, ref: JobRef, user: User, verb: str) -> Launch:
         launch = await self.find(ref)
-        if launch.user_id != user.id and not self.context.policy.is_admin(user.id, user.groups):
-            who = launch.user_name or launch.user_id
-            raise CommandError(
-                f"Only {who} (who launched {launch.id}) or a trainbot admin may {verb} it."
-            )
+        decision = may_manage(
+            self.context.policy,
+            user_id=user.id,
+            group_ids=user.groups,
+            owner_id=launch.user_id,
+            owner_name=launch.user_name,
+            launch_id=launch.id,
+            verb=verb,
+        )
+        if not decision.allowed:
+            raise CommandError(decision.reason)
         return launch
-
-    # -- /jobs, /clusters --------------------------------------------------------
 
     # -- /cancel, /logs, /attach -------------------------------------------------
 
@@ -256,7 +259,7 @@ class Core:
         try:  # the value came back from outside: check it as if typed
             again = type(launch.request).model_validate(request.model_dump())
         except ValidationError:
-            raise CommandError(f"{escape(partition)!r} is not a partition name.") from None
+            raise CommandError(f"{partition!r} is not a partition name.") from None
         return await self.train(again, replace(incoming, channel_id=launch.channel), user)
 
     async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, assert_never
 
 from bot import keys, render
 from bot.front import Front, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import Pager
 from bot.slack_text import (
+    actions,
     approve_button,
     cancel_button,
     reject_button,
@@ -83,7 +84,13 @@ class Notifier:
             entries = await self.store.read(
                 keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms
             )
-        events = [Event.decode(entry_id, fields) for entry_id, fields in entries]
+        events = []
+        for entry_id, fields in entries:
+            try:
+                events.append(Event.decode(entry_id, fields))
+            except ValueError as exc:  # written by another version of trainbot
+                log.warning("notifier: outbox entry %s dropped: %s", entry_id, exc)
+                await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, entry_id)
         for index, event in enumerate(events):
             later = events[index + 1 :]
             if event.kind == "update" and any(
@@ -124,37 +131,38 @@ class Notifier:
                 "notifier: %s event for unknown launch %s dropped", event.kind, event.launch_id
             )
             return
-        if event.kind == "ephemeral":
-            await self.front.post_ephemeral(launch.channel, launch.user_id, event.text)
+        if event.kind == "enqueue":  # the store puts these on the queue, never in the outbox
+            log.warning("notifier: enqueue event for %s is not a message; dropped", launch.id)
             return
         if not launch.parent_ts:
             launch = await self._post_parent(launch)
-        if event.kind in ("parent", "update"):
-            if event.kind == "update":
+        match event.kind:
+            case "parent":
+                pass  # posted just above, or earlier
+            case "update":
                 text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
                 await self.front.update(
                     MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
                 )
-            return
-        if event.kind == "thread":
-            await self.front.post(
-                launch.channel,
-                event.text,
-                blocks=thread_blocks(launch, event),
-                thread_ts=launch.parent_ts,
-            )
-        elif event.kind == "plot":
-            await self._plot(launch)
-        elif event.kind in ("oncall", "resolve"):
-            if self.pager is None:
-                return
-            link = await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
-            if event.kind == "oncall":
-                await self.pager.trigger(launch, event.data, link)
-            else:
-                await self.pager.resolve(launch, event.data, link)
-        else:
-            log.warning("notifier: unknown event kind %r dropped", event.kind)
+            case "thread":
+                await self.front.post(
+                    launch.channel,
+                    event.text,
+                    blocks=thread_blocks(launch, event),
+                    thread_ts=launch.parent_ts,
+                )
+            case "plot":
+                await self._plot(launch)
+            case "oncall" | "resolve":
+                if self.pager is None:
+                    return
+                link = await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
+                if event.kind == "oncall":
+                    await self.pager.trigger(launch, event.data, link)
+                else:
+                    await self.pager.resolve(launch, event.data, link)
+            case _:
+                assert_never(event.kind)
 
     async def _plot(self, launch: Launch) -> None:
         try:
@@ -206,4 +214,4 @@ def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
         buttons += [approve_button(launch.id), reject_button(launch.id)]
     if not buttons:
         return None
-    return [section(event.text), {"type": "actions", "elements": buttons}]
+    return [section(event.text), actions(*buttons)]

@@ -134,7 +134,7 @@ def parent(
         label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
         buttons.append(st.cancel_button(launch.id, job_label=label))
     if buttons:
-        blocks.append({"type": "actions", "elements": buttons})
+        blocks.append(st.actions(*buttons))
     return text, st.fit_blocks(blocks)
 
 

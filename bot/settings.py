@@ -17,7 +17,6 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cluster.errors import ConfigError
-from cluster.profiles import ClusterProfile
 
 
 class Settings(BaseSettings):
@@ -84,11 +83,6 @@ class Settings(BaseSettings):
         settings._environ = {name: SecretStr(value) for name, value in env.items() if value}
         return settings
 
-    @property
-    def socket_mode(self) -> bool:
-        """Socket Mode when ``SLACK_APP_TOKEN`` is set; otherwise HTTP."""
-        return self.slack_app_token is not None
-
     def env_secret(self, name: str) -> SecretStr | None:
         """The value of environment variable ``name``, or None when unset or empty."""
         return self._environ.get(name)
@@ -101,16 +95,6 @@ class Settings(BaseSettings):
                 f"is not set (needed by {needed_by})", source="environment", path=name
             )
         return value
-
-    def job_env_secrets(self, profile: ClusterProfile) -> dict[str, SecretStr]:
-        """The ``job_secrets`` of ``profile`` that come from this environment, by job variable."""
-        return {
-            job_name: self.require_env_secret(
-                ref.env, needed_by=f"clusters.{profile.name}.job_secrets.{job_name}"
-            )
-            for job_name, ref in profile.job_secrets.items()
-            if ref.env is not None
-        }
 
 
 def _is_secret(cls: type[Settings], alias: str) -> bool:

@@ -201,12 +201,9 @@ def use_partition_button(partition: str, value: str) -> Block:
     return button(f"Use {partition}", ACTION_USE_PARTITION, value, style="primary")
 
 
-def actions(*elements: Block, block_id: str = "") -> Block:
+def actions(*elements: Block) -> Block:
     """An actions block holding buttons (at most 25)."""
-    block: Block = {"type": "actions", "elements": list(elements[:25])}
-    if block_id:
-        block["block_id"] = block_id
-    return block
+    return {"type": "actions", "elements": list(elements[:25])}
 
 
 def approve_button(value: str) -> Block:

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeGuard, TypeVar, get_args
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
@@ -52,16 +52,33 @@ class StoreError(TrainbotError):
     """Redis is unreachable or answered with an error."""
 
 
+EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "enqueue"]
+"""What an :class:`Event` asks for:
+
+- ``parent``: post the launch's parent message (the thread's head), once.
+- ``update``: re-render the parent message from the stored launch.
+- ``thread``: a line in the thread; ``data["buttons"]`` may ask for buttons under it
+  (``cancel``, ``retry``, ``approve``/``reject``, ``use_partition`` with ``data["partition"]``).
+- ``plot``: upload the loss curve into the thread.
+- ``oncall``: page the on-call channel (and PagerDuty when configured); ``data`` holds
+  ``dedup_key``, ``cause_key``, ``cause`` and ``action``.
+- ``resolve``: resolve that page; ``data`` holds ``dedup_key`` and ``outcome``.
+- ``enqueue``: not a message: the store puts the launch back on the workers' queue
+  (a retry, an approval) instead of in the outbox.
+"""
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+
+
+def is_event_kind(value: str) -> TypeGuard[EventKind]:
+    return value in EVENT_KINDS
+
+
 @dataclass
 class Event:
-    """An outbox entry: something to say in a launch's thread or about it.
+    """An outbox entry: something to say in a launch's thread or about it (see
+    :data:`EventKind`), or, for ``enqueue``, the launch going back on the queue."""
 
-    kinds: ``parent`` (post the parent message), ``update`` (re-render the
-    parent), ``thread`` (a line in the thread), ``upload`` (a file in the
-    thread), ``oncall`` (a page in the on-call channel).
-    """
-
-    kind: str
+    kind: EventKind
     launch_id: str
     text: str = ""
     data: dict[str, Any] = field(default_factory=dict)
@@ -77,8 +94,12 @@ class Event:
 
     @classmethod
     def decode(cls, entry_id: str, fields: dict[str, str]) -> Event:
+        """The event of an outbox entry; ValueError for a kind this version does not know."""
+        kind = fields.get("kind", "")
+        if not is_event_kind(kind):
+            raise ValueError(f"unknown event kind {kind!r}")
         return cls(
-            kind=fields.get("kind", ""),
+            kind=kind,
             launch_id=fields.get("launch", ""),
             text=fields.get("text", ""),
             data=json.loads(fields.get("data") or "{}"),

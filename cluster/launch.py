@@ -167,16 +167,6 @@ class LaunchSpec:
         return {k: v.file for k, v in self.profile.job_secrets.items() if v.file is not None}
 
 
-def resolve_secrets(profile: ClusterProfile, environ: Mapping[str, str]) -> dict[str, SecretStr]:
-    """The profile's environment-backed job secrets, read from ``environ`` (missing: left out)."""
-    secrets: dict[str, SecretStr] = {}
-    for name, ref in profile.job_secrets.items():
-        value = environ.get(ref.env) if ref.env is not None else None
-        if value:
-            secrets[name] = SecretStr(value)
-    return secrets
-
-
 @dataclass(frozen=True)
 class LaunchPlan:
     spec: LaunchSpec

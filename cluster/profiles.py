@@ -1,9 +1,10 @@
 """Cluster profiles: where a cluster's login node is and how jobs run there.
 
-A profile is one entry under ``clusters:`` in the config file. Everything a
-cluster *type* decides (GPUs per node, the NCCL set-up line, the pyxis flags of
-``srun``) has a built-in default in :data:`TYPE_DEFAULTS`; a profile may
-override each of them.
+A profile is one entry under ``clusters:`` in the config file. A cluster
+*type* names the machine and its GPUs per node (:data:`TYPE_DEFAULTS`; a
+profile may override ``gpus_per_node``). The NCCL set-up and the container
+flags are the launchers' business: trainbot passes the type to them
+(``run.py --slurm-type``, ``launch.sh --cluster_type``), as a person would.
 
 Paths on the login node are strings, absolute or starting with ``~/``, made of
 characters that need no shell quoting. Paths on the bot's machine (the SSH key
@@ -19,7 +20,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
-CLUSTER_TYPES: tuple[ClusterType, ...] = ("hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h")
 
 CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
@@ -99,39 +99,13 @@ class TypeDefaults(BaseModel):
 
     machine: str
     gpus_per_node: int = 8
-    nccl_setup: str
-    container_flags: tuple[str, ...] = ("--container-writable", "--no-container-mount-home")
 
-
-_A4_NCCL_ENV = {
-    "NCCL_NET": "gIB",
-    "NCCL_CROSS_NIC": "0",
-    "NCCL_NET_GDR_LEVEL": "PIX",
-    "NCCL_IB_GID_INDEX": "3",
-    "NCCL_IB_TC": "52",
-    "NCCL_IB_FIFO_TC": "84",
-    "NCCL_IB_QPS_PER_CONNECTION": "4",
-    "NCCL_IB_ADAPTIVE_ROUTING": "1",
-    "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20",
-    "NCCL_NVLS_CHUNKSIZE": "524288",
-    "NCCL_P2P_NVL_CHUNKSIZE": "524288",
-    "NCCL_P2P_NET_CHUNKSIZE": "131072",
-    "NCCL_P2P_PCI_CHUNKSIZE": "131072",
-    "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a4.txtpb",
-}
-_GIB_SETUP = "source /usr/local/gib/scripts/set_nccl_env.sh"
 
 TYPE_DEFAULTS: dict[ClusterType, TypeDefaults] = {
-    "hcc-a3m": TypeDefaults(
-        machine="A3 Mega (H100, TCPXO)",
-        nccl_setup="source /var/lib/tcpxo/lib64/nccl-env-profile.sh",
-    ),
-    "hcc-a3u": TypeDefaults(machine="A3 Ultra (H200, RDMA)", nccl_setup=_GIB_SETUP),
-    "hcc-a4": TypeDefaults(
-        machine="A4 (B200, RDMA)",
-        nccl_setup="export " + " ".join(f"{k}={v}" for k, v in _A4_NCCL_ENV.items()),
-    ),
-    "hcc-a3h": TypeDefaults(machine="A3 High (H100)", nccl_setup=_GIB_SETUP),
+    "hcc-a3m": TypeDefaults(machine="A3 Mega (H100, TCPXO)"),
+    "hcc-a3u": TypeDefaults(machine="A3 Ultra (H200, RDMA)"),
+    "hcc-a4": TypeDefaults(machine="A4 (B200, RDMA)"),
+    "hcc-a3h": TypeDefaults(machine="A3 High (H100)"),
 }
 
 
@@ -245,8 +219,6 @@ class ClusterProfile(BaseModel):
     )
     attach_url_template: Annotated[str | None, AfterValidator(_check_attach_template)] = None
     gpus_per_node: int = Field(default=0, ge=1, le=64)
-    nccl_setup: str = ""
-    container_flags: tuple[str, ...] = ()
     tokenizer_seed: TokenizerSeed | None = None
 
     @model_validator(mode="before")
@@ -258,8 +230,7 @@ class ClusterProfile(BaseModel):
         data = {k: v for k, v in data.items() if v is not None or k in _NULLABLE}
         defaults = TYPE_DEFAULTS.get(data.get("type"))
         if defaults is not None:
-            for key in ("gpus_per_node", "nccl_setup", "container_flags"):
-                data.setdefault(key, getattr(defaults, key))
+            data.setdefault("gpus_per_node", defaults.gpus_per_node)
         recipes_dir = data.setdefault("recipes_dir", "~/vertex-oss-training")
         try:
             check_remote_path(recipes_dir)
@@ -293,13 +264,6 @@ class ClusterProfile(BaseModel):
         if image is None:
             return self.image_for(framework)
         return self.images.get(image, image)
-
-    def srun_container_args(self, image: str, mounts: list[str]) -> list[str]:
-        """``srun`` arguments that run a step in ``image`` through pyxis/enroot."""
-        args = [f"--container-image={image}"]
-        if mounts:
-            args.append("--container-mounts=" + ",".join(mounts))
-        return [*args, *self.container_flags]
 
     def attach_url(self, *, job_id: str) -> str | None:
         """The optional web link for attaching to an interactive job."""

@@ -136,9 +136,6 @@ class RecipeCatalog(BaseModel):
                 return entry
         return None
 
-    def workloads(self) -> list[str]:
-        return _unique(e.workload for e in self.entries)
-
     def models(self, workload: str | None = None, framework: str | None = None) -> list[str]:
         return _unique(
             e.model

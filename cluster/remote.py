@@ -36,11 +36,6 @@ def quote_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def join_words(words: Iterable[str]) -> str:
-    """Quote each word and join them with spaces."""
-    return " ".join(shlex.quote(w) for w in words)
-
-
 def check_env_name(name: str) -> str:
     if not ENV_NAME_RE.fullmatch(name):
         raise ValueError(f"not an environment variable name: {name!r}")

@@ -204,10 +204,6 @@ class AcctRecord:
     def restarts(self) -> int:
         return len(self.earlier)
 
-    @property
-    def node_failures(self) -> int:
-        return sum(1 for row in self.earlier if row.state == "NODE_FAIL")
-
 
 def build_sacct(
     job_ids: Sequence[str] = (), *, duplicates: bool = True, since: str | None = None

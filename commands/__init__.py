@@ -7,7 +7,7 @@ request model or raises :class:`CommandError` with the text to show.
 from __future__ import annotations
 
 from commands.context import CommandContext, User
-from commands.dispatch import COMMANDS, parse_command, parse_line
+from commands.dispatch import COMMANDS, parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
 from commands.policy import (
@@ -28,7 +28,6 @@ from commands.requests import (
     InteractiveRequest,
     JobRef,
     JobsRequest,
-    LaunchRequest,
     LogsRequest,
     RecipesRequest,
     Request,
@@ -48,7 +47,6 @@ __all__ = [
     "InteractiveRequest",
     "JobRef",
     "JobsRequest",
-    "LaunchRequest",
     "LogsRequest",
     "Policy",
     "PolicyRule",
@@ -62,6 +60,5 @@ __all__ = [
     "may_approve",
     "may_manage",
     "parse_command",
-    "parse_line",
     "recipes_text",
 ]

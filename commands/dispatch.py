@@ -48,11 +48,3 @@ def parse_command(command: str, text: str, *, user: User, context: CommandContex
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or name
         raise CommandError(f"{where}: {first['msg']}. See /train help.") from None
-
-
-def parse_line(line: str, *, user: User, context: CommandContext) -> Request:
-    """Parse a whole line such as ``/train sft llama3p1_8b nodes=2`` (console, round trips)."""
-    parts = normalise(line).split(None, 1)
-    if not parts:
-        raise CommandError(f"Type a command: {join_names(list(COMMANDS))}. /train help explains.")
-    return parse_command(parts[0], parts[1] if len(parts) > 1 else "", user=user, context=context)

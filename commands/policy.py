@@ -150,17 +150,25 @@ def decide(
 
 
 def may_manage(
-    policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str
+    policy: Policy,
+    *,
+    user_id: str,
+    group_ids: Collection[str],
+    owner_id: str,
+    owner_name: str = "",
+    launch_id: str,
+    verb: str,
 ) -> Decision:
-    """Whether ``user_id`` may cancel or attach to a launch owned by ``owner_id``."""
+    """Whether ``user_id`` may ``verb`` (cancel, attach to, retry, ...) the launch
+    ``launch_id`` of ``owner_id``: only its owner or a trainbot admin may."""
     if user_id == owner_id:
         return Decision(allowed=True, reason="Allowed: it is your launch.")
     if policy.is_admin(user_id, group_ids):
         return Decision(allowed=True, reason="Allowed: you are a trainbot admin.")
+    who = owner_name or owner_id
     return Decision(
         allowed=False,
-        reason="That launch belongs to someone else; only its owner or a trainbot admin "
-        "can do that.",
+        reason=f"Only {who} (who launched {launch_id}) or a trainbot admin may {verb} it.",
     )
 
 

@@ -80,10 +80,6 @@ class JobRef(BaseModel):
     def is_launch_id(self) -> bool:
         return self.id.startswith("L-")
 
-    @property
-    def slurm_job_id(self) -> int | None:
-        return None if self.is_launch_id else int(self.id)
-
     def to_text(self) -> str:
         return self.id if self.cluster is None else f"{self.id} cluster={self.cluster}"
 
@@ -262,4 +258,3 @@ Request = Annotated[
     Field(discriminator="kind"),
 ]
 REQUEST_ADAPTER: TypeAdapter[Request] = TypeAdapter(Request)
-LaunchRequest = TrainRequest | InteractiveRequest

@@ -3,7 +3,6 @@ an SSH pool to its login node, cluster profiles from its generated config, uniqu
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -88,16 +87,3 @@ def jobs_to_cancel(dev_profile: ClusterProfile) -> Iterator[list[str]]:
     yield jobs
     if jobs:
         devlogin.run("scancel " + " ".join(jobs), timeout_s=30)
-
-
-async def wait_until(predicate: Any, what: str, timeout_s: float, interval_s: float = 0.5) -> Any:
-    """Await ``predicate()`` until it returns something truthy; fail after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        await asyncio.sleep(interval_s)

@@ -1,8 +1,9 @@
 """A local stand-in for Slack: the Web API methods trainbot uses, file uploads,
 response URLs and a Socket Mode websocket, on 127.0.0.1 with a random port.
 
-It records every call (method, params, headers without Authorization, time),
-checks the bearer token, and answers 429 or 500 on demand. Point a client at
+It records every call (method, params, headers without Authorization, time,
+and which of its tokens the Authorization header presented, never the token
+itself), checks the bearer token, and answers 429 or 500 on demand. Point a client at
 ``standin.api_url``. Helpers at the bottom build and sign requests exactly as
 Slack sends them to an app's HTTP endpoint.
 """
@@ -39,6 +40,7 @@ class Call:
     at: float  # time.monotonic()
     status: int = 200
     error: str = ""  # set when answered {"ok": false, "error": ...}
+    auth: str = ""  # "Authorization: Bearer <token>" presented: "bot", "app", "other" or ""
 
 
 @dataclass
@@ -121,14 +123,20 @@ class SlackStandin:
         ]
 
     async def wait_for(
-        self, method: str, predicate: Callable[[Call], bool] = lambda _: True, timeout_s: float = 5
+        self,
+        method: str,
+        predicate: Callable[[Call], bool] = lambda _: True,
+        timeout_s: float = 5,
+        *,
+        ok_only: bool = True,
     ) -> Call:
-        """The first successful call of ``method`` matching ``predicate``, waiting for it."""
+        """The first call of ``method`` (successful, unless not ``ok_only``) matching
+        ``predicate``, waiting for it."""
 
         async def found() -> Call:
             async with self._changed:
                 while True:
-                    for call in self.calls_to(method):
+                    for call in self.calls_to(method, ok_only=ok_only):
                         if predicate(call):
                             return call
                     await self._changed.wait()
@@ -140,10 +148,15 @@ class SlackStandin:
         method = request.match_info["method"]
         params = await _params(request)
         headers = _headers(request)
+        auth = request.headers.get("Authorization", "")
+        presented = {f"Bearer {self.bot_token}": "bot", f"Bearer {self.app_token}": "app"}
+        who = presented.get(auth, "other" if auth else "")
         failure = self._failures.get(method)
         if failure is not None and failure.remaining > 0:
             failure.remaining -= 1
-            call = Call(method, params, headers, time.monotonic(), failure.status, failure.error)
+            call = Call(
+                method, params, headers, time.monotonic(), failure.status, failure.error, who
+            )
             await self._record(call)
             if failure.status == 429:
                 return web.json_response(
@@ -153,17 +166,16 @@ class SlackStandin:
                 )
             error = failure.error or "internal_error"
             return web.json_response({"ok": False, "error": error}, status=failure.status)
-        wanted = self.app_token if method == "apps.connections.open" else self.bot_token
-        auth = request.headers.get("Authorization", "")
+        wanted = "app" if method == "apps.connections.open" else "bot"
         answer = getattr(self, "_m_" + method.replace(".", "_"), None)
         error = ""
         if not auth:
             error = "not_authed"
-        elif auth != f"Bearer {wanted}":
+        elif who != wanted:
             error = "invalid_auth"
         elif answer is None:
             error = "unknown_method"
-        await self._record(Call(method, params, headers, time.monotonic(), error=error))
+        await self._record(Call(method, params, headers, time.monotonic(), error=error, auth=who))
         if error or answer is None:
             return web.json_response({"ok": False, "error": error})
         return web.json_response({"ok": True, **answer(params)})
@@ -210,11 +222,6 @@ class SlackStandin:
     def _m_usergroups_users_list(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"users": self.usergroups.get(str(p.get("usergroup")), [])}
 
-    def _m_views_open(self, p: dict[str, Any]) -> dict[str, Any]:
-        return {"view": {"id": f"V{next(self._ids):06d}"}}
-
-    _m_views_publish = _m_views_open
-
     def _m_apps_connections_open(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"url": f"ws://127.0.0.1:{self.port}/socket"}
 
@@ -234,12 +241,6 @@ class SlackStandin:
                 for f in files
             ]
         }
-
-    def _m_files_upload(self, p: dict[str, Any]) -> dict[str, Any]:
-        file_id = f"F{next(self._ids):08d}"
-        content = p.get("file", p.get("content", b""))
-        self.uploads[file_id] = content if isinstance(content, bytes) else str(content).encode()
-        return {"file": {"id": file_id, "title": p.get("title"), "name": p.get("filename")}}
 
     async def _upload(self, request: web.Request) -> web.Response:
         file_id = request.match_info["file_id"]
@@ -320,10 +321,6 @@ async def _params(request: web.Request) -> dict[str, Any]:
     params: dict[str, Any] = dict(request.query)
     if request.content_type == "application/json":
         params.update(await request.json())
-    elif request.content_type == "multipart/form-data":
-        form = await request.post()
-        for key, value in form.items():
-            params[key] = value.file.read() if hasattr(value, "file") else value
     elif request.can_read_body:
         params.update(await request.post())
     return params

@@ -7,13 +7,15 @@ import asyncio
 import os
 import re
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis.asyncio as aioredis
 
+from bot import keys
 from bot.config import Config, parse_config
 from bot.launches import Launch
 from bot.settings import Settings
@@ -25,6 +27,7 @@ DEV = PROJECT / ".devcluster"
 # Tests flush this database; TRAINBOT_TEST_REDIS lets two checkouts test side by side.
 TEST_REDIS = os.environ.get("TRAINBOT_TEST_REDIS", "redis://127.0.0.1:6379/15")
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
+T = TypeVar("T")
 
 
 def dev_config(
@@ -128,6 +131,30 @@ async def wait_for_launch(
                 return launch
         await asyncio.sleep(0.3)
     raise AssertionError(f"launch {launch_id} did not reach {done} in {timeout_s}s: {launch}")
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[T]], what: str, timeout_s: float = 60, interval_s: float = 0.2
+) -> T:
+    """Await ``predicate()`` until it returns something truthy, and return that."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await asyncio.sleep(interval_s)
+
+
+async def wait_delivered(store: Store, timeout_s: float = 30) -> None:
+    """Until the outbox is empty: every message written so far has reached the front end."""
+
+    async def empty() -> bool:
+        return await store.stream_length(keys.OUTBOX) == 0
+
+    await wait_until(empty, "the outbox to be delivered", timeout_s, interval_s=0.1)
 
 
 def in_order(lines: list[str], *patterns: str) -> None:

@@ -29,7 +29,9 @@ from tests.bot.botkit import (
     knobs,
     login_run,
     slurm_jobs_named,
+    wait_delivered,
     wait_for_launch,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
@@ -69,7 +71,7 @@ async def test_tokenizer_race_is_retried_once_and_completes(unique: str) -> None
     ):
         launch_id = await train(bot, front, f"cpt llama3p1_2b cluster=a3m name={unique}")
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED", thread(front)
     assert len(launch.attempts) == 2
     first, second = launch.attempts
@@ -132,7 +134,7 @@ async def test_tokenizer_race_twice_seeds_the_cache_then_completes(unique: str) 
     ):
         launch_id = await train(bot, front, f"sft llama3p1_2b cluster=a3m name={unique}")
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED", thread(front)
     assert [a.cause_key for a in launch.attempts] == ["tokenizer_race", "tokenizer_race", ""]
     text = thread(front)
@@ -145,7 +147,7 @@ async def test_gpu_oom_is_not_retried_and_says_what_to_change(unique: str) -> No
     async with knobs(unique, **QUICK, fault="oom", fault_at_step=1), console_bot() as (bot, front):
         launch_id = await train(bot, front, f"dpo llama3p1_8b cluster=a3u name={unique}")
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(bot.store)
     assert launch.outcome == "FAILED"
     assert len(launch.attempts) == 1 and launch.attempts[0].cause_key == "gpu_oom"
     text = thread(front)
@@ -170,7 +172,7 @@ async def test_nccl_timeout_is_retried_from_the_checkpoint(unique: str) -> None:
     ):
         launch_id = await train(bot, front, f"grpo llama3p1_8b cluster=a3h name={unique}")
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED", thread(front)
     first, second = launch.attempts
     assert first.cause_key == "nccl_timeout"
@@ -195,10 +197,7 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
             item = await bot.store.get(launch_id)
             return item if item and item.attempts[-1].hang_reported else None
 
-        for _ in range(60):
-            if await reported():
-                break
-            await asyncio.sleep(0.5)
+        await wait_until(reported, "the hang to be reported", 30)
         await asyncio.sleep(4.0)  # more polls: still one report, one page
         launch = await bot.store.get(launch_id)
         assert launch is not None
@@ -211,11 +210,15 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
             )
         )
         assert not retry.error, retry.text
-        await asyncio.sleep(2.0)
-        after = await bot.store.get(launch_id)
-        assert after is not None
+
+        async def resubmitted() -> Launch | None:
+            item = await bot.store.get(launch_id)
+            return item if item and len(item.attempts) == 2 and item.attempts[-1].job_id else None
+
+        after = await wait_until(resubmitted, "the retry's job", 60)
         cancel_jobs.extend(a.job_id for a in after.attempts if a.job_id)
         await handle_line(f"/cancel {launch_id}", bot.core, front, user="alice")
+        await wait_delivered(bot.store)
     text = thread(front)
     assert text.count("No progress for") == 1, text
     assert re.search(r"No progress for .* \(last seen at step 1;", text)  # it hangs in step 2
@@ -239,17 +242,18 @@ async def test_node_failure_requeue_runs_elsewhere_paged_once_and_resolved(
         launch_id = await train(bot, front, text)
         launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
         cancel_jobs.append(launch.job_id)
-        for _ in range(60):  # a checkpoint to resume from
+
+        async def checkpointed() -> bool:  # a checkpoint to resume from
             item = await bot.store.get(launch_id)
-            if item and item.checkpoints:
-                break
-            await asyncio.sleep(0.5)
+            return bool(item and item.checkpoints)
+
+        await wait_until(checkpointed, "a checkpoint", 30)
         node = login_run(f"squeue -h -j {launch.job_id} -o %N").strip()
         victim = login_run(f"scontrol show hostnames {shlex.quote(node)} | tail -n 1").strip()
         subprocess.run([node_script, "fail", victim], check=True, capture_output=True)
         try:
             final = await wait_for_launch(bot.store, launch_id, timeout_s=300)
-            await asyncio.sleep(1.5)
+            await wait_delivered(bot.store)
         finally:
             subprocess.run([node_script, "restore", victim], check=True, capture_output=True)
     assert final.outcome == "COMPLETED", thread(front)
@@ -275,12 +279,13 @@ async def test_interactive_job_attach_command_runs_in_the_allocation(
         launch_id = await train(bot, front, f"interactive nodes=1 cluster=a3h name={unique}")
         launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
         cancel_jobs.append(launch.job_id)
-        for _ in range(60):
+
+        async def attach_ready() -> bool:
             item = await bot.store.get(launch_id)
-            if item and item.attempts[-1].attach_ready:
-                break
-            await asyncio.sleep(0.5)
-        await asyncio.sleep(1.0)
+            return bool(item and item.attempts[-1].attach_ready)
+
+        await wait_until(attach_ready, "attach.sh", 30)
+        await wait_delivered(bot.store)
         stranger = await handle_line(f"/attach {launch_id}", bot.core, front, user="mallory")
         reply = await handle_line(f"/attach {launch.job_id}", bot.core, front, user="alice")
         await handle_line(f"/cancel {launch_id}", bot.core, front, user="alice")
@@ -310,7 +315,7 @@ async def test_loss_curve_is_uploaded_at_the_end_and_on_request(unique: str, tmp
             bot, front, f"sft llama3p1_8b framework=nemo-rl cluster=a3m name={unique}"
         )
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(bot.store)
         reply = await handle_line(f"/logs {launch_id} plot", bot.core, front, user="alice")
     assert launch.outcome == "COMPLETED"
     png = tmp_path / f"{launch_id}-loss.png"
@@ -349,10 +354,11 @@ async def test_hang_pages_pagerduty_and_a_retry_that_completes_resolves_it(uniqu
         console_bot(webhook_url=url, hang_min_s=3, hang_step_factor=1) as (bot, front),
     ):
         launch_id = await train(bot, front, f"rm llama3p1_70b cluster=a3m name={unique}")
-        for _ in range(120):
-            if events:
-                break
-            await asyncio.sleep(0.5)
+
+        async def paged() -> bool:
+            return bool(events)
+
+        await wait_until(paged, "a PagerDuty trigger", 60)
         retry = await bot.core(
             Incoming(
                 user_id="alice",
@@ -363,7 +369,7 @@ async def test_hang_pages_pagerduty_and_a_retry_that_completes_resolves_it(uniqu
         )
         assert not retry.error, retry.text
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(2.0)
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED", thread(front)
     assert [e["event_action"] for e in events] == ["trigger", "resolve"], events
     trigger, resolve = events

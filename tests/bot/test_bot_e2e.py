@@ -23,6 +23,7 @@ from tests.bot.botkit import (
     login_run,
     sacct_rows,
     slurm_jobs_named,
+    wait_delivered,
     wait_for_launch,
 )
 
@@ -56,7 +57,7 @@ async def test_train_sft_in_the_console_from_queue_to_completed(unique: str) -> 
         assert reply.text.startswith("Queued L-")
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)  # the last messages reach the front end
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED", front.lines
     job_id = launch.job_id
     in_order(
@@ -91,7 +92,7 @@ async def test_dry_run_submits_nothing_and_shows_the_commands(unique: str) -> No
         )  # fmt: skip
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.0)
+        await wait_delivered(bot.store)
     assert launch.phase == Phase.DRY_RUN
     text = "\n".join(front.lines)
     assert "Dry run: nothing was submitted" in text
@@ -113,7 +114,7 @@ async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) ->
         )
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.0)
+        await wait_delivered(bot.store)
         assert launch.phase == Phase.REJECTED
         assert any(
             "Partition 'general' does not exist on a4. Partitions there: a3m*, a3u, a4, a3h. "
@@ -173,7 +174,7 @@ async def test_cancel_from_the_button_stops_the_job(unique: str, cancel_jobs: li
         )
         assert not done.error, done.text
         launch = await wait_for_launch(bot.store, launch_id, timeout_s=60)
-        await asyncio.sleep(1.0)
+        await wait_delivered(bot.store)
     assert launch.outcome == "CANCELLED"
     in_order(front.lines, r"Cancelled by @alice", r"🚫 CANCELLED")
     assert sacct_rows(running_launch.job_id)[-1]["State"].startswith("CANCELLED")
@@ -217,7 +218,7 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
             )
             launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
             launch = await wait_for_launch(bot.store, launch_id)
-            await asyncio.sleep(1.5)
+            await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED"
     tracking = launch.attempts[0].tracking
     assert tracking is not None
@@ -248,7 +249,7 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
         )
         assert reply is not None and "needs a second person's approval" in reply.text
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # time for a worker to (wrongly) take it
         waiting = await bot.store.get(launch_id)
         assert waiting is not None and waiting.phase == Phase.AWAITING_APPROVAL
         assert slurm_jobs_named(launch_id) == []
@@ -266,7 +267,7 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
         ok = await bot.core(click("bob"))
         assert not ok.error, ok.text
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.0)
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED"
     in_order(
         front.lines,

@@ -29,6 +29,7 @@ from tests.bot.botkit import (
     knobs,
     open_test_store,
     slurm_jobs_named,
+    wait_delivered,
     wait_for_launch,
 )
 
@@ -125,7 +126,7 @@ async def test_a_worker_adopts_a_job_submitted_before_it_died(unique: str) -> No
         finally:
             stop.set()
             await task
-        await asyncio.sleep(1.0)
+        await wait_delivered(bot.store)
     assert launch.job_id == submitted.job_id
     assert slurm_jobs_named(item.id) == [submitted.job_id]
     assert any("Found the job submitted before a restart" in line for line in front.lines)
@@ -142,12 +143,12 @@ async def test_restart_mid_run_picks_the_launch_up_without_repeating(unique: str
             )
             launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
             await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
-            await asyncio.sleep(1.0)
+            await wait_delivered(bot.store)
         lines += front.lines
         front = ConsoleFront(io.StringIO(), color=False)  # a new process, as after a restart
         async with running(bot_settings(), config, front) as bot:
             launch = await wait_for_launch(bot.store, launch_id)
-            await asyncio.sleep(1.5)
+            await wait_delivered(bot.store)
         lines += front.lines
     assert launch.outcome == "COMPLETED"
     assert sum(line.startswith("  └ Running on") for line in lines) == 1
@@ -168,7 +169,7 @@ async def test_two_bots_poll_each_cluster_once(unique: str) -> None:
         )
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(one.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(one.store)
     assert launch.outcome == "COMPLETED"
     assert min(one.poller.polls, two.poller.polls) == 0 < max(one.poller.polls, two.poller.polls)
     thread = [line for line in front.lines if line.startswith("  └ ")]

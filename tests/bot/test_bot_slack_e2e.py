@@ -3,7 +3,6 @@ Mode (real slack-bolt) against the Web API stand-in, real Redis, the dev cluster
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +19,7 @@ from tests.bot.botkit import (
     knobs,
     login_run,
     sacct_rows,
+    wait_delivered,
     wait_for_launch,
 )
 from tests.slack_standin import (
@@ -84,7 +84,7 @@ async def test_slash_command_over_http_runs_a_dpo_launch_in_one_thread(
         launch_id = LAUNCH_RE.search(ack["text"]).group(0)  # type: ignore[union-attr]
         assert ack["text"].startswith(f"Queued {launch_id}: dpo llama3p1_8b, 2 nodes × a4")
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.5)
+        await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED"
     parents = [c for c in standin.calls_to("chat.postMessage") if not c.params.get("thread_ts")]
     assert len(parents) == 1 and parents[0].params["channel"] == "C0TRAIN"
@@ -123,7 +123,7 @@ async def test_socket_mode_slash_command_is_acked_and_queued(
         launch_id = LAUNCH_RE.search(text).group(0)  # type: ignore[union-attr]
         assert text.startswith(f"Dry run {launch_id}")
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(1.0)
+        await wait_delivered(bot.store)
     texts = thread_texts(standin, launch.parent_ts)
     assert any("Dry run: nothing was submitted" in t for t in texts)
 
@@ -139,7 +139,7 @@ async def test_rate_limited_slack_loses_no_message_and_keeps_order(
         )
         launch_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
-        await asyncio.sleep(3.0)
+        await wait_delivered(bot.store)
     rejected = [c for c in standin.calls if c.method == "chat.postMessage" and c.status == 429]
     assert len(rejected) == 2
     texts = thread_texts(standin, launch.parent_ts)

@@ -75,10 +75,6 @@ def test_devcluster_shape_loads(tmp_path: Path) -> None:
     assert a4.login.key_file == Path("/work/.devcluster/id_ed25519")
     assert a4.time_limit == "01:00:00" and a4.poll_interval_s == 2
     assert config.alerts.oncall_usergroup == "S0ONCALL"
-    assert config.env_secret_names() == {
-        "TRAINBOT_HF_TOKEN": "clusters.a3m.job_secrets.HF_TOKEN",
-        "TRAINBOT_WANDB_API_KEY": "clusters.a3m.job_secrets.WANDB_API_KEY",
-    }
     context = config.command_context()
     assert context.default_profile().name == "a3m"
     assert context.catalog == config.catalog

@@ -25,6 +25,7 @@ from tests.bot.botkit import (
     knobs,
     login_run,
     open_test_store,
+    wait_delivered,
     wait_for_launch,
 )
 from tests.slack_standin import (
@@ -97,7 +98,7 @@ async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
             bad = await post_signed(f"{base}/slack/events", body, secret="not-the-secret")
             assert bad.status == 401
             launch = await wait_for_launch(store, launch_id)
-            await asyncio.sleep(1.5)
+            await wait_delivered(store)
         async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as metrics:
             exposition = await metrics.text()
         assert launch.outcome == "COMPLETED"

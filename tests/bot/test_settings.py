@@ -9,7 +9,6 @@ from pydantic import SecretStr
 
 from bot.settings import Settings
 from cluster.errors import ConfigError
-from cluster.profiles import ClusterProfile
 
 
 def test_defaults_per_interface() -> None:
@@ -19,7 +18,7 @@ def test_defaults_per_interface() -> None:
     assert settings.slack_api_url == "https://slack.com/api/"
     assert (settings.http_host, settings.http_port) == ("127.0.0.1", 3000)
     assert settings.slack_bot_token is None and settings.slack_signing_secret is None
-    assert not settings.socket_mode
+    assert settings.slack_app_token is None
 
 
 def test_values_from_the_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,7 +38,7 @@ def test_values_from_the_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.config_path == Path("/etc/trainbot.yaml")
     assert settings.slack_api_url == "http://127.0.0.1:8999/api/"
     assert settings.http_port == 8080 and settings.http_host == "0.0.0.0"
-    assert settings.socket_mode
+    assert settings.slack_app_token is not None
     assert isinstance(settings.slack_bot_token, SecretStr)
     assert settings.slack_bot_token.get_secret_value() == "xoxb-1"
 
@@ -53,7 +52,7 @@ def test_secrets_never_show() -> None:
 
 def test_empty_means_unset() -> None:
     settings = Settings.from_environ({"SLACK_APP_TOKEN": "", "TRAINBOT_HTTP_PORT": ""})
-    assert not settings.socket_mode and settings.http_port == 3000
+    assert settings.slack_app_token is None and settings.http_port == 3000
 
 
 @pytest.mark.parametrize(
@@ -74,25 +73,3 @@ def test_bad_values_name_the_variable(environ: dict[str, str], message: str) -> 
         Settings.from_environ(environ)
     assert str(caught.value).startswith(message)
     assert caught.value.source == "environment"
-
-
-def test_job_secrets_from_the_environment() -> None:
-    profile = ClusterProfile.model_validate(
-        {
-            "name": "a4",
-            "type": "hcc-a4",
-            "login": {"host": "h", "user": "u"},
-            "partition": "a4",
-            "max_nodes": 1,
-            "job_secrets": {"HF_TOKEN": {"env": "TRAINBOT_HF_TOKEN"}, "W": {"file": "~/w"}},
-        }
-    )
-    settings = Settings.from_environ({"TRAINBOT_HF_TOKEN": "hf_x"})
-    secrets = settings.job_env_secrets(profile)
-    assert list(secrets) == ["HF_TOKEN"]
-    assert secrets["HF_TOKEN"].get_secret_value() == "hf_x"
-    with pytest.raises(ConfigError) as caught:
-        Settings.from_environ({}).job_env_secrets(profile)
-    assert str(caught.value) == (
-        "environment: TRAINBOT_HF_TOKEN: is not set (needed by clusters.a4.job_secrets.HF_TOKEN)"
-    )

@@ -1,16 +1,41 @@
-"""SlackFront against the Web API stand-in: retries, per-thread order, uploads, lookups."""
+"""SlackFront against the Web API stand-in: retries, per-thread order, uploads, lookups; and
+the core behind slack-bolt: where the token goes, how user text reaches Slack."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bot.clusters import Clusters
+from bot.config import load_config
+from bot.core import Core
 from bot.front import MessageRef
+from bot.http import SlackParams, run_slack
+from bot.notifier import Notifier
+from bot.settings import Settings
 from bot.slack_front import SlackError, SlackFront, open_front
-from bot.slack_text import code_block, escape, section
-from tests.slack_standin import BOT_TOKEN, SlackStandin
+from bot.slack_text import section
+from bot.store import Store
+from cluster.ssh import SSHPool
+from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
+from tests.slack_standin import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    SlackStandin,
+    block_action_body,
+    post_signed,
+    slash_command_body,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
 
 
 async def test_post_returns_ref_and_keeps_thread(front: SlackFront, standin: SlackStandin) -> None:
@@ -22,11 +47,86 @@ async def test_post_returns_ref_and_keeps_thread(front: SlackFront, standin: Sla
     assert calls[0].params["unfurl_links"] is False
 
 
-async def test_token_is_sent_but_never_recorded(front: SlackFront, standin: SlackStandin) -> None:
-    await front.post("C0TRAIN", "hello")
-    (call,) = standin.calls_to("chat.postMessage")
-    assert "authorization" not in {k.lower() for k in call.headers}
-    assert BOT_TOKEN not in repr(call)
+@asynccontextmanager
+async def core_on_slack(
+    standin: SlackStandin, **params: Any
+) -> AsyncIterator[tuple[str, Store, Notifier]]:
+    """trainbot's core behind slack-bolt over HTTP (the events URL), its store on the test
+    Redis, and a notifier to drain by hand; Slack is the stand-in. No cluster is reached."""
+    await flush_test_redis()
+    config = load_config(EXAMPLE)
+
+    async def healthy() -> tuple[bool, str]:
+        return True, "ok"
+
+    slack = SlackParams(
+        bot_token=BOT_TOKEN,
+        signing_secret=SIGNING_SECRET,
+        api_url=standin.api_url,
+        http_port=0,
+        backoff_base_s=0.01,
+        drain_timeout_s=2.0,
+        **params,
+    )
+    async with (
+        open_test_store() as store,
+        SSHPool() as pool,
+        open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
+    ):
+        clusters = Clusters(config, Settings.from_environ({}), pool)
+        core = Core(store, clusters, config.command_context(), front)
+        async with run_slack(slack, core, health=healthy, metrics=lambda: "", front=front) as app:
+            url = f"http://127.0.0.1:{app.http_port}/slack/events"
+            yield url, store, Notifier(store, front, clusters.profiles, owner="test")
+
+
+async def everything_stored(store: Store) -> str:
+    """Every key and value of the test Redis database, as text."""
+    redis, parts = store.redis, []
+    async for key in redis.scan_iter():
+        kind = await redis.type(key)
+        value: object = kind
+        if kind == "string":
+            value = await redis.get(key)
+        elif kind == "stream":
+            value = await redis.xrange(key)
+        elif kind == "set":
+            value = await redis.smembers(key)
+        elif kind == "hash":
+            value = await redis.hgetall(key)
+        elif kind == "list":
+            value = await redis.lrange(key, 0, -1)
+        parts.append(f"{key} {value!r}")
+    return "\n".join(parts)
+
+
+async def test_the_token_goes_only_in_the_authorization_header(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # everything any library logs, as `trainbot -v` would
+    standin.fail_next("chat.postMessage", 1, status=500)  # the retry path logs too
+    async with core_on_slack(standin) as (url, store, notifier):
+        answer = await post_signed(url, slash_command_body("/train", "sft llama3p1_8b cluster=a4"))
+        launch_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
+        while not await notifier.drained():
+            await notifier.drain()
+        stored = await everything_stored(store)
+    posted = [c.params["text"] for c in standin.calls_to("chat.postMessage")]
+    assert len(posted) == 2 and posted[1].startswith("Queued by <@U0ALICE>")  # parent, thread
+    assert {c.method for c in standin.calls} >= {"auth.test", "chat.postMessage"}
+    assert {c.auth for c in standin.calls} == {"bot"}  # every call: "Bearer <bot token>"
+    for call in standin.calls:  # and nowhere else in the request
+        assert BOT_TOKEN not in json.dumps(call.params, default=str) + json.dumps(call.headers)
+    assert launch_id in stored and BOT_TOKEN not in stored
+    assert any(r.name.startswith("slack_sdk") for r in caplog.records)
+    assert BOT_TOKEN not in caplog.text
+
+    wrong = "xoxb-a-revoked-token"
+    async with open_front(wrong, api_url=standin.api_url, backoff_base_s=0.01) as front:
+        with pytest.raises(SlackError, match="invalid_auth") as raised:
+            await front.post("C0TRAIN", "hello")
+    assert standin.calls[-1].auth == "other"
+    assert wrong not in str(raised.value) and wrong not in caplog.text
 
 
 async def test_rate_limit_then_ok_keeps_every_message_in_order(
@@ -38,7 +138,8 @@ async def test_rate_limit_then_ok_keeps_every_message_in_order(
     posts = [
         asyncio.create_task(front.post("C0TRAIN", text, thread_ts=parent.ts)) for text in texts
     ]
-    await asyncio.sleep(0.2)  # the first one is now waiting out Retry-After
+    # The first one met its 429 and now waits out Retry-After (1 s) before its retry.
+    await standin.wait_for("chat.postMessage", lambda c: c.status == 429, ok_only=False)
     other = await front.post("C0OTHER", "another thread is not held up")
     refs = await asyncio.gather(*posts)
 
@@ -71,13 +172,26 @@ async def test_persistent_failure_raises_slack_error(
     assert len(standin.calls_to("chat.postMessage", ok_only=False)) == 5  # 1 + 4 retries
 
 
-async def test_user_text_is_never_sent_unescaped(front: SlackFront, standin: SlackStandin) -> None:
-    typed = "name=<!channel> & <@U0BOSS> <https://x|y>"
-    await front.post("C0TRAIN", f"Unknown key in {escape(typed)}", blocks=[section(escape(typed))])
-    await front.post_ephemeral("C0TRAIN", "U0ALICE", code_block(typed))
+async def test_user_text_reaches_slack_escaped(standin: SlackStandin) -> None:
+    """Typed text quoted back: in a slash command's ack, and through chat.postEphemeral."""
+    async with core_on_slack(standin) as (url, _store, _notifier):
+        typed = "trainer.max_steps=&lt;!channel&gt;&amp;&lt;@U0BOSS&gt;"  # as Slack sends <, &, >
+        answer = await post_signed(url, slash_command_body("/train", f"sft llama3p1_8b {typed}"))
+        queued = await post_signed(url, slash_command_body("/train", "sft llama3p1_8b"))
+        launch_id = LAUNCH_RE.search(queued.json()["text"]).group(0)  # type: ignore[union-attr]
+        # A button value comes back from outside too: [Use <partition>] with a crafted one.
+        value = f"{launch_id}:<!channel>&<@U0BOSS>"
+        await post_signed(url, block_action_body("trainbot_use_partition", value))
+        said = await standin.wait_for("chat.postEphemeral")
+    assert answer.json()["text"] == (
+        ":warning: trainer.max_steps='&lt;!channel&gt;&amp;&lt;@U0BOSS&gt;' is not allowed for "
+        "sft llama3p1_8b: the value must match [0-9]{1,7}."
+    )
+    assert said.params["text"] == (
+        ":warning: '&lt;!channel&gt;&amp;&lt;@U0BOSS&gt;' is not a partition name."
+    )
     for call in standin.calls:
-        assert "<!channel>" not in repr(call.params)
-        assert "<@U0BOSS>" not in repr(call.params)
+        assert "<!channel>" not in repr(call.params) and "<@U0BOSS" not in repr(call.params)
 
 
 async def test_long_text_and_many_blocks_are_cut(front: SlackFront, standin: SlackStandin) -> None:

@@ -30,25 +30,8 @@ async def test_bearer_token_is_checked_and_never_recorded(standin: SlackStandin)
     assert opened["url"] == f"ws://127.0.0.1:{standin.port}/socket"
     assert (await _call(standin, "no.such.method"))["error"] == "unknown_method"
     assert [c.error for c in standin.calls[:3]] == ["not_authed", "invalid_auth", ""]
+    assert [c.auth for c in standin.calls] == ["", "other", "bot", "bot", "app", "bot"]
     assert all(BOT_TOKEN not in repr(c) and APP_TOKEN not in repr(c) for c in standin.calls)
-
-
-async def test_views_and_legacy_upload(standin: SlackStandin) -> None:
-    assert (await _call(standin, "views.open", trigger_id="1.2", view="{}"))["view"]["id"]
-    assert (await _call(standin, "views.publish", user_id="U0ALICE", view="{}"))["ok"]
-    form = aiohttp.FormData()
-    form.add_field("channels", "C0TRAIN")
-    form.add_field("file", b"log line\n", filename="log.out")
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            standin.api_url + "files.upload",
-            data=form,
-            headers={"Authorization": f"Bearer {BOT_TOKEN}"},
-        ) as response,
-    ):
-        answer = await response.json()
-    assert answer["ok"] and list(standin.uploads.values()) == [b"log line\n"]
 
 
 def test_sign_matches_slack_example() -> None:

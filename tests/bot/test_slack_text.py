@@ -131,6 +131,24 @@ def test_button_rejects_bad_ids_and_long_values() -> None:
 
 
 def test_actions_block() -> None:
-    block = st.actions(st.logs_button("1"), st.cancel_button("1", job_label="job 1"), block_id="b")
-    assert block == {"type": "actions", "block_id": "b", "elements": block["elements"]}
-    assert [e["action_id"] for e in block["elements"]] == ["trainbot_logs", "trainbot_cancel"]
+    block = st.actions(st.logs_button("L-1"), st.retry_button("L-1"))
+    assert block == {
+        "type": "actions",
+        "elements": [
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Logs", "emoji": True},
+                "action_id": "trainbot_logs",
+                "value": "L-1",
+            },
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Retry", "emoji": True},
+                "action_id": "trainbot_retry",
+                "value": "L-1",
+                "style": "primary",
+            },
+        ],
+    }
+    many = st.actions(*[st.logs_button(str(i)) for i in range(30)])
+    assert [e["value"] for e in many["elements"]] == [str(i) for i in range(25)]  # Slack's cap

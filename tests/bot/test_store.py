@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from bot import keys
 from bot.clusters import Clusters
 from bot.config import load_config
+from bot.console import ConsoleFront
 from bot.core import Core
 from bot.front import Incoming
 from bot.launches import Launch, Phase
+from bot.notifier import Notifier
 from bot.settings import Settings
-from bot.store import Event, Store, StoreError
+from bot.store import EVENT_KINDS, Event, Store, StoreError
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
@@ -82,3 +87,27 @@ async def test_commands_answer_clearly_while_redis_is_down() -> None:
         await store.redis.aclose()
     assert reply.error and reply.text.startswith("That did not work: Redis is unreachable")
     assert TEST_REDIS not in reply.text
+
+
+def test_events_round_trip_and_unknown_kinds_are_refused() -> None:
+    for kind in EVENT_KINDS:
+        event = Event(kind, "L-1", "text", data={"k": 1})
+        assert Event.decode("1-0", event.encode()) == replace(event, id="1-0")
+    with pytest.raises(ValueError, match="unknown event kind 'ephemeral'"):
+        Event.decode("1-0", {"kind": "ephemeral", "launch": "L-1"})
+
+
+async def test_the_notifier_skips_an_entry_of_an_unknown_kind() -> None:
+    await flush_test_redis()
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with open_test_store() as store:
+        item = Launch(request=request(), user_id="U1", channel="C1")
+        await store.create(item, [], enqueue=False)
+        await store.redis.xadd(keys.OUTBOX, {"kind": "ephemeral", "launch": item.id})
+        retry = [Event("thread", item.id, "Retrying."), Event("enqueue", item.id)]
+        await store.mutate(item.id, lambda _: retry)
+        notifier = Notifier(store, front, {}, owner="test")
+        while not await notifier.drained():
+            await notifier.drain()
+        assert await store.stream_length(keys.QUEUE) == 1  # the enqueue went to the workers
+    assert front.lines[1:] == ["  └ Retrying."]  # after the parent; the unknown entry dropped

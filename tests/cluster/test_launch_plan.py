@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cluster.launch import LaunchSpec, plan_launch, resolve_secrets
+from cluster.launch import LaunchSpec, plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
 from cluster.remote import quote_path
@@ -68,7 +68,7 @@ def test_nemo_plan_command_line(profile: ClusterProfile) -> None:
 def test_nemo_rl_plan_and_secrets(profile: ClusterProfile) -> None:
     recipe = DEFAULT_CATALOG.find("dpo", "llama3p1_8b", "nemo-rl")
     assert recipe is not None
-    secrets = resolve_secrets(profile, {"TB_HF": "hf_s3cr3t'; rm -rf /"})
+    secrets = {"HF_TOKEN": SecretStr("hf_s3cr3t'; rm -rf /")}
     spec = LaunchSpec.from_recipe(
         profile, recipe, launch_id="L-1", nodes=2, partition="a3m", secrets=secrets
     )
@@ -128,9 +128,3 @@ def test_image_name_or_path(profile: ClusterProfile) -> None:
     assert spec.image_path == "~/vertex-oss-training/nemo/nemo-20250721.sqsh"
     spec = LaunchSpec(**base, script="sft/a.py", image="~/img/x.sqsh")  # type: ignore[arg-type]
     assert spec.image_path == "~/img/x.sqsh"
-
-
-def test_secret_values_are_secretstr(profile: ClusterProfile) -> None:
-    secrets = resolve_secrets(profile, {"TB_HF": "abc", "OTHER": "x"})
-    assert list(secrets) == ["HF_TOKEN"] and isinstance(secrets["HF_TOKEN"], SecretStr)
-    assert resolve_secrets(profile, {}) == {}

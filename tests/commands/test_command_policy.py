@@ -170,22 +170,27 @@ def test_other_requests_are_not_limited() -> None:
     assert decision.allowed
 
 
+ADMIN_CANCELS = "a trainbot admin may cancel it."
+
+
 @pytest.mark.parametrize(
-    ("user_id", "groups", "owner", "allowed"),
+    ("user_id", "groups", "owner", "name", "allowed", "reason"),
     [
-        ("U1", (), "U1", True),
-        ("U2", (), "U1", False),
-        ("U0ADMIN", (), "U1", True),
-        ("U2", ("S0ADMINS",), "U1", True),
+        ("U1", (), "U1", "", True, "Allowed: it is your launch."),
+        ("U2", (), "U1", "alice", False, "Only alice (who launched L-1) or " + ADMIN_CANCELS),
+        ("U2", (), "U1", "", False, "Only U1 (who launched L-1) or " + ADMIN_CANCELS),
+        ("U0ADMIN", (), "U1", "", True, "Allowed: you are a trainbot admin."),
+        ("U2", ("S0ADMINS",), "U1", "", True, "Allowed: you are a trainbot admin."),
     ],
-)
-def test_may_manage(user_id: str, groups: tuple[str, ...], owner: str, allowed: bool) -> None:
-    decision = may_manage(POLICY, user_id=user_id, group_ids=groups, owner_id=owner)
-    assert decision.allowed is allowed
-    if not allowed:
-        assert decision.reason == (
-            "That launch belongs to someone else; only its owner or a trainbot admin can do that."
-        )
+)  # fmt: skip
+def test_may_manage(
+    user_id: str, groups: tuple[str, ...], owner: str, name: str, allowed: bool, reason: str
+) -> None:
+    decision = may_manage(
+        POLICY, user_id=user_id, group_ids=groups, owner_id=owner, owner_name=name,
+        launch_id="L-1", verb="cancel",
+    )  # fmt: skip
+    assert (decision.allowed, decision.reason) == (allowed, reason)
 
 
 def test_max_nodes_for() -> None:

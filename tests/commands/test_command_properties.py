@@ -28,9 +28,9 @@ from commands import (
     TrainRequest,
     User,
     parse_command,
-    parse_line,
 )
 from commands.values import NAME_PATTERN, PARTITION_PATTERN
+from tests.commands.lines import parse_line
 
 SAFE = re.compile(r"[A-Za-z0-9._/:+,@~=-]*")
 FIXTURES = settings(

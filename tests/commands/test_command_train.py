@@ -11,8 +11,8 @@ from commands import (
     RecipesRequest,
     TrainRequest,
     User,
-    parse_line,
 )
+from tests.commands.lines import parse_line
 
 ACCEPTED = [
     (
