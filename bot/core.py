@@ -156,7 +156,7 @@ class Core:
         if isinstance(request, ClustersRequest):
             return await answers.cluster_list(self.clusters, request.cluster)
         if isinstance(request, CancelRequest):
-            launch = await self.owned(request.job, user, "cancel")
+            launch = await self.actable(request.job, user, "cancel")
             return answers.confirm_cancel(launch)
         if isinstance(request, LogsRequest):
             launch = await self.readable(request.job, user)
