@@ -9,7 +9,10 @@ request's ``response_url`` when the bot may not post in that channel).
 A ``Reply`` carrying a file is sent to the asker in a direct message with the
 bot (files cannot be ephemeral, and a log file is nobody else's business); the
 ephemeral text says so. Events are acknowledged and ignored, except a polite
-hint on ``app_mention``; Events API retries of an event already seen are dropped.
+hint on ``app_mention`` and user group changes (``subteam_members_changed``),
+which make the core ask for that group's members again; Events API retries of
+an event already seen are dropped. With ``allowed_team_ids`` (the config's
+``policy.workspaces``), requests from any other workspace are refused first.
 
 The Slack app needs the slash commands above, Interactivity on, and the bot
 scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
