@@ -84,7 +84,11 @@ class Bot:
 def secret_redactor(settings: Settings, config: Config) -> Redactor:
     """One redactor for every secret value this process holds: the values of the
     variables the config names (job secrets, PagerDuty key) and the Slack secrets."""
-    values = [settings.env_secret(name) for name in config.env_secret_names()]
+    names = {ref.env for p in config.clusters.values() for ref in p.job_secrets.values() if ref.env}
+    webhook = config.alerts.webhook
+    if webhook is not None and webhook.routing_key is not None:
+        names.add(webhook.routing_key.env)
+    values = [settings.env_secret(name) for name in sorted(names)]
     values += [
         settings.slack_bot_token,
         settings.slack_app_token,
