@@ -12,7 +12,7 @@ from bot.front import Reply
 from bot.launches import Launch
 from bot.slack_text import cancel_button, code_block, escape, section
 from bot.store import Store
-from cluster.nemo_rl import attach_command
+from cluster.frameworks import framework
 from commands.context import User
 
 INLINE_LOG_CHARS = 2800
@@ -92,15 +92,14 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
         return Reply(
             f"{launch.id} has no Slurm job yet ({render.status_label(launch)[1]}).", error=True
         )
-    if not attempt.log_path:
+    log_path = attempt.tracking.log_path if attempt.tracking else ""
+    if not log_path:
         return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
-    text = await clusters.tail(launch.cluster, attempt.log_path, lines)
+    text = await clusters.tail(launch.cluster, log_path, lines)
     if not text.strip():
-        return Reply(
-            f"The log of job {attempt.job_id} is empty so far (`{escape(attempt.log_path)}`)."
-        )
+        return Reply(f"The log of job {attempt.job_id} is empty so far (`{escape(log_path)}`).")
     count = len(text.splitlines())
-    head = f"Last {count} lines of job {attempt.job_id} (`{escape(attempt.log_path)}`):"
+    head = f"Last {count} lines of job {attempt.job_id} (`{escape(log_path)}`):"
     if len(text) <= INLINE_LOG_CHARS:
         return Reply(f"{head}\n{code_block(text)}")
     return Reply(
@@ -132,14 +131,15 @@ def attach(clusters: Clusters, launch: Launch) -> Reply:
     attempt = launch.attempt
     if not launch.active or attempt is None:
         return Reply(f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True)
-    if not attempt.attach_ready:
+    tracking = attempt.tracking
+    remote = framework(tracking.framework).attach_command(tracking) if tracking else None
+    if not attempt.attach_ready or not remote:
         return Reply(
             f"Job {attempt.job_id or '(not submitted yet)'} is not ready to attach yet; "
             "the thread will say when."
         )
     profile = clusters.profile(launch.cluster)
     login = profile.login
-    remote = attach_command(profile.nemo_rl_dir, attempt.job_id)
     command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
     text = (
         f"Attach to job {attempt.job_id} (re-run it after a lost connection):\n"

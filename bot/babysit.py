@@ -7,16 +7,13 @@ retry rules live in cluster.diagnosis; this module applies them to a launch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from bot import render
 from bot.alerts import dedup_key
 from bot.config import Watch
 from bot.launches import Attempt, Launch, Phase
 from bot.slack_text import code_block, escape
 from bot.store import Event
-from cluster.diagnosis import Diagnosis, diagnose, retry_decision
-from cluster.profiles import ClusterProfile
+from cluster.diagnosis import Diagnosis, retry_decision
 
 EVIDENCE_LINES = 5
 
@@ -51,23 +48,16 @@ def evidence_block(diagnosis: Diagnosis) -> str:
 
 def on_failure(
     launch: Launch,
-    profile: ClusterProfile,
     watch: Watch,
     *,
     state: str,
-    earlier_states: Sequence[str],
+    diagnosis: Diagnosis | None,
     now: float,
 ) -> tuple[list[Event], bool]:
-    """The attempt ended ``state`` (not COMPLETED). Returns the events, and whether the
-    launch goes on (a retry is queued) rather than ending here."""
+    """The attempt ended ``state`` (not COMPLETED) and its evidence showed ``diagnosis``
+    (:func:`cluster.diagnosis.diagnose`). Returns the events, and whether the launch goes
+    on (a retry is queued) rather than ending here."""
     attempt = launch.attempts[-1]
-    diagnosis = diagnose(
-        attempt.tail,
-        slurm_state=state,
-        exit_code=attempt.exit_code,
-        node_list=attempt.node_list,
-        earlier_states=earlier_states,
-    )
     if diagnosis is None:
         return [], False
     attempt.cause_key = diagnosis.key
@@ -84,6 +74,13 @@ def on_failure(
     text = f"⚠️ {job} failed ({state}) after {ran}: {escape(diagnosis.cause)}."
     if block := evidence_block(diagnosis):
         text += "\n" + block
+    if diagnosis.read:
+        text += f"\nRead: {escape(diagnosis.read)}."
+    if diagnosis.output_cut:
+        text += (
+            "\nsrun force-terminated the job's tasks after the first one failed, and output "
+            "still on its way to the log is lost then: the cause may be missing from the logs."
+        )
     text += "\n" + escape(decision.reason)
     events = [Event("thread", launch.id, text)]
     action = "Retrying." if decision.retry else "Not retried."
@@ -101,7 +98,6 @@ def on_failure(
             seed_tokenizer=decision.seed_tokenizer,
             resume=decision.resume,
             checkpoints_at_start=len(launch.checkpoints),
-            checkpoint_dir=attempt.checkpoint_dir if decision.resume else "",
             not_before=now + watch.retry_backoff_s * (number - 1),
         )
     )

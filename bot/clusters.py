@@ -19,12 +19,16 @@ from cluster import jobs, launch
 from cluster import preflight as checks
 from cluster.discovery import ClusterCapacity, cluster_capacity
 from cluster.errors import ClusterError
+from cluster.frameworks import FRAMEWORKS
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
 
 log = logging.getLogger(__name__)
+
+# The framework that runs /train interactive allocations.
+INTERACTIVE = next(fw for fw in FRAMEWORKS.values() if fw.interactive)
 
 
 @dataclass
@@ -94,7 +98,7 @@ class Clusters:
             spec = launch.LaunchSpec(
                 profile=profile,
                 launch_id=item.id,
-                framework="nemo-rl",
+                framework=INTERACTIVE.name,
                 nodes=req.nodes,
                 partition=req.partition,
                 time_limit=req.time,
@@ -113,17 +117,11 @@ class Clusters:
         changes: dict[str, object] = {}
         if attempt.exclude:
             changes["exclude"] = attempt.exclude
-        base = spec.profile.nemo_rl_dir + "/"
-        if (
-            spec.framework == "nemo-rl"
-            and attempt.resume
-            and attempt.checkpoint_dir.startswith(base)
-        ):
-            # NeMo-RL resumes from the highest step_N in its checkpoint dir: point it at the
-            # first attempt's (relative to the submit directory, where the job runs).
-            keep = tuple(kv for kv in spec.overrides if kv[0] != "checkpointing.checkpoint_dir")
-            path = attempt.checkpoint_dir[len(base) :]
-            changes["overrides"] = (*keep, ("checkpointing.checkpoint_dir", path))
+        earlier = [a.tracking for a in item.attempts[:-1] if a.tracking is not None]
+        if attempt.resume and earlier:
+            changes["overrides"] = spec.fw.retry_overrides(
+                spec.overrides, earlier[-1], spec.profile
+            )
         return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
 
     async def preflight(self, spec: launch.LaunchSpec) -> checks.PreflightResult:

@@ -55,6 +55,9 @@ class Watch(BaseModel):
     retry_backoff_s: float = Field(default=30.0, ge=0, le=3600)
     hang_min_s: float = Field(default=600.0, gt=0, le=7 * 86400)
     hang_step_factor: float = Field(default=10.0, gt=0, le=1000)
+    # A failed job whose files name no known cause is read again this much later
+    # (shared file systems lag) before trainbot says the cause is unknown.
+    evidence_reread_s: float = Field(default=5.0, ge=0, le=600)
 
     def hang_after_s(self, step_time_s: float | None) -> float:
         """No new progress line for this long means a silent hang (given the median step time)."""

@@ -406,13 +406,11 @@ class Core:
         def again(stored: Launch) -> list[Event]:
             if stored.job_id != old or stored.phase not in (Phase.SUBMITTED, Phase.RUNNING):
                 return []
-            current = stored.attempts[-1]
             stored.attempts.append(
                 Attempt(
                     number=len(stored.attempts) + 1,
                     reason=f"retry asked for by {user.name or user.id}",
                     resume=True,
-                    checkpoint_dir=current.checkpoint_dir,
                     checkpoints_at_start=len(stored.checkpoints),
                 )
             )

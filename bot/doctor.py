@@ -45,10 +45,7 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
     listing = await discover_recipes(clusters.pool, profile)
     entries = [e for e in clusters.config.catalog.entries]
     missing = [
-        e.script_path
-        for e in entries
-        if (e.script if e.framework == "nemo" else e.job_script)
-        not in (listing.nemo_scripts if e.framework == "nemo" else listing.nemo_rl_job_scripts)
+        e.script_path for e in entries if e.script_file not in listing.scripts.get(e.framework, ())
     ]
     report.line(
         not missing,

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster.frameworks import Tracking
 from commands.requests import InteractiveRequest, TrainRequest
 
 
@@ -62,14 +63,8 @@ class Attempt(BaseModel):
     exit_code: str = ""
     node_list: str = ""
     restarts: int = 0
-    local_dir: str = ""  # NeMo: nemo-run's task directory
-    job_dir: str = ""  # NeMo-RL: <nemo_rl>/<job_id>
-    log_path: str = ""
-    log_offset: int = 0
+    tracking: Tracking | None = None  # where the job's files are: the framework's record
     attach_ready: bool = False
-    checkpoint_dir: str = (
-        ""  # where this attempt's checkpoints go (a retry may resume an older one)
-    )
     checkpoints_at_start: int = 0
     exclude: str = ""  # node(s) this attempt keeps away from
     seed_tokenizer: bool = False  # seed the GPT-2 tokenizer cache before submitting
@@ -77,7 +72,7 @@ class Attempt(BaseModel):
     not_before: float = 0.0  # retry backoff: not submitted before this time
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
-    tail: str = ""  # the last lines of the log, for diagnosis and the failure message
+    tail: str = ""  # the last lines of the main log, for the failure message
 
 
 class Progress(BaseModel):

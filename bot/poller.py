@@ -2,21 +2,30 @@
 
 Each run takes the cluster's lease (so one bot process polls a cluster at a
 time), collects every tracked job of that cluster in one SSH round trip, and
-applies the snapshots to the launches.
+applies the snapshots to the launches. A job that ended other than COMPLETED is
+diagnosed first from everything it left (:func:`cluster.evidence.gather`, one
+more round trip); when that names no known cause, it is read once more after
+``watch.evidence_reread_s`` (shared file systems lag) before "unknown" stands.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.clusters import Clusters
 from bot.launches import Launch
 from bot.store import Event, Store
-from bot.tracking import apply_snapshot, tracked_job
-from cluster.collector import TrackedJob, collect
+from bot.tracking import apply_snapshot, tracked
+from cluster.collector import JobSnapshot, collect
+from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
+from cluster.evidence import gather
+from cluster.frameworks import Tracking
+from cluster.profiles import ClusterProfile
+from cluster.slurm import is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +37,7 @@ class Poller:
         self.owner = owner
         self.polls = 0
         self.scheduler = AsyncIOScheduler()
+        self.unknown_at: dict[tuple[str, str], float] = {}  # (cluster, job): first "unknown" read
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -54,28 +64,74 @@ class Poller:
         if not await self.store.acquire(f"poller:{cluster}", self.owner, ttl_ms):
             return 0
         launches: dict[str, Launch] = {}
-        jobs: list[TrackedJob] = []
+        jobs: dict[str, Tracking] = {}
         for launch_id in await self.store.tracked_ids(cluster):
             launch = await self.store.get(launch_id)
-            job = tracked_job(launch, profile) if launch else None
+            job = tracked(launch) if launch else None
             if launch is not None and job is not None:
                 launches[job.job_id] = launch
-                jobs.append(job)
+                jobs[job.job_id] = job
         if not jobs:
             return 0
+        known = {job_id: launch.checkpoints for job_id, launch in launches.items()}
         try:
-            result = await collect(self.clusters.pool, profile.login, jobs, cluster=cluster)
+            result = await collect(
+                self.clusters.pool,
+                profile.login,
+                list(jobs.values()),
+                known_checkpoints=known,
+                cluster=cluster,
+            )
         except ClusterError as exc:
             log.warning("cluster=%s poll failed: %s", cluster, exc)
             return 0
         self.polls += 1
+        watch = self.clusters.config.watch
         for job_id, snap in result.jobs.items():
             launch = launches.get(job_id)
             if launch is None:
                 continue
+            diagnosis: Diagnosis | None = None
+            if snap.state and is_terminal(snap.state) and snap.state != "COMPLETED":
+                try:
+                    diagnosis = await self.diagnose(profile, jobs[job_id], snap)
+                except ClusterError as exc:
+                    log.warning("job=%s cluster=%s evidence not read: %s", job_id, cluster, exc)
+                    continue  # the next poll reads it again
+                if diagnosis is None:
+                    continue  # read again after a short delay
 
-            def change(stored: Launch, snap=snap) -> list[Event]:  # type: ignore[no-untyped-def]
-                return apply_snapshot(stored, snap, profile, self.clusters.config.watch)
+            def change(stored: Launch, snap=snap, found=diagnosis) -> list[Event]:  # type: ignore[no-untyped-def]
+                return apply_snapshot(stored, snap, profile, watch, diagnosis=found)
 
             await self.store.mutate(launch.id, change)
         return len(jobs)
+
+    async def diagnose(
+        self, profile: ClusterProfile, job: Tracking, snap: JobSnapshot
+    ) -> Diagnosis | None:
+        """What the failed job's evidence shows; None while an "unknown" waits to be read again."""
+        evidence = await gather(
+            self.clusters.pool,
+            profile.login,
+            job,
+            state=snap.state or "",
+            record=snap.acct,
+            cluster=profile.name,
+        )
+        found = diagnose(evidence)
+        key = (profile.name, job.job_id)
+        if found is None or found.kind is not UNKNOWN:
+            self.unknown_at.pop(key, None)
+            return found
+        first = self.unknown_at.setdefault(key, time.monotonic())
+        if time.monotonic() - first < self.clusters.config.watch.evidence_reread_s:
+            log.info(
+                "job=%s cluster=%s no known cause in %s; reading again shortly",
+                job.job_id,
+                profile.name,
+                evidence.describe_read(),
+            )
+            return None
+        self.unknown_at.pop(key, None)
+        return found

@@ -164,9 +164,7 @@ def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
         )
     parts.append(f"image {spec.image_path.rsplit('/', 1)[-1]} found")
     if spec.script:
-        parts.append(
-            f"{'recipe' if spec.framework == 'nemo' else 'job script'} {spec.script} found"
-        )
+        parts.append(f"{spec.fw.script_label} {spec.script} found")
     parts.append("directories writable")
     return "Pre-flight ok: " + ", ".join(st.escape(p) for p in parts) + "."
 

@@ -14,10 +14,11 @@ from bot.config import Watch
 from bot.launches import Launch, Phase
 from bot.slack_text import code_block, escape
 from bot.store import Event
-from cluster.collector import FrameworkName, JobSnapshot, TrackedJob
-from cluster.nemo_rl import attach_command
-from cluster.profiles import ClusterProfile, join_remote
-from cluster.progress import Point, complete_lines, parse_progress
+from cluster.collector import JobSnapshot
+from cluster.diagnosis import Diagnosis
+from cluster.frameworks import Tracking, framework
+from cluster.profiles import ClusterProfile
+from cluster.progress import Point, complete_lines
 from cluster.slurm import is_terminal
 
 PARENT_REFRESH_S = 10.0
@@ -28,33 +29,32 @@ TAIL_LINES = 60
 TAIL_CHARS = 16_000
 
 
-def tracked_job(launch: Launch, profile: ClusterProfile) -> TrackedJob | None:
+def tracked(launch: Launch) -> Tracking | None:
+    """The record the poller hands the collector: the current attempt's, once submitted."""
     attempt = launch.attempt
-    if attempt is None or not attempt.job_id:
+    if (
+        attempt is None
+        or not attempt.job_id
+        or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING)
+    ):
         return None
-    framework: FrameworkName = "nemo-rl" if attempt.job_dir else "nemo"
-    ckpt_dir = attempt.checkpoint_dir or join_remote(attempt.job_dir, "checkpoints")
-    return TrackedJob(
-        job_id=attempt.job_id,
-        framework=framework,
-        local_dir=attempt.local_dir,
-        job_dir=attempt.job_dir,
-        checkpoint_dir=ckpt_dir,
-        log_path=attempt.log_path,
-        log_offset=attempt.log_offset,
-        known_checkpoints=tuple(launch.checkpoints),
-        interactive=launch.interactive,
-    )
+    return attempt.tracking
 
 
 class _Step:
     """One poll applied to one launch: collects the thread lines it causes."""
 
     def __init__(
-        self, launch: Launch, snap: JobSnapshot, profile: ClusterProfile, watch: Watch, now: float
+        self,
+        launch: Launch,
+        snap: JobSnapshot,
+        profile: ClusterProfile,
+        watch: Watch,
+        now: float,
+        diagnosis: Diagnosis | None,
     ):
         self.launch, self.snap, self.profile, self.now = launch, snap, profile, now
-        self.watch = watch
+        self.watch, self.diagnosis = watch, diagnosis
         self.attempt = launch.attempts[-1]
         self.events: list[Event] = []
         self.visible = False
@@ -66,18 +66,15 @@ class _Step:
     def read_log(self) -> bool:
         """New whole lines of the log: progress, and the rolling tail kept for diagnosis."""
         attempt, chunk, launch = self.attempt, self.snap.log, self.launch
-        if not chunk.path:
+        if attempt.tracking is None or not chunk.path:
             return False
-        if chunk.path != attempt.log_path or chunk.reset:
-            attempt.log_path, attempt.log_offset = chunk.path, 0
         text, used = complete_lines(chunk.text)
-        attempt.log_offset = chunk.offset - len(chunk.text.encode("utf-8")) + used
+        attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
         if text:
             attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
-        framework = "nemo-rl" if attempt.job_dir else "nemo"
         p = launch.progress
         carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
-        progress = parse_progress(text, framework, carry)
+        progress = framework(attempt.tracking.framework).parse_progress(text, carry)
         last = progress.last
         if last is None:
             return False
@@ -118,9 +115,10 @@ class _Step:
             )
 
     def attach(self) -> None:
-        if self.snap.attach_ready and not self.attempt.attach_ready:
+        tracking = self.attempt.tracking
+        if self.snap.attach_ready and not self.attempt.attach_ready and tracking is not None:
             self.attempt.attach_ready = True
-            command = attach_command(self.profile.nemo_rl_dir, self.snap.job_id)
+            command = framework(tracking.framework).attach_command(tracking) or ""
             self.say(
                 f"🔌 Interactive job {self.snap.job_id} is ready to attach: "
                 f"`/attach {self.launch.id}` shows you how (`{escape(command)}`)."
@@ -164,9 +162,8 @@ class _Step:
             attempt.exit_code = self.snap.acct.latest.exit_code
             attempt.node_list = self.snap.acct.latest.nodelist or attempt.node_list
         if state != "COMPLETED":
-            earlier = [row.state for row in self.snap.acct.earlier] if self.snap.acct else []
             events, retrying = babysit.on_failure(
-                launch, self.profile, self.watch, state=state, earlier_states=earlier, now=self.now
+                launch, self.watch, state=state, diagnosis=self.diagnosis, now=self.now
             )
             self.events += events
             self.visible = True
@@ -192,14 +189,19 @@ def apply_snapshot(
     profile: ClusterProfile,
     watch: Watch | None = None,
     now: float | None = None,
+    diagnosis: Diagnosis | None = None,
 ) -> list[Event]:
-    """Edit ``launch`` for what ``snap`` shows; return the messages to post."""
+    """Edit ``launch`` for what ``snap`` shows; return the messages to post.
+
+    ``diagnosis`` is what the evidence of a failed job showed (the poller gathers it
+    when ``snap`` says the job ended other than COMPLETED)."""
     attempt = launch.attempt
     if attempt is None or attempt.job_id != snap.job_id:
         return []
     if launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
         return []
-    step = _Step(launch, snap, profile, watch or Watch(), time.time() if now is None else now)
+    clock = time.time() if now is None else now
+    step = _Step(launch, snap, profile, watch or Watch(), clock, diagnosis)
     step.started()
     progressed = step.read_log()
     step.checkpoints()

@@ -19,8 +19,6 @@ from bot.slack_text import code_block, escape
 from bot.store import Event, Store
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.launch import Submission
-from cluster.nemo_rl import job_dir as rl_job_dir
-from cluster.profiles import join_remote
 from cluster.tokenizer import seed_tokenizer_cache
 
 log = logging.getLogger(__name__)
@@ -170,21 +168,10 @@ class Worker:
         job_id: str = "",
         adopted: bool = False,
     ) -> None:
-        profile = self.clusters.profile(item.cluster)
         spec = self.clusters.spec_for(item).spec
-        job_id = submission.job_id if submission else job_id
-        local_dir = submission.local_dir if submission else ""
-        job_dir = (submission.job_dir if submission else "") or (
-            rl_job_dir(profile.nemo_rl_dir, job_id) if spec.framework == "nemo-rl" else ""
-        )
-        log_path = f"{job_dir}/nemo_rl_output.log" if job_dir else (local_dir or "")
+        tracking = submission.tracking if submission else spec.fw.found(spec, job_id)
+        job_id = tracking.job_id
         partition = spec.slurm_partition
-        if submission is not None and submission.checkpoint_dir:
-            ckpt_dir = submission.checkpoint_dir
-        elif job_dir:
-            ckpt_dir = f"{job_dir}/checkpoints"
-        else:  # NeMo: <log_dir>/<experiment name>/checkpoints, the same for every attempt
-            ckpt_dir = join_remote(profile.log_dir, spec.job_name, "checkpoints")
 
         def submitted(stored: Launch) -> list[Event]:
             if stored.attempts and stored.attempts[-1].job_id == job_id:
@@ -193,13 +180,11 @@ class Worker:
                 stored.attempts.append(Attempt(number=len(stored.attempts) + 1))
             attempt = stored.attempts[-1]  # a retry's attempt was made when it was decided
             attempt.job_id, attempt.submitted_at = job_id, time.time()
-            attempt.local_dir, attempt.job_dir = local_dir, job_dir
-            attempt.log_path = log_path if job_dir else ""
-            attempt.checkpoint_dir = attempt.checkpoint_dir or ckpt_dir
+            attempt.tracking = tracking
             stored.phase = Phase.SUBMITTED
             unit = "node" if stored.request.nodes == 1 else "nodes"
             how = "Found the job submitted before a restart" if adopted else "Submitted"
-            where = f" Logs: `{escape(log_path or local_dir)}`" if (log_path or local_dir) else ""
+            where = f" Logs: `{escape(tracking.log_dir)}`" if tracking.log_dir else ""
             text = (
                 f"{how}: Slurm job {job_id} on {stored.cluster}, partition {partition}, "
                 f"{stored.request.nodes} {unit}.{where}"

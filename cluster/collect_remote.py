@@ -1,21 +1,29 @@
 """The collector's remote half: run on the login node as ``python3 -`` (stdlib only).
 
-It is sent as text on stdin with its input appended (see ``cluster.remote_python``);
-``main(payload)`` returns a JSON-able dict. For every tracked job it reports, in one
-go: the raw Slurm rows (one ``squeue`` for all, one ``sacct`` for those that left
-the queue), new log bytes since the stored offsets, completed checkpoints not yet
-known, and whether an interactive job's ``attach.sh`` exists. Output is bounded.
+It is sent as text on stdin with its input appended (see ``cluster.remote``);
+``main(payload)`` returns a JSON-able dict. It knows no framework: each job comes
+as its tracking record (``cluster.frameworks.Tracking``), which says where the
+job's directory is, which file names are its log, how a complete checkpoint is
+named and which files are evidence.
+
+``mode: poll`` (the status poll) reports for every tracked job, in one go: the raw
+Slurm rows (one ``squeue`` for all, one ``sacct`` for those that left the queue),
+new log bytes since the stored offset, completed checkpoints not yet known, and
+whether an interactive job's attach file exists. ``mode: evidence`` (a failed
+job) reads the end of every file the job left, and its ``sacct`` record. Output
+is bounded either way.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
 import re
 import subprocess
 from typing import Any
 
-NEMO_RL_STEP = re.compile(r"step_(\d+)")
-NEMO_STEP = re.compile(r"-step=(\d+)-")
+MAX_EVIDENCE_FILES = 24
 
 
 def _run(argv: list[str], timeout_s: float) -> dict[str, Any]:
@@ -26,41 +34,42 @@ def _run(argv: list[str], timeout_s: float) -> dict[str, Any]:
     return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-2000:]}
 
 
-def _restart_of(name: str, job_id: str) -> int:
-    match = re.search(r"_" + re.escape(job_id) + r"_(\d+)\.out$", name)
-    return int(match.group(1)) if match else -1
+def pick_log(names: list[str], patterns: list[str], restart_pattern: str) -> tuple[str, int]:
+    """(log name, restart) among a directory's names: the first pattern that matches wins,
+    and among its matches the highest restart count (then the last name)."""
+    for pattern in patterns:
+        matches = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not matches:
+            continue
+        scored = []
+        for name in matches:
+            found = re.search(restart_pattern, name) if restart_pattern else None
+            scored.append((int(found.group(1)) if found else 0, name))
+        restart, name = max(scored)
+        return name, restart
+    return "", 0
 
 
-def pick_nemo_logs(names: list[str], job_id: str) -> tuple[str, str, int]:
-    """(main log, sbatch log, restart) among a nemo-run task dir's file names.
-
-    Upstream nemo-run writes ``log-<jobname>_<jobid>_<restart>.out`` (one per
-    restart; the newest wins) and ``sbatch_<jobname>_<jobid>.out``; the guide's
-    scheme is ``<jobid>.log``. Either may be missing ("").
-    """
-    runs = [(r, n) for n in names if n.startswith("log-") and (r := _restart_of(n, job_id)) >= 0]
-    sbatch = sorted(n for n in names if n.startswith("sbatch_") and n.endswith(f"_{job_id}.out"))
-    sbatch_name = sbatch[0] if sbatch else ""
-    if runs:
-        restart, name = max(runs)
-        return name, sbatch_name, restart
-    if f"{job_id}.log" in names:
-        return f"{job_id}.log", sbatch_name, 0
-    return "", sbatch_name, 0
-
-
-def find_nemo_logs(local_dir: str, job_id: str) -> tuple[str, str, int]:
-    """:func:`pick_nemo_logs` on a directory, as full paths."""
+def _listdir(path: str) -> list[str]:
     try:
-        names = os.listdir(local_dir)
+        return os.listdir(path)
     except OSError:
+        return []
+
+
+def find_log(job: dict[str, Any]) -> tuple[str, str, int]:
+    """(directory, main log path, restart). A ``*`` in the directory is resolved to the
+    newest match that holds the job's log."""
+    pattern = os.path.expanduser(job.get("log_dir") or "")
+    if not pattern:
         return "", "", 0
-    main, sbatch, restart = pick_nemo_logs(names, job_id)
-    return (
-        os.path.join(local_dir, main) if main else "",
-        os.path.join(local_dir, sbatch) if sbatch else "",
-        restart,
-    )
+    names, restart_pattern = list(job.get("log_names") or []), job.get("restart_pattern") or ""
+    candidates = sorted(glob.glob(pattern), reverse=True) if "*" in pattern else [pattern]
+    for directory in candidates:
+        name, restart = pick_log(_listdir(directory), names, restart_pattern)
+        if name:
+            return directory, os.path.join(directory, name), restart
+    return ("" if "*" in pattern else pattern), "", 0
 
 
 def read_chunk(path: str, offset: int, limit: int) -> dict[str, Any]:
@@ -83,60 +92,91 @@ def read_chunk(path: str, offset: int, limit: int) -> dict[str, Any]:
     return out
 
 
-def completed_checkpoints(ckpt_dir: str, framework: str) -> list[tuple[int, str]]:
+def read_tail(path: str, limit: int) -> dict[str, Any]:
+    """The last ``limit`` bytes of a file, from a line start when cut."""
     try:
-        names = set(os.listdir(ckpt_dir))
-    except OSError:
-        return []
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - limit))
+            data = handle.read(limit)
+    except OSError as exc:
+        return {"path": path, "text": "", "size": -1, "error": exc.strerror or str(exc)}
+    cut = size > limit
+    if cut and b"\n" in data:
+        data = data[data.index(b"\n") + 1 :]
+    return {"path": path, "text": data.decode("utf-8", "replace"), "size": size, "cut": cut}
+
+
+def completed_checkpoints(ckpt_dir: str, pattern: str, unfinished: str) -> list[tuple[int, str]]:
+    names = set(_listdir(ckpt_dir))
     found = []
     for name in names:
-        if framework == "nemo-rl":
-            match = NEMO_RL_STEP.fullmatch(name)
-        elif name.endswith("-unfinished") or f"{name}-unfinished" in names:
+        if unfinished and (name.endswith(unfinished) or f"{name}{unfinished}" in names):
             continue
-        else:
-            match = NEMO_STEP.search(name + "-")
+        match = re.search(pattern, name) if pattern else None
         if match and os.path.isdir(os.path.join(ckpt_dir, name)):
             found.append((int(match.group(1)), name))
     return sorted(found)
 
 
 def collect_job(job: dict[str, Any], budget: int, max_ckpts: int) -> dict[str, Any]:
-    job_id, framework = job["job_id"], job["framework"]
-    main_log, sbatch_log, restart = job.get("log_path") or "", job.get("sbatch_log_path") or "", 0
-    if framework == "nemo" and job.get("local_dir"):
-        found_main, found_sbatch, restart = find_nemo_logs(
-            os.path.expanduser(job["local_dir"]), job_id
-        )
-        main_log, sbatch_log = found_main or main_log, found_sbatch or sbatch_log
-    elif framework == "nemo-rl" and job.get("job_dir"):
-        job_dir = os.path.expanduser(job["job_dir"])
-        main_log = main_log or os.path.join(job_dir, "nemo_rl_output.log")
-        sbatch_log = sbatch_log or os.path.join(os.path.dirname(job_dir), f"slurm-{job_id}.out")
-    main_log, sbatch_log = os.path.expanduser(main_log), os.path.expanduser(sbatch_log)
-    main_offset = job.get("log_offset", 0) if main_log == job.get("log_path") else 0
-    sbatch_offset = (
-        job.get("sbatch_log_offset", 0) if sbatch_log == job.get("sbatch_log_path") else 0
-    )
+    directory, main_log, restart = find_log(job)
+    known_path = os.path.expanduser(job.get("log_path") or "")
+    offset = int(job.get("log_offset") or 0) if main_log and main_log == known_path else 0
     result: dict[str, Any] = {
+        "dir": directory,
         "restart": restart,
-        "log": read_chunk(main_log, main_offset, budget * 3 // 4),
-        "sbatch_log": read_chunk(sbatch_log, sbatch_offset, budget // 4),
+        "log": read_chunk(main_log, offset, budget),
     }
     if job.get("checkpoint_dir"):
-        known = set(job.get("known_checkpoints", []))
-        done = completed_checkpoints(os.path.expanduser(job["checkpoint_dir"]), framework)
+        known = set(job.get("known_checkpoints") or [])
+        done = completed_checkpoints(
+            os.path.expanduser(job["checkpoint_dir"]),
+            job.get("checkpoint_pattern") or "",
+            job.get("unfinished_suffix") or "",
+        )
         new = [{"step": s, "name": n} for s, n in done if n not in known]
         result["checkpoints"] = new[:max_ckpts]
         result["checkpoints_truncated"] = len(new) > max_ckpts
-    if job.get("interactive") and job.get("job_dir"):
-        result["attach_ready"] = os.path.isfile(
-            os.path.join(os.path.expanduser(job["job_dir"]), "attach.sh")
-        )
+    if job.get("interactive") and job.get("attach_path"):
+        result["attach_ready"] = os.path.isfile(os.path.expanduser(job["attach_path"]))
     return result
 
 
-def main(payload: dict[str, Any]) -> dict[str, Any]:
+def evidence_files(job: dict[str, Any], directory: str) -> list[str]:
+    """Every regular file the job's evidence patterns name, main log first, no repeats."""
+    paths: list[str] = []
+    for pattern in job.get("evidence") or []:
+        pattern = os.path.expanduser(pattern)
+        if not os.path.isabs(pattern):
+            if not directory:
+                continue
+            pattern = os.path.join(directory, pattern)
+        for path in sorted(glob.glob(pattern)):
+            path = os.path.normpath(path)
+            if path not in paths and os.path.isfile(path):
+                paths.append(path)
+    return paths[:MAX_EVIDENCE_FILES]
+
+
+def gather_evidence(payload: dict[str, Any]) -> dict[str, Any]:
+    job = payload["job"]
+    directory, main_log, _ = find_log(job)
+    paths = evidence_files(job, directory)
+    if main_log and os.path.normpath(main_log) in paths:
+        paths.remove(os.path.normpath(main_log))
+        paths.insert(0, os.path.normpath(main_log))
+    total = int(payload.get("max_total_bytes", 512 << 10))
+    per_file = max(
+        4096, min(int(payload.get("max_bytes_per_file", 32 << 10)), total // max(len(paths), 1))
+    )
+    out: dict[str, Any] = {"dir": directory, "files": [read_tail(p, per_file) for p in paths]}
+    if payload.get("sacct_argv"):
+        out["sacct"] = _run([*payload["sacct_argv"], "-j", job["job_id"]], 20.0)
+    return out
+
+
+def poll(payload: dict[str, Any]) -> dict[str, Any]:
     jobs: list[dict[str, Any]] = payload["jobs"]
     timeout_s = float(payload.get("slurm_timeout_s", 20))
     ids = [j["job_id"] for j in jobs]
@@ -162,3 +202,7 @@ def main(payload: dict[str, Any]) -> dict[str, Any]:
             job, budget, int(payload.get("max_checkpoints", 50))
         )
     return out
+
+
+def main(payload: dict[str, Any]) -> dict[str, Any]:
+    return gather_evidence(payload) if payload.get("mode") == "evidence" else poll(payload)

@@ -1,9 +1,9 @@
 """The collector: one SSH round trip per cluster per poll, whatever the number of jobs.
 
-The caller keeps a :class:`TrackedJob` per job (log offsets, known checkpoints)
-and feeds it back after each poll with :meth:`JobSnapshot.advance`. The remote
-half is ``collect_remote.py``; the Slurm text it returns is parsed here with
-:mod:`cluster.slurm`.
+The caller keeps each job's :class:`~cluster.frameworks.Tracking` record (where its
+files are, how far its log was read) and feeds it back after each poll with
+:meth:`JobSnapshot.advance`. The remote half is ``collect_remote.py``; the Slurm
+text it returns is parsed here with :mod:`cluster.slurm`.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
+from cluster.frameworks import Tracking
 from cluster.remote import run_remote_python
 from cluster.slurm import (
     AcctRecord,
     QueueRow,
     build_sacct,
     build_squeue,
-    check_job_id,
     merge_acct,
     parse_sacct,
     parse_squeue,
@@ -30,44 +30,8 @@ from cluster.ssh import LoginLike, SSHPool
 
 log = logging.getLogger(__name__)
 
-FrameworkName = Literal["nemo", "nemo-rl"]
 MAX_BYTES_PER_JOB = 64 * 1024
 MAX_TOTAL_BYTES = 2 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class TrackedJob:
-    """What the collector needs to know about one job, and how far it has read."""
-
-    job_id: str
-    framework: FrameworkName
-    local_dir: str = ""  # NeMo: nemo-run's task directory (the status block's Local Directory)
-    job_dir: str = ""  # NeMo-RL: <recipes_dir>/nemo_rl/<job id>
-    checkpoint_dir: str = ""
-    log_path: str = ""
-    log_offset: int = 0
-    sbatch_log_path: str = ""
-    sbatch_log_offset: int = 0
-    known_checkpoints: tuple[str, ...] = ()
-    interactive: bool = False
-
-    def __post_init__(self) -> None:
-        check_job_id(self.job_id)
-
-    def payload(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "framework": self.framework,
-            "local_dir": self.local_dir,
-            "job_dir": self.job_dir,
-            "checkpoint_dir": self.checkpoint_dir,
-            "log_path": self.log_path,
-            "log_offset": self.log_offset,
-            "sbatch_log_path": self.sbatch_log_path,
-            "sbatch_log_offset": self.sbatch_log_offset,
-            "known_checkpoints": list(self.known_checkpoints),
-            "interactive": self.interactive,
-        }
 
 
 @dataclass(frozen=True)
@@ -81,6 +45,11 @@ class LogChunk:
     @property
     def more(self) -> bool:
         return self.size > self.offset
+
+    @property
+    def start(self) -> int:
+        """Where this chunk's text begins in the file."""
+        return self.offset - len(self.text.encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -99,7 +68,7 @@ class JobSnapshot:
     acct: AcctRecord | None
     restart: int
     log: LogChunk
-    sbatch_log: LogChunk
+    directory: str = ""  # the job's directory, as found (see Tracking.log_dir)
     new_checkpoints: tuple[Checkpoint, ...] = ()
     attach_ready: bool | None = None
 
@@ -113,16 +82,18 @@ class JobSnapshot:
             counts.append(self.acct.restarts)
         return max(counts)
 
-    def advance(self, job: TrackedJob) -> TrackedJob:
-        """``job`` with offsets and known checkpoints moved past what this poll returned."""
-        return replace(
-            job,
-            log_path=self.log.path or job.log_path,
-            log_offset=self.log.offset,
-            sbatch_log_path=self.sbatch_log.path or job.sbatch_log_path,
-            sbatch_log_offset=self.sbatch_log.offset,
-            known_checkpoints=(*job.known_checkpoints, *(c.name for c in self.new_checkpoints)),
-        )
+    def advance(self, tracking: Tracking, consumed: int | None = None) -> Tracking:
+        """``tracking`` moved past this poll: the log found and how far it was read
+        (``consumed`` bytes of this chunk, when the caller used only its whole lines),
+        and the job's directory once a searched one (``*``) is found."""
+        chunk = self.log
+        if not chunk.path:
+            return tracking
+        offset = chunk.offset if consumed is None else chunk.start + consumed
+        changes: dict[str, Any] = {"log_path": chunk.path, "log_offset": offset}
+        if "*" in tracking.log_dir and self.directory:
+            changes["log_dir"] = self.directory
+        return tracking.model_copy(update=changes)
 
 
 @dataclass(frozen=True)
@@ -138,8 +109,9 @@ class PollResult:
 async def collect(
     pool: SSHPool,
     login: LoginLike,
-    jobs: Sequence[TrackedJob],
+    jobs: Sequence[Tracking],
     *,
+    known_checkpoints: Mapping[str, Sequence[str]] | None = None,
     cluster: str = "",
     timeout_s: float = 60.0,
     max_bytes_per_job: int = MAX_BYTES_PER_JOB,
@@ -150,8 +122,10 @@ async def collect(
         return PollResult(cluster, {}, (), 0, 0.0)
     started = time.monotonic()
     before = pool.stats.round_trips
+    known = known_checkpoints or {}
     payload = {
-        "jobs": [j.payload() for j in jobs],
+        "mode": "poll",
+        "jobs": [{**j.payload(), "known_checkpoints": list(known.get(j.job_id, ()))} for j in jobs],
         "squeue_argv": shlex.split(build_squeue()),
         "sacct_argv": shlex.split(build_sacct(duplicates=True)),
         "max_bytes_per_job": max_bytes_per_job,
@@ -199,7 +173,7 @@ def parse_collect_output(raw: dict[str, Any], *, cluster: str = "") -> PollResul
             acct=a,
             restart=int(data.get("restart", 0)),
             log=_chunk(data.get("log")),
-            sbatch_log=_chunk(data.get("sbatch_log")),
+            directory=str(data.get("dir") or ""),
             new_checkpoints=tuple(
                 Checkpoint(step=int(c["step"]), name=str(c["name"]))
                 for c in data.get("checkpoints", [])

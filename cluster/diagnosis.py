@@ -1,8 +1,9 @@
 """The failure catalog (FIELD_GUIDE section 5) as data, and what to do about each failure.
 
-Pure functions only: :func:`diagnose` reads a log tail and Slurm's record of a job
-and names the most specific known failure; :func:`retry_decision` turns that into
-a bounded retry plan with the sentence the thread shows.
+Pure functions only: :func:`diagnose` reads a job's :class:`~cluster.evidence.Evidence`
+(every file it left and Slurm's record of it) and names the most specific known
+failure; :func:`retry_decision` turns that into a bounded retry plan with the
+sentence the thread shows.
 
 :data:`CATALOG` is in priority order: the first entry that matches wins. Causes
 come before their symptoms (a node failure or a GPU OOM makes the other ranks
@@ -14,7 +15,9 @@ What the text can tell about nodes (:attr:`Diagnosis.failed_node`): a node is na
 as *faulty* only from hardware evidence: srun's ``Node failure on <host>``, an
 ``uncorrectable ECC error`` line that names a host (``<host>: ...``, ``on host
 <host>``) or a rank whose task srun reports (``[rank5]`` + ``srun: error: a4-1:
-task 5: ...``), or a ``NODE_FAIL``/``BOOT_FAIL`` record whose NodeList is one node.
+task 5: ...``), or a ``NODE_FAIL``/``BOOT_FAIL`` record whose NodeList is one node. A node name
+read from text counts only if it is a valid Slurm host name inside the job's own
+node list: text that names any other node changes nothing.
 For a multi-node NODE_FAIL, sacct does not say which node died (``sinfo -R`` does,
 not this module). The host of the first ``srun: error`` task line is only where
 the first task ended (:attr:`Diagnosis.first_exit_node`), never a node to exclude.
@@ -27,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cluster.slurm import TERMINAL_STATES, normalize_state
+from cluster.evidence import Evidence
+from cluster.slurm import HOSTNAME_RE, TERMINAL_STATES, expand_hostlist, normalize_state
 
 MAX_EVIDENCE = 5
 MAX_LINE_CHARS = 300
@@ -169,6 +173,7 @@ _NODE_FAILURE_RE = re.compile(r"Node failure on (?P<host>[\w.-]+)\b(?![\[,])")
 _ECC_HOST_RE = re.compile(r"^(?P<host>[a-z][\w.-]*\d[\w.-]*): |\bon (?:host|node) (?P<on>[\w.-]+)")
 _RANK_RE = re.compile(r"\[rank ?(\d+)\]", re.IGNORECASE)
 _ERRORISH_RE = re.compile(r"error|exception|traceback|fatal|killed|abort", re.IGNORECASE)
+_FORCE_TERMINATED_RE = re.compile(r"^srun: Force Terminated (?:StepId|job step)")
 _NOISE_RE = re.compile(r"^\+ |^srun: (?:error: [\w.-]+: tasks? [\d,-]+: |launch/|Force Term)")
 
 
@@ -183,6 +188,8 @@ class Diagnosis:
     rank: int | None = None
     slurm_state: str | None = None
     requeued_by_slurm: bool = False  # an earlier incarnation failed; Slurm runs it again
+    read: str = ""  # which files were read (said when the cause is unknown)
+    output_cut: bool = False  # srun force-terminated the step: its last output may be lost
 
     @property
     def key(self) -> str:
@@ -227,6 +234,16 @@ def _task_hosts(lines: Sequence[str]) -> dict[int, str]:
 def _faulty_node(
     kind: FailureKind, hits: Sequence[str], lines: Sequence[str], node_list: str, by_state: bool
 ) -> str | None:
+    """The faulty node, only if it is a valid host name in the job's own node list."""
+    node = _named_node(kind, hits, lines, node_list, by_state)
+    if node is None or not HOSTNAME_RE.fullmatch(node):
+        return None
+    return node if node in expand_hostlist(node_list) else None
+
+
+def _named_node(
+    kind: FailureKind, hits: Sequence[str], lines: Sequence[str], node_list: str, by_state: bool
+) -> str | None:
     if kind.key != "node_failure":
         return None
     for line in hits:
@@ -250,34 +267,35 @@ def _error_tail(lines: Sequence[str]) -> tuple[str, ...]:
     return tuple(_cut(ln) for ln in chosen)
 
 
-def _state_line(raw: str, exit_code: str, node_list: str) -> str:
+def _state_line(raw: str, exit_code: str, node_list: str, extra: Sequence[str] = ()) -> str:
     parts = [f"Slurm state {raw.strip()}"]
     parts += [f"exit code {exit_code}"] if exit_code else []
+    parts += [e for e in extra if e]
     parts += [f"nodes {node_list}"] if node_list else []
     return ", ".join(parts)
 
 
-def diagnose(
-    log_tail: str,
-    *,
-    slurm_state: str | None,
-    exit_code: str = "",
-    node_list: str = "",
-    earlier_states: Sequence[str] = (),
-) -> Diagnosis | None:
-    """The most specific known failure in ``log_tail`` and the job's Slurm record.
+def diagnose(evidence: Evidence) -> Diagnosis | None:
+    """The most specific known failure in everything the job left.
 
-    ``slurm_state`` is sacct's State (``None`` when not known); ``node_list`` the
-    NodeList of the incarnation that failed; ``earlier_states`` the states of the
-    job's earlier incarnations (``AcctRecord.earlier``), oldest first. A COMPLETED
+    The text of every file in ``evidence`` is scanned, with Slurm's record: its
+    State, ExitCode, DerivedExitCode and Reason, the NodeList of the incarnation
+    that failed, and the states of earlier incarnations (a requeue). A COMPLETED
     job needs no reaction: None. A job that has not ended (or whose state is not
-    known) with nothing recognisable in its log: None. Any other ended job with
-    nothing recognisable: the ``unknown`` entry with the last error lines.
+    known) with nothing recognisable: None. Any other ended job with nothing
+    recognisable: the ``unknown`` entry with the last error lines and the files read.
     """
+    slurm_state = evidence.raw_state or None
+    exit_code, node_list = evidence.exit_code, evidence.node_list
+    extra = [
+        f"derived exit code {evidence.derived_exit_code}" if evidence.derived_exit_code else "",
+        f"reason {evidence.reason}" if evidence.reason else "",
+    ]
     state = normalize_state(slurm_state) if slurm_state else None
     if state == "COMPLETED":
         return None
-    lines = log_tail.splitlines()
+    lines = evidence.text.splitlines()
+    earlier_states = evidence.earlier_states
     scan = [ln[:_SCAN_CHARS] for ln in lines]
     earlier = [normalize_state(s) for s in earlier_states]
     ended = state in TERMINAL_STATES
@@ -293,15 +311,15 @@ def diagnose(
     best = next((f for f in found if f[1] or f[2]), None) or next(iter(found), None)
     if best is not None:
         kind, hits, now, before = best
-        evidence = list(dict.fromkeys(_cut(ln) for ln in hits))[:MAX_EVIDENCE]
-        if not evidence:
+        evidence_lines = list(dict.fromkeys(_cut(ln) for ln in hits))[:MAX_EVIDENCE]
+        if not evidence_lines:
             hit = next((s for s in reversed(earlier) if s in kind.states), "")
             shown = slurm_state or "" if now else f"{hit} (earlier run; Slurm requeued it)"
-            evidence = [_state_line(shown, exit_code if now else "", node_list)]
+            evidence_lines = [_state_line(shown, exit_code if now else "", node_list)]
         rank = next((int(m.group(1)) for ln in hits if (m := _RANK_RE.search(ln))), None)
         return Diagnosis(
             kind=kind,
-            evidence=tuple(evidence),
+            evidence=tuple(evidence_lines),
             failed_node=_faulty_node(kind, hits, scan, node_list, now or before),
             first_exit_node=first_exit,
             rank=rank,
@@ -310,8 +328,15 @@ def diagnose(
         )
     if not ended:
         return None
-    tail = _error_tail(lines) or (_state_line(slurm_state or "", exit_code, node_list),)
-    return Diagnosis(UNKNOWN, tail, first_exit_node=first_exit, slurm_state=state)
+    tail = _error_tail(lines) + (_state_line(slurm_state or "", exit_code, node_list, extra),)
+    return Diagnosis(
+        UNKNOWN,
+        tail,
+        first_exit_node=first_exit,
+        slurm_state=state,
+        read=evidence.describe_read(),
+        output_cut=any(_FORCE_TERMINATED_RE.search(ln) for ln in scan),
+    )
 
 
 @dataclass(frozen=True)

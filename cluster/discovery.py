@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.frameworks import FRAMEWORKS
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
 from cluster.slurm import PartitionInfo, build_sinfo, parse_sinfo, partitions
@@ -14,11 +15,10 @@ DISCOVERY_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class RecipeListing:
-    """Recipe files under the recipes dir, relative to ``nemo/`` and ``nemo_rl/``."""
+    """Each framework's scripts under the recipes dir, relative to its directory."""
 
     cluster: str
-    nemo_scripts: tuple[str, ...]  # e.g. "sft/llama3p1_8b_sft.py"
-    nemo_rl_job_scripts: tuple[str, ...]  # e.g. "algorithms/dpo.sh"
+    scripts: dict[str, tuple[str, ...]]  # framework -> e.g. ("sft/llama3p1_8b_sft.py", ...)
     images: tuple[str, ...]  # e.g. "nemo/nemo-20250721.sqsh"
     recipes_dir_exists: bool = True
 
@@ -26,18 +26,26 @@ class RecipeListing:
 def split_listing(
     cluster: str, recipes: list[str], images: list[str], exists: bool
 ) -> RecipeListing:
-    nemo = tuple(r.removeprefix("nemo/") for r in recipes if r.startswith("nemo/"))
-    rl = tuple(r.removeprefix("nemo_rl/") for r in recipes if r.startswith("nemo_rl/"))
-    return RecipeListing(cluster, nemo, rl, tuple(images), exists)
+    scripts: dict[str, tuple[str, ...]] = {}
+    for fw in FRAMEWORKS.values():
+        prefix = f"{fw.subdir}/"
+        scripts[fw.name] = tuple(r.removeprefix(prefix) for r in recipes if r.startswith(prefix))
+    return RecipeListing(cluster, scripts, tuple(images), exists)
 
 
 async def discover_recipes(pool: SSHPool, profile: ClusterProfile) -> RecipeListing:
-    """List nemo/{pretrain,cpt,sft}/*.py and nemo_rl/algorithms/*.sh (one round trip)."""
+    """List every framework's scripts and images in the recipes dir (one round trip)."""
+    frameworks = FRAMEWORKS.values()
+    payload = {
+        "recipes_dir": profile.recipes_dir,
+        "recipe_globs": [f"{fw.subdir}/{g}" for fw in frameworks for g in fw.recipe_globs],
+        "image_globs": [f"{fw.subdir}/*.sqsh" for fw in frameworks],
+    }
     raw = await run_remote_python(
         pool,
         profile.login,
         "probe_remote.py",
-        {"recipes_dir": profile.recipes_dir},
+        payload,
         timeout_s=DISCOVERY_TIMEOUT_S,
         cluster=profile.name,
     )

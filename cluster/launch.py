@@ -18,18 +18,16 @@ from pathlib import PurePosixPath
 
 from pydantic import SecretStr
 
-from cluster import nemo, nemo_rl
-from cluster.collector import FrameworkName, TrackedJob
+from cluster.errors import SlurmCommandFailed
+from cluster.frameworks import Framework, FrameworkName, Tracking, framework
 from cluster.profiles import (
     SLURM_NAME_PATTERN,
     ClusterProfile,
     check_remote_path,
-    join_remote,
     slurm_time_seconds,
 )
 from cluster.recipes import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, RecipeEntry
 from cluster.remote import RemoteArg, export_lines, join_argv, quote_path
-from cluster.slurm import parse_sbatch_parsable
 from cluster.ssh import SSHPool
 
 log = logging.getLogger(__name__)
@@ -50,8 +48,8 @@ def _check(pattern: re.Pattern[str] | str, value: str, what: str) -> None:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """One launch on one cluster. ``script`` is relative to ``<recipes_dir>/nemo`` (NeMo)
-    or ``<recipes_dir>/nemo_rl`` (NeMo-RL ``job_script``); None for interactive jobs."""
+    """One launch on one cluster. ``script`` is relative to the framework's directory
+    (:attr:`work_dir`); None for interactive jobs."""
 
     profile: ClusterProfile
     launch_id: str
@@ -83,10 +81,10 @@ class LaunchSpec:
             not SCRIPT_RE.fullmatch(self.script) or ".." in self.script.split("/")
         ):
             raise ValueError(f"invalid script path: {self.script!r}")
-        if self.script is None and not (self.framework == "nemo-rl" and self.interactive):
-            raise ValueError("a script is needed (only NeMo-RL interactive jobs go without)")
-        if self.interactive and self.framework != "nemo-rl":
-            raise ValueError("interactive jobs are NeMo-RL jobs")
+        if self.interactive and not self.fw.interactive:
+            raise ValueError(f"{self.framework} has no interactive jobs")
+        if self.script is None and not self.interactive:
+            raise ValueError("a script is needed (only interactive jobs go without)")
         if self.exclude is not None:
             _check(NODELIST_RE, self.exclude, "node list")
         for arg in self.args:
@@ -118,7 +116,7 @@ class LaunchSpec:
             launch_id=launch_id,
             framework=recipe.framework,
             nodes=nodes,
-            script=recipe.script if recipe.framework == "nemo" else recipe.job_script,
+            script=recipe.script_file,
             partition=partition,
             time_limit=time_limit,
             name=name,
@@ -128,6 +126,10 @@ class LaunchSpec:
             env=dict(env or {}),
             secrets=dict(secrets or {}),
         )
+
+    @property
+    def fw(self) -> Framework:
+        return framework(self.framework)
 
     @property
     def cluster(self) -> str:
@@ -143,15 +145,12 @@ class LaunchSpec:
 
     @property
     def image_path(self) -> str:
-        image = self.image or self.framework
-        return self.profile.images.get(image, image)
+        return self.profile.resolve_image(self.image, self.framework)
 
     @property
     def work_dir(self) -> str:
-        """Where the command runs: ``<recipes_dir>/nemo`` or ``<recipes_dir>/nemo_rl``."""
-        if self.framework == "nemo":
-            return join_remote(self.profile.recipes_dir, "nemo")
-        return self.profile.nemo_rl_dir
+        """Where the launcher runs: the framework's directory in the recipes checkout."""
+        return self.fw.work_dir(self.profile)
 
     @property
     def job_name(self) -> str:
@@ -192,8 +191,7 @@ class LaunchPlan:
         """The script sent on stdin to ``bash -l -s``; secrets shown only if ``redact`` is false."""
         spec = self.spec
         exports = export_lines(spec.env, spec.secrets, spec.secret_files(), redact=redact)
-        nemorun_home = spec.profile.nemorun_home if spec.framework == "nemo" else None
-        return render_script(spec.work_dir, exports, self.argv, nemorun_home=nemorun_home)
+        return render_script(spec.work_dir, exports, self.argv, env=spec.fw.script_env(spec))
 
 
 def render_script(
@@ -201,77 +199,34 @@ def render_script(
     exports: list[str],
     argv: tuple[RemoteArg, ...] | list[RemoteArg],
     *,
-    nemorun_home: str | None = None,
+    env: dict[str, RemoteArg] | None = None,
 ) -> str:
     """``set -euo pipefail``, the exports, ``cd`` to the work dir, ``exec`` the launcher."""
     lines = ["set -euo pipefail", *exports]
-    if nemorun_home is not None:
-        lines.append(f"export NEMORUN_HOME={quote_path(nemorun_home)}")
+    for name, value in (env or {}).items():
+        lines.append(f"export {name}={join_argv([value])}")
     lines.append(f"cd {quote_path(work_dir)}")
     lines.append(f"exec {join_argv(argv)} </dev/null")
     return "\n".join(lines) + "\n"
 
 
 def plan_launch(spec: LaunchSpec) -> LaunchPlan:
-    profile = spec.profile
-    if spec.framework == "nemo":
-        argv = nemo.nemo_run_argv(
-            cluster_type=profile.type,
-            partition=spec.slurm_partition,
-            work_dir=spec.work_dir,
-            image=spec.image_path,
-            script=spec.script or "",
-            nodes=spec.nodes,
-            experiment_name=spec.job_name,
-            log_dir=profile.log_dir,
-            cache_dir=profile.cache_dir,
-            data_dir=profile.data_dir,
-            time_limit=spec.slurm_time,
-            account=profile.account,
-            exclude=spec.exclude,
-            overrides=spec.overrides,
-        )
-    else:
-        argv = nemo_rl.sbatch_argv(
-            nodes=spec.nodes,
-            partition=spec.slurm_partition,
-            job_name=spec.job_name,
-            cluster_type=profile.type,
-            job_script=spec.script,
-            interactive=spec.interactive,
-            time_limit=spec.slurm_time,
-            account=profile.account,
-            exclude=spec.exclude,
-            args=spec.args,
-            overrides=spec.overrides,
-        )
-    return LaunchPlan(spec=spec, argv=tuple(argv))
+    return LaunchPlan(spec=spec, argv=tuple(spec.fw.argv(spec)))
 
 
 @dataclass(frozen=True)
 class Submission:
-    """A submitted launch: enough to track it (:meth:`tracked`) and find it again."""
+    """A submitted launch: its tracking record and what the launcher printed."""
 
     launch_id: str
     cluster: str
-    framework: FrameworkName
-    job_id: str
     job_name: str
-    local_dir: str = ""
-    job_dir: str = ""
-    checkpoint_dir: str = ""
-    interactive: bool = False
+    tracking: Tracking
     output: str = ""
 
-    def tracked(self) -> TrackedJob:
-        return TrackedJob(
-            job_id=self.job_id,
-            framework=self.framework,
-            local_dir=self.local_dir,
-            job_dir=self.job_dir,
-            checkpoint_dir=self.checkpoint_dir,
-            interactive=self.interactive,
-        )
+    @property
+    def job_id(self) -> str:
+        return self.tracking.job_id
 
 
 async def submit(
@@ -289,18 +244,18 @@ async def submit(
         timeout_s=timeout_s,
         cluster=spec.cluster,
     )
-    if spec.framework == "nemo":
-        status = nemo.parse_status_block(result.stdout)
-        job_id, local_dir = status.job_id, status.local_dir
-        ckpt = join_remote(spec.profile.log_dir, spec.job_name, "checkpoints")
-        job_dir = ""
-    else:
-        job_id, local_dir = parse_sbatch_parsable(result.stdout).job_id, ""
-        job_dir = nemo_rl.job_dir(spec.profile.nemo_rl_dir, job_id)
-        ckpt = join_remote(job_dir, "checkpoints")
+    try:
+        tracking = spec.fw.tracking(spec, result.stdout)
+    except ValueError as exc:
+        raise SlurmCommandFailed(
+            command=REMOTE_SHELL,
+            returncode=result.returncode,
+            stderr=f"{result.stderr}\n{exc}"[-4000:],
+            cluster=spec.cluster,
+        ) from exc
     log.info(
         "job=%s cluster=%s submitted launch %s as %s",
-        job_id,
+        tracking.job_id,
         spec.cluster,
         spec.launch_id,
         spec.job_name,
@@ -308,12 +263,7 @@ async def submit(
     return Submission(
         launch_id=spec.launch_id,
         cluster=spec.cluster,
-        framework=spec.framework,
-        job_id=job_id,
         job_name=spec.job_name,
-        local_dir=local_dir,
-        job_dir=job_dir,
-        checkpoint_dir=ckpt,
-        interactive=spec.interactive,
+        tracking=tracking,
         output=result.stdout[-4000:],
     )

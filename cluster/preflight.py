@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.launch import REMOTE_SHELL, LaunchPlan, LaunchSpec, plan_launch
-from cluster.profiles import join_remote
 from cluster.remote import run_remote_python
 from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
 from cluster.ssh import SSHPool
@@ -48,21 +47,15 @@ class PreflightResult:
 
 
 def preflight_payload(spec: LaunchSpec) -> dict[str, Any]:
-    profile = spec.profile
-    launcher = "run.py" if spec.framework == "nemo" else "launch.sh"
-    files = {"image": spec.image_path, "launcher": join_remote(spec.work_dir, launcher)}
-    if spec.script:
-        files["recipe"] = join_remote(spec.work_dir, spec.script)
-    writable = {"cache_dir": profile.cache_dir, "work_dir": spec.work_dir}
-    if spec.framework == "nemo":
-        writable["log_dir"] = profile.log_dir
-        writable["nemorun_home"] = profile.nemorun_home
+    fw = spec.fw
     return {
         "sinfo_argv": shlex.split(build_sinfo()),
-        "files": files,
-        "writable": writable,
+        "files": fw.preflight_files(spec),
+        "writable": fw.preflight_writable(spec),
         "readable": spec.secret_files(),
-        "recipes_dir": profile.recipes_dir,
+        "recipes_dir": spec.profile.recipes_dir,
+        "recipe_globs": [f"{fw.subdir}/{g}" for g in fw.recipe_globs],
+        "image_globs": [f"{fw.subdir}/*.sqsh"],
     }
 
 

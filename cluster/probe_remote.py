@@ -12,9 +12,6 @@ import os
 import subprocess
 from typing import Any
 
-RECIPE_GLOBS = ("nemo/pretrain/*.py", "nemo/cpt/*.py", "nemo/sft/*.py", "nemo_rl/algorithms/*.sh")
-IMAGE_GLOBS = ("nemo/*.sqsh", "nemo_rl/*.sqsh")
-
 
 def _writable(path: str) -> bool:
     """Writable, or missing with a writable nearest existing parent (it can be created)."""
@@ -53,7 +50,7 @@ def main(payload: dict[str, Any]) -> dict[str, Any]:
         out["readable"][label] = os.path.isfile(full) and os.access(full, os.R_OK)
     if payload.get("recipes_dir"):
         base = os.path.expanduser(payload["recipes_dir"])
-        out["recipes"] = _listing(base, RECIPE_GLOBS)
-        out["images"] = _listing(base, IMAGE_GLOBS)
+        out["recipes"] = _listing(base, tuple(payload.get("recipe_globs", ())))
+        out["images"] = _listing(base, tuple(payload.get("image_globs", ())))
         out["recipes_dir_exists"] = os.path.isdir(base)
     return out

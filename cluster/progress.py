@@ -97,10 +97,6 @@ def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
     return Progress(tuple(points), finished)
 
 
-def parse_progress(text: str, framework: str, carry: Point | None = None) -> Progress:
-    return parse_nemo_rl(text, carry) if framework == "nemo-rl" else parse_nemo(text)
-
-
 def complete_lines(data: str) -> tuple[str, int]:
     """The whole lines of ``data`` and how many bytes (UTF-8) they take: a line
     cut at the end of a chunk is read again, whole, next time."""

@@ -14,10 +14,13 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from cluster.frameworks import FRAMEWORKS as FRAMEWORK_OBJECTS
+from cluster.frameworks import FrameworkName, framework
+
 Workload = Literal["pretrain", "cpt", "sft", "dpo", "grpo", "rm"]
 WORKLOADS: tuple[Workload, ...] = ("pretrain", "cpt", "sft", "dpo", "grpo", "rm")
-Framework = Literal["nemo", "nemo-rl"]
-FRAMEWORKS: tuple[Framework, ...] = ("nemo", "nemo-rl")
+Framework = FrameworkName
+FRAMEWORKS: tuple[Framework, ...] = tuple(FRAMEWORK_OBJECTS)
 #: The framework a workload runs on when the user does not say.
 DEFAULT_FRAMEWORK: dict[Workload, Framework] = {
     "pretrain": "nemo",
@@ -81,11 +84,16 @@ class RecipeEntry(BaseModel):
 
     @model_validator(mode="after")
     def _check_framework_fields(self) -> RecipeEntry:
-        if self.framework == "nemo" and (self.script is None or self.job_script is not None):
-            raise ValueError("a nemo recipe needs 'script' (and no 'job_script')")
-        if self.framework == "nemo-rl" and (self.job_script is None or self.script is not None):
-            raise ValueError("a nemo-rl recipe needs 'job_script' (and no 'script')")
+        field = framework(self.framework).recipe_field
+        other = next(f for f in ("script", "job_script") if f != field)
+        if getattr(self, field) is None or getattr(self, other) is not None:
+            raise ValueError(f"a {self.framework} recipe needs '{field}' (and no '{other}')")
         return self
+
+    @property
+    def script_file(self) -> str:
+        """The script, relative to the framework's directory (``sft/llama3p1_8b_sft.py``)."""
+        return str(getattr(self, framework(self.framework).recipe_field))
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -94,9 +102,7 @@ class RecipeEntry(BaseModel):
     @property
     def script_path(self) -> str:
         """The script relative to ``<recipes_dir>``, e.g. ``nemo/sft/llama3p1_8b_sft.py``."""
-        if self.framework == "nemo":
-            return f"nemo/{self.script}"
-        return f"nemo_rl/{self.job_script}"
+        return f"{framework(self.framework).subdir}/{self.script_file}"
 
     def check_override(self, key: str, value: str) -> bool:
         """Whether ``key=value`` is allowed for this recipe."""

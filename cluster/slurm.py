@@ -25,10 +25,13 @@ TERMINAL_STATES = frozenset(
 UNKNOWN_STATE = "UNKNOWN"
 _BY_LENGTH = sorted(STATES, key=len, reverse=True)
 JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
+HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}")
+_HOSTLIST_PART_RE = re.compile(r"([^\[,]*)(?:\[([0-9,-]+)\])?([^\[,]*)")
+MAX_HOSTS = 65536
 
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NumNodes", "ReasonList", "RestartCnt")
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in (*SQUEUE_FIELDS, "Name"))
-SACCT_FIELDS = "JobID,JobName%60,State,ExitCode,Elapsed,NodeList"
+SACCT_FIELDS = "JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList"
 SINFO_FORMAT = "NodeList:|,Partition:|,Available:|,StateCompact:|,Gres:|,GresUsed:|"
 _GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)")
 
@@ -44,6 +47,33 @@ def normalize_state(raw: str) -> str:
 
 def is_terminal(state: str) -> bool:
     return state in TERMINAL_STATES
+
+
+def expand_hostlist(node_list: str) -> tuple[str, ...]:
+    """``dev[0-1],gpu[07-08]x`` -> ``dev0 dev1 gpu07x gpu08x`` (Slurm's compact host lists).
+    Names that are not valid host names are left out."""
+    hosts: list[str] = []
+    text = node_list.strip()
+    pos = 0
+    while pos < len(text) and len(hosts) < MAX_HOSTS:
+        match = _HOSTLIST_PART_RE.match(text, pos)
+        if match is None or match.end() == pos:
+            break
+        prefix, ranges, suffix = match.groups()
+        if ranges is None:
+            names = [prefix + suffix]
+        else:
+            names = []
+            for part in ranges.split(","):
+                lo, _, hi = part.partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()):
+                    continue
+                width = len(lo)
+                for n in range(int(lo), min(int(hi or lo), int(lo) + MAX_HOSTS) + 1):
+                    names.append(f"{prefix}{n:0{width}d}{suffix}")
+        hosts += [n for n in names if HOSTNAME_RE.fullmatch(n)]
+        pos = match.end() + 1  # past the comma
+    return tuple(hosts)
 
 
 def check_job_id(job_id: str) -> str:
@@ -159,6 +189,8 @@ class AcctRow:
     exit_code: str
     elapsed: str
     nodelist: str
+    derived_exit_code: str = ""  # the highest exit code of the job's steps
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -194,13 +226,27 @@ def build_sacct(
 
 def parse_sacct(stdout: str) -> list[AcctRow]:
     rows: list[AcctRow] = []
-    for line in records(stdout, 5):
+    for line in records(stdout, 7):
         parts = line.split("|")
-        if len(parts) < 6 or not JOB_ID_RE.fullmatch(parts[0].strip()):
+        if len(parts) < 8 or not JOB_ID_RE.fullmatch(parts[0].strip()):
             continue
-        name = "|".join(parts[1:-4]).strip()  # the only free text: may hold | or newlines
-        job_id, raw, exit_code, elapsed, nodelist = (p.strip() for p in (parts[0], *parts[-4:]))
-        rows.append(AcctRow(job_id, name, normalize_state(raw), raw, exit_code, elapsed, nodelist))
+        name = "|".join(parts[1:-6]).strip()  # the only free text: may hold | or newlines
+        job_id, raw, exit_code, derived, reason, elapsed, nodelist = (
+            p.strip() for p in (parts[0], *parts[-6:])
+        )
+        rows.append(
+            AcctRow(
+                job_id,
+                name,
+                normalize_state(raw),
+                raw,
+                exit_code,
+                elapsed,
+                nodelist,
+                derived_exit_code=derived,
+                reason="" if reason == "None" else reason,
+            )
+        )
     return rows
 
 

@@ -86,6 +86,44 @@ async def test_tokenizer_race_is_retried_once_and_completes(unique: str) -> None
     login_run(f"rm -rf {cache}", check=False)
 
 
+async def until_said(front: ConsoleFront, text: str, timeout_s: float = 30) -> str:
+    """The console's whole conversation, once ``text`` is in it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while text not in thread(front):
+        assert loop.time() < deadline, f"{text!r} never said:\n{thread(front)}"
+        await asyncio.sleep(0.2)
+    return thread(front)
+
+
+async def test_cold_two_node_launches_meet_the_race_and_the_thread_names_it(unique: str) -> None:
+    """The first run on a fresh machine, several times: 2 nodes, a cold cache each time.
+    The race's traceback reaches the job's log and the thread, and the retry completes."""
+    for run in range(3):
+        cache = f"~/.cache/tests/{unique}-{run}"
+        login_run(f"rm -rf {cache}", check=False)
+        async with (
+            knobs(unique, **QUICK, tokenizer_race="cold"),
+            console_bot(cache_dir=cache, retry_backoff_s=0) as (bot, front),
+        ):
+            name = f"{unique}r{run}"
+            launch_id = await train(bot, front, f"sft llama3p1_8b nodes=2 cluster=a4 name={name}")
+            launch = await wait_for_launch(bot.store, launch_id)
+            text = await until_said(front, "✅ COMPLETED")
+        first = launch.attempts[0]
+        assert launch.outcome == "COMPLETED" and len(launch.attempts) == 2, text
+        assert first.cause_key == "tokenizer_race", text
+        assert re.search(
+            rf"Job {first.job_id} failed \(FAILED\) after .*: the GPT-2 tokenizer download raced",
+            text,
+        )
+        assert "Invalid cross-device link: 'gpt2-vocab.json'" in text
+        assert first.tracking is not None and first.tracking.log_path
+        log = login_run(f"cat {shlex.quote(first.tracking.log_path)}")
+        assert "OSError: [Errno 18] Invalid cross-device link: 'gpt2-vocab.json'" in log, log
+        login_run(f"rm -rf {cache}", check=False)
+
+
 async def test_tokenizer_race_twice_seeds_the_cache_then_completes(unique: str) -> None:
     cache = f"~/.cache/tests/{unique}"
     async with (

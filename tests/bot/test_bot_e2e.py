@@ -219,7 +219,9 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
             launch = await wait_for_launch(bot.store, launch_id)
             await asyncio.sleep(1.5)
     assert launch.outcome == "COMPLETED"
-    ckpt_dir = launch.attempts[0].checkpoint_dir
+    tracking = launch.attempts[0].tracking
+    assert tracking is not None
+    ckpt_dir = tracking.checkpoint_dir
     assert ckpt_dir.endswith(f"/llama3p1_70b_pt-{launch_id}/checkpoints")
     on_disk = login_run(f"ls {ckpt_dir}").split()
     assert on_disk == [

@@ -33,6 +33,7 @@ from bot.slack_app import WORKING_TEXT
 from bot.slack_front import open_front
 from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_LOGS, ACTION_REJECT, ACTION_RETRY
 from bot.store import Event
+from cluster.frameworks.base import Tracking
 from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
@@ -215,7 +216,8 @@ async def seed(
         progress_history=[(1, 2.5), (2, 2.1), (3, 1.9)],
     )
     if log_path:
-        launch.attempts = [Attempt(number=1, job_id="990001", log_path=log_path)]
+        tracking = Tracking(framework="nemo", job_id="990001", log_path=log_path)
+        launch.attempts = [Attempt(number=1, job_id="990001", tracking=tracking)]
     await bot.store.create(launch, [], enqueue=False)
     return launch
 

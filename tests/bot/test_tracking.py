@@ -10,6 +10,8 @@ from bot.notifier import thread_blocks
 from bot.store import Event
 from bot.tracking import apply_snapshot
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
+from cluster.frameworks.nemo import NEMO
+from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile
 from cluster.slurm import QueueRow
 from commands.requests import TrainRequest
@@ -29,7 +31,10 @@ def launch(phase: Phase = Phase.SUBMITTED) -> Launch:
         workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4", nodes=2
     )
     item = Launch(id="L-7f3a9c", request=request, user_id="U0ALICE", channel="C1", phase=phase)
-    item.attempts.append(Attempt(number=1, job_id="7", submitted_at=1000.0, checkpoint_dir="/ck"))
+    spec = LaunchSpec(profile=PROFILE, launch_id=item.id, framework="nemo", nodes=2, script="s.py")
+    tracking = NEMO.tracking(spec, "- Job id: 7\n- Local Directory: /home/trainer/x\n")
+    tracking = tracking.model_copy(update={"checkpoint_dir": "/ck"})
+    item.attempts.append(Attempt(number=1, job_id="7", submitted_at=1000.0, tracking=tracking))
     return item
 
 
@@ -45,7 +50,6 @@ def snapshot(
         acct=None,
         restart=0,
         log=LogChunk(NEMO_LOG, text, size, size) if text or offset else LogChunk("", "", 0, -1),
-        sbatch_log=LogChunk("", "", 0, -1),
         new_checkpoints=tuple(Checkpoint(int(c.split("step=")[1].split("-")[0]), c) for c in ckpts),
     )
 
@@ -72,13 +76,15 @@ def test_running_progress_checkpoints_and_no_repeats() -> None:
     assert threads(first) == ["Running on dev[0-1].", "💾 Checkpoint step 1 saved."]
     assert item.phase == Phase.RUNNING
     assert (item.progress.step, item.progress.total, item.progress.loss) == (2, 10, 2.25)
-    assert item.attempts[0].log_offset == len(
+    tracking = item.attempts[0].tracking
+    assert tracking is not None and tracking.log_path == NEMO_LOG
+    assert tracking.log_offset == len(
         (progress_line(0, 10, 2.5) + progress_line(1, 10, 2.25)).encode()
     )
     # The same poll again (a restart, a redelivery): nothing new is said.
     again = apply_snapshot(
         item,
-        snapshot("RUNNING", "", offset=item.attempts[0].log_offset, ckpts=(ck,)),
+        snapshot("RUNNING", "", offset=tracking.log_offset, ckpts=(ck,)),
         PROFILE,
         Watch(),
         now=2001.0,

@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 from cluster import collect_remote
-from cluster.collector import TrackedJob, collect, parse_collect_output
+from cluster.collector import collect, parse_collect_output
+from cluster.frameworks import Tracking
+from cluster.frameworks.nemo import NEMO
+from cluster.frameworks.nemo_rl import NEMO_RL
+from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
 
@@ -28,31 +32,27 @@ def test_read_chunk_offsets_and_bounds(tmp_path: Path) -> None:
     assert collect_remote.read_chunk(str(tmp_path / "nope"), 0, 10)["size"] == -1
 
 
-def test_completed_checkpoints_skip_unfinished(tmp_path: Path) -> None:
-    for name in (
-        "model_name=0--val_loss=0.00-step=1-consumed_samples=64.0",
-        "model_name=0--val_loss=0.00-step=3-consumed_samples=128.0",
-        "model_name=0--val_loss=0.00-step=4-consumed_samples=160.0-last",
-    ):
-        (tmp_path / name).mkdir()
-    (tmp_path / "model_name=0--val_loss=0.00-step=4-consumed_samples=160.0-last-unfinished").touch()
-    steps = [s for s, _ in collect_remote.completed_checkpoints(str(tmp_path), "nemo")]
-    assert steps == [1, 3]
-    rl = tmp_path / "rl"
-    for name in ("step_2", "tmp_step_4", "step_10"):
-        (rl / name).mkdir(parents=True)
-    assert [s for s, _ in collect_remote.completed_checkpoints(str(rl), "nemo-rl")] == [2, 10]
+def nemo_job(local_dir: Path, job_id: str = "7", **changes: object) -> Tracking:
+    """The record NeMo's framework object makes from run.py's status block."""
+    profile = ClusterProfile(
+        name="a4", type="hcc-a4", login={"host": "h", "user": "u"}, partition="a4", max_nodes=4
+    )
+    spec = LaunchSpec(profile=profile, launch_id="L-1", framework="nemo", nodes=1, script="s.py")
+    status = f"Task 0: x\n- Job id: {job_id}\n- Local Directory: {local_dir}\n"
+    return NEMO.tracking(spec, status).model_copy(update=changes)
 
 
-def test_collect_job_finds_newest_restart_log(tmp_path: Path) -> None:
+def test_collect_job_reads_the_newest_restart_log_from_its_offset(tmp_path: Path) -> None:
     (tmp_path / "log-u-u.x_7_0.out").write_text("first run\n")
-    (tmp_path / "log-u-u.x_7_1.out").write_text("second run\n")
+    (tmp_path / "log-u-u.x_7_1.out").write_text("second run\nmore\n")
     (tmp_path / "sbatch_u-u.x_7.out").write_text("srun: error\n")
-    job = {"job_id": "7", "framework": "nemo", "local_dir": str(tmp_path), "log_offset": 5}
-    out = collect_remote.collect_job(job, 4096, 10)
+    job = nemo_job(tmp_path, log_path=str(tmp_path / "log-u-u.x_7_0.out"), log_offset=5)
+    out = collect_remote.collect_job(job.payload(), 4096, 10)
     assert out["restart"] == 1
-    assert out["log"]["text"] == "second run\n"  # a new file: the stored offset does not apply
-    assert out["sbatch_log"]["text"] == "srun: error\n"
+    assert out["log"]["text"] == "second run\nmore\n"  # a new file: the old offset does not apply
+    assert "sbatch_log" not in out  # read only as evidence when the job fails
+    job = job.model_copy(update={"log_path": out["log"]["path"], "log_offset": 11})
+    assert collect_remote.collect_job(job.payload(), 4096, 10)["log"]["text"] == "more\n"
 
 
 def test_parse_collect_output_uses_recorded_slurm_text() -> None:
@@ -70,9 +70,11 @@ def test_parse_collect_output_uses_recorded_slurm_text() -> None:
     assert result.jobs["27"].state == "PENDING" and result.jobs["27"].restarts == 1
     assert result.jobs["7"].state == "COMPLETED" and result.jobs["7"].new_checkpoints[0].step == 3
     assert result.jobs["999"].state is None
-    job = TrackedJob(job_id="27", framework="nemo", local_dir="/d")
+    job = nemo_job(Path("/d"), "27")
     moved = result.jobs["27"].advance(job)
     assert (moved.log_path, moved.log_offset) == ("/x", 2)
+    assert result.jobs["27"].advance(job, consumed=1).log_offset == 1  # a cut line: read again
+    assert result.jobs["999"].advance(job) == job  # nothing read: nothing moves
 
 
 @pytest.mark.devcluster
@@ -82,15 +84,18 @@ async def test_fifty_jobs_one_round_trip_one_squeue_one_sacct(
     listed = await pool.run(dev_profile.login, "sacct -X -n -P -o JobID -S now-7days", timeout_s=30)
     known = [j for j in listed.stdout.split() if j.isdigit()][-40:]
     ids = known + [str(900000 + i) for i in range(50 - len(known))]
+    rl_spec = LaunchSpec(
+        profile=dev_profile,
+        launch_id="L-1",
+        framework="nemo-rl",
+        nodes=1,
+        script="algorithms/sft.sh",
+    )
+    nemo_spec = LaunchSpec(
+        profile=dev_profile, launch_id="L-1", framework="nemo", nodes=1, script="sft/x.py"
+    )
     jobs = [
-        TrackedJob(
-            job_id=j,
-            framework="nemo-rl" if i % 2 else "nemo",
-            job_dir=f"~/vertex-oss-training/nemo_rl/{j}",
-            local_dir="~/vertex-oss-training/nemo/experiments",
-            checkpoint_dir=f"~/vertex-oss-training/nemo_rl/{j}/checkpoints",
-        )
-        for i, j in enumerate(ids)
+        NEMO_RL.found(rl_spec, j) if i % 2 else NEMO.found(nemo_spec, j) for i, j in enumerate(ids)
     ]
     await collect(pool, dev_profile.login, jobs[:1])  # connect first
     before = pool.stats.round_trips

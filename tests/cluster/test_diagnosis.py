@@ -3,6 +3,9 @@ ones, see data/failures/README.md), and the retry decisions that follow."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,27 +22,122 @@ from cluster.diagnosis import (
     diagnose,
     retry_decision,
 )
-from cluster.slurm import STATES, merge_acct, parse_sacct
+from cluster.evidence import Evidence, EvidenceFile, gather
+from cluster.frameworks import Tracking
+from cluster.frameworks.nemo import NEMO
+from cluster.frameworks.nemo_rl import NEMO_RL
+from cluster.launch import LaunchSpec
+from cluster.profiles import ClusterProfile
+from cluster.recipes import DEFAULT_CATALOG
+from cluster.slurm import STATES, AcctRecord, merge_acct, parse_sacct
+from cluster.ssh import SSHPool
 
 DATA = Path(__file__).parent / "data" / "failures"
+# The dev cluster's login node is this machine: a job's files laid out here are read there.
+JOBS = Path("/tmp/trainbot-evidence")
+FAKE_JOB_ID = "91000001"  # far above any id the dev cluster hands out: sacct knows nothing of it
+
+
+def record_of(case: str) -> AcctRecord | None:
+    path = DATA / f"{case}.sacct"
+    if not case or not path.exists():
+        return None
+    (acct,) = merge_acct(parse_sacct(path.read_text())).values()
+    return acct
+
+
+def with_state(
+    record: AcctRecord | None, raw: str | None, node_list: str = ""
+) -> AcctRecord | None:
+    """``record`` (or a new one) whose newest incarnation ended ``raw``."""
+    if raw is None:
+        return record
+    (row,) = parse_sacct(f"{FAKE_JOB_ID}|x|{raw}|0:9||None|00:00:01|{node_list}\n")
+    return AcctRecord(latest=row, earlier=record.earlier if record else ())
+
+
+def lay_out(
+    root: Path, case: str = "", *, log: str | None = None, out: str = "", err: str = ""
+) -> Tracking:
+    """Write ``case``'s files (or ``log``) where its framework's job leaves them; the record
+    the framework object makes for such a job."""
+    root.mkdir(parents=True)
+    root.chmod(0o755)
+    texts = {ext: (DATA / f"{case}{ext}").read_text() for ext in (".log", ".out", ".stderr")
+             if case and (DATA / f"{case}{ext}").exists()}  # fmt: skip
+    if log is not None:
+        texts[".log"] = log
+    if out:
+        texts[".out"] = out
+    if err:
+        texts[".stderr"] = err
+    job = FAKE_JOB_ID
+    profile = ClusterProfile(
+        name="dev", type="hcc-a4", login={"host": "127.0.0.1", "port": 2222, "user": "trainer"},
+        partition="a4", max_nodes=4, recipes_dir=str(root),
+    )  # fmt: skip
+    if case.startswith("rl_"):
+        recipe = DEFAULT_CATALOG.find("dpo", "llama3p1_8b", "nemo-rl")
+        assert recipe is not None
+        spec = LaunchSpec.from_recipe(profile, recipe, launch_id="L-1", nodes=1)
+        files = {".log": f"nemo_rl/{job}/nemo_rl_output.log", ".out": f"nemo_rl/slurm-{job}.out",
+                 ".stderr": f"nemo_rl/{job}/driver.err"}  # fmt: skip
+        tracking = NEMO_RL.found(spec, job)
+    else:
+        recipe = DEFAULT_CATALOG.find("sft", "llama3p1_8b", "nemo")
+        assert recipe is not None
+        spec = LaunchSpec.from_recipe(profile, recipe, launch_id="L-1", nodes=1)
+        task = f"nemo/experiments/x/x_1/{spec.job_name}"
+        files = {".log": f"{task}/log-trainer-trainer.x_{job}_0.out",
+                 ".out": f"{task}/sbatch_trainer-trainer.x_{job}.out",
+                 ".stderr": f"{task}/rank1.err"}  # fmt: skip
+        status = f"Task 0: x\n- Job id: {job}\n- Local Directory: {root / task}\n"
+        tracking = NEMO.tracking(spec, status)
+    for ext, text in texts.items():
+        path = root / files[ext]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return tracking
+
+
+@pytest.fixture
+def jobs() -> Iterator[Path]:
+    root = JOBS / uuid.uuid4().hex
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+Read = Callable[..., Awaitable[Diagnosis | None]]
+
+
+@pytest.fixture
+def read(pool: SSHPool, dev_profile: ClusterProfile, jobs: Path) -> Read:
+    """Lay a job out, gather its evidence on the login node as the poller does, diagnose it."""
+
+    async def run(
+        case: str = "",
+        *,
+        state: str | None = None,
+        node_list: str = "",
+        log: str | None = None,
+        out: str = "",
+        err: str = "",
+    ) -> Diagnosis | None:
+        tracking = lay_out(jobs / uuid.uuid4().hex, case, log=log, out=out, err=err)
+        record = with_state(record_of(case), state, node_list)
+        evidence = await gather(pool, dev_profile.login, tracking, record=record, cluster="dev")
+        assert evidence.record is record  # sacct knows nothing of the fake job id
+        return diagnose(evidence)
+
+    return run
 
 
 def text(case: str) -> str:
-    """A case's log followed by Slurm's output, as a watcher reading both would see them."""
+    """A case's own texts, for building variations of it."""
     parts = [DATA / f"{case}{ext}" for ext in (".log", ".out", ".stderr")]
     return "\n".join(p.read_text() for p in parts if p.exists())
-
-
-def recorded(case: str) -> Diagnosis | None:
-    record = merge_acct(parse_sacct((DATA / f"{case}.sacct").read_text()))
-    (acct,) = record.values()
-    return diagnose(
-        text(case),
-        slurm_state=acct.latest.raw_state,
-        exit_code=acct.latest.exit_code,
-        node_list=acct.earlier[-1].nodelist if acct.earlier else acct.latest.nodelist,
-        earlier_states=[row.raw_state for row in acct.earlier],
-    )
 
 
 @pytest.mark.parametrize(
@@ -55,8 +153,10 @@ def recorded(case: str) -> Diagnosis | None:
         ("nemo_nccl", "nccl_timeout", "ProcessGroupNCCL.cpp:616", 0),
     ],
 )
-def test_recorded_failures(case: str, key: str, evidence: str, rank: int | None) -> None:
-    found = recorded(case)
+async def test_recorded_failures(
+    read: Read, case: str, key: str, evidence: str, rank: int | None
+) -> None:
+    found = await read(case)
     assert found is not None and found.key == key
     assert any(evidence in line for line in found.evidence), found.evidence
     assert 1 <= len(found.evidence) <= MAX_EVIDENCE
@@ -66,31 +166,31 @@ def test_recorded_failures(case: str, key: str, evidence: str, rank: int | None)
     assert found.failed_node is None and not found.requeued_by_slurm
 
 
-def test_srun_exit_lines_are_symptoms_not_causes() -> None:
-    found = recorded("nemo_oom_2node")
+async def test_srun_exit_lines_are_symptoms_not_causes(read: Read) -> None:
+    found = await read("nemo_oom_2node")
     assert found is not None and found.first_exit_node == "dev0"
     assert found.cause == "the GPU ran out of memory (rank 0)"
     symptom_only = "\n".join(ln for ln in text("nemo_oom_2node").splitlines() if "srun" in ln)
-    unknown = diagnose(symptom_only, slurm_state="FAILED", exit_code="15:0")
+    unknown = await read(log=symptom_only, state="FAILED")
     assert unknown is not None and unknown.key == "unknown"
     assert unknown.reaction is Reaction.TELL_USER
     assert not any("Exited with exit code" in line for line in unknown.evidence)
 
 
-def test_completed_job_is_fine() -> None:
-    assert recorded("nemo_completed") is None
-    assert diagnose(text("rl_oom"), slurm_state="COMPLETED") is None
+async def test_completed_job_is_fine(read: Read) -> None:
+    assert await read("nemo_completed") is None
+    assert await read("rl_oom", state="COMPLETED") is None
 
 
-def test_one_rank_oom_beats_the_other_ranks_nccl_errors() -> None:
+async def test_one_rank_oom_beats_the_other_ranks_nccl_errors(read: Read) -> None:
     both = text("nemo_nccl") + "\n" + text("nemo_oom_2node")
-    found = diagnose(both, slurm_state="FAILED")
+    found = await read(log=both, state="FAILED")
     assert found is not None and found.key == "gpu_oom"
 
 
-def test_node_failure_requeued_by_slurm() -> None:
+async def test_node_failure_requeued_by_slurm(read: Read) -> None:
     """Recorded: the second node was killed; Slurm recorded NODE_FAIL and requeued."""
-    found = recorded("node_failure")
+    found = await read("node_failure")
     assert found is not None and found.key == "node_failure"
     assert found.requeued_by_slurm and found.slurm_state == "PENDING"
     assert found.failed_node == "dev1"  # from "srun: error: Node failure on dev1"
@@ -101,8 +201,8 @@ def test_node_failure_requeued_by_slurm() -> None:
     assert not decision.retry and decision.page
 
 
-def test_node_failure_without_requeue_retries_without_the_node() -> None:
-    found = diagnose(text("node_failure"), slurm_state="NODE_FAIL", node_list="dev[0-1]")
+async def test_node_failure_without_requeue_retries_without_the_node(read: Read) -> None:
+    found = await read("node_failure", state="NODE_FAIL", node_list="dev[0-1]")
     assert found is not None and found.failed_node == "dev1" and not found.requeued_by_slurm
     decision = retry_decision(
         found, attempt=1, max_attempts=3, previous_keys=(), newer_checkpoint=True
@@ -128,10 +228,10 @@ def test_node_failure_without_requeue_retries_without_the_node() -> None:
         ("hand_host_oom", "FAILED", "host_oom", None, None),
     ],
 )
-def test_hand_written_signatures(
-    case: str, state: str | None, key: str, failed_node: str | None, rank: int | None
+async def test_hand_written_signatures(
+    read: Read, case: str, state: str | None, key: str, failed_node: str | None, rank: int | None
 ) -> None:
-    found = diagnose(text(case), slurm_state=state)
+    found = await read(case, state=state, node_list="a4-[0-3]" if state else "")
     assert found is not None and (found.key, found.failed_node, found.rank) == (
         key,
         failed_node,
@@ -140,9 +240,9 @@ def test_hand_written_signatures(
     assert found.evidence
 
 
-def test_invalid_partition_recorded_by_the_launch_tests() -> None:
+async def test_invalid_partition_recorded_by_the_launch_tests(read: Read) -> None:
     stderr = (DATA.parent / "sbatch_invalid_partition.stderr").read_text()
-    found = diagnose(stderr, slurm_state=None)
+    found = await read(err=stderr)
     assert found is not None and found.key == "invalid_partition"
     assert found.evidence == (
         "sbatch: error: invalid partition specified: general",
@@ -163,36 +263,81 @@ def test_invalid_partition_recorded_by_the_launch_tests() -> None:
         ("FAILED", "a4-0", "unknown", None),
     ],
 )
-def test_bare_slurm_states(state: str, node_list: str, key: str, failed_node: str | None) -> None:
-    found = diagnose("", slurm_state=state, exit_code="0:9", node_list=node_list)
+async def test_bare_slurm_states(
+    read: Read, state: str, node_list: str, key: str, failed_node: str | None
+) -> None:
+    found = await read(state=state, node_list=node_list)
     assert found is not None and (found.key, found.failed_node) == (key, failed_node)
     assert found.evidence == (f"Slurm state {state}, exit code 0:9, nodes {node_list}",)
 
 
-def test_a_log_line_beats_a_bare_state() -> None:
-    found = diagnose(text("rl_oom"), slurm_state="FAILED")
+async def test_a_log_line_beats_a_bare_state(read: Read) -> None:
+    found = await read("rl_oom", state="FAILED")
     assert found is not None and found.key == "gpu_oom"
 
 
 @pytest.mark.parametrize("state", [None, "RUNNING", "PENDING"])
-def test_nothing_wrong_yet(state: str | None) -> None:
-    assert diagnose(text("nemo_completed"), slurm_state=state) is None
+async def test_nothing_wrong_yet(read: Read, state: str | None) -> None:
+    assert await read(log=text("nemo_completed"), state=state) is None
 
 
-def test_unknown_failure_shows_the_last_error_lines() -> None:
+async def test_unknown_failure_shows_the_last_error_lines_and_what_was_read(read: Read) -> None:
     log = "step 1\nstep 2\nValueError: bad thing\n+ exit 1\n"
     log += "srun: error: dev0: task 0: Exited with exit code 1\n"
-    found = diagnose(log, slurm_state="FAILED", exit_code="1:0")
+    found = await read(log=log, state="FAILED")
     assert found is not None and found.key == "unknown"
-    assert found.evidence == ("ValueError: bad thing",)
+    assert found.evidence == ("ValueError: bad thing", "Slurm state FAILED, exit code 0:9")
     assert found.first_exit_node == "dev0"
+    assert found.read.startswith(f"log-trainer-trainer.x_{FAKE_JOB_ID}_0.out in /tmp/")
+    assert found.read.endswith("; Slurm's record of the job")
 
 
-def test_evidence_is_cut_and_bounded() -> None:
+@pytest.mark.parametrize(
+    ("where", "case", "key"),
+    [
+        ("sbatch log", "nemo_tokenizer_race", "tokenizer_race"),
+        ("stderr file", "nemo_tokenizer_race", "tokenizer_race"),
+        ("sbatch log", "rl_gated", "gated_repo"),
+        ("stderr file", "rl_oom", "gpu_oom"),
+    ],
+)
+async def test_a_cause_found_in_any_file_the_job_left(
+    read: Read, where: str, case: str, key: str
+) -> None:
+    """The main log lost the text (streams overwrote each other): the other files have it."""
+    cause = text(case)
+    found = await read(
+        "rl_x" if case.startswith("rl_") else "nemo_x",
+        state="FAILED",
+        log="step 1\nstep 2\n",
+        out=cause if where == "sbatch log" else "",
+        err=cause if where == "stderr file" else "",
+    )
+    assert found is not None and found.key == key, found
+
+
+async def test_a_node_named_outside_the_job_changes_nothing(read: Read) -> None:
+    """Text can name any node; only one of the job's own nodes is ever excluded or blamed."""
+    log = "srun: error: Node failure on login0\nDUE TO NODE FAILURE\n"
+    found = await read(log=log, state="NODE_FAIL", node_list="dev[0-1]")
+    assert found is not None and found.key == "node_failure" and found.failed_node is None
+    decision = retry_decision(
+        found, attempt=1, max_attempts=3, previous_keys=(), newer_checkpoint=True
+    )
+    assert decision.exclude_node is None
+    bad = await read(log="srun: error: Node failure on -dev1\n", state="FAILED",
+                     node_list="dev[0-1]")  # fmt: skip
+    assert bad is not None and bad.key == "node_failure" and bad.failed_node is None
+    inside = await read(log="srun: error: Node failure on dev1\n", state="NODE_FAIL",
+                        node_list="dev[0-1]")  # fmt: skip
+    assert inside is not None and inside.failed_node == "dev1"
+
+
+async def test_evidence_is_cut_and_bounded(read: Read) -> None:
     log = "\n".join(
         f"[rank{i}]: torch.OutOfMemoryError: CUDA out of memory. {'x' * 900}" for i in range(9)
     )
-    found = diagnose(log, slurm_state="FAILED")
+    found = await read(log=log, state="FAILED")
     assert found is not None and len(found.evidence) == MAX_EVIDENCE
     assert all(len(line) == MAX_LINE_CHARS and line.endswith("…") for line in found.evidence)
 
@@ -219,7 +364,16 @@ def test_catalog_is_data() -> None:
 def test_diagnose_never_raises(
     log: str, state: str | None, earlier: list[str], node_list: str
 ) -> None:
-    found = diagnose(log, slurm_state=state, node_list=node_list, earlier_states=earlier)
+    """Any evidence at all (built directly: a property of diagnose, not of gathering)."""
+    rows = [f"1|x|{s}|0:0||None|00:00:01|{node_list}" for s in [*earlier, state or "FAILED"]]
+    record = merge_acct(parse_sacct("\n".join(r.replace("\n", " ") for r in rows))).get("1")
+    evidence = Evidence(
+        job_id="1",
+        files=(EvidenceFile("/x/log", log, len(log)),),
+        record=record if state is not None else None,
+        state=state or "",
+    )
+    found = diagnose(evidence)
     if found is not None:
         assert len(found.evidence) <= MAX_EVIDENCE
         decision = retry_decision(
@@ -310,3 +464,15 @@ def test_retries_are_bounded(key: str, page: bool) -> None:
     )
     assert not decision.retry and decision.page is page
     assert decision.reason.startswith("Not retrying: that was attempt 2 of 2.")
+
+
+async def test_unknown_cause_says_when_srun_cut_the_output_short(read: Read) -> None:
+    """srun stops reading a step's output once it has killed its tasks: say so."""
+    out = (
+        "srun: error: dev0: task 0: Exited with exit code 1\n"
+        f"srun: Force Terminated StepId={FAKE_JOB_ID}.1\n"
+    )
+    found = await read("nemo_x", state="FAILED", log="GPU available: True\n", out=out)
+    assert found is not None and found.key == "unknown" and found.output_cut
+    plain = await read("nemo_x", state="FAILED", log="GPU available: True\n")
+    assert plain is not None and plain.key == "unknown" and not plain.output_cut

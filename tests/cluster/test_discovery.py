@@ -29,9 +29,9 @@ def test_parse_found_merges_queue_and_accounting() -> None:
     stdout = (
         "27|PENDING|BeginTime|0:00|2|(BeginTime)|1|rec-a-L-rec001|\n"
         f"{SEPARATOR}\n"
-        "27|rec-a-L-rec001|NODE_FAIL|0:0|00:00:22|dev[0-1]\n"
-        "12|x-L-rec001|COMPLETED|0:0|00:00:04|dev0\n"
-        "13|x-L-rec0011|COMPLETED|0:0|00:00:04|dev0\n"
+        "27|rec-a-L-rec001|NODE_FAIL|0:0|0:0|None|00:00:22|dev[0-1]\n"
+        "12|x-L-rec001|COMPLETED|0:0|0:0|None|00:00:04|dev0\n"
+        "13|x-L-rec0011|COMPLETED|0:0|0:0|None|00:00:04|dev0\n"
     )
     found = parse_found(stdout, "L-rec001")
     assert [(f.job_id, f.state, f.active) for f in found] == [
@@ -43,9 +43,9 @@ def test_parse_found_merges_queue_and_accounting() -> None:
 @pytest.mark.devcluster
 async def test_discover_recipes(pool: SSHPool, dev_profile: ClusterProfile) -> None:
     listing = await discover_recipes(pool, dev_profile)
-    assert "sft/llama3p1_8b_sft.py" in listing.nemo_scripts
-    assert "pretrain/llama3p1_2b_pt.py" in listing.nemo_scripts
-    assert set(listing.nemo_rl_job_scripts) >= {
+    assert "sft/llama3p1_8b_sft.py" in listing.scripts["nemo"]
+    assert "pretrain/llama3p1_2b_pt.py" in listing.scripts["nemo"]
+    assert set(listing.scripts["nemo-rl"]) >= {
         "algorithms/dpo.sh", "algorithms/grpo.sh", "algorithms/sft.sh", "algorithms/rm.sh"
     }  # fmt: skip
     assert "nemo/nemo-20250721.sqsh" in listing.images and listing.recipes_dir_exists

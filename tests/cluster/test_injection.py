@@ -14,10 +14,10 @@ import asyncio
 import pytest
 from pydantic import SecretStr
 
-from cluster import nemo, nemo_rl
+from cluster.frameworks import nemo, nemo_rl
 from cluster.launch import LaunchSpec, plan_launch, render_script, submit
 from cluster.profiles import ClusterProfile
-from cluster.remote import export_lines
+from cluster.remote import RPath, export_lines
 from cluster.slurm import parse_sbatch_parsable
 from cluster.ssh import SSHPool
 from tests.conftest import LoginShell
@@ -84,7 +84,12 @@ async def test_hostile_values_through_nemo_builders(
             cache_dir=f"~/{value}", data_dir=value, time_limit=value, account=value,
         )  # fmt: skip
         exports = export_lines({"X_ENV": value}, {"HF_TOKEN": SecretStr(value)}, {}, redact=False)
-        script = render_script(NEMO_DIR, exports, argv, nemorun_home=f"~/{value}")
+        script = render_script(
+            NEMO_DIR,
+            exports,
+            argv,
+            env={"NEMORUN_HOME": RPath(f"~/{value}"), "CONTAINER": RPath(value)},
+        )
         result = await pool.run(dev_profile.login, "bash -l -s", input=script, timeout_s=30,
                                 check=False)  # fmt: skip
         assert result.returncode != 0  # run.py refuses the missing script or image
@@ -94,7 +99,7 @@ async def test_hostile_values_through_nemo_builders(
             image=f"{NEMO_DIR}/nemo-20250721.sqsh", script="sft/llama3p1_8b_sft.py", nodes=1,
             experiment_name=f"inj-{unique}", time_limit=value, account=value,
         )  # fmt: skip
-        script = render_script(NEMO_DIR, exports, argv, nemorun_home=NEMO_DIR)
+        script = render_script(NEMO_DIR, exports, argv, env={"NEMORUN_HOME": RPath(NEMO_DIR)})
         result = await pool.run(dev_profile.login, "bash -l -s", input=script, timeout_s=60,
                                 check=False)  # fmt: skip
         assert "Job id:" not in result.stdout

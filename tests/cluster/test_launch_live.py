@@ -8,8 +8,10 @@ import hashlib
 import pytest
 from pydantic import SecretStr
 
-from cluster.collector import JobSnapshot, TrackedJob, collect
+from cluster.collector import JobSnapshot, collect
 from cluster.errors import SlurmCommandFailed
+from cluster.evidence import gather
+from cluster.frameworks import Tracking
 from cluster.jobs import cancel, find_jobs_for_launch, tail_log
 from cluster.launch import LaunchSpec, plan_launch, submit
 from cluster.preflight import dry_run, preflight
@@ -29,14 +31,17 @@ FAST = {
 
 
 async def follow(
-    pool: SSHPool, profile: ClusterProfile, job: TrackedJob, timeout_s: float = 90
+    pool: SSHPool, profile: ClusterProfile, job: Tracking, timeout_s: float = 90
 ) -> tuple[str, str, list[str], JobSnapshot]:
     """Poll until the job ends; returns (state, all log text, checkpoint names, last snapshot)."""
     text, ckpts = "", []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:
-        result = await collect(pool, profile.login, [job], cluster=profile.name)
+        known = {job.job_id: ckpts}
+        result = await collect(
+            pool, profile.login, [job], known_checkpoints=known, cluster=profile.name
+        )
         assert result.round_trips == 1 and len(result.slurm_calls) <= 2
         snap = result.jobs[job.job_id]
         text += snap.log.text
@@ -58,14 +63,21 @@ async def test_nemo_launch_to_completed(
     assert (await preflight(pool, spec)).ok
     sub = await submit(pool, plan_launch(spec))
     jobs_to_cancel.append(sub.job_id)
-    assert sub.local_dir and sub.checkpoint_dir.endswith(f"nemo-live-{launch_id}/checkpoints")
-    state, text, ckpts, snap = await follow(pool, dev_profile, sub.tracked())
+    tracking = sub.tracking
+    assert tracking.log_dir and tracking.checkpoint_dir.endswith(
+        f"nemo-live-{launch_id}/checkpoints"
+    )
+    state, text, ckpts, snap = await follow(pool, dev_profile, sub.tracking)
     assert state == "COMPLETED"
     assert "global_step: 5 | reduced_train_loss" in text
     assert "`Trainer.fit` stopped: `max_steps=6` reached." in text
     assert [c.split("-step=")[1].split("-")[0] for c in sorted(ckpts)] == ["1", "3", "5"]
     assert snap.log.path.endswith(f"_{sub.job_id}_0.out")
-    assert snap.sbatch_log.path.endswith(f"_{sub.job_id}.out")
+    evidence = await gather(pool, dev_profile.login, tracking, cluster="a4")
+    names = [path.rsplit("/", 1)[1] for path in evidence.read]
+    assert names[0] == snap.log.path.rsplit("/", 1)[1]  # the main log first
+    assert any(n.startswith("sbatch_") and n.endswith(f"_{sub.job_id}.out") for n in names)
+    assert evidence.record is not None and evidence.state == "COMPLETED"
     found = await find_jobs_for_launch(pool, dev_profile, launch_id)
     assert [(f.job_id, f.state) for f in found] == [(sub.job_id, "COMPLETED")]
     assert f"trainer-trainer.nemo-live-{launch_id}" == found[0].name
@@ -90,7 +102,7 @@ async def test_nemo_rl_launch_to_completed_with_secret_kept_out_of_ps(
         login.run(watch, timeout_s=30), submit(pool, plan_launch(spec))
     )
     jobs_to_cancel.append(sub.job_id)
-    job = sub.tracked()
+    job = sub.tracking
     ps_outputs = [ps_during_submit.stdout]
     for _ in range(6):
         ps_outputs.append((await login.run("ps -eo args")).stdout)
@@ -116,7 +128,7 @@ async def test_interactive_attach_appears_then_cancel(
     )  # fmt: skip
     sub = await submit(pool, plan_launch(spec))
     jobs_to_cancel.append(sub.job_id)
-    job = sub.tracked()
+    job = sub.tracking
     for _ in range(60):
         snap = (await collect(pool, dev_profile.login, [job])).jobs[sub.job_id]
         if snap.attach_ready:

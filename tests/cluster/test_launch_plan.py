@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cluster import nemo, nemo_rl
 from cluster.launch import LaunchSpec, plan_launch, resolve_secrets
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
@@ -129,47 +128,6 @@ def test_image_name_or_path(profile: ClusterProfile) -> None:
     assert spec.image_path == "~/vertex-oss-training/nemo/nemo-20250721.sqsh"
     spec = LaunchSpec(**base, script="sft/a.py", image="~/img/x.sqsh")  # type: ignore[arg-type]
     assert spec.image_path == "~/img/x.sqsh"
-
-
-@pytest.mark.parametrize("name", ["nemo_run_stdout.txt", "nemo_run_stdout_pending.txt"])
-def test_parse_status_block_recorded(name: str) -> None:
-    status = nemo.parse_status_block((DATA / name).read_text())
-    assert status.job_id in ("6", "7")
-    assert status.local_dir.startswith("/home/trainer/vertex-oss-training/nemo/experiments/")
-    assert status.local_dir.endswith("/" + status.task)
-    assert status.experiment_id.startswith(status.task + "_")
-
-
-def test_parse_status_block_with_ansi_and_without_job() -> None:
-    text = "\x1b[1mExperiment Status for x_1\x1b[0m\n\nTask 0: x\n- Status: RUNNING\n- Job id: 75\n"
-    assert nemo.parse_status_block(text).job_id == "75"
-    with pytest.raises(ValueError, match="no Slurm job id"):
-        nemo.parse_status_block("run.py: error: recipe script not found")
-
-
-@pytest.mark.parametrize(
-    ("names", "expected"),
-    [
-        (
-            ["log-u-u.x_7_0.out", "sbatch_u-u.x_7.out", "code"],
-            ("log-u-u.x_7_0.out", "sbatch_u-u.x_7.out", 0),
-        ),
-        (
-            ["log-u-u.x_7_0.out", "log-u-u.x_7_2.out", "log-u-u.x_7_1.out", "sbatch_u-u.x_7.out"],
-            ("log-u-u.x_7_2.out", "sbatch_u-u.x_7.out", 2),
-        ),
-        (["7.log"], ("7.log", "", 0)),
-        (["log-u-u.x_17_0.out", "77.log"], ("", "", 0)),
-        ([], ("", "", 0)),
-    ],
-)
-def test_pick_nemo_logs(names: list[str], expected: tuple[str, str, int]) -> None:
-    assert nemo.pick_nemo_logs(names, "7") == expected
-
-
-def test_nemo_rl_paths() -> None:
-    assert nemo_rl.job_dir("~/v/nemo_rl", "26") == "~/v/nemo_rl/26"
-    assert nemo_rl.attach_command("~/v/nemo_rl", "26") == "bash ~/v/nemo_rl/26/attach.sh"
 
 
 def test_secret_values_are_secretstr(profile: ClusterProfile) -> None:

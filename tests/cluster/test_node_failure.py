@@ -38,7 +38,7 @@ async def test_requeue_after_node_failure_is_seen(
     )  # fmt: skip
     sub = await submit(pool, plan_launch(spec))
     jobs_to_cancel.append(sub.job_id)
-    job = sub.tracked()
+    job = sub.tracking
     for _ in range(60):
         snap = (await collect(pool, dev_profile.login, [job])).jobs[sub.job_id]
         if snap.state == "RUNNING" and snap.queue is not None:

@@ -18,6 +18,9 @@ import pytest
 
 from cluster.diagnosis import diagnose
 from cluster.errors import ClusterError
+from cluster.evidence import gather
+from cluster.frameworks.nemo import NEMO
+from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile, TokenizerSeed
 from cluster.ssh import SSHPool
 from cluster.tokenizer import (
@@ -217,7 +220,11 @@ async def test_seeded_cache_ends_the_race_on_the_dev_cluster(
             f"'{tmp}/cold/torch/megatron/{VOCAB_NAME}'"
         )
         assert race in log.splitlines()
-        found = diagnose(log, slurm_state="FAILED")
+        spec = LaunchSpec(
+            profile=login.profile, launch_id="L-1", framework="nemo", nodes=1, script="sft/x.py"
+        )
+        status = f"- Job id: {cold['job']}\n- Local Directory: {cold['dir']}\n"
+        found = diagnose(await gather(login.pool, login.profile.login, NEMO.tracking(spec, status)))
         assert found is not None and found.key == "tokenizer_race"
         warm_log = (await login.run(f"cat {warm['dir']}/log-*_{warm['job']}_0.out")).stdout
         assert "`Trainer.fit` stopped: `max_steps=2` reached." in warm_log

@@ -20,6 +20,8 @@ Each file holds KEY=VALUE lines. Keys:
   tokenizer_race  cold (default: fail once on a cold cache, filling it) |
                   until_seeded (fail until someone else seeds the cache) | off
   attach_delay_s  NeMo-RL interactive: seconds before attach.sh appears (default 10)
+  teardown_s      seconds a failing rank 0 takes to exit after its last output (default 1;
+                  0 exits at once, which lets srun drop the traceback: see the README)
 """
 
 from __future__ import annotations
@@ -105,7 +107,15 @@ def rank_file() -> Path:
 
 
 def finish(rc: int) -> None:
-    """Rank 0 ends the run; the other ranks (see follow_rank0) end with it."""
+    """Rank 0 ends the run; the other ranks (see follow_rank0) end with it.
+
+    A real rank that fails tears down CUDA, NCCL and the interpreter before it
+    exits, so its last output reaches srun well before its exit does. A stand-in
+    that exited within a millisecond of printing would race srun, which stops
+    reading the job's output as soon as it kills the other ranks.
+    """
+    if rc != 0:
+        time.sleep(float_knob(knobs(), "teardown_s", 1.0))
     RANK_DIR.mkdir(parents=True, exist_ok=True)
     os.chmod(RANK_DIR, 0o1777)
     rank_file().write_text(str(rc))

@@ -6,6 +6,9 @@
 # Launch a NeMo-RL job on Slurm (dev cluster edition). From this directory:
 #   sbatch -N <nodes> launch.sh --cluster_type hcc-a3m --job_script algorithms/dpo.sh [overrides...]
 #   sbatch -N <nodes> launch.sh --cluster_type hcc-a3m --interactive
+# The container image is $CONTAINER (as NeMo-RL's own Slurm launcher takes it;
+# sbatch exports the submitting shell's environment), by default the release image
+# next to this script.
 # The job works in <submit dir>/<job id>/: checkpoints/, ray-logs/,
 # nemo_rl_output.log and, for --interactive jobs, attach.sh (written once the
 # allocation is ready; "bash <job id>/attach.sh" attaches, and can be re-run).
@@ -49,6 +52,11 @@ if [ -n "$JOB_SCRIPT" ] && [ ! -f "$RL_DIR/$JOB_SCRIPT" ]; then
     echo "launch.sh: job script not found: $RL_DIR/$JOB_SCRIPT" >&2
     exit 2
 fi
+CONTAINER=${CONTAINER:-$RL_DIR/nemo_rl-h20250923.sqsh}
+if [ ! -f "$CONTAINER" ]; then
+    echo "launch.sh: container image not found: $CONTAINER" >&2
+    exit 2
+fi
 JOB_DIR=$RL_DIR/$SLURM_JOB_ID
 mkdir -p "$JOB_DIR/checkpoints" "$JOB_DIR/ray-logs"
 export CLUSTER_TYPE NEMO_RL_JOB_DIR=$JOB_DIR
@@ -58,7 +66,7 @@ source "$RL_DIR/configs/auth.sh"
 source "$RL_DIR/bash_utils.sh"
 
 HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-echo "[$(date '+%F %T')] ray head started on $HEAD_NODE ($SLURM_JOB_NUM_NODES nodes, $CLUSTER_TYPE)" \
+echo "[$(date '+%F %T')] ray head started on $HEAD_NODE ($SLURM_JOB_NUM_NODES nodes, $CLUSTER_TYPE, container $CONTAINER)" \
     >"$JOB_DIR/ray-logs/ray-head.log"
 
 if [ "$INTERACTIVE" = 1 ]; then

@@ -1,0 +1,151 @@
+"""Everything a failed job left, gathered in one SSH round trip, for the diagnosis.
+
+Not only the main log: a rank's stderr can be missing from it (streams and nodes
+that share one output file can overwrite each other where Slurm truncates
+instead of appending), so the evidence is every file the framework says the job
+writes (main log, sbatch log, per-rank and stderr files) and Slurm's own record
+of the job (State, ExitCode, DerivedExitCode, Reason, and the incarnations before
+a requeue). :func:`gather` is the one way evidence is made, in production and in
+tests; :func:`cluster.diagnosis.diagnose` reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cluster.frameworks import Tracking
+from cluster.remote import run_remote_python
+from cluster.slurm import AcctRecord, build_sacct, expand_hostlist, merge_acct, parse_sacct
+from cluster.ssh import LoginLike, SSHPool
+
+EVIDENCE_TIMEOUT_S = 30.0
+MAX_BYTES_PER_FILE = 32 * 1024
+MAX_TOTAL_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True)
+class EvidenceFile:
+    path: str
+    text: str
+    size: int  # -1: could not be read
+    cut: bool = False  # only the end of the file was read
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one job left. ``state`` is Slurm's final word (from ``record`` when known)."""
+
+    job_id: str
+    files: tuple[EvidenceFile, ...] = ()
+    record: AcctRecord | None = None
+    state: str = ""
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        """The files that were read, by path."""
+        return tuple(f.path for f in self.files if f.size >= 0)
+
+    @property
+    def text(self) -> str:
+        """Every file's text, main log first, each ending in a newline."""
+        return "".join(f.text if f.text.endswith("\n") else f.text + "\n" for f in self.files)
+
+    @property
+    def raw_state(self) -> str:
+        return self.record.latest.raw_state if self.record else self.state
+
+    @property
+    def exit_code(self) -> str:
+        return self.record.latest.exit_code if self.record else ""
+
+    @property
+    def derived_exit_code(self) -> str:
+        return self.record.latest.derived_exit_code if self.record else ""
+
+    @property
+    def reason(self) -> str:
+        return self.record.latest.reason if self.record else ""
+
+    @property
+    def node_list(self) -> str:
+        """The nodes of the incarnation that failed: the newest that ran anywhere."""
+        if self.record is None:
+            return ""
+        rows = (*self.record.earlier, self.record.latest)
+        return next((r.nodelist for r in reversed(rows) if expand_hostlist(r.nodelist)), "")
+
+    @property
+    def earlier_states(self) -> tuple[str, ...]:
+        return tuple(row.state for row in self.record.earlier) if self.record else ()
+
+    def describe_read(self) -> str:
+        """``log-x_5_0.out, sbatch_x_5.out in <dir>; Slurm's record`` for messages."""
+        names: dict[str, list[str]] = {}
+        for path in self.read:
+            names.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
+        parts = [f"{', '.join(files)} in {folder}" for folder, files in names.items()]
+        parts += ["Slurm's record of the job"] if self.record else []
+        return "; ".join(parts) or "nothing (no file of the job was found)"
+
+
+def evidence_payload(tracking: Tracking, *, with_sacct: bool = True) -> dict[str, Any]:
+    """The remote half's input for one job."""
+    payload: dict[str, Any] = {
+        "mode": "evidence",
+        "job": tracking.payload(),
+        "max_bytes_per_file": MAX_BYTES_PER_FILE,
+        "max_total_bytes": MAX_TOTAL_BYTES,
+    }
+    if with_sacct:
+        payload["sacct_argv"] = shlex.split(build_sacct(duplicates=True))
+    return payload
+
+
+def parse_evidence(raw: dict[str, Any], tracking: Tracking, *, state: str = "") -> Evidence:
+    """The remote half's answer as :class:`Evidence` (pure). ``state`` is used when the
+    answer holds no Slurm record (sacct lagging behind squeue)."""
+    files = tuple(
+        EvidenceFile(
+            path=str(f.get("path", "")),
+            text=str(f.get("text", "")),
+            size=int(f.get("size", -1)),
+            cut=bool(f.get("cut", False)),
+        )
+        for f in raw.get("files", [])
+    )
+    sacct = raw.get("sacct") or {}
+    record = merge_acct(parse_sacct(sacct.get("stdout", ""))).get(tracking.job_id)
+    return Evidence(
+        job_id=tracking.job_id,
+        files=files,
+        record=record,
+        state=record.latest.state if record else state,
+    )
+
+
+async def gather(
+    pool: SSHPool,
+    login: LoginLike,
+    tracking: Tracking,
+    *,
+    state: str = "",
+    record: AcctRecord | None = None,
+    cluster: str = "",
+) -> Evidence:
+    """Every file the job left and its Slurm record, in one round trip. ``state`` and
+    ``record`` (what the poll saw) stand in when sacct has no record yet."""
+    raw = await run_remote_python(
+        pool,
+        login,
+        "collect_remote.py",
+        evidence_payload(tracking),
+        timeout_s=EVIDENCE_TIMEOUT_S,
+        cluster=cluster,
+    )
+    evidence = parse_evidence(raw, tracking, state=state)
+    if evidence.record is None and record is not None:
+        evidence = replace(evidence, record=record, state=record.latest.state)
+    return evidence

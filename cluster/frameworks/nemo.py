@@ -1,0 +1,172 @@
+"""NeMo (pretraining, CPT, SFT): ``run.py`` on nemo-run, its status block, its files.
+
+``run.py`` (run in ``<recipes_dir>/nemo`` from a login shell, ``NEMORUN_HOME``
+set) submits through nemo-run and prints a status block with the Slurm job id
+and the task's Local Directory. There nemo-run writes the task's log,
+``log-<jobname>_<jobid>_<restart>.out`` (one per Slurm restart; the guide's
+scheme is ``<jobid>.log``), and sbatch's own output ``sbatch_<jobname>_<jobid>.out``.
+The Slurm job name is ``<account>-<account>.<experiment name>``. Checkpoints go
+to ``<log_dir>/<experiment name>/checkpoints/``, a save in progress marked by a
+sibling ending in ``-unfinished``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cluster.frameworks.base import Framework, Tracking, check_job_id
+from cluster.profiles import join_remote
+from cluster.progress import Point, Progress, parse_nemo
+from cluster.remote import RemoteArg, RPath
+
+if TYPE_CHECKING:
+    from cluster.launch import LaunchSpec
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def nemo_run_argv(
+    *,
+    cluster_type: str,
+    partition: str,
+    work_dir: str,
+    image: str,
+    script: str,
+    nodes: int,
+    experiment_name: str,
+    log_dir: str | None = None,
+    cache_dir: str | None = None,
+    data_dir: str | None = None,
+    time_limit: str | None = None,
+    account: str | None = None,
+    exclude: str | None = None,
+    overrides: tuple[tuple[str, str], ...] = (),
+) -> list[RemoteArg]:
+    """``python3 run.py -e slurm ...``; recipe overrides follow ``--``."""
+    argv: list[RemoteArg] = ["python3", "run.py", "-e", "slurm"]
+    argv += ["--slurm-type", cluster_type, "--partition", partition]
+    argv += ["-d", RPath(work_dir), "-i", RPath(image), "-s", script, "-n", str(nodes)]
+    argv += ["--experiment-name", experiment_name]
+    for flag, path in (
+        ("--log-dir", log_dir),
+        ("--cache-dir", cache_dir),
+        ("--data-dir", data_dir),
+    ):
+        if path:
+            argv += [flag, RPath(path)]
+    if time_limit:
+        argv += ["-t", time_limit]
+    if account:
+        argv += ["--account", account]
+    if exclude:
+        argv += ["--exclude", exclude]
+    if overrides:
+        argv += ["--", *(f"{key}={value}" for key, value in overrides)]
+    return argv
+
+
+@dataclass(frozen=True)
+class NemoStatus:
+    """What nemo-run's "Experiment Status" block says about the first task."""
+
+    experiment_id: str
+    task: str
+    status: str
+    job_id: str
+    local_dir: str
+
+
+def parse_status_block(text: str) -> NemoStatus:
+    """Parse run.py's output; ValueError when no job id is in it."""
+    clean = _ANSI_RE.sub("", text)
+    fields: dict[str, str] = {}
+    for line in clean.splitlines():
+        line = line.strip()
+        if match := re.match(r"Experiment Status for (\S+)", line):
+            fields["experiment_id"] = match.group(1)
+        elif match := re.match(r"Task \d+: (\S+)", line):
+            fields.setdefault("task", match.group(1))
+        elif match := re.match(r"- (Status|Job id|Local Directory): (.+)", line):
+            key = {"Status": "status", "Job id": "job_id", "Local Directory": "local_dir"}
+            fields.setdefault(key[match.group(1)], match.group(2).strip())
+    job_id = fields.get("job_id", "")
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        raise ValueError(f"no Slurm job id in nemo-run's output: {clean.strip()[-300:]!r}")
+    return NemoStatus(
+        experiment_id=fields.get("experiment_id", ""),
+        task=fields.get("task", ""),
+        status=fields.get("status", ""),
+        job_id=job_id,
+        local_dir=fields.get("local_dir", ""),
+    )
+
+
+class NeMo(Framework):
+    name = "nemo"
+    launcher = "run.py"
+    script_label = "recipe"
+    subdir = "nemo"
+    recipe_field = "script"
+    recipe_globs = ("pretrain/*.py", "cpt/*.py", "sft/*.py")
+
+    def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
+        profile = spec.profile
+        return nemo_run_argv(
+            cluster_type=profile.type,
+            partition=spec.slurm_partition,
+            work_dir=spec.work_dir,
+            image=spec.image_path,
+            script=spec.script or "",
+            nodes=spec.nodes,
+            experiment_name=spec.job_name,
+            log_dir=profile.log_dir,
+            cache_dir=profile.cache_dir,
+            data_dir=profile.data_dir,
+            time_limit=spec.slurm_time,
+            account=profile.account,
+            exclude=spec.exclude,
+            overrides=spec.overrides,
+        )
+
+    def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
+        return {"NEMORUN_HOME": RPath(spec.profile.nemorun_home)}
+
+    def tracking(self, spec: LaunchSpec, output: str) -> Tracking:
+        status = parse_status_block(output)
+        return self._tracking(spec, status.job_id, status.local_dir)
+
+    def found(self, spec: LaunchSpec, job_id: str) -> Tracking:
+        # $NEMORUN_HOME/experiments/<title>/<title>_<unix time>/<task>: the time is unknown.
+        name = spec.job_name
+        experiments = join_remote(spec.profile.nemorun_home, "experiments", name)
+        return self._tracking(spec, job_id, join_remote(experiments, "*", name))
+
+    def _tracking(self, spec: LaunchSpec, job_id: str, local_dir: str) -> Tracking:
+        check_job_id(job_id)
+        return Tracking(
+            framework=self.name,
+            job_id=job_id,
+            log_dir=local_dir,
+            log_names=(f"log-*_{job_id}_*.out", f"{job_id}.log"),
+            restart_pattern=rf"_{re.escape(job_id)}_([0-9]+)\.out$",
+            checkpoint_dir=join_remote(spec.profile.log_dir, spec.job_name, "checkpoints"),
+            checkpoint_pattern=r"-step=([0-9]+)(?:-|$)",
+            unfinished_suffix="-unfinished",
+            evidence=("*.out", "*.err", "*.log"),
+        )
+
+    def preflight_writable(self, spec: LaunchSpec) -> dict[str, str]:
+        profile = spec.profile
+        return {
+            **super().preflight_writable(spec),
+            "log_dir": profile.log_dir,
+            "nemorun_home": profile.nemorun_home,
+        }
+
+    def parse_progress(self, text: str, carry: Point | None) -> Progress:
+        return parse_nemo(text)
+
+
+NEMO = NeMo()

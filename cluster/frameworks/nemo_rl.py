@@ -1,0 +1,134 @@
+"""NeMo-RL (SFT, DPO, GRPO, reward models): ``sbatch ... launch.sh`` in ``<recipes_dir>/nemo_rl``.
+
+The job works in ``<nemo_rl dir>/<job id>/`` (``checkpoints/step_N``, written as
+``tmp_step_N`` and renamed when complete, ``ray-logs/``, ``nemo_rl_output.log``,
+and ``attach.sh`` for ``--interactive`` jobs); sbatch's own output is
+``slurm-<job id>.out`` in the submit directory. The container image goes to the
+job as ``CONTAINER`` (NeMo-RL's Slurm launchers read it; sbatch exports the
+submitting shell's environment).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cluster.frameworks.base import Framework, Tracking, check_job_id
+from cluster.profiles import ClusterProfile, join_remote
+from cluster.progress import Point, Progress, parse_nemo_rl
+from cluster.remote import RemoteArg, RPath
+from cluster.slurm import parse_sbatch_parsable
+
+if TYPE_CHECKING:
+    from cluster.launch import LaunchSpec
+
+CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
+
+
+def sbatch_argv(
+    *,
+    nodes: int,
+    partition: str,
+    job_name: str,
+    cluster_type: str,
+    job_script: str | None = None,
+    interactive: bool = False,
+    time_limit: str | None = None,
+    account: str | None = None,
+    exclude: str | None = None,
+    args: tuple[str, ...] = (),
+    overrides: tuple[tuple[str, str], ...] = (),
+) -> list[RemoteArg]:
+    """``sbatch --parsable -N n -p part -J name [-t T] launch.sh --cluster_type ...``."""
+    argv: list[RemoteArg] = ["sbatch", "--parsable", "-N", str(nodes), "-p", partition]
+    argv += ["-J", job_name]
+    if time_limit:
+        argv += ["-t", time_limit]
+    if account:
+        argv += ["--account", account]
+    if exclude:
+        argv += ["--exclude", exclude]
+    argv += ["launch.sh", "--cluster_type", cluster_type]
+    if interactive:
+        argv.append("--interactive")
+    if job_script:
+        argv += ["--job_script", job_script]
+    argv += [*args, *(f"{key}={value}" for key, value in overrides)]
+    return argv
+
+
+class NeMoRL(Framework):
+    name = "nemo-rl"
+    launcher = "launch.sh"
+    script_label = "job script"
+    subdir = "nemo_rl"
+    recipe_field = "job_script"
+    recipe_globs = ("algorithms/*.sh",)
+    interactive = True
+
+    def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
+        profile = spec.profile
+        return sbatch_argv(
+            nodes=spec.nodes,
+            partition=spec.slurm_partition,
+            job_name=spec.job_name,
+            cluster_type=profile.type,
+            job_script=spec.script,
+            interactive=spec.interactive,
+            time_limit=spec.slurm_time,
+            account=profile.account,
+            exclude=spec.exclude,
+            args=spec.args,
+            overrides=spec.overrides,
+        )
+
+    def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
+        return {"CONTAINER": RPath(spec.image_path)}
+
+    def tracking(self, spec: LaunchSpec, output: str) -> Tracking:
+        return self.found(spec, parse_sbatch_parsable(output).job_id)
+
+    def found(self, spec: LaunchSpec, job_id: str) -> Tracking:
+        check_job_id(job_id)
+        job_dir = join_remote(spec.work_dir, job_id)
+        checkpoints = dict(spec.overrides).get(CHECKPOINT_DIR_KEY, "")
+        if checkpoints and not checkpoints.startswith(("/", "~")):
+            checkpoints = join_remote(spec.work_dir, checkpoints)  # the job runs in work_dir
+        return Tracking(
+            framework=self.name,
+            job_id=job_id,
+            interactive=spec.interactive,
+            log_dir=job_dir,
+            log_names=("nemo_rl_output.log",),
+            checkpoint_dir=checkpoints or join_remote(job_dir, "checkpoints"),
+            checkpoint_pattern=r"^step_([0-9]+)$",
+            attach_path=join_remote(job_dir, "attach.sh") if spec.interactive else "",
+            evidence=(
+                "nemo_rl_output.log",
+                f"../slurm-{job_id}.out",
+                "*.out",
+                "*.err",
+                "ray-logs/*.log",
+                "ray-logs/*.err",
+                "ray-logs/*.out",
+            ),
+        )
+
+    def parse_progress(self, text: str, carry: Point | None) -> Progress:
+        return parse_nemo_rl(text, carry)
+
+    def attach_command(self, tracking: Tracking) -> str | None:
+        return f"bash {tracking.attach_path}" if tracking.attach_path else None
+
+    def retry_overrides(
+        self, overrides: tuple[tuple[str, str], ...], previous: Tracking, profile: ClusterProfile
+    ) -> tuple[tuple[str, str], ...]:
+        # NeMo-RL resumes from the highest step_N in its checkpoint dir: point the retry at
+        # the earlier attempt's (relative to the submit directory, where the job runs).
+        base = self.work_dir(profile) + "/"
+        if not previous.checkpoint_dir.startswith(base):
+            return overrides
+        keep = tuple(kv for kv in overrides if kv[0] != CHECKPOINT_DIR_KEY)
+        return (*keep, (CHECKPOINT_DIR_KEY, previous.checkpoint_dir[len(base) :]))
+
+
+NEMO_RL = NeMoRL()
