@@ -38,6 +38,7 @@ from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis, login_run
+from tests.cluster.test_injection import hostile_values
 from tests.slack_standin import (
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -567,6 +568,21 @@ async def test_hostile_or_bad_values_are_refused_before_queueing(
         active = await s.bot.store.active_count("U0ALICE")
     assert says in said and not said.startswith("Queued"), said
     assert active == 0
+
+
+@pytest.mark.parametrize("key", ["name", "partition", "image", "time", "trainer.max_steps"])
+async def test_shell_injection_in_any_value_is_refused_and_runs_nothing(
+    standin: SlackStandin, unique: str, key: str
+) -> None:
+    """The hostile values of the cluster layer's injection test, typed into /train."""
+    marker = f"/tmp/trainbot-pwned-{unique}"
+    async with secure_bot(standin) as s:
+        for value in hostile_values(marker):
+            said = await s.command("/train", f"sft llama3p1_8b cluster=a4 {key}={value}")
+            assert not said.startswith("Queued") and ":warning:" in said, (value, said)
+        active = await s.bot.store.active_count("U0ALICE")
+    assert active == 0
+    assert login_run(f"test -e {marker} && echo found || echo absent").strip() == "absent"
 
 
 # -- secrets never leave the cluster -------------------------------------------
