@@ -20,7 +20,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cluster.collector import TrackedJob, collect  # noqa: E402
+from cluster.collector import collect  # noqa: E402
+from cluster.frameworks import Tracking  # noqa: E402
+from cluster.frameworks.nemo_rl import NEMO_RL  # noqa: E402
+from cluster.launch import LaunchSpec  # noqa: E402
 from cluster.profiles import ClusterProfile  # noqa: E402
 from cluster.slurm import parse_sbatch_parsable  # noqa: E402
 from cluster.ssh import SSHPool  # noqa: E402
@@ -28,16 +31,16 @@ from cluster.ssh import SSHPool  # noqa: E402
 CONFIG = Path(__file__).resolve().parents[1] / ".devcluster" / "trainbot.yaml"
 
 
-def tracked(job_ids: list[str]) -> list[TrackedJob]:
-    return [
-        TrackedJob(
-            job_id=j,
-            framework="nemo-rl",
-            job_dir=f"~/vertex-oss-training/nemo_rl/{j}",
-            checkpoint_dir=f"~/vertex-oss-training/nemo_rl/{j}/checkpoints",
-        )
-        for j in job_ids
-    ]
+def tracked(profile: ClusterProfile, job_ids: list[str]) -> list[Tracking]:
+    """NeMo-RL jobs as the framework object tracks them."""
+    spec = LaunchSpec(
+        profile=profile,
+        launch_id="L-bench",
+        framework="nemo-rl",
+        nodes=1,
+        script="algorithms/sft.sh",
+    )
+    return [NEMO_RL.found(spec, j) for j in job_ids]
 
 
 async def main(polls: int, sizes: list[int]) -> None:
@@ -59,7 +62,7 @@ async def main(polls: int, sizes: list[int]) -> None:
             for size in sizes:
                 ids = [running.job_id, *recent[-(size - 1) :]] if size > 1 else [running.job_id]
                 ids += [str(990000 + i) for i in range(size - len(ids))]
-                jobs = tracked(ids)
+                jobs = tracked(profile, ids)
                 times, trips, calls = [], set(), set()
                 for _ in range(polls):
                     before = pool.stats.round_trips

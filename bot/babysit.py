@@ -102,7 +102,8 @@ def on_failure(
         )
     )
     launch.phase = Phase.RETRYING
-    events += [Event("enqueue", launch.id), Event("update", launch.id)]
+    due = {"due": launch.attempts[-1].not_before}
+    events += [Event("enqueue", launch.id, data=due), Event("update", launch.id)]
     return events, True
 
 

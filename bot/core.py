@@ -7,6 +7,7 @@ for a /train. /cancel, /logs, /attach and /clusters make one SSH round trip.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -29,7 +30,7 @@ from bot.slack_text import (
     escape,
 )
 from bot.store import Event, Store
-from cluster.errors import TrainbotError
+from cluster.errors import ClusterError, TrainbotError
 from commands.access import (
     is_custom_image,
     may_act_as_oncall,
@@ -64,6 +65,9 @@ GROUPS_TTL_S = 300.0
 # a removal takes effect within this; subteam_members_changed forgets at once.
 PRIVILEGED_GROUPS_TTL_S = 20.0
 GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
+
+
+CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
 
 
 class Core:
@@ -396,14 +400,16 @@ class Core:
         return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
 
     async def retry(self, launch: Launch, user: User) -> Reply:
-        """Cancel the current attempt (a hang, say) and queue a new one, resuming."""
+        """Cancel the current attempt (a hang, say), confirm it is gone, then queue a new
+        one, resuming. When the old job cannot be cancelled, nothing new is queued."""
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(
                 f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
             )
-        old = launch.job_id
+        old, before = launch.job_id, launch.phase
 
-        def again(stored: Launch) -> list[Event]:
+        def hold(stored: Launch) -> list[Event]:
+            """A new attempt is on its way: stop following the old job (not queued yet)."""
             if stored.job_id != old or stored.phase not in (Phase.SUBMITTED, Phase.RUNNING):
                 return []
             stored.attempts.append(
@@ -415,6 +421,33 @@ class Core:
                 )
             )
             stored.phase = Phase.RETRYING
+            return [Event("update", stored.id)]
+
+        held, _ = await self.store.mutate(launch.id, hold)
+        if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
+            return Reply(f"{launch.id} is not running any more.", error=True)
+        why = await self._cancel_and_confirm(launch, old)
+        if why:
+
+            def revert(stored: Launch) -> list[Event]:
+                if stored.phase != Phase.RETRYING or stored.attempts[-1].job_id:
+                    return []
+                stored.attempts.pop()
+                stored.phase = before
+                text = (
+                    f"⚠️ Retry asked for by <@{user.id}>, but job {old} could not be cancelled "
+                    f"({escape(why)}); it keeps running and no second job was submitted."
+                )
+                return [Event("thread", stored.id, text), Event("update", stored.id)]
+
+            await self.store.mutate(launch.id, revert)
+            return Reply(
+                f"Job {old} could not be cancelled ({escape(why)}); not retried.", error=True
+            )
+
+        def go(stored: Launch) -> list[Event]:
+            if stored.phase != Phase.RETRYING:
+                return []
             text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."
             return [
                 Event("thread", stored.id, text),
@@ -422,7 +455,18 @@ class Core:
                 Event("update", stored.id),
             ]
 
-        # The new attempt first, so the poller never takes the cancelled job for the end.
-        await self.store.mutate(launch.id, again)
-        await self.clusters.cancel(launch.cluster, [old])
+        await self.store.mutate(launch.id, go)
         return Reply(f"Cancelled job {old}; a new attempt of {launch.id} is queued.")
+
+    async def _cancel_and_confirm(self, launch: Launch, job_id: str) -> str:
+        """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
+        try:
+            await self.clusters.cancel(launch.cluster, [job_id])
+            for _ in range(CANCEL_CONFIRM_TRIES):
+                jobs = {j.job_id: j for j in await self.clusters.find(launch)}
+                if job_id not in jobs or not jobs[job_id].active:
+                    return ""
+                await asyncio.sleep(1.0)
+        except ClusterError as exc:
+            return str(exc)
+        return f"Slurm still shows it running after {CANCEL_CONFIRM_TRIES} s"

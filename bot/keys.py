@@ -9,6 +9,8 @@ QUEUE_GROUP = "workers"
 OUTBOX = f"{PREFIX}:outbox"  # stream of messages to post, in order
 OUTBOX_GROUP = "notifiers"
 ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
+DEFERRED = f"{PREFIX}:deferred"  # sorted set: launch ids due back on the queue (score: when)
+DEAD_LETTERS = f"{PREFIX}:queue:dead"  # stream of queue entries that kept failing inside trainbot
 
 
 def launch(launch_id: str) -> str:

@@ -113,6 +113,7 @@ class Launch(BaseModel):
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
+    fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
 
     @property
     def cluster(self) -> str:

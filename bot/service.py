@@ -32,7 +32,7 @@ from bot.redact import (
 )
 from bot.settings import Settings
 from bot.store import Store
-from bot.worker import Worker
+from bot.worker import Worker, worker_name
 from cluster.ssh import SSHPool
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,12 @@ class Bot:
             await self.store.ping()
         except Exception as exc:
             return False, f"redis: {exc}"
+        try:
+            groups = await self.store.groups_ok()
+        except Exception as exc:
+            return False, f"redis: {exc}"
+        if not groups:
+            return False, "queue groups: missing (they are made again on the next read)"
         dead = [t.get_name() for t in self.tasks if t.done()]
         if dead:
             return False, "stopped: " + ", ".join(dead)
@@ -70,6 +76,10 @@ class Bot:
             "# HELP trainbot_messages_delivered_total Outbox entries delivered to the front end.",
             "# TYPE trainbot_messages_delivered_total counter",
             f"trainbot_messages_delivered_total {self.notifier.delivered}",
+            "# HELP trainbot_queue_dead_letters_total Queue entries set aside after failing "
+            "inside trainbot.",
+            "# TYPE trainbot_queue_dead_letters_total counter",
+            f"trainbot_queue_dead_letters_total {sum(w.dead_letters for w in self.workers)}",
             "# HELP trainbot_polls_total Collector polls run.",
             "# TYPE trainbot_polls_total counter",
             f"trainbot_polls_total {self.poller.polls}",
@@ -142,8 +152,12 @@ async def running(
             store=store,
             clusters=clusters,
             core=core,
-            # Stable names: after a restart a worker first finishes its own pending entries.
-            workers=[Worker(store, clusters, name=f"{host}-worker-{i}") for i in range(workers)],
+            # Unique names: a worker's launch locks are its own, even on a shared host; what a
+            # dead worker left pending is claimed by the others once idle.
+            workers=[
+                Worker(store, clusters, name=worker_name(f"{host}-worker-{i}"))
+                for i in range(workers)
+            ],
             notifier=Notifier(
                 store,
                 front,

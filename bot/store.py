@@ -32,6 +32,11 @@ T = TypeVar("T")
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 )
+_PROMOTE = (  # due deferred launches back onto the queue, atomically
+    "local due = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100) "
+    "for _, id in ipairs(due) do redis.call('zrem', KEYS[1], id) "
+    "redis.call('xadd', KEYS[2], '*', 'launch', id) end return #due"
+)
 _RENEW = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
@@ -126,6 +131,24 @@ class Store:
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis is unreachable: {exc}") from exc
 
+    async def _regroup(self, exc: ResponseError) -> None:
+        """A stream or its group vanished (Redis restarted without them): make them again."""
+        if "NOGROUP" not in str(exc):
+            raise exc
+        log.warning("redis: %s; creating the consumer groups again", exc)
+        await self.ensure_groups()
+
+    async def groups_ok(self) -> bool:
+        """Whether the queue's and the outbox's consumer groups exist."""
+        for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
+            try:
+                groups: Any = await self.redis.xinfo_groups(stream)
+            except ResponseError:
+                return False
+            if not any(g.get("name") == group for g in groups):
+                return False
+        return True
+
     async def ensure_groups(self) -> None:
         for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
             try:
@@ -206,7 +229,11 @@ class Store:
                     self._index(pipe, launch)
                     for event in events:
                         if event.kind == "enqueue":  # back to the workers (a retry)
-                            pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                            due = float(event.data.get("due", 0) or 0)
+                            if due > time.time():  # backoff: a deferred entry, not a sleep
+                                pipe.zadd(keys.DEFERRED, {launch.id: due})
+                            else:
+                                pipe.xadd(keys.QUEUE, {"launch": launch.id})
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
                     await pipe.execute()
@@ -255,13 +282,17 @@ class Store:
         self, stream: str, group: str, consumer: str, *, block_ms: int, pending: bool = False
     ) -> list[tuple[str, dict[str, str]]]:
         """Entries for this consumer: new ones, or (``pending``) its own unacknowledged ones."""
-        reply: Any = await self.redis.xreadgroup(
-            group,
-            consumer,
-            {stream: "0" if pending else ">"},
-            count=16,
-            block=None if pending else block_ms,
-        )
+        try:
+            reply: Any = await self.redis.xreadgroup(
+                group,
+                consumer,
+                {stream: "0" if pending else ">"},
+                count=16,
+                block=None if pending else block_ms,
+            )
+        except ResponseError as exc:
+            await self._regroup(exc)
+            return []
         entries: list[tuple[str, dict[str, str]]] = []
         for _stream, items in reply or []:
             entries.extend((str(entry_id), dict(fields)) for entry_id, fields in items if fields)
@@ -271,9 +302,13 @@ class Store:
         self, stream: str, group: str, consumer: str, *, min_idle_ms: int
     ) -> list[tuple[str, dict[str, str]]]:
         """Take over entries another consumer read but never acknowledged (it died)."""
-        reply: Any = await self.redis.xautoclaim(
-            stream, group, consumer, min_idle_ms, "0-0", count=16
-        )
+        try:
+            reply: Any = await self.redis.xautoclaim(
+                stream, group, consumer, min_idle_ms, "0-0", count=16
+            )
+        except ResponseError as exc:
+            await self._regroup(exc)
+            return []
         return [(str(entry_id), dict(fields)) for entry_id, fields in reply[1] if fields]
 
     async def ack(self, stream: str, group: str, entry_id: str) -> None:
@@ -285,8 +320,43 @@ class Store:
     async def stream_length(self, stream: str) -> int:
         return int(await self.redis.xlen(stream))
 
-    async def requeue(self, launch_id: str) -> None:
-        await self.redis.xadd(keys.QUEUE, {"launch": launch_id})
+    async def requeue(self, launch_id: str, *, after_s: float = 0.0) -> None:
+        """Back on the queue, now or (``after_s``) as a deferred entry any worker takes when due."""
+        if after_s > 0:
+            await self.redis.zadd(keys.DEFERRED, {launch_id: time.time() + after_s})
+        else:
+            await self.redis.xadd(keys.QUEUE, {"launch": launch_id})
+
+    async def promote_due(self) -> int:
+        """Move deferred launches that are due onto the queue; how many moved."""
+        moved = await self.redis.eval(_PROMOTE, 2, keys.DEFERRED, keys.QUEUE, str(time.time()))
+        return int(moved)
+
+    async def deferred_count(self) -> int:
+        return int(await self.redis.zcard(keys.DEFERRED))
+
+    async def deliveries(self, stream: str, group: str, entry_id: str) -> int:
+        """How many times the group has handed out this entry (1 the first time)."""
+        info: Any = await self.redis.xpending_range(stream, group, entry_id, entry_id, 1)
+        return int(info[0]["times_delivered"]) if info else 0
+
+    async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+        """Keep a queue entry that keeps failing where an admin can see it, and take it off
+        the queue."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
+            pipe.xadd(
+                keys.DEAD_LETTERS,
+                _fields(dead),
+                maxlen=10_000,
+                approximate=True,
+            )
+            pipe.xack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+            pipe.xdel(keys.QUEUE, entry_id)
+            await pipe.execute()
+
+    async def dead_letter_count(self) -> int:
+        return int(await self.redis.xlen(keys.DEAD_LETTERS))
 
     async def mark_posted(self, event_id: str, value: str = "1") -> bool:
         """True the first time; False when this outbox entry was already posted."""

@@ -1,23 +1,46 @@
 """Launch workers: take launches off the Redis queue, pre-flight and submit them.
 
-Delivery is at-least-once (a Redis stream with a consumer group); submission
-is exactly once per launch: the launch is marked SUBMITTING before ``sbatch``
-runs, and a worker that finds it so (its predecessor died mid-submit) first
-asks Slurm for a job carrying the launch id before submitting anything.
+Delivery is at-least-once (a Redis stream with a consumer group); submission is
+exactly once per attempt:
+- One worker handles a launch at a time: it holds the launch's lock and renews
+  it while it works, and it raises the launch's fence token when it takes it, so
+  the writes of a worker that lost the lock (stalled past the lock's expiry) fail
+  instead of landing.
+- The launch is marked SUBMITTING before the launcher runs. A worker that finds
+  it so (its predecessor died mid-submit, or the submit's outcome is unknown)
+  asks Slurm for a job carrying the launch id, and submits only when Slurm
+  answered that there is none. While the cluster cannot be reached it keeps
+  looking, and the thread says so.
+- Backoff is never a sleep inside a worker: a retry or a later look is a
+  deferred entry (a Redis sorted set by due time) that any worker takes when due.
+- A cancel wins: every phase change is conditional, and a job that appears after
+  its launch was cancelled is cancelled too.
+- An entry that fails inside trainbot (an unexpected exception) is tried a few
+  times, then goes to a dead-letter stream, and the thread says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+import socket
 import time
+from collections.abc import Callable
 
 from bot import babysit, keys, render
 from bot.clusters import Clusters
 from bot.launches import Attempt, Launch, Phase
 from bot.slack_text import code_block, escape
-from bot.store import Event, Store
-from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from bot.store import Event, Store, StoreError
+from cluster.errors import (
+    ClusterError,
+    ClusterUnreachable,
+    CommandTimeout,
+    SlurmCommandFailed,
+    TrainbotError,
+)
 from cluster.launch import Submission
 from cluster.tokenizer import seed_tokenizer_cache
 
@@ -25,9 +48,17 @@ log = logging.getLogger(__name__)
 
 CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
-UNREACHABLE_RETRIES = 5
-MAX_BACKOFF_S = 300.0
-LAUNCH_LOCK_MS = 180_000  # longer than a submission may take
+PROMOTE_EVERY_S = 1.0
+UNREACHABLE_RETRIES = 5  # before anything was submitted
+MAX_LOOKUP_WAIT_S = 300.0
+SUBMIT_SETTLE_S = 30.0  # after a submit whose outcome is unknown, before looking it up
+LAUNCH_LOCK_MS = 30_000
+LOCK_RENEW_S = 10.0
+MAX_DELIVERIES = 3  # of one queue entry that fails inside trainbot, before the dead letters
+
+
+class LostLock(TrainbotError):
+    """Another worker took the launch (this one stalled past its lock): stop, write nothing."""
 
 
 def thread(launch_id: str, text: str) -> Event:
@@ -38,42 +69,92 @@ def update(launch_id: str) -> Event:
     return Event("update", launch_id)
 
 
+def worker_name(prefix: str = "") -> str:
+    """A name no other worker process has, even on the same host."""
+    base = prefix or socket.gethostname()
+    return f"{base}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
 class Worker:
     def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
         self.store = store
         self.clusters = clusters
-        self.name = name  # stable across restarts: its queue consumer and its launch locks
+        self.name = name  # unique per process: its queue consumer and its launch locks
         self.processed = 0
+        self.dead_letters = 0
+        self._fence = 0  # the token of the launch being handled
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Work until ``stop`` is set; this consumer's own unfinished entries come first."""
-        own_pending = True
-        next_claim = 0.0
+        """Work until ``stop`` is set."""
+        next_claim = next_promote = 0.0
         while not stop.is_set():
             try:
                 entries: list[tuple[str, dict[str, str]]] = []
-                if own_pending:  # after a restart: what this worker took but never finished
-                    entries = await self.store.read(
-                        keys.QUEUE, keys.QUEUE_GROUP, self.name, block_ms=0, pending=True
-                    )
-                    own_pending = False
-                elif time.monotonic() >= next_claim:  # what other, dead workers left behind
+                now = time.monotonic()
+                if now >= next_promote:  # deferred retries and lookups that are due
+                    await self.store.promote_due()
+                    next_promote = now + PROMOTE_EVERY_S
+                if now >= next_claim:  # what other, dead or stalled workers left behind
                     entries = await self.store.claim_stale(
                         keys.QUEUE, keys.QUEUE_GROUP, self.name, min_idle_ms=CLAIM_IDLE_MS
                     )
-                    next_claim = time.monotonic() + CLAIM_EVERY_S
+                    next_claim = now + CLAIM_EVERY_S
                 if not entries:
                     entries = await self.store.read(
                         keys.QUEUE, keys.QUEUE_GROUP, self.name, block_ms=1000
                     )
                 for entry_id, fields in entries:
-                    if await self.process(fields.get("launch", "")):
-                        await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+                    await self.handle(entry_id, fields)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("worker %s: queue error; retrying", self.name)
                 await asyncio.sleep(1.0)
+
+    async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        """One queue entry: processed and acknowledged, left pending, or dead-lettered."""
+        launch_id = fields.get("launch", "")
+        try:
+            done = await self.process(launch_id)
+        except (StoreError, asyncio.CancelledError):
+            raise  # Redis is down: the entry stays pending; the loop retries
+        except Exception as exc:
+            tries = await self.store.deliveries(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+            log.exception(
+                "launch %s: failed inside trainbot (delivery %d of %d)",
+                launch_id,
+                tries,
+                MAX_DELIVERIES,
+            )
+            if tries >= MAX_DELIVERIES:
+                await self._dead_letter(entry_id, fields, exc)
+            return
+        if done:
+            await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+
+    async def _dead_letter(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        launch_id = fields.get("launch", "")
+        reason = f"{type(exc).__name__}: {exc}"
+        await self.store.dead_letter(entry_id, fields, reason)
+        self.dead_letters += 1
+        log.error(
+            "launch %s: queue entry %s moved to the dead letters: %s", launch_id, entry_id, reason
+        )
+        if await self.store.get(launch_id) is None:
+            return
+        text = (
+            f"❌ This launch failed inside trainbot ({escape(type(exc).__name__)}), "
+            f"{MAX_DELIVERIES} times; it was set aside for an admin (dead letters). "
+            "Nothing more will happen to it; `/train` again to retry."
+        )
+
+        def failed(stored: Launch) -> list[Event]:
+            if not stored.active:
+                return []
+            stored.phase, stored.outcome, stored.detail = Phase.DONE, "INTERNAL_ERROR", text
+            return [thread(stored.id, text), update(stored.id)]
+
+        await self.store.mutate(launch_id, failed)
 
     async def process(self, launch_id: str) -> bool:
         """Handle one queue entry; False leaves it pending (another worker holds the launch)."""
@@ -82,38 +163,72 @@ class Worker:
             log.warning("worker: queue entry for unknown launch %s dropped", launch_id)
             return True
         if item.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
-            return True  # already handled (a redelivery)
-        # Two workers never handle one launch at once (a redelivery racing the original).
-        # The lock is held under the worker's stable name, so the same worker restarted
-        # takes it straight back; another worker waits until it expires, then reclaims.
+            return True  # already handled (a redelivery), or cancelled
+        # Two workers never handle one launch at once (a redelivery racing the original):
+        # the lock is renewed while this worker works, and the fence token it raises makes
+        # the writes of any earlier holder fail.
         lock = f"launch:{launch_id}"
         if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
             log.info("launch %s is being handled by another worker; leaving it pending", launch_id)
             return False
+        renew = asyncio.create_task(self._renew(lock))
         try:
+            item = await self._take(launch_id)
             await self._launch(item)
+        except LostLock:
+            log.warning("launch %s: another worker took it over; this one stops", launch_id)
         except ClusterUnreachable as exc:
-            await self._unreachable(item, exc)
+            await self._unreachable(launch_id, exc)
         except ClusterError as exc:
             await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         finally:
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
             await self.store.release(lock, self.name)
         self.processed += 1
         return True
 
-    async def _launch(self, item: Launch) -> None:
-        if item.phase == Phase.SUBMITTING:
-            known = {a.job_id for a in item.attempts if a.job_id}
-            found = [j for j in await self.clusters.find(item) if j.job_id not in known]
-            if found:  # the previous worker submitted, then died: adopt, never resubmit
-                job = found[-1]
-                await self._record(item, job_id=job.job_id, adopted=True)
+    async def _renew(self, lock: str) -> None:
+        while True:
+            await asyncio.sleep(LOCK_RENEW_S)
+            if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
+                log.warning("worker %s lost the lock %s", self.name, lock)
                 return
+
+    async def _take(self, launch_id: str) -> Launch:
+        """Raise the launch's fence: from now on only this worker's writes land."""
+
+        def take(stored: Launch) -> list[Event]:
+            stored.fence += 1
+            return []
+
+        item, _ = await self.store.mutate(launch_id, take)
+        self._fence = item.fence
+        return item
+
+    async def _mutate(
+        self, launch_id: str, change: Callable[[Launch], list[Event]]
+    ) -> tuple[Launch, list[Event]]:
+        """:meth:`Store.mutate`, only while this worker still holds the launch."""
+        fence = self._fence
+
+        def fenced(stored: Launch) -> list[Event]:
+            if stored.fence != fence:
+                raise LostLock(f"launch {stored.id}: fence {stored.fence}, ours {fence}")
+            return change(stored)
+
+        return await self.store.mutate(launch_id, fenced)
+
+    async def _launch(self, item: Launch) -> None:
+        if item.phase == Phase.SUBMITTING and not await self._look_up(item):
+            return  # found and recorded, or the cluster did not answer: looked up again later
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return
         built = self.clusters.spec_for(item)
         spec = built.spec
-        item, _ = await self.store.mutate(item.id, _set_phase(Phase.PREFLIGHT))
+        item, _ = await self._mutate(item.id, _to_preflight)
+        if item.phase != Phase.PREFLIGHT:
+            return  # cancelled meanwhile
         if item.request.dry_run:
             dry = await self.clusters.dry_run(spec)
             checks = "\n".join(
@@ -124,7 +239,7 @@ class Worker:
                 f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
                 f"{code_block(dry.script)}\nPre-flight:\n{checks}"
             )
-            await self.store.mutate(item.id, _finish(Phase.DRY_RUN, "DRY_RUN", text))
+            await self._mutate(item.id, _finish(Phase.DRY_RUN, "DRY_RUN", text))
             return
         result = await self.clusters.preflight(spec)
         if not result.ok:
@@ -141,16 +256,20 @@ class Worker:
         ok = render.preflight_summary(result, spec) + notes
 
         def submitting(stored: Launch) -> list[Event]:
+            if stored.phase != Phase.PREFLIGHT:
+                return []  # cancelled during pre-flight: nothing is submitted
             stored.phase = Phase.SUBMITTING
             return [thread(stored.id, ok), update(stored.id)]
 
-        item, _ = await self.store.mutate(item.id, submitting)
+        item, _ = await self._mutate(item.id, submitting)
+        if item.phase != Phase.SUBMITTING:
+            return
         try:
             submission = await self.clusters.submit(spec)
-        except CommandTimeout:
-            # sbatch may or may not have run: stay SUBMITTING; the next try looks it up first.
-            await self.store.requeue(item.id)
-            raise
+        except (CommandTimeout, ClusterUnreachable) as exc:
+            # The launcher may or may not have run: never conclude without Slurm's word.
+            await self._outcome_unknown(item, exc)
+            return
         except SlurmCommandFailed as exc:
             await self._reject(
                 item,
@@ -159,6 +278,40 @@ class Worker:
             )
             return
         await self._record(item, submission=submission)
+
+    async def _look_up(self, item: Launch) -> bool:
+        """A launch left SUBMITTING: adopt the job Slurm has for it (False), or go on to
+        submit when Slurm answered that it has none (True). While the cluster does not
+        answer, look again later (False)."""
+        known = {a.job_id for a in item.attempts if a.job_id}
+        try:
+            found = [j for j in await self.clusters.find(item) if j.job_id not in known]
+        except ClusterError as exc:
+            tries = await self.store.count(f"lookup:{item.id}:{len(item.attempts)}")
+            wait_s = min(2.0**tries, MAX_LOOKUP_WAIT_S)
+            log.warning("launch %s: lookup failed (%d): %s", item.id, tries, exc)
+            if tries == 1:
+                text = (
+                    f"⚠️ {escape(item.cluster)} cannot be reached ({escape(str(exc))}), so "
+                    "trainbot cannot tell whether the job was submitted. It keeps looking it "
+                    "up by the launch id and submits nothing until Slurm answers."
+                )
+                await self._mutate(item.id, lambda stored: [thread(stored.id, text)])
+            await self.store.requeue(item.id, after_s=wait_s)
+            return False
+        if found:  # submitted before a crash or a lost connection: adopt, never resubmit
+            await self._record(item, job_id=found[-1].job_id, adopted=True)
+            return False
+        return True
+
+    async def _outcome_unknown(self, item: Launch, exc: ClusterError) -> None:
+        text = (
+            f"⚠️ The submission on {escape(item.cluster)} did not finish ({escape(str(exc))}): "
+            f"the job may exist. Looking it up by the launch id in {SUBMIT_SETTLE_S:.0f} s "
+            "before anything else."
+        )
+        await self._mutate(item.id, lambda stored: [thread(stored.id, text)])
+        await self.store.requeue(item.id, after_s=SUBMIT_SETTLE_S)
 
     async def _record(
         self,
@@ -181,6 +334,12 @@ class Worker:
             attempt = stored.attempts[-1]  # a retry's attempt was made when it was decided
             attempt.job_id, attempt.submitted_at = job_id, time.time()
             attempt.tracking = tracking
+            if stored.phase != Phase.SUBMITTING:  # cancelled while the submit was in flight
+                attempt.slurm_state = "CANCELLED"
+                text = (
+                    f"🚫 Slurm job {job_id} appeared after the launch was cancelled: cancelling it."
+                )
+                return [thread(stored.id, text)]
             stored.phase = Phase.SUBMITTED
             unit = "node" if stored.request.nodes == 1 else "nodes"
             how = "Found the job submitted before a restart" if adopted else "Submitted"
@@ -193,15 +352,29 @@ class Worker:
                 text += f" (attempt {len(stored.attempts)})"
             return [thread(stored.id, text), update(stored.id)]
 
-        await self.store.mutate(item.id, submitted)
-        log.info("job=%s cluster=%s launch %s submitted", job_id, item.cluster, item.id)
+        stored, _ = await self._mutate(item.id, submitted)
+        if stored.phase == Phase.SUBMITTED:
+            log.info("job=%s cluster=%s launch %s submitted", job_id, item.cluster, item.id)
+            return
+        try:
+            await self.clusters.cancel(item.cluster, [job_id])
+            text = f"Cancelled Slurm job {job_id}."
+        except ClusterError as exc:
+            text = (
+                f"⚠️ Could not cancel Slurm job {job_id} ({escape(str(exc))}): "
+                f"cancel it by hand (`scancel {job_id}` on {escape(item.cluster)})."
+            )
+        log.info("job=%s cluster=%s appeared after cancel: %s", job_id, item.cluster, text)
+        await self._mutate(item.id, lambda stored: [thread(stored.id, text)])
 
     async def _prepare_retry(self, item: Launch) -> bool:
-        """Wait out the backoff and seed the tokenizer cache when the retry asks for it."""
+        """Not before the backoff (a deferred entry, not a sleep); seed the tokenizer cache
+        when the retry asks for it."""
         attempt = item.attempts[-1]
         wait_s = attempt.not_before - time.time()
-        if wait_s > 0:
-            await asyncio.sleep(min(wait_s, MAX_BACKOFF_S))
+        if wait_s > 0.5:
+            await self.store.requeue(item.id, after_s=wait_s)
+            return False
         if not attempt.seed_tokenizer:
             return True
         profile = self.clusters.profile(item.cluster)
@@ -212,24 +385,30 @@ class Worker:
             text = f"Could not seed the tokenizer cache: {why}. Not retrying."
 
             def give_up(stored: Launch) -> list[Event]:
+                if stored.phase != Phase.RETRYING:
+                    return []
                 stored.attempts.pop()
                 stored.phase, stored.outcome, stored.detail = Phase.DONE, "FAILED", text
                 events = [thread(stored.id, text), update(stored.id)]
                 return events + babysit.oncall(stored, "tokenizer_seed", why, "Not retried.")
 
-            await self.store.mutate(item.id, give_up)
+            await self._mutate(item.id, give_up)
             return False
-        await self.store.mutate(
-            item.id, lambda stored: [thread(stored.id, escape(result.summary()))]
-        )
+        await self._mutate(item.id, lambda stored: [thread(stored.id, escape(result.summary()))])
         return True
 
     async def _reject(
         self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None
     ) -> None:
-        await self.store.mutate(item.id, _finish(Phase.REJECTED, outcome, text, data))
+        await self._mutate(item.id, _finish(Phase.REJECTED, outcome, text, data))
 
-    async def _unreachable(self, item: Launch, exc: ClusterUnreachable) -> None:
+    async def _unreachable(self, launch_id: str, exc: ClusterUnreachable) -> None:
+        item = await self.store.get(launch_id)
+        if item is None or not item.active:
+            return
+        if item.phase == Phase.SUBMITTING:  # something may have been submitted: look again
+            await self.store.requeue(launch_id, after_s=min(2.0 * LOCK_RENEW_S, MAX_LOOKUP_WAIT_S))
+            return
         tries = await self.store.count(f"unreachable:{item.id}")
         if tries >= UNREACHABLE_RETRIES:
             await self._reject(
@@ -237,21 +416,24 @@ class Worker:
             )
             return
         log.warning("launch %s: %s; retrying (%d)", item.id, exc, tries)
-        await asyncio.sleep(min(2**tries, 30))
-        await self.store.requeue(item.id)
+        await self.store.requeue(item.id, after_s=min(2**tries, 30))
 
 
-def _set_phase(phase: Phase):  # type: ignore[no-untyped-def]
+def _to_preflight(stored: Launch) -> list[Event]:
+    """Pre-flight starts (again), unless the launch was cancelled meanwhile."""
+    if stored.phase in (Phase.QUEUED, Phase.RETRYING, Phase.PREFLIGHT, Phase.SUBMITTING):
+        stored.phase = Phase.PREFLIGHT
+    return []
+
+
+def _finish(
+    phase: Phase, outcome: str, text: str, data: dict[str, object] | None = None
+) -> Callable[[Launch], list[Event]]:
+    """The launch ends here without a job, unless it already ended (a cancel wins)."""
+
     def change(stored: Launch) -> list[Event]:
-        if stored.phase in (Phase.QUEUED, Phase.RETRYING):
-            stored.phase = phase
-        return []
-
-    return change
-
-
-def _finish(phase: Phase, outcome: str, text: str, data: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
-    def change(stored: Launch) -> list[Event]:
+        if stored.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
+            return []
         stored.phase = phase
         stored.outcome = outcome
         stored.detail = text.split("\n", 1)[0][:300]

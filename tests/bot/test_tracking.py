@@ -169,3 +169,19 @@ def test_the_hang_bound_follows_the_median_step_time() -> None:
     watch = Watch(hang_min_s=5, hang_step_factor=10)
     assert watch.hang_after_s(item.progress.median_step_time_s) == 11.0
     assert watch.hang_after_s(None) == 5
+
+
+def test_names_from_the_cluster_never_ping_anyone() -> None:
+    """A checkpoint directory or node list can hold Slack markup: it is escaped."""
+    item = launch()
+    hostile = "<!channel>-step=1-"
+    odd = "<!here>&step_x"
+    events = apply_snapshot(
+        item, snapshot("RUNNING", "", ckpts=(hostile,)), PROFILE, Watch(), now=2000.0
+    )
+    item.checkpoints.append(odd)  # a name whose step cannot be read is shown as it is
+    events += apply_snapshot(item, snapshot("COMPLETED"), PROFILE, Watch(), now=2100.0)
+    texts = threads(events)
+    assert "💾 Checkpoint step 1 saved." in texts
+    assert not any("<!" in t for t in texts), texts
+    assert any("&lt;!here&gt;&amp;step_x" in t for t in texts), texts

@@ -1,0 +1,336 @@
+"""Work is never lost, doubled or stuck in the workers: one job per attempt whatever
+stalls, backoff without sleeping, an unknown submit outcome looked up until Slurm
+answers, a cancel that wins, a retry that cancels first, dead letters, and queue
+groups that come back after Redis lost them.
+
+Real Redis; the cluster side is scripted at trainbot's own seam (``Clusters``), so
+each fault happens exactly when the test says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from bot import keys, worker
+from bot.clusters import Clusters
+from bot.config import parse_config
+from bot.core import Core
+from bot.launches import Attempt, Launch, Phase
+from bot.settings import Settings
+from bot.store import Event, Store
+from bot.worker import Worker, worker_name
+from cluster.errors import ClusterUnreachable, CommandTimeout
+from cluster.jobs import FoundJob
+from cluster.launch import LaunchSpec, Submission
+from cluster.preflight import PreflightResult
+from cluster.ssh import SSHPool
+from commands.context import User
+from commands.requests import TrainRequest
+from tests.bot.botkit import flush_test_redis, open_test_store
+
+CONFIG = """
+clusters:
+  a4:
+    type: hcc-a4
+    login: {host: 127.0.0.1, port: 2222, user: trainer}
+    partition: a4
+    max_nodes: 4
+policy:
+  rules:
+    - {users: ["*"], clusters: ["*"], max_nodes: 4, max_concurrent: 4}
+"""
+ALICE = User(id="U0ALICE", name="alice")
+
+
+class ScriptedClusters(Clusters):
+    """The real spec building; pre-flight, submit, find and cancel as the test scripts them."""
+
+    def __init__(self, pool: SSHPool) -> None:
+        super().__init__(parse_config(CONFIG), Settings.from_environ({}), pool)
+        self.submits: list[str] = []
+        self.cancelled: list[str] = []
+        self.jobs: dict[str, list[FoundJob]] = {}  # launch id -> jobs Slurm has for it
+        self.on_submit: Callable[[LaunchSpec], Any] | None = None
+        self.find_error: Exception | None = None
+        self.cancel_error: Exception | None = None
+        self.preflight_started = asyncio.Event()
+        self.preflight_gate: asyncio.Event | None = None
+        self.preflight_error: Exception | None = None
+
+    async def preflight(self, spec: LaunchSpec) -> PreflightResult:
+        self.preflight_started.set()
+        if self.preflight_gate is not None:
+            await self.preflight_gate.wait()
+        if self.preflight_error is not None:
+            raise self.preflight_error
+        return PreflightResult(cluster=spec.cluster, checks=())
+
+    async def submit(self, spec: LaunchSpec) -> Submission:
+        job_id = str(100 + len(self.submits))
+        self.submits.append(job_id)
+        self.jobs.setdefault(spec.launch_id, []).append(
+            FoundJob(job_id, spec.job_name, "PENDING", True)
+        )
+        if self.on_submit is not None:
+            await self.on_submit(spec)
+        output = (
+            f"{job_id}\n"
+            if spec.framework == "nemo-rl"
+            else (f"- Job id: {job_id}\n- Local Directory: /x/{job_id}\n")
+        )
+        return Submission(
+            spec.launch_id, spec.cluster, spec.job_name, spec.fw.tracking(spec, output)
+        )
+
+    async def find(self, item: Launch) -> list[FoundJob]:
+        if self.find_error is not None:
+            raise self.find_error
+        return list(self.jobs.get(item.id, []))
+
+    async def cancel(self, cluster: str, job_ids: list[str]) -> None:
+        if self.cancel_error is not None:
+            raise self.cancel_error
+        self.cancelled += job_ids
+        for jobs in self.jobs.values():
+            jobs[:] = [
+                FoundJob(j.job_id, j.name, "CANCELLED", False) if j.job_id in job_ids else j
+                for j in jobs
+            ]
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    await flush_test_redis()
+    async with open_test_store() as opened:
+        yield opened
+
+
+@pytest.fixture
+async def clusters() -> AsyncIterator[ScriptedClusters]:
+    async with SSHPool() as pool:
+        yield ScriptedClusters(pool)
+
+
+async def queued(store: Store, **request: object) -> Launch:
+    fields: dict[str, object] = {
+        "workload": "dpo", "model": "llama3p1_8b", "framework": "nemo-rl", "cluster": "a4",
+    }  # fmt: skip
+    launch = Launch(request=TrainRequest(**{**fields, **request}), user_id=ALICE.id, channel="C1")
+    await store.create(launch, [Event("thread", launch.id, "Queued.")])
+    return launch
+
+
+async def thread_texts(store: Store, launch_id: str) -> list[str]:
+    entries: Any = await store.redis.xrange(keys.OUTBOX)
+    return [f.get("text", "") for _, f in entries if f.get("launch") == launch_id]
+
+
+def test_worker_names_are_unique_per_process_and_instance() -> None:
+    names = {worker_name("host-worker-0") for _ in range(50)}
+    assert len(names) == 50 and all(n.startswith("host-worker-0-") for n in names)
+
+
+async def test_a_stalled_worker_that_lost_the_launch_writes_nothing(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """Worker A stalls in submit past its lock; B takes the launch over. A's submission
+    lands in Slurm (nothing can stop that) but A's write is refused by the fence, and B,
+    finding the job by the launch id, adopts it: one job, recorded once."""
+    launch = await queued(store)
+    slow, fast = Worker(store, clusters, name="a"), Worker(store, clusters, name="b")
+    gate = asyncio.Event()
+
+    async def stall(spec: LaunchSpec) -> None:
+        if len(clusters.submits) == 1:
+            await gate.wait()
+
+    clusters.on_submit = stall
+    first = asyncio.create_task(slow.process(launch.id))
+    while not clusters.submits:
+        await asyncio.sleep(0.05)
+    await store.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
+    assert await fast.process(launch.id)  # B: SUBMITTING, so it looks up first
+    gate.set()
+    assert await first
+    stored = await store.get(launch.id)
+    assert stored is not None and clusters.submits == ["100"]
+    assert [a.job_id for a in stored.attempts] == ["100"]
+    texts = await thread_texts(store, launch.id)
+    assert sum("Slurm job 100" in t for t in texts) == 1, texts
+
+
+async def test_the_lock_is_renewed_while_a_worker_works(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "LAUNCH_LOCK_MS", 600)
+    monkeypatch.setattr(worker, "LOCK_RENEW_S", 0.15)
+    launch = await queued(store)
+
+    async def slow(spec: LaunchSpec) -> None:
+        await asyncio.sleep(1.5)  # well past the lock's 0.6 s
+
+    clusters.on_submit = slow
+    task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
+    await asyncio.sleep(1.0)
+    assert not await store.acquire(f"launch:{launch.id}", "b", 600)  # still A's
+    assert await task
+    assert clusters.submits == ["100"]
+
+
+async def test_backoff_is_a_deferred_entry_not_a_sleep(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """Two launches in backoff: the worker is done with each at once, and both come back
+    onto the queue when due."""
+    launches = [await queued(store) for _ in range(2)]
+    for launch in launches:
+
+        def backoff(stored: Launch) -> list[Event]:
+            stored.phase = Phase.RETRYING
+            stored.attempts += [
+                Attempt(number=1, job_id="9"),
+                Attempt(number=2, not_before=time.time() + 1.0),
+            ]
+            return []
+
+        await store.mutate(launch.id, backoff)
+    w = Worker(store, clusters, name="a")
+    started = time.monotonic()
+    for launch in launches:
+        assert await w.process(launch.id)
+    assert time.monotonic() - started < 0.5 and clusters.submits == []
+    assert await store.deferred_count() == 2
+    assert await store.promote_due() == 0
+    await asyncio.sleep(1.1)
+    assert await store.promote_due() == 2 and await store.deferred_count() == 0
+    for launch in launches:
+        assert await w.process(launch.id)
+    assert len(clusters.submits) == 2
+
+
+async def test_a_submit_that_timed_out_is_looked_up_not_dropped(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
+    launch = await queued(store)
+
+    async def timeout(spec: LaunchSpec) -> None:
+        raise CommandTimeout("bash -l -s: no answer in 120 s", cluster="a4")
+
+    clusters.on_submit = timeout  # the job did reach Slurm; the answer did not come back
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.SUBMITTING and stored.active
+    assert await store.deferred_count() == 1
+    # The cluster stays unreachable for a while: keep looking, say so once.
+    clusters.on_submit = None
+    clusters.find_error = ClusterUnreachable("connection refused", cluster="a4")
+    for _ in range(3):
+        assert await w.process(launch.id)
+        stored = await store.get(launch.id)
+        assert stored is not None and stored.phase == Phase.SUBMITTING
+    texts = await thread_texts(store, launch.id)
+    assert sum("cannot be reached" in t for t in texts) == 1, texts
+    assert any("did not finish" in t and "may exist" in t for t in texts)
+    clusters.find_error = None  # Slurm answers: the job is there
+    assert await w.process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.SUBMITTED
+    assert clusters.submits == ["100"] and stored.job_id == "100"
+
+
+async def test_cancel_during_preflight_submits_nothing(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    clusters.preflight_gate = asyncio.Event()
+    task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
+    await clusters.preflight_started.wait()
+    current = await store.get(launch.id)
+    assert current is not None
+    await core.cancel(current, ALICE)
+    clusters.preflight_gate.set()
+    assert await task
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
+
+
+async def test_a_job_that_appears_after_cancel_is_cancelled_too(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+
+    async def cancel_meanwhile(spec: LaunchSpec) -> None:
+        current = await store.get(launch.id)
+        assert current is not None and current.phase == Phase.SUBMITTING
+        await core.cancel(current, ALICE)
+
+    clusters.on_submit = cancel_meanwhile
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "CANCELLED" and not stored.active
+    assert clusters.submits == ["100"] and clusters.cancelled == ["100"]
+    texts = await thread_texts(store, launch.id)
+    assert any("appeared after the launch was cancelled" in t for t in texts)
+    assert any(t == "Cancelled Slurm job 100." for t in texts)
+
+
+async def test_retry_cancels_first_and_queues_nothing_when_that_fails(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    running = await store.get(launch.id)
+    assert running is not None and running.phase == Phase.SUBMITTED
+    clusters.cancel_error = ClusterUnreachable("connection refused", cluster="a4")
+    reply = await core.retry(running, ALICE)
+    assert reply.error and "could not be cancelled" in reply.text
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.SUBMITTED and len(stored.attempts) == 1
+    assert await store.stream_length(keys.QUEUE) == 1  # only the first, already handled entry
+    clusters.cancel_error = None
+    reply = await core.retry(stored, ALICE)
+    assert not reply.error and clusters.cancelled == ["100"]
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.RETRYING and len(stored.attempts) == 2
+
+
+async def test_an_entry_that_keeps_failing_inside_trainbot_goes_to_the_dead_letters(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+
+    clusters.preflight_error = KeyError("a bug")
+    w = Worker(store, clusters, name="a")
+    for delivery in range(worker.MAX_DELIVERIES):
+        if delivery:  # redelivered: claimed back after it sat unacknowledged
+            entries = await store.claim_stale(keys.QUEUE, keys.QUEUE_GROUP, "a", min_idle_ms=0)
+        else:
+            entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
+        assert len(entries) == 1
+        await w.handle(*entries[0])
+    assert await store.dead_letter_count() == 1 and w.dead_letters == 1
+    assert await store.stream_length(keys.QUEUE) == 0
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "INTERNAL_ERROR" and not stored.active
+    texts = await thread_texts(store, launch.id)
+    assert any("failed inside trainbot" in t for t in texts), texts
+
+
+async def test_queue_groups_come_back_after_redis_lost_them(store: Store) -> None:
+    await store.redis.delete(keys.QUEUE, keys.OUTBOX)  # as after a restart without its data
+    assert not await store.groups_ok()
+    assert await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10) == []
+    assert await store.groups_ok()
+    await store.requeue("L-1")
+    entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
+    assert [f["launch"] for _, f in entries] == ["L-1"]
