@@ -22,6 +22,7 @@ from cluster.errors import ClusterError
 from cluster.frameworks import FRAMEWORKS
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
+from commands.access import is_custom_image
 from commands.requests import TrainRequest
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class Clusters:
     def spec_for(self, item: Launch) -> Spec:
         profile = self.profile(item.cluster)
         req = item.request
+        custom = is_custom_image(req.image, {*profile.images, *profile.images.values()})
+        if custom and not item.image_secrets:  # policy.custom_images: no job secrets (env or file)
+            profile = profile.model_copy(update={"job_secrets": {}})
         secrets, notes = self.secrets(profile)
         if isinstance(req, TrainRequest):
             recipe = self.config.catalog.find(req.workload, req.model, req.framework)

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from cluster.errors import ConfigError
 from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
+from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.context import CommandContext
-from commands.policy import ANY, Policy
+from commands.policy import ANY, Policy, PolicyRule
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
 
@@ -108,13 +109,20 @@ class Config(BaseModel):
             problems.append(
                 f"default_cluster: {self.default_cluster!r} is not a cluster (known: {known})"
             )
-        for number, rule in enumerate(self.policy.rules):
-            for name in rule.clusters:
-                if name != ANY and name not in self.clusters:
-                    problems.append(
-                        f"policy.rules[{number}].clusters: {name!r} is not a cluster "
-                        f'(known: {known}, or "*")'
-                    )
+        sections: dict[str, tuple[PolicyRule | ApproverRule | ViewerRule | ImageRule, ...]] = {
+            "rules": self.policy.rules,
+            "approvers": self.policy.approvers,
+            "log_viewers": self.policy.log_viewers,
+            "custom_images": self.policy.custom_images,
+        }
+        for section, rules in sections.items():
+            for number, rule in enumerate(rules):
+                for name in rule.clusters:
+                    if name != ANY and name not in self.clusters:
+                        problems.append(
+                            f"policy.{section}[{number}].clusters: {name!r} is not a cluster "
+                            f'(known: {known}, or "*")'
+                        )
         try:
             self.catalog  # noqa: B018 - builds and checks the merged catalog
         except ValidationError as exc:

@@ -18,6 +18,7 @@ from bot import answers, render
 from bot.clusters import Clusters
 from bot.front import Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
+from bot.redact import Redactor
 from bot.slack_text import (
     ACTION_APPROVE,
     ACTION_ATTACH,
@@ -30,11 +31,19 @@ from bot.slack_text import (
 )
 from bot.store import Event, Store
 from cluster.errors import ClusterError, TrainbotError
+from commands.access import (
+    is_custom_image,
+    may_act_as_oncall,
+    may_approve,
+    may_reject,
+    may_use_image,
+    may_view_logs,
+)
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.policy import decide, may_approve, may_manage
+from commands.policy import decide, may_manage
 from commands.requests import (
     AttachRequest,
     CancelRequest,
@@ -51,6 +60,10 @@ from commands.requests import (
 log = logging.getLogger(__name__)
 
 GROUPS_TTL_S = 300.0
+# Groups that grant power (admins, approvers, on-call) are asked again sooner, so
+# a removal takes effect within this; subteam_members_changed forgets at once.
+PRIVILEGED_GROUPS_TTL_S = 20.0
+GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
 
 
 CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
@@ -66,9 +79,23 @@ class Core:
         self.context = context
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
+        self.redactor = Redactor()  # set by the service: secret values out of replies
 
     async def __call__(self, incoming: Incoming) -> Reply:
+        reply = await self._answer(incoming)
+        if not self.redactor:
+            return reply
+        return replace(
+            reply,
+            text=self.redactor(reply.text),
+            blocks=self.redactor.data(reply.blocks),
+            file_content=self.redactor.blob(reply.file_content),
+        )
+
+    async def _answer(self, incoming: Incoming) -> Reply:
         try:
+            if incoming.event:
+                return self.on_event(incoming)
             if incoming.action_id:
                 return await self.on_action(incoming)
             return await self.on_command(incoming)
@@ -77,6 +104,13 @@ class Core:
         except TrainbotError as exc:
             log.warning("command %s failed: %s", incoming.command or incoming.action_id, exc)
             return Reply(f"That did not work: {escape(str(exc))}", error=True)
+
+    def on_event(self, incoming: Incoming) -> Reply:
+        """A user group's members changed: ask Slack again at the next check."""
+        if incoming.event in GROUP_EVENTS and incoming.action_value:
+            self._groups.pop(incoming.action_value, None)
+            log.info("user group %s changed; membership will be asked again", incoming.action_value)
+        return Reply("")
 
     async def user(self, incoming: Incoming) -> User:
         return User(
@@ -88,13 +122,21 @@ class Core:
     async def groups_of(self, user_id: str) -> set[str]:
         """The policy's user groups this user is in (members asked of the front end, cached)."""
         policy = self.context.policy
-        wanted = {g for rule in policy.rules for g in rule.groups if g != "*"} | set(
+        privileged = {g for rule in policy.approvers for g in rule.groups} | set(
             policy.admins.groups
-        ) - {"*"}
+        )
+        oncall = self.clusters.config.alerts.oncall_usergroup
+        if oncall and policy.oncall_may_act:
+            privileged.add(oncall)
+        groups = [rule.groups for rule in policy.rules]
+        groups += [rule.groups for rule in policy.log_viewers]
+        groups += [rule.groups for rule in policy.custom_images]
+        wanted = ({g for named in groups for g in named} | privileged) - {"*"}
         found = set()
         for group in wanted:
             stamp, members = self._groups.get(group, (0.0, set()))
-            if time.monotonic() - stamp > GROUPS_TTL_S and self.front is not None:
+            ttl_s = PRIVILEGED_GROUPS_TTL_S if group in privileged else GROUPS_TTL_S
+            if time.monotonic() - stamp > ttl_s and self.front is not None:
                 try:
                     members = set(await self.front.usergroup_members(group))
                 except Exception:  # the group stays as last known
@@ -118,14 +160,13 @@ class Core:
         if isinstance(request, ClustersRequest):
             return await answers.cluster_list(self.clusters, request.cluster)
         if isinstance(request, CancelRequest):
-            launch = await self.owned(request.job, user, "cancel")
+            launch = await self.actable(request.job, user, "cancel")
             return answers.confirm_cancel(launch)
         if isinstance(request, LogsRequest):
+            launch = await self.readable(request.job, user)
             if request.plot:
-                return answers.plot(await self.find(request.job))
-            return await answers.logs(
-                self.clusters, await self.find(request.job), request.lines or 50
-            )
+                return answers.plot(launch)
+            return await answers.logs(self.clusters, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
         raise CommandError("That command is not handled yet.")
@@ -136,9 +177,9 @@ class Core:
             return await self.use_partition(incoming, user)
         ref = JobRef(id=incoming.action_value)
         if incoming.action_id == ACTION_CANCEL:
-            return await self.cancel(await self.owned(ref, user, "cancel"), user)
+            return await self.cancel(await self.actable(ref, user, "cancel"), user)
         if incoming.action_id == ACTION_LOGS:
-            return await answers.logs(self.clusters, await self.find(ref), 50)
+            return await answers.logs(self.clusters, await self.readable(ref, user), 50)
         if incoming.action_id == ACTION_ATTACH:
             return answers.attach(self.clusters, await self.owned(ref, user, "attach to"))
         if incoming.action_id in (ACTION_APPROVE, ACTION_REJECT):
@@ -146,7 +187,7 @@ class Core:
                 await self.find(ref), user, incoming.action_id == ACTION_APPROVE
             )
         if incoming.action_id == ACTION_RETRY:
-            return await self.retry(await self.owned(ref, user, "retry"), user)
+            return await self.retry(await self.actable(ref, user, "retry"), user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)
 
     # -- /train ------------------------------------------------------------
@@ -164,33 +205,88 @@ class Core:
         )
         if not decision.allowed:
             return Reply(decision.reason, error=True)
+        image_secrets = self.check_image(request, user)
         launch = Launch(
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
+        )
+        launch.image_secrets = image_secrets
+        limit = None if request.dry_run else decision.max_concurrent
+        full = (
+            f"You already have {limit} active launch{'es' if limit != 1 else ''} "
+            f"(your limit is {limit}). Wait for one to finish or /cancel one."
         )
         if decision.needs_approval:
             launch.phase = Phase.AWAITING_APPROVAL
             ask = (
                 f"✋ <@{user.id}> asks for {render.request_text(launch)}. "
-                f"{escape(decision.reason)} An admin, or anyone else who may launch on "
-                f"{launch.cluster}, can approve it."
+                f"{escape(decision.reason)} A trainbot admin or an approver for "
+                f"{launch.cluster} can approve it."
             )
             events = [
                 Event("parent", launch.id),
                 Event("thread", launch.id, ask, data={"buttons": ["approve", "reject"]}),
             ]
-            await self.store.create(launch, events, enqueue=False)
+            if not await self.store.create(launch, events, enqueue=False, max_active=limit):
+                return Reply(full, error=True)
             return Reply(
                 f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
                 "asked in its thread."
             )
         queued = f"Queued by <@{user.id}>: {render.request_text(launch)}"
-        await self.store.create(
-            launch, [Event("parent", launch.id), Event("thread", launch.id, queued)]
-        )
+        if not await self.store.create(
+            launch,
+            [Event("parent", launch.id), Event("thread", launch.id, queued)],
+            max_active=limit,
+        ):
+            return Reply(full, error=True)
         log.info("launch %s queued by %s: %s", launch.id, user.id, request.to_text())
         return Reply(render.queued_reply(launch, self.clusters.profiles.get(launch.cluster)))
 
+    def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
+        """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""
+        profile = self.clusters.profile(request.cluster)
+        known = {*profile.images, *profile.images.values()}
+        if not is_custom_image(request.image, known):
+            return True
+        decision, secrets = may_use_image(
+            self.context.policy,
+            user_id=user.id,
+            group_ids=user.groups,
+            cluster=request.cluster,
+            image=str(request.image),
+            cluster_images=list(profile.images),
+        )
+        if not decision.allowed:
+            raise CommandError(decision.reason, field="image")
+        return secrets
+
     # -- finding launches ----------------------------------------------------
+
+    async def readable(self, ref: JobRef, user: User) -> Launch:
+        """The launch, when ``user`` may read its logs (owner, admin, log viewer)."""
+        launch = await self.find(ref)
+        decision = may_view_logs(
+            self.context.policy,
+            user_id=user.id,
+            group_ids=user.groups,
+            owner_id=launch.user_id,
+            cluster=launch.cluster,
+        )
+        if not decision.allowed:
+            raise CommandError(decision.reason)
+        return launch
+
+    async def actable(self, ref: JobRef, user: User, verb: str) -> Launch:
+        """Like ``owned``, but on-call may also retry or cancel a launch that paged them."""
+        launch = await self.find(ref)
+        if may_act_as_oncall(
+            self.context.policy,
+            group_ids=user.groups,
+            oncall_group=self.clusters.config.alerts.oncall_usergroup,
+            paged=bool(launch.open_alerts),
+        ):
+            return launch
+        return await self.owned(ref, user, verb)
 
     async def find(self, ref: JobRef) -> Launch:
         if ref.is_launch_id:
@@ -273,13 +369,14 @@ class Core:
                 group_ids=user.groups,
                 owner_id=launch.user_id,
                 cluster=launch.cluster,
+                nodes=launch.request.nodes,
             )
-        else:  # the asker may withdraw; others need the same standing as to approve
-            decision = may_approve(
+        else:  # the asker may withdraw; others must be admins or approvers
+            decision = may_reject(
                 self.context.policy,
                 user_id=user.id,
                 group_ids=user.groups,
-                owner_id="",
+                owner_id=launch.user_id,
                 cluster=launch.cluster,
             )
         if not decision.allowed:

@@ -29,6 +29,7 @@ class Incoming:
     action_value: str = ""
     thread_ts: str = ""  # the message a clicked button belongs to
     trigger_id: str = ""
+    event: str = ""  # an Events API event the core cares about (a user group changed)
 
 
 @dataclass(frozen=True)

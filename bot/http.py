@@ -2,15 +2,22 @@
 
 ``run_slack`` is the one entry the core calls. With an app token (``xapp-...``)
 it connects over Socket Mode (``apps.connections.open`` on the configured API
-URL, so no public URL is needed); otherwise Slack posts to ``/slack/events``,
-where bolt verifies the signature (bad or older than 300 s: 401). Either way
+URL, so no public URL is needed); otherwise Slack posts to ``/slack/events``.
+There, before bolt parses anything, the signature is checked (missing, bad or
+older than 300 s: 401), the body must be well-formed (otherwise 400), and a
+signed request seen before (a replay, within the signature's 5 minutes) is
+acknowledged and dropped; the record of seen requests is in Redis when the
+service passes ``replay_guard``, so every bot process shares it. Either way
 ``GET /healthz`` and ``GET /metrics`` are served on ``http_host:http_port``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -26,6 +33,7 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 
 from bot.front import Handler
 from bot.slack_app import Listeners, build_app
@@ -35,6 +43,8 @@ from cluster.errors import ConfigError
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], Awaitable[tuple[bool, str]]]
+ReplayGuard = Callable[[str, int], Awaitable[bool]]  # (key, ttl_s) -> first time seen?
+REPLAY_WINDOW_S = 300  # Slack's signature window; kept a little longer below
 MetricsText = Callable[[], Awaitable[str] | str]  # async or plain
 EVENTS_PATH = "/slack/events"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -53,6 +63,7 @@ class SlackParams:
     ack_budget_s: float = 2.0
     backoff_base_s: float = 0.5
     drain_timeout_s: float = 10.0
+    allowed_team_ids: tuple[str, ...] = ()  # policy.workspaces; empty: any workspace
 
     def __repr__(self) -> str:  # never print the secrets
         mode = "socket" if self.app_token else "http"
@@ -81,14 +92,85 @@ class SlackParams:
         return replace(params, **overrides)
 
 
-async def to_bolt_request(request: web.Request) -> AsyncBoltRequest:
+def malformed(raw: str, content_type: str) -> str:
+    """Why a (signed) body is not something Slack sends, or "" when it is well-formed."""
+    if content_type == "application/json" or raw.lstrip().startswith("{"):
+        try:
+            return "" if isinstance(json.loads(raw), dict) else "JSON body is not an object"
+        except ValueError:
+            return "body is not valid JSON"
+    try:
+        form = dict(parse_qsl(raw, keep_blank_values=True, strict_parsing=bool(raw)))
+    except ValueError:
+        return "body is not a form"
+    if "payload" in form:
+        try:
+            payload = json.loads(form["payload"])
+        except ValueError:
+            return "payload is not valid JSON"
+        if not isinstance(payload, dict):
+            return "payload is not a JSON object"
+    return ""
+
+
+class _MemoryGuard:
+    """Seen requests in this process only (when no shared guard is given)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+
+    async def __call__(self, key: str, ttl_s: int) -> bool:
+        now = time.monotonic()
+        if len(self._seen) > 10_000:
+            self._seen = {k: t for k, t in self._seen.items() if t > now}
+        if self._seen.get(key, 0.0) > now:
+            return False
+        self._seen[key] = now + ttl_s
+        return True
+
+
+Check = Callable[[web.Request, str], Awaitable[web.Response | None]]
+
+
+def _checked(signing_secret: str, replay_guard: ReplayGuard | None) -> Check:
+    """The checks every request to ``/slack/events`` passes before bolt sees it."""
+    verifier = SignatureVerifier(signing_secret) if signing_secret else None
+    guard = replay_guard or _MemoryGuard()
+
+    async def check(request: web.Request, raw: str) -> web.Response | None:
+        timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature", "")
+        if verifier is not None:
+            try:
+                valid = verifier.is_valid(body=raw, timestamp=timestamp, signature=signature)
+            except ValueError:  # a timestamp that is not a number
+                valid = False
+            if not valid:
+                log.info("refused a request with a missing, bad or stale signature")
+                return web.Response(status=401, text="invalid or missing signature")
+        problem = malformed(raw, request.content_type)
+        if problem:
+            log.info("refused a signed but malformed request: %s", problem)
+            return web.Response(status=400, text=f"malformed request: {problem}")
+        if verifier is not None:
+            key = hashlib.sha256(f"{timestamp}:{signature}".encode()).hexdigest()
+            if not await guard(key, REPLAY_WINDOW_S + 60):
+                log.warning("dropped a replayed signed request (timestamp %s)", timestamp[:16])
+                return web.Response(status=200, text="")
+        return None
+
+    return check
+
+
+async def to_bolt_request(request: web.Request, raw: str | None = None) -> AsyncBoltRequest:
     """An aiohttp request as bolt's request, guarding bolt 1.30's ``payload`` trap.
 
     bolt's ``parse_body`` returns ``{}`` for any form body containing the
     substring "payload" (``/train ... name=payload-test``); such a body that has
     no ``payload`` field is parsed here as the plain form it is.
     """
-    raw = await request.text()
+    if raw is None:
+        raw = await request.text()
     bolt_request = AsyncBoltRequest(body=raw, query=request.query_string, headers=request.headers)  # type: ignore[arg-type]
     if not bolt_request.body and raw and not raw.lstrip().startswith("{"):
         form = dict(parse_qsl(raw, keep_blank_values=True))
@@ -99,9 +181,15 @@ async def to_bolt_request(request: web.Request) -> AsyncBoltRequest:
 
 
 def build_web_app(
-    *, health: HealthCheck, metrics: MetricsText, app: AsyncApp | None = None
+    *,
+    health: HealthCheck,
+    metrics: MetricsText,
+    app: AsyncApp | None = None,
+    signing_secret: str = "",
+    replay_guard: ReplayGuard | None = None,
 ) -> web.Application:
-    """``/healthz`` and ``/metrics``; ``POST /slack/events`` when ``app`` is given."""
+    """``/healthz`` and ``/metrics``; ``POST /slack/events`` when ``app`` is given
+    (signature checked with ``signing_secret`` before bolt parses the body)."""
 
     async def healthz(_: web.Request) -> web.Response:
         try:
@@ -121,9 +209,17 @@ def build_web_app(
     web_app.router.add_get("/metrics", metrics_text)
     if app is not None:
         bolt_app = app
+        check = _checked(signing_secret, replay_guard)
 
         async def events(request: web.Request) -> web.Response:
-            bolt_response = await bolt_app.async_dispatch(await to_bolt_request(request))
+            try:
+                raw = (await request.read()).decode("utf-8")
+            except UnicodeDecodeError:
+                return web.Response(status=400, text="malformed request: body is not UTF-8")
+            refused = await check(request, raw)
+            if refused is not None:
+                return refused
+            bolt_response = await bolt_app.async_dispatch(await to_bolt_request(request, raw))
             return await to_aiohttp_response(bolt_response)
 
         web_app.router.add_post(EVENTS_PATH, events)
@@ -202,6 +298,7 @@ async def run_slack(
     health: HealthCheck,
     metrics: MetricsText,
     front: SlackFront | None = None,
+    replay_guard: ReplayGuard | None = None,
 ) -> AsyncIterator[SlackService]:
     """Serve Slack until the block exits; Socket Mode when ``params.app_token`` is set.
 
@@ -225,12 +322,23 @@ async def run_slack(
                 )
             )
         await _check_token(front)
-        listeners = Listeners(handler, front, ack_budget_s=params.ack_budget_s)
+        listeners = Listeners(
+            handler,
+            front,
+            ack_budget_s=params.ack_budget_s,
+            allowed_team_ids=params.allowed_team_ids,
+        )
         stack.push_async_callback(listeners.drain, params.drain_timeout_s)
         socket_mode = bool(params.app_token)
         secret = "" if socket_mode else params.signing_secret
         app = build_app(front.client, listeners, signing_secret=secret)
-        web_app = build_web_app(health=health, metrics=metrics, app=None if socket_mode else app)
+        web_app = build_web_app(
+            health=health,
+            metrics=metrics,
+            app=None if socket_mode else app,
+            signing_secret=secret,
+            replay_guard=replay_guard,
+        )
         port = await stack.enter_async_context(
             _serve_http(web_app, params.http_host, params.http_port)
         )

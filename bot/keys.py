@@ -43,3 +43,8 @@ def posted(event_id: str) -> str:
 
 def dedupe(name: str) -> str:
     return f"{PREFIX}:dedupe:{name}"
+
+
+def seen(name: str) -> str:
+    """A signed Slack request already handled (replays are dropped while it lives)."""
+    return f"{PREFIX}:seen:{name}"

@@ -112,6 +112,7 @@ class Launch(BaseModel):
     checkpoints: list[str] = Field(default_factory=list)
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
+    image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
 

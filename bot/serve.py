@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 async def run_serve(
     settings: Settings, config: Config, *, ready: asyncio.Event | None = None
 ) -> int:
-    params = SlackParams.from_settings(settings)
+    params = SlackParams.from_settings(settings, allowed_team_ids=config.policy.workspaces)
     if not params.bot_token:  # before connecting to anything
         raise ConfigError(
             "SLACK_BOT_TOKEN is not set: give your Slack app's bot token (xoxb-...), "
@@ -46,7 +46,12 @@ async def run_serve(
             open_front(params.bot_token, api_url=params.api_url) as front,
             running(settings, config, front) as bot,
             run_slack(
-                params, bot.core, health=bot.healthy, metrics=bot.metrics, front=front
+                params,
+                bot.core,
+                health=bot.healthy,
+                metrics=bot.metrics,
+                front=front,
+                replay_guard=bot.store.first_seen,
             ) as slack,
         ):
             log.warning(

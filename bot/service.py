@@ -23,6 +23,13 @@ from bot.front import Front
 from bot.notifier import Notifier
 from bot.paging import Pager
 from bot.poller import Poller
+from bot.redact import (
+    MIN_SECRET_CHARS,
+    RedactingFront,
+    Redactor,
+    install_log_filter,
+    remove_log_filter,
+)
 from bot.settings import Settings
 from bot.store import Store
 from bot.worker import Worker, worker_name
@@ -86,6 +93,30 @@ class Bot:
         return "\n".join(lines) + "\n"
 
 
+def secret_redactor(settings: Settings, config: Config) -> Redactor:
+    """One redactor for every secret value this process holds: the values of the
+    variables the config names (job secrets, PagerDuty key) and the Slack secrets."""
+    names = {ref.env for p in config.clusters.values() for ref in p.job_secrets.values() if ref.env}
+    webhook = config.alerts.webhook
+    if webhook is not None and webhook.routing_key is not None:
+        names.add(webhook.routing_key.env)
+    values = [settings.env_secret(name) for name in sorted(names)]
+    values += [
+        settings.slack_bot_token,
+        settings.slack_app_token,
+        settings.slack_signing_secret,
+    ]
+    found = [v.get_secret_value() for v in values if v is not None]
+    short = [v for v in found if len(v) < MIN_SECRET_CHARS]
+    if short:
+        log.warning(
+            "%d secret value(s) shorter than %d characters cannot be redacted safely",
+            len(short),
+            MIN_SECRET_CHARS,
+        )
+    return Redactor(found)
+
+
 def process_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -101,10 +132,15 @@ async def running(
     owner = process_name() + (f"-{instance}" if instance else "")
     host = socket.gethostname() + (f"-{instance}" if instance else "")
     async with AsyncExitStack() as stack:
-        store = await stack.enter_async_context(Store.connect(settings.redis_url))
+        redactor = secret_redactor(settings, config)
+        log_filter = install_log_filter(redactor)
+        stack.callback(remove_log_filter, log_filter)
+        front = RedactingFront(front, redactor)
+        store = await stack.enter_async_context(Store.connect(settings.redis_url, redact=redactor))
         pool = await stack.enter_async_context(SSHPool())
         clusters = Clusters(config, settings, pool)
         core = Core(store, clusters, config.command_context(), front)
+        core.redactor = redactor
         pagerduty = None
         webhook = config.alerts.webhook
         if webhook is not None and webhook.routing_key is not None:

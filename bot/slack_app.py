@@ -9,7 +9,10 @@ request's ``response_url`` when the bot may not post in that channel).
 A ``Reply`` carrying a file is sent to the asker in a direct message with the
 bot (files cannot be ephemeral, and a log file is nobody else's business); the
 ephemeral text says so. Events are acknowledged and ignored, except a polite
-hint on ``app_mention``; Events API retries of an event already seen are dropped.
+hint on ``app_mention`` and user group changes (``subteam_members_changed``),
+which make the core ask for that group's members again; Events API retries of
+an event already seen are dropped. With ``allowed_team_ids`` (the config's
+``policy.workspaces``), requests from any other workspace are refused first.
 
 The Slack app needs the slash commands above, Interactivity on, and the bot
 scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
@@ -20,6 +23,7 @@ app-level token with ``connections:write``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections import OrderedDict
@@ -45,6 +49,7 @@ FAILED_TEXT = (
 )
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
+GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
 T = TypeVar("T")
 
 
@@ -76,12 +81,20 @@ def incoming_from_action(body: dict[str, Any]) -> Incoming:
         user_id=str(user.get("id", "")),
         channel_id=str(channel),
         user_name=str(user.get("username") or user.get("name", "")),
-        team_id=str((body.get("team") or {}).get("id", "")),
+        team_id=str((body.get("team") or {}).get("id") or user.get("team_id", "")),
         action_id=str(action.get("action_id", "")),
         action_value=str(value),
         thread_ts=str(message_ts),
         trigger_id=str(body.get("trigger_id", "")),
     )
+
+
+def _team_of(body: dict[str, Any]) -> str:
+    """The workspace a request comes from: slash commands, interactivity and events."""
+    team = body.get("team_id") or (body.get("team") or {}).get("id")
+    if not team:
+        team = (body.get("user") or {}).get("team_id", "")
+    return str(team or "")
 
 
 def _reply_args(reply: Reply, note: str = "") -> dict[str, Any]:
@@ -109,10 +122,18 @@ def _is_empty(reply: Reply) -> bool:
 class Listeners:
     """The listener bodies, and the work still running after its ack (see ``drain``)."""
 
-    def __init__(self, handler: Handler, front: SlackFront, *, ack_budget_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        front: SlackFront,
+        *,
+        ack_budget_s: float = 2.0,
+        allowed_team_ids: tuple[str, ...] = (),
+    ) -> None:
         self.handler = handler
         self.front = front
         self.ack_budget_s = ack_budget_s
+        self.allowed_team_ids = frozenset(allowed_team_ids)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seen_events: OrderedDict[str, None] = OrderedDict()
 
@@ -170,8 +191,32 @@ class Listeners:
             except SlackError as error:
                 log.info("could not answer a mention in %s: %s", channel, error)
 
-    async def on_other_event(self, ack: AsyncAck) -> None:
+    async def on_other_event(self, ack: AsyncAck, event: dict[str, Any]) -> None:
         await ack()
+        kind = str(event.get("type", ""))
+        if kind in GROUP_EVENTS:
+            subteam = event.get("subteam") or {}
+            group = str(event.get("subteam_id") or subteam.get("id", ""))
+            await self._answer(Incoming(user_id="", channel_id="", event=kind, action_value=group))
+
+    async def only_allowed_teams(
+        self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        """Requests from a Slack workspace not in ``policy.workspaces`` are refused."""
+        if self.allowed_team_ids:
+            team = _team_of(body)
+            if team not in self.allowed_team_ids:
+                log.warning("refused a request from workspace %r", team[:32])
+                text = "This trainbot serves another Slack workspace; ask your own admins."
+                if body.get("command"):
+                    return BoltResponse(
+                        status=200,
+                        body=json.dumps({"response_type": "ephemeral", "text": text}),
+                        headers={"content-type": "application/json"},
+                    )
+                return BoltResponse(status=200, body="")
+        await next()
+        return None
 
     async def drop_event_retries(
         self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
@@ -266,6 +311,7 @@ def build_app(
         url_verification_enabled=bool(signing_secret),
         logger=logging.getLogger("slack_bolt"),
     )
+    app.middleware(listeners.only_allowed_teams)
     app.middleware(listeners.drop_event_retries)
     known = "|".join(re.escape(c) for c in COMMANDS)
     app.command(re.compile(f"^({known})$"))(listeners.on_command)

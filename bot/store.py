@@ -124,14 +124,21 @@ class Store:
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(
+        self, client: aioredis.Redis, *, redact: Callable[[str], str] | None = None
+    ) -> None:
         self.redis = client
+        self._redact = redact or (lambda text: text)
 
     @classmethod
     @asynccontextmanager
-    async def connect(cls, url: str) -> AsyncIterator[Store]:
+    async def connect(
+        cls, url: str, *, redact: Callable[[str], str] | None = None
+    ) -> AsyncIterator[Store]:
+        """``redact`` is applied to every launch record and outbox entry before it is
+        written, so a secret that reached a log tail or an error is never stored."""
         client = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
-        store = cls(client)
+        store = cls(client, redact=redact)
         try:
             await store.ping()
             await store.ensure_groups()
@@ -177,16 +184,47 @@ class Store:
         raw = await self.redis.get(keys.launch(launch_id))
         return Launch.model_validate_json(raw) if raw else None
 
-    async def create(self, launch: Launch, events: list[Event], *, enqueue: bool = True) -> None:
-        """Store a new launch, queue it for a worker and write its first messages."""
+    async def create(
+        self,
+        launch: Launch,
+        events: list[Event],
+        *,
+        enqueue: bool = True,
+        max_active: int | None = None,
+    ) -> bool:
+        """Store a new launch, queue it for a worker and write its first messages.
+
+        With ``max_active``, only while its owner has fewer active launches: the
+        count and the write are one transaction (WATCH on the owner's active set),
+        so simultaneous requests, from any number of bot processes, cannot both
+        pass the limit. False when the limit was reached and nothing was written.
+        """
+        active_key = keys.user_active(launch.user_id)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(keys.launch(launch.id), launch.model_dump_json(), nx=True)
-            self._index(pipe, launch)
-            for event in events:
-                pipe.xadd(keys.OUTBOX, _fields(event.encode()))
-            if enqueue:
-                pipe.xadd(keys.QUEUE, {"launch": launch.id})
-            await pipe.execute()
+            while True:
+                try:
+                    if max_active is not None:
+                        await pipe.watch(active_key)
+                        if int(await pipe.scard(active_key)) >= max_active:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            return False
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(keys.launch(launch.id), self._record(launch), nx=True)
+                    self._index(pipe, launch)
+                    for event in events:
+                        pipe.xadd(keys.OUTBOX, self._entry(event))
+                    if enqueue:
+                        pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                    await pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+
+    def _record(self, launch: Launch) -> str:
+        return self._redact(launch.model_dump_json())
+
+    def _entry(self, event: Event) -> Any:
+        return _fields({k: self._redact(v) for k, v in event.encode().items()})
 
     async def mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
@@ -208,7 +246,7 @@ class Store:
                     events = change(launch)
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.set(key, launch.model_dump_json())
+                    pipe.set(key, self._record(launch))
                     self._index(pipe, launch)
                     for event in events:
                         if event.kind == "enqueue":  # back to the workers (a retry)
@@ -218,7 +256,7 @@ class Store:
                             else:
                                 pipe.xadd(keys.QUEUE, {"launch": launch.id})
                         else:
-                            pipe.xadd(keys.OUTBOX, _fields(event.encode()))
+                            pipe.xadd(keys.OUTBOX, self._entry(event))
                     await pipe.execute()
                     return launch, events
                 except WatchError:
@@ -347,6 +385,10 @@ class Store:
 
     async def was_posted(self, event_id: str) -> bool:
         return bool(await self.redis.exists(keys.posted(event_id)))
+
+    async def first_seen(self, name: str, ttl_s: int) -> bool:
+        """True the first time ``name`` is seen within ``ttl_s`` (shared by every process)."""
+        return bool(await self.redis.set(keys.seen(name), "1", nx=True, ex=ttl_s))
 
     async def count(self, name: str, ttl_s: int = 86400) -> int:
         """Increment and return the counter ``name`` (kept ``ttl_s``)."""

@@ -48,9 +48,9 @@ def check_remote_path(value: str) -> str:
 RemotePath = Annotated[str, AfterValidator(check_remote_path)]
 
 _SLURM_TIME_RE = re.compile(
-    r"(?:(?P<days>\d{1,3})-(?P<dh>\d{1,2})(?::(?P<dm>\d{1,2})(?::(?P<ds>\d{1,2}))?)?)"
-    r"|(?:(?P<h>\d{1,2}):(?P<m>\d{1,2}):(?P<s>\d{1,2}))"
-    r"|(?:(?P<mm>\d{1,6})(?::(?P<ss>\d{1,2}))?)"
+    r"(?:(?P<days>[0-9]{1,3})-(?P<dh>[0-9]{1,2})(?::(?P<dm>[0-9]{1,2})(?::(?P<ds>[0-9]{1,2}))?)?)"
+    r"|(?:(?P<h>[0-9]{1,2}):(?P<m>[0-9]{1,2}):(?P<s>[0-9]{1,2}))"
+    r"|(?:(?P<mm>[0-9]{1,6})(?::(?P<ss>[0-9]{1,2}))?)"
 )
 SLURM_TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 MAX_TIME_S = 365 * 86400

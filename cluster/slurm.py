@@ -33,7 +33,7 @@ SQUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NumNodes", "ReasonList
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in (*SQUEUE_FIELDS, "Name"))
 SACCT_FIELDS = "JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList"
 SINFO_FORMAT = "NodeList:|,Partition:|,Available:|,StateCompact:|,Gres:|,GresUsed:|"
-_GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+_GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)")
 
 
 def normalize_state(raw: str) -> str:
@@ -98,7 +98,7 @@ class Submitted:
 def parse_sbatch_parsable(stdout: str) -> Submitted:
     """``sbatch --parsable`` prints ``jobid`` or ``jobid;cluster`` (last line wins)."""
     for line in reversed(stdout.strip().splitlines()):
-        match = re.fullmatch(r"\s*(\d+)(?:;(\S+))?\s*", line)
+        match = re.fullmatch(r"\s*([0-9]+)(?:;(\S+))?\s*", line, re.ASCII)
         if match:
             return Submitted(job_id=match.group(1), cluster=match.group(2))
     raise ValueError(f"no job id in sbatch output: {stdout.strip()[:200]!r}")

@@ -33,6 +33,7 @@ _DETAILS: dict[HelpTopic, str] = {
         "  time=T           time limit: MM, HH:MM:SS or D-HH:MM:SS\n"
         "  name=N           job name: letters, digits, - _ .\n"
         "  image=I          an image name of the cluster, or a path to a .sqsh file\n"
+        "                   where policy allows you custom images (usually without job secrets)\n"
         "  framework=F      nemo or nemo-rl\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"

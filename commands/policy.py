@@ -5,7 +5,9 @@ ids, or ``*``) and clusters both match decides. No matching rule means denied.
 Admins pass every rule (the cluster's own ``max_nodes`` still applies, at
 parsing) and never need approval. ``max_concurrent`` counts the asking user's
 active launches. Launches with more nodes than ``approval_above_nodes`` (of the
-rule, else of the policy) wait for a second person's approval.
+rule, else of the policy) wait for a second person's approval: an admin or one
+of ``approvers`` (see :mod:`commands.access` for approvers, log viewers, custom
+images and on-call). ``workspaces`` lists the Slack team ids served (empty: any).
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from commands.access import (
+    ApproverRule,
+    ImageRule,
+    TeamId,
+    ViewerRule,
+)
+from commands.access import may_approve as may_approve  # re-exported
+from commands.access import may_reject as may_reject  # re-exported
 from commands.requests import InteractiveRequest, Request, TrainRequest
 
 ANY = "*"
@@ -60,6 +70,11 @@ class Policy(BaseModel):
     admins: Principals = Principals()
     rules: tuple[PolicyRule, ...] = ()
     approval_above_nodes: int | None = Field(default=None, ge=0)
+    approvers: tuple[ApproverRule, ...] = ()
+    log_viewers: tuple[ViewerRule, ...] = ()
+    custom_images: tuple[ImageRule, ...] = ()
+    oncall_may_act: bool = True
+    workspaces: tuple[TeamId, ...] = ()
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)
@@ -89,6 +104,7 @@ class Decision(BaseModel):
     allowed: bool
     reason: str
     needs_approval: bool = False
+    max_concurrent: int | None = None  # the limit the create must hold to, atomically
 
 
 def decide(
@@ -143,10 +159,13 @@ def decide(
         return Decision(
             allowed=True,
             needs_approval=True,
+            max_concurrent=rule.max_concurrent,
             reason=f"{nodes} nodes is more than {threshold}, so a second person must approve "
             "this launch first.",
         )
-    return Decision(allowed=True, reason=f"Allowed by policy rule {number}.")
+    return Decision(
+        allowed=True, reason=f"Allowed by policy rule {number}.", max_concurrent=rule.max_concurrent
+    )
 
 
 def may_manage(
@@ -174,23 +193,3 @@ def may_manage(
 
 def _launches(count: int) -> str:
     return f"{count} launch" if count == 1 else f"{count} launches"
-
-
-def may_approve(
-    policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str, cluster: str
-) -> Decision:
-    """Whether ``user_id`` may approve a launch of ``owner_id`` that needs a second person:
-    someone else, who is an admin or may launch on ``cluster`` themselves."""
-    if user_id == owner_id:
-        return Decision(
-            allowed=False,
-            reason="You cannot approve your own launch: a second person has to.",
-        )
-    if policy.is_admin(user_id, group_ids):
-        return Decision(allowed=True, reason="Approved: you are a trainbot admin.")
-    if policy.rule_for(user_id, group_ids, cluster) is not None:
-        return Decision(allowed=True, reason=f"Approved: you may launch on {cluster} yourself.")
-    return Decision(
-        allowed=False,
-        reason=f"Only a trainbot admin or someone who may launch on {cluster} can approve it.",
-    )

@@ -85,8 +85,9 @@ def check_time(raw: str) -> str:
     try:
         slurm_time_seconds(raw)
     except ValueError as exc:
+        why = "only the digits 0-9 and : - are allowed" if not raw.isascii() else str(exc)
         raise CommandError(
-            f"time={quote(raw)} is not a valid time limit: {exc}. "
+            f"time={quote(raw)} is not a valid time limit: {why}. "
             f"Use {SLURM_TIME_FORMATS}, for example time=04:00:00.",
             field="time",
         ) from None

@@ -239,7 +239,12 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
     from bot.front import Incoming
 
     front = ConsoleFront(io.StringIO(), color=False)
+    from commands.access import ApproverRule
+
     config = dev_config(approval_above_nodes=1)
+    approvers = (ApproverRule(users=("bob",), clusters=("a3u",)),)
+    policy = config.policy.model_copy(update={"approvers": approvers})
+    config = config.model_copy(update={"policy": policy})
     async with knobs(unique, **FAST), running(bot_settings(), config, front) as bot:
         reply = await handle_line(
             f"/train grpo llama3p1_8b nodes=2 cluster=a3u name={unique}",

@@ -244,3 +244,32 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path / "nope.yaml")
     assert str(caught.value).startswith(f"{tmp_path / 'nope.yaml'}: file not found")
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (
+            '{approvers: [{groups: ["*"]}]}',
+            'policy.approvers[0].groups: approvers must be named users or user groups, not "*"',
+        ),
+        ("{custom_images: [{users: [U1]}]}", "policy.custom_images[0].dirs: is required"),
+        (
+            "{custom_images: [{users: [U1], dirs: [tmp]}]}",
+            "policy.custom_images[0].dirs[0]: must be absolute or start with '~/'",
+        ),
+        (
+            "{log_viewers: [{groups: [S1], clusters: [a5]}]}",
+            "policy.log_viewers[0].clusters: 'a5' is not a cluster (known: a4",
+        ),
+        ("{workspaces: [bad]}", "policy.workspaces[0]: must match"),
+    ],
+)
+def test_access_rules_are_checked(policy: str, message: str) -> None:
+    text = (
+        "clusters:\n  a4: {type: hcc-a4, login: {host: h, user: u}, partition: a4, max_nodes: 2}\n"
+        f"policy: {policy}\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text)
+    assert message in str(raised.value)

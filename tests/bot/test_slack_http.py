@@ -185,9 +185,10 @@ async def test_events_are_acked_and_retries_dropped(
     body = json.dumps(event)
     async with serve() as service:
         first = await post_signed(events_url(service), body, content_type="application/json")
-        retry = await post_signed(
+        retry = await post_signed(  # Slack signs a retry anew, with its own timestamp
             events_url(service),
             body,
+            timestamp=int(time.time()) + 1,
             content_type="application/json",
             extra_headers={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"},
         )

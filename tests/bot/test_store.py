@@ -111,3 +111,46 @@ async def test_the_notifier_skips_an_entry_of_an_unknown_kind() -> None:
             await notifier.drain()
         assert await store.stream_length(keys.QUEUE) == 1  # the enqueue went to the workers
     assert front.lines[1:] == ["  └ Retrying."]  # after the parent; the unknown entry dropped
+
+
+async def test_create_holds_to_max_active_across_connections() -> None:
+    """Two stores (two bot processes) creating at once: the limit holds."""
+    import asyncio
+
+    await flush_test_redis()
+    async with open_test_store() as one, open_test_store() as two:
+        items = [Launch(request=request(), user_id="U1", channel="C1") for _ in range(8)]
+        made = await asyncio.gather(
+            *(
+                (one if i % 2 else two).create(item, [], enqueue=False, max_active=3)
+                for i, item in enumerate(items)
+            )
+        )
+        assert made.count(True) == 3 and await one.active_count("U1") == 3
+        kept = [item.id for item, ok in zip(items, made, strict=True) if ok]
+        assert sorted(kept) == await one.active_ids("U1")
+        assert [await one.get(item.id) is not None for item in items] == made
+
+
+async def test_first_seen_is_shared_and_expires() -> None:
+    await flush_test_redis()
+    async with open_test_store() as one, open_test_store() as two:
+        assert await one.first_seen("req-1", 1)
+        assert not await two.first_seen("req-1", 1)
+        assert await two.first_seen("req-2", 1)
+
+
+async def test_records_and_messages_are_stored_redacted() -> None:
+    await flush_test_redis()
+    secret = "hf_storedSecret123"
+    async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
+        item = Launch(request=request(), user_id="U1", channel="C1", detail=f"x {secret}")
+        await st.create(item, [Event("thread", item.id, f"stderr {secret}")])
+        client = aioredis.from_url(TEST_REDIS, decode_responses=True)
+        try:
+            raw = str(await client.get(f"trainbot:launch:{item.id}"))
+            entries = await client.xrange("trainbot:outbox")
+        finally:
+            await client.aclose()
+    assert secret not in raw and "[redacted]" in raw
+    assert all(secret not in v for _, fields in entries for v in fields.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from commands import (
     CancelRequest,
@@ -16,8 +17,17 @@ from commands import (
     decide,
     may_manage,
 )
+from commands.access import (
+    ApproverRule,
+    ImageRule,
+    ViewerRule,
+    may_act_as_oncall,
+    may_use_image,
+    may_view_logs,
+)
 from commands.policy import (
     may_approve,
+    may_reject,
 )
 
 POLICY = Policy(
@@ -199,43 +209,166 @@ def test_max_nodes_for() -> None:
     assert POLICY.max_nodes_for("U0ADMIN", (), "a3m") is None
 
 
-# approver, groups, owner, cluster -> allowed, reason
+# approver, groups, owner, cluster, nodes -> allowed, reason
+APPROVER_POLICY = POLICY.model_copy(
+    update={
+        "approvers": (
+            ApproverRule(groups=("S0LEADS",), clusters=("a4",), max_nodes=4),
+            ApproverRule(users=("U0CHIEF",), clusters=("*",)),
+        ),
+        "log_viewers": (ViewerRule(groups=("S0TEAM",), clusters=("a4",)),),
+        "custom_images": (
+            ImageRule(groups=("S0TEAM",), clusters=("a4",), dirs=("~/images/ok",)),
+            ImageRule(users=("U0CHIEF",), dirs=("/shared/sqsh",), job_secrets=True),
+        ),
+    }
+)
+OWN = "You cannot approve your own launch: a second person has to."
+
+
+def only(cluster: str) -> str:
+    return f"Only a trainbot admin or an approver for {cluster} (policy.approvers) can approve it."
+
+
+TOO_BIG = (
+    "You may approve launches of up to 4 nodes on a4; this one asks for 8. "
+    "A trainbot admin or an approver for larger launches can approve it."
+)
 APPROVALS = [
-    (
-        "U0ALICE",
-        (),
-        "U0ALICE",
-        "a3m",
-        False,
-        "You cannot approve your own launch: a second person has to.",
-    ),
-    ("U0BOB", (), "U0ALICE", "a3m", True, "Approved: you may launch on a3m yourself."),
-    (
-        "U0BOB",
-        (),
-        "U0ALICE",
-        "a4",
-        False,
-        "Only a trainbot admin or someone who may launch on a4 can approve it.",
-    ),
-    ("U0BOB", ("S0RESEARCH",), "U0ALICE", "a4", True, "Approved: you may launch on a4 yourself."),
-    ("U0ADMIN", (), "U0ALICE", "a4", True, "Approved: you are a trainbot admin."),
-    (
-        "U0ADMIN",
-        (),
-        "U0ADMIN",
-        "a4",
-        False,
-        "You cannot approve your own launch: a second person has to.",
-    ),
+    ("U0ALICE", (), "U0ALICE", "a3m", 2, False, OWN),
+    # a rule-holder who may launch there is not an approver
+    ("U0BOB", (), "U0ALICE", "a3m", 2, False, only("a3m")),
+    ("U0BOB", ("S0RESEARCH",), "U0ALICE", "a4", 2, False, only("a4")),
+    ("U0BOB", ("S0LEADS",), "U0ALICE", "a4", 4, True, "Approved: you are an approver for a4."),
+    ("U0BOB", ("S0LEADS",), "U0ALICE", "a4", 8, False, TOO_BIG),
+    ("U0BOB", ("S0LEADS",), "U0ALICE", "a3u", 2, False, only("a3u")),
+    ("U0CHIEF", (), "U0ALICE", "a3u", 64, True, "Approved: you are an approver for a3u."),
+    ("U0ADMIN", (), "U0ALICE", "a4", 8, True, "Approved: you are a trainbot admin."),
+    ("U0ADMIN", (), "U0ADMIN", "a4", 8, False, OWN),
 ]
 
 
-@pytest.mark.parametrize(("user_id", "groups", "owner", "cluster", "allowed", "reason"), APPROVALS)
+@pytest.mark.parametrize(
+    ("user_id", "groups", "owner", "cluster", "nodes", "allowed", "reason"), APPROVALS
+)
 def test_may_approve(
-    user_id: str, groups: tuple[str, ...], owner: str, cluster: str, allowed: bool, reason: str
+    user_id: str,
+    groups: tuple[str, ...],
+    owner: str,
+    cluster: str,
+    nodes: int,
+    allowed: bool,
+    reason: str,
 ) -> None:
     decision = may_approve(
-        POLICY, user_id=user_id, group_ids=groups, owner_id=owner, cluster=cluster
+        APPROVER_POLICY,
+        user_id=user_id,
+        group_ids=groups,
+        owner_id=owner,
+        cluster=cluster,
+        nodes=nodes,
     )
     assert (decision.allowed, decision.reason) == (allowed, reason)
+
+
+# rejecter, groups, owner, cluster -> allowed
+REJECTIONS = [
+    ("U0ALICE", (), "U0ALICE", "a4", True),  # the owner withdraws
+    ("U0BOB", (), "U0ALICE", "a3m", False),  # may launch on a3m, is no approver
+    ("U0BOB", ("S0LEADS",), "U0ALICE", "a4", True),
+    ("U0BOB", ("S0LEADS",), "U0ALICE", "a3m", False),
+    ("U0ADMIN", (), "U0ALICE", "a3m", True),
+]
+
+
+@pytest.mark.parametrize(("user_id", "groups", "owner", "cluster", "allowed"), REJECTIONS)
+def test_may_reject(
+    user_id: str, groups: tuple[str, ...], owner: str, cluster: str, allowed: bool
+) -> None:
+    decision = may_reject(
+        APPROVER_POLICY, user_id=user_id, group_ids=groups, owner_id=owner, cluster=cluster
+    )
+    assert decision.allowed is allowed
+
+
+def test_approvers_cannot_be_everyone() -> None:
+    with pytest.raises(ValidationError, match='not "\\*"'):
+        ApproverRule(groups=("*",))
+    with pytest.raises(ValidationError):
+        ApproverRule(users=("*",))
+
+
+# reader, groups, owner, cluster -> allowed
+VIEWS = [
+    ("U0ALICE", (), "U0ALICE", "a3m", True),
+    ("U0BOB", (), "U0ALICE", "a3m", False),
+    ("U0BOB", ("S0TEAM",), "U0ALICE", "a4", True),
+    ("U0BOB", ("S0TEAM",), "U0ALICE", "a3m", False),
+    ("U0ADMIN", (), "U0ALICE", "a3m", True),
+]
+
+
+@pytest.mark.parametrize(("user_id", "groups", "owner", "cluster", "allowed"), VIEWS)
+def test_may_view_logs(
+    user_id: str, groups: tuple[str, ...], owner: str, cluster: str, allowed: bool
+) -> None:
+    decision = may_view_logs(
+        APPROVER_POLICY, user_id=user_id, group_ids=groups, owner_id=owner, cluster=cluster
+    )
+    assert decision.allowed is allowed
+    if not allowed:
+        assert "its logs are for its owner" in decision.reason
+
+
+# user, groups, cluster, image -> allowed, job secrets, reason fragment
+IMAGES = [
+    ("U0BOB", ("S0TEAM",), "a4", "~/images/ok/mine.sqsh", True, False, "no job secrets"),
+    ("U0BOB", ("S0TEAM",), "a4", "~/images/okay.sqsh", False, False, "(~/images/ok)"),
+    ("U0BOB", ("S0TEAM",), "a4", "/tmp/evil.sqsh", False, False, "Put it there, or use"),
+    ("U0BOB", ("S0TEAM",), "a3m", "~/images/ok/mine.sqsh", False, False, "not allowed for you"),
+    ("U0BOB", (), "a4", "~/images/ok/mine.sqsh", False, False, "e.g. image=nemo"),
+    ("U0CHIEF", (), "a3m", "/shared/sqsh/x.sqsh", True, True, "Custom image allowed."),
+    ("U0ADMIN", (), "a4", "~/images/ok/x.sqsh", True, False, "Custom image allowed."),
+    ("U0ADMIN", (), "a4", "/tmp/x.sqsh", False, False, "not in a directory"),
+]
+
+
+@pytest.mark.parametrize(
+    ("user_id", "groups", "cluster", "image", "allowed", "secrets", "says"), IMAGES
+)
+def test_may_use_image(
+    user_id: str,
+    groups: tuple[str, ...],
+    cluster: str,
+    image: str,
+    allowed: bool,
+    secrets: bool,
+    says: str,
+) -> None:
+    decision, with_secrets = may_use_image(
+        APPROVER_POLICY,
+        user_id=user_id,
+        group_ids=groups,
+        cluster=cluster,
+        image=image,
+        cluster_images=["nemo", "nemo-rl"],
+    )
+    assert (decision.allowed, with_secrets) == (allowed, secrets)
+    assert says in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("groups", "oncall", "paged", "may_act"),
+    [
+        (("S0ONCALL",), "S0ONCALL", True, True),
+        (("S0ONCALL",), "S0ONCALL", False, False),  # never paged: owner or admin only
+        ((), "S0ONCALL", True, False),
+        (("S0ONCALL",), None, True, False),
+    ],
+)
+def test_oncall_may_act_on_what_paged_them(
+    groups: tuple[str, ...], oncall: str | None, paged: bool, may_act: bool
+) -> None:
+    assert may_act_as_oncall(POLICY, group_ids=groups, oncall_group=oncall, paged=paged) is may_act
+    off = POLICY.model_copy(update={"oncall_may_act": False})
+    assert not may_act_as_oncall(off, group_ids=groups, oncall_group=oncall, paged=paged)

@@ -1,0 +1,217 @@
+"""Who may see and act on a launch, and which images may run: the rule models and
+the pure decisions over them (no I/O).
+
+- ``approvers``: named users and user groups (never ``*``) who may approve
+  launches that wait for a second person, each up to a size (``max_nodes``).
+- ``log_viewers``: who besides the owner and the admins may read a launch's
+  logs and loss curve, per cluster (a team's user group on its cluster, say).
+- ``custom_images``: who may run an ``image=`` path that is not one of the
+  cluster's own images, from which directories, and whether such a launch
+  gets the job secrets (by default it does not).
+
+The decisions take a :class:`~commands.policy.Policy` and return a
+:class:`~commands.policy.Decision` whose ``reason`` is ready to show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from cluster.profiles import check_remote_path
+
+if TYPE_CHECKING:
+    from commands.policy import Decision, Policy
+
+ANY = "*"
+NamedId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
+ClusterPattern = Annotated[str, Field(pattern=r"^(\*|[a-z0-9][a-z0-9_-]{0,31})$")]
+ImageDir = Annotated[str, AfterValidator(check_remote_path)]
+TeamId = Annotated[str, Field(pattern=r"^[TE][A-Z0-9]{2,}$")]
+
+
+class _People(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    users: tuple[PrincipalId, ...] = ()
+    groups: tuple[PrincipalId, ...] = ()
+    clusters: tuple[ClusterPattern, ...] = (ANY,)
+
+    def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
+        in_cluster = ANY in self.clusters or cluster in self.clusters
+        person = (
+            ANY in self.users
+            or user_id in self.users
+            or ANY in self.groups
+            or any(group in self.groups for group in group_ids)
+        )
+        return in_cluster and person
+
+
+class ApproverRule(_People):
+    """Named users or user groups who may approve launches on ``clusters`` of up to
+    ``max_nodes`` nodes (any size when unset). ``*`` is refused: approving is a
+    second pair of eyes, not something everyone has."""
+
+    max_nodes: int | None = Field(default=None, ge=1)
+
+    @field_validator("users", "groups")
+    @classmethod
+    def _named(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if ANY in value:
+            raise ValueError(
+                'approvers must be named users or user groups, not "*" '
+                "(everyone approving is no second person)"
+            )
+        return value
+
+
+class ViewerRule(_People):
+    """Who may read the logs of other people's launches on ``clusters``."""
+
+
+class ImageRule(_People):
+    """Who may run custom images (``image=<path>``) on ``clusters``, from which
+    directories on the login node, and whether those launches get the job secrets."""
+
+    dirs: tuple[ImageDir, ...] = Field(min_length=1)
+    job_secrets: bool = False
+
+    def holds(self, image: str) -> bool:
+        return any(image.startswith(d.rstrip("/") + "/") for d in self.dirs)
+
+
+def is_custom_image(image: str | None, known: Collection[str]) -> bool:
+    """Whether ``image=`` names something other than the cluster's own images
+    (``known`` holds their names and paths)."""
+    return image is not None and image not in known
+
+
+def may_approve(
+    policy: Policy,
+    *,
+    user_id: str,
+    group_ids: Collection[str],
+    owner_id: str,
+    cluster: str,
+    nodes: int,
+) -> Decision:
+    """Whether ``user_id`` may approve ``owner_id``'s launch of ``nodes`` on ``cluster``:
+    someone else who is an admin, or an approver for that cluster and size."""
+    from commands.policy import Decision
+
+    if user_id == owner_id:
+        return Decision(
+            allowed=False, reason="You cannot approve your own launch: a second person has to."
+        )
+    if policy.is_admin(user_id, group_ids):
+        return Decision(allowed=True, reason="Approved: you are a trainbot admin.")
+    rules = [r for r in policy.approvers if r.covers(user_id, group_ids, cluster)]
+    if any(r.max_nodes is None or nodes <= r.max_nodes for r in rules):
+        return Decision(allowed=True, reason=f"Approved: you are an approver for {cluster}.")
+    if rules:
+        most = max(r.max_nodes or 0 for r in rules)
+        return Decision(
+            allowed=False,
+            reason=f"You may approve launches of up to {most} nodes on {cluster}; this one "
+            f"asks for {nodes}. A trainbot admin or an approver for larger launches can "
+            "approve it.",
+        )
+    return Decision(
+        allowed=False,
+        reason=f"Only a trainbot admin or an approver for {cluster} (policy.approvers) "
+        "can approve it.",
+    )
+
+
+def may_reject(
+    policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str, cluster: str
+) -> Decision:
+    """Whether ``user_id`` may reject (or, as its owner, withdraw) a waiting launch."""
+    from commands.policy import Decision
+
+    if user_id == owner_id:
+        return Decision(allowed=True, reason="Withdrawn: it is your launch.")
+    if policy.is_admin(user_id, group_ids):
+        return Decision(allowed=True, reason="Rejected: you are a trainbot admin.")
+    if any(r.covers(user_id, group_ids, cluster) for r in policy.approvers):
+        return Decision(allowed=True, reason=f"Rejected: you are an approver for {cluster}.")
+    return Decision(
+        allowed=False,
+        reason=f"Only its owner, a trainbot admin or an approver for {cluster} "
+        "(policy.approvers) can reject it.",
+    )
+
+
+def may_view_logs(
+    policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str, cluster: str
+) -> Decision:
+    """Whether ``user_id`` may read the logs (and loss curve) of ``owner_id``'s launch."""
+    from commands.policy import Decision
+
+    if user_id == owner_id:
+        return Decision(allowed=True, reason="Allowed: it is your launch.")
+    if policy.is_admin(user_id, group_ids):
+        return Decision(allowed=True, reason="Allowed: you are a trainbot admin.")
+    if any(r.covers(user_id, group_ids, cluster) for r in policy.log_viewers):
+        return Decision(allowed=True, reason=f"Allowed: you may read logs on {cluster}.")
+    return Decision(
+        allowed=False,
+        reason="That launch belongs to someone else: its logs are for its owner, trainbot "
+        f"admins and the people policy.log_viewers names for {cluster}. /jobs lists yours.",
+    )
+
+
+def may_act_as_oncall(
+    policy: Policy,
+    *,
+    group_ids: Collection[str],
+    oncall_group: str | None,
+    paged: bool,
+) -> bool:
+    """Whether an on-call member may retry or cancel a launch that paged them."""
+    return bool(policy.oncall_may_act and paged and oncall_group and oncall_group in group_ids)
+
+
+def may_use_image(
+    policy: Policy,
+    *,
+    user_id: str,
+    group_ids: Collection[str],
+    cluster: str,
+    image: str,
+    cluster_images: Collection[str],
+) -> tuple[Decision, bool]:
+    """Whether ``user_id`` may run the custom ``image`` on ``cluster``, and whether that
+    launch gets the job secrets. ``cluster_images`` names the cluster's own images."""
+    from commands.policy import Decision
+
+    admin = policy.is_admin(user_id, group_ids)
+    mine = [
+        r
+        for r in policy.custom_images
+        if (ANY in r.clusters or cluster in r.clusters)
+        and (admin or r.covers(user_id, group_ids, cluster))
+    ]
+    for rule in mine:
+        if rule.holds(image):
+            note = "" if rule.job_secrets else " It gets no job secrets (HF_TOKEN, ...)."
+            return Decision(allowed=True, reason=f"Custom image allowed.{note}"), rule.job_secrets
+    own = ", ".join(sorted(cluster_images)) or "none"
+    if mine:
+        dirs = ", ".join(sorted({d for r in mine for d in r.dirs}))
+        reason = (
+            f"image={image} is not in a directory you may run images from on {cluster} "
+            f"({dirs}). Put it there, or use one of {cluster}'s images: {own}."
+        )
+    else:
+        reason = (
+            f"Custom images are not allowed for you on {cluster} (policy.custom_images). "
+            f"Use one of its images: {own}, e.g. image={sorted(cluster_images)[0]}."
+            if cluster_images
+            else f"Custom images are not allowed for you on {cluster} (policy.custom_images)."
+        )
+    return Decision(allowed=False, reason=reason), False

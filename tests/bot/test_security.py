@@ -1,0 +1,647 @@
+"""Security through the signed HTTP front end: who may see, act on and run what.
+
+Every request here is signed as Slack signs it and goes through aiohttp, the
+signature check, slack-bolt and the core, with real Redis and the dev cluster's
+login node behind; answers are read where Slack would show them (the ack or
+the Web API stand-in). No workers run, so nothing queued is ever submitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+import yaml
+
+from bot.http import SlackParams, SlackService, run_slack
+from bot.launches import Attempt, Launch, Phase
+from bot.service import Bot, running
+from bot.slack_app import WORKING_TEXT
+from bot.slack_front import open_front
+from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_LOGS, ACTION_REJECT, ACTION_RETRY
+from bot.store import Event
+from cluster.frameworks.base import Tracking
+from commands.access import ApproverRule, ImageRule, ViewerRule
+from commands.policy import PolicyRule, Principals
+from commands.requests import TrainRequest
+from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis, login_run
+from tests.cluster.test_injection import hostile_values
+from tests.slack_standin import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    TEAM_ID,
+    SlackStandin,
+    block_action_payload,
+    post_signed,
+    slash_command_fields,
+)
+
+pytestmark = pytest.mark.devcluster
+
+PROJECT = Path(__file__).resolve().parents[2]
+HF_TOKEN = "hf_sEcReT7eLLnobody42"
+WANDB_KEY = "wandb-0123456789abcdef-secret"
+GROUPS = {
+    "S0ONCALL": ["U0BOB", "U0CAROL"],
+    "S0ADMINS": ["U0DAVE"],
+    "S0TEAM": ["U0TESS"],
+    "S0LEADS": ["U0LEAD"],
+    "S0IMG": ["U0IMG"],
+}
+POLICY = {
+    "admins": Principals(users=("U0ADMIN",), groups=("S0ADMINS",)),
+    "rules": (PolicyRule(users=("*",), clusters=("*",), max_nodes=4, max_concurrent=10),),
+    "approval_above_nodes": 2,
+    "approvers": (
+        ApproverRule(groups=("S0LEADS",), clusters=("a4",), max_nodes=2),
+        ApproverRule(users=("U0CHIEF",)),
+    ),
+    "log_viewers": (ViewerRule(groups=("S0TEAM",), clusters=("a4",)),),
+    "custom_images": (
+        ImageRule(groups=("S0IMG",), clusters=("a4",), dirs=("~/images/reviewed",)),
+        ImageRule(users=("U0CHIEF",), dirs=("~/images/trusted",), job_secrets=True),
+    ),
+    "workspaces": (TEAM_ID,),
+}
+
+
+@pytest.fixture(autouse=True)
+async def clean_redis() -> None:
+    await flush_test_redis()
+
+
+@pytest.fixture
+async def standin() -> AsyncIterator[SlackStandin]:
+    server = SlackStandin(usergroups={k: list(v) for k, v in GROUPS.items()})
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+@dataclass
+class Secure:
+    """The bot (no workers) behind its HTTP front end, and ways to talk to it."""
+
+    bot: Bot
+    service: SlackService
+    standin: SlackStandin
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.service.http_port}/slack/events"
+
+    async def command(
+        self, command: str, text: str, *, user: str = "U0ALICE", **fields: str
+    ) -> str:
+        """A signed slash command; the answer the asker sees."""
+        form = slash_command_fields(
+            command, text, user_id=user, user_name=user.lower(), trigger_id=_trigger(), **fields
+        )
+        seen = len(self._ephemerals(user))
+        answer = await post_signed(self.url, urllib.parse.urlencode(form))
+        assert answer.status == 200, answer.body
+        said = str(answer.json()["text"]) if answer.body else ""
+        if said == WORKING_TEXT:
+            return await self._next_ephemeral(user, seen)
+        return said
+
+    async def click(
+        self, action_id: str, value: str, *, user: str = "U0ALICE", team: str = TEAM_ID
+    ) -> str:
+        """A signed button click; the ephemeral answer the clicker gets."""
+        payload = block_action_payload(action_id, value, user_id=user)
+        payload["trigger_id"] = _trigger()
+        payload["team"]["id"] = team
+        payload["user"]["team_id"] = team
+        seen = len(self._ephemerals(user))
+        body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+        answer = await post_signed(self.url, body)
+        assert answer.status == 200, answer.body
+        return await self._next_ephemeral(user, seen)
+
+    def _ephemerals(self, user: str) -> list[str]:
+        return [
+            str(c.params.get("text", ""))
+            for c in self.standin.calls_to("chat.postEphemeral")
+            if c.params.get("user") == user
+        ]
+
+    async def _next_ephemeral(self, user: str, seen: int) -> str:
+        for _ in range(200):
+            found = self._ephemerals(user)
+            if len(found) > seen:
+                return found[seen]
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no answer for {user}")
+
+
+def _trigger() -> str:
+    return f"1.{uuid.uuid4().hex[:10]}"
+
+
+@asynccontextmanager
+async def secure_bot(
+    standin: SlackStandin, *, env: dict[str, str] | None = None, **policy: Any
+) -> AsyncIterator[Secure]:
+    config = dev_config()
+    config = config.model_copy(
+        update={"policy": config.policy.model_copy(update={**POLICY, **policy})}
+    )
+    settings = bot_settings(
+        TRAINBOT_HF_TOKEN=HF_TOKEN,
+        TRAINBOT_WANDB_API_KEY=WANDB_KEY,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        **(env or {}),
+    )
+    params = SlackParams(
+        bot_token=BOT_TOKEN,
+        signing_secret=SIGNING_SECRET,
+        api_url=standin.api_url,
+        http_port=0,
+        backoff_base_s=0.01,
+        drain_timeout_s=2.0,
+        allowed_team_ids=config.policy.workspaces,
+    )
+    async with (
+        open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
+        running(settings, config, front, workers=0) as bot,
+        run_slack(
+            params,
+            bot.core,
+            health=bot.healthy,
+            metrics=bot.metrics,
+            front=front,
+            replay_guard=bot.store.first_seen,
+        ) as service,
+    ):
+        yield Secure(bot, service, standin)
+
+
+async def seed(
+    bot: Bot,
+    *,
+    owner: str = "U0ALICE",
+    phase: Phase = Phase.DONE,
+    cluster: str = "a4",
+    nodes: int = 1,
+    log_path: str = "",
+    open_alerts: tuple[str, ...] = (),
+) -> Launch:
+    """A launch as the workers and poller would have left it."""
+    request = TrainRequest(
+        workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster, nodes=nodes
+    )
+    launch = Launch(
+        request=request,
+        user_id=owner,
+        user_name=owner.lower().removeprefix("u0"),
+        channel="C0TRAIN",
+        phase=phase,
+        outcome="COMPLETED" if phase == Phase.DONE else "",
+        open_alerts=list(open_alerts),
+        progress_history=[(1, 2.5), (2, 2.1), (3, 1.9)],
+    )
+    if log_path:
+        tracking = Tracking(framework="nemo", job_id="990001", log_path=log_path)
+        launch.attempts = [Attempt(number=1, job_id="990001", tracking=tracking)]
+    await bot.store.create(launch, [], enqueue=False)
+    return launch
+
+
+@pytest.fixture
+def log_file(unique: str) -> Iterator[str]:
+    """A job log on the login node that echoes the job's secrets, as a careless job might."""
+    home = login_run("echo $HOME").strip()
+    path = f"{home}/sectest-{unique}.log"
+    b64 = base64.b64encode(f"token={HF_TOKEN}".encode()).decode()
+    login_run(f"printf 'step 1 loss 2.5\\nHF_TOKEN={HF_TOKEN}\\nenv64={b64}\\n' > {path}")
+    yield path
+    login_run(f"rm -f {path}", check=False)
+
+
+# -- who may see ---------------------------------------------------------------
+
+REFUSED_LOGS = "its logs are for its owner"
+# reader, how -> may read
+LOG_READERS = [
+    ("U0ALICE", "logs", True),  # the owner
+    ("U0MALLORY", "logs", False),  # anyone else, with a guessed id
+    ("U0MALLORY", "plot", False),
+    ("U0MALLORY", "button", False),
+    ("U0MALLORY", "slurm id", False),
+    ("U0ADMIN", "logs", True),
+    ("U0DAVE", "plot", True),  # admin by group
+    ("U0TESS", "logs", True),  # policy.log_viewers: S0TEAM on a4
+    ("U0TESS", "button", True),
+]
+
+
+@pytest.mark.parametrize(("reader", "how", "allowed"), LOG_READERS)
+async def test_logs_only_for_owner_admins_and_viewers(
+    standin: SlackStandin, log_file: str, reader: str, how: str, allowed: bool
+) -> None:
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, log_path=log_file)
+        if how == "button":
+            said = await s.click(ACTION_LOGS, launch.id, user=reader)
+        elif how == "slurm id":
+            said = await s.command("/logs", "990001", user=reader)
+        else:
+            said = await s.command(
+                "/logs", f"{launch.id} {'plot' if how == 'plot' else ''}", user=reader
+            )
+    if allowed:
+        assert REFUSED_LOGS not in said and ("Last" in said or "Loss curve" in said), said
+    else:
+        assert REFUSED_LOGS in said and "/jobs lists yours" in said, said
+        assert "HF_TOKEN" not in said and "loss" not in said
+
+
+async def test_log_viewers_are_per_cluster(standin: SlackStandin, log_file: str) -> None:
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, cluster="a3m", log_path=log_file)
+        said = await s.command("/logs", launch.id, user="U0TESS")
+    assert REFUSED_LOGS in said and "log_viewers names for a3m" in said
+
+
+# -- approvals -----------------------------------------------------------------
+
+# who clicks, which button, on a 3-node launch of alice on a4 -> allowed, text
+APPROVALS = [
+    ("U0BOB", ACTION_APPROVE, False, "Only a trainbot admin or an approver for a4"),
+    ("U0LEAD", ACTION_APPROVE, False, "up to 2 nodes on a4; this one asks for 3"),
+    ("U0ALICE", ACTION_APPROVE, False, "cannot approve your own launch"),
+    ("U0CHIEF", ACTION_APPROVE, True, "Approved L-"),
+    ("U0ADMIN", ACTION_APPROVE, True, "Approved L-"),
+    ("U0BOB", ACTION_REJECT, False, "Only its owner, a trainbot admin or an approver for a4"),
+    ("U0LEAD", ACTION_REJECT, True, "Rejected L-"),
+    ("U0ALICE", ACTION_REJECT, True, "Rejected L-"),  # the asker withdraws
+]
+
+
+@pytest.mark.parametrize(("clicker", "action", "allowed", "says"), APPROVALS)
+async def test_approve_and_reject_only_by_those_allowed(
+    standin: SlackStandin, clicker: str, action: str, allowed: bool, says: str
+) -> None:
+    async with secure_bot(standin) as s:
+        asked = await s.command("/train", "sft llama3p1_8b nodes=3 cluster=a4")
+        assert "needs a second person's approval" in asked, asked
+        launch_id = asked.split()[0]
+        said = await s.click(action, launch_id, user=clicker)
+        stored = await s.bot.store.get(launch_id)
+    assert says in said, said
+    assert stored is not None
+    if not allowed:
+        assert stored.phase == Phase.AWAITING_APPROVAL
+    elif action == ACTION_APPROVE:
+        assert stored.phase == Phase.QUEUED
+    else:
+        assert stored.phase == Phase.REJECTED
+
+
+# -- on-call -------------------------------------------------------------------
+
+# clicker, button, launch paged? -> allowed, text
+ONCALL = [
+    ("U0BOB", ACTION_CANCEL, True, True, "Cancelled"),
+    ("U0BOB", ACTION_RETRY, True, True, "is not running"),  # past the check; nothing to retry
+    ("U0BOB", ACTION_CANCEL, False, False, "Only alice"),  # never paged: not theirs
+    ("U0MALLORY", ACTION_CANCEL, True, False, "Only alice"),
+    ("U0ALICE", ACTION_CANCEL, False, True, "Cancelled"),
+]
+
+
+@pytest.mark.parametrize(("clicker", "action", "paged", "allowed", "says"), ONCALL)
+async def test_oncall_acts_on_launches_that_paged_them(
+    standin: SlackStandin, clicker: str, action: str, paged: bool, allowed: bool, says: str
+) -> None:
+    async with secure_bot(standin) as s:
+        alerts = ("hang:L",) if paged else ()
+        launch = await seed(s.bot, phase=Phase.QUEUED, open_alerts=alerts)
+        said = await s.click(action, launch.id, user=clicker)
+        stored = await s.bot.store.get(launch.id)
+    assert says in said, said
+    assert stored is not None
+    cancelled = action == ACTION_CANCEL and allowed
+    assert (stored.outcome == "CANCELLED") is cancelled
+
+
+async def test_removal_from_admin_group_takes_effect_on_group_event(
+    standin: SlackStandin, log_file: str
+) -> None:
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, log_path=log_file)
+        assert REFUSED_LOGS not in await s.command("/logs", launch.id, user="U0DAVE")
+        standin.usergroups["S0ADMINS"] = []
+        event = {
+            "type": "event_callback",
+            "team_id": TEAM_ID,
+            "api_app_id": "A0TRAINBOT",
+            "event_id": "Ev" + uuid.uuid4().hex[:8],
+            "event_time": 1,
+            "event": {"type": "subteam_members_changed", "subteam_id": "S0ADMINS"},
+        }
+        answer = await post_signed(s.url, json.dumps(event), content_type="application/json")
+        assert answer.status == 200
+        await asyncio.sleep(0.3)
+        said = await s.command("/logs", launch.id, user="U0DAVE")
+    assert REFUSED_LOGS in said
+
+
+def test_privileged_groups_are_cached_briefly() -> None:
+    from bot import core
+
+    assert core.PRIVILEGED_GROUPS_TTL_S <= 30
+
+
+# -- max_concurrent ------------------------------------------------------------
+
+
+async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStandin) -> None:
+    rules = (PolicyRule(users=("*",), clusters=("*",), max_nodes=4, max_concurrent=1),)
+    async with secure_bot(standin, rules=rules) as s:
+        counted = s.bot.store.active_count
+
+        async def slowly_counted(user_id: str) -> int:  # widen the window a race needs
+            count = await counted(user_id)
+            await asyncio.sleep(0.3)
+            return count
+
+        s.bot.store.active_count = slowly_counted  # type: ignore[method-assign]
+
+        async def train(i: int) -> str:
+            form = slash_command_fields(
+                "/train", f"sft llama3p1_8b cluster=a4 name=race{i}", trigger_id=_trigger()
+            )
+            answer = await post_signed(s.url, urllib.parse.urlencode(form))
+            return str(answer.json()["text"])
+
+        answers = list(await asyncio.gather(*(train(i) for i in range(6))))
+        late = answers.count(WORKING_TEXT)
+        for _ in range(200):  # answers after the ack arrive as ephemerals
+            if len(s._ephemerals("U0ALICE")) >= late:
+                break
+            await asyncio.sleep(0.05)
+        answers = [a for a in answers if a != WORKING_TEXT] + s._ephemerals("U0ALICE")
+        active = await s.bot.store.active_count("U0ALICE")
+    queued = [a for a in answers if a.startswith("Queued")]
+    refused = [a for a in answers if "your limit is 1" in a]
+    assert (len(queued), len(refused), active) == (1, 5, 1), answers
+
+
+# -- workspaces ----------------------------------------------------------------
+
+
+async def test_requests_from_other_workspaces_are_refused(standin: SlackStandin) -> None:
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, phase=Phase.QUEUED)
+        other = await s.command("/jobs", "", team_id="T0ELSEWHERE")
+        own = await s.command("/jobs", "")
+        payload = block_action_payload(ACTION_CANCEL, launch.id)
+        payload["team"]["id"] = payload["user"]["team_id"] = "T0ELSEWHERE"
+        body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+        click = await post_signed(s.url, body)
+        await asyncio.sleep(0.5)
+        stored = await s.bot.store.get(launch.id)
+    assert "serves another Slack workspace" in other
+    assert launch.id in own
+    assert click.status == 200 and stored is not None and stored.phase == Phase.QUEUED
+
+
+# -- what may run --------------------------------------------------------------
+
+# user, image -> queued?, job secrets in the spec, text
+IMAGES = [
+    ("U0ALICE", "/tmp/evil.sqsh", False, None, "Custom images are not allowed for you on a4"),
+    ("U0ALICE", "~/images/reviewed/x.sqsh", False, None, "Use one of its images: nemo, nemo-rl"),
+    ("U0IMG", "~/images/reviewed/x.sqsh", True, False, "Queued"),
+    ("U0IMG", "~/images/elsewhere/x.sqsh", False, None, "(~/images/reviewed). Put it there"),
+    ("U0CHIEF", "~/images/trusted/x.sqsh", True, True, "Queued"),
+    ("U0ALICE", "nemo", True, True, "Queued"),  # the cluster's own image, by name
+]
+
+
+@pytest.mark.parametrize(("user", "image", "queued", "secrets", "says"), IMAGES)
+async def test_custom_images_only_where_policy_allows(
+    standin: SlackStandin,
+    user: str,
+    image: str,
+    queued: bool,
+    secrets: bool | None,
+    says: str,
+) -> None:
+    async with secure_bot(standin) as s:
+        said = await s.command("/train", f"sft llama3p1_8b cluster=a4 image={image}", user=user)
+        ids = await s.bot.store.active_ids(user)
+        specs = [
+            s.bot.clusters.spec_for(launch) for i in ids if (launch := await s.bot.store.get(i))
+        ]
+    assert says in said, said
+    assert len(ids) == (1 if queued else 0)
+    if queued:
+        spec = specs[0].spec
+        assert bool(spec.secrets) is secrets
+        if not secrets:
+            assert spec.secret_files() == {} and spec.profile.job_secrets == {}
+
+
+# -- requests that are not what they claim -------------------------------------
+
+
+async def test_a_replayed_signed_train_queues_once_across_processes(
+    standin: SlackStandin,
+) -> None:
+    form = slash_command_fields("/train", "sft llama3p1_8b cluster=a4", trigger_id=_trigger())
+    body = urllib.parse.urlencode(form)
+    ts = int(time.time())
+    async with secure_bot(standin) as s:
+        first = await post_signed(s.url, body, timestamp=ts)
+        again = await post_signed(s.url, body, timestamp=ts)  # the same request, byte for byte
+        # a second bot process (its own HTTP listener) shares the record in Redis
+        params = SlackParams(
+            bot_token=BOT_TOKEN,
+            signing_secret=SIGNING_SECRET,
+            api_url=standin.api_url,
+            http_port=0,
+        )
+        async with run_slack(
+            params,
+            s.bot.core,
+            health=s.bot.healthy,
+            metrics=s.bot.metrics,
+            replay_guard=s.bot.store.first_seen,
+        ) as other:
+            elsewhere = await post_signed(
+                f"http://127.0.0.1:{other.http_port}/slack/events", body, timestamp=ts
+            )
+        active = await s.bot.store.active_count("U0ALICE")
+    assert first.json()["text"].startswith("Queued")
+    assert (again.status, again.body, elsewhere.status, elsewhere.body) == (200, "", 200, "")
+    assert active == 1
+
+
+# body, content type, signed, header overrides -> status
+MALFORMED = [
+    ("payload=notjson", "application/x-www-form-urlencoded", False, {}, 401),
+    ("payload=notjson", "application/x-www-form-urlencoded", True, {}, 400),
+    ("payload=%5B1%2C2%5D", "application/x-www-form-urlencoded", True, {}, 400),
+    ("{not json", "application/json", True, {}, 400),
+    ("[1, 2]", "application/json", True, {}, 400),
+    ("{not json", "application/json", False, {}, 401),
+    ("command=/jobs", "application/x-www-form-urlencoded", False, {"ts": "abc"}, 401),
+    ("notaform", "application/x-www-form-urlencoded", True, {}, 400),
+]
+
+
+@pytest.mark.parametrize(("body", "content_type", "signed", "headers", "status"), MALFORMED)
+async def test_unsigned_or_malformed_requests_get_4xx_without_a_traceback(
+    standin: SlackStandin,
+    caplog: pytest.LogCaptureFixture,
+    body: str,
+    content_type: str,
+    signed: bool,
+    headers: dict[str, str],
+    status: int,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with secure_bot(standin) as s:
+        if signed:
+            answer = await post_signed(s.url, body, content_type=content_type)
+            got = answer.status
+        else:
+            sent = {"Content-Type": content_type}
+            if "ts" in headers:
+                sent |= {"X-Slack-Request-Timestamp": headers["ts"], "X-Slack-Signature": "v0=00"}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(s.url, data=body.encode(), headers=sent) as response,
+            ):
+                got = response.status
+    assert got == status
+    assert "Traceback" not in caplog.text
+
+
+async def test_non_utf8_body_is_400(standin: SlackStandin) -> None:
+    async with secure_bot(standin) as s, aiohttp.ClientSession() as session:
+        async with session.post(s.url, data=b"\xff\xfe payload") as response:
+            assert response.status in (400, 401)
+
+
+# -- injection and bad input: refused, with what would be right ------------------
+
+BAD_TRAINS = [
+    ("time=٠٤:٠٠:٠٠", "only the digits 0-9"),  # Arabic-Indic digits
+    ("time=۱۰", "only the digits 0-9"),
+    ("nodes=٢", "is not a whole number"),
+    ("name=$(reboot)", "is not a valid job name"),
+    ("name=x;id", "is not a valid job name"),
+    ("partition=a4;id", "is not a valid partition name"),
+    ("image=~/x.sqsh;id", "image="),
+    ("image=../../etc/x.sqsh", "relative path"),
+    ("trainer.max_steps=`id`", "trainer.max_steps"),
+    ("cluster=a4'", "Unbalanced quote"),
+    ("cluster=a5", "Unknown cluster 'a5'"),
+]
+
+
+@pytest.mark.parametrize(("extra", "says"), BAD_TRAINS)
+async def test_hostile_or_bad_values_are_refused_before_queueing(
+    standin: SlackStandin, extra: str, says: str
+) -> None:
+    async with secure_bot(standin) as s:
+        said = await s.command("/train", f"sft llama3p1_8b {extra}")
+        active = await s.bot.store.active_count("U0ALICE")
+    assert says in said and not said.startswith("Queued"), said
+    assert active == 0
+
+
+@pytest.mark.parametrize("key", ["name", "partition", "image", "time", "trainer.max_steps"])
+async def test_shell_injection_in_any_value_is_refused_and_runs_nothing(
+    standin: SlackStandin, unique: str, key: str
+) -> None:
+    """The hostile values of the cluster layer's injection test, typed into /train."""
+    marker = f"/tmp/trainbot-pwned-{unique}"
+    async with secure_bot(standin) as s:
+        for value in hostile_values(marker):
+            said = await s.command("/train", f"sft llama3p1_8b cluster=a4 {key}={value}")
+            assert not said.startswith("Queued") and ":warning:" in said, (value, said)
+        active = await s.bot.store.active_count("U0ALICE")
+    assert active == 0
+    assert login_run(f"test -e {marker} && echo found || echo absent").strip() == "absent"
+
+
+# -- secrets never leave the cluster -------------------------------------------
+
+
+def _encodings(secret: str) -> list[str]:
+    return [
+        secret,
+        base64.b64encode(secret.encode()).decode(),
+        urllib.parse.quote(secret, safe=""),
+        secret.encode().hex(),
+    ]
+
+
+async def test_secrets_are_redacted_where_posted_logged_and_stored(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture, log_file: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    stderr = "sbatch: error: bad\n" + " ".join(
+        f"x{form}y" for s in (HF_TOKEN, WANDB_KEY) for form in _encodings(s)
+    )
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, phase=Phase.QUEUED, log_path=log_file)
+
+        def failed_submit(stored: Launch) -> list[Event]:  # as a worker writes it
+            stored.phase, stored.outcome, stored.detail = Phase.REJECTED, "SUBMIT_FAILED", stderr
+            return [Event("thread", stored.id, f"Submission failed:\n{stderr}")]
+
+        await s.bot.store.mutate(launch.id, failed_submit)
+        logging.getLogger("bot.worker").warning("submit of %s failed: %s", launch.id, stderr)
+        tail = await s.command("/logs", launch.id)
+        posted = await standin.wait_for(
+            "chat.postMessage", lambda c: "Submission failed" in str(c.params.get("text"))
+        )
+        client = aioredis.from_url(TEST_REDIS, decode_responses=True)
+        try:
+            stored = str(await client.get(f"trainbot:launch:{launch.id}"))
+        finally:
+            await client.aclose()
+    places = {
+        "posted": str(posted.params.get("text")) + json.dumps(posted.params.get("blocks", "")),
+        "logged": caplog.text,
+        "stored": stored,
+        "/logs": tail,
+    }
+    for where, text in places.items():
+        for secret in (HF_TOKEN, WANDB_KEY):
+            for form in _encodings(secret):
+                assert form not in text, f"{where} shows {form}"
+        assert "[redacted]" in text, where
+    assert "step 1 loss 2.5" in tail  # the rest of the log is intact
+
+
+# -- deployment defaults -------------------------------------------------------
+
+
+def test_health_and_metrics_are_not_published_on_all_interfaces() -> None:
+    compose = yaml.safe_load((PROJECT / "docker-compose.yml").read_text())
+    ports = compose["services"]["trainbot"].get("ports", [])
+    for port in ports:
+        text = str(port)
+        assert text.startswith(("127.0.0.1:", "${TRAINBOT_PUBLISH_ADDRESS:-127.0.0.1}:")), text
