@@ -86,13 +86,13 @@ def parse_status_block(text: str) -> NemoStatus:
         line = line.strip()
         if match := re.match(r"Experiment Status for (\S+)", line):
             fields["experiment_id"] = match.group(1)
-        elif match := re.match(r"Task \d+: (\S+)", line):
+        elif match := re.match(r"Task [0-9]+: (\S+)", line):
             fields.setdefault("task", match.group(1))
         elif match := re.match(r"- (Status|Job id|Local Directory): (.+)", line):
             key = {"Status": "status", "Job id": "job_id", "Local Directory": "local_dir"}
             fields.setdefault(key[match.group(1)], match.group(2).strip())
     job_id = fields.get("job_id", "")
-    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
         raise ValueError(f"no Slurm job id in nemo-run's output: {clean.strip()[-300:]!r}")
     return NemoStatus(
         experiment_id=fields.get("experiment_id", ""),
