@@ -5,6 +5,13 @@
 ``repr`` and ``str`` show ``**********``. Job secrets and the PagerDuty routing
 key are referenced from the config by environment variable name; the values
 are kept here and handed out with :meth:`Settings.env_secret`.
+
+Any variable can instead be given as a file: ``NAME_FILE=/run/secrets/name``
+(Docker and Kubernetes secrets) stands for ``NAME`` with that file's content,
+one trailing newline dropped. The settings' own variables are read at start;
+a variable the config names (``{env: NAME}``) when the bot first asks for it,
+which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error. A
+file's content is never logged nor shown in an error, only its path.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cluster.errors import ConfigError
+
+FILE_SUFFIX = "_FILE"
 
 
 class Settings(BaseSettings):
@@ -34,6 +43,7 @@ class Settings(BaseSettings):
     http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
 
     _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+    _from_files: set[str] = PrivateAttr(default_factory=set)
 
     @classmethod
     def settings_customise_sources(
@@ -70,6 +80,9 @@ class Settings(BaseSettings):
         """
         env = dict(os.environ if environ is None else environ)
         names = {field.alias for field in cls.model_fields.values() if field.alias}
+        from_files = {name for name in names if env.get(name + FILE_SUFFIX)}
+        for name in sorted(from_files):
+            env[name] = _read_secret_file(name, env)
         values = {name: value for name, value in env.items() if name in names and value}
         try:
             settings = cls.model_validate(values)
@@ -81,11 +94,29 @@ class Settings(BaseSettings):
             msg = str(first["msg"]).removeprefix("Value error, ")
             raise ConfigError(f"{msg}{shown}", source="environment", path=name) from None
         settings._environ = {name: SecretStr(value) for name, value in env.items() if value}
+        settings._from_files = from_files
         return settings
 
     def env_secret(self, name: str) -> SecretStr | None:
-        """The value of environment variable ``name``, or None when unset or empty."""
-        return self._environ.get(name)
+        """The value of environment variable ``name`` (or of the file ``NAME_FILE`` names),
+        or None when unset or empty."""
+        value = self._environ.get(name)
+        path = self._environ.get(name + FILE_SUFFIX)
+        if path is not None and not name.endswith(FILE_SUFFIX):
+            if value is not None and name not in self._from_files:
+                raise ConfigError(
+                    f"set {name} or {name}{FILE_SUFFIX}, not both",
+                    source="environment",
+                    path=name,
+                )
+            if value is None:
+                env = {name + FILE_SUFFIX: path.get_secret_value()}
+                content = _read_secret_file(name, env)
+                value = SecretStr(content) if content else None
+                if value is not None:
+                    self._environ[name] = value
+                self._from_files.add(name)
+        return value
 
     def require_env_secret(self, name: str, *, needed_by: str) -> SecretStr:
         """Like :meth:`env_secret`, but a missing value is a ConfigError naming who needs it."""
@@ -95,6 +126,22 @@ class Settings(BaseSettings):
                 f"is not set (needed by {needed_by})", source="environment", path=name
             )
         return value
+
+
+def _read_secret_file(name: str, env: dict[str, str]) -> str:
+    """The content of the file ``NAME_FILE`` names, for ``NAME`` (which must not be set too)."""
+    variable = name + FILE_SUFFIX
+    if env.get(name):
+        raise ConfigError(f"set {name} or {variable}, not both", source="environment", path=name)
+    path = Path(env[variable])
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigError(
+            f"cannot read {path}: {reason}", source="environment", path=variable
+        ) from None
+    return content.removesuffix("\n").removesuffix("\r")
 
 
 def _is_secret(cls: type[Settings], alias: str) -> bool:

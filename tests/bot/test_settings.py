@@ -73,3 +73,47 @@ def test_bad_values_name_the_variable(environ: dict[str, str], message: str) -> 
         Settings.from_environ(environ)
     assert str(caught.value).startswith(message)
     assert caught.value.source == "environment"
+
+
+def test_secrets_from_files(tmp_path: Path) -> None:
+    (tmp_path / "bot_token").write_text("xoxb-from-a-file\n")
+    (tmp_path / "hf").write_text("hf_from_a_file")
+    settings = Settings.from_environ(
+        {
+            "SLACK_BOT_TOKEN_FILE": str(tmp_path / "bot_token"),
+            "REDIS_URL_FILE": "",  # empty: unset
+            "TRAINBOT_HF_TOKEN_FILE": str(tmp_path / "hf"),
+        }
+    )
+    assert settings.slack_bot_token is not None
+    assert settings.slack_bot_token.get_secret_value() == "xoxb-from-a-file"  # newline dropped
+    token = settings.env_secret("TRAINBOT_HF_TOKEN")
+    assert token is not None and token.get_secret_value() == "hf_from_a_file"
+    assert settings.env_secret("TRAINBOT_HF_TOKEN") is token  # read once
+    shown = repr(settings) + str(settings) + settings.model_dump_json()
+    assert "xoxb-from-a-file" not in shown and "hf_from_a_file" not in shown
+
+
+def test_a_redis_url_with_a_password_from_a_file(tmp_path: Path) -> None:
+    (tmp_path / "url").write_text("redis://:s3cret-pass@redis:6379/0\n")
+    settings = Settings.from_environ({"REDIS_URL_FILE": str(tmp_path / "url")})
+    assert settings.redis_url == "redis://:s3cret-pass@redis:6379/0"
+
+
+def test_secret_file_errors_name_the_variable_never_the_content(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as missing:
+        Settings.from_environ({"SLACK_SIGNING_SECRET_FILE": str(tmp_path / "nope")})
+    assert "SLACK_SIGNING_SECRET_FILE" in str(missing.value)
+    assert "nope" in str(missing.value)
+    (tmp_path / "secret").write_text("sign-from-file")
+    with pytest.raises(ConfigError, match="not both") as both:
+        Settings.from_environ(
+            {"SLACK_SIGNING_SECRET": "sign", "SLACK_SIGNING_SECRET_FILE": str(tmp_path / "secret")}
+        )
+    assert "sign-from-file" not in str(both.value)
+    settings = Settings.from_environ({"HF": "hf_value", "HF_FILE": str(tmp_path / "secret")})
+    with pytest.raises(ConfigError, match="not both"):
+        settings.env_secret("HF")
+    lazy = Settings.from_environ({"HF_FILE": str(tmp_path / "gone")})
+    with pytest.raises(ConfigError, match="HF_FILE"):
+        lazy.env_secret("HF")
