@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot.config import Config, load_config
+from bot.service import ROLES
 from bot.settings import Settings
 from cluster.errors import ConfigError, TrainbotError
 
@@ -29,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the bot: Slack front end (Socket Mode or HTTP), workers, status poller",
     )
     serve.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
+    serve.add_argument(
+        "--role",
+        choices=ROLES,
+        default="all",
+        help="which part to run: web (Slack, /healthz, /metrics), worker (the launch queue), "
+        "poller (cluster polling and message delivery), or all of them (default: %(default)s)",
+    )
     console = sub.add_parser("console", help="the same bot with a terminal chat instead of Slack")
     console.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     console.add_argument(
@@ -83,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from bot.serve import run_serve
 
-            return asyncio.run(run_serve(settings, config))
+            return asyncio.run(run_serve(settings, config, role=args.role))
     except ConfigError as exc:
         print(f"trainbot: configuration error: {exc}", file=sys.stderr)
         return 2

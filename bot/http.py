@@ -251,6 +251,16 @@ async def _serve_http(web_app: web.Application, host: str, port: int) -> AsyncIt
 
 
 @asynccontextmanager
+async def serve_health(
+    host: str, port: int, *, health: HealthCheck, metrics: MetricsText
+) -> AsyncIterator[int]:
+    """Only ``GET /healthz`` and ``GET /metrics`` (a process that takes no Slack traffic);
+    yields the bound port."""
+    async with _serve_http(build_web_app(health=health, metrics=metrics), host, port) as bound:
+        yield bound
+
+
+@asynccontextmanager
 async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[None]:
     socket = AsyncSocketModeHandler(app, app_token=app_token)
     try:  # open the first connection here so that a refused app token fails at start-up

@@ -1,11 +1,18 @@
 """The status poller: one APScheduler interval job per cluster.
 
-Each run takes the cluster's lease (so one bot process polls a cluster at a
+Each run needs the cluster's lease (so one bot process polls a cluster at a
 time), collects every tracked job of that cluster in one SSH round trip, and
 applies the snapshots to the launches. A job that ended other than COMPLETED is
 diagnosed first from everything it left (:func:`cluster.evidence.gather`, one
 more round trip); when that names no known cause, it is read once more after
 ``watch.evidence_reread_s`` (shared file systems lag) before "unknown" stands.
+
+The lease lives as long as one poll interval (at least ``MIN_LEASE_S``) and is
+renewed, or tried for by the pollers that do not hold it, three times per
+interval, apart from the polls themselves: a poll that takes long keeps its
+lease, and when the holder dies another poller takes the cluster over within
+about 1.3 poll intervals. A poller that finds it lost the lease mid-poll writes
+nothing; one that stops gracefully gives its leases up at once.
 """
 
 from __future__ import annotations
@@ -29,6 +36,18 @@ from cluster.slurm import is_terminal
 
 log = logging.getLogger(__name__)
 
+MIN_LEASE_S = 1.0
+RENEWALS_PER_INTERVAL = 3
+
+
+def lease_name(cluster: str) -> str:
+    return f"poller:{cluster}"
+
+
+def lease_ttl_ms(poll_interval_s: float) -> int:
+    """How long a cluster's poller lease lasts without renewal."""
+    return int(max(poll_interval_s, MIN_LEASE_S) * 1000)
+
 
 class Poller:
     def __init__(self, store: Store, clusters: Clusters, *, owner: str) -> None:
@@ -38,9 +57,20 @@ class Poller:
         self.polls = 0
         self.scheduler = AsyncIOScheduler()
         self.unknown_at: dict[tuple[str, str], float] = {}  # (cluster, job): first "unknown" read
+        self.held: set[str] = set()  # the clusters whose lease this poller holds
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
+            self.scheduler.add_job(
+                self.hold,
+                "interval",
+                seconds=lease_ttl_ms(profile.poll_interval_s) / 1000 / RENEWALS_PER_INTERVAL,
+                args=[name],
+                id=f"lease-{name}",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+            )
             self.scheduler.add_job(
                 self.poll,
                 "interval",
@@ -57,20 +87,34 @@ class Poller:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
+    async def hold(self, cluster: str) -> bool:
+        """Take or renew ``cluster``'s lease; whether this poller holds it now."""
+        ttl_ms = lease_ttl_ms(self.clusters.profile(cluster).poll_interval_s)
+        try:
+            held = await self.store.acquire(lease_name(cluster), self.owner, ttl_ms)
+        except Exception as exc:  # Redis is down: the lease runs out, as everyone's does
+            log.warning("cluster=%s poller lease not renewed: %s", cluster, exc)
+            held = False
+        if held and cluster not in self.held:
+            log.info("cluster=%s polled by %s from now on", cluster, self.owner)
+        (self.held.add if held else self.held.discard)(cluster)
+        return held
+
+    async def release(self) -> None:
+        """Give up every lease this poller holds (a graceful stop: others take over at once)."""
+        for cluster in sorted(self.held):
+            try:
+                await self.store.release(lease_name(cluster), self.owner)
+            except Exception as exc:
+                log.warning("cluster=%s poller lease not released: %s", cluster, exc)
+        self.held.clear()
+
     async def poll(self, cluster: str) -> int:
         """One poll of ``cluster``; returns how many launches it looked at."""
         profile = self.clusters.profile(cluster)
-        ttl_ms = int(max(profile.poll_interval_s * 3, 10) * 1000)
-        if not await self.store.acquire(f"poller:{cluster}", self.owner, ttl_ms):
+        if not await self.hold(cluster):
             return 0
-        launches: dict[str, Launch] = {}
-        jobs: dict[str, Tracking] = {}
-        for launch_id in await self.store.tracked_ids(cluster):
-            launch = await self.store.get(launch_id)
-            job = tracked(launch) if launch else None
-            if launch is not None and job is not None:
-                launches[job.job_id] = launch
-                jobs[job.job_id] = job
+        launches, jobs = await self._tracked(cluster)
         if not jobs:
             return 0
         known = {job_id: launch.checkpoints for job_id, launch in launches.items()}
@@ -86,6 +130,9 @@ class Poller:
             log.warning("cluster=%s poll failed: %s", cluster, exc)
             return 0
         self.polls += 1
+        if not await self.hold(cluster):  # another poller took over while this one read
+            log.warning("cluster=%s lease lost during a poll; its results are dropped", cluster)
+            return 0
         watch = self.clusters.config.watch
         for job_id, snap in result.jobs.items():
             launch = launches.get(job_id)
@@ -106,6 +153,18 @@ class Poller:
 
             await self.store.mutate(launch.id, change)
         return len(jobs)
+
+    async def _tracked(self, cluster: str) -> tuple[dict[str, Launch], dict[str, Tracking]]:
+        """The launches ``cluster``'s jobs belong to, and the jobs, by job id."""
+        launches: dict[str, Launch] = {}
+        jobs: dict[str, Tracking] = {}
+        for launch_id in await self.store.tracked_ids(cluster):
+            launch = await self.store.get(launch_id)
+            job = tracked(launch) if launch else None
+            if launch is not None and job is not None:
+                launches[job.job_id] = launch
+                jobs[job.job_id] = job
+        return launches, jobs
 
     async def diagnose(
         self, profile: ClusterProfile, job: Tracking, snap: JobSnapshot

@@ -1,8 +1,13 @@
-"""``trainbot serve``: the whole bot with Slack as its front end.
+"""``trainbot serve``: the bot with Slack as its front end, whole or by role.
 
-Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise HTTP on
-``TRAINBOT_HTTP_HOST:TRAINBOT_HTTP_PORT``. Runs until SIGTERM or SIGINT, then
-shuts down in order (see bot.service).
+``--role all`` (the default) runs every part in one process. ``web`` answers
+Slack: Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise HTTP on
+``TRAINBOT_HTTP_HOST:TRAINBOT_HTTP_PORT``. ``worker`` takes launches off the
+queue and needs no Slack secret at all; ``poller`` polls the clusters and
+delivers the outbox to Slack (so it needs the bot token, not the signing secret
+or app token). Every role serves ``GET /healthz`` and ``GET /metrics`` on that
+HTTP address. Runs until SIGTERM or SIGINT, then shuts down in order (see
+bot.service).
 """
 
 from __future__ import annotations
@@ -10,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from bot.config import Config
-from bot.http import SlackParams, run_slack
-from bot.service import running
+from bot.front import Blocks, Front, MessageRef
+from bot.http import SlackParams, run_slack, serve_health
+from bot.service import role_parts, running
 from bot.settings import Settings
 from bot.slack_front import open_front
 from cluster.errors import ConfigError
@@ -21,45 +29,103 @@ from cluster.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-async def run_serve(
-    settings: Settings, config: Config, *, ready: asyncio.Event | None = None
-) -> int:
-    params = SlackParams.from_settings(settings, allowed_team_ids=config.policy.workspaces)
-    if not params.bot_token:  # before connecting to anything
+class NoSlack:
+    """The front of a process that never speaks to Slack (the worker role)."""
+
+    async def post(
+        self, channel: str, text: str, *, blocks: Blocks | None = None, thread_ts: str = ""
+    ) -> MessageRef:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+    async def update(self, ref: MessageRef, text: str, *, blocks: Blocks | None = None) -> None:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+    async def post_ephemeral(
+        self, channel: str, user: str, text: str, *, blocks: Blocks | None = None
+    ) -> None:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+    async def upload(
+        self, channel: str, thread_ts: str, *, filename: str, content: bytes, title: str
+    ) -> None:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+    async def permalink(self, ref: MessageRef) -> str:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+    async def usergroup_members(self, usergroup_id: str) -> list[str]:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+
+def check_slack_settings(params: SlackParams, parts: frozenset[str]) -> None:
+    """What each role needs of Slack, checked before connecting to anything."""
+    if ("web" in parts or "poller" in parts) and not params.bot_token:
         raise ConfigError(
             "SLACK_BOT_TOKEN is not set: give your Slack app's bot token (xoxb-...), "
             "or run without Slack: trainbot console",
             source="environment",
         )
-    if not params.app_token and not params.signing_secret:
+    if "web" in parts and not params.app_token and not params.signing_secret:
         raise ConfigError(
             "HTTP mode needs SLACK_SIGNING_SECRET; or set SLACK_APP_TOKEN (xapp-...) for "
             "Socket Mode, which needs no public URL",
             source="environment",
         )
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings, config: Config, role: str, params: SlackParams
+) -> AsyncIterator[str]:
+    """The parts of ``role`` running, with their HTTP endpoints; yields a line for the log."""
+    parts = role_parts(role)
+    async with AsyncExitStack() as stack:
+        front: Front = NoSlack()
+        if "web" in parts or "poller" in parts:
+            front = await stack.enter_async_context(
+                open_front(params.bot_token, api_url=params.api_url)
+            )
+        bot = await stack.enter_async_context(running(settings, config, front, role=role))
+        if "web" in parts:
+            slack = await stack.enter_async_context(
+                run_slack(
+                    params,
+                    bot.core,
+                    health=bot.healthy,
+                    metrics=bot.metrics,
+                    front=front,  # type: ignore[arg-type]
+                    replay_guard=bot.store.first_seen,
+                )
+            )
+            yield (
+                f"trainbot serving Slack as {role} ({slack.mode} mode, "
+                f"health on {params.http_host}:{slack.http_port})"
+            )
+        else:
+            port = await stack.enter_async_context(
+                serve_health(
+                    params.http_host, params.http_port, health=bot.healthy, metrics=bot.metrics
+                )
+            )
+            yield f"trainbot serving as {role} (health on {params.http_host}:{port})"
+
+
+async def run_serve(
+    settings: Settings,
+    config: Config,
+    *,
+    role: str = "all",
+    ready: asyncio.Event | None = None,
+) -> int:
+    params = SlackParams.from_settings(settings, allowed_team_ids=config.policy.workspaces)
+    check_slack_settings(params, role_parts(role))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with (
-            open_front(params.bot_token, api_url=params.api_url) as front,
-            running(settings, config, front) as bot,
-            run_slack(
-                params,
-                bot.core,
-                health=bot.healthy,
-                metrics=bot.metrics,
-                front=front,
-                replay_guard=bot.store.first_seen,
-            ) as slack,
-        ):
-            log.warning(
-                "trainbot serving Slack (%s mode, health on %s:%s)",
-                slack.mode,
-                params.http_host,
-                slack.http_port,
-            )
+        async with serving(settings, config, role, params) as started:
+            log.warning("%s", started)
             if ready is not None:
                 ready.set()
             await stop.wait()

@@ -1,5 +1,11 @@
 """Putting the bot together: Redis, the SSH pool, workers, notifier and poller.
 
+A process runs some of the bot's parts, by role (``trainbot serve --role``):
+``web`` answers Slack (the core), ``worker`` takes launches off the queue,
+``poller`` polls the clusters and delivers the outbox (the notifier: like the
+poller it works under a Redis lease, so any number of poller processes can run
+and one of them does the work); ``all`` is all three in one process.
+
 Start-up and shutdown live in one AsyncExitStack, closed in reverse: on stop,
 the workers finish what they hold (an unfinished queue entry stays pending
 in Redis for the next start), the poller stops, the SSH pool closes.
@@ -37,6 +43,16 @@ from cluster.ssh import SSHPool
 
 log = logging.getLogger(__name__)
 
+ROLES = ("all", "web", "worker", "poller")
+PARTS = frozenset({"web", "worker", "poller"})
+
+
+def role_parts(role: str) -> frozenset[str]:
+    """The parts a process of ``role`` runs."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; known: {', '.join(ROLES)}")
+    return PARTS if role == "all" else frozenset({role})
+
 
 @dataclass
 class Bot:
@@ -50,6 +66,7 @@ class Bot:
     poller: Poller
     stop: asyncio.Event
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    parts: frozenset[str] = PARTS
 
     async def healthy(self) -> tuple[bool, str]:
         try:
@@ -62,7 +79,7 @@ class Bot:
             return False, f"redis: {exc}"
         if not groups:
             return False, "queue groups: missing (they are made again on the next read)"
-        if not self.poller.scheduler.running:
+        if "poller" in self.parts and not self.poller.scheduler.running:
             return False, "poller: not running"
         dead = [t.get_name() for t in self.tasks if t.done()]
         if dead:
@@ -123,12 +140,21 @@ def process_name() -> str:
 
 @asynccontextmanager
 async def running(
-    settings: Settings, config: Config, front: Front, *, workers: int = 2, instance: str = ""
+    settings: Settings,
+    config: Config,
+    front: Front,
+    *,
+    workers: int = 2,
+    instance: str = "",
+    role: str = "all",
 ) -> AsyncIterator[Bot]:
-    """The whole bot speaking through ``front``; stops everything on exit.
+    """The bot (the parts ``role`` runs) speaking through ``front``; stops everything on exit.
 
     ``instance`` tells apart several bots on one host (their leases and queue consumers).
     """
+    parts = role_parts(role)
+    if "worker" not in parts:
+        workers = 0
     owner = process_name() + (f"-{instance}" if instance else "")
     host = socket.gethostname() + (f"-{instance}" if instance else "")
     async with AsyncExitStack() as stack:
@@ -169,24 +195,29 @@ async def running(
             ),
             poller=Poller(store, clusters, owner=owner),
             stop=stop,
+            parts=parts,
         )
         for worker in bot.workers:
             bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))
-        bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))
-        bot.poller.start()
+        if "poller" in parts:
+            bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))
+            bot.poller.start()
 
         async def shutdown() -> None:
             stop.set()
             bot.poller.shutdown()
-            done, pending = await asyncio.wait(bot.tasks, timeout=15)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if bot.tasks:
+                done, pending = await asyncio.wait(bot.tasks, timeout=15)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+            await bot.poller.release()
 
         stack.push_async_callback(shutdown)
         log.info(
-            "trainbot running as %s with %d workers on %s",
+            "trainbot running as %s (role %s) with %d workers on %s",
             owner,
+            role,
             workers,
             ", ".join(clusters.profiles),
         )
