@@ -6,6 +6,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -56,58 +59,115 @@ def test_settings_use_the_interface_names() -> None:
     assert INTERFACE_ENV <= aliases
 
 
+ROLES = ("web", "worker", "poller")
+SECRET_FILES = {
+    "SLACK_BOT_TOKEN_FILE": "slack_bot_token",
+    "SLACK_SIGNING_SECRET_FILE": "slack_signing_secret",
+    "SLACK_APP_TOKEN_FILE": "slack_app_token",
+    "REDIS_URL_FILE": "redis_url",
+}
+
+
 def test_compose_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"redis", "trainbot"}
+    assert set(services) == {"redis", *ROLES}
     redis = services["redis"]
     assert str(redis["image"]).startswith("redis:7")
-    assert "--appendonly" in redis["command"] and "yes" in redis["command"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command
+    assert "requirepass" in command and "/run/secrets/redis_password" in command
+    assert "redis_password" in redis["secrets"]
+    assert "ports" not in redis  # only the compose network reaches Redis
     volume = redis["volumes"][0].split(":")
     assert volume[1] == "/data" and volume[0] in compose["volumes"]  # named, not a bind mount
+    assert redis["restart"] == "unless-stopped"
 
-    bot = services["trainbot"]
-    assert bot["build"] == "." and bot["command"] in (["serve"], "serve")
-    assert bot["restart"] == "unless-stopped" and redis["restart"] == "unless-stopped"
-    assert "redis" in bot["depends_on"]
-    assert "3000:3000" in bot["ports"]
-    assert bot["env_file"] in (".env", [".env"])
+    for role in ROLES:
+        bot = services[role]
+        assert bot["build"] == "."
+        assert bot["command"] == ["serve", "--role", role]
+        assert bot["restart"] == "unless-stopped"
+        assert "redis" in bot["depends_on"]
+    # Only the web role publishes a port (HTTP mode's /slack/events); workers scale.
+    assert [role for role in ROLES if "ports" in services[role]] == ["web"]
+    assert services["web"]["ports"] == [
+        "${TRAINBOT_PUBLISH_ADDRESS:-127.0.0.1}:${TRAINBOT_PUBLISH_PORT:-3000}:3000"
+    ]
+    assert services["worker"]["deploy"]["replicas"] >= 2
+    assert services["poller"]["deploy"]["replicas"] >= 2
 
 
-def test_compose_environment(compose: dict[str, Any]) -> None:
-    env = compose["services"]["trainbot"]["environment"]
-    assert set(env) <= INTERFACE_ENV
-    assert env["REDIS_URL"] == "redis://redis:6379/0"
-    assert env["TRAINBOT_CONFIG"] == "/config/trainbot.yaml"
-    assert env["TRAINBOT_HTTP_HOST"] == "0.0.0.0"  # reachable through the published port
-    assert not SECRET_ENV & set(env), "secrets come from .env, not the compose file"
+def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
+    declared = compose["secrets"]
+    for role in ROLES:
+        service = compose["services"][role]
+        env = service["environment"]
+        names = {name.removesuffix("_FILE") for name in env}
+        assert names <= INTERFACE_ENV, names - INTERFACE_ENV
+        assert env["TRAINBOT_CONFIG"] == "/config/trainbot.yaml"
+        assert env["TRAINBOT_HTTP_HOST"] == "0.0.0.0"  # /healthz for the healthcheck
+        assert not SECRET_ENV & set(env), "secrets come from files, not the compose file"
+        assert "REDIS_URL" not in env  # it carries the Redis password: a secret file
+        for variable, value in env.items():
+            if variable.endswith("_FILE"):
+                secret = SECRET_FILES[variable]
+                assert value == f"/run/secrets/{secret}"
+                assert secret in service["secrets"]
+                assert declared[secret]["file"] == f"./secrets/{secret}"
+    # Each role holds only the Slack secrets it needs.
+    assert "SLACK_SIGNING_SECRET_FILE" in compose["services"]["web"]["environment"]
+    assert set(compose["services"]["worker"]["secrets"]) == {"redis_url"}
+    assert set(compose["services"]["poller"]["secrets"]) == {"redis_url", "slack_bot_token"}
 
 
 def test_compose_mounts_are_read_only(compose: dict[str, Any]) -> None:
-    mounts = compose["services"]["trainbot"]["volumes"]
-    targets = {mount.split(":")[1]: mount for mount in mounts}
-    assert targets["/config/trainbot.yaml"].startswith("./trainbot.yaml:")
-    for target in (
-        "/config/trainbot.yaml",
-        "/etc/trainbot/id_ed25519",
-        "/etc/trainbot/known_hosts",
-    ):
-        assert targets[target].endswith(":ro")
+    for role in ROLES:
+        mounts = compose["services"][role]["volumes"]
+        targets = {mount.split(":")[1]: mount for mount in mounts}
+        assert targets["/config/trainbot.yaml"].startswith("./trainbot.yaml:")
+        for target in (
+            "/config/trainbot.yaml",
+            "/etc/trainbot/id_ed25519",
+            "/etc/trainbot/known_hosts",
+        ):
+            assert targets[target].endswith(":ro")
+
+
+def stages(dockerfile: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = []
+    for instruction, args in dockerfile:
+        if instruction == "FROM":
+            found.append([])
+        if found:
+            found[-1].append((instruction, args))
+    return found
 
 
 def test_dockerfile(dockerfile: list[tuple[str, str]]) -> None:
-    first = dockerfile[0]
-    assert first == ("FROM", "python:3.11-slim")
-    users = [args for instruction, args in dockerfile if instruction == "USER"]
-    assert users and users[-1] not in ("root", "0")
-    final = dict(dockerfile)  # the last of each instruction wins, as in Docker
+    args = dict(
+        a.split("=", 1) for instruction, a in dockerfile if instruction == "ARG" and "=" in a
+    )
+    # A digest-pinned base, the same in every stage.
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", args["PYTHON_IMAGE"])
+    build, run = stages(dockerfile)
+    assert build[0] == ("FROM", "${PYTHON_IMAGE} AS build")
+    assert run[0] == ("FROM", "${PYTHON_IMAGE}")
+    runs = " ".join(a for instruction, a in build if instruction == "RUN")
+    assert "--require-hashes" in runs and "-r requirements.lock" in runs
+    assert "pip install --no-deps ." in runs  # trainbot itself adds no unpinned dependency
+    assert not [a for instruction, a in run if instruction == "RUN" and "pip" in a]
+    assert ("COPY", "--from=build /opt/trainbot /opt/trainbot") in run
+    users = [a for instruction, a in run if instruction == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    instructions = [instruction for instruction, _ in run]
+    assert instructions.index("USER") > max(
+        i for i, instruction in enumerate(instructions) if instruction in ("RUN", "COPY")
+    )
+    final = dict(run)  # the last of each instruction wins, as in Docker
     assert json.loads(final["ENTRYPOINT"]) == ["trainbot"]
     assert json.loads(final["CMD"]) == ["serve"]
-    assert any("pip install ." in args for instruction, args in dockerfile if instruction == "RUN")
-    assert "curl" not in " ".join(args for _, args in dockerfile)
-    instructions = [instruction for instruction, _ in dockerfile]
-    assert instructions.index("USER") > max(
-        i for i, instruction in enumerate(instructions) if instruction == "RUN"
-    )
+    assert "HEALTHCHECK" in final
+    assert "curl" not in " ".join(a for _, a in dockerfile)
 
 
 def test_dockerfile_healthcheck_is_valid_python(dockerfile: list[tuple[str, str]]) -> None:
@@ -130,7 +190,7 @@ def test_dockerignore_keeps_secrets_out() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert {".env", "secrets/", "trainbot.yaml", ".git", ".devcluster/", ".venv/"} <= ignored
-    needed = {"pyproject.toml", "README.md", "bot", "commands", "cluster"}
+    needed = {"pyproject.toml", "README.md", "requirements.lock", "bot", "commands", "cluster"}
     assert not needed & ignored
 
 
@@ -145,5 +205,111 @@ def test_env_example_names_known_variables() -> None:
     assert SECRET_ENV <= names
     aliases = {field.alias for field in Settings.model_fields.values()}
     example = (ROOT / "trainbot.example.yaml").read_text(encoding="utf-8")
+    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
     for name in names:
-        assert name in aliases or f"env: {name}" in example, name
+        assert name in aliases or f"env: {name}" in example or "${" + name in compose, name
+
+
+# -- the validators CI runs (scripts/check-deploy), on the real files and on broken ones
+
+
+def check_deploy(*files: Path) -> subprocess.CompletedProcess[str]:
+    # The validators come from requirements-dev.lock, beside this interpreter.
+    bindir = Path(sys.executable).parent
+    for tool in ("hadolint", "check-jsonschema"):
+        assert (bindir / tool).exists(), f"{tool} is not installed: run scripts/bootstrap"
+    env = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    return subprocess.run(
+        [str(ROOT / "scripts" / "check-deploy"), *map(str, files)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_deployment_files_pass_their_validators() -> None:
+    result = check_deploy()
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_broken_dockerfile_fails_hadolint(tmp_path: Path) -> None:
+    broken = tmp_path / "Dockerfile"
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    # An unpinned base and apt-get without --no-install-recommends: both findings.
+    text = text.replace("FROM ${PYTHON_IMAGE} AS build", "FROM python:latest AS build")
+    broken.write_text(text + "RUN apt-get update && apt-get install -y curl\n")
+    result = check_deploy(broken, ROOT / "docker-compose.yml")
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout + result.stderr  # "Using latest is prone to errors"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("    deploy:\n      replicas: 2", "    deploy:\n      replica: 2"),
+        ("  redis:\n    image:", "  redis:\n    imagee:"),
+        ("    restart: unless-stopped", "    restart: [unless-stopped]"),
+    ],
+)
+def test_a_broken_compose_file_fails_the_schema(tmp_path: Path, old: str, new: str) -> None:
+    text = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    assert old in text
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(text.replace(old, new, 1))
+    result = check_deploy(ROOT / "Dockerfile", broken)
+    assert result.returncode != 0, result.stdout
+    assert "Schema validation errors" in result.stdout + result.stderr
+
+
+# -- the lock files
+
+
+def lockcheck(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "lockcheck.py"), str(root)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_lock_files_match_pyproject() -> None:
+    result = lockcheck(ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def locked_copy(tmp_path: Path) -> Path:
+    for name in ("pyproject.toml", "requirements.lock", "requirements-dev.lock"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def test_a_dependency_added_to_pyproject_but_not_locked_is_caught(tmp_path: Path) -> None:
+    root = locked_copy(tmp_path)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace('"aiohttp>=3.9,<4",', '"aiohttp>=3.9,<4",\n    "rich>=13",')
+    )
+    result = lockcheck(root)
+    assert result.returncode == 1
+    assert "requirements.lock: rich is not pinned" in result.stderr
+    assert "run scripts/lock" in result.stderr
+
+
+def test_a_pin_outside_pyproject_or_without_hashes_is_caught(tmp_path: Path) -> None:
+    root = locked_copy(tmp_path)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"redis>=5.0"', '"redis>=99"'))
+    lock = root / "requirements.lock"
+    lock.write_text(
+        re.sub(
+            r"(?m)^(pyyaml==\S+) \\\n(    --hash=\S+ \\\n)*    --hash=\S+", r"\1", lock.read_text()
+        )
+    )
+    result = lockcheck(root)
+    assert result.returncode == 1
+    assert "does not satisfy redis>=99" in result.stderr
+    assert "requirements.lock: no hash for pyyaml" in result.stderr
+
+
+def test_every_locked_package_has_hashes() -> None:
+    for name in ("requirements.lock", "requirements-dev.lock"):
+        text = (ROOT / name).read_text()
+        assert "--hash=sha256:" in text
+        assert "-e " not in text and "file:" not in text  # nothing from a local path

@@ -10,6 +10,7 @@ poller held must move to the other poller within two poll intervals.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -71,7 +72,8 @@ class Proc:
         return f"http://127.0.0.1:{self.port}"
 
     def output(self) -> str:
-        self.out.flush()
+        if not self.out.closed:
+            self.out.flush()
         return self.log.read_text(errors="replace")
 
 
@@ -118,13 +120,19 @@ async def wait_healthy(proc: Proc, timeout_s: float = 60) -> None:
     await wait_until(healthy, f"{proc.role} on {proc.port} to be healthy", timeout_s, 0.3)
 
 
-async def send_train(web: Proc, text: str) -> str:
-    body = slash_command_body("/train", text)
+async def send_train(web: Proc, text: str, user: str = "U0ALICE") -> str:
+    body = slash_command_body("/train", text, user_id=user)
     answer = await post_signed(f"{web.url}/slack/events", body)
     assert answer.status == 200 and answer.elapsed_s < 3.0, answer
     found = LAUNCH_RE.search(answer.json()["text"])
     assert found, answer.body
     return found.group(0)
+
+
+def launch_of(params: dict[str, object]) -> str:
+    """The launch id a parent message names (in its text or its blocks' footer)."""
+    found = LAUNCH_RE.search(f"{params.get('text', '')} {json.dumps(params.get('blocks'))}")
+    return found.group(0) if found else f"no launch id in {params}"
 
 
 async def lease_owners(client: aioredis.Redis) -> dict[str, str]:
@@ -210,7 +218,8 @@ async def test_two_of_each_role_survive_losing_one_of_each(
             assert failover_s <= 2 * POLL_INTERVAL_S, (failover_s, lost)
 
             # The surviving web still takes launches.
-            launch_ids.append(await send_train(webs[1], f"rm llama3p1_8b name={unique}"))
+            later = await send_train(webs[1], f"rm llama3p1_8b name={unique}", user="U0BOB")
+            launch_ids.append(later)
             launches = [await wait_for_launch(store, lid, timeout_s=240) for lid in launch_ids]
             await wait_delivered(store, timeout_s=60)
 
@@ -220,11 +229,7 @@ async def test_two_of_each_role_survive_losing_one_of_each(
             assert slurm_jobs_named(launch.id) == attempts, launch.id
 
         posts = standin.calls_to("chat.postMessage")
-        parents = Counter(
-            LAUNCH_RE.search(c.params["text"]).group(0)  # type: ignore[union-attr]
-            for c in posts
-            if not c.params.get("thread_ts")
-        )
+        parents = Counter(launch_of(c.params) for c in posts if not c.params.get("thread_ts"))
         assert parents == Counter(dict.fromkeys(launch_ids, 1)), parents
         thread = Counter(
             (c.params["thread_ts"], c.params["text"]) for c in posts if c.params.get("thread_ts")
