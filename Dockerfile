@@ -23,7 +23,10 @@ COPY pyproject.toml README.md ./
 COPY bot ./bot
 COPY commands ./commands
 COPY cluster ./cluster
-RUN /opt/trainbot/bin/pip install --no-deps . \
+# trainbot's own wheel, built with the base image's setuptools and wheel (pinned with
+# it): nothing unpinned is downloaded.
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /build/dist . \
+    && /opt/trainbot/bin/pip install --no-deps /build/dist/trainbot-*.whl \
     && /opt/trainbot/bin/pip check
 
 # -- run: the virtualenv only, as an unprivileged user.

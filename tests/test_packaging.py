@@ -154,7 +154,8 @@ def test_dockerfile(dockerfile: list[tuple[str, str]]) -> None:
     assert run[0] == ("FROM", "${PYTHON_IMAGE}")
     runs = " ".join(a for instruction, a in build if instruction == "RUN")
     assert "--require-hashes" in runs and "-r requirements.lock" in runs
-    assert "pip install --no-deps ." in runs  # trainbot itself adds no unpinned dependency
+    assert "--no-build-isolation" in runs  # no unpinned build tools either
+    assert "pip install --no-deps /build/dist/trainbot-" in runs  # nor unpinned dependencies
     assert not [a for instruction, a in run if instruction == "RUN" and "pip" in a]
     assert ("COPY", "--from=build /opt/trainbot /opt/trainbot") in run
     users = [a for instruction, a in run if instruction == "USER"]
