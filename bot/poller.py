@@ -58,6 +58,7 @@ class Poller:
         self.scheduler = AsyncIOScheduler()
         self.unknown_at: dict[tuple[str, str], float] = {}  # (cluster, job): first "unknown" read
         self.held: set[str] = set()  # the clusters whose lease this poller holds
+        self.stopping = False
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -84,11 +85,15 @@ class Poller:
         self.scheduler.start()
 
     def shutdown(self) -> None:
+        self.stopping = True  # a poll still under way takes no lease again
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
     async def hold(self, cluster: str) -> bool:
         """Take or renew ``cluster``'s lease; whether this poller holds it now."""
+        if self.stopping:
+            self.held.discard(cluster)
+            return False
         ttl_ms = lease_ttl_ms(self.clusters.profile(cluster).poll_interval_s)
         try:
             held = await self.store.acquire(lease_name(cluster), self.owner, ttl_ms)

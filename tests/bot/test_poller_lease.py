@@ -42,3 +42,6 @@ async def test_one_holder_then_the_other_after_expiry_or_release() -> None:
         await asyncio.sleep(ttl_s * 1.1)  # two stopped renewing (it died)
         assert await one.hold(cluster) and not await two.hold(cluster)
         assert two.held == set()
+        one.shutdown()  # stopping: a poll still under way takes no lease again
+        await one.release()
+        assert not await one.hold(cluster) and await two.hold(cluster)
