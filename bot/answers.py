@@ -109,10 +109,10 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
     )
 
 
-def plot(launch: Launch) -> Reply:
-    """/logs <job> plot: the loss curve as a PNG file."""
+async def plot(launch: Launch) -> Reply:
+    """/logs <job> plot: the loss curve as a PNG file (drawn off the event loop)."""
     try:
-        png = render.loss_curve(launch)
+        png = await asyncio.to_thread(render.loss_curve, launch)
     except ValueError as exc:
         return Reply(f"No loss curve for {launch.id} yet: {escape(str(exc))}.", error=True)
     return Reply(

@@ -98,6 +98,7 @@ def on_failure(
             seed_tokenizer=decision.seed_tokenizer,
             resume=decision.resume,
             checkpoints_at_start=len(launch.checkpoints),
+            from_step=launch.progress.step,
             not_before=now + watch.retry_backoff_s * (number - 1),
         )
     )

@@ -165,7 +165,7 @@ class Core:
         if isinstance(request, LogsRequest):
             launch = await self.readable(request.job, user)
             if request.plot:
-                return answers.plot(launch)
+                return await answers.plot(launch)
             return await answers.logs(self.clusters, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
@@ -423,6 +423,7 @@ class Core:
                     resume=True,
                     checkpoints_at_start=len(stored.checkpoints),
                     held=True,
+                    from_step=stored.progress.step,
                 )
             )
             stored.phase = Phase.RETRYING

@@ -71,6 +71,7 @@ class Attempt(BaseModel):
     resume: bool = False
     not_before: float = 0.0  # retry backoff: not submitted before this time
     held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
+    from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
     tail: str = ""  # the last lines of the main log, for the failure message
@@ -111,6 +112,7 @@ class Launch(BaseModel):
     progress: Progress = Field(default_factory=Progress)
     checkpoints: list[str] = Field(default_factory=list)
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0

@@ -166,7 +166,7 @@ class Notifier:
 
     async def _plot(self, launch: Launch) -> None:
         try:
-            png = render.loss_curve(launch)
+            png = await asyncio.to_thread(render.loss_curve, launch)
         except ValueError as exc:
             log.info("launch %s: no loss curve: %s", launch.id, exc)
             return

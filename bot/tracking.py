@@ -85,7 +85,10 @@ class _Step:
         del p.recent_step_times_s[:-STEP_TIMES_KEPT]
         history = launch.progress_history
         history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
-        del history[:-HISTORY_MAX]
+        launch.validation_history.extend(progress.validation)
+        for kept in (history, launch.validation_history):
+            if len(kept) > HISTORY_MAX:  # the whole run, at half the resolution
+                kept[:] = kept[::2]
         return True
 
     def checkpoints(self) -> None:
