@@ -113,6 +113,7 @@ class Launch(BaseModel):
     checkpoints: list[str] = Field(default_factory=list)
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0

@@ -18,7 +18,7 @@ from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
 from cluster.frameworks import Tracking, framework
 from cluster.profiles import ClusterProfile, slurm_time_seconds
-from cluster.progress import Point, complete_lines
+from cluster.progress import Point, complete_lines, run_links
 from cluster.slurm import is_terminal
 
 PARENT_REFRESH_S = 10.0
@@ -72,6 +72,10 @@ class _Step:
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
         if text:
             attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+            for url in run_links(text):
+                if url not in launch.run_links:
+                    launch.run_links.append(url)
+                    self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
         p = launch.progress
         carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
         progress = framework(attempt.tracking.framework).parse_progress(text, carry)

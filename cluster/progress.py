@@ -24,6 +24,11 @@ NEMO_DONE_RE = re.compile(r"`Trainer\.fit` stopped: `max_steps=(\d+)` reached\."
 RL_STEP_RE = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+\s*$")
 RL_LOSS_RE = re.compile(r"^\s*• Loss: (?P<loss>[-+0-9.eE]+)\s*$")
 RL_TIME_RE = re.compile(r"^\s*• Total step time: (?P<time>[0-9.]+)s\s*$")
+# wandb prints "wandb: 🚀 View run at https://wandb.ai/<entity>/<project>/runs/<id>" (and
+# "View run <name> at: <url>" in newer versions), whatever the framework.
+WANDB_RUN_RE = re.compile(
+    r"\bwandb: .*View run(?: \S+)? at:? (?P<url>https://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._~/%-]+)"
+)
 NEMO_VAL_RE = re.compile(r"\bval_loss: (?P<loss>[-+0-9.eE]+)")
 RL_VAL_RE = re.compile(r"^\s*• (?:Validation loss|val_loss): (?P<loss>[-+0-9.eE]+)\s*$")
 
@@ -106,6 +111,11 @@ def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
         points.append(current)
     finished = bool(points) and points[-1].step >= points[-1].total and points[-1].loss is not None
     return Progress(tuple(points), finished, tuple(validation))
+
+
+def run_links(text: str) -> list[str]:
+    """Experiment-tracker links in log text (W&B run pages), in order, once each."""
+    return list(dict.fromkeys(m["url"] for m in WANDB_RUN_RE.finditer(text)))
 
 
 def complete_lines(data: str) -> tuple[str, int]:
