@@ -18,15 +18,17 @@ from commands.context import User
 INLINE_LOG_CHARS = 2800
 
 
-async def jobs(store: Store, user: User, *, all_users: bool) -> Reply:
-    """/jobs: active launches, one line each."""
+async def jobs(store: Store, user: User, *, all_users: bool, cluster: str | None = None) -> Reply:
+    """/jobs: active launches (on ``cluster`` only, when given), one line each."""
     ids = await store.active_ids(None if all_users else user.id)
     launches = [launch for launch in await asyncio.gather(*(store.get(i) for i in ids)) if launch]
+    launches = [item for item in launches if cluster is None or item.cluster == cluster]
     if not launches:
+        where = f" on {cluster}" if cluster else ""
         return Reply(
-            "No active launches."
+            f"No active launches{where}."
             if all_users
-            else "You have no active launches. /jobs all shows everyone's."
+            else f"You have no active launches{where}. /jobs all shows everyone's."
         )
     now = time.time()
     lines = []

@@ -156,7 +156,9 @@ class Core:
         if isinstance(request, RecipesRequest):
             return Reply(recipes_text(self.context, request.workload))
         if isinstance(request, JobsRequest):
-            return await answers.jobs(self.store, user, all_users=request.all_users)
+            return await answers.jobs(
+                self.store, user, all_users=request.all_users, cluster=request.cluster
+            )
         if isinstance(request, ClustersRequest):
             return await answers.cluster_list(self.clusters, request.cluster)
         if isinstance(request, CancelRequest):

@@ -41,3 +41,34 @@ async def test_only_the_owner_or_an_admin_may_cancel_or_attach() -> None:
         for user in ("U0ALICE", "U0ADMIN"):
             error, text = await ask(user, "/cancel")
             assert not error and text.startswith(f"Cancel launch {launch.id} "), text
+
+
+async def test_jobs_cluster_filter_lists_only_that_cluster() -> None:
+    await flush_test_redis()
+    config = load_config(EXAMPLE)
+    async with open_test_store() as store, SSHPool() as pool:
+        core = Core(
+            store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
+        )
+        made = {}
+        for cluster in ("a4", "a3m"):
+            request = TrainRequest(
+                workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster
+            )
+            launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+            await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+            made[cluster] = launch.id
+
+        async def jobs(text: str) -> str:
+            reply = await core(
+                Incoming(user_id="U0ALICE", channel_id="C1", command="/jobs", text=text)
+            )
+            assert not reply.error, reply.text
+            return reply.text
+
+        everything = await jobs("")
+        assert made["a4"] in everything and made["a3m"] in everything
+        only = await jobs("cluster=a4")
+        assert made["a4"] in only and made["a3m"] not in only
+        other = await jobs("cluster=a3m")
+        assert made["a3m"] in other and made["a4"] not in other
