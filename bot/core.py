@@ -38,6 +38,7 @@ from commands.access import (
     may_reject,
     may_use_image,
     may_view_logs,
+    slurm_account,
 )
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command
@@ -212,6 +213,10 @@ class Core:
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )
         launch.image_secrets = image_secrets
+        account = slurm_account(
+            self.context.policy, user_id=user.id, group_ids=user.groups, cluster=request.cluster
+        )
+        launch.slurm_account = account or ""
         limit = None if request.dry_run else decision.max_concurrent
         full = (
             f"You already have {limit} active launch{'es' if limit != 1 else ''} "

@@ -115,6 +115,7 @@ class Launch(BaseModel):
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
+    slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
