@@ -69,7 +69,7 @@ def test_compose_services(compose: dict[str, Any]) -> None:
     assert bot["build"] == "." and bot["command"] in (["serve"], "serve")
     assert bot["restart"] == "unless-stopped" and redis["restart"] == "unless-stopped"
     assert "redis" in bot["depends_on"]
-    assert "3000:3000" in bot["ports"]
+    assert "${TRAINBOT_PUBLISH_ADDRESS:-127.0.0.1}:3000:3000" in bot["ports"]  # loopback
     assert bot["env_file"] in (".env", [".env"])
 
 
