@@ -13,8 +13,10 @@ hint on ``app_mention``; Events API retries of an event already seen are dropped
 
 The Slack app needs the slash commands above, Interactivity on, and the bot
 scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
-``usergroups:read`` and ``app_mentions:read``; Socket Mode also needs an
-app-level token with ``connections:write``.
+``usergroups:read``, ``app_mentions:read``, ``channels:read`` and
+``groups:read`` (``/train`` checks the bot can post in the channel; optionally
+``chat:write.public``); Socket Mode also needs an app-level token with
+``connections:write``.
 """
 
 from __future__ import annotations

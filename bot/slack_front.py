@@ -295,6 +295,7 @@ class SlackFront:
             if error.channel_problem:
                 return cannot_post_text(channel, error.error)
             log.warning("could not check whether I may post in %s: %s", channel, error)
+            self._can_post[channel] = time.monotonic()  # not asked again at once
             return ""
         problem = _posting_problem(info, scopes)
         if problem:
