@@ -19,6 +19,7 @@ from pydantic import SecretStr
 
 from bot.alerts import PagerDuty
 from bot.config import Alerts
+from bot.doctor import delivery_text
 from bot.front import Front
 from bot.launches import Launch
 from bot.notifier import Notifier
@@ -176,6 +177,10 @@ async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_
     ]
     assert all(d.launch_id == stuck.id and "not_in_channel" in d.reason for d in letters)
     assert letters[0].tries == 5 and letters[0].channel == OUT
+    assert delivery_text(0, len(letters), letters) == (
+        f"0 waiting; 3 dead letters in trainbot:notify:dead, newest: {stuck.id} thread "
+        "in C0OUT: not_in_channel (1 try)"
+    )
 
 
 async def test_what_is_held_survives_a_restart_and_is_posted_once(
