@@ -15,7 +15,7 @@ from bot.clusters import Clusters
 from bot.console import ConsoleFront, handle_line
 from bot.core import Core
 from bot.http import SlackParams, SlackService, run_slack
-from bot.slack_front import SlackFront
+from bot.slack_front import SlackError, SlackFront
 from bot.store import Store
 from cluster.ssh import SSHPool
 from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, flush_test_redis, open_test_store
@@ -152,7 +152,7 @@ async def test_a_post_refused_later_forgets_the_cached_yes(
         assert (await train(slack, "C0TRAIN")).json()["text"].startswith("Queued L-")
         standin.refuse_posts("C0TRAIN")  # the bot was removed from the channel
         standin.channels["C0TRAIN"] = {"is_member": False}
-        with pytest.raises(Exception, match="not_in_channel"):
+        with pytest.raises(SlackError, match="not_in_channel"):
             await front.post("C0TRAIN", "hello")
         text = (await train(slack, "C0TRAIN")).json()["text"]
     assert "/invite @trainbot" in text
