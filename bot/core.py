@@ -209,6 +209,10 @@ class Core:
         if not decision.allowed:
             return Reply(decision.reason, error=True)
         image_secrets = self.check_image(request, user)
+        # Its thread goes where /train was typed: refuse now if no one could see it there.
+        problem = await self.front.can_post(incoming.channel_id) if self.front else ""
+        if problem:
+            return Reply(problem, error=True)
         launch = Launch(
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )

@@ -48,3 +48,20 @@ def dedupe(name: str) -> str:
 def seen(name: str) -> str:
     """A signed Slack request already handled (replays are dropped while it lives)."""
     return f"{PREFIX}:seen:{name}"
+
+
+# -- the notifier's lanes: outbox entries moved here until delivered or dead-lettered --
+NOTIFY_LANES = f"{PREFIX}:notify:lanes"  # sorted set: lane -> when its first entry is next tried
+NOTIFY_HELD = f"{PREFIX}:notify:held"  # hash: entry id -> the entry (JSON)
+NOTIFY_TRIES = f"{PREFIX}:notify:tries"  # hash: entry id -> failed deliveries so far
+NOTIFY_DEAD_LETTERS = f"{PREFIX}:notify:dead"  # list: what could not be delivered, oldest first
+
+
+def notify_lane(lane: str) -> str:
+    """The entry ids of one lane (a launch's thread, or its pages), in order."""
+    return f"{PREFIX}:notify:lane:{lane}"
+
+
+def bad_channel(launch_id: str) -> str:
+    """Set while a launch's channel refuses the bot (its owner was told once)."""
+    return f"{PREFIX}:notify:bad-channel:{launch_id}"

@@ -16,8 +16,10 @@ an event already seen are dropped. With ``allowed_team_ids`` (the config's
 
 The Slack app needs the slash commands above, Interactivity on, and the bot
 scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
-``usergroups:read`` and ``app_mentions:read``; Socket Mode also needs an
-app-level token with ``connections:write``.
+``usergroups:read``, ``app_mentions:read``, ``channels:read`` and
+``groups:read`` (``/train`` checks the bot can post in the channel; optionally
+``chat:write.public``); Socket Mode also needs an app-level token with
+``connections:write``.
 """
 
 from __future__ import annotations

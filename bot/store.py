@@ -120,6 +120,76 @@ def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     return wrapper
 
 
+# Take a lane's first entry off it (when it is ``ARGV[1]``), with its body and try count,
+# recording a dead letter ``ARGV[3]`` when given; then drop leading ids whose body is gone
+# (an entry held twice) and the lane itself once it is empty. Returns the entries left.
+_LANE_DONE = """
+if redis.call('lindex', KEYS[1], 0) == ARGV[1] then
+  redis.call('lpop', KEYS[1])
+  redis.call('hdel', KEYS[2], ARGV[1])
+  redis.call('hdel', KEYS[3], ARGV[1])
+  if ARGV[3] ~= '' then
+    redis.call('rpush', KEYS[5], ARGV[3])
+    redis.call('ltrim', KEYS[5], -tonumber(ARGV[4]), -1)
+  end
+end
+while true do
+  local head = redis.call('lindex', KEYS[1], 0)
+  if not head then
+    redis.call('zrem', KEYS[4], ARGV[2])
+    return 0
+  end
+  if redis.call('hexists', KEYS[2], head) == 1 then
+    return redis.call('llen', KEYS[1])
+  end
+  redis.call('lpop', KEYS[1])
+end
+"""
+DEAD_LETTERS_KEPT = 1000
+
+
+@dataclass
+class DeadLetter:
+    """An outbox entry the notifier gave up on, kept in Redis for an admin to see."""
+
+    event: Event
+    lane: str
+    reason: str  # the last error, e.g. "not_in_channel"
+    tries: int
+    channel: str = ""  # where it was to be posted, when known
+    at: float = 0.0
+
+    @property
+    def launch_id(self) -> str:
+        return self.event.launch_id
+
+    def encode(self) -> str:
+        fields = {"id": self.event.id, **self.event.encode()}
+        return json.dumps(
+            {
+                "event": fields,
+                "lane": self.lane,
+                "reason": self.reason,
+                "tries": self.tries,
+                "channel": self.channel,
+                "at": self.at,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: str) -> DeadLetter:
+        data = json.loads(raw)
+        fields = {str(k): str(v) for k, v in data["event"].items()}
+        return cls(
+            event=Event.decode(fields.pop("id", ""), fields),
+            lane=str(data.get("lane", "")),
+            reason=str(data.get("reason", "")),
+            tries=int(data.get("tries", 0)),
+            channel=str(data.get("channel", "")),
+            at=float(data.get("at", 0.0)),
+        )
+
+
 class Store:
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""
@@ -361,7 +431,7 @@ class Store:
         info: Any = await self.redis.xpending_range(stream, group, entry_id, entry_id, 1)
         return int(info[0]["times_delivered"]) if info else 0
 
-    async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+    async def dead_letter_entry(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         """Keep a queue entry that keeps failing where an admin can see it, and take it off
         the queue."""
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -376,7 +446,7 @@ class Store:
             pipe.xdel(keys.QUEUE, entry_id)
             await pipe.execute()
 
-    async def dead_letter_count(self) -> int:
+    async def queue_dead_letter_count(self) -> int:
         return int(await self.redis.xlen(keys.DEAD_LETTERS))
 
     async def mark_posted(self, event_id: str, value: str = "1") -> bool:
@@ -409,6 +479,91 @@ class Store:
 
     async def release(self, name: str, owner: str) -> None:
         await self.redis.eval(_RELEASE, 1, keys.lease(name), owner)
+
+    # -- the notifier's lanes and dead letters ---------------------------------
+    # An outbox entry is moved to its lane (one launch's thread, or its pages) in the
+    # same transaction that acknowledges it, and stays there until it is delivered or
+    # dead-lettered: what is owed survives a restart, and one lane waits without
+    # holding up the others.
+
+    async def hold(self, entries: list[tuple[str, Event]]) -> None:
+        """Move outbox entries to their lanes, ``(lane, event)`` in outbox order."""
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for lane, event in entries:
+                body = json.dumps({"id": event.id, **event.encode()})
+                pipe.hset(keys.NOTIFY_HELD, event.id, body)
+                pipe.rpush(keys.notify_lane(lane), event.id)
+                pipe.zadd(keys.NOTIFY_LANES, {lane: now}, nx=True)  # a lane waiting keeps waiting
+                pipe.xack(keys.OUTBOX, keys.OUTBOX_GROUP, event.id)
+                pipe.xdel(keys.OUTBOX, event.id)
+            await pipe.execute()
+
+    async def due_lanes(self, now: float, limit: int = 500) -> list[str]:
+        """Lanes whose first entry may be tried at ``now``."""
+        found = await self.redis.zrangebyscore(keys.NOTIFY_LANES, "-inf", now, start=0, num=limit)
+        return [str(lane) for lane in found]
+
+    async def lane_events(self, lane: str, limit: int = 50) -> list[Event]:
+        """The first ``limit`` entries of ``lane``, in order."""
+        ids = [str(i) for i in await self.redis.lrange(keys.notify_lane(lane), 0, limit - 1)]
+        if not ids:
+            return []
+        bodies = await self.redis.hmget(keys.NOTIFY_HELD, ids)
+        events = []
+        for entry_id, body in zip(ids, bodies, strict=True):
+            if body:
+                fields = {str(k): str(v) for k, v in json.loads(body).items()}
+                fields.pop("id", None)
+                events.append(Event.decode(entry_id, fields))
+        return events
+
+    async def lane_done(self, lane: str, event_id: str, dead: DeadLetter | None = None) -> int:
+        """Take the delivered (or, with ``dead``, dead-lettered) first entry off ``lane``;
+        returns how many entries are left in it."""
+        lane_keys = [
+            keys.notify_lane(lane),
+            keys.NOTIFY_HELD,
+            keys.NOTIFY_TRIES,
+            keys.NOTIFY_LANES,
+            keys.NOTIFY_DEAD_LETTERS,
+        ]
+        letter = dead.encode() if dead is not None else ""
+        args = [event_id, lane, letter, str(DEAD_LETTERS_KEPT)]
+        return int(await self.redis.eval(_LANE_DONE, len(lane_keys), *lane_keys, *args))
+
+    async def note_failure(self, event_id: str) -> int:
+        """Count a failed delivery of an entry; returns its failures so far."""
+        return int(await self.redis.hincrby(keys.NOTIFY_TRIES, event_id, 1))
+
+    async def retry_lane_at(self, lane: str, when: float) -> None:
+        """Try ``lane`` again no earlier than ``when`` (a time.time())."""
+        await self.redis.zadd(keys.NOTIFY_LANES, {lane: when}, xx=True)
+
+    async def held_count(self) -> int:
+        """Entries moved to lanes and not yet delivered or dead-lettered."""
+        return int(await self.redis.hlen(keys.NOTIFY_HELD))
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters, oldest first."""
+        raw = await self.redis.lrange(keys.NOTIFY_DEAD_LETTERS, -limit, -1)
+        return [DeadLetter.decode(str(item)) for item in raw]
+
+    async def dead_letter_count(self) -> int:
+        return int(await self.redis.llen(keys.NOTIFY_DEAD_LETTERS))
+
+    async def mark_bad_channel(self, launch_id: str, reason: str) -> bool:
+        """Note that a launch's channel refuses the bot; True the first time."""
+        return bool(
+            await self.redis.set(keys.bad_channel(launch_id), reason, nx=True, ex=7 * 86400)
+        )
+
+    async def bad_channel(self, launch_id: str) -> str:
+        """Why a launch's channel refuses the bot, or "" while it is not known to."""
+        return str(await self.redis.get(keys.bad_channel(launch_id)) or "")
+
+    async def clear_bad_channel(self, launch_id: str) -> None:
+        await self.redis.delete(keys.bad_channel(launch_id))
 
 
 for _name, _method in list(vars(Store).items()):

@@ -135,7 +135,7 @@ class Worker:
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
         launch_id = fields.get("launch", "")
         reason = f"{type(exc).__name__}: {exc}"
-        await self.store.dead_letter(entry_id, fields, reason)
+        await self.store.dead_letter_entry(entry_id, fields, reason)
         self.dead_letters += 1
         log.error(
             "launch %s: queue entry %s moved to the dead letters: %s", launch_id, entry_id, reason
