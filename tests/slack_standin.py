@@ -384,9 +384,17 @@ def slash_command_fields(command: str, text: str, **fields: str) -> dict[str, st
         "api_app_id": APP_ID,
         "is_enterprise_install": "false",
         "response_url": "https://hooks.slack.com/commands/T0STANDIN/1/abc",
-        "trigger_id": "1.2.abc",
+        "trigger_id": next_trigger_id(),
     }
     return {**base, **fields}
+
+
+_TRIGGERS = itertools.count(1)
+
+
+def next_trigger_id() -> str:
+    """A fresh trigger id, as Slack gives every slash command and button press."""
+    return f"{int(time.time())}.{next(_TRIGGERS)}.standin"
 
 
 def block_action_payload(
@@ -401,7 +409,7 @@ def block_action_payload(
     return {
         "type": "block_actions",
         "api_app_id": APP_ID,
-        "trigger_id": "1.2.def",
+        "trigger_id": next_trigger_id(),
         "team": {"id": TEAM_ID, "domain": "standin"},
         "user": {"id": user_id, "username": "alice", "name": "alice", "team_id": TEAM_ID},
         "channel": {"id": channel_id, "name": "training"},
