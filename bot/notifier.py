@@ -334,6 +334,17 @@ class Notifier:
             log.warning("launch %s: the %s step of a page failed: %s", launch.id, name, error)
         if failed:
             raise failed[0][1]
+        if event.kind == "oncall" and await self.store.mark_posted(f"{event.id}:told"):
+            await self._say_paged(launch, list(self.pager.steps()))
+
+    async def _say_paged(self, launch: Launch, steps: list[str]) -> None:
+        """Once a page went out, say so in the launch's thread (after what caused it)."""
+        where = " and ".join(
+            {"slack": "in the on-call channel", "pagerduty": "through PagerDuty"}.get(n, n)
+            for n in steps
+        )
+        text = f"📟 On-call was paged {where}."
+        await self.store.mutate(launch.id, lambda stored: [Event("thread", stored.id, text)])
 
     async def _permalink(self, launch: Launch) -> str:
         """The thread's link, or "" (no parent yet, or Slack cannot say): a page goes

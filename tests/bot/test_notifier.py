@@ -123,7 +123,7 @@ async def test_a_thread_that_cannot_be_posted_holds_back_only_its_own_launch(
         await standin.wait_for(
             "chat.postMessage", lambda c: c.params["text"] == "A: pre-flight ok", timeout_s=15
         )
-    assert thread(standin, OUT) == ["A: queued", "A: pre-flight ok"]
+    assert thread(standin, OUT)[:2] == ["A: queued", "A: pre-flight ok"]  # then: paged
     assert len([c for c in posted(standin, OUT) if not c.params.get("thread_ts")]) == 1
     assert len(posted(standin, ONCALL)) == 1
     assert (await store.get(fine.id)).parent_ts  # type: ignore[union-attr]
@@ -282,3 +282,29 @@ async def test_a_pagerduty_failure_does_not_repeat_the_slack_page(
     assert len(posted(standin, ONCALL)) == 1
     text = str(posted(standin, ONCALL)[0].params["text"])
     assert launch.id in text and "https://standin.slack.com/archives/C0TRAIN/" in text
+
+
+@pytest.mark.parametrize("configured", [True, False])
+async def test_the_thread_says_on_call_was_paged_only_when_a_page_went_out(
+    store: Store, standin: SlackStandin, front: SlackFront, configured: bool
+) -> None:
+    launch = await new_launch(store, TRAIN, "⚠️ Job 7 failed.", parent_ts="1700000000.000001")
+    await page(store, launch)
+    pager = Pager(front, Alerts(oncall_channel=ONCALL if configured else None))
+    async with notifying(Notifier(store, front, {}, owner="n1", pager=pager)) as notifier:
+        if configured:
+            await standin.wait_for(
+                "chat.postMessage", lambda c: "On-call was paged" in str(c.params.get("text"))
+            )
+        for _ in range(100):  # everything delivered: the outbox and every lane empty
+            if await notifier.drained() and await store.held_count() == 0:
+                break
+            await asyncio.sleep(0.05)
+    said = thread(standin, TRAIN)
+    told = [line for line in said if line.startswith("📟 On-call was paged")]
+    if configured:
+        assert told == ["📟 On-call was paged in the on-call channel."], said
+        assert said.index(told[0]) > said.index("⚠️ Job 7 failed.")  # after its cause
+        assert len(posted(standin, ONCALL)) == 1
+    else:
+        assert told == [] and posted(standin, ONCALL) == []
