@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot import __version__
 from bot.config import Config, load_config
 from bot.settings import Settings
 from cluster.errors import ConfigError, TrainbotError
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Slack chat-ops for NeMo and NeMo-RL training on Slurm GPU clusters.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser(
         "serve",
