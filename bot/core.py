@@ -18,6 +18,7 @@ from bot import answers, render
 from bot.clusters import Clusters
 from bot.front import Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
+from bot.logs import launch_fields
 from bot.redact import Redactor
 from bot.slack_text import (
     ACTION_APPROVE,
@@ -239,7 +240,13 @@ class Core:
             max_active=limit,
         ):
             return Reply(full, error=True)
-        log.info("launch %s queued by %s: %s", launch.id, user.id, request.to_text())
+        log.info(
+            "launch %s queued by %s: %s",
+            launch.id,
+            user.id,
+            request.to_text(),
+            extra=launch_fields(launch.id, cluster=launch.cluster),
+        )
         return Reply(render.queued_reply(launch, self.clusters.profiles.get(launch.cluster)))
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
