@@ -18,6 +18,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bot.store import DAY_S, Retention
 from cluster.errors import ConfigError
 from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
@@ -66,6 +67,30 @@ class Watch(BaseModel):
         return max(self.hang_min_s, self.hang_step_factor * (step_time_s or 0.0))
 
 
+class RetentionDays(BaseModel):
+    """How long finished launches stay in Redis, in days."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # the whole record (threads' state, /logs, buttons); /jobs history outlives it
+    launches_days: float = Field(default=90, gt=0, le=3650)
+    history_days: float = Field(default=400, gt=0, le=3650)
+
+    @model_validator(mode="after")
+    def _history_outlives_launches(self) -> RetentionDays:
+        if self.history_days < self.launches_days:
+            raise ValueError(
+                f"history_days must be >= launches_days ({self.launches_days:g}) "
+                f"(got {self.history_days:g})"
+            )
+        return self
+
+    def store(self) -> Retention:
+        return Retention(
+            launch_s=int(self.launches_days * DAY_S), history_s=int(self.history_days * DAY_S)
+        )
+
+
 class Config(BaseModel):
     """The whole config file. Cluster names come from the keys under ``clusters``."""
 
@@ -78,6 +103,7 @@ class Config(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     alerts: Alerts = Field(default_factory=Alerts)
     watch: Watch = Field(default_factory=Watch)
+    retention: RetentionDays = Field(default_factory=RetentionDays)
 
     @model_validator(mode="before")
     @classmethod

@@ -136,7 +136,9 @@ async def running(
         log_filter = install_log_filter(redactor)
         stack.callback(remove_log_filter, log_filter)
         front = RedactingFront(front, redactor)
-        store = await stack.enter_async_context(Store.connect(settings.redis_url, redact=redactor))
+        store = await stack.enter_async_context(
+            Store.connect(settings.redis_url, redact=redactor, retention=config.retention.store())
+        )
         pool = await stack.enter_async_context(SSHPool())
         clusters = Clusters(config, settings, pool)
         core = Core(store, clusters, config.command_context(), front)

@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, Launch
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,18 @@ _RENEW = (
 def _fields(values: dict[str, str]) -> Any:
     """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
     return values
+
+
+DAY_S = 86400
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a finished launch's record (``launch_s``) and its history entry
+    (``history_s``) stay in Redis."""
+
+    launch_s: int = 90 * DAY_S
+    history_s: int = 400 * DAY_S
 
 
 class StoreError(TrainbotError):
@@ -125,23 +137,34 @@ class Store:
     raises StoreError, never a redis exception."""
 
     def __init__(
-        self, client: aioredis.Redis, *, redact: Callable[[str], str] | None = None
+        self,
+        client: aioredis.Redis,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.redis = client
         self._redact = redact or (lambda text: text)
+        self.retention = retention or Retention()
 
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str, *, redact: Callable[[str], str] | None = None
+        cls,
+        url: str,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
     ) -> AsyncIterator[Store]:
         """``redact`` is applied to every launch record and outbox entry before it is
-        written, so a secret that reached a log tail or an error is never stored."""
+        written, so a secret that reached a log tail or an error is never stored.
+        ``retention`` says how long finished launches and their history are kept."""
         client = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
-        store = cls(client, redact=redact)
+        store = cls(client, redact=redact, retention=retention)
         try:
             await store.ping()
             await store.ensure_groups()
+            await store.migrate_job_index()
             yield store
         finally:
             await client.aclose()
@@ -275,7 +298,28 @@ class Store:
             pipe.srem(keys.tracked(launch.cluster), launch.id)
         for attempt in launch.attempts:
             if attempt.job_id:
-                pipe.set(keys.job(launch.cluster, attempt.job_id), launch.id)
+                index = keys.job_index(attempt.job_id)
+                pipe.hset(index, launch.cluster, launch.id)
+                if launch.active:
+                    pipe.persist(index)
+                else:
+                    pipe.expire(index, self.retention.launch_s)
+        if not launch.active:
+            self._finished(pipe, launch)
+
+    def _finished(self, pipe: Any, launch: Launch) -> None:
+        """A finished launch: its record expires; its history entry is kept longer."""
+        keep_s = self.retention.history_s
+        pipe.expire(keys.launch(launch.id), self.retention.launch_s)
+        pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
+        oldest = time.time() - keep_s
+        for index in (
+            keys.history(),
+            keys.history(user_id=launch.user_id),
+            keys.history(cluster=launch.cluster),
+        ):
+            pipe.zadd(index, {launch.id: launch.updated_at})
+            pipe.zremrangebyscore(index, "-inf", oldest)
 
     async def active_ids(self, user_id: str | None = None) -> list[str]:
         key = keys.user_active(user_id) if user_id else keys.ACTIVE
@@ -288,14 +332,60 @@ class Store:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
 
     async def find_job(self, job_id: str) -> list[tuple[str, str]]:
-        """(cluster, launch id) pairs for a Slurm job id, across clusters."""
-        found = []
-        async for key in self.redis.scan_iter(match=keys.job("*", job_id)):
-            cluster = key.split(":")[2]
+        """(cluster, launch id) pairs for a Slurm job id, across clusters (one hash read)."""
+        found: Any = await self.redis.hgetall(keys.job_index(job_id))
+        return sorted((str(cluster), str(launch_id)) for cluster, launch_id in found.items())
+
+    async def finished(self, launch_id: str) -> HistoryEntry | None:
+        """The history entry of a finished launch (kept after its record expired)."""
+        raw = await self.redis.get(keys.summary(launch_id))
+        return HistoryEntry.model_validate_json(raw) if raw else None
+
+    async def history(
+        self,
+        *,
+        user_id: str = "",
+        cluster: str = "",
+        since: float = 0.0,
+        limit: int = 50,
+    ) -> list[HistoryEntry]:
+        """Finished launches, newest first: everyone's, one user's, one cluster's, or one
+        user's on one cluster; only those that ended at or after ``since``."""
+        key = keys.history(user_id=user_id) if user_id else keys.history(cluster=cluster)
+        entries: list[HistoryEntry] = []
+        offset, page = 0, max(limit, 50)
+        while len(entries) < limit:
+            ids: list[Any] = await self.redis.zrevrangebyscore(
+                key, "+inf", since, start=offset, num=page
+            )
+            if not ids:
+                break
+            offset += len(ids)
+            for raw in await self.redis.mget([keys.summary(i) for i in ids]):
+                if raw is None:
+                    continue
+                entry = HistoryEntry.model_validate_json(raw)
+                if not cluster or entry.cluster == cluster:
+                    entries.append(entry)
+        return entries[:limit]
+
+    async def migrate_job_index(self) -> int:
+        """Once per Redis: move the job keys of earlier versions into the per-job-id hashes
+        (the only keyspace scan, done once and marked done). Returns how many moved."""
+        if await self.redis.exists(keys.JOB_INDEX_MIGRATED):
+            return 0
+        moved = 0
+        async for key in self.redis.scan_iter(match=keys.job("*", "*"), count=1000):
+            _, _, cluster, job_id = str(key).split(":", 3)
             launch_id = await self.redis.get(key)
             if launch_id:
-                found.append((cluster, str(launch_id)))
-        return sorted(found)
+                await self.redis.hset(keys.job_index(job_id), cluster, str(launch_id))
+                moved += 1
+            await self.redis.delete(key)
+        await self.redis.set(keys.JOB_INDEX_MIGRATED, str(time.time()))
+        if moved:
+            log.info("moved %d job ids into the job index", moved)
+        return moved
 
     # -- streams (queue and outbox) -----------------------------------------
 
