@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, assert_never
 
 from bot import keys, render
@@ -51,6 +52,7 @@ class Notifier:
         self.owner = owner
         self.pager = pager
         self.delivered = 0
+        self.on_delivered: list[Callable[[str], None]] = []  # told each delivered entry's id
         self._tries: dict[str, int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -123,6 +125,8 @@ class Notifier:
         self._tries.pop(event.id, None)
         await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, event.id)
         self.delivered += 1
+        for observer in self.on_delivered:
+            observer(event.id)
 
     async def deliver(self, event: Event) -> None:
         launch = await self.store.get(event.launch_id)

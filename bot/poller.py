@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -39,6 +40,7 @@ class Poller:
         self.polls = 0
         self.scheduler = AsyncIOScheduler()
         self.unknown_at: dict[tuple[str, str], float] = {}  # (cluster, job): first "unknown" read
+        self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -79,6 +81,7 @@ class Poller:
         if not jobs:
             return 0
         known = {job_id: launch.checkpoints for job_id, launch in launches.items()}
+        started = time.monotonic()
         try:
             result = await collect(
                 self.clusters.pool,
@@ -97,6 +100,8 @@ class Poller:
                 continue
             with log_context(launch_id=launch.id, job_id=job_id):
                 await self._apply(profile, launch, jobs[job_id], snap)
+        for observer in self.observers:
+            observer(cluster, time.monotonic() - started)
         return len(jobs)
 
     async def _apply(

@@ -60,6 +60,35 @@ class Retention:
     history_s: int = 400 * DAY_S
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """What waits in Redis, read in one round trip (for ``/metrics``). Times are epoch seconds."""
+
+    queue: int = 0
+    queue_oldest: float | None = None  # when the oldest queue entry was written
+    deferred: int = 0
+    deferred_due: int = 0
+    outbox: int = 0
+    outbox_oldest: float | None = None
+
+
+@dataclass
+class Change:
+    """A launch this process wrote with :meth:`Store.mutate`, for observers (metrics)."""
+
+    launch: Launch
+    events: list[Event]
+    was_active: bool
+    attempts_before: int
+
+
+def _stream_time(entries: Any) -> float | None:
+    """When the first entry of an XRANGE reply was written (its id's milliseconds)."""
+    if not entries:
+        return None
+    return int(str(entries[0][0]).split("-", 1)[0]) / 1000
+
+
 class StoreError(TrainbotError):
     """Redis is unreachable or answered with an error."""
 
@@ -146,6 +175,7 @@ class Store:
         self.redis = client
         self._redact = redact or (lambda text: text)
         self.retention = retention or Retention()
+        self.observers: list[Callable[[Change], None]] = []  # told of each mutate, after it
 
     @classmethod
     @asynccontextmanager
@@ -266,6 +296,7 @@ class Store:
                     if raw is None:
                         raise StoreError(f"launch {launch_id} does not exist")
                     launch = Launch.model_validate_json(raw)
+                    was_active, attempts_before = launch.active, len(launch.attempts)
                     events = change(launch)
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
@@ -281,9 +312,17 @@ class Store:
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
                     await pipe.execute()
+                    self._tell(Change(launch, events, was_active, attempts_before))
                     return launch, events
                 except WatchError:
                     continue
+
+    def _tell(self, change: Change) -> None:
+        for observer in self.observers:
+            try:
+                observer(change)
+            except Exception:  # an observer's bug never undoes a write
+                log.exception("store observer failed")
 
     def _index(self, pipe: Any, launch: Launch) -> None:
         if launch.active:
@@ -442,6 +481,28 @@ class Store:
         """Move deferred launches that are due onto the queue; how many moved."""
         moved = await self.redis.eval(_PROMOTE, 2, keys.DEFERRED, keys.QUEUE, str(time.time()))
         return int(moved)
+
+    async def backlog(self) -> Backlog:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(keys.QUEUE)
+            pipe.xrange(keys.QUEUE, count=1)
+            pipe.zcard(keys.DEFERRED)
+            pipe.zcount(keys.DEFERRED, "-inf", time.time())
+            pipe.xlen(keys.OUTBOX)
+            pipe.xrange(keys.OUTBOX, count=1)
+            queue, first, deferred, due, outbox, oldest = await pipe.execute()
+        return Backlog(
+            queue=int(queue),
+            queue_oldest=_stream_time(first),
+            deferred=int(deferred),
+            deferred_due=int(due),
+            outbox=int(outbox),
+            outbox_oldest=_stream_time(oldest),
+        )
+
+    async def lease_holder(self, name: str) -> str:
+        """Who holds the lease ``name`` now ("" when nobody)."""
+        return str(await self.redis.get(keys.lease(name)) or "")
 
     async def deferred_count(self) -> int:
         return int(await self.redis.zcard(keys.DEFERRED))

@@ -1,6 +1,6 @@
 """Logging as operators get it: the level, JSON lines with a launch's fields, the
 libraries kept quiet, secrets redacted on the JSON handler too, and the real
-``trainbot serve`` process logging a real launch in JSON."""
+``trainbot serve`` process logging a real launch in JSON (and counting it in /metrics)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bot.cli import build_parser, log_level
 from bot.logs import configure_logging, launch_fields, log_context
@@ -186,6 +188,8 @@ async def test_serve_logs_a_launch_as_json_lines(
             launch_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
             launch = await wait_for_launch(store, launch_id)
             await wait_delivered(store)
+        async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as got:
+            exposition = await got.text()
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -199,3 +203,14 @@ async def test_serve_logs_a_launch_as_json_lines(
     assert queued and queued[0]["cluster"] == "a3h"
     assert submitted and submitted[0]["job_id"] == launch.job_id
     assert submitted[0]["cluster"] == "a3h"
+    # the same real launch, as /metrics of that process counted it
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+    }
+    assert samples[("trainbot_launches_total", (("cause", "none"), ("outcome", "COMPLETED")))] == 1
+    assert samples[("trainbot_poll_duration_seconds_count", (("cluster", "a3h"),))] >= 1
+    assert samples[("trainbot_ssh_round_trip_seconds_count", (("cluster", "a3h"),))] >= 2
+    assert samples[("trainbot_outbox_delivery_latency_seconds_count", ())] >= 3
+    assert samples[("trainbot_queue_depth", ())] == 0
