@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 
 from bot import keys
-from bot.config import parse_config
+from bot.config import RetentionDays, parse_config
+from bot.console import ConsoleFront
 from bot.launches import Attempt, Launch, Phase
+from bot.service import running
 from bot.store import Event, Retention, Store
 from cluster.errors import ConfigError
-from commands.requests import TrainRequest
-from tests.bot.botkit import TEST_REDIS, flush_test_redis
+from commands.errors import CommandError
+from commands.requests import JobRef, TrainRequest
+from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis
 
 
 def launch(user: str, cluster: str) -> Launch:
@@ -131,3 +134,25 @@ def test_retention_is_configured_in_days() -> None:
     assert config.retention.store() == Retention(launch_s=30 * 86400, history_s=365 * 86400)
     with pytest.raises(ConfigError, match="history_days must be >= launches_days"):
         parse_config(base + "retention: {launches_days: 30, history_days: 7}\n")
+
+
+async def test_a_launch_past_its_retention_is_named_with_when_it_ended() -> None:
+    await flush_test_redis()
+    config = dev_config()
+    short = config.model_copy(
+        update={"retention": RetentionDays(launches_days=2 / 86400, history_days=1)}
+    )
+    async with running(bot_settings(), short, ConsoleFront(), workers=0) as bot:
+        bot.poller.shutdown()
+        item = launch("U1", "a4")
+        await finish(bot.store, item, "4242", "TIMEOUT")
+        assert (await bot.core.find(JobRef(id="4242"))).id == item.id
+        await asyncio.sleep(2.5)
+        with pytest.raises(CommandError) as raised:
+            await bot.core.find(JobRef(id=item.id))
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        assert str(raised.value).startswith(f"{item.id} ended on {day} (TIMEOUT); its details")
+        with pytest.raises(CommandError, match="No launch of trainbot has Slurm job 4242"):
+            await bot.core.find(JobRef(id="4242"))  # its index entry expired with the record
+        with pytest.raises(CommandError, match="No launch L-000000"):
+            await bot.core.find(JobRef(id="L-000000"))
