@@ -38,6 +38,7 @@ NOISY_LOGGERS = (
     "urllib3",
 )
 
+HANDLER_NAME = "trainbot"
 _context: ContextVar[dict[str, str]] = ContextVar("trainbot_log_context", default={})  # noqa: B039
 
 
@@ -117,10 +118,25 @@ class TextFormatter(logging.Formatter):
         return f"{text} {' '.join(fields)}" if fields else text
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a line is logged (it may be replaced)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def configure_logging(
     level: str = "INFO", log_format: str = "text", *, stream: TextIO | None = None
 ) -> logging.Handler:
-    """One handler on the root logger, replacing any; returns it.
+    """trainbot's handler on the root logger (replacing one set up before); returns it.
 
     ``level`` applies to trainbot's own loggers; the libraries in :data:`NOISY_LOGGERS`
     stay at WARNING unless ``level`` is DEBUG.
@@ -128,12 +144,14 @@ def configure_logging(
     number = logging.getLevelName(level.upper())
     if not isinstance(number, int):
         raise ValueError(f"unknown log level {level!r}")
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _StderrHandler() if stream is None else logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
+    handler.set_name(HANDLER_NAME)
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if old.get_name() == HANDLER_NAME:
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(number)
     for name in NOISY_LOGGERS:
