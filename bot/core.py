@@ -18,6 +18,7 @@ from bot import answers, render
 from bot.clusters import Clusters
 from bot.front import Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
+from bot.logs import launch_fields
 from bot.redact import Redactor
 from bot.slack_text import (
     ACTION_APPROVE,
@@ -250,7 +251,13 @@ class Core:
             max_active=limit,
         ):
             return Reply(full, error=True)
-        log.info("launch %s queued by %s: %s", launch.id, user.id, request.to_text())
+        log.info(
+            "launch %s queued by %s: %s",
+            launch.id,
+            user.id,
+            request.to_text(),
+            extra=launch_fields(launch.id, cluster=launch.cluster),
+        )
         return Reply(render.queued_reply(launch, self.clusters.profiles.get(launch.cluster)))
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
@@ -303,7 +310,7 @@ class Core:
         if ref.is_launch_id:
             launch = await self.store.get(ref.id)
             if launch is None:
-                raise CommandError(f"No launch {ref.id}. /jobs lists yours.")
+                raise CommandError(await self._gone(ref.id))
             return launch
         found = await self.store.find_job(ref.id)
         if ref.cluster:
@@ -321,8 +328,19 @@ class Core:
             )
         launch = await self.store.get(found[0][1])
         if launch is None:
-            raise CommandError(f"Launch {found[0][1]} is gone.")
+            raise CommandError(await self._gone(found[0][1]))
         return launch
+
+    async def _gone(self, launch_id: str) -> str:
+        """Why there is no record of ``launch_id``: unknown, or ended longer ago than kept."""
+        entry = await self.store.finished(launch_id)
+        if entry is None:
+            return f"No launch {launch_id}. /jobs lists yours."
+        days = self.clusters.config.retention.launches_days
+        return (
+            f"{launch_id} ended on {time.strftime('%Y-%m-%d', time.gmtime(entry.ended_at))} "
+            f"({entry.outcome or entry.phase}); its details are kept {days:g} days."
+        )
 
     async def owned(self, ref: JobRef, user: User, verb: str) -> Launch:
         launch = await self.find(ref)

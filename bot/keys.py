@@ -27,8 +27,30 @@ def tracked(cluster: str) -> str:
 
 
 def job(cluster: str, job_id: str) -> str:
-    """Slurm job id on a cluster -> launch id."""
+    """Slurm job id on a cluster -> launch id (before the per-job-id hash; migrated at start)."""
     return f"{PREFIX}:job:{cluster}:{job_id}"
+
+
+def job_index(job_id: str) -> str:
+    """Hash: cluster -> launch id, for every launch that had Slurm job ``job_id``."""
+    return f"{PREFIX}:jobid:{job_id}"
+
+
+JOB_INDEX_MIGRATED = f"{PREFIX}:migrated:jobid"  # set once the old job keys were moved
+
+
+def summary(launch_id: str) -> str:
+    """A finished launch's compact history entry (JSON); outlives the launch record."""
+    return f"{PREFIX}:summary:{launch_id}"
+
+
+def history(*, user_id: str = "", cluster: str = "") -> str:
+    """Sorted set of finished launch ids by end time: everyone's, one user's or one cluster's."""
+    if user_id:
+        return f"{PREFIX}:history:user:{user_id}"
+    if cluster:
+        return f"{PREFIX}:history:cluster:{cluster}"
+    return f"{PREFIX}:history"
 
 
 def lease(name: str) -> str:

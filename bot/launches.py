@@ -152,3 +152,48 @@ class Launch(BaseModel):
         if isinstance(req, TrainRequest):
             return f"{req.workload} · {req.model}"
         return "interactive"
+
+
+class HistoryEntry(BaseModel):
+    """What ``/jobs history`` shows of a finished launch; kept after the launch record expires."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    user_id: str
+    user_name: str = ""
+    cluster: str
+    title: str
+    nodes: int = 1
+    job_id: str = ""
+    phase: str
+    outcome: str = ""
+    detail: str = ""
+    attempts: int = 0
+    created_at: float
+    ended_at: float
+    run_s: float = 0.0  # summed over attempts: from start (or submit) to end
+
+    @classmethod
+    def of(cls, launch: Launch) -> HistoryEntry:
+        run_s = 0.0
+        for attempt in launch.attempts:
+            begun = attempt.started_at or attempt.submitted_at
+            if begun and attempt.ended_at > begun:
+                run_s += attempt.ended_at - begun
+        return cls(
+            id=launch.id,
+            user_id=launch.user_id,
+            user_name=launch.user_name,
+            cluster=launch.cluster,
+            title=launch.title,
+            nodes=launch.request.nodes,
+            job_id=launch.job_id,
+            phase=str(launch.phase),
+            outcome=launch.outcome,
+            detail=launch.detail[:300],
+            attempts=len(launch.attempts),
+            created_at=launch.created_at,
+            ended_at=launch.updated_at,
+            run_s=run_s,
+        )

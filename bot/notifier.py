@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -96,6 +97,7 @@ class Notifier:
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(PARALLEL)
         self._halt = asyncio.Event()
+        self.on_delivered: list[Callable[[str], None]] = []  # told each delivered entry's id
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -200,6 +202,8 @@ class Notifier:
                 continue
             await self.store.lane_done(lane, event.id)
             self.delivered += 1
+            for observer in self.on_delivered:
+                observer(event.id)
             if lane.startswith("thread:") and event.kind != "update":
                 await self.store.clear_bad_channel(event.launch_id)
 

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +175,11 @@ class SlackFront:
         self.client = client
         self._threads: dict[tuple[str, str], _ThreadLock] = {}
         self._can_post: dict[str, float] = {}  # channel -> when the bot last could post there
+        self.error_observers: list[Callable[[str, str], None]] = []  # (method, error code)
+
+    def _failed(self, method: str, code: str) -> None:
+        for observer in self.error_observers:
+            observer(method, code)
 
     @asynccontextmanager
     async def _in_order(self, channel: str, thread_ts: str) -> AsyncIterator[None]:
@@ -196,9 +201,11 @@ class SlackFront:
             status = int(getattr(error.response, "status_code", 0) or 0)
             code = _error_code(error.response)
             log.error("Slack %s failed: %s (HTTP %d)", method, code, status)
+            self._failed(method, code)
             raise SlackError(method=method, error=code, status=status) from error
         except (aiohttp.ClientError, TimeoutError) as error:
             log.error("Slack %s unreachable: %s", method, type(error).__name__)
+            self._failed(method, "unreachable")
             raise SlackError(method=method, error=f"unreachable: {error}") from error
         return dict(response.data) if isinstance(response.data, dict) else {}
 
@@ -256,9 +263,11 @@ class SlackFront:
             except SlackApiError as error:
                 code = _error_code(error.response)
                 log.error("Slack file upload %s to %s failed: %s", filename, channel, code)
+                self._failed("files.upload_v2", code)
                 raise SlackError(method="files.upload_v2", error=code) from error
             except (SlackClientError, aiohttp.ClientError, TimeoutError) as error:
                 log.error("Slack file upload %s to %s failed: %s", filename, channel, error)
+                self._failed("files.upload_v2", "unreachable")
                 raise SlackError(method="files.upload_v2", error=str(error)[:200]) from error
 
     async def upload_to_user(self, user: str, *, filename: str, content: bytes, title: str) -> str:
@@ -375,3 +384,15 @@ async def open_front(
             bot_token, api_url=api_url, session=session, backoff_base_s=backoff_base_s
         )
         yield SlackFront(client)
+
+
+def observe_slack_errors(front: object, observer: Callable[[str, str], None]) -> bool:
+    """Tell ``observer`` of each failed Web API call (method, error code) when ``front``
+    is, or wraps, a :class:`SlackFront`; False when it is another front end."""
+    inner = front
+    while not isinstance(inner, SlackFront) and hasattr(inner, "inner"):
+        inner = inner.inner
+    if isinstance(inner, SlackFront):
+        inner.error_observers.append(observer)
+        return True
+    return False

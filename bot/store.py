@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, Launch
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,47 @@ _RENEW = (
 def _fields(values: dict[str, str]) -> Any:
     """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
     return values
+
+
+DAY_S = 86400
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a finished launch's record (``launch_s``) and its history entry
+    (``history_s``) stay in Redis."""
+
+    launch_s: int = 90 * DAY_S
+    history_s: int = 400 * DAY_S
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What waits in Redis, read in one round trip (for ``/metrics``). Times are epoch seconds."""
+
+    queue: int = 0
+    queue_oldest: float | None = None  # when the oldest queue entry was written
+    deferred: int = 0
+    deferred_due: int = 0
+    outbox: int = 0
+    outbox_oldest: float | None = None
+
+
+@dataclass
+class Change:
+    """A launch this process wrote with :meth:`Store.mutate`, for observers (metrics)."""
+
+    launch: Launch
+    events: list[Event]
+    was_active: bool
+    attempts_before: int
+
+
+def _stream_time(entries: Any) -> float | None:
+    """When the first entry of an XRANGE reply was written (its id's milliseconds)."""
+    if not entries:
+        return None
+    return int(str(entries[0][0]).split("-", 1)[0]) / 1000
 
 
 class StoreError(TrainbotError):
@@ -195,23 +236,35 @@ class Store:
     raises StoreError, never a redis exception."""
 
     def __init__(
-        self, client: aioredis.Redis, *, redact: Callable[[str], str] | None = None
+        self,
+        client: aioredis.Redis,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.redis = client
         self._redact = redact or (lambda text: text)
+        self.retention = retention or Retention()
+        self.observers: list[Callable[[Change], None]] = []  # told of each mutate, after it
 
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str, *, redact: Callable[[str], str] | None = None
+        cls,
+        url: str,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
     ) -> AsyncIterator[Store]:
         """``redact`` is applied to every launch record and outbox entry before it is
-        written, so a secret that reached a log tail or an error is never stored."""
+        written, so a secret that reached a log tail or an error is never stored.
+        ``retention`` says how long finished launches and their history are kept."""
         client = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
-        store = cls(client, redact=redact)
+        store = cls(client, redact=redact, retention=retention)
         try:
             await store.ping()
             await store.ensure_groups()
+            await store.migrate_job_index()
             yield store
         finally:
             await client.aclose()
@@ -313,6 +366,7 @@ class Store:
                     if raw is None:
                         raise StoreError(f"launch {launch_id} does not exist")
                     launch = Launch.model_validate_json(raw)
+                    was_active, attempts_before = launch.active, len(launch.attempts)
                     events = change(launch)
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
@@ -328,9 +382,17 @@ class Store:
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
                     await pipe.execute()
+                    self._tell(Change(launch, events, was_active, attempts_before))
                     return launch, events
                 except WatchError:
                     continue
+
+    def _tell(self, change: Change) -> None:
+        for observer in self.observers:
+            try:
+                observer(change)
+            except Exception:  # an observer's bug never undoes a write
+                log.exception("store observer failed")
 
     def _index(self, pipe: Any, launch: Launch) -> None:
         if launch.active:
@@ -345,7 +407,28 @@ class Store:
             pipe.srem(keys.tracked(launch.cluster), launch.id)
         for attempt in launch.attempts:
             if attempt.job_id:
-                pipe.set(keys.job(launch.cluster, attempt.job_id), launch.id)
+                index = keys.job_index(attempt.job_id)
+                pipe.hset(index, launch.cluster, launch.id)
+                if launch.active:
+                    pipe.persist(index)
+                else:
+                    pipe.expire(index, self.retention.launch_s)
+        if not launch.active:
+            self._finished(pipe, launch)
+
+    def _finished(self, pipe: Any, launch: Launch) -> None:
+        """A finished launch: its record expires; its history entry is kept longer."""
+        keep_s = self.retention.history_s
+        pipe.expire(keys.launch(launch.id), self.retention.launch_s)
+        pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
+        oldest = time.time() - keep_s
+        for index in (
+            keys.history(),
+            keys.history(user_id=launch.user_id),
+            keys.history(cluster=launch.cluster),
+        ):
+            pipe.zadd(index, {launch.id: launch.updated_at})
+            pipe.zremrangebyscore(index, "-inf", oldest)
 
     async def active_ids(self, user_id: str | None = None) -> list[str]:
         key = keys.user_active(user_id) if user_id else keys.ACTIVE
@@ -358,14 +441,60 @@ class Store:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
 
     async def find_job(self, job_id: str) -> list[tuple[str, str]]:
-        """(cluster, launch id) pairs for a Slurm job id, across clusters."""
-        found = []
-        async for key in self.redis.scan_iter(match=keys.job("*", job_id)):
-            cluster = key.split(":")[2]
+        """(cluster, launch id) pairs for a Slurm job id, across clusters (one hash read)."""
+        found: Any = await self.redis.hgetall(keys.job_index(job_id))
+        return sorted((str(cluster), str(launch_id)) for cluster, launch_id in found.items())
+
+    async def finished(self, launch_id: str) -> HistoryEntry | None:
+        """The history entry of a finished launch (kept after its record expired)."""
+        raw = await self.redis.get(keys.summary(launch_id))
+        return HistoryEntry.model_validate_json(raw) if raw else None
+
+    async def history(
+        self,
+        *,
+        user_id: str = "",
+        cluster: str = "",
+        since: float = 0.0,
+        limit: int = 50,
+    ) -> list[HistoryEntry]:
+        """Finished launches, newest first: everyone's, one user's, one cluster's, or one
+        user's on one cluster; only those that ended at or after ``since``."""
+        key = keys.history(user_id=user_id) if user_id else keys.history(cluster=cluster)
+        entries: list[HistoryEntry] = []
+        offset, page = 0, max(limit, 50)
+        while len(entries) < limit:
+            ids: list[Any] = await self.redis.zrevrangebyscore(
+                key, "+inf", since, start=offset, num=page
+            )
+            if not ids:
+                break
+            offset += len(ids)
+            for raw in await self.redis.mget([keys.summary(i) for i in ids]):
+                if raw is None:
+                    continue
+                entry = HistoryEntry.model_validate_json(raw)
+                if not cluster or entry.cluster == cluster:
+                    entries.append(entry)
+        return entries[:limit]
+
+    async def migrate_job_index(self) -> int:
+        """Once per Redis: move the job keys of earlier versions into the per-job-id hashes
+        (the only keyspace scan, done once and marked done). Returns how many moved."""
+        if await self.redis.exists(keys.JOB_INDEX_MIGRATED):
+            return 0
+        moved = 0
+        async for key in self.redis.scan_iter(match=keys.job("*", "*"), count=1000):
+            _, _, cluster, job_id = str(key).split(":", 3)
             launch_id = await self.redis.get(key)
             if launch_id:
-                found.append((cluster, str(launch_id)))
-        return sorted(found)
+                await self.redis.hset(keys.job_index(job_id), cluster, str(launch_id))
+                moved += 1
+            await self.redis.delete(key)
+        await self.redis.set(keys.JOB_INDEX_MIGRATED, str(time.time()))
+        if moved:
+            log.info("moved %d job ids into the job index", moved)
+        return moved
 
     # -- streams (queue and outbox) -----------------------------------------
 
@@ -422,6 +551,28 @@ class Store:
         """Move deferred launches that are due onto the queue; how many moved."""
         moved = await self.redis.eval(_PROMOTE, 2, keys.DEFERRED, keys.QUEUE, str(time.time()))
         return int(moved)
+
+    async def backlog(self) -> Backlog:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(keys.QUEUE)
+            pipe.xrange(keys.QUEUE, count=1)
+            pipe.zcard(keys.DEFERRED)
+            pipe.zcount(keys.DEFERRED, "-inf", time.time())
+            pipe.xlen(keys.OUTBOX)
+            pipe.xrange(keys.OUTBOX, count=1)
+            queue, first, deferred, due, outbox, oldest = await pipe.execute()
+        return Backlog(
+            queue=int(queue),
+            queue_oldest=_stream_time(first),
+            deferred=int(deferred),
+            deferred_due=int(due),
+            outbox=int(outbox),
+            outbox_oldest=_stream_time(oldest),
+        )
+
+    async def lease_holder(self, name: str) -> str:
+        """Who holds the lease ``name`` now ("" when nobody)."""
+        return str(await self.redis.get(keys.lease(name)) or "")
 
     async def deferred_count(self) -> int:
         return int(await self.redis.zcard(keys.DEFERRED))

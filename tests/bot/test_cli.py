@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,12 @@ def test_bad_setups_say_what_to_fix(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_version_is_printed_by_the_console_script_and_the_module() -> None:
+    expected = f"trainbot {version('trainbot')}"
+    script = Path(sys.executable).parent / "trainbot"
+    for argv in ([str(script), "--version"], [sys.executable, "-m", "bot", "--version"]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected

@@ -146,7 +146,7 @@ async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_
         )
         await wait_until(lambda: bot.notifier.dead_lettered == 3, "3 dead letters", 10)
         await asyncio.sleep(0.5)
-        metrics = bot.metrics()
+        metrics = await bot.metrics()
     # The first event was tried max_tries times, waiting longer each time up to the cap.
     tries = [c.at for c in posted(standin, OUT, ok_only=False) if not c.params.get("thread_ts")]
     assert len(tries) >= 5
@@ -156,7 +156,7 @@ async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_
     # Later events of the same thread were not retried as long: the channel is known bad.
     assert len(posted(standin, OUT, ok_only=False)) <= 5 + 2 * 2
     assert thread(standin, TRAIN) == ["B: queued"]
-    assert "trainbot_dead_letters_total 3" in metrics
+    assert 'trainbot_dead_letters{source="notifier"} 3.0' in metrics
     # One DM to the owner (conversations.open + chat.postMessage), saying what to do.
     assert [c.params["users"] for c in standin.calls_to("conversations.open")] == ["U0ALICE"]
     assert (
