@@ -48,6 +48,35 @@ async def jobs(store: Store, user: User, *, all_users: bool, cluster: str | None
     return Reply("\n".join(lines))
 
 
+async def history(
+    store: Store, user: User, *, all_users: bool, cluster: str | None, days: int
+) -> Reply:
+    """/jobs history: finished launches of the last ``days`` days, newest first."""
+    since = time.time() - days * 86400
+    entries = await store.history(
+        user_id="" if all_users else user.id, cluster=cluster or "", since=since, limit=50
+    )
+    where = f" on {cluster}" if cluster else ""
+    if not entries:
+        who = "No launches" if all_users else "You have no launches that"
+        return Reply(f"{who} finished{where} in the last {days} days.")
+    lines = [f"Finished in the last {days} days{where} (newest first):"]
+    now = time.time()
+    for entry in entries:
+        ran = f" · ran {render.duration(entry.run_s)}" if entry.run_s else ""
+        hours = f" · {entry.gpu_hours:.2g} GPU-hours" if entry.gpu_hours else ""
+        link = f" · <{entry.permalink}|thread>" if entry.permalink.startswith("https://") else ""
+        who = f" · <@{entry.user_id}>" if all_users else ""
+        lines.append(
+            f"`{entry.id}` {escape(entry.title.replace(' · ', ' '))} · {entry.cluster} · "
+            f"{escape(entry.outcome or entry.phase)}{ran}{hours} · "
+            f"{render.duration(now - entry.ended_at)} ago{link}{who}"
+        )
+    if len(entries) == 50:
+        lines.append("(the 50 newest; days=N or cluster=C narrows it)")
+    return Reply("\n".join(lines))
+
+
 async def cluster_list(clusters: Clusters, only: str | None) -> Reply:
     """/clusters: per cluster, its partitions with nodes, free GPUs and the queue."""
     names = [only] if only else list(clusters.profiles)

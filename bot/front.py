@@ -17,6 +17,12 @@ from cluster.errors import TrainbotError
 Blocks = list[dict[str, Any]]
 
 
+# Slack events the core answers: a user group changed (ask its members again), and the
+# App Home tab opened (build it).
+GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
+HOME_EVENT = "app_home_opened"
+
+
 @dataclass(frozen=True)
 class Incoming:
     """A slash command (``command`` like "/train") or a button click (``action_id``)."""

@@ -118,6 +118,8 @@ class Launch(BaseModel):
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
+    permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
+    gpu_hours: float = 0.0  # what the finished launch used
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
 
     @property
@@ -173,6 +175,8 @@ class HistoryEntry(BaseModel):
     created_at: float
     ended_at: float
     run_s: float = 0.0  # summed over attempts: from start (or submit) to end
+    gpu_hours: float = 0.0
+    permalink: str = ""  # the launch's thread
 
     @classmethod
     def of(cls, launch: Launch) -> HistoryEntry:
@@ -196,4 +200,6 @@ class HistoryEntry(BaseModel):
             created_at=launch.created_at,
             ended_at=launch.updated_at,
             run_s=run_s,
+            gpu_hours=launch.gpu_hours,
+            permalink=launch.permalink,
         )

@@ -378,9 +378,15 @@ class Notifier:
     async def _post_parent(self, launch: Launch) -> Launch:
         text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
         ref = await self.front.post(launch.channel, text, blocks=blocks)
+        try:  # for links from App Home and /jobs history; the thread works without it
+            link = await self.front.permalink(ref)
+        except Exception as exc:
+            log.info("launch %s: no permalink for its thread: %s", launch.id, exc)
+            link = ""
 
         def keep_ts(stored: Launch) -> list[Event]:
             stored.parent_ts = stored.parent_ts or ref.ts
+            stored.permalink = stored.permalink or link
             return []
 
         stored, _ = await self.store.mutate(launch.id, keep_ts)

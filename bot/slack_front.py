@@ -35,7 +35,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.front import Blocks, FrontError, MessageRef
-from bot.slack_text import MESSAGE_TEXT_MAX, cannot_post_text, cut_text, fit_blocks
+from bot.slack_text import (
+    BLOCKS_MAX,
+    MESSAGE_TEXT_MAX,
+    cannot_post_text,
+    cut_text,
+    fit_blocks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +348,11 @@ class SlackFront:
         call = self.client.chat_getPermalink(channel=ref.channel, message_ts=ref.ts)
         data = await self._call("chat.getPermalink", call)
         return str(data["permalink"])
+
+    async def publish_home(self, user: str, blocks: Blocks) -> None:
+        """The person's App Home tab (``views.publish``)."""
+        view = {"type": "home", "blocks": blocks[:BLOCKS_MAX]}
+        await self._call("views.publish", self.client.views_publish(user_id=user, view=view))
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         call = self.client.usergroups_users_list(usergroup=usergroup_id)

@@ -231,17 +231,21 @@ def apply_snapshot(
     return step.events
 
 
+def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
+    """GPU-hours of every attempt that ran: run time x nodes x GPUs per node."""
+    ran_s = sum(
+        max(0.0, (a.ended_at or now) - a.started_at) for a in launch.attempts if a.started_at
+    )
+    return ran_s * launch.request.nodes * profile.gpus_per_node / 3600
+
+
 def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
+    """The closing line; also records the launch's GPU-hours."""
     icon, word = render.status_label(launch)
     first = launch.attempts[0]
     start = first.started_at or first.submitted_at or launch.created_at
     elapsed = (launch.attempt.ended_at if launch.attempt else now) - start
-    gpu_hours = (
-        sum(max(0.0, (a.ended_at or now) - a.started_at) for a in launch.attempts if a.started_at)
-        * launch.request.nodes
-        * profile.gpus_per_node
-        / 3600
-    )
+    gpu_hours = launch.gpu_hours = used_gpu_hours(launch, profile, now)
     attempts = len(launch.attempts)
     parts = [
         f"in {render.duration(elapsed)}",
