@@ -1,9 +1,13 @@
-"""Measure the loss-curve renderer: points, ms per image and PNG bytes.
+"""Measure the loss-curve renderer against the hand-written one it replaced.
 
     .venv/bin/python bench/plot.py [--sizes 100,10000,100000] [--repeat 5] [--out /tmp/loss.png]
 
 Each size is a noisy falling loss (exponential decay plus Gaussian noise, a few
-spikes), the shape a real run produces. Prints the best of ``--repeat`` runs.
+spikes), the shape a real run produces. For each size, in the same run: trainbot's
+renderer (matplotlib, Agg) and the anchor (the earlier pure-Python bitmap renderer,
+kept in bench/anchors/ only for this comparison); the best of ``--repeat`` runs each,
+PNG bytes, and the ratio. The first matplotlib call also pays its import, reported
+on its own line.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.anchors.bitmap_plot import render_loss_png as bitmap_png  # noqa: E402
 from bot.plot import render_loss_png  # noqa: E402
 
 
@@ -37,16 +42,31 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", default="", help="also write the largest image here")
     args = parser.parse_args()
-    print(f"{'points':>8} {'ms':>8} {'bytes':>8}")
+    started = time.perf_counter()
+    render_loss_png(noisy_loss(10), title="warm-up")  # imports matplotlib
+    print(f"first call (imports matplotlib): {(time.perf_counter() - started) * 1000:.0f} ms")
+    head = ("points", "matplotlib ms", "bytes", "bitmap ms", "bytes", "ratio")
+    print(f"{head[0]:>8} {head[1]:>14} {head[2]:>8} {head[3]:>10} {head[4]:>8} {head[5]:>6}")
     png = b""
     for n in (int(size) for size in args.sizes.split(",")):
         points = noisy_loss(n)
-        best_ms = math.inf
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            png = render_loss_png(points, title=f"L-7f3a9c · sft llama3p1_8b · loss ({n:,})")
-            best_ms = min(best_ms, (time.perf_counter() - start) * 1000)
-        print(f"{n:>8} {best_ms:>8.1f} {len(png):>8}")
+        title = f"L-7f3a9c · sft llama3p1_8b · loss ({n:,})"
+        best = {}
+        sizes = {}
+        for name, draw in (("mpl", render_loss_png), ("bitmap", bitmap_png)):
+            best[name] = math.inf
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                out = draw(points, title=title)
+                best[name] = min(best[name], (time.perf_counter() - start) * 1000)
+            sizes[name] = len(out)
+            if name == "mpl":
+                png = out
+        ratio = best["mpl"] / best["bitmap"]
+        print(
+            f"{n:>8} {best['mpl']:>14.1f} {sizes['mpl']:>8} {best['bitmap']:>10.1f} "
+            f"{sizes['bitmap']:>8} {ratio:>6.2f}"
+        )
     if args.out:
         Path(args.out).write_bytes(png)
 

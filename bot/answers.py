@@ -18,15 +18,17 @@ from commands.context import User
 INLINE_LOG_CHARS = 2800
 
 
-async def jobs(store: Store, user: User, *, all_users: bool) -> Reply:
-    """/jobs: active launches, one line each."""
+async def jobs(store: Store, user: User, *, all_users: bool, cluster: str | None = None) -> Reply:
+    """/jobs: active launches (on ``cluster`` only, when given), one line each."""
     ids = await store.active_ids(None if all_users else user.id)
     launches = [launch for launch in await asyncio.gather(*(store.get(i) for i in ids)) if launch]
+    launches = [item for item in launches if cluster is None or item.cluster == cluster]
     if not launches:
+        where = f" on {cluster}" if cluster else ""
         return Reply(
-            "No active launches."
+            f"No active launches{where}."
             if all_users
-            else "You have no active launches. /jobs all shows everyone's."
+            else f"You have no active launches{where}. /jobs all shows everyone's."
         )
     now = time.time()
     lines = []
@@ -43,6 +45,35 @@ async def jobs(store: Store, user: User, *, all_users: bool) -> Reply:
             f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step} · "
             f"{render.duration(now - launch.created_at)} old{who}"
         )
+    return Reply("\n".join(lines))
+
+
+async def history(
+    store: Store, user: User, *, all_users: bool, cluster: str | None, days: int
+) -> Reply:
+    """/jobs history: finished launches of the last ``days`` days, newest first."""
+    since = time.time() - days * 86400
+    entries = await store.history(
+        user_id="" if all_users else user.id, cluster=cluster or "", since=since, limit=50
+    )
+    where = f" on {cluster}" if cluster else ""
+    if not entries:
+        who = "No launches" if all_users else "You have no launches that"
+        return Reply(f"{who} finished{where} in the last {days} days.")
+    lines = [f"Finished in the last {days} days{where} (newest first):"]
+    now = time.time()
+    for entry in entries:
+        ran = f" · ran {render.duration(entry.run_s)}" if entry.run_s else ""
+        hours = f" · {entry.gpu_hours:.2g} GPU-hours" if entry.gpu_hours else ""
+        link = f" · <{entry.permalink}|thread>" if entry.permalink.startswith("https://") else ""
+        who = f" · <@{entry.user_id}>" if all_users else ""
+        lines.append(
+            f"`{entry.id}` {escape(entry.title.replace(' · ', ' '))} · {entry.cluster} · "
+            f"{escape(entry.outcome or entry.phase)}{ran}{hours} · "
+            f"{render.duration(now - entry.ended_at)} ago{link}{who}"
+        )
+    if len(entries) == 50:
+        lines.append("(the 50 newest; days=N or cluster=C narrows it)")
     return Reply("\n".join(lines))
 
 
@@ -109,10 +140,10 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
     )
 
 
-def plot(launch: Launch) -> Reply:
-    """/logs <job> plot: the loss curve as a PNG file."""
+async def plot(launch: Launch) -> Reply:
+    """/logs <job> plot: the loss curve as a PNG file (drawn off the event loop)."""
     try:
-        png = render.loss_curve(launch)
+        png = await asyncio.to_thread(render.loss_curve, launch)
     except ValueError as exc:
         return Reply(f"No loss curve for {launch.id} yet: {escape(str(exc))}.", error=True)
     return Reply(

@@ -98,6 +98,7 @@ def on_failure(
             seed_tokenizer=decision.seed_tokenizer,
             resume=decision.resume,
             checkpoints_at_start=len(launch.checkpoints),
+            from_step=launch.progress.step,
             not_before=now + watch.retry_backoff_s * (number - 1),
         )
     )
@@ -123,7 +124,7 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
     where = f"step {launch.progress.step:,}" if launch.progress.total else "start-up"
     text = (
         f"⚠️ No progress for {quiet} (last seen at {where}; the bound is {render.duration(bound)}). "
-        f"Job {attempt.job_id} is still RUNNING and may be hung. On-call has been paged; "
+        f"Job {attempt.job_id} is still RUNNING and may be hung. "
         "Cancel or Retry below."
     )
     data = {"buttons": ["cancel", "retry"]}

@@ -10,7 +10,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot import __version__
 from bot.config import Config, load_config
+from bot.logs import configure_logging
 from bot.service import ROLES
 from bot.settings import Settings
 from cluster.errors import ConfigError, TrainbotError
@@ -24,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Slack chat-ops for NeMo and NeMo-RL training on Slurm GPU clusters.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser(
         "serve",
@@ -63,18 +66,25 @@ def load(args: argparse.Namespace, settings: Settings) -> tuple[Settings, Config
     return settings, load_config(settings.config_path)
 
 
+def log_level(args: argparse.Namespace, settings: Settings) -> str:
+    """``-v`` or TRAINBOT_LOG_LEVEL; else INFO for ``serve`` and WARNING where the
+    terminal is the interface (console, demo, doctor)."""
+    if args.verbose:
+        return "DEBUG"
+    if settings.log_level:
+        return settings.log_level
+    return "INFO" if args.command == "serve" else "WARNING"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         settings = Settings.from_environ()
+        configure_logging(log_level(args, settings), settings.log_format)
         if args.command == "demo":
             from bot.demo import run_demo
 

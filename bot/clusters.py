@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
 
 from pydantic import SecretStr
@@ -35,6 +36,12 @@ INTERACTIVE = next(fw for fw in FRAMEWORKS.values() if fw.interactive)
 class Spec:
     spec: launch.LaunchSpec
     notes: list[str] = field(default_factory=list)  # e.g. a secret that is not configured
+
+
+def job_comment(item: Launch) -> str:
+    """What Slurm's ``--comment`` says about a launch: which launch, and whose."""
+    who = re.sub(r"[^A-Za-z0-9._@-]", "", item.user_id)[:40] or "unknown"
+    return f"trainbot {item.id} by {who}"
 
 
 class Clusters:
@@ -77,6 +84,8 @@ class Clusters:
         custom = is_custom_image(req.image, {*profile.images, *profile.images.values()})
         if custom and not item.image_secrets:  # policy.custom_images: no job secrets (env or file)
             profile = profile.model_copy(update={"job_secrets": {}})
+        if item.slurm_account:  # policy.accounts: the person's Slurm account
+            profile = profile.model_copy(update={"account": item.slurm_account})
         secrets, notes = self.secrets(profile)
         if isinstance(req, TrainRequest):
             recipe = self.config.catalog.find(req.workload, req.model, req.framework)
@@ -96,6 +105,7 @@ class Clusters:
                 image=req.image,
                 overrides=tuple(req.overrides),
                 secrets=secrets,
+                comment=job_comment(item),
             )
         else:
             spec = launch.LaunchSpec(
@@ -108,6 +118,7 @@ class Clusters:
                 name=req.name,
                 image=req.image,
                 interactive=True,
+                comment=job_comment(item),
                 secrets=secrets,
             )
         return Spec(self._for_attempt(item, spec), notes)

@@ -12,17 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bot.store import DAY_S, Retention
 from cluster.errors import ConfigError
 from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
 from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.context import CommandContext
 from commands.policy import ANY, Policy, PolicyRule
+from commands.suggest import closest
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
 
@@ -64,6 +67,30 @@ class Watch(BaseModel):
         return max(self.hang_min_s, self.hang_step_factor * (step_time_s or 0.0))
 
 
+class RetentionDays(BaseModel):
+    """How long finished launches stay in Redis, in days."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # the whole record (threads' state, /logs, buttons); /jobs history outlives it
+    launches_days: float = Field(default=90, gt=0, le=3650)
+    history_days: float = Field(default=400, gt=0, le=3650)
+
+    @model_validator(mode="after")
+    def _history_outlives_launches(self) -> RetentionDays:
+        if self.history_days < self.launches_days:
+            raise ValueError(
+                f"history_days must be >= launches_days ({self.launches_days:g}) "
+                f"(got {self.history_days:g})"
+            )
+        return self
+
+    def store(self) -> Retention:
+        return Retention(
+            launch_s=int(self.launches_days * DAY_S), history_s=int(self.history_days * DAY_S)
+        )
+
+
 class Config(BaseModel):
     """The whole config file. Cluster names come from the keys under ``clusters``."""
 
@@ -76,6 +103,7 @@ class Config(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     alerts: Alerts = Field(default_factory=Alerts)
     watch: Watch = Field(default_factory=Watch)
+    retention: RetentionDays = Field(default_factory=RetentionDays)
 
     @model_validator(mode="before")
     @classmethod
@@ -185,12 +213,29 @@ def parse_config(text: str, *, source: str = "config", base_dir: Path | None = N
 
 
 def config_error(exc: ValidationError, source: str) -> ConfigError:
-    """The first problem of a validation error as a ConfigError (with a count of the rest)."""
-    errors = exc.errors()
+    """The first problem of a validation error as a ConfigError (with a count of the rest).
+
+    A misspelt field (``clustrs:``) also makes the real one missing: the unknown name is
+    the cause, so it is reported first.
+    """
+    errors = _misspelling_first(exc.errors())
     path, message = _describe(errors[0])
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return ConfigError(message, source=source, path=path)
+
+
+def _misspelling_first(errors: list[Any]) -> list[Any]:
+    """``errors`` with an unknown field that is close to a missing sibling moved first."""
+    missing = [e for e in errors if e["type"] == "missing"]
+    for error in errors:
+        if error["type"] != "extra_forbidden":
+            continue
+        parent, name = tuple(error["loc"][:-1]), str(error["loc"][-1])
+        siblings = [str(m["loc"][-1]) for m in missing if tuple(m["loc"][:-1]) == parent]
+        if closest(name, siblings):
+            return [error] + [e for e in errors if e is not error]
+    return errors
 
 
 def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
@@ -207,8 +252,6 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
     messages = {
         "missing": "is required",
-        "extra_forbidden": "is not a known field (check the spelling; "
-        "trainbot.example.yaml lists every field)",
         "greater_than_equal": f"must be >= {ctx.get('ge')} (got {got!r})",
         "greater_than": f"must be > {ctx.get('gt')} (got {got!r})",
         "less_than_equal": f"must be <= {ctx.get('le')} (got {got!r})",
@@ -226,12 +269,51 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
         "model_type": f"must be a mapping (got {got!r})",
         "tuple_type": f"must be a list (got {got!r})",
     }
+    if kind == "extra_forbidden":
+        return path, _unknown_field(tuple(error["loc"]))
     if kind == "value_error":
         text = str(ctx.get("error", error["msg"]))
         if path == "" and ": " in text:
             path, _, text = text.partition(": ")
         return path, text
     return path, messages.get(kind, f"{error['msg'].lower()} (got {got!r})")
+
+
+def _unknown_field(loc: tuple[Any, ...]) -> str:
+    """``is not a known field``, with the closest known name at that place when one is close."""
+    known = _fields_at(loc[:-1])
+    match = closest(str(loc[-1]), known) if known else None
+    hint = f"; did you mean {match}?" if match else ""
+    return f"is not a known field{hint} (trainbot.example.yaml lists every field)"
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model found at ``loc`` under :class:`Config` (empty if unknown)."""
+    model: type[BaseModel] = Config
+    skip = False  # the part after a mapping or list field is its key or index
+    for part in loc:
+        if skip:
+            skip = False
+            continue
+        field = model.model_fields.get(str(part))
+        found = None if field is None else _model_in(field.annotation)
+        if field is None or found is None:
+            return []
+        model = found
+        skip = not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel))
+        skip = skip and get_origin(field.annotation) not in (Union, UnionType)
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (directly, or as a mapping value or list item)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in reversed(get_args(annotation)):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _resolve_local_paths(config: Config, base_dir: Path) -> Config:

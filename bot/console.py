@@ -99,6 +99,12 @@ class ConsoleFront:
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         return []
 
+    async def post_to_user(self, user: str, text: str) -> None:
+        self._print(f"(to @{user}) {plain(text)}")
+
+    async def can_post(self, channel: str) -> str:
+        return ""  # the terminal is the only channel, and it is always there
+
     def echo(self, line: str) -> None:
         """Show what was typed (when it was not typed at this terminal)."""
         self._print(line)

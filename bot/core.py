@@ -14,10 +14,11 @@ from dataclasses import replace
 
 from pydantic import ValidationError
 
-from bot import answers, render
+from bot import answers, home, render
 from bot.clusters import Clusters
-from bot.front import Front, Incoming, Reply
+from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
+from bot.logs import launch_fields
 from bot.redact import Redactor
 from bot.slack_text import (
     ACTION_APPROVE,
@@ -30,6 +31,7 @@ from bot.slack_text import (
     escape,
 )
 from bot.store import Event, Store
+from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, TrainbotError
 from commands.access import (
     is_custom_image,
@@ -38,6 +40,7 @@ from commands.access import (
     may_reject,
     may_use_image,
     may_view_logs,
+    slurm_account,
 )
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command
@@ -63,11 +66,12 @@ GROUPS_TTL_S = 300.0
 # Groups that grant power (admins, approvers, on-call) are asked again sooner, so
 # a removal takes effect within this; subteam_members_changed forgets at once.
 PRIVILEGED_GROUPS_TTL_S = 20.0
-GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
 
 
 CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
 HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
+HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
+CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
 
 
 class Core:
@@ -79,6 +83,8 @@ class Core:
         self.context = context
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
+        self._home_shown: dict[str, float] = {}  # user -> when their App Home was last built
+        self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
 
     async def __call__(self, incoming: Incoming) -> Reply:
@@ -94,6 +100,8 @@ class Core:
 
     async def _answer(self, incoming: Incoming) -> Reply:
         try:
+            if incoming.event == HOME_EVENT:
+                return await self.home(incoming.user_id)
             if incoming.event:
                 return self.on_event(incoming)
             if incoming.action_id:
@@ -111,6 +119,42 @@ class Core:
             self._groups.pop(incoming.action_value, None)
             log.info("user group %s changed; membership will be asked again", incoming.action_value)
         return Reply("")
+
+    async def home(self, user_id: str) -> Reply:
+        """The person's App Home: their active and recent launches, and the clusters.
+        Cheap when many open it: cluster capacity is asked at most once a minute for
+        everyone, and a person opening it again within seconds gets nothing new."""
+        now = time.time()
+        if now - self._home_shown.get(user_id, 0.0) < HOME_MIN_INTERVAL_S:
+            return Reply("")
+        self._home_shown[user_id] = now
+        ids = await self.store.active_ids(user_id)
+        found = await asyncio.gather(*(self.store.get(i) for i in ids))
+        active = sorted((item for item in found if item), key=lambda item: item.created_at)
+        recent = await self.store.history(user_id=user_id, limit=home.RECENT_SHOWN)
+        links = {item.id: item.permalink for item in active}
+        links |= {entry.id: entry.permalink for entry in recent}
+        capacity = await self._capacity(now)
+        return Reply("App Home", blocks=home.home_blocks(active, recent, capacity, links, now=now))
+
+    async def _capacity(self, now: float) -> dict[str, ClusterCapacity | str]:
+        """Every cluster's capacity, asked again only when older than a minute."""
+        stale = [
+            name
+            for name in self.clusters.profiles
+            if now - self._capacity_at.get(name, (0.0, ""))[0] >= CAPACITY_TTL_S
+        ]
+        answers_ = await asyncio.gather(
+            *(self.clusters.capacity(name) for name in stale), return_exceptions=True
+        )
+        for name, answer in zip(stale, answers_, strict=True):
+            value: ClusterCapacity | str = (
+                f"{type(answer).__name__}: {answer}"
+                if isinstance(answer, BaseException)
+                else answer
+            )
+            self._capacity_at[name] = (now, value)
+        return {name: self._capacity_at[name][1] for name in self.clusters.profiles}
 
     async def user(self, incoming: Incoming) -> User:
         return User(
@@ -155,8 +199,22 @@ class Core:
             return Reply(help_text(self.context, request.topic))
         if isinstance(request, RecipesRequest):
             return Reply(recipes_text(self.context, request.workload))
+        if isinstance(request, JobsRequest) and request.history:
+            if request.all_users and not self.context.policy.is_admin(user.id, user.groups):
+                raise CommandError(
+                    "Only trainbot admins see everyone's history; /jobs history shows yours."
+                )
+            return await answers.history(
+                self.store,
+                user,
+                all_users=request.all_users,
+                cluster=request.cluster,
+                days=request.days,
+            )
         if isinstance(request, JobsRequest):
-            return await answers.jobs(self.store, user, all_users=request.all_users)
+            return await answers.jobs(
+                self.store, user, all_users=request.all_users, cluster=request.cluster
+            )
         if isinstance(request, ClustersRequest):
             return await answers.cluster_list(self.clusters, request.cluster)
         if isinstance(request, CancelRequest):
@@ -165,7 +223,7 @@ class Core:
         if isinstance(request, LogsRequest):
             launch = await self.readable(request.job, user)
             if request.plot:
-                return answers.plot(launch)
+                return await answers.plot(launch)
             return await answers.logs(self.clusters, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
@@ -206,10 +264,18 @@ class Core:
         if not decision.allowed:
             return Reply(decision.reason, error=True)
         image_secrets = self.check_image(request, user)
+        # Its thread goes where /train was typed: refuse now if no one could see it there.
+        problem = await self.front.can_post(incoming.channel_id) if self.front else ""
+        if problem:
+            return Reply(problem, error=True)
         launch = Launch(
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )
         launch.image_secrets = image_secrets
+        account = slurm_account(
+            self.context.policy, user_id=user.id, group_ids=user.groups, cluster=request.cluster
+        )
+        launch.slurm_account = account or ""
         limit = None if request.dry_run else decision.max_concurrent
         full = (
             f"You already have {limit} active launch{'es' if limit != 1 else ''} "
@@ -239,7 +305,13 @@ class Core:
             max_active=limit,
         ):
             return Reply(full, error=True)
-        log.info("launch %s queued by %s: %s", launch.id, user.id, request.to_text())
+        log.info(
+            "launch %s queued by %s: %s",
+            launch.id,
+            user.id,
+            request.to_text(),
+            extra=launch_fields(launch.id, cluster=launch.cluster),
+        )
         return Reply(render.queued_reply(launch, self.clusters.profiles.get(launch.cluster)))
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
@@ -292,7 +364,7 @@ class Core:
         if ref.is_launch_id:
             launch = await self.store.get(ref.id)
             if launch is None:
-                raise CommandError(f"No launch {ref.id}. /jobs lists yours.")
+                raise CommandError(await self._gone(ref.id))
             return launch
         found = await self.store.find_job(ref.id)
         if ref.cluster:
@@ -310,8 +382,19 @@ class Core:
             )
         launch = await self.store.get(found[0][1])
         if launch is None:
-            raise CommandError(f"Launch {found[0][1]} is gone.")
+            raise CommandError(await self._gone(found[0][1]))
         return launch
+
+    async def _gone(self, launch_id: str) -> str:
+        """Why there is no record of ``launch_id``: unknown, or ended longer ago than kept."""
+        entry = await self.store.finished(launch_id)
+        if entry is None:
+            return f"No launch {launch_id}. /jobs lists yours."
+        days = self.clusters.config.retention.launches_days
+        return (
+            f"{launch_id} ended on {time.strftime('%Y-%m-%d', time.gmtime(entry.ended_at))} "
+            f"({entry.outcome or entry.phase}); its details are kept {days:g} days."
+        )
 
     async def owned(self, ref: JobRef, user: User, verb: str) -> Launch:
         launch = await self.find(ref)
@@ -423,6 +506,7 @@ class Core:
                     resume=True,
                     checkpoints_at_start=len(stored.checkpoints),
                     held=True,
+                    from_step=stored.progress.step,
                 )
             )
             stored.phase = Phase.RETRYING

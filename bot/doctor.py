@@ -1,6 +1,7 @@
 """``trainbot doctor``: check what the bot depends on, one line per check.
 
-Config (already loaded when this runs), Redis, and for every cluster: SSH with
+Config (already loaded when this runs), Redis (with what the notifier still owes
+and its dead letters, which do not fail the check), and for every cluster: SSH with
 its host key, the partition, the images, the catalog's recipes, and the
 directories pre-flight needs. Exit 0 when everything passes.
 """
@@ -12,8 +13,9 @@ from typing import IO
 
 from bot.clusters import Clusters
 from bot.config import Config
+from bot.keys import NOTIFY_DEAD_LETTERS
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import DeadLetter, Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
 from cluster.launch import LaunchSpec
@@ -65,13 +67,34 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
             report.line(check.ok, f"{name}: {entry.framework} {check.name}", check.message)
 
 
+def delivery_text(held: int, dead_total: int, newest: list[DeadLetter]) -> str:
+    """What the notifier still owes and what it gave up on, e.g.
+    ``2 waiting; 3 dead letters in trainbot:notify:dead, newest: L-7f3a thread in C0OUT:
+    not_in_channel (8 tries)``."""
+    text = f"{held} waiting"
+    if not dead_total:
+        return text + "; no dead letters"
+    text += f"; {dead_total} dead letter{'s' if dead_total != 1 else ''} in {NOTIFY_DEAD_LETTERS}"
+    if newest:
+        last = newest[-1]
+        where = f" in {last.channel}" if last.channel else ""
+        text += (
+            f", newest: {last.launch_id} {last.event.kind}{where}: {last.reason} "
+            f"({last.tries} {'try' if last.tries == 1 else 'tries'})"
+        )
+    return text
+
+
 async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = None) -> int:
     report = Report(out or sys.stdout)
     report.line(True, f"config {settings.config_path}", f"{len(config.clusters)} clusters")
     try:
         async with Store.connect(settings.redis_url) as store:
             await store.ping()
+            held, dead = await store.held_count(), await store.dead_letter_count()
+            newest = await store.dead_letters(limit=1)
         report.line(True, f"redis {settings.redis_url.split('@')[-1]}")
+        report.line(True, "messages", delivery_text(held, dead, newest))
     except TrainbotError as exc:
         report.line(False, "redis", str(exc))
     async with SSHPool() as pool:

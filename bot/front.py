@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cluster.errors import TrainbotError
+
 Blocks = list[dict[str, Any]]
+
+
+# Slack events the core answers: a user group changed (ask its members again), and the
+# App Home tab opened (build it).
+GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
+HOME_EVENT = "app_home_opened"
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,21 @@ class Handler(Protocol):
     async def __call__(self, incoming: Incoming) -> Reply: ...
 
 
+class FrontError(TrainbotError):
+    """A front end could not deliver something."""
+
+    @property
+    def channel_problem(self) -> bool:
+        """Whether the channel itself refuses the bot (it is not a member, the channel is
+        gone or archived): retrying will not help until someone invites it."""
+        return False
+
+    @property
+    def reason(self) -> str:
+        """A short code for logs and dead letters (Slack's error code, say)."""
+        return str(self)
+
+
 @dataclass(frozen=True)
 class MessageRef:
     channel: str
@@ -74,3 +97,13 @@ class Front(Protocol):
     async def permalink(self, ref: MessageRef) -> str: ...
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]: ...
+
+    async def post_to_user(self, user: str, text: str) -> None:
+        """A direct message to ``user`` (about their launch, when its channel refuses the bot)."""
+        ...
+
+    async def can_post(self, channel: str) -> str:
+        """ "" when the bot can post in ``channel``; otherwise why not and how to fix it,
+        as mrkdwn for the asker. Answers quickly (cached; a check that cannot be made
+        in time counts as "can post")."""
+        ...

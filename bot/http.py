@@ -261,7 +261,7 @@ async def serve_health(
 
 
 @asynccontextmanager
-async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[None]:
+async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[AsyncSocketModeHandler]:
     socket = AsyncSocketModeHandler(app, app_token=app_token)
     try:  # open the first connection here so that a refused app token fails at start-up
         opened = await app.client.apps_connections_open(app_token=app_token)
@@ -278,9 +278,14 @@ async def _socket_mode(app: AsyncApp, app_token: str) -> AsyncIterator[None]:
     await socket.connect_async()  # type: ignore[no-untyped-call]
     log.info("connected to Slack over Socket Mode")
     try:
-        yield
+        yield socket
     finally:
         await socket.close_async()  # type: ignore[no-untyped-call]
+
+
+async def _connected(socket: AsyncSocketModeHandler) -> bool:
+    """Whether the Socket Mode connection is up (its client also checks ping-pong)."""
+    return bool(await socket.client.is_connected())
 
 
 _REFUSED = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
@@ -342,8 +347,16 @@ async def run_slack(
         socket_mode = bool(params.app_token)
         secret = "" if socket_mode else params.signing_secret
         app = build_app(front.client, listeners, signing_secret=secret)
+        sockets: list[AsyncSocketModeHandler] = []
+
+        async def checked_health() -> tuple[bool, str]:
+            ok, reason = await health()
+            if ok and socket_mode and not (sockets and await _connected(sockets[0])):
+                return False, "socket mode: not connected to Slack"
+            return ok, reason
+
         web_app = build_web_app(
-            health=health,
+            health=checked_health,
             metrics=metrics,
             app=None if socket_mode else app,
             signing_secret=secret,
@@ -353,7 +366,7 @@ async def run_slack(
             _serve_http(web_app, params.http_host, params.http_port)
         )
         if socket_mode:
-            await stack.enter_async_context(_socket_mode(app, params.app_token))
+            sockets.append(await stack.enter_async_context(_socket_mode(app, params.app_token)))
         yield SlackService(
             front=front, app=app, mode="socket" if socket_mode else "http", http_port=port
         )

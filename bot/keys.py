@@ -27,8 +27,30 @@ def tracked(cluster: str) -> str:
 
 
 def job(cluster: str, job_id: str) -> str:
-    """Slurm job id on a cluster -> launch id."""
+    """Slurm job id on a cluster -> launch id (before the per-job-id hash; migrated at start)."""
     return f"{PREFIX}:job:{cluster}:{job_id}"
+
+
+def job_index(job_id: str) -> str:
+    """Hash: cluster -> launch id, for every launch that had Slurm job ``job_id``."""
+    return f"{PREFIX}:jobid:{job_id}"
+
+
+JOB_INDEX_MIGRATED = f"{PREFIX}:migrated:jobid"  # set once the old job keys were moved
+
+
+def summary(launch_id: str) -> str:
+    """A finished launch's compact history entry (JSON); outlives the launch record."""
+    return f"{PREFIX}:summary:{launch_id}"
+
+
+def history(*, user_id: str = "", cluster: str = "") -> str:
+    """Sorted set of finished launch ids by end time: everyone's, one user's or one cluster's."""
+    if user_id:
+        return f"{PREFIX}:history:user:{user_id}"
+    if cluster:
+        return f"{PREFIX}:history:cluster:{cluster}"
+    return f"{PREFIX}:history"
 
 
 def lease(name: str) -> str:
@@ -48,3 +70,20 @@ def dedupe(name: str) -> str:
 def seen(name: str) -> str:
     """A signed Slack request already handled (replays are dropped while it lives)."""
     return f"{PREFIX}:seen:{name}"
+
+
+# -- the notifier's lanes: outbox entries moved here until delivered or dead-lettered --
+NOTIFY_LANES = f"{PREFIX}:notify:lanes"  # sorted set: lane -> when its first entry is next tried
+NOTIFY_HELD = f"{PREFIX}:notify:held"  # hash: entry id -> the entry (JSON)
+NOTIFY_TRIES = f"{PREFIX}:notify:tries"  # hash: entry id -> failed deliveries so far
+NOTIFY_DEAD_LETTERS = f"{PREFIX}:notify:dead"  # list: what could not be delivered, oldest first
+
+
+def notify_lane(lane: str) -> str:
+    """The entry ids of one lane (a launch's thread, or its pages), in order."""
+    return f"{PREFIX}:notify:lane:{lane}"
+
+
+def bad_channel(launch_id: str) -> str:
+    """Set while a launch's channel refuses the bot (its owner was told once)."""
+    return f"{PREFIX}:notify:bad-channel:{launch_id}"

@@ -71,6 +71,7 @@ class Attempt(BaseModel):
     resume: bool = False
     not_before: float = 0.0  # retry backoff: not submitted before this time
     held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
+    from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
     tail: str = ""  # the last lines of the main log, for the failure message
@@ -111,9 +112,14 @@ class Launch(BaseModel):
     progress: Progress = Field(default_factory=Progress)
     checkpoints: list[str] = Field(default_factory=list)
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
+    slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
+    permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
+    gpu_hours: float = 0.0  # what the finished launch used
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
 
     @property
@@ -148,3 +154,52 @@ class Launch(BaseModel):
         if isinstance(req, TrainRequest):
             return f"{req.workload} · {req.model}"
         return "interactive"
+
+
+class HistoryEntry(BaseModel):
+    """What ``/jobs history`` shows of a finished launch; kept after the launch record expires."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    user_id: str
+    user_name: str = ""
+    cluster: str
+    title: str
+    nodes: int = 1
+    job_id: str = ""
+    phase: str
+    outcome: str = ""
+    detail: str = ""
+    attempts: int = 0
+    created_at: float
+    ended_at: float
+    run_s: float = 0.0  # summed over attempts: from start (or submit) to end
+    gpu_hours: float = 0.0
+    permalink: str = ""  # the launch's thread
+
+    @classmethod
+    def of(cls, launch: Launch) -> HistoryEntry:
+        run_s = 0.0
+        for attempt in launch.attempts:
+            begun = attempt.started_at or attempt.submitted_at
+            if begun and attempt.ended_at > begun:
+                run_s += attempt.ended_at - begun
+        return cls(
+            id=launch.id,
+            user_id=launch.user_id,
+            user_name=launch.user_name,
+            cluster=launch.cluster,
+            title=launch.title,
+            nodes=launch.request.nodes,
+            job_id=launch.job_id,
+            phase=str(launch.phase),
+            outcome=launch.outcome,
+            detail=launch.detail[:300],
+            attempts=len(launch.attempts),
+            created_at=launch.created_at,
+            ended_at=launch.updated_at,
+            run_s=run_s,
+            gpu_hours=launch.gpu_hours,
+            permalink=launch.permalink,
+        )

@@ -1,21 +1,35 @@
-"""Delivers the outbox to the front end, in order, once.
+"""Delivers the outbox to the front end: each thread in order, threads independently.
 
-One notifier at a time holds the lease, so a launch's thread reads in the
-order its events were written, whichever process wrote them. An entry is
-acknowledged only after the front end took it; after a crash the same
-entry is delivered again unless it was marked posted.
+One notifier at a time holds the lease. It moves each outbox entry into a
+*lane* in Redis (a launch's thread, or that launch's pages), acknowledging the
+entry in the same transaction, and delivers every lane on its own: a lane's
+entries go out in the order they were written, and an entry that fails holds
+back only the later entries of its own lane. A failed entry is tried again
+after a backoff that doubles up to a cap (:class:`Retry`); after
+``max_tries`` it goes to the dead letters in Redis, with a WARNING, the
+``trainbot_dead_letters_total`` counter and, when the launch's channel refuses
+the bot, a direct message to the launch's owner saying how to fix it. Once a
+channel is known to refuse the bot, the rest of that thread is tried once each.
+
+Nothing owed lives only in memory: after a crash or restart the next notifier
+finds every lane (and its backoff) in Redis. An entry is taken off its lane
+only after the front end took it; one already marked posted is not posted
+again. A page is two steps (Slack, PagerDuty), each marked done on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 from bot import keys, render
-from bot.front import Front, MessageRef
+from bot.front import Front, FrontError, MessageRef
 from bot.launches import Launch, Phase
-from bot.paging import Pager
+from bot.paging import PAGE_KINDS, Pager
 from bot.slack_text import (
     actions,
     approve_button,
@@ -23,16 +37,41 @@ from bot.slack_text import (
     reject_button,
     retry_button,
     section,
+    undeliverable_text,
     use_partition_button,
 )
-from bot.store import Event, Store
+from bot.store import DeadLetter, Event, Store
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
 
 LEASE = "notifier"
 LEASE_TTL_MS = 15_000
-MAX_TRIES = 8
+PARALLEL = 16  # deliveries in flight at once, across lanes
+LANE_READ = 50  # entries of a lane looked at together (to skip superseded updates)
+SLEEP_IN_LANE_MAX_S = 5.0  # longer backoffs hand the lane back to the scheduler
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed delivery is tried again after ``first_s``, then twice as long each
+    time up to ``cap_s``; after ``max_tries`` tries in all it is dead-lettered."""
+
+    first_s: float = 2.0
+    cap_s: float = 120.0
+    max_tries: int = 8
+
+    def delay_s(self, tries: int) -> float:
+        """How long to wait after the ``tries``-th failure."""
+        return min(self.cap_s, self.first_s * 2.0 ** max(tries - 1, 0))
+
+
+def lane_of(event: Event) -> str:
+    """A launch's thread is one lane and its pages another, so a page never waits
+    for a thread the bot cannot post in."""
+    kind = "page" if event.kind in PAGE_KINDS else "thread"
+    return f"{kind}:{event.launch_id}"
 
 
 class Notifier:
@@ -44,35 +83,53 @@ class Notifier:
         *,
         owner: str,
         pager: Pager | None = None,
+        retry: Retry | None = None,
     ) -> None:
         self.store = store
         self.front = front
         self.profiles = profiles
         self.owner = owner
         self.pager = pager
+        self.retry = retry or Retry()
         self.delivered = 0
-        self._tries: dict[str, int] = {}
+        self.retried = 0
+        self.dead_lettered = 0
+        self._lanes: dict[str, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(PARALLEL)
+        self._halt = asyncio.Event()
+        self.on_delivered: list[Callable[[str], None]] = []  # told each delivered entry's id
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                if not await self.store.acquire(LEASE, self.owner, LEASE_TTL_MS):
+        try:
+            while not stop.is_set():
+                try:
+                    if not await self.store.acquire(LEASE, self.owner, LEASE_TTL_MS):
+                        await self._stop_lanes(0.0)  # another notifier delivers now
+                        await _sleep(stop, 2.0)
+                        continue
+                    await self.drain(block_ms=1000)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # Redis is down: keep going, slowly
+                    log.exception("notifier: reading the outbox failed; retrying")
                     await _sleep(stop, 2.0)
-                    continue
-                await self.drain(block_ms=1000)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # Redis or the front end is down: keep going, slowly
-                log.exception("notifier: delivery failed; retrying")
-                await _sleep(stop, 2.0)
-        await self.store.release(LEASE, self.owner)
+        finally:
+            await self._stop_lanes(STOP_GRACE_S)
+        try:
+            await self.store.release(LEASE, self.owner)
+        except Exception as exc:  # it expires on its own
+            log.warning("notifier: could not release its lease: %s", exc)
 
     async def drained(self) -> bool:
-        """Whether every outbox entry has been delivered."""
-        return await self.store.stream_length(keys.OUTBOX) == 0
+        """Whether every outbox entry has been delivered (or dead-lettered)."""
+        return (
+            await self.store.stream_length(keys.OUTBOX) == 0 and await self.store.held_count() == 0
+        )
 
-    async def drain(self, *, block_ms: int = 0) -> int:
-        """Deliver what is waiting (this consumer's unacknowledged entries first)."""
+    async def drain(self, *, block_ms: int = 1) -> int:
+        """Move what is waiting in the outbox to its lanes (this consumer's unacknowledged
+        entries first, then a dead consumer's, then new ones, waiting up to ``block_ms``),
+        and start delivering every lane that is due. Returns how many entries moved."""
         entries = await self.store.read(
             keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms, pending=True
         )
@@ -82,7 +139,7 @@ class Notifier:
             )
         if not entries:
             entries = await self.store.read(
-                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms
+                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=max(block_ms, 1)
             )
         events = []
         for entry_id, fields in entries:
@@ -91,38 +148,135 @@ class Notifier:
             except ValueError as exc:  # written by another version of trainbot
                 log.warning("notifier: outbox entry %s dropped: %s", entry_id, exc)
                 await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, entry_id)
-        for index, event in enumerate(events):
-            later = events[index + 1 :]
-            if event.kind == "update" and any(
-                e.kind == "update" and e.launch_id == event.launch_id for e in later
-            ):
-                await self.store.ack(
-                    keys.OUTBOX, keys.OUTBOX_GROUP, event.id
-                )  # a newer one follows
-                continue
-            await self._deliver_once(event)
+        if events:
+            await self.store.hold([(lane_of(event), event) for event in events])
+        self._halt.clear()
+        for lane in await self.store.due_lanes(time.time()):
+            if lane not in self._lanes:
+                task = asyncio.create_task(self._run_lane(lane), name=f"notify {lane}")
+                self._lanes[lane] = task
+                task.add_done_callback(self._lane_ended)
         return len(events)
 
-    async def _deliver_once(self, event: Event) -> None:
-        if not await self.store.was_posted(event.id):
+    def _lane_ended(self, task: asyncio.Task[None]) -> None:
+        lane = task.get_name().removeprefix("notify ")
+        if self._lanes.get(lane) is task:
+            del self._lanes[lane]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("notifier: lane %s stopped: %s", lane, task.exception())
+
+    async def _stop_lanes(self, grace_s: float) -> None:
+        """Let deliveries in flight finish (up to ``grace_s``); what is left stays in Redis."""
+        self._halt.set()
+        tasks = list(self._lanes.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace_s) if grace_s else (set(), tasks)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run_lane(self, lane: str) -> None:
+        """Deliver ``lane`` in order until it is empty, or waits out a long backoff."""
+        while not self._halt.is_set():
+            events = await self.store.lane_events(lane, LANE_READ)
+            if not events:
+                await self.store.lane_done(lane, "")  # forget the empty lane
+                return
+            event = events[0]
+            if event.kind == "update" and any(e.kind == "update" for e in events[1:]):
+                await self.store.lane_done(lane, event.id)  # a newer one follows
+                continue
             try:
-                await self.deliver(event)
-            except Exception:
-                tries = self._tries.get(event.id, 0) + 1
-                self._tries[event.id] = tries
-                if tries < MAX_TRIES:
-                    raise
-                log.exception(
-                    "notifier: giving up on %s event %s for %s",
-                    event.kind,
-                    event.id,
-                    event.launch_id,
+                async with self._slots:
+                    await self._deliver_once(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay_s = await self._failed(lane, event, exc)
+                if delay_s is None:
+                    continue  # dead-lettered: the rest of the lane goes on
+                if delay_s > SLEEP_IN_LANE_MAX_S:
+                    return  # drain() starts the lane again when it is due
+                await _sleep(self._halt, delay_s)
+                continue
+            await self.store.lane_done(lane, event.id)
+            self.delivered += 1
+            for observer in self.on_delivered:
+                observer(event.id)
+            if lane.startswith("thread:") and event.kind != "update":
+                await self.store.clear_bad_channel(event.launch_id)
+
+    async def _deliver_once(self, event: Event) -> None:
+        if await self.store.was_posted(event.id):
+            return
+        await self.deliver(event)
+        if event.kind != "update":
+            await self.store.mark_posted(event.id)
+
+    async def _failed(self, lane: str, event: Event, exc: Exception) -> float | None:
+        """Count a failed delivery; the delay before the next try, or None once the
+        entry went to the dead letters."""
+        reason = exc.reason if isinstance(exc, FrontError) else f"{type(exc).__name__}: {exc}"
+        channel_problem = isinstance(exc, FrontError) and exc.channel_problem
+        thread = lane.startswith("thread:")
+        tries = await self.store.note_failure(event.id)
+        known_bad = (
+            thread and channel_problem and bool(await self.store.bad_channel(event.launch_id))
+        )
+        if tries >= self.retry.max_tries or known_bad:
+            await self._dead_letter(lane, event, reason, tries, told=thread and channel_problem)
+            return None
+        delay_s = self.retry.delay_s(tries)
+        await self.store.retry_lane_at(lane, time.time() + delay_s)
+        self.retried += 1
+        log.info(
+            "launch %s: %s message %s not delivered (%s); try %d of %d in %.1f s",
+            event.launch_id,
+            event.kind,
+            event.id,
+            reason,
+            tries + 1,
+            self.retry.max_tries,
+            delay_s,
+        )
+        return delay_s
+
+    async def _dead_letter(
+        self, lane: str, event: Event, reason: str, tries: int, *, told: bool
+    ) -> None:
+        launch = await self.store.get(event.launch_id)
+        channel = ""
+        if launch is not None:
+            channel = launch.channel if lane.startswith("thread:") else ""
+        if not channel and self.pager is not None and not lane.startswith("thread:"):
+            channel = self.pager.config.oncall_channel or ""
+        letter = DeadLetter(event, lane, reason, tries, channel=channel, at=time.time())
+        await self.store.lane_done(lane, event.id, dead=letter)
+        self.dead_lettered += 1
+        log.warning(
+            "launch %s: %s message %s moved to the dead letters after %d tries: %s (channel %s)",
+            event.launch_id,
+            event.kind,
+            event.id,
+            tries,
+            reason,
+            channel or "-",
+        )
+        if told and launch is not None and await self.store.mark_bad_channel(launch.id, reason):
+            text = undeliverable_text(
+                channel=launch.channel, error=reason, launch_id=launch.id, title=launch.words
+            )
+            try:
+                await self.front.post_to_user(launch.user_id, text)
+            except Exception as exc:  # the dead letter and the log line remain
+                log.warning(
+                    "launch %s: could not tell %s that %s refuses the bot: %s",
+                    launch.id,
+                    launch.user_id,
+                    launch.channel,
+                    exc,
                 )
-            if event.kind != "update":
-                await self.store.mark_posted(event.id)
-        self._tries.pop(event.id, None)
-        await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, event.id)
-        self.delivered += 1
 
     async def deliver(self, event: Event) -> None:
         launch = await self.store.get(event.launch_id)
@@ -130,6 +284,9 @@ class Notifier:
             log.warning(
                 "notifier: %s event for unknown launch %s dropped", event.kind, event.launch_id
             )
+            return
+        if event.kind in PAGE_KINDS:
+            await self._page(event, launch)
             return
         if event.kind == "enqueue":  # the store puts these on the queue, never in the outbox
             log.warning("notifier: enqueue event for %s is not a message; dropped", launch.id)
@@ -153,20 +310,60 @@ class Notifier:
                 )
             case "plot":
                 await self._plot(launch)
-            case "oncall" | "resolve":
-                if self.pager is None:
-                    return
-                link = await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
-                if event.kind == "oncall":
-                    await self.pager.trigger(launch, event.data, link)
-                else:
-                    await self.pager.resolve(launch, event.data, link)
+            case "oncall" | "resolve" | "enqueue":
+                pass  # pages and queue entries are handled above
             case _:
                 assert_never(event.kind)
 
+    async def _page(self, event: Event, launch: Launch) -> None:
+        """Each step of a page not yet done, side by side; raises when one failed."""
+        if self.pager is None:
+            return
+        todo = {
+            name: step
+            for name, step in self.pager.steps().items()
+            if not await self.store.was_posted(f"{event.id}:{name}")
+        }
+        if not todo:
+            return
+        link = await self._permalink(launch)
+
+        async def run(name: str) -> None:
+            await todo[name](event.kind, launch, event.data, link)
+            await self.store.mark_posted(f"{event.id}:{name}")
+
+        results = await asyncio.gather(*(run(name) for name in todo), return_exceptions=True)
+        failed = [(n, r) for n, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
+        for name, error in failed:
+            log.warning("launch %s: the %s step of a page failed: %s", launch.id, name, error)
+        if failed:
+            raise failed[0][1]
+        if event.kind == "oncall" and await self.store.mark_posted(f"{event.id}:told"):
+            await self._say_paged(launch, list(self.pager.steps()))
+
+    async def _say_paged(self, launch: Launch, steps: list[str]) -> None:
+        """Once a page went out, say so in the launch's thread (after what caused it)."""
+        where = " and ".join(
+            {"slack": "in the on-call channel", "pagerduty": "through PagerDuty"}.get(n, n)
+            for n in steps
+        )
+        text = f"📟 On-call was paged {where}."
+        await self.store.mutate(launch.id, lambda stored: [Event("thread", stored.id, text)])
+
+    async def _permalink(self, launch: Launch) -> str:
+        """The thread's link, or "" (no parent yet, or Slack cannot say): a page goes
+        out without it rather than wait."""
+        if not launch.parent_ts:
+            return ""
+        try:
+            return await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
+        except Exception as exc:
+            log.warning("launch %s: no permalink for the page: %s", launch.id, exc)
+            return ""
+
     async def _plot(self, launch: Launch) -> None:
         try:
-            png = render.loss_curve(launch)
+            png = await asyncio.to_thread(render.loss_curve, launch)
         except ValueError as exc:
             log.info("launch %s: no loss curve: %s", launch.id, exc)
             return
@@ -181,9 +378,15 @@ class Notifier:
     async def _post_parent(self, launch: Launch) -> Launch:
         text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
         ref = await self.front.post(launch.channel, text, blocks=blocks)
+        try:  # for links from App Home and /jobs history; the thread works without it
+            link = await self.front.permalink(ref)
+        except Exception as exc:
+            log.info("launch %s: no permalink for its thread: %s", launch.id, exc)
+            link = ""
 
         def keep_ts(stored: Launch) -> list[Event]:
             stored.parent_ts = stored.parent_ts or ref.ts
+            stored.permalink = stored.permalink or link
             return []
 
         stored, _ = await self.store.mutate(launch.id, keep_ts)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.clusters import Clusters
 from bot.launches import Launch
+from bot.logs import log_context
 from bot.store import Event, Store
 from bot.tracking import apply_snapshot, tracked
 from cluster.collector import JobSnapshot, collect
@@ -59,6 +61,7 @@ class Poller:
         self.unknown_at: dict[tuple[str, str], float] = {}  # (cluster, job): first "unknown" read
         self.held: set[str] = set()  # the clusters whose lease this poller holds
         self.stopping = False
+        self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -98,10 +101,10 @@ class Poller:
         try:
             held = await self.store.acquire(lease_name(cluster), self.owner, ttl_ms)
         except Exception as exc:  # Redis is down: the lease runs out, as everyone's does
-            log.warning("cluster=%s poller lease not renewed: %s", cluster, exc)
+            log.warning("poller lease of %s not renewed: %s", cluster, exc)
             held = False
         if held and cluster not in self.held:
-            log.info("cluster=%s polled by %s from now on", cluster, self.owner)
+            log.info("%s polled by %s from now on", cluster, self.owner)
         (self.held.add if held else self.held.discard)(cluster)
         return held
 
@@ -111,11 +114,15 @@ class Poller:
             try:
                 await self.store.release(lease_name(cluster), self.owner)
             except Exception as exc:
-                log.warning("cluster=%s poller lease not released: %s", cluster, exc)
+                log.warning("poller lease of %s not released: %s", cluster, exc)
         self.held.clear()
 
     async def poll(self, cluster: str) -> int:
         """One poll of ``cluster``; returns how many launches it looked at."""
+        with log_context(cluster=cluster):
+            return await self._poll(cluster)
+
+    async def _poll(self, cluster: str) -> int:
         profile = self.clusters.profile(cluster)
         if not await self.hold(cluster):
             return 0
@@ -123,6 +130,7 @@ class Poller:
         if not jobs:
             return 0
         known = {job_id: launch.checkpoints for job_id, launch in launches.items()}
+        started = time.monotonic()
         try:
             result = await collect(
                 self.clusters.pool,
@@ -132,31 +140,20 @@ class Poller:
                 cluster=cluster,
             )
         except ClusterError as exc:
-            log.warning("cluster=%s poll failed: %s", cluster, exc)
+            log.warning("poll of %s failed: %s", cluster, exc)
             return 0
         self.polls += 1
         if not await self.hold(cluster):  # another poller took over while this one read
-            log.warning("cluster=%s lease lost during a poll; its results are dropped", cluster)
+            log.warning("poller lease of %s lost during a poll; its results dropped", cluster)
             return 0
-        watch = self.clusters.config.watch
         for job_id, snap in result.jobs.items():
             launch = launches.get(job_id)
             if launch is None:
                 continue
-            diagnosis: Diagnosis | None = None
-            if snap.state and is_terminal(snap.state) and snap.state != "COMPLETED":
-                try:
-                    diagnosis = await self.diagnose(profile, jobs[job_id], snap)
-                except ClusterError as exc:
-                    log.warning("job=%s cluster=%s evidence not read: %s", job_id, cluster, exc)
-                    continue  # the next poll reads it again
-                if diagnosis is None:
-                    continue  # read again after a short delay
-
-            def change(stored: Launch, snap=snap, found=diagnosis) -> list[Event]:  # type: ignore[no-untyped-def]
-                return apply_snapshot(stored, snap, profile, watch, diagnosis=found)
-
-            await self.store.mutate(launch.id, change)
+            with log_context(launch_id=launch.id, job_id=job_id):
+                await self._apply(profile, launch, jobs[job_id], snap)
+        for observer in self.observers:
+            observer(cluster, time.monotonic() - started)
         return len(jobs)
 
     async def _tracked(self, cluster: str) -> tuple[dict[str, Launch], dict[str, Tracking]]:
@@ -170,6 +167,26 @@ class Poller:
                 launches[job.job_id] = launch
                 jobs[job.job_id] = job
         return launches, jobs
+
+    async def _apply(
+        self, profile: ClusterProfile, launch: Launch, job: Tracking, snap: JobSnapshot
+    ) -> None:
+        """One job's snapshot onto its launch, diagnosed first when it failed."""
+        watch = self.clusters.config.watch
+        diagnosis: Diagnosis | None = None
+        if snap.state and is_terminal(snap.state) and snap.state != "COMPLETED":
+            try:
+                diagnosis = await self.diagnose(profile, job, snap)
+            except ClusterError as exc:
+                log.warning("job %s: evidence not read: %s", job.job_id, exc)
+                return  # the next poll reads it again
+            if diagnosis is None:
+                return  # read again after a short delay
+
+        def change(stored: Launch) -> list[Event]:
+            return apply_snapshot(stored, snap, profile, watch, diagnosis=diagnosis)
+
+        await self.store.mutate(launch.id, change)
 
     async def diagnose(
         self, profile: ClusterProfile, job: Tracking, snap: JobSnapshot
@@ -191,9 +208,8 @@ class Poller:
         first = self.unknown_at.setdefault(key, time.monotonic())
         if time.monotonic() - first < self.clusters.config.watch.evidence_reread_s:
             log.info(
-                "job=%s cluster=%s no known cause in %s; reading again shortly",
+                "job %s: no known cause in %s; reading again shortly",
                 job.job_id,
-                profile.name,
                 evidence.describe_read(),
             )
             return None

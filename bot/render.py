@@ -11,7 +11,7 @@ from typing import Any
 
 from bot import slack_text as st
 from bot.launches import Launch, Phase
-from bot.plot import render_loss_png
+from bot.plot import Marks, render_loss_png
 from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
@@ -103,14 +103,20 @@ def footer(launch: Launch, now: float) -> str:
     return " · ".join(parts)
 
 
-def checkpoint_label(name: str) -> str:
-    """``step 1,200`` from a NeMo or NeMo-RL checkpoint directory name."""
+def checkpoint_step(name: str) -> int | None:
+    """The step in a NeMo or NeMo-RL checkpoint directory name."""
     for marker in ("-step=", "step_"):
         if marker in name:
             digits = name.split(marker, 1)[1].split("-", 1)[0]
-            if digits.isdigit():
-                return f"step {int(digits):,}"
-    return name
+            if digits.isascii() and digits.isdigit():
+                return int(digits)
+    return None
+
+
+def checkpoint_label(name: str) -> str:
+    """``step 1,200`` from a NeMo or NeMo-RL checkpoint directory name."""
+    step = checkpoint_step(name)
+    return name if step is None else f"step {step:,}"
 
 
 def parent(
@@ -172,4 +178,14 @@ def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
 def loss_curve(launch: Launch) -> bytes:
     """The loss curve as a PNG; ValueError while there are too few points to draw."""
     title = f"{launch.id} · {launch.words} · loss"
-    return render_loss_png(launch.progress_history, title=title)
+    steps = (checkpoint_step(name) for name in launch.checkpoints)
+    marks = Marks(
+        retries=[a.from_step for a in launch.attempts[1:] if a.from_step],
+        checkpoints=[s for s in steps if s is not None],
+    )
+    return render_loss_png(
+        launch.progress_history,
+        title=title,
+        validation=launch.validation_history,
+        marks=marks,
+    )

@@ -56,6 +56,12 @@ class NoSlack:
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         raise RuntimeError("this process's role does not speak to Slack")
 
+    async def post_to_user(self, user: str, text: str) -> None:
+        raise RuntimeError("this process's role does not speak to Slack")
+
+    async def can_post(self, channel: str) -> str:
+        raise RuntimeError("this process's role does not speak to Slack")
+
 
 def check_slack_settings(params: SlackParams, parts: frozenset[str]) -> None:
     """What each role needs of Slack, checked before connecting to anything."""

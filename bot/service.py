@@ -26,9 +26,10 @@ from bot.clusters import Clusters
 from bot.config import Config
 from bot.core import Core
 from bot.front import Front
+from bot.metrics import Counts, Metrics
 from bot.notifier import Notifier
 from bot.paging import Pager
-from bot.poller import Poller
+from bot.poller import Poller, lease_name
 from bot.redact import (
     MIN_SECRET_CHARS,
     RedactingFront,
@@ -37,6 +38,7 @@ from bot.redact import (
     remove_log_filter,
 )
 from bot.settings import Settings
+from bot.slack_front import observe_slack_errors
 from bot.store import Store
 from bot.worker import Worker, worker_name
 from cluster.ssh import SSHPool
@@ -68,46 +70,57 @@ class Bot:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     parts: frozenset[str] = PARTS
 
+    meters: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        """The metrics of this bot, fed by hooks on its parts."""
+        workers, stats = self.workers, self.clusters.pool.stats
+        counts = Counts(
+            processed=lambda: sum(w.processed for w in workers),
+            delivered=lambda: self.notifier.delivered,
+            queue_dead_letters=lambda: sum(w.dead_letters for w in workers),
+            polls=lambda: self.poller.polls,
+            ssh_round_trips=lambda: dict(stats.by_cluster),
+        )
+        meters = Metrics(self.store.backlog, counts)
+        self.store.observers.append(meters.observe_change)
+        stats.observers.append(meters.observe_ssh)
+        self.poller.observers.append(meters.observe_poll)
+        self.notifier.on_delivered.append(meters.observe_delivery)
+        observe_slack_errors(self.core.front, meters.observe_slack_error)
+        meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
+        meters.add_dead_letters("notifier", self.store.dead_letter_count)
+        self.meters = meters
+
     async def healthy(self) -> tuple[bool, str]:
+        """(True, "ok"), or False and which part is broken: redis, queue groups, poller
+        lease, or a stopped task. (Socket Mode is checked where it runs: bot.http.)"""
         try:
             await self.store.ping()
-        except Exception as exc:
-            return False, f"redis: {exc}"
-        try:
             groups = await self.store.groups_ok()
         except Exception as exc:
             return False, f"redis: {exc}"
         if not groups:
             return False, "queue groups: missing (they are made again on the next read)"
-        if "poller" in self.parts and not self.poller.scheduler.running:
-            return False, "poller: not running"
+        if not self.poller.scheduler.running:  # another process must be polling each cluster
+            try:
+                unpolled = [
+                    name
+                    for name in self.clusters.profiles
+                    if not await self.store.lease_holder(lease_name(name))
+                ]
+            except Exception as exc:
+                return False, f"redis: {exc}"
+            if unpolled:
+                return False, "poller lease: no process polls " + ", ".join(unpolled)
         dead = [t.get_name() for t in self.tasks if t.done()]
         if dead:
             return False, "stopped: " + ", ".join(dead)
         return True, "ok"
 
-    def metrics(self) -> str:
-        stats = self.clusters.pool.stats
-        lines = [
-            "# HELP trainbot_launches_processed_total Queue entries handled by workers.",
-            "# TYPE trainbot_launches_processed_total counter",
-            f"trainbot_launches_processed_total {sum(w.processed for w in self.workers)}",
-            "# HELP trainbot_messages_delivered_total Outbox entries delivered to the front end.",
-            "# TYPE trainbot_messages_delivered_total counter",
-            f"trainbot_messages_delivered_total {self.notifier.delivered}",
-            "# HELP trainbot_queue_dead_letters_total Queue entries set aside after failing "
-            "inside trainbot.",
-            "# TYPE trainbot_queue_dead_letters_total counter",
-            f"trainbot_queue_dead_letters_total {sum(w.dead_letters for w in self.workers)}",
-            "# HELP trainbot_polls_total Collector polls run.",
-            "# TYPE trainbot_polls_total counter",
-            f"trainbot_polls_total {self.poller.polls}",
-            "# HELP trainbot_ssh_round_trips_total SSH commands run, by cluster.",
-            "# TYPE trainbot_ssh_round_trips_total counter",
-        ]
-        for cluster, count in sorted(stats.by_cluster.items()):
-            lines.append(f'trainbot_ssh_round_trips_total{{cluster="{cluster}"}} {count}')
-        return "\n".join(lines) + "\n"
+    async def metrics(self) -> str:
+        """The Prometheus text exposition (what Redis holds is read now)."""
+        return await self.meters.expose()
 
 
 def secret_redactor(settings: Settings, config: Config) -> Redactor:
@@ -162,7 +175,9 @@ async def running(
         log_filter = install_log_filter(redactor)
         stack.callback(remove_log_filter, log_filter)
         front = RedactingFront(front, redactor)
-        store = await stack.enter_async_context(Store.connect(settings.redis_url, redact=redactor))
+        store = await stack.enter_async_context(
+            Store.connect(settings.redis_url, redact=redactor, retention=config.retention.store())
+        )
         pool = await stack.enter_async_context(SSHPool())
         clusters = Clusters(config, settings, pool)
         core = Core(store, clusters, config.command_context(), front)

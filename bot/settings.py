@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -26,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 class Settings(BaseSettings):
@@ -41,6 +43,9 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
     http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
+    # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
+    log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
+    log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
 
     _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     _from_files: set[str] = PrivateAttr(default_factory=set)
@@ -56,6 +61,16 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Only explicit values: the environment comes in through :meth:`from_environ`."""
         return (init_settings,)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("redis_url")
     @classmethod

@@ -16,8 +16,10 @@ an event already seen are dropped. With ``allowed_team_ids`` (the config's
 
 The Slack app needs the slash commands above, Interactivity on, and the bot
 scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
-``usergroups:read`` and ``app_mentions:read``; Socket Mode also needs an
-app-level token with ``connections:write``.
+``usergroups:read``, ``app_mentions:read``, ``channels:read`` and
+``groups:read`` (``/train`` checks the bot can post in the channel; optionally
+``chat:write.public``); Socket Mode also needs an app-level token with
+``connections:write``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot.front import Handler, Incoming, Reply
+from bot.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.slack_front import SlackError, SlackFront
 from bot.slack_text import ACTION_PREFIX, MESSAGE_TEXT_MAX, cut_text, escape, fit_blocks, unescape
 
@@ -49,7 +51,8 @@ FAILED_TEXT = (
 )
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
-GROUP_EVENTS = ("subteam_members_changed", "subteam_updated")
+# Every Events API event trainbot handles (slack-manifest.yml subscribes to exactly these).
+EVENTS = ("app_mention", HOME_EVENT, *GROUP_EVENTS)
 T = TypeVar("T")
 
 
@@ -194,10 +197,25 @@ class Listeners:
     async def on_other_event(self, ack: AsyncAck, event: dict[str, Any]) -> None:
         await ack()
         kind = str(event.get("type", ""))
+        if kind == HOME_EVENT and event.get("tab", "home") == "home":
+            await self._publish_home(str(event.get("user", "")))
+            return
         if kind in GROUP_EVENTS:
             subteam = event.get("subteam") or {}
             group = str(event.get("subteam_id") or subteam.get("id", ""))
             await self._answer(Incoming(user_id="", channel_id="", event=kind, action_value=group))
+
+    async def _publish_home(self, user: str) -> None:
+        """The person opened the App Home tab: their launches and the clusters, fresh."""
+        if not user:
+            return
+        reply = await self._answer(Incoming(user_id=user, channel_id="", event=HOME_EVENT))
+        if reply.error or not reply.blocks:
+            return  # nothing new (opened again within seconds), or it failed (logged)
+        try:
+            await self.front.publish_home(user, reply.blocks)
+        except SlackError as error:
+            log.info("could not publish the App Home of %s: %s", user, error)
 
     async def only_allowed_teams(
         self, body: dict[str, Any], next: Callable[[], Awaitable[None]]

@@ -6,6 +6,10 @@ after the ``Retry-After`` the server asked for; 5xx answers and connection
 errors are retried with a bounded exponential backoff. Messages for one thread
 (one channel + thread_ts) go out in the order they were asked for, even while
 one of them waits out a rate limit: each thread has its own FIFO lock.
+
+``can_post`` tells whether the bot may post in a channel (``conversations.info``:
+a member, or a public channel with the ``chat:write.public`` scope), within
+``CHECK_TIMEOUT_S``, remembering a "yes" for ``CAN_POST_TTL_S``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,16 +34,25 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from bot.front import Blocks, MessageRef
-from bot.slack_text import MESSAGE_TEXT_MAX, cut_text, fit_blocks
-from cluster.errors import TrainbotError
+from bot.front import Blocks, FrontError, MessageRef
+from bot.slack_text import (
+    BLOCKS_MAX,
+    MESSAGE_TEXT_MAX,
+    cannot_post_text,
+    cut_text,
+    fit_blocks,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://slack.com/api/"
+# Slack's answers that mean the channel itself refuses the bot.
+CHANNEL_ERRORS = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
+CAN_POST_TTL_S = 60.0  # a channel the bot could post in is not asked about again this soon
+CHECK_TIMEOUT_S = 1.0  # a /train does not wait longer than this for conversations.info
 
 
-class SlackError(TrainbotError):
+class SlackError(FrontError):
     """A Web API call failed for good (after retries). ``error`` is Slack's error code."""
 
     def __init__(self, *, method: str, error: str, status: int = 0) -> None:
@@ -50,6 +64,14 @@ class SlackError(TrainbotError):
     def __str__(self) -> str:
         status = f" (HTTP {self.status})" if self.status else ""
         return f"Slack {self.method} failed: {self.error}{status}"
+
+    @property
+    def channel_problem(self) -> bool:
+        return self.error in CHANNEL_ERRORS
+
+    @property
+    def reason(self) -> str:
+        return self.error
 
 
 class Backoff(RetryIntervalCalculator):
@@ -158,6 +180,12 @@ class SlackFront:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
         self._threads: dict[tuple[str, str], _ThreadLock] = {}
+        self._can_post: dict[str, float] = {}  # channel -> when the bot last could post there
+        self.error_observers: list[Callable[[str, str], None]] = []  # (method, error code)
+
+    def _failed(self, method: str, code: str) -> None:
+        for observer in self.error_observers:
+            observer(method, code)
 
     @asynccontextmanager
     async def _in_order(self, channel: str, thread_ts: str) -> AsyncIterator[None]:
@@ -179,9 +207,11 @@ class SlackFront:
             status = int(getattr(error.response, "status_code", 0) or 0)
             code = _error_code(error.response)
             log.error("Slack %s failed: %s (HTTP %d)", method, code, status)
+            self._failed(method, code)
             raise SlackError(method=method, error=code, status=status) from error
         except (aiohttp.ClientError, TimeoutError) as error:
             log.error("Slack %s unreachable: %s", method, type(error).__name__)
+            self._failed(method, "unreachable")
             raise SlackError(method=method, error=f"unreachable: {error}") from error
         return dict(response.data) if isinstance(response.data, dict) else {}
 
@@ -192,12 +222,17 @@ class SlackFront:
         if thread_ts:
             args["thread_ts"] = thread_ts
         async with self._in_order(channel, thread_ts):
-            data = await self._call(
-                "chat.postMessage",
-                self.client.chat_postMessage(
-                    channel=channel, unfurl_links=False, unfurl_media=False, **args
-                ),
-            )
+            try:
+                data = await self._call(
+                    "chat.postMessage",
+                    self.client.chat_postMessage(
+                        channel=channel, unfurl_links=False, unfurl_media=False, **args
+                    ),
+                )
+            except SlackError as error:
+                if error.channel_problem:
+                    self._can_post.pop(channel, None)
+                raise
         return MessageRef(channel=str(data.get("channel", channel)), ts=str(data["ts"]))
 
     async def update(self, ref: MessageRef, text: str, *, blocks: Blocks | None = None) -> None:
@@ -234,9 +269,11 @@ class SlackFront:
             except SlackApiError as error:
                 code = _error_code(error.response)
                 log.error("Slack file upload %s to %s failed: %s", filename, channel, code)
+                self._failed("files.upload_v2", code)
                 raise SlackError(method="files.upload_v2", error=code) from error
             except (SlackClientError, aiohttp.ClientError, TimeoutError) as error:
                 log.error("Slack file upload %s to %s failed: %s", filename, channel, error)
+                self._failed("files.upload_v2", "unreachable")
                 raise SlackError(method="files.upload_v2", error=str(error)[:200]) from error
 
     async def upload_to_user(self, user: str, *, filename: str, content: bytes, title: str) -> str:
@@ -245,6 +282,62 @@ class SlackFront:
         dm = str(data["channel"]["id"])
         await self.upload(dm, "", filename=filename, content=content, title=title)
         return dm
+
+    async def post_to_user(self, user: str, text: str) -> None:
+        """A direct message from the bot to ``user`` (``conversations.open``, then a post)."""
+        data = await self._call("conversations.open", self.client.conversations_open(users=user))
+        await self.post(str(data["channel"]["id"]), text)
+
+    async def can_post(self, channel: str) -> str:
+        """ "" when the bot may post in ``channel``, else why not and what to do (mrkdwn).
+
+        Asks ``conversations.info`` (a "yes" is remembered for ``CAN_POST_TTL_S``; a
+        "no" is not, so an invitation counts at once). When Slack cannot say within
+        ``CHECK_TIMEOUT_S`` or the app may not ask, the answer is "yes": the launch
+        goes ahead, and should its channel refuse the bot, its owner hears of it.
+        """
+        checked = self._can_post.get(channel)
+        if checked is not None and time.monotonic() - checked < CAN_POST_TTL_S:
+            return ""
+        try:
+            info, scopes = await asyncio.wait_for(self._conversation(channel), CHECK_TIMEOUT_S)
+        except TimeoutError:
+            log.warning(
+                "conversations.info on %s took over %.1f s; not checked", channel, CHECK_TIMEOUT_S
+            )
+            return ""
+        except SlackError as error:
+            if error.channel_problem:
+                return cannot_post_text(channel, error.error)
+            log.warning("could not check whether I may post in %s: %s", channel, error)
+            self._can_post[channel] = time.monotonic()  # not asked again at once
+            return ""
+        problem = _posting_problem(info, scopes)
+        if problem:
+            log.info("refusing a launch in %s: %s", channel, problem)
+            return cannot_post_text(channel, problem)
+        self._can_post[channel] = time.monotonic()
+        return ""
+
+    async def _conversation(self, channel: str) -> tuple[dict[str, Any], frozenset[str]]:
+        """``conversations.info``'s channel, and the app's scopes (from ``X-OAuth-Scopes``)."""
+        method = "conversations.info"
+        try:
+            response = await self.client.conversations_info(channel=channel)
+        except SlackApiError as error:
+            status = int(getattr(error.response, "status_code", 0) or 0)
+            raise SlackError(
+                method=method, error=_error_code(error.response), status=status
+            ) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise SlackError(method=method, error=f"unreachable: {error}") from error
+        scopes: set[str] = set()
+        for name, value in (response.headers or {}).items():
+            if name.lower() == "x-oauth-scopes":
+                values = value if isinstance(value, list) else [value]
+                scopes |= {s.strip() for v in values for s in str(v).split(",") if s.strip()}
+        data = response.data if isinstance(response.data, dict) else {}
+        return dict(data.get("channel") or {}), frozenset(scopes)
 
     async def identity(self) -> tuple[str, str]:
         """``(team_id, bot user_id)`` from ``auth.test``: checks the token works."""
@@ -255,6 +348,11 @@ class SlackFront:
         call = self.client.chat_getPermalink(channel=ref.channel, message_ts=ref.ts)
         data = await self._call("chat.getPermalink", call)
         return str(data["permalink"])
+
+    async def publish_home(self, user: str, blocks: Blocks) -> None:
+        """The person's App Home tab (``views.publish``)."""
+        view = {"type": "home", "blocks": blocks[:BLOCKS_MAX]}
+        await self._call("views.publish", self.client.views_publish(user_id=user, view=view))
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         call = self.client.usergroups_users_list(usergroup=usergroup_id)
@@ -267,6 +365,17 @@ def _message_args(text: str, blocks: Blocks | None) -> dict[str, Any]:
     if blocks is not None:
         args["blocks"] = fit_blocks(blocks)
     return args
+
+
+def _posting_problem(info: dict[str, Any], scopes: frozenset[str]) -> str:
+    """Why the bot may not post in the channel ``conversations.info`` described ("" if it may)."""
+    if info.get("is_archived"):
+        return "is_archived"
+    if info.get("is_member") or info.get("is_im"):
+        return ""
+    if not info.get("is_private") and "chat:write.public" in scopes:
+        return ""
+    return "not_in_channel"
 
 
 def _error_code(response: Any) -> str:
@@ -286,3 +395,15 @@ async def open_front(
             bot_token, api_url=api_url, session=session, backoff_base_s=backoff_base_s
         )
         yield SlackFront(client)
+
+
+def observe_slack_errors(front: object, observer: Callable[[str, str], None]) -> bool:
+    """Tell ``observer`` of each failed Web API call (method, error code) when ``front``
+    is, or wraps, a :class:`SlackFront`; False when it is another front end."""
+    inner = front
+    while not isinstance(inner, SlackFront) and hasattr(inner, "inner"):
+        inner = inner.inner
+    if isinstance(inner, SlackFront):
+        inner.error_observers.append(observer)
+        return True
+    return False

@@ -8,6 +8,7 @@ left out and where to get the rest.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 Block = dict[str, Any]
@@ -212,3 +213,59 @@ def approve_button(value: str) -> Block:
 
 def reject_button(value: str) -> Block:
     return button("Reject", ACTION_REJECT, value, style="danger")
+
+
+# -- when a channel refuses the bot ---------------------------------------------
+
+INVITE = "`/invite @trainbot`"
+_CHANNEL_ID = re.compile(r"^[CG][A-Z0-9]{2,}$")
+
+
+def channel_ref(channel: str) -> str:
+    """``<#C0123>`` (Slack shows the channel's name) for a channel id, else the text escaped."""
+    if _CHANNEL_ID.match(channel):
+        return f"<#{channel}>"
+    return "this conversation" if channel.startswith("D") else escape(channel)
+
+
+def cannot_post_text(channel: str, error: str) -> str:
+    """Why a /train was refused because the bot cannot post in ``channel``, and what to do."""
+    where = channel_ref(channel)
+    if error == "not_in_channel":
+        why = f"I'm not in {where}, so no one could follow the launch's thread there."
+        fix = f"Invite me with {INVITE} and run the command again, or run it in a channel I'm in."
+    elif error == "channel_not_found":
+        why = (
+            f"I can't see {where} (a private channel I'm not in, or a direct message between "
+            "other people), so no one could follow the launch's thread there."
+        )
+        fix = (
+            f"In a private channel, invite me with {INVITE} and run the command again; "
+            "otherwise run it in a channel I'm in, or in your direct message with me."
+        )
+    elif error == "is_archived":
+        why = f"{where} is archived, so I can't post the launch's thread there."
+        fix = "Run the command in a channel I'm in."
+    else:
+        why = f"I can't post in {where} (Slack says `{escape(error)}`)."
+        fix = "Run the command in a channel where I may post."
+    return f"{why} {fix} Nothing was queued."
+
+
+def undeliverable_text(*, channel: str, error: str, launch_id: str, title: str) -> str:
+    """The direct message to a launch's owner when its channel refused the bot."""
+    where = channel_ref(channel)
+    text = (
+        f":warning: I could not post the thread of your launch {escape(launch_id)} "
+        f"({escape(title)}) in {where}: Slack says `{escape(error)}`."
+    )
+    if error in ("not_in_channel", "channel_not_found"):
+        text += (
+            f" Invite me there with {INVITE} and the thread carries on from its next "
+            "message; next time, run /train in a channel I'm in."
+        )
+    else:
+        text += " Next time, run /train in a channel where I may post."
+    return text + (
+        f" The launch itself goes on: /jobs shows it, `/cancel {escape(launch_id)}` stops it."
+    )

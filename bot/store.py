@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, Launch
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,47 @@ _RENEW = (
 def _fields(values: dict[str, str]) -> Any:
     """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
     return values
+
+
+DAY_S = 86400
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a finished launch's record (``launch_s``) and its history entry
+    (``history_s``) stay in Redis."""
+
+    launch_s: int = 90 * DAY_S
+    history_s: int = 400 * DAY_S
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What waits in Redis, read in one round trip (for ``/metrics``). Times are epoch seconds."""
+
+    queue: int = 0
+    queue_oldest: float | None = None  # when the oldest queue entry was written
+    deferred: int = 0
+    deferred_due: int = 0
+    outbox: int = 0
+    outbox_oldest: float | None = None
+
+
+@dataclass
+class Change:
+    """A launch this process wrote with :meth:`Store.mutate`, for observers (metrics)."""
+
+    launch: Launch
+    events: list[Event]
+    was_active: bool
+    attempts_before: int
+
+
+def _stream_time(entries: Any) -> float | None:
+    """When the first entry of an XRANGE reply was written (its id's milliseconds)."""
+    if not entries:
+        return None
+    return int(str(entries[0][0]).split("-", 1)[0]) / 1000
 
 
 class StoreError(TrainbotError):
@@ -120,28 +161,110 @@ def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     return wrapper
 
 
+# Take a lane's first entry off it (when it is ``ARGV[1]``), with its body and try count,
+# recording a dead letter ``ARGV[3]`` when given; then drop leading ids whose body is gone
+# (an entry held twice) and the lane itself once it is empty. Returns the entries left.
+_LANE_DONE = """
+if redis.call('lindex', KEYS[1], 0) == ARGV[1] then
+  redis.call('lpop', KEYS[1])
+  redis.call('hdel', KEYS[2], ARGV[1])
+  redis.call('hdel', KEYS[3], ARGV[1])
+  if ARGV[3] ~= '' then
+    redis.call('rpush', KEYS[5], ARGV[3])
+    redis.call('ltrim', KEYS[5], -tonumber(ARGV[4]), -1)
+  end
+end
+while true do
+  local head = redis.call('lindex', KEYS[1], 0)
+  if not head then
+    redis.call('zrem', KEYS[4], ARGV[2])
+    return 0
+  end
+  if redis.call('hexists', KEYS[2], head) == 1 then
+    return redis.call('llen', KEYS[1])
+  end
+  redis.call('lpop', KEYS[1])
+end
+"""
+DEAD_LETTERS_KEPT = 1000
+
+
+@dataclass
+class DeadLetter:
+    """An outbox entry the notifier gave up on, kept in Redis for an admin to see."""
+
+    event: Event
+    lane: str
+    reason: str  # the last error, e.g. "not_in_channel"
+    tries: int
+    channel: str = ""  # where it was to be posted, when known
+    at: float = 0.0
+
+    @property
+    def launch_id(self) -> str:
+        return self.event.launch_id
+
+    def encode(self) -> str:
+        fields = {"id": self.event.id, **self.event.encode()}
+        return json.dumps(
+            {
+                "event": fields,
+                "lane": self.lane,
+                "reason": self.reason,
+                "tries": self.tries,
+                "channel": self.channel,
+                "at": self.at,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: str) -> DeadLetter:
+        data = json.loads(raw)
+        fields = {str(k): str(v) for k, v in data["event"].items()}
+        return cls(
+            event=Event.decode(fields.pop("id", ""), fields),
+            lane=str(data.get("lane", "")),
+            reason=str(data.get("reason", "")),
+            tries=int(data.get("tries", 0)),
+            channel=str(data.get("channel", "")),
+            at=float(data.get("at", 0.0)),
+        )
+
+
 class Store:
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""
 
     def __init__(
-        self, client: aioredis.Redis, *, redact: Callable[[str], str] | None = None
+        self,
+        client: aioredis.Redis,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.redis = client
         self._redact = redact or (lambda text: text)
+        self.retention = retention or Retention()
+        self.observers: list[Callable[[Change], None]] = []  # told of each mutate, after it
 
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str, *, redact: Callable[[str], str] | None = None
+        cls,
+        url: str,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
     ) -> AsyncIterator[Store]:
         """``redact`` is applied to every launch record and outbox entry before it is
-        written, so a secret that reached a log tail or an error is never stored."""
+        written, so a secret that reached a log tail or an error is never stored.
+        ``retention`` says how long finished launches and their history are kept."""
         client = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
-        store = cls(client, redact=redact)
+        store = cls(client, redact=redact, retention=retention)
         try:
             await store.ping()
             await store.ensure_groups()
+            await store.migrate_job_index()
             yield store
         finally:
             await client.aclose()
@@ -243,6 +366,7 @@ class Store:
                     if raw is None:
                         raise StoreError(f"launch {launch_id} does not exist")
                     launch = Launch.model_validate_json(raw)
+                    was_active, attempts_before = launch.active, len(launch.attempts)
                     events = change(launch)
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
@@ -258,9 +382,17 @@ class Store:
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
                     await pipe.execute()
+                    self._tell(Change(launch, events, was_active, attempts_before))
                     return launch, events
                 except WatchError:
                     continue
+
+    def _tell(self, change: Change) -> None:
+        for observer in self.observers:
+            try:
+                observer(change)
+            except Exception:  # an observer's bug never undoes a write
+                log.exception("store observer failed")
 
     def _index(self, pipe: Any, launch: Launch) -> None:
         if launch.active:
@@ -275,7 +407,28 @@ class Store:
             pipe.srem(keys.tracked(launch.cluster), launch.id)
         for attempt in launch.attempts:
             if attempt.job_id:
-                pipe.set(keys.job(launch.cluster, attempt.job_id), launch.id)
+                index = keys.job_index(attempt.job_id)
+                pipe.hset(index, launch.cluster, launch.id)
+                if launch.active:
+                    pipe.persist(index)
+                else:
+                    pipe.expire(index, self.retention.launch_s)
+        if not launch.active:
+            self._finished(pipe, launch)
+
+    def _finished(self, pipe: Any, launch: Launch) -> None:
+        """A finished launch: its record expires; its history entry is kept longer."""
+        keep_s = self.retention.history_s
+        pipe.expire(keys.launch(launch.id), self.retention.launch_s)
+        pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
+        oldest = time.time() - keep_s
+        for index in (
+            keys.history(),
+            keys.history(user_id=launch.user_id),
+            keys.history(cluster=launch.cluster),
+        ):
+            pipe.zadd(index, {launch.id: launch.updated_at})
+            pipe.zremrangebyscore(index, "-inf", oldest)
 
     async def active_ids(self, user_id: str | None = None) -> list[str]:
         key = keys.user_active(user_id) if user_id else keys.ACTIVE
@@ -288,14 +441,60 @@ class Store:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
 
     async def find_job(self, job_id: str) -> list[tuple[str, str]]:
-        """(cluster, launch id) pairs for a Slurm job id, across clusters."""
-        found = []
-        async for key in self.redis.scan_iter(match=keys.job("*", job_id)):
-            cluster = key.split(":")[2]
+        """(cluster, launch id) pairs for a Slurm job id, across clusters (one hash read)."""
+        found: Any = await self.redis.hgetall(keys.job_index(job_id))
+        return sorted((str(cluster), str(launch_id)) for cluster, launch_id in found.items())
+
+    async def finished(self, launch_id: str) -> HistoryEntry | None:
+        """The history entry of a finished launch (kept after its record expired)."""
+        raw = await self.redis.get(keys.summary(launch_id))
+        return HistoryEntry.model_validate_json(raw) if raw else None
+
+    async def history(
+        self,
+        *,
+        user_id: str = "",
+        cluster: str = "",
+        since: float = 0.0,
+        limit: int = 50,
+    ) -> list[HistoryEntry]:
+        """Finished launches, newest first: everyone's, one user's, one cluster's, or one
+        user's on one cluster; only those that ended at or after ``since``."""
+        key = keys.history(user_id=user_id) if user_id else keys.history(cluster=cluster)
+        entries: list[HistoryEntry] = []
+        offset, page = 0, max(limit, 50)
+        while len(entries) < limit:
+            ids: list[Any] = await self.redis.zrevrangebyscore(
+                key, "+inf", since, start=offset, num=page
+            )
+            if not ids:
+                break
+            offset += len(ids)
+            for raw in await self.redis.mget([keys.summary(i) for i in ids]):
+                if raw is None:
+                    continue
+                entry = HistoryEntry.model_validate_json(raw)
+                if not cluster or entry.cluster == cluster:
+                    entries.append(entry)
+        return entries[:limit]
+
+    async def migrate_job_index(self) -> int:
+        """Once per Redis: move the job keys of earlier versions into the per-job-id hashes
+        (the only keyspace scan, done once and marked done). Returns how many moved."""
+        if await self.redis.exists(keys.JOB_INDEX_MIGRATED):
+            return 0
+        moved = 0
+        async for key in self.redis.scan_iter(match=keys.job("*", "*"), count=1000):
+            _, _, cluster, job_id = str(key).split(":", 3)
             launch_id = await self.redis.get(key)
             if launch_id:
-                found.append((cluster, str(launch_id)))
-        return sorted(found)
+                await self.redis.hset(keys.job_index(job_id), cluster, str(launch_id))
+                moved += 1
+            await self.redis.delete(key)
+        await self.redis.set(keys.JOB_INDEX_MIGRATED, str(time.time()))
+        if moved:
+            log.info("moved %d job ids into the job index", moved)
+        return moved
 
     # -- streams (queue and outbox) -----------------------------------------
 
@@ -353,6 +552,28 @@ class Store:
         moved = await self.redis.eval(_PROMOTE, 2, keys.DEFERRED, keys.QUEUE, str(time.time()))
         return int(moved)
 
+    async def backlog(self) -> Backlog:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(keys.QUEUE)
+            pipe.xrange(keys.QUEUE, count=1)
+            pipe.zcard(keys.DEFERRED)
+            pipe.zcount(keys.DEFERRED, "-inf", time.time())
+            pipe.xlen(keys.OUTBOX)
+            pipe.xrange(keys.OUTBOX, count=1)
+            queue, first, deferred, due, outbox, oldest = await pipe.execute()
+        return Backlog(
+            queue=int(queue),
+            queue_oldest=_stream_time(first),
+            deferred=int(deferred),
+            deferred_due=int(due),
+            outbox=int(outbox),
+            outbox_oldest=_stream_time(oldest),
+        )
+
+    async def lease_holder(self, name: str) -> str:
+        """Who holds the lease ``name`` now ("" when nobody)."""
+        return str(await self.redis.get(keys.lease(name)) or "")
+
     async def deferred_count(self) -> int:
         return int(await self.redis.zcard(keys.DEFERRED))
 
@@ -361,7 +582,7 @@ class Store:
         info: Any = await self.redis.xpending_range(stream, group, entry_id, entry_id, 1)
         return int(info[0]["times_delivered"]) if info else 0
 
-    async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+    async def dead_letter_entry(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         """Keep a queue entry that keeps failing where an admin can see it, and take it off
         the queue."""
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -376,7 +597,7 @@ class Store:
             pipe.xdel(keys.QUEUE, entry_id)
             await pipe.execute()
 
-    async def dead_letter_count(self) -> int:
+    async def queue_dead_letter_count(self) -> int:
         return int(await self.redis.xlen(keys.DEAD_LETTERS))
 
     async def mark_posted(self, event_id: str, value: str = "1") -> bool:
@@ -409,6 +630,91 @@ class Store:
 
     async def release(self, name: str, owner: str) -> None:
         await self.redis.eval(_RELEASE, 1, keys.lease(name), owner)
+
+    # -- the notifier's lanes and dead letters ---------------------------------
+    # An outbox entry is moved to its lane (one launch's thread, or its pages) in the
+    # same transaction that acknowledges it, and stays there until it is delivered or
+    # dead-lettered: what is owed survives a restart, and one lane waits without
+    # holding up the others.
+
+    async def hold(self, entries: list[tuple[str, Event]]) -> None:
+        """Move outbox entries to their lanes, ``(lane, event)`` in outbox order."""
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for lane, event in entries:
+                body = json.dumps({"id": event.id, **event.encode()})
+                pipe.hset(keys.NOTIFY_HELD, event.id, body)
+                pipe.rpush(keys.notify_lane(lane), event.id)
+                pipe.zadd(keys.NOTIFY_LANES, {lane: now}, nx=True)  # a lane waiting keeps waiting
+                pipe.xack(keys.OUTBOX, keys.OUTBOX_GROUP, event.id)
+                pipe.xdel(keys.OUTBOX, event.id)
+            await pipe.execute()
+
+    async def due_lanes(self, now: float, limit: int = 500) -> list[str]:
+        """Lanes whose first entry may be tried at ``now``."""
+        found = await self.redis.zrangebyscore(keys.NOTIFY_LANES, "-inf", now, start=0, num=limit)
+        return [str(lane) for lane in found]
+
+    async def lane_events(self, lane: str, limit: int = 50) -> list[Event]:
+        """The first ``limit`` entries of ``lane``, in order."""
+        ids = [str(i) for i in await self.redis.lrange(keys.notify_lane(lane), 0, limit - 1)]
+        if not ids:
+            return []
+        bodies = await self.redis.hmget(keys.NOTIFY_HELD, ids)
+        events = []
+        for entry_id, body in zip(ids, bodies, strict=True):
+            if body:
+                fields = {str(k): str(v) for k, v in json.loads(body).items()}
+                fields.pop("id", None)
+                events.append(Event.decode(entry_id, fields))
+        return events
+
+    async def lane_done(self, lane: str, event_id: str, dead: DeadLetter | None = None) -> int:
+        """Take the delivered (or, with ``dead``, dead-lettered) first entry off ``lane``;
+        returns how many entries are left in it."""
+        lane_keys = [
+            keys.notify_lane(lane),
+            keys.NOTIFY_HELD,
+            keys.NOTIFY_TRIES,
+            keys.NOTIFY_LANES,
+            keys.NOTIFY_DEAD_LETTERS,
+        ]
+        letter = dead.encode() if dead is not None else ""
+        args = [event_id, lane, letter, str(DEAD_LETTERS_KEPT)]
+        return int(await self.redis.eval(_LANE_DONE, len(lane_keys), *lane_keys, *args))
+
+    async def note_failure(self, event_id: str) -> int:
+        """Count a failed delivery of an entry; returns its failures so far."""
+        return int(await self.redis.hincrby(keys.NOTIFY_TRIES, event_id, 1))
+
+    async def retry_lane_at(self, lane: str, when: float) -> None:
+        """Try ``lane`` again no earlier than ``when`` (a time.time())."""
+        await self.redis.zadd(keys.NOTIFY_LANES, {lane: when}, xx=True)
+
+    async def held_count(self) -> int:
+        """Entries moved to lanes and not yet delivered or dead-lettered."""
+        return int(await self.redis.hlen(keys.NOTIFY_HELD))
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters, oldest first."""
+        raw = await self.redis.lrange(keys.NOTIFY_DEAD_LETTERS, -limit, -1)
+        return [DeadLetter.decode(str(item)) for item in raw]
+
+    async def dead_letter_count(self) -> int:
+        return int(await self.redis.llen(keys.NOTIFY_DEAD_LETTERS))
+
+    async def mark_bad_channel(self, launch_id: str, reason: str) -> bool:
+        """Note that a launch's channel refuses the bot; True the first time."""
+        return bool(
+            await self.redis.set(keys.bad_channel(launch_id), reason, nx=True, ex=7 * 86400)
+        )
+
+    async def bad_channel(self, launch_id: str) -> str:
+        """Why a launch's channel refuses the bot, or "" while it is not known to."""
+        return str(await self.redis.get(keys.bad_channel(launch_id)) or "")
+
+    async def clear_bad_channel(self, launch_id: str) -> None:
+        await self.redis.delete(keys.bad_channel(launch_id))
 
 
 for _name, _method in list(vars(Store).items()):

@@ -18,7 +18,7 @@ from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
 from cluster.frameworks import Tracking, framework
 from cluster.profiles import ClusterProfile, slurm_time_seconds
-from cluster.progress import Point, complete_lines
+from cluster.progress import Point, complete_lines, run_links
 from cluster.slurm import is_terminal
 
 PARENT_REFRESH_S = 10.0
@@ -72,6 +72,10 @@ class _Step:
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
         if text:
             attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+            for url in run_links(text):
+                if url not in launch.run_links:
+                    launch.run_links.append(url)
+                    self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
         p = launch.progress
         carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
         progress = framework(attempt.tracking.framework).parse_progress(text, carry)
@@ -85,7 +89,10 @@ class _Step:
         del p.recent_step_times_s[:-STEP_TIMES_KEPT]
         history = launch.progress_history
         history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
-        del history[:-HISTORY_MAX]
+        launch.validation_history.extend(progress.validation)
+        for kept in (history, launch.validation_history):
+            if len(kept) > HISTORY_MAX:  # the whole run, at half the resolution
+                kept[:] = kept[::2]
         return True
 
     def checkpoints(self) -> None:
@@ -224,17 +231,21 @@ def apply_snapshot(
     return step.events
 
 
+def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
+    """GPU-hours of every attempt that ran: run time x nodes x GPUs per node."""
+    ran_s = sum(
+        max(0.0, (a.ended_at or now) - a.started_at) for a in launch.attempts if a.started_at
+    )
+    return ran_s * launch.request.nodes * profile.gpus_per_node / 3600
+
+
 def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
+    """The closing line; also records the launch's GPU-hours."""
     icon, word = render.status_label(launch)
     first = launch.attempts[0]
     start = first.started_at or first.submitted_at or launch.created_at
     elapsed = (launch.attempt.ended_at if launch.attempt else now) - start
-    gpu_hours = (
-        sum(max(0.0, (a.ended_at or now) - a.started_at) for a in launch.attempts if a.started_at)
-        * launch.request.nodes
-        * profile.gpus_per_node
-        / 3600
-    )
+    gpu_hours = launch.gpu_hours = used_gpu_hours(launch, profile, now)
     attempts = len(launch.attempts)
     parts = [
         f"in {render.duration(elapsed)}",

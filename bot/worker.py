@@ -32,6 +32,7 @@ from collections.abc import Callable
 from bot import babysit, keys, render
 from bot.clusters import Clusters
 from bot.launches import Attempt, Launch, Phase
+from bot.logs import log_context, set_job_id
 from bot.slack_text import code_block, escape
 from bot.store import Event, Store, StoreError
 from cluster.errors import (
@@ -113,6 +114,10 @@ class Worker:
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
         """One queue entry: processed and acknowledged, left pending, or dead-lettered."""
+        with log_context(launch_id=fields.get("launch", "")):
+            await self._handle(entry_id, fields)
+
+    async def _handle(self, entry_id: str, fields: dict[str, str]) -> None:
         launch_id = fields.get("launch", "")
         try:
             done = await self.process(launch_id)
@@ -135,7 +140,7 @@ class Worker:
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
         launch_id = fields.get("launch", "")
         reason = f"{type(exc).__name__}: {exc}"
-        await self.store.dead_letter(entry_id, fields, reason)
+        await self.store.dead_letter_entry(entry_id, fields, reason)
         self.dead_letters += 1
         log.error(
             "launch %s: queue entry %s moved to the dead letters: %s", launch_id, entry_id, reason
@@ -164,6 +169,11 @@ class Worker:
             return True
         if item.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
             return True  # already handled (a redelivery), or cancelled
+        with log_context(launch_id=launch_id, cluster=item.cluster, job_id=item.job_id):
+            return await self._process(item)
+
+    async def _process(self, item: Launch) -> bool:
+        launch_id = item.id
         # Two workers never handle one launch at once (a redelivery racing the original):
         # the lock is renewed while this worker works, and the fence token it raises makes
         # the writes of any earlier holder fail.
@@ -353,8 +363,9 @@ class Worker:
             return [thread(stored.id, text), update(stored.id)]
 
         stored, _ = await self._mutate(item.id, submitted)
+        set_job_id(job_id)
         if stored.phase == Phase.SUBMITTED:
-            log.info("job=%s cluster=%s launch %s submitted", job_id, item.cluster, item.id)
+            log.info("launch %s submitted as job %s", item.id, job_id)
             return
         try:
             await self.clusters.cancel(item.cluster, [job_id])
@@ -364,7 +375,7 @@ class Worker:
                 f"⚠️ Could not cancel Slurm job {job_id} ({escape(str(exc))}): "
                 f"cancel it by hand (`scancel {job_id}` on {escape(item.cluster)})."
             )
-        log.info("job=%s cluster=%s appeared after cancel: %s", job_id, item.cluster, text)
+        log.info("job %s appeared after the launch was cancelled: %s", job_id, text)
         await self._mutate(item.id, lambda stored: [thread(stored.id, text)])
 
     async def _prepare_retry(self, item: Launch) -> bool:

@@ -37,7 +37,6 @@ MAX_EVIDENCE = 5
 MAX_LINE_CHARS = 300
 _SCAN_CHARS = 4000  # of each line, for matching: bounds the work on huge lines
 _TAIL_LINES = 5
-PAGED = " On-call has been paged."
 
 
 class Reaction(StrEnum):
@@ -369,7 +368,7 @@ def retry_decision(
     page = page or (kind.page_oncall_on_repeat and repeats > 0)
 
     def stop(reason: str, paged: bool = page) -> RetryDecision:
-        return RetryDecision(False, page=paged, reason=reason + PAGED * paged)
+        return RetryDecision(False, page=paged, reason=reason)
 
     if diagnosis.requeued_by_slurm:
         return stop("Slurm requeued it itself; following the new run.")
@@ -396,5 +395,5 @@ def retry_decision(
         return stop("Not retrying: it happened again.", True)
     exclude = diagnosis.failed_node if kind.exclude_node else None
     without = f" without {exclude}" if exclude else ""
-    reason = f"Retrying from the newest checkpoint{without} {nxt}{PAGED * page}"
+    reason = f"Retrying from the newest checkpoint{without} {nxt}"
     return RetryDecision(True, exclude_node=exclude, resume=True, page=page, reason=reason)

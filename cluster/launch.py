@@ -36,6 +36,7 @@ LAUNCH_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,39}")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")
 NODELIST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,199}")
+COMMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 :._@-]{0,127}")
 SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 REMOTE_SHELL = "bash -l -s"
 SUBMIT_TIMEOUT_S = 120.0
@@ -64,6 +65,7 @@ class LaunchSpec:
     overrides: tuple[tuple[str, str], ...] = ()
     interactive: bool = False
     exclude: str | None = None  # Slurm node list to keep away from (a failed node)
+    comment: str | None = None  # Slurm's --comment, where the launcher takes one
     env: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, SecretStr] = field(default_factory=dict, repr=False)
 
@@ -87,6 +89,8 @@ class LaunchSpec:
             raise ValueError("a script is needed (only interactive jobs go without)")
         if self.exclude is not None:
             _check(NODELIST_RE, self.exclude, "node list")
+        if self.comment is not None:
+            _check(COMMENT_RE, self.comment, "comment")
         for arg in self.args:
             _check(ARG_RE, arg, "recipe argument")
         for key, value in self.overrides:
@@ -109,6 +113,7 @@ class LaunchSpec:
         overrides: tuple[tuple[str, str], ...] = (),
         env: Mapping[str, str] | None = None,
         secrets: Mapping[str, SecretStr] | None = None,
+        comment: str | None = None,
     ) -> LaunchSpec:
         """A spec for a catalog recipe: its framework, script or job script, and fixed args."""
         return cls(
@@ -125,6 +130,7 @@ class LaunchSpec:
             overrides=overrides,
             env=dict(env or {}),
             secrets=dict(secrets or {}),
+            comment=comment,
         )
 
     @property

@@ -24,7 +24,13 @@ NEMO_DONE_RE = re.compile(r"`Trainer\.fit` stopped: `max_steps=(\d+)` reached\."
 RL_STEP_RE = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+\s*$")
 RL_LOSS_RE = re.compile(r"^\s*• Loss: (?P<loss>[-+0-9.eE]+)\s*$")
 RL_TIME_RE = re.compile(r"^\s*• Total step time: (?P<time>[0-9.]+)s\s*$")
-RL_SAVE_RE = re.compile(r"^Saving checkpoint for step (\d+)\.\.\.\s*$")
+# wandb prints "wandb: 🚀 View run at https://wandb.ai/<entity>/<project>/runs/<id>" (and
+# "View run <name> at: <url>" in newer versions), whatever the framework.
+WANDB_RUN_RE = re.compile(
+    r"\bwandb: .*View run(?: \S+)? at:? (?P<url>https://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._~/%-]+)"
+)
+NEMO_VAL_RE = re.compile(r"\bval_loss: (?P<loss>[-+0-9.eE]+)")
+RL_VAL_RE = re.compile(r"^\s*• (?:Validation loss|val_loss): (?P<loss>[-+0-9.eE]+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Point:
 class Progress:
     points: tuple[Point, ...] = ()
     finished: bool = False
+    validation: tuple[tuple[int, float], ...] = ()  # (step, validation loss), when reported
 
     @property
     def last(self) -> Point | None:
@@ -54,10 +61,15 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-def parse_nemo(text: str) -> Progress:
-    points = []
+def parse_nemo(text: str, carry: Point | None = None) -> Progress:
+    points: list[Point] = []
+    validation: list[tuple[int, float]] = []
     finished = False
     for line in text.splitlines():
+        val = NEMO_VAL_RE.search(line)
+        if val is not None and (value := _float(val["loss"])) is not None:
+            last = points[-1] if points else carry
+            validation.append((last.step if last else 0, value))
         match = NEMO_STEP_RE.search(line)
         if match:
             loss = NEMO_LOSS_RE.search(line)
@@ -72,7 +84,7 @@ def parse_nemo(text: str) -> Progress:
             )
         elif NEMO_DONE_RE.search(line):
             finished = True
-    return Progress(tuple(points), finished)
+    return Progress(tuple(points), finished, tuple(validation))
 
 
 def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
@@ -81,9 +93,13 @@ def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
     ``carry`` is the step seen last time: a chunk may start with the loss of a
     step whose header came in the chunk before."""
     points: list[Point] = []
+    validation: list[tuple[int, float]] = []
     current: Point | None = carry
     for line in text.splitlines():
-        if match := RL_STEP_RE.match(line):
+        if current is not None and (val := RL_VAL_RE.match(line)):
+            if (value := _float(val["loss"])) is not None:
+                validation.append((current.step, value))
+        elif match := RL_STEP_RE.match(line):
             if current is not None and current != carry:
                 points.append(current)
             current = Point(step=int(match["step"]), total=int(match["total"]))
@@ -94,7 +110,12 @@ def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
     if current is not None and current != carry:
         points.append(current)
     finished = bool(points) and points[-1].step >= points[-1].total and points[-1].loss is not None
-    return Progress(tuple(points), finished)
+    return Progress(tuple(points), finished, tuple(validation))
+
+
+def run_links(text: str) -> list[str]:
+    """Experiment-tracker links in log text (W&B run pages), in order, once each."""
+    return list(dict.fromkeys(m["url"] for m in WANDB_RUN_RE.finditer(text)))
 
 
 def complete_lines(data: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -53,11 +54,23 @@ class Result:
 
 @dataclass
 class PoolStats:
-    """Counters for measurement: round trips (commands run) and connections made."""
+    """Counters for measurement: round trips (commands run) and connections made.
+
+    ``observers`` are told ``(cluster, seconds)`` after each round trip that opened a
+    channel (however it ended): how the service measures SSH latency without this
+    package knowing about metrics."""
 
     round_trips: int = 0
     connects: int = 0
     by_cluster: dict[str, int] = field(default_factory=dict)
+    observers: list[Callable[[str, float], None]] = field(default_factory=list)
+
+    def timed(self, cluster: str, seconds: float) -> None:
+        for observer in self.observers:
+            try:
+                observer(cluster, seconds)
+            except Exception:
+                log.exception("ssh timing observer failed")
 
 
 _Key = tuple[str, int, str, str, str]
@@ -135,6 +148,7 @@ class SSHPool:
         link = self._link(login)
         deadline = time.monotonic() + timeout_s
         async with link.channels:
+            started = time.monotonic()
             process = await self._open(link, login, command, cluster, deadline)
             self.stats.round_trips += 1
             self.stats.by_cluster[cluster] = self.stats.by_cluster.get(cluster, 0) + 1
@@ -154,6 +168,8 @@ class SSHPool:
                 raise ClusterUnreachable(
                     f"connection lost while running a command: {exc}", cluster=cluster
                 ) from exc
+            finally:
+                self.stats.timed(cluster, time.monotonic() - started)
         stdout, stderr = _text(out), _text(err)
         rc = process.returncode if process.returncode is not None else 255
         if check and rc != 0:

@@ -5,6 +5,8 @@ the pure decisions over them (no I/O).
   launches that wait for a second person, each up to a size (``max_nodes``).
 - ``log_viewers``: who besides the owner and the admins may read a launch's
   logs and loss curve, per cluster (a team's user group on its cluster, say).
+- ``accounts``: which Slurm account (``--account``) a person's jobs are charged to,
+  per cluster, so fair-share and ``sacct`` reports show teams, not the bot's login.
 - ``custom_images``: who may run an ``image=`` path that is not one of the
   cluster's own images, from which directories, and whether such a launch
   gets the job secrets (by default it does not).
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from cluster.profiles import check_remote_path
+from cluster.profiles import SLURM_NAME_PATTERN, check_remote_path
 
 if TYPE_CHECKING:
     from commands.policy import Decision, Policy
@@ -71,6 +73,23 @@ class ApproverRule(_People):
 
 class ViewerRule(_People):
     """Who may read the logs of other people's launches on ``clusters``."""
+
+
+class AccountRule(_People):
+    """People whose launches on ``clusters`` run under the Slurm ``account``."""
+
+    account: str = Field(pattern=SLURM_NAME_PATTERN)
+
+
+def slurm_account(
+    policy: Policy, *, user_id: str, group_ids: Collection[str], cluster: str
+) -> str | None:
+    """The account of the first ``policy.accounts`` rule that covers the person (None:
+    the cluster's own)."""
+    for rule in policy.accounts:
+        if rule.covers(user_id, group_ids, cluster):
+            return rule.account
+    return None
 
 
 class ImageRule(_People):

@@ -11,7 +11,7 @@ USAGE: dict[HelpTopic, str] = {
     "interactive": "/train interactive [nodes=N] [cluster=C]",
     "recipes": "/train recipes [workload]",
     "attach": "/attach <job> [cluster=C]",
-    "jobs": "/jobs [all] [cluster=C]",
+    "jobs": "/jobs [all] [history [days=N]] [cluster=C]",
     "cancel": "/cancel <job> [cluster=C]",
     "logs": "/logs <job> [lines=N] | /logs <job> plot",
     "clusters": "/clusters [cluster=C]",
@@ -46,7 +46,10 @@ _DETAILS: dict[HelpTopic, str] = {
     ),
     "recipes": "List what /train can launch, with the overrides each recipe allows.",
     "attach": "How to attach to your interactive job (only you see it). " + _JOB,
-    "jobs": "Your active launches, one line each; /jobs all for everyone's.",
+    "jobs": (
+        "Your active launches, one line each; /jobs all for everyone's; /jobs history "
+        "[days=N] for your finished ones (admins: /jobs all history)."
+    ),
     "cancel": "Cancel a job after you confirm. " + _JOB,
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": "Each cluster's partitions with idle and total nodes, free GPUs and queue length.",

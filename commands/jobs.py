@@ -19,7 +19,7 @@ from commands.requests import (
 )
 from commands.suggest import did_you_mean, quote
 from commands.train import check_keys
-from commands.values import LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, parse_lines
+from commands.values import LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, parse_days, parse_lines
 
 
 def parse_job_ref(raw: str, cluster: str | None, context: CommandContext) -> JobRef:
@@ -81,21 +81,32 @@ def parse_logs(args: Args, user: User, context: CommandContext) -> LogsRequest:
 
 
 def parse_jobs(args: Args, user: User, context: CommandContext) -> JobsRequest:
-    check_keys(args, ("cluster",), "/jobs")
-    everyone = False
+    check_keys(args, ("cluster", "days"), "/jobs")
+    everyone = history = False
     for word in args.words:
         lowered = word.lower()
         if lowered in ("all", "mine"):
             everyone = everyone or lowered == "all"
             continue
+        if lowered == "history":
+            history = True
+            continue
         raise CommandError(
             f"Unexpected {quote(word)}. Usage: {USAGE['jobs']}."
-            f"{did_you_mean(lowered, ['all', 'mine'])}",
+            f"{did_you_mean(lowered, ['all', 'mine', 'history'])}",
             field=word,
+        )
+    days = args.pairs.get("days")
+    if days is not None and not history:
+        raise CommandError(
+            f"days= goes with history: /jobs history days={quote(days)}.", field="days"
         )
     cluster = args.pairs.get("cluster")
     return JobsRequest(
-        all_users=everyone, cluster=None if cluster is None else context.profile(cluster).name
+        all_users=everyone,
+        cluster=None if cluster is None else context.profile(cluster).name,
+        history=history,
+        days=7 if days is None else parse_days(days),
     )
 
 

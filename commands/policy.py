@@ -18,6 +18,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from commands.access import (
+    AccountRule,
     ApproverRule,
     ImageRule,
     TeamId,
@@ -73,6 +74,7 @@ class Policy(BaseModel):
     approvers: tuple[ApproverRule, ...] = ()
     log_viewers: tuple[ViewerRule, ...] = ()
     custom_images: tuple[ImageRule, ...] = ()
+    accounts: tuple[AccountRule, ...] = ()
     oncall_may_act: bool = True
     workspaces: tuple[TeamId, ...] = ()
 

@@ -200,15 +200,20 @@ class LogsRequest(_Request):
 
 
 class JobsRequest(_Request):
-    """``/jobs [all] [cluster=C]``: your active launches, or everyone's."""
+    """``/jobs [all] [history [days=N]] [cluster=C]``: your active launches, or everyone's;
+    with ``history``, the finished ones of the last N days (7)."""
 
     command: ClassVar[str] = "/jobs"
     kind: Literal["jobs"] = "jobs"
     all_users: bool = False
     cluster: ClusterName | None = None
+    history: bool = False
+    days: int = Field(default=7, ge=1, le=400)
 
     def to_text(self) -> str:
         words = [self.command, *(["all"] if self.all_users else [])]
+        if self.history:
+            words += ["history", f"days={self.days}"]
         return " ".join(words + _pairs(cluster=self.cluster))
 
 

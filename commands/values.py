@@ -174,6 +174,21 @@ def parse_framework(raw: str) -> Framework:
     )
 
 
+MAX_HISTORY_DAYS = 400
+
+
+def parse_days(raw: str) -> int:
+    """How far back ``/jobs history`` looks: 1 to :data:`MAX_HISTORY_DAYS` days."""
+    days = _digits("days", raw, 1, MAX_HISTORY_DAYS, 7)
+    if not 1 <= days <= MAX_HISTORY_DAYS:
+        raise CommandError(
+            f"days={days} is out of range: give 1 to {MAX_HISTORY_DAYS}.",
+            field="days",
+            suggestion=str(max(1, min(days, MAX_HISTORY_DAYS))),
+        )
+    return days
+
+
 def parse_lines(raw: str) -> int:
     """Lines of log to show: 1 to :data:`MAX_LOG_LINES`."""
     lines = _digits("lines", raw, 1, MAX_LOG_LINES, 50)

@@ -3,9 +3,14 @@ response URLs and a Socket Mode websocket, on 127.0.0.1 with a random port.
 
 It records every call (method, params, headers without Authorization, time,
 and which of its tokens the Authorization header presented, never the token
-itself), checks the bearer token, and answers 429 or 500 on demand. Point a client at
-``standin.api_url``. Helpers at the bottom build and sign requests exactly as
-Slack sends them to an app's HTTP endpoint.
+itself), checks the bearer token, and answers 429 or 500 on demand. Conversations are
+described in ``channels`` (``conversations.info``: ``is_member`` and friends,
+or an ``error`` such as ``channel_not_found``; an unlisted channel is a public
+one the bot is in), ``refuse_posts`` makes posting in a channel fail as Slack
+does when the bot is not in it, and every answer carries the bot's ``scopes``
+in ``X-OAuth-Scopes``. Point a client at ``standin.api_url``. Helpers at the
+bottom build and sign requests exactly as Slack sends them to an app's HTTP
+endpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ SIGNING_SECRET = "standin-signing-secret"
 TEAM_ID = "T0STANDIN"
 BOT_USER_ID = "U0TRAINBOT"
 APP_ID = "A0TRAINBOT"
+BOT_SCOPES = ("commands", "chat:write", "files:write", "im:write", "usergroups:read")
+_POSTING = ("chat.postMessage", "chat.update", "chat.postEphemeral")
 
 
 @dataclass
@@ -59,9 +66,13 @@ class SlackStandin:
     calls: list[Call] = field(default_factory=list)
     uploads: dict[str, bytes] = field(default_factory=dict)
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    channels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scopes: tuple[str, ...] = BOT_SCOPES
+    delays_s: dict[str, float] = field(default_factory=dict)  # method -> answer this late
 
     def __post_init__(self) -> None:
         self._failures: dict[str, _Failure] = {}
+        self._refused: dict[str, str] = {}  # channel -> the error posting there gets
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -115,6 +126,14 @@ class SlackStandin:
         or, with ``status=200``, with ``{"ok": false, "error": error}``."""
         self._failures[method] = _Failure(status, times, retry_after_s, error)
 
+    def refuse_posts(self, channel: str, error: str = "not_in_channel") -> None:
+        """Posting in ``channel`` fails with ``error`` (``not_in_channel``,
+        ``channel_not_found``, ``is_archived``) until :meth:`accept_posts`."""
+        self._refused[channel] = error
+
+    def accept_posts(self, channel: str) -> None:
+        self._refused.pop(channel, None)
+
     def calls_to(self, method: str, *, ok_only: bool = True) -> list[Call]:
         return [
             c
@@ -151,6 +170,8 @@ class SlackStandin:
         auth = request.headers.get("Authorization", "")
         presented = {f"Bearer {self.bot_token}": "bot", f"Bearer {self.app_token}": "app"}
         who = presented.get(auth, "other" if auth else "")
+        if self.delays_s.get(method):
+            await asyncio.sleep(self.delays_s[method])
         failure = self._failures.get(method)
         if failure is not None and failure.remaining > 0:
             failure.remaining -= 1
@@ -175,10 +196,15 @@ class SlackStandin:
             error = "invalid_auth"
         elif answer is None:
             error = "unknown_method"
+        elif method in _POSTING and str(params.get("channel", "")) in self._refused:
+            error = self._refused[str(params["channel"])]
+        elif method == "conversations.info":
+            error = str(self.channels.get(str(params.get("channel", "")), {}).get("error", ""))
         await self._record(Call(method, params, headers, time.monotonic(), error=error, auth=who))
+        scopes = {"X-OAuth-Scopes": ",".join(self.scopes)}
         if error or answer is None:
-            return web.json_response({"ok": False, "error": error})
-        return web.json_response({"ok": True, **answer(params)})
+            return web.json_response({"ok": False, "error": error}, headers=scopes)
+        return web.json_response({"ok": True, **answer(params)}, headers=scopes)
 
     async def _record(self, call: Call) -> None:
         async with self._changed:
@@ -216,8 +242,29 @@ class SlackStandin:
         link = f"https://standin.slack.com/archives/{p['channel']}/p{ts}"
         return {"channel": p["channel"], "permalink": link}
 
+    def _m_views_publish(self, p: dict[str, Any]) -> dict[str, Any]:
+        view = p["view"] if isinstance(p["view"], dict) else json.loads(p["view"])
+        return {"view": {"id": "V" + str(len(self.calls)), **view}}
+
     def _m_conversations_open(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"channel": {"id": "D" + str(p["users"]).split(",")[0]}}
+
+    def _m_conversations_info(self, p: dict[str, Any]) -> dict[str, Any]:
+        channel_id = str(p["channel"])
+        described = {k: v for k, v in self.channels.get(channel_id, {}).items() if k != "error"}
+        kind = {"D": "im", "G": "private"}.get(channel_id[:1], "public")
+        channel = {
+            "id": channel_id,
+            "name": channel_id.lower(),
+            "is_channel": kind == "public",
+            "is_group": False,
+            "is_im": kind == "im",
+            "is_private": kind != "public",
+            "is_archived": False,
+            "is_member": True,
+            **described,
+        }
+        return {"channel": channel}
 
     def _m_usergroups_users_list(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"users": self.usergroups.get(str(p.get("usergroup")), [])}
@@ -341,9 +388,17 @@ def slash_command_fields(command: str, text: str, **fields: str) -> dict[str, st
         "api_app_id": APP_ID,
         "is_enterprise_install": "false",
         "response_url": "https://hooks.slack.com/commands/T0STANDIN/1/abc",
-        "trigger_id": "1.2.abc",
+        "trigger_id": next_trigger_id(),
     }
     return {**base, **fields}
+
+
+_TRIGGERS = itertools.count(1)
+
+
+def next_trigger_id() -> str:
+    """A fresh trigger id, as Slack gives every slash command and button press."""
+    return f"{int(time.time())}.{next(_TRIGGERS)}.standin"
 
 
 def block_action_payload(
@@ -358,7 +413,7 @@ def block_action_payload(
     return {
         "type": "block_actions",
         "api_app_id": APP_ID,
-        "trigger_id": "1.2.def",
+        "trigger_id": next_trigger_id(),
         "team": {"id": TEAM_ID, "domain": "standin"},
         "user": {"id": user_id, "username": "alice", "name": "alice", "team_id": TEAM_ID},
         "channel": {"id": channel_id, "name": "training"},

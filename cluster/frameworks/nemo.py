@@ -166,7 +166,7 @@ class NeMo(Framework):
         }
 
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
-        return parse_nemo(text)
+        return parse_nemo(text, carry)
 
 
 NEMO = NeMo()

@@ -35,6 +35,7 @@ def sbatch_argv(
     time_limit: str | None = None,
     account: str | None = None,
     exclude: str | None = None,
+    comment: str | None = None,
     args: tuple[str, ...] = (),
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
@@ -47,6 +48,8 @@ def sbatch_argv(
         argv += ["--account", account]
     if exclude:
         argv += ["--exclude", exclude]
+    if comment:
+        argv += ["--comment", comment]
     argv += ["launch.sh", "--cluster_type", cluster_type]
     if interactive:
         argv.append("--interactive")
@@ -77,6 +80,7 @@ class NeMoRL(Framework):
             time_limit=spec.slurm_time,
             account=profile.account,
             exclude=spec.exclude,
+            comment=spec.comment,
             args=spec.args,
             overrides=spec.overrides,
         )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,12 @@ def test_what_each_role_needs_of_slack() -> None:
     check_slack_settings(SlackParams(bot_token="xoxb-1", app_token="xapp-1"), role_parts("web"))
     with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN is not set"):
         check_slack_settings(nothing, role_parts("poller"))
+
+
+def test_version_is_printed_by_the_console_script_and_the_module() -> None:
+    expected = f"trainbot {version('trainbot')}"
+    script = Path(sys.executable).parent / "trainbot"
+    for argv in ([str(script), "--version"], [sys.executable, "-m", "bot", "--version"]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected

@@ -178,7 +178,7 @@ clusters:
         (
             "max_nodes: 4",
             "max_nodes: 4\n    maxnodes: 3",
-            "trainbot.yaml: clusters.a4.maxnodes: is not a known field",
+            "trainbot.yaml: clusters.a4.maxnodes: is not a known field; did you mean max_nodes?",
         ),
         (
             "port: 2222",
@@ -273,3 +273,28 @@ def test_access_rules_are_checked(policy: str, message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config(text)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            BASE.replace("clusters:", "clustrs:"),
+            "trainbot.yaml: clustrs: is not a known field; did you mean clusters?",
+        ),
+        (
+            BASE.replace("port: 2222", "prot: 2222"),
+            "trainbot.yaml: clusters.a4.login.prot: is not a known field; did you mean port?",
+        ),
+        (
+            BASE + "policy: {rules: [{users: ['*'], max_node: 3}]}\n",
+            "trainbot.yaml: policy.rules[0].max_node: is not a known field; "
+            "did you mean max_nodes?",
+        ),
+        (BASE + "zzz: 1\n", "trainbot.yaml: zzz: is not a known field (trainbot.example"),
+    ],
+)
+def test_a_misspelt_key_is_named_with_the_closest_known_one(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, source="trainbot.yaml")
+    assert str(raised.value).startswith(message)

@@ -104,6 +104,8 @@ async def test_the_token_goes_only_in_the_authorization_header(
     standin: SlackStandin, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)  # everything any library logs, as `trainbot -v` would
+    for name in ("slack_sdk", "slack_bolt"):  # however an earlier set-up left them
+        caplog.set_level(logging.DEBUG, logger=name)
     standin.fail_next("chat.postMessage", 1, status=500)  # the retry path logs too
     async with core_on_slack(standin) as (url, store, notifier):
         answer = await post_signed(url, slash_command_body("/train", "sft llama3p1_8b cluster=a4"))

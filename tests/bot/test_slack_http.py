@@ -31,7 +31,9 @@ async def test_signed_slash_command_reaches_handler_and_is_answered(
 ) -> None:
     handler.reply = Reply(text="Queued L-7f3a: sft llama3p1_8b")
     async with serve() as service:
-        body = slash_command_body("/train", "sft llama3p1_8b nodes=2 cluster=a4")
+        body = slash_command_body(
+            "/train", "sft llama3p1_8b nodes=2 cluster=a4", trigger_id="1.2.abc"
+        )
         answer = await post_signed(events_url(service), body)
     assert answer.status == 200
     assert answer.json() == {"text": "Queued L-7f3a: sft llama3p1_8b", "response_type": "ephemeral"}

@@ -48,3 +48,25 @@ def test_sign_matches_slack_example() -> None:
         "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
     )
     assert SIGNING_SECRET
+
+
+async def test_conversations_and_refused_channels(standin: SlackStandin) -> None:
+    standin.channels["C0OUT"] = {"is_member": False}
+    standin.channels["G0GONE"] = {"error": "channel_not_found"}
+    standin.refuse_posts("C0OUT")
+    info = await _call(standin, "conversations.info", channel="C0OUT")
+    assert info["channel"]["is_member"] is False and info["channel"]["is_private"] is False
+    assert (await _call(standin, "conversations.info", channel="C0TRAIN"))["channel"]["is_member"]
+    assert (await _call(standin, "conversations.info", channel="G0GONE"))["error"] == (
+        "channel_not_found"
+    )
+    refused = await _call(standin, "chat.postMessage", channel="C0OUT", text="hi")
+    assert refused == {"ok": False, "error": "not_in_channel"}
+    assert (await _call(standin, "chat.postMessage", channel="C0TRAIN", text="hi"))["ok"]
+    standin.accept_posts("C0OUT")
+    assert (await _call(standin, "chat.postMessage", channel="C0OUT", text="hi"))["ok"]
+    assert [c.error for c in standin.calls_to("chat.postMessage", ok_only=False)] == [
+        "not_in_channel",
+        "",
+        "",
+    ]

@@ -196,3 +196,17 @@ def test_run_time_comes_from_slurm_when_the_start_was_not_seen() -> None:
     done = replace(snapshot("FAILED"), acct=AcctRecord(latest=row))
     apply_snapshot(item, done, PROFILE, Watch(), now=5000.0)
     assert item.attempts[0].started_at == 5000.0 - 125
+
+
+def test_the_wandb_run_link_is_posted_once() -> None:
+    item = launch()
+    line = "wandb: 🚀 View run at https://wandb.ai/team/llama/runs/ab12cd\n"
+    first = apply_snapshot(item, snapshot("RUNNING", line), PROFILE, Watch(), now=2000.0)
+    again = apply_snapshot(
+        item, snapshot("RUNNING", line, offset=len(line.encode())), PROFILE, Watch(), now=2001.0
+    )
+    link = "📈 W&B run: <https://wandb.ai/team/llama/runs/ab12cd|ab12cd>"
+    assert link in threads(first) and link not in threads(again)
+    hostile = "wandb: View run at https://wandb.ai/x/<!channel>\n"
+    events = apply_snapshot(item, snapshot("RUNNING", hostile, offset=99), PROFILE, Watch())
+    assert not any("<!channel>" in t for t in threads(events))

@@ -318,7 +318,7 @@ async def test_an_entry_that_keeps_failing_inside_trainbot_goes_to_the_dead_lett
             entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
         assert len(entries) == 1
         await w.handle(*entries[0])
-    assert await store.dead_letter_count() == 1 and w.dead_letters == 1
+    assert await store.queue_dead_letter_count() == 1 and w.dead_letters == 1
     assert await store.stream_length(keys.QUEUE) == 0
     stored = await store.get(launch.id)
     assert stored is not None and stored.outcome == "INTERNAL_ERROR" and not stored.active

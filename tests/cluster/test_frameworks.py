@@ -211,3 +211,12 @@ def test_checkpoint_rules(tmp_path: Path, profile: ClusterProfile) -> None:
     assert [c["step"] for c in nemo_found] == [9, 29]
     assert [c["name"] for c in rl_found] == ["step_3", "step_6"]
     assert os.path.isdir(nemo_dir)
+
+
+def test_nemo_rl_jobs_carry_who_launched_them(profile: ClusterProfile) -> None:
+    spec = spec_for(profile, "dpo", comment="trainbot L-7f3a9c by U0ALICE")
+    argv = [str(a) for a in plan_launch(spec).argv]
+    assert argv[argv.index("--comment") + 1] == "trainbot L-7f3a9c by U0ALICE"
+    assert argv.index("--comment") < argv.index("launch.sh")  # an sbatch option
+    with pytest.raises(ValueError, match="invalid comment"):
+        spec_for(profile, "dpo", comment="x; rm -rf ~")

@@ -1,0 +1,90 @@
+"""The App Home tab: a person's active and recent launches, and each cluster's room.
+
+Pure: launches, history entries, cluster capacity and thread links in, Block Kit
+blocks out. :meth:`bot.core.Core.home` gathers them (cheaply: capacity is shared
+for a minute between everyone who opens the tab).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bot import render
+from bot.launches import HistoryEntry, Launch
+from bot.slack_text import context, escape, section
+from cluster.discovery import ClusterCapacity
+
+RECENT_SHOWN = 10
+
+
+def home_blocks(
+    active: Sequence[Launch],
+    recent: Sequence[HistoryEntry],
+    capacity: Mapping[str, ClusterCapacity | str],
+    links: Mapping[str, str],
+    *,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
+    """``capacity`` holds each cluster's answer, or why it could not be asked;
+    ``links`` the permalinks of launch threads, by launch id."""
+    now = time.time() if now is None else now
+    blocks: list[dict[str, Any]] = [section("*Your launches*")]
+    if active:
+        blocks += [
+            section(_active_line(launch, links.get(launch.id, ""), now)) for launch in active
+        ]
+    else:
+        blocks.append(context("Nothing running. `/train help` shows how to start a run."))
+    blocks.append(section("*Recently finished*"))
+    if recent:
+        blocks += [section(_recent_line(entry, links.get(entry.id, ""))) for entry in recent]
+    else:
+        blocks.append(context("No finished launches yet."))
+    blocks.append(section("*Clusters*"))
+    for name, answer in capacity.items():
+        blocks.append(section(_cluster_line(name, answer)))
+    blocks.append(
+        context(f"Updated {time.strftime('%H:%M', time.localtime(now))} (UTC offset of the bot).")
+    )
+    return blocks
+
+
+def _thread(link: str) -> str:
+    return f" · <{link}|thread>" if link.startswith("https://") else ""
+
+
+def _active_line(launch: Launch, link: str, now: float) -> str:
+    icon, word = render.status_label(launch)
+    progress = launch.progress
+    step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
+    job = f" · job {launch.job_id}" if launch.job_id else ""
+    age = render.duration(now - launch.created_at)
+    return (
+        f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step} · "
+        f"{age}{_thread(link)}"
+    )
+
+
+def _recent_line(entry: HistoryEntry, link: str) -> str:
+    outcome = entry.outcome or entry.phase
+    hours = f" · {entry.gpu_hours:.2g} GPU-hours" if entry.gpu_hours else ""
+    ran = f" · ran {render.duration(entry.run_s)}" if entry.run_s else ""
+    return (
+        f"`{entry.id}` {escape(entry.title.replace(' · ', ' '))} · {entry.cluster} · "
+        f"{escape(outcome)}{ran}{hours}{_thread(link)}"
+    )
+
+
+def _cluster_line(name: str, answer: ClusterCapacity | str) -> str:
+    if isinstance(answer, str):
+        return f"*{name}*: cannot be asked right now ({escape(answer)})"
+    parts = []
+    for info in answer.partitions:
+        pending, running = answer.queued(info.name)
+        parts.append(
+            f"`{info.name}` {info.gpus_idle} GPUs free on {info.nodes_usable}/{info.nodes} "
+            f"nodes · {running} running, {pending} pending"
+        )
+    return f"*{name}*: " + ("; ".join(parts) or "no partitions")
