@@ -354,13 +354,15 @@ class Soak:
         running: list[infra.QueueRow] = []
         while time.monotonic() < deadline and not running:
             rows = await asyncio.to_thread(infra.squeue_rows, self.run_id)
-            running = [r for r in rows if r.state == "RUNNING" and r.nodelist]
-            await asyncio.sleep(2)
+            # A job that has just started: it is still running when the node dies.
+            running = [r for r in rows if r.state == "RUNNING" and r.nodelist and r.elapsed_s < 6]
+            await asyncio.sleep(1)
         if not running:
             self.note("node failure skipped: none of the soak's jobs was running")
             return
-        node = infra.expand_nodes(self.rng.choice(running).nodelist)[0]
-        self.note(f"node failure: {node} (devcluster/node fail)")
+        victim = self.rng.choice(running)
+        node = infra.expand_nodes(victim.nodelist)[0]
+        self.note(f"node failure: {node} (devcluster/node fail), running job {victim.job_id}")
         self.failed_nodes.add(node)
         try:
             await asyncio.to_thread(infra.node_fail, node)
@@ -541,8 +543,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-restarts", type=int, default=1)
     p.add_argument("--sshd-stops", type=int, default=1)
     p.add_argument("--sshd-down-s", type=float, default=30.0)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--step-time-s", type=float, default=1.0)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--step-time-s", type=float, default=1.5)
     p.add_argument("--poll-interval-s", type=float, default=1.0)
     p.add_argument("--hang-min-s", type=float, default=20.0)
     p.add_argument("--deadline-s", type=float, default=None, help="default 600 + 60 s a launch")

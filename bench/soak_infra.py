@@ -350,15 +350,25 @@ class QueueRow:
     name: str
     state: str
     nodelist: str
+    elapsed_s: int
+
+
+def seconds(elapsed: str) -> int:
+    """squeue's ``%M``: ``5:02``, ``1:05:02`` or ``2-01:05:02``."""
+    days, _, clock = elapsed.rpartition("-")
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + (int(part) if part.isdigit() else 0)
+    return total + int(days or 0) * 86400
 
 
 def squeue_rows(fragment: str) -> list[QueueRow]:
-    out = run(["squeue", "-h", "-o", "%i|%j|%T|%N"], timeout_s=30)
+    out = run(["squeue", "-h", "-o", "%i|%j|%T|%N|%M"], timeout_s=30)
     rows = []
     for line in out.splitlines():
         parts = line.split("|")
-        if len(parts) == 4 and fragment in parts[1]:
-            rows.append(QueueRow(*parts))
+        if len(parts) == 5 and fragment in parts[1]:
+            rows.append(QueueRow(parts[0], parts[1], parts[2], parts[3], seconds(parts[4])))
     return rows
 
 
