@@ -350,12 +350,17 @@ class Soak:
                 self.note(f"could not inject {kind}: {type(exc).__name__}: {exc}")
 
     async def inject_node(self) -> None:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         running: list[infra.QueueRow] = []
         while time.monotonic() < deadline and not running:
             rows = await asyncio.to_thread(infra.squeue_rows, self.run_id)
-            # A job that has just started: it is still running when the node dies.
-            running = [r for r in rows if r.state == "RUNNING" and r.nodelist and r.elapsed_s < 6]
+            # A job that has just started and fails by no fault of its own: it still runs
+            # when Slurm declares the node dead (only slurmd dies; see devcluster/node).
+            running = [
+                r
+                for r in rows
+                if r.state == "RUNNING" and r.nodelist and r.elapsed_s < 6 and self.steady(r)
+            ]
             await asyncio.sleep(1)
         if not running:
             self.note("node failure skipped: none of the soak's jobs was running")
@@ -377,6 +382,13 @@ class Soak:
             await asyncio.to_thread(infra.node_restore, node)
             self.failed_nodes.discard(node)
             self.note(f"{node} restored")
+
+    def steady(self, row: infra.QueueRow) -> bool:
+        """Whether the job belongs to a launch that runs until done or cancelled."""
+        return any(
+            p.launch_id and p.launch_id in row.name and p.fault in ("none", "hang")
+            for p in self.plans
+        )
 
     async def inject_kill(self) -> None:
         serve = self.rng.choice([s for s in self.serves if s.alive])
