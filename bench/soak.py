@@ -98,7 +98,9 @@ class RecordingStandin(SlackStandin):
         return super()._m_chat_update(p)
 
 
-def make_plans(rng: random.Random, n: int, run_id: str, cancels: int) -> list[Plan]:
+def make_plans(
+    rng: random.Random, n: int, run_id: str, cancels: int, node_failures: int
+) -> list[Plan]:
     faults = [FAULTS[i % len(FAULTS)] for i in range(n)]
     rng.shuffle(faults)
     plans = []
@@ -112,6 +114,10 @@ def make_plans(rng: random.Random, n: int, run_id: str, cancels: int) -> list[Pl
     quiet = [p for p in plans if p.fault == "none"]
     for plan in rng.sample(quiet, min(cancels, len(quiet))):
         plan.cancel_after_s = rng.uniform(2, 45)
+    steady = [p for p in quiet if p.cancel_after_s is None]
+    # Spread over the run, so that one is running whenever a node failure comes.
+    for plan in steady[:: max(1, len(steady) // max(1, 3 * node_failures))]:
+        plan.long_run = node_failures > 0
     return plans
 
 
@@ -124,7 +130,9 @@ class Soak:
         self.redis = infra.OwnRedis(self.workdir / "redis")
         self.standin = RecordingStandin(usergroups={"S0ONCALL": ["U0ONCALL"]})
         self.serves: list[infra.ServeProcess] = []
-        self.plans = make_plans(self.rng, args.launches, self.run_id, args.cancels)
+        self.plans = make_plans(
+            self.rng, args.launches, self.run_id, args.cancels, args.node_failures
+        )
         self.injected: Counter[str] = Counter()
         self.notes: list[str] = []
         self.failed_nodes: set[str] = set()
@@ -285,8 +293,9 @@ class Soak:
             await asyncio.sleep(self.rng.uniform(0.2, 2.0))
 
     def knobs(self, plan: Plan) -> dict[str, object]:
+        steps = self.args.steps * (4 if plan.long_run else 1)
         values: dict[str, object] = {
-            "steps": self.args.steps,
+            "steps": steps,
             "step_time_s": self.args.step_time_s,
             "ckpt_every": 3,
             "save_time_s": 0.3,
@@ -350,7 +359,7 @@ class Soak:
                 self.note(f"could not inject {kind}: {type(exc).__name__}: {exc}")
 
     async def inject_node(self) -> None:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300
         running: list[infra.QueueRow] = []
         while time.monotonic() < deadline and not running:
             rows = await asyncio.to_thread(infra.squeue_rows, self.run_id)
@@ -359,7 +368,7 @@ class Soak:
             running = [
                 r
                 for r in rows
-                if r.state == "RUNNING" and r.nodelist and r.elapsed_s < 6 and self.steady(r)
+                if r.state == "RUNNING" and r.nodelist and r.elapsed_s < 15 and self.steady(r)
             ]
             await asyncio.sleep(1)
         if not running:
@@ -384,11 +393,8 @@ class Soak:
             self.note(f"{node} restored")
 
     def steady(self, row: infra.QueueRow) -> bool:
-        """Whether the job belongs to a launch that runs until done or cancelled."""
-        return any(
-            p.launch_id and p.launch_id in row.name and p.fault in ("none", "hang")
-            for p in self.plans
-        )
+        """Whether the job belongs to a launch that runs long, to the end."""
+        return any(p.launch_id and p.launch_id in row.name and p.long_run for p in self.plans)
 
     async def inject_kill(self) -> None:
         serve = self.rng.choice([s for s in self.serves if s.alive])

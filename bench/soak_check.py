@@ -62,6 +62,7 @@ class Plan:
     nodes: int
     fault: str  # none oom nccl hang gated wandb tokenizer
     cancel_after_s: float | None = None  # a random cancel, this long after the /train
+    long_run: bool = False  # runs long enough for a node failure to be declared under it
     launch_id: str = ""
     sent_at: float = 0.0
     cancel_presses: list[float] = field(default_factory=list)
