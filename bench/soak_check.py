@@ -43,6 +43,7 @@ SUBMITTED_RE = re.compile(
     r"(?:.*\(attempt (\d+)\))?"
 )
 APPEARED_RE = re.compile(r"^🚫 Slurm job (\d+) appeared after the launch was cancelled")
+REQUEUED_RE = re.compile(r"^⚠️ Slurm requeued job \d+|^Job \d+ is pending again")
 CHECKPOINT_RE = re.compile(r"^💾 Checkpoint (.+) saved\.$")
 FAILED_RE = re.compile(r"^⚠️ Job (\d+) failed \(([A-Z_]+)")
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{6}\b")
@@ -229,13 +230,13 @@ def check_order(view: View) -> list[Divergence]:
 
 
 def check_duplicates(view: View) -> list[Divergence]:
-    """No message twice: within one attempt (between Submitted lines) nothing repeats, and
-    a message naming a job or a checkpoint never repeats."""
+    """No message twice: within one run of a job (between Submitted lines and Slurm's
+    requeues) nothing repeats, and a message naming a job or a checkpoint never repeats."""
     out: list[Divergence] = []
     segment: Counter[str] = Counter()
     anywhere: Counter[str] = Counter()
     for text in view.thread:
-        if SUBMITTED_RE.match(text):
+        if SUBMITTED_RE.match(text) or REQUEUED_RE.match(text):
             segment = Counter()
         segment[text] += 1
         anywhere[text] += 1
