@@ -518,6 +518,7 @@ class Soak:
             self.redis.stop,
             *(lambda t=p.tag: infra.remove_knobs(t) for p in self.plans),
             lambda: infra.remove_tree(self.cache_root),
+            lambda: infra.remove_if_empty(self.cache_root.parent),
             self.standin.close,
         ]
         for step in steps:
