@@ -417,7 +417,19 @@ class Soak:
             self.open.set()
         self.note("Redis back")
 
+    def submitting(self) -> list[Plan]:
+        """Launches whose submit is in flight: pre-flight said ok, nothing since."""
+        last = {p.launch_id: (self.thread(p) or [""])[-1] for p in self.active()}
+        return [p for p in self.active() if last.get(p.launch_id, "").startswith("Pre-flight ok")]
+
     async def inject_sshd(self) -> None:
+        # The worst moment: while a submit runs (up to a minute's wait for one).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.submitting():
+            await asyncio.sleep(0.2)
+        caught = [p.launch_id for p in self.submitting()]
+        if caught:
+            self.note(f"submits in flight: {', '.join(caught)}")
         pids = {s.pid for s in self.serves if s.alive}
         self.note(f"login node's sshd stopped for {self.args.sshd_down_s:.0f} s")
         try:
