@@ -547,8 +547,10 @@ async def main(args: argparse.Namespace) -> int:
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if task is not None:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
     divergences: list[Divergence] = []
+    interrupted = False
     try:
         await soak.start()
         await soak.drive()
@@ -557,9 +559,14 @@ async def main(args: argparse.Namespace) -> int:
         soak.dump(views)
         wall_s = time.time() - soak.started
         print_report(args, soak.run_id, views, divergences, soak.injected, soak.plans, wall_s)
+    except asyncio.CancelledError:  # SIGTERM or Ctrl-C: clean up, no verdict
+        interrupted = True
     finally:
         await soak.cleanup()
         print(f"soak: logs kept in {soak.workdir}", flush=True)
+    if interrupted:
+        print("soak: interrupted; no verdict", file=sys.stderr)
+        return 2
     return 1 if divergences else 0
 
 
