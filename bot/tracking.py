@@ -140,6 +140,8 @@ class _Step:
         if state not in ("RUNNING", "COMPLETING") and not self.snap.log.path:
             return  # ended without ever being seen to run: the final message says it all
         launch.phase = Phase.RUNNING
+        if attempt.started_at:  # running again after a requeue: the wait was not a hang
+            launch.progress.updated_at = self.now
         attempt.started_at = attempt.started_at or self.now
         nodes = self.snap.queue.nodelist if self.snap.queue else ""
         if not nodes and self.snap.acct is not None:

@@ -171,7 +171,16 @@ class SSHPool:
             finally:
                 self.stats.timed(cluster, time.monotonic() - started)
         stdout, stderr = _text(out), _text(err)
-        rc = process.returncode if process.returncode is not None else 255
+        rc = process.returncode
+        if rc is None:
+            # The channel closed without an exit status or signal: the connection went away
+            # while the command ran. It may have done its work (an sbatch, say), so this is
+            # an unknown outcome for the caller, never a command that failed.
+            self._drop(link)
+            raise ClusterUnreachable(
+                f"connection lost before the command's exit status came: {_short(command)}",
+                cluster=cluster,
+            )
         if check and rc != 0:
             raise SlurmCommandFailed(
                 command=_short(command), returncode=rc, stderr=stderr, cluster=cluster

@@ -123,6 +123,23 @@ def test_silent_hang_is_reported_once() -> None:
     )
 
 
+def test_a_requeued_job_running_again_is_not_a_hang() -> None:
+    """After Slurm requeues a job (a node failure), the time it waits PENDING is not time
+    without progress: the hang clock starts again when it runs again."""
+    item = launch(Phase.RUNNING)
+    item.attempts[0].started_at = 1000.0
+    item.attempts[0].slurm_state = "RUNNING"
+    item.progress.step, item.progress.total, item.progress.updated_at = 5, 10, 1100.0
+    watch = Watch(hang_min_s=60, hang_step_factor=10)
+    pending = apply_snapshot(item, snapshot("PENDING", "", offset=10), PROFILE, watch, now=1110.0)
+    assert threads(pending) == ["Job 7 is pending again (requeued)."]
+    again = apply_snapshot(item, snapshot("RUNNING", "", offset=10), PROFILE, watch, now=1300.0)
+    assert threads(again) == ["Running on dev[0-1]."]
+    assert [e.kind for e in again].count("oncall") == 0
+    hung = apply_snapshot(item, snapshot("RUNNING", "", offset=10), PROFILE, watch, now=1370.0)
+    assert [e.kind for e in hung].count("oncall") == 1  # a hang after that still counts
+
+
 def test_parent_message_tells_the_state_at_a_glance() -> None:
     item = launch(Phase.RUNNING)
     item.attempts[0].job_id = "4187"

@@ -46,6 +46,19 @@ async def test_stdin_and_failure_translation(pool: SSHPool, dev_profile: Cluster
     assert unchecked.returncode == 3
 
 
+async def test_connection_lost_mid_command_is_unreachable_not_a_failure(
+    pool: SSHPool, dev_profile: ClusterProfile
+) -> None:
+    """No exit status came (the login node went away while the command ran): the command may
+    have done its work, so this is ClusterUnreachable (an unknown outcome), not a failed
+    command; the next command gets a fresh connection."""
+    with pytest.raises(ClusterUnreachable, match="exit status"):
+        # $PPID is this session's sshd process: killing it drops the connection.
+        await pool.run(dev_profile.login, "kill -TERM $PPID; sleep 5", timeout_s=20)
+    result = await pool.run(dev_profile.login, "echo back", timeout_s=20)
+    assert result.stdout.strip() == "back"
+
+
 async def test_channel_cap(dev_profile: ClusterProfile) -> None:
     async with SSHPool(max_channels=3) as pool:
         await pool.run(dev_profile.login, "true", timeout_s=20)
