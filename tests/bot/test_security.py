@@ -641,7 +641,8 @@ async def test_secrets_are_redacted_where_posted_logged_and_stored(
 
 def test_health_and_metrics_are_not_published_on_all_interfaces() -> None:
     compose = yaml.safe_load((PROJECT / "docker-compose.yml").read_text())
-    ports = compose["services"]["trainbot"].get("ports", [])
-    for port in ports:
+    published = {name: service.get("ports", []) for name, service in compose["services"].items()}
+    assert [name for name, ports in published.items() if ports] == ["web"]  # only HTTP mode's
+    for port in published["web"]:
         text = str(port)
         assert text.startswith(("127.0.0.1:", "${TRAINBOT_PUBLISH_ADDRESS:-127.0.0.1}:")), text
