@@ -65,6 +65,22 @@ def handler() -> FakeHandler:
 Serve = Callable[..., AbstractAsyncContextManager[SlackService]]
 
 
+def standin_params(
+    standin: SlackStandin, *, socket_mode: bool = False, **overrides: Any
+) -> SlackParams:
+    """The Slack front end's settings against the stand-in: its tokens, fast retries."""
+    params = SlackParams(
+        bot_token=BOT_TOKEN,
+        signing_secret="" if socket_mode else SIGNING_SECRET,
+        app_token=APP_TOKEN if socket_mode else "",
+        api_url=standin.api_url,
+        http_port=0,
+        backoff_base_s=0.01,
+        drain_timeout_s=2.0,
+    )
+    return replace(params, **overrides)
+
+
 @pytest.fixture
 def serve(standin: SlackStandin, handler: FakeHandler) -> Serve:
     """``async with serve(socket_mode=False, **params) as service:`` the bot on the stand-in."""
@@ -76,16 +92,8 @@ def serve(standin: SlackStandin, handler: FakeHandler) -> Serve:
         metrics: MetricsText = some_metrics,
         **overrides: Any,
     ) -> AbstractAsyncContextManager[SlackService]:
-        params = SlackParams(
-            bot_token=BOT_TOKEN,
-            signing_secret="" if socket_mode else SIGNING_SECRET,
-            app_token=APP_TOKEN if socket_mode else "",
-            api_url=standin.api_url,
-            http_port=0,
-            backoff_base_s=0.01,
-            drain_timeout_s=2.0,
-        )
-        return run_slack(replace(params, **overrides), handler, health=health, metrics=metrics)
+        params = standin_params(standin, socket_mode=socket_mode, **overrides)
+        return run_slack(params, handler, health=health, metrics=metrics)
 
     return start
 

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.http import SlackParams, SlackService, run_slack
+from bot.http import SlackService, run_slack
 from bot.service import Bot, running
 from bot.slack_front import open_front
 from tests.bot.botkit import (
@@ -22,10 +22,9 @@ from tests.bot.botkit import (
     wait_delivered,
     wait_for_launch,
 )
+from tests.bot.conftest import standin_params
 from tests.slack_standin import (
-    APP_TOKEN,
     BOT_TOKEN,
-    SIGNING_SECRET,
     SlackStandin,
     post_signed,
     slash_command_body,
@@ -46,15 +45,7 @@ async def slack_bot(
     standin: SlackStandin, *, socket_mode: bool = False
 ) -> AsyncIterator[tuple[Bot, SlackService]]:
     """The whole bot as ``trainbot serve`` runs it, with Slack at the stand-in."""
-    params = SlackParams(
-        bot_token=BOT_TOKEN,
-        signing_secret="" if socket_mode else SIGNING_SECRET,
-        app_token=APP_TOKEN if socket_mode else "",
-        api_url=standin.api_url,
-        http_port=0,
-        backoff_base_s=0.01,
-        drain_timeout_s=2.0,
-    )
+    params = standin_params(standin, socket_mode=socket_mode)
     async with (
         open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
         running(bot_settings(), dev_config(), front) as bot,

@@ -14,15 +14,14 @@ from bot import keys
 from bot.clusters import Clusters
 from bot.console import ConsoleFront, handle_line
 from bot.core import Core
-from bot.http import SlackParams, SlackService, run_slack
+from bot.http import SlackService, run_slack
 from bot.slack_front import SlackError, SlackFront
 from bot.store import Store
 from cluster.ssh import SSHPool
 from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, flush_test_redis, open_test_store
+from tests.bot.conftest import healthy, standin_params
 from tests.slack_standin import (
     BOT_SCOPES,
-    BOT_TOKEN,
-    SIGNING_SECRET,
     Answer,
     SlackStandin,
     post_signed,
@@ -43,22 +42,13 @@ async def slack_core(
 ) -> AsyncIterator[tuple[Store, SlackService]]:
     """The core (no workers: nothing is launched) behind the Slack front end."""
     config = dev_config()
-    params = SlackParams(
-        bot_token=BOT_TOKEN,
-        signing_secret=SIGNING_SECRET,
-        api_url=standin.api_url,
-        http_port=0,
-        backoff_base_s=0.01,
-        drain_timeout_s=2.0,
-    )
+    params = standin_params(standin)
     async with open_test_store() as store, SSHPool() as pool:
         core = Core(store, Clusters(config, bot_settings(), pool), config.command_context(), front)
-        async with run_slack(params, core, health=_ok, metrics=lambda: "", front=front) as slack:
+        async with run_slack(
+            params, core, health=healthy, metrics=lambda: "", front=front
+        ) as slack:
             yield store, slack
-
-
-async def _ok() -> tuple[bool, str]:
-    return True, "ok"
 
 
 async def train(slack: SlackService, channel: str, text: str = TRAIN) -> Answer:

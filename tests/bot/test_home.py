@@ -14,14 +14,15 @@ import pytest
 
 from bot.clusters import Clusters
 from bot.core import Core
-from bot.http import SlackParams, SlackService, run_slack
+from bot.http import SlackService, run_slack
 from bot.launches import Launch, Phase
 from bot.slack_front import SlackFront
 from bot.store import Event, Store
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
-from tests.slack_standin import BOT_TOKEN, SIGNING_SECRET, TEAM_ID, SlackStandin, post_signed
+from tests.bot.conftest import healthy, standin_params
+from tests.slack_standin import TEAM_ID, SlackStandin, post_signed
 
 pytestmark = pytest.mark.devcluster
 
@@ -31,22 +32,13 @@ async def home_app(
     standin: SlackStandin, front: SlackFront
 ) -> AsyncIterator[tuple[Store, SlackService]]:
     config = dev_config()
-    params = SlackParams(
-        bot_token=BOT_TOKEN,
-        signing_secret=SIGNING_SECRET,
-        api_url=standin.api_url,
-        http_port=0,
-        backoff_base_s=0.01,
-        drain_timeout_s=2.0,
-    )
+    params = standin_params(standin)
     await flush_test_redis()
     async with open_test_store() as store, SSHPool() as pool:
         core = Core(store, Clusters(config, bot_settings(), pool), config.command_context(), front)
-
-        async def ok() -> tuple[bool, str]:
-            return True, "ok"
-
-        async with run_slack(params, core, health=ok, metrics=lambda: "", front=front) as slack:
+        async with run_slack(
+            params, core, health=healthy, metrics=lambda: "", front=front
+        ) as slack:
             yield store, slack
 
 

@@ -38,6 +38,7 @@ from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis, login_run
+from tests.bot.conftest import standin_params
 from tests.cluster.test_injection import hostile_values
 from tests.slack_standin import (
     BOT_TOKEN,
@@ -168,15 +169,7 @@ async def secure_bot(
         SLACK_SIGNING_SECRET=SIGNING_SECRET,
         **(env or {}),
     )
-    params = SlackParams(
-        bot_token=BOT_TOKEN,
-        signing_secret=SIGNING_SECRET,
-        api_url=standin.api_url,
-        http_port=0,
-        backoff_base_s=0.01,
-        drain_timeout_s=2.0,
-        allowed_team_ids=config.policy.workspaces,
-    )
+    params = standin_params(standin, allowed_team_ids=config.policy.workspaces)
     async with (
         open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
         running(settings, config, front, workers=0) as bot,

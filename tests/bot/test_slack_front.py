@@ -18,7 +18,7 @@ from bot.clusters import Clusters
 from bot.config import load_config
 from bot.core import Core
 from bot.front import MessageRef
-from bot.http import SlackParams, run_slack
+from bot.http import run_slack
 from bot.notifier import Notifier
 from bot.settings import Settings
 from bot.slack_front import SlackError, SlackFront, open_front
@@ -26,9 +26,9 @@ from bot.slack_text import section
 from bot.store import Store
 from cluster.ssh import SSHPool
 from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
+from tests.bot.conftest import standin_params
 from tests.slack_standin import (
     BOT_TOKEN,
-    SIGNING_SECRET,
     SlackStandin,
     block_action_body,
     post_signed,
@@ -59,15 +59,7 @@ async def core_on_slack(
     async def healthy() -> tuple[bool, str]:
         return True, "ok"
 
-    slack = SlackParams(
-        bot_token=BOT_TOKEN,
-        signing_secret=SIGNING_SECRET,
-        api_url=standin.api_url,
-        http_port=0,
-        backoff_base_s=0.01,
-        drain_timeout_s=2.0,
-        **params,
-    )
+    slack = standin_params(standin, **params)
     async with (
         open_test_store() as store,
         SSHPool() as pool,
