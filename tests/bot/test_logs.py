@@ -7,10 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +22,7 @@ from bot.redact import Redactor, install_log_filter, remove_log_filter
 from bot.settings import Settings
 from bot.worker import Worker
 from tests.bot.botkit import (
-    DEV,
     LAUNCH_RE,
-    PROJECT,
-    TEST_REDIS,
     dev_config,
     flush_test_redis,
     knobs,
@@ -36,8 +30,8 @@ from tests.bot.botkit import (
     wait_delivered,
     wait_for_launch,
 )
-from tests.bot.test_serve_process import free_port, wait_healthy
-from tests.slack_standin import BOT_TOKEN, SIGNING_SECRET, SlackStandin, post_signed
+from tests.bot.test_serve_process import start_serve, wait_healthy
+from tests.slack_standin import SlackStandin, post_signed
 from tests.slack_standin import slash_command_body as slash
 
 
@@ -158,27 +152,7 @@ async def test_serve_logs_a_launch_as_json_lines(
 ) -> None:
     dev_config()  # skips when the dev cluster is not up
     await flush_test_redis()
-    config = tmp_path / "trainbot.yaml"
-    config.write_text(
-        (DEV / "trainbot.yaml").read_text().replace("poll_interval_s: 2", "poll_interval_s: 1")
-    )
-    port = free_port()
-    env = {
-        **os.environ,
-        "TRAINBOT_CONFIG": str(config),
-        "REDIS_URL": TEST_REDIS,
-        "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_API_URL": standin.api_url,
-        "TRAINBOT_HTTP_PORT": str(port),
-        "TRAINBOT_LOG_FORMAT": "json",
-    }
-    for name in ("SLACK_APP_TOKEN", "TRAINBOT_LOG_LEVEL"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bot", "serve"],
-        cwd=PROJECT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc, port = start_serve(standin, tmp_path, TRAINBOT_LOG_FORMAT="json", TRAINBOT_LOG_LEVEL=None)
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_healthy(f"{base}/healthz", proc)

@@ -61,17 +61,18 @@ async def wait_healthy(url: str, proc: subprocess.Popen[str], timeout_s: float =
     raise AssertionError(f"{url} never became healthy")
 
 
-async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
-    standin: SlackStandin, unique: str, tmp_path: Path
-) -> None:
-    dev_config()  # skips when the dev cluster is not up
-    await flush_test_redis()
+def start_serve(
+    standin: SlackStandin, tmp_path: Path, **env: str | None
+) -> tuple[subprocess.Popen[str], int]:
+    """``python -m bot serve`` in HTTP mode on a free port, against the stand-in and the test
+    Redis, on the dev cluster's config polled every second. ``env`` adds variables (None:
+    leave one out). Returns the process and its port."""
     config = tmp_path / "trainbot.yaml"
     config.write_text(
         (DEV / "trainbot.yaml").read_text().replace("poll_interval_s: 2", "poll_interval_s: 1")
     )
     port = free_port()
-    env = {
+    environ: dict[str, str | None] = {
         **os.environ,
         "TRAINBOT_CONFIG": str(config),
         "REDIS_URL": TEST_REDIS,
@@ -79,13 +80,23 @@ async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": standin.api_url,
         "TRAINBOT_HTTP_PORT": str(port),
-        "TRAINBOT_HF_TOKEN": "hf_test_token_value",
+        "SLACK_APP_TOKEN": None,  # HTTP mode
+        **env,
     }
-    env.pop("SLACK_APP_TOKEN", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "bot", "serve"],
-        cwd=PROJECT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=PROJECT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={name: value for name, value in environ.items() if value is not None},
     )  # fmt: skip
+    return proc, port
+
+
+async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
+    standin: SlackStandin, unique: str, tmp_path: Path
+) -> None:
+    dev_config()  # skips when the dev cluster is not up
+    await flush_test_redis()
+    proc, port = start_serve(standin, tmp_path, TRAINBOT_HF_TOKEN="hf_test_token_value")
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_healthy(f"{base}/healthz", proc)
