@@ -179,23 +179,21 @@ MAX_HISTORY_DAYS = 400
 
 def parse_days(raw: str) -> int:
     """How far back ``/jobs history`` looks: 1 to :data:`MAX_HISTORY_DAYS` days."""
-    days = _digits("days", raw, 1, MAX_HISTORY_DAYS, 7)
-    if not 1 <= days <= MAX_HISTORY_DAYS:
-        raise CommandError(
-            f"days={days} is out of range: give 1 to {MAX_HISTORY_DAYS}.",
-            field="days",
-            suggestion=str(max(1, min(days, MAX_HISTORY_DAYS))),
-        )
-    return days
+    return _count("days", raw, MAX_HISTORY_DAYS, 7)
 
 
 def parse_lines(raw: str) -> int:
     """Lines of log to show: 1 to :data:`MAX_LOG_LINES`."""
-    lines = _digits("lines", raw, 1, MAX_LOG_LINES, 50)
-    if not 1 <= lines <= MAX_LOG_LINES:
+    return _count("lines", raw, MAX_LOG_LINES, 50)
+
+
+def _count(key: str, raw: str, high: int, example: int) -> int:
+    """``key=raw`` as a whole number from 1 to ``high``, or a CommandError saying which."""
+    value = _digits(key, raw, 1, high, example)
+    if not 1 <= value <= high:
         raise CommandError(
-            f"lines={lines} is out of range: give 1 to {MAX_LOG_LINES}.",
-            field="lines",
-            suggestion=str(max(1, min(lines, MAX_LOG_LINES))),
+            f"{key}={value} is out of range: give 1 to {high}.",
+            field=key,
+            suggestion=str(max(1, min(value, high))),
         )
-    return lines
+    return value
