@@ -191,7 +191,14 @@ class Poller:
     async def diagnose(
         self, profile: ClusterProfile, job: Tracking, snap: JobSnapshot
     ) -> Diagnosis | None:
-        """What the failed job's evidence shows; None while an "unknown" waits to be read again."""
+        """What the failed job's evidence shows; None while an "unknown" waits to be read
+        again. The second read happens once ``watch.evidence_reread_s`` has passed, not at
+        every poll in between."""
+        key = (profile.name, job.job_id)
+        first = self.unknown_at.get(key)
+        delay_s = self.clusters.config.watch.evidence_reread_s
+        if first is not None and time.monotonic() - first < delay_s:
+            return None
         evidence = await gather(
             self.clusters.pool,
             profile.login,
@@ -201,16 +208,13 @@ class Poller:
             cluster=profile.name,
         )
         found = diagnose(evidence)
-        key = (profile.name, job.job_id)
-        if found is None or found.kind is not UNKNOWN:
-            self.unknown_at.pop(key, None)
-            return found
-        first = self.unknown_at.setdefault(key, time.monotonic())
-        if time.monotonic() - first < self.clusters.config.watch.evidence_reread_s:
+        if found is not None and found.kind is UNKNOWN and first is None and delay_s > 0:
+            self.unknown_at[key] = time.monotonic()
             log.info(
-                "job %s: no known cause in %s; reading again shortly",
+                "job %s: no known cause in %s; reading again in %.0f s",
                 job.job_id,
                 evidence.describe_read(),
+                delay_s,
             )
             return None
         self.unknown_at.pop(key, None)

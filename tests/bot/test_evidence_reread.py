@@ -46,6 +46,8 @@ async def test_a_cause_that_shows_up_late_is_found_on_the_second_read(job_root: 
         late = Path(tracking.log_dir) / f"sbatch_trainer-trainer.x_{FAKE_JOB_ID}.out"
         late.write_text(text("nemo_tokenizer_race"))
         late.chmod(0o644)
+        assert await bot.poller.diagnose(profile, tracking, failed(tracking)) is None  # too soon
+        await asyncio.sleep(2.0)
         found = await bot.poller.diagnose(profile, tracking, failed(tracking))
     assert found is not None and found.key == "tokenizer_race"
 
