@@ -52,6 +52,7 @@ CLAIM_EVERY_S = 10.0
 PROMOTE_EVERY_S = 1.0
 UNREACHABLE_RETRIES = 5  # before anything was submitted
 MAX_LOOKUP_WAIT_S = 300.0
+LOOKUP_AGAIN_S = 20.0  # a SUBMITTING launch whose cluster went away: look again this much later
 SUBMIT_SETTLE_S = 30.0  # after a submit whose outcome is unknown, before looking it up
 LAUNCH_LOCK_MS = 30_000
 LOCK_RENEW_S = 10.0
@@ -441,7 +442,7 @@ class Worker:
         if item is None or not item.active:
             return
         if item.phase == Phase.SUBMITTING:  # something may have been submitted: look again
-            await self.store.requeue(launch_id, after_s=min(2.0 * LOCK_RENEW_S, MAX_LOOKUP_WAIT_S))
+            await self.store.requeue(launch_id, after_s=LOOKUP_AGAIN_S)
             return
         tries = await self.store.count(f"unreachable:{item.id}")
         if tries >= UNREACHABLE_RETRIES:

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from cluster.profiles import ClusterProfile, join_remote
 from cluster.progress import Point, Progress
 from cluster.remote import RemoteArg
 
 if TYPE_CHECKING:
     from cluster.launch import LaunchSpec
-    from cluster.profiles import ClusterProfile
 
 FrameworkName = Literal["nemo", "nemo-rl"]
 JOB_ID_RE = re.compile(r"[0-9]+(_[0-9]+)?")
@@ -72,8 +72,6 @@ class Framework(ABC):
     interactive: bool = False  # whether it has interactive allocations
 
     def work_dir(self, profile: ClusterProfile) -> str:
-        from cluster.profiles import join_remote
-
         return join_remote(profile.recipes_dir, self.subdir)
 
     @abstractmethod
@@ -94,8 +92,6 @@ class Framework(ABC):
 
     def preflight_files(self, spec: LaunchSpec) -> dict[str, str]:
         """Files that must exist before a submission: label -> login-node path."""
-        from cluster.profiles import join_remote
-
         files = {"image": spec.image_path, "launcher": join_remote(spec.work_dir, self.launcher)}
         if spec.script:
             files["recipe"] = join_remote(spec.work_dir, spec.script)
