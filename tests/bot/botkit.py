@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import shlex
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -98,10 +99,18 @@ async def knobs(tag: str, **values: object) -> AsyncIterator[None]:
         await asyncio.to_thread(login_run, f"rm -f {path}", check=False)
 
 
-def sacct_rows(job_id: str) -> list[dict[str, str]]:
+def sacct_rows(job_id: str, timeout_s: float = 30) -> list[dict[str, str]]:
+    """The job's accounting rows, once slurmdbd holds the whole record: the controller
+    sends start and end to the database through a queue, and a row read in between can
+    lack its partition (seen once in CI right after COMPLETED)."""
     fields = ["JobID", "JobName", "State", "NNodes", "Partition"]
-    out = login_run(f"sacct -X -P -n -o {','.join(fields)} -j {job_id}")
-    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines()]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = login_run(f"sacct -X -P -n -o {','.join(fields)} -j {job_id}")
+        rows = [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines()]
+        if (rows and rows[-1]["Partition"]) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
 
 
 def slurm_jobs_named(fragment: str) -> list[str]:
