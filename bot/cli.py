@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="sft llama3p1_8b nodes=2 cluster=a4",
         help="what to /train (default: %(default)s)",
     )
-    doctor = sub.add_parser("doctor", help="check config, Redis, SSH, partitions, images, recipes")
+    doctor = sub.add_parser(
+        "doctor", help="check config, Redis, SSH (and as each mapped person), partitions, recipes"
+    )
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     return parser
 

@@ -39,6 +39,7 @@ from cluster.errors import (
     ClusterError,
     ClusterUnreachable,
     CommandTimeout,
+    PersonRefused,
     SlurmCommandFailed,
     TrainbotError,
 )
@@ -188,6 +189,12 @@ class Worker:
             await self._launch(item)
         except LostLock:
             log.warning("launch %s: another worker took it over; this one stops", launch_id)
+        except PersonRefused as exc:  # the person cannot log in: trying again will not help
+            current = await self.store.get(launch_id)
+            if current is not None and current.phase == Phase.SUBMITTING:
+                await self._unreachable(launch_id, exc)  # a submit may have run: look it up
+            else:
+                await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         except ClusterUnreachable as exc:
             await self._unreachable(launch_id, exc)
         except ClusterError as exc:

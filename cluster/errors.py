@@ -49,6 +49,11 @@ class HostKeyMismatch(ClusterUnreachable):
     """The login node's host key is unknown or changed. Never silently accepted."""
 
 
+class PersonRefused(ClusterUnreachable):
+    """The login node refused a person's certificate: no such user there, or its sshd
+    does not trust trainbot's user CA. Trying again will not help."""
+
+
 class CommandTimeout(ClusterError):
     """A remote command did not finish within its timeout."""
 

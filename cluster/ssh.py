@@ -30,6 +30,7 @@ from cluster.errors import (
     ClusterUnreachable,
     CommandTimeout,
     HostKeyMismatch,
+    PersonRefused,
     SlurmCommandFailed,
 )
 
@@ -269,7 +270,7 @@ class SSHPool:
                     await asyncio.sleep(wait_s)
                 try:
                     link.conn, link.expires_at = await self._connect(login, cluster)
-                except HostKeyMismatch:
+                except (HostKeyMismatch, PersonRefused):
                     raise
                 except ClusterUnreachable as exc:
                     last = exc
@@ -321,9 +322,15 @@ class SSHPool:
                 cluster=cluster,
             ) from exc
         except asyncssh.PermissionDenied as exc:
-            how = "a certificate from trainbot's CA" if "client_keys" in options else "its key"
+            if login.key_file is None and login.user_ca_key_file is not None:
+                raise PersonRefused(
+                    f"authentication refused by {where} (a certificate from trainbot's CA): "
+                    f"there may be no user {login.user} there, or its sshd does not trust the "
+                    "CA (TrustedUserCAKeys); ask a trainbot admin",
+                    cluster=cluster,
+                ) from exc
             raise ClusterUnreachable(
-                f"authentication refused by {where} ({how}): {exc}", cluster=cluster
+                f"authentication refused by {where}: {exc}", cluster=cluster
             ) from exc
         except (asyncssh.Error, OSError, TimeoutError) as exc:
             raise ClusterUnreachable(f"cannot connect to {where}: {exc}", cluster=cluster) from exc

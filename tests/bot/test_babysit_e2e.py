@@ -19,8 +19,8 @@ from bot.console import ConsoleFront, handle_line
 from bot.front import Incoming
 from bot.launches import Launch, Phase
 from bot.service import Bot, running
+from tests import devlogin
 from tests.bot.botkit import (
-    DEV,
     LAUNCH_RE,
     PROJECT,
     bot_settings,
@@ -297,8 +297,7 @@ async def test_interactive_job_attach_command_runs_in_the_allocation(
     assert command == f"ssh -t -p 2222 trainer@127.0.0.1 {remote}"
     # Run it as a person would (with the dev cluster's key and host keys), a command for a shell.
     argv = shlex.split(command)
-    argv[1:1] = ["-i", str(DEV / "id_ed25519"), "-o", f"UserKnownHostsFile={DEV / 'known_hosts'}",
-                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"]  # fmt: skip
+    argv[1:1] = devlogin.ssh_options()
     out = subprocess.run(
         [*argv, "bash", "-c", "'echo $SLURM_JOB_ID'"], capture_output=True, text=True, timeout=60
     )

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.console import ConsoleFront, handle_line
+from bot.doctor import run_doctor
 from bot.front import Incoming
 from bot.launches import Launch, Phase
 from bot.service import Bot, running
@@ -198,3 +199,31 @@ async def test_a_persons_job_reads_their_own_token_file_and_reports_as_them(
     assert f"HF_TOKEN is set (sha256 {digest})" in log
     assert token not in "\n".join(front.lines)
     assert acct_users([launch.job_id]) == {launch.job_id: "alice"}
+
+
+async def test_doctor_logs_in_as_every_mapped_person_and_names_who_is_refused() -> None:
+    config = dev_config(people={ALICE: "alice", "U0GHOST": "nosuchuser"})
+    out = io.StringIO()
+    code = await run_doctor(bot_settings(), config, out)
+    text = out.getvalue()
+    assert code == 1, text
+    assert "ok   a4: ssh alice@127.0.0.1 with a CA certificate" in text
+    refused = re.search(r"FAIL a4: ssh nosuchuser@127\.0\.0\.1 with a CA certificate: (.*)", text)
+    assert refused is not None and "authentication refused" in refused.group(1), text
+
+
+async def test_a_person_the_login_node_refuses_is_told_at_once_not_retried(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    config = dev_config(people={"U0GHOST": "nosuchuser"}, unmapped="refuse")
+    async with running(bot_settings(), config, front) as bot:
+        launch_id = await train(
+            bot, front, f"sft llama3p1_8b nodes=1 cluster=a4 name={unique}", "U0GHOST"
+        )
+        launch = await wait_for_launch(bot.store, launch_id, timeout_s=60)
+        await wait_delivered(bot.store)
+    assert launch.outcome == "NOT_SUBMITTED" and not launch.job_id
+    said = [line for line in front.lines if line.startswith("  └ Not submitted")]
+    assert len(said) == 1, front.lines  # one message in the thread
+    assert "authentication refused by nosuchuser@127.0.0.1" in said[0]
+    assert "there may be no user nosuchuser there" in said[0]
+    assert "Tried" not in said[0]  # refused once, not retried as if the network were down
