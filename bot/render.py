@@ -149,6 +149,8 @@ def queued_reply(launch: Launch, profile: ClusterProfile | None) -> str:
     gpus = (profile.gpus_per_node if profile else 8) * req.nodes
     unit = "node" if req.nodes == 1 else "nodes"
     what = f"{launch.words}, {req.nodes} {unit} × {launch.cluster} ({gpus} GPUs)"
+    if launch.cluster_user:
+        what += f" as {launch.cluster_user}"
     if req.dry_run:
         return f"Dry run {launch.id}: {what}. The commands and checks follow in the thread."
     return f"Queued {launch.id}: {what}. Following it in the thread."

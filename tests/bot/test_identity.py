@@ -60,6 +60,8 @@ def owned_jobs() -> Iterator[dict[str, list[str]]]:
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str) -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user=user)
     assert reply is not None and not reply.error, reply
+    if user in PEOPLE:  # the answer says whose account the launch runs as
+        assert f"(8 GPUs) as {PEOPLE[user]}." in reply.text, reply.text
     return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
 
 
