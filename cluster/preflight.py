@@ -79,15 +79,16 @@ def evaluate_preflight(spec: LaunchSpec, raw: dict[str, Any]) -> PreflightResult
             text = f"Image {path} does not exist on {cluster}. Images in the recipes dir: {images}."
         else:
             text = f"Launcher {path} does not exist on {cluster} (recipes dir not set up?)."
-        checks.append(Check(label, ok, "" if ok else text))
+        checks.append(Check(label, ok, f"{label.capitalize()} {path} found." if ok else text))
     for label, path in payload["writable"].items():
         ok = bool(raw.get("writable", {}).get(label))
         text = f"Directory {path} ({label}) is not writable on {cluster}."
-        checks.append(Check(label, ok, "" if ok else text))
+        checks.append(Check(label, ok, f"Directory {path} ({label}) is writable." if ok else text))
     for name, path in payload["readable"].items():
         ok = bool(raw.get("readable", {}).get(name))
         text = f"Secret file for {name} ({path}) is not readable on {cluster}."
-        checks.append(Check(f"secret {name}", ok, "" if ok else text))
+        good = f"Secret file for {name} ({path}) is readable."
+        checks.append(Check(f"secret {name}", ok, good if ok else text))
     return PreflightResult(cluster=cluster, checks=tuple(checks), partitions=tuple(infos))
 
 
@@ -104,18 +105,20 @@ def _slurm_checks(
         text = f"Partition '{part}' does not exist on {cluster}. "
         text += f"Partitions there: {format_partitions(infos) or 'none'}."
         return [Check("partition", False, text)]
+    up = f"Partition '{part}' on {cluster} is up."
     checks = [
-        Check("partition", info.up, "" if info.up else f"Partition '{part}' on {cluster} is down.")
+        Check("partition", info.up, up if info.up else f"Partition '{part}' on {cluster} is down.")
     ]
     if spec.nodes > info.nodes:
         text = f"Partition '{part}' on {cluster} has {info.nodes} nodes; {spec.nodes} asked for."
         checks.append(Check("nodes", False, text))
     else:
-        checks.append(Check("nodes", True, ""))
+        checks.append(Check("nodes", True, f"{spec.nodes} of its {info.nodes} nodes asked for."))
     need = spec.profile.gpus_per_node
     ok = info.gpus_per_node >= need
     text = f"Nodes in '{part}' on {cluster} have {info.gpus_per_node} GPUs; the job needs {need}."
-    checks.append(Check("gpus", ok, "" if ok else text))
+    good = f"{info.gpus_per_node} GPUs per node; the job needs {need}."
+    checks.append(Check("gpus", ok, good if ok else text))
     return checks
 
 

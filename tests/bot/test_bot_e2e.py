@@ -97,6 +97,9 @@ async def test_dry_run_submits_nothing_and_shows_the_commands(unique: str) -> No
     text = "\n".join(front.lines)
     assert "Dry run: nothing was submitted" in text
     assert "launch.sh --cluster_type hcc-a3u --job_script algorithms/dpo.sh" in text
+    assert "✓ Partition 'a3u' on a3u is up." in text  # each check says what it found
+    assert "✓ 8 GPUs per node; the job needs 8." in text
+    assert not re.search(r"✓\s*$", text, re.M)
     assert "hf_secret_value_123" not in text  # secrets are redacted
     assert slurm_jobs_named(launch_id) == []
 

@@ -116,8 +116,9 @@ def finish(rc: int) -> None:
     """
     if rc != 0:
         time.sleep(float_knob(knobs(), "teardown_s", 1.0))
-    RANK_DIR.mkdir(parents=True, exist_ok=True)
-    os.chmod(RANK_DIR, 0o1777)
+    if not RANK_DIR.is_dir():  # devcluster/up makes it; shared by every login user's jobs
+        RANK_DIR.mkdir(parents=True, exist_ok=True)
+        os.chmod(RANK_DIR, 0o1777)
     rank_file().write_text(str(rc))
     sys.exit(rc)
 
