@@ -136,11 +136,9 @@ class Poller:
             by_user.setdefault(launch.cluster_user, []).append(job_id)
         started = time.monotonic()
         profile = self.clusters.profile(cluster)
+        people = {user: profile.as_user(user) for user in by_user}
         results = await asyncio.gather(
-            *(
-                self._collect(profile.as_user(user), ids, launches, jobs)
-                for user, ids in by_user.items()
-            )
+            *(self._collect(people[user], ids, launches, jobs) for user, ids in by_user.items())
         )
         if not any(r is not None for r in results):
             return 0
@@ -155,7 +153,7 @@ class Poller:
                 if job_id not in launches or launches[job_id].cluster_user != user:
                     continue
                 with log_context(launch_id=launches[job_id].id, job_id=job_id):
-                    await self._apply(profile.as_user(user), launches[job_id], jobs[job_id], snap)
+                    await self._apply(people[user], launches[job_id], jobs[job_id], snap)
         for observer in self.observers:
             observer(cluster, time.monotonic() - started)
         return len(jobs)
