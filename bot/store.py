@@ -22,8 +22,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, HistoryEntry, Launch
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun
 from cluster.errors import TrainbotError
+from commands.budget import iso_week
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -49,6 +50,7 @@ def _fields(values: dict[str, str]) -> Any:
 
 
 DAY_S = 86400
+STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour estimate uses
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,8 @@ class Store:
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(key, self._record(launch))
                     self._index(pipe, launch)
+                    if was_active and not launch.active:
+                        self._ran(pipe, launch)
                     for event in events:
                         if event.kind == "enqueue":  # back to the workers (a retry)
                             due = float(event.data.get("due", 0) or 0)
@@ -429,6 +433,32 @@ class Store:
         ):
             pipe.zadd(index, {launch.id: launch.updated_at})
             pipe.zremrangebyscore(index, "-inf", oldest)
+
+    def _ran(self, pipe: Any, launch: Launch) -> None:
+        """A launch just ended (once: in the transaction that ended it): charge what it used
+        to its owner's ISO week on its cluster, and keep its step time for later estimates."""
+        now, keep_s = time.time(), self.retention.history_s
+        if launch.gpu_hours > 0:
+            usage = keys.usage(launch.cluster, iso_week(now))
+            pipe.hincrbyfloat(usage, launch.user_id, launch.gpu_hours)
+            pipe.expire(usage, keep_s)
+        step_time = launch.progress.median_step_time_s
+        if launch.recipe_key and step_time and launch.progress.total:
+            run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)
+            runs = keys.step_runs(launch.cluster, launch.recipe_key, launch.request.nodes)
+            pipe.lpush(runs, run.model_dump_json())
+            pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
+            pipe.expire(runs, keep_s)
+
+    async def usage(self, user_id: str, cluster: str, week: str) -> float:
+        """GPU-hours charged to ``user_id`` on ``cluster`` in ISO week ``week``."""
+        return float(await self.redis.hget(keys.usage(cluster, week), user_id) or 0.0)
+
+    async def step_runs(self, cluster: str, recipe: str, nodes: int) -> list[StepRun]:
+        """The newest finished runs of ``recipe`` on ``nodes`` nodes of ``cluster`` that
+        recorded step times, newest first."""
+        raw = await self.redis.lrange(keys.step_runs(cluster, recipe, nodes), 0, -1)
+        return [StepRun.model_validate_json(item) for item in raw]
 
     async def active_ids(self, user_id: str | None = None) -> list[str]:
         key = keys.user_active(user_id) if user_id else keys.ACTIVE
