@@ -179,6 +179,7 @@ class Core:
         groups = [rule.groups for rule in policy.rules]
         groups += [rule.groups for rule in policy.log_viewers]
         groups += [rule.groups for rule in policy.custom_images]
+        groups += [rule.groups for rule in policy.budgets]
         wanted = ({g for named in groups for g in named} | privileged) - {"*"}
         found = set()
         for group in wanted:
