@@ -133,7 +133,7 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
     log_path = attempt.tracking.log_path if attempt.tracking else ""
     if not log_path:
         return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
-    text = await clusters.tail(launch.cluster, log_path, lines)
+    text = await clusters.tail(launch, log_path, lines)
     if not text.strip():
         return Reply(f"The log of job {attempt.job_id} is empty so far (`{escape(log_path)}`).")
     count = len(text.splitlines())
@@ -176,7 +176,7 @@ def attach(clusters: Clusters, launch: Launch) -> Reply:
             f"Job {attempt.job_id or '(not submitted yet)'} is not ready to attach yet; "
             "the thread will say when."
         )
-    profile = clusters.profile(launch.cluster)
+    profile = clusters.profile_for(launch)  # the person's own user: their own key works
     login = profile.login
     command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
     text = (

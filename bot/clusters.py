@@ -60,6 +60,10 @@ class Clusters:
         except KeyError:
             raise ClusterError(f"unknown cluster {name!r}", cluster=name) from None
 
+    def profile_for(self, item: Launch) -> ClusterProfile:
+        """The launch's cluster as its person: logged in as their Unix user."""
+        return self.profile(item.cluster).as_user(item.cluster_user)
+
     def secrets(self, profile: ClusterProfile) -> tuple[dict[str, SecretStr], list[str]]:
         """The profile's ``{env: NAME}`` job secrets from the bot's environment, by job
         variable, and a note for each one that is unset (the launch goes on without it).
@@ -79,7 +83,7 @@ class Clusters:
         return values, notes
 
     def spec_for(self, item: Launch) -> Spec:
-        profile = self.profile(item.cluster)
+        profile = self.profile_for(item)
         req = item.request
         custom = is_custom_image(req.image, {*profile.images, *profile.images.values()})
         if custom and not item.image_secrets:  # policy.custom_images: no job secrets (env or file)
@@ -148,13 +152,14 @@ class Clusters:
         return await launch.submit(self.pool, launch.plan_launch(spec))
 
     async def find(self, item: Launch) -> list[jobs.FoundJob]:
-        return await jobs.find_jobs_for_launch(self.pool, self.profile(item.cluster), item.id)
+        return await jobs.find_jobs_for_launch(self.pool, self.profile_for(item), item.id)
 
-    async def cancel(self, cluster: str, job_ids: list[str]) -> None:
-        await jobs.cancel(self.pool, self.profile(cluster), job_ids)
+    async def cancel(self, item: Launch, job_ids: list[str]) -> None:
+        """``scancel`` as the launch's person: Slurm itself refuses anyone else's job."""
+        await jobs.cancel(self.pool, self.profile_for(item), job_ids)
 
-    async def tail(self, cluster: str, path: str, lines: int) -> str:
-        return await jobs.tail_log(self.pool, self.profile(cluster), path, lines=lines)
+    async def tail(self, item: Launch, path: str, lines: int) -> str:
+        return await jobs.tail_log(self.pool, self.profile_for(item), path, lines=lines)
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))

@@ -320,7 +320,7 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _resolve_local_paths(config: Config, base_dir: Path) -> Config:
-    """Key and known_hosts paths: ``~`` expanded, relative ones taken from ``base_dir``."""
+    """Key, CA key and known_hosts paths: ``~`` expanded, relative ones taken from ``base_dir``."""
 
     def local(value: Path | None) -> Path | None:
         if value is None:
@@ -335,6 +335,7 @@ def _resolve_local_paths(config: Config, base_dir: Path) -> Config:
                     update={
                         "key_file": local(profile.login.key_file),
                         "known_hosts_file": local(profile.login.known_hosts_file),
+                        "user_ca_key_file": local(profile.login.user_ca_key_file),
                     }
                 )
             }

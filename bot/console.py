@@ -99,6 +99,9 @@ class ConsoleFront:
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         return []
 
+    async def user_email(self, user_id: str) -> str | None:
+        return None  # the console has no profiles: config maps console names
+
     async def post_to_user(self, user: str, text: str) -> None:
         self._print(f"(to @{user}) {plain(text)}")
 

@@ -269,6 +269,7 @@ class Core:
         if not decision.allowed:
             return Reply(decision.reason, error=True)
         image_secrets = self.check_image(request, user)
+        cluster_user = await self.cluster_user(request.cluster, user)
         # Its thread goes where /train was typed: refuse now if no one could see it there.
         problem = await self.front.can_post(incoming.channel_id) if self.front else ""
         if problem:
@@ -301,6 +302,7 @@ class Core:
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )
         launch.image_secrets = image_secrets
+        launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
         limit = None if request.dry_run else decision.max_concurrent
@@ -341,6 +343,34 @@ class Core:
         )
         profile = self.clusters.profiles.get(launch.cluster)
         return Reply(render.queued_reply(launch, profile) + before)
+
+    async def cluster_user(self, cluster: str, user: User) -> str:
+        """The Unix user ``user``'s launches run as on ``cluster`` ("": the shared account);
+        a CommandError when the cluster's identity maps no one to them and refuses."""
+        identity = self.clusters.profile(cluster).identity
+        if identity is None:
+            return ""
+        email = None
+        if identity.from_email and user.id not in identity.users and self.front is not None:
+            try:
+                email = await self.front.user_email(user.id)
+            except Exception as exc:  # refused below, with the reason in the log
+                log.warning("could not read the profile email of %s: %s", user.id, exc)
+        name = identity.username_for(user.id, email)
+        if name is not None:
+            return name
+        if identity.unmapped == "shared":
+            return ""
+        how = (
+            "its configuration names none for you and your Slack profile's email gives none"
+            if identity.from_email
+            else "its configuration names none for you"
+        )
+        raise CommandError(
+            f"You have no user on {cluster}: trainbot runs each person's jobs there as their "
+            f"own Unix user, and {how} (Slack user {escape(user.id)}). Ask a trainbot admin to "
+            f"add you under clusters.{cluster}.identity.users."
+        )
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
         """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""
@@ -446,7 +476,7 @@ class Core:
             return Reply(f"{launch.id} has already ended ({render.status_label(launch)[1]}).")
         job_ids = [a.job_id for a in launch.attempts if a.job_id]
         if job_ids:
-            await self.clusters.cancel(launch.cluster, job_ids[-1:])
+            await self.clusters.cancel(launch, job_ids[-1:])
 
         def cancelled(stored: Launch) -> list[Event]:
             text = f"🚫 Cancelled by <@{user.id}>."
@@ -582,7 +612,7 @@ class Core:
     async def _cancel_and_confirm(self, launch: Launch, job_id: str) -> str:
         """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
         try:
-            await self.clusters.cancel(launch.cluster, [job_id])
+            await self.clusters.cancel(launch, [job_id])
             for _ in range(CANCEL_CONFIRM_TRIES):
                 jobs = {j.job_id: j for j in await self.clusters.find(launch)}
                 if job_id not in jobs or not jobs[job_id].active:

@@ -44,6 +44,14 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
         report.line(False, f"{name}: ssh {login.user}@{login.host}:{login.port}", str(exc))
         return
     report.line(True, f"{name}: ssh {login.user}@{login.host}:{login.port} (host key verified)")
+    for user in sorted(set(profile.identity.users.values()) if profile.identity else ()):
+        person = profile.as_user(user).login
+        try:
+            await clusters.pool.run(person, "true", timeout_s=20, cluster=name)
+        except TrainbotError as exc:
+            report.line(False, f"{name}: ssh {user}@{login.host} with a CA certificate", str(exc))
+            continue
+        report.line(True, f"{name}: ssh {user}@{login.host} with a CA certificate")
     listing = await discover_recipes(clusters.pool, profile)
     entries = [e for e in clusters.config.catalog.entries]
     missing = [

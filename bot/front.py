@@ -98,6 +98,10 @@ class Front(Protocol):
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]: ...
 
+    async def user_email(self, user_id: str) -> str | None:
+        """The email of the person's Slack profile (None: unknown)."""
+        ...
+
     async def post_to_user(self, user: str, text: str) -> None:
         """A direct message to ``user`` (about their launch, when its channel refuses the bot)."""
         ...

@@ -117,6 +117,7 @@ class Launch(BaseModel):
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
+    cluster_user: str = ""  # the Unix user the launch runs as ("": the shared login account)
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)

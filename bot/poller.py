@@ -17,6 +17,7 @@ nothing; one that stops gracefully gives its leases up at once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from bot.launches import Launch
 from bot.logs import log_context
 from bot.store import Event, Store
 from bot.tracking import apply_snapshot, tracked
-from cluster.collector import JobSnapshot, collect
+from cluster.collector import JobSnapshot, PollResult, collect
 from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
@@ -123,38 +124,61 @@ class Poller:
             return await self._poll(cluster)
 
     async def _poll(self, cluster: str) -> int:
-        profile = self.clusters.profile(cluster)
         if not await self.hold(cluster):
             return 0
         launches, jobs = await self._tracked(cluster)
         if not jobs:
             return 0
-        known = {job_id: launch.checkpoints for job_id, launch in launches.items()}
+        # Each person's jobs are read as that person (their files are theirs alone): one
+        # round trip per Unix user with tracked jobs, all at once.
+        by_user: dict[str, list[str]] = {}
+        for job_id, launch in launches.items():
+            by_user.setdefault(launch.cluster_user, []).append(job_id)
         started = time.monotonic()
-        try:
-            result = await collect(
-                self.clusters.pool,
-                profile.login,
-                list(jobs.values()),
-                known_checkpoints=known,
-                cluster=cluster,
+        profile = self.clusters.profile(cluster)
+        results = await asyncio.gather(
+            *(
+                self._collect(profile.as_user(user), ids, launches, jobs)
+                for user, ids in by_user.items()
             )
-        except ClusterError as exc:
-            log.warning("poll of %s failed: %s", cluster, exc)
+        )
+        if not any(r is not None for r in results):
             return 0
         self.polls += 1
         if not await self.hold(cluster):  # another poller took over while this one read
             log.warning("poller lease of %s lost during a poll; its results dropped", cluster)
             return 0
-        for job_id, snap in result.jobs.items():
-            launch = launches.get(job_id)
-            if launch is None:
+        for user, result in zip(by_user, results, strict=True):
+            if result is None:
                 continue
-            with log_context(launch_id=launch.id, job_id=job_id):
-                await self._apply(profile, launch, jobs[job_id], snap)
+            for job_id, snap in result.jobs.items():
+                if job_id not in launches or launches[job_id].cluster_user != user:
+                    continue
+                with log_context(launch_id=launches[job_id].id, job_id=job_id):
+                    await self._apply(profile.as_user(user), launches[job_id], jobs[job_id], snap)
         for observer in self.observers:
             observer(cluster, time.monotonic() - started)
         return len(jobs)
+
+    async def _collect(
+        self,
+        profile: ClusterProfile,
+        job_ids: list[str],
+        launches: dict[str, Launch],
+        jobs: dict[str, Tracking],
+    ) -> PollResult | None:
+        """One round trip for one Unix user's jobs (None when it failed)."""
+        try:
+            return await collect(
+                self.clusters.pool,
+                profile.login,
+                [jobs[j] for j in job_ids],
+                known_checkpoints={j: launches[j].checkpoints for j in job_ids},
+                cluster=profile.name,
+            )
+        except ClusterError as exc:
+            log.warning("poll of %s as %s failed: %s", profile.name, profile.login.user, exc)
+            return None
 
     async def _tracked(self, cluster: str) -> tuple[dict[str, Launch], dict[str, Tracking]]:
         """The launches ``cluster``'s jobs belong to, and the jobs, by job id."""

@@ -168,5 +168,8 @@ class RedactingFront:
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         return await self.inner.usergroup_members(usergroup_id)
 
+    async def user_email(self, user_id: str) -> str | None:
+        return await self.inner.user_email(user_id)
+
     def __getattr__(self, name: str) -> Any:  # front-specific extras (the console's lines)
         return getattr(self.inner, name)

@@ -56,6 +56,9 @@ class NoSlack:
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         raise RuntimeError("this process's role does not speak to Slack")
 
+    async def user_email(self, user_id: str) -> str | None:
+        raise RuntimeError("this process's role does not speak to Slack")
+
     async def post_to_user(self, user: str, text: str) -> None:
         raise RuntimeError("this process's role does not speak to Slack")
 

@@ -359,6 +359,11 @@ class SlackFront:
         data = await self._call("usergroups.users.list", call)
         return [str(user) for user in data.get("users", [])]
 
+    async def user_email(self, user_id: str) -> str | None:
+        data = await self._call("users.info", self.client.users_info(user=user_id))
+        email = (data.get("user") or {}).get("profile", {}).get("email")
+        return str(email) if email else None
+
 
 def _message_args(text: str, blocks: Blocks | None) -> dict[str, Any]:
     args: dict[str, Any] = {"text": cut_text(text, MESSAGE_TEXT_MAX)}

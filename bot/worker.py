@@ -245,8 +245,9 @@ class Worker:
             checks = "\n".join(
                 ("✓ " if c.ok else "✗ ") + escape(c.message) for c in dry.preflight.checks
             )
+            as_user = f", as {item.cluster_user}," if item.cluster_user else ""
             text = (
-                "Dry run: nothing was submitted. On the login node trainbot would run "
+                f"Dry run: nothing was submitted. On the login node{as_user} trainbot would run "
                 f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
                 f"{code_block(dry.script)}\nPre-flight:\n{checks}"
             )
@@ -355,9 +356,10 @@ class Worker:
             unit = "node" if stored.request.nodes == 1 else "nodes"
             how = "Found the job submitted before a restart" if adopted else "Submitted"
             where = f" Logs: `{escape(tracking.log_dir)}`" if tracking.log_dir else ""
+            as_user = f" as {stored.cluster_user}" if stored.cluster_user else ""
             text = (
                 f"{how}: Slurm job {job_id} on {stored.cluster}, partition {partition}, "
-                f"{stored.request.nodes} {unit}.{where}"
+                f"{stored.request.nodes} {unit}{as_user}.{where}"
             )
             if len(stored.attempts) > 1:
                 text += f" (attempt {len(stored.attempts)})"
@@ -369,7 +371,7 @@ class Worker:
             log.info("launch %s submitted as job %s", item.id, job_id)
             return
         try:
-            await self.clusters.cancel(item.cluster, [job_id])
+            await self.clusters.cancel(item, [job_id])
             text = f"Cancelled Slurm job {job_id}."
         except ClusterError as exc:
             text = (
@@ -391,7 +393,7 @@ class Worker:
             return False
         if not attempt.seed_tokenizer:
             return True
-        profile = self.clusters.profile(item.cluster)
+        profile = self.clusters.profile_for(item)  # the person's own cache
         try:
             result = await seed_tokenizer_cache(self.clusters.pool, profile)
         except ClusterError as exc:

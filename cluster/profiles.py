@@ -109,16 +109,64 @@ TYPE_DEFAULTS: dict[ClusterType, TypeDefaults] = {
 }
 
 
+CLUSTER_USER_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
+ClusterUser = Annotated[str, Field(pattern=CLUSTER_USER_PATTERN)]
+
+
 class LoginNode(BaseModel):
-    """How the bot reaches the cluster's login node over SSH."""
+    """How the bot reaches the cluster's login node over SSH.
+
+    ``user`` is the shared account. ``user_ca_key_file`` is the private key of an
+    SSH certificate authority the login node's sshd trusts (``TrustedUserCAKeys``):
+    with it, the bot logs in as a person (see :class:`Identity`) with a certificate
+    it signs for that one username, valid for ``cert_ttl_s``. A login with no
+    ``key_file`` uses such a certificate for ``user`` too.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
     port: int = Field(default=22, ge=1, le=65535)
-    user: str = Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
+    user: ClusterUser
     key_file: Path | None = None
     known_hosts_file: Path | None = None
+    user_ca_key_file: Path | None = None
+    cert_ttl_s: int = Field(default=300, ge=60, le=86400)
+
+    def as_user(self, user: str) -> LoginNode:
+        """The same login node, reached as ``user`` with a certificate (no key file)."""
+        if user == self.user:
+            return self
+        return self.model_copy(update={"user": user, "key_file": None})
+
+
+class Identity(BaseModel):
+    """Whose Unix user a launch runs as on this cluster.
+
+    ``users`` maps a Slack user id (or a console name) to a cluster username;
+    ``from_email`` also takes the local part of the person's Slack profile email
+    (``users.info``) when ``users`` has no entry. A person neither names is refused
+    (``unmapped: refuse``, the default) or runs as the shared login account
+    (``unmapped: shared``). Needs ``login.user_ca_key_file``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    users: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9._@-]{1,80}$")], ClusterUser] = Field(
+        default_factory=dict
+    )
+    from_email: bool = False
+    unmapped: Literal["refuse", "shared"] = "refuse"
+
+    def username_for(self, user_id: str, email: str | None = None) -> str | None:
+        """The cluster username for a person, or None when nothing maps them."""
+        if user_id in self.users:
+            return self.users[user_id]
+        if self.from_email and email and "@" in email:
+            local = email.split("@", 1)[0].lower()
+            if re.fullmatch(CLUSTER_USER_PATTERN, local):
+                return local
+        return None
 
 
 class EnvSecret(BaseModel):
@@ -220,6 +268,16 @@ class ClusterProfile(BaseModel):
     attach_url_template: Annotated[str | None, AfterValidator(_check_attach_template)] = None
     gpus_per_node: int = Field(default=0, ge=1, le=64)
     tokenizer_seed: TokenizerSeed | None = None
+    identity: Identity | None = None
+
+    @model_validator(mode="after")
+    def _identity_needs_ca(self) -> ClusterProfile:
+        if self.identity is not None and self.login.user_ca_key_file is None:
+            raise ValueError(
+                "identity needs login.user_ca_key_file: the CA key the bot signs "
+                "each person's short-lived SSH certificate with"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -246,6 +304,13 @@ class ClusterProfile(BaseModel):
             images.setdefault("nemo-rl", join_remote(recipes_dir, "nemo_rl", NEMO_RL_IMAGE))
             data["images"] = images
         return data
+
+    def as_user(self, user: str) -> ClusterProfile:
+        """This cluster as ``user`` sees it: logged in as them, ``~`` their home.
+        ``""`` (or the shared account's name) is the shared account."""
+        if not user or user == self.login.user:
+            return self
+        return self.model_copy(update={"login": self.login.as_user(user)})
 
     @property
     def machine(self) -> str:

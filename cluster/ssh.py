@@ -5,6 +5,12 @@ caps the channels open on it at once, reconnects with backoff when it drops,
 and puts a timeout on every command. Host keys are always checked against the
 profile's known_hosts file: an unknown or changed key is refused. asyncssh and
 OSError exceptions are translated here into :mod:`cluster.errors`.
+
+A login with no key file but a user CA key logs in with a certificate signed here
+for that one username (a fresh key pair, valid ``cert_ttl_s``, no forwarding and no
+pty): how the bot acts as a person. Such a connection is replaced once its
+certificate has expired; the old one is closed after the commands on it had time to
+finish.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ class LoginLike(Protocol):
     def key_file(self) -> Path | None: ...
     @property
     def known_hosts_file(self) -> Path | None: ...
+    @property
+    def user_ca_key_file(self) -> Path | None: ...
+    @property
+    def cert_ttl_s(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,9 @@ class PoolStats:
                 log.exception("ssh timing observer failed")
 
 
-_Key = tuple[str, int, str, str, str]
+_Key = tuple[str, int, str, str, str, str]
+CERT_SKEW_S = 60  # a certificate is valid from a minute ago: clocks differ a little
+RETIRE_GRACE_S = 300.0  # an expired connection's commands get this long to finish
 
 
 class _Link:
@@ -85,6 +97,7 @@ class _Link:
         self.channels = asyncio.Semaphore(max_channels)
         self.failures = 0
         self.retry_at = 0.0
+        self.expires_at = float("inf")  # when its certificate runs out (monotonic)
 
 
 class SSHPool:
@@ -110,6 +123,7 @@ class SSHPool:
         self.max_backoff_s = max_backoff_s
         self.stats = PoolStats()
         self._links: dict[_Key, _Link] = {}
+        self._retired: set[asyncssh.SSHClientConnection] = set()
 
     async def __aenter__(self) -> SSHPool:
         return self
@@ -125,10 +139,12 @@ class SSHPool:
     async def close(self) -> None:
         """Close every connection."""
         links, self._links = list(self._links.values()), {}
-        for link in links:
-            if link.conn is not None:
-                link.conn.close()
-                await link.conn.wait_closed()
+        conns = [link.conn for link in links if link.conn is not None]
+        conns += list(self._retired)
+        self._retired.clear()
+        for conn in conns:
+            conn.close()
+            await conn.wait_closed()
 
     async def run(
         self,
@@ -194,6 +210,7 @@ class SSHPool:
             login.user,
             str(login.key_file or ""),
             str(login.known_hosts_file or ""),
+            str(login.user_ca_key_file or ""),
         )
         if key not in self._links:
             self._links[key] = _Link(self.max_channels)
@@ -203,6 +220,19 @@ class SSHPool:
         if link.conn is not None:
             link.conn.close()
             link.conn = None
+
+    def _retire(self, link: _Link) -> None:
+        """Stop handing out an expired connection; close it once its commands had time."""
+        old, link.conn = link.conn, None
+        if old is None:
+            return
+        self._retired.add(old)
+
+        def close() -> None:
+            self._retired.discard(old)
+            old.close()
+
+        asyncio.get_running_loop().call_later(RETIRE_GRACE_S, close)
 
     async def _open(
         self, link: _Link, login: LoginLike, command: str, cluster: str, deadline: float
@@ -225,6 +255,8 @@ class SSHPool:
         self, link: _Link, login: LoginLike, cluster: str, deadline: float
     ) -> asyncssh.SSHClientConnection:
         async with link.lock:
+            if link.conn is not None and time.monotonic() >= link.expires_at:
+                self._retire(link)
             if link.conn is not None and not link.conn.is_closed():
                 return link.conn
             link.conn = None
@@ -236,7 +268,7 @@ class SSHPool:
                         break
                     await asyncio.sleep(wait_s)
                 try:
-                    link.conn = await self._connect(login, cluster)
+                    link.conn, link.expires_at = await self._connect(login, cluster)
                 except HostKeyMismatch:
                     raise
                 except ClusterUnreachable as exc:
@@ -253,7 +285,10 @@ class SSHPool:
                 return link.conn
             raise last or ClusterUnreachable("login node not reachable", cluster=cluster)
 
-    async def _connect(self, login: LoginLike, cluster: str) -> asyncssh.SSHClientConnection:
+    async def _connect(
+        self, login: LoginLike, cluster: str
+    ) -> tuple[asyncssh.SSHClientConnection, float]:
+        """A new connection, and when it must be replaced (monotonic; inf: never)."""
         where = f"{login.user}@{login.host}:{login.port}"
         known_hosts = login.known_hosts_file
         if known_hosts is None or not Path(known_hosts).is_file():
@@ -272,21 +307,56 @@ class SSHPool:
             "agent_path": None,
             "config": None,
         }
+        expires_at = float("inf")
         if login.key_file is not None:
             options["client_keys"] = [str(login.key_file)]
+        elif login.user_ca_key_file is not None:
+            options["client_keys"] = [user_certificate(login, cluster)]
+            expires_at = time.monotonic() + login.cert_ttl_s
         try:
-            return await asyncssh.connect(login.host, **options)
+            conn = await asyncssh.connect(login.host, **options)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise HostKeyMismatch(
                 f"host key of {where} is unknown or changed; not in {known_hosts} ({exc})",
                 cluster=cluster,
             ) from exc
         except asyncssh.PermissionDenied as exc:
+            how = "a certificate from trainbot's CA" if "client_keys" in options else "its key"
             raise ClusterUnreachable(
-                f"authentication refused by {where}: {exc}", cluster=cluster
+                f"authentication refused by {where} ({how}): {exc}", cluster=cluster
             ) from exc
         except (asyncssh.Error, OSError, TimeoutError) as exc:
             raise ClusterUnreachable(f"cannot connect to {where}: {exc}", cluster=cluster) from exc
+        return conn, expires_at
+
+
+def user_certificate(
+    login: LoginLike, cluster: str = ""
+) -> tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
+    """A fresh key pair and a certificate for it, signed by the login's user CA: valid
+    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding."""
+    assert login.user_ca_key_file is not None
+    try:
+        ca = asyncssh.read_private_key(str(login.user_ca_key_file))
+    except (OSError, asyncssh.KeyImportError) as exc:
+        raise ClusterUnreachable(
+            f"cannot read the user CA key {login.user_ca_key_file}: {exc}", cluster=cluster
+        ) from exc
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    now = time.time()
+    cert = ca.generate_user_certificate(
+        key,
+        f"trainbot:{login.user}",
+        principals=[login.user],
+        valid_after=int(now - CERT_SKEW_S),
+        valid_before=int(now + login.cert_ttl_s),
+        permit_x11_forwarding=False,
+        permit_agent_forwarding=False,
+        permit_port_forwarding=False,
+        permit_pty=False,
+        permit_user_rc=False,
+    )
+    return key, cert
 
 
 def _text(data: object) -> str:

@@ -4,6 +4,7 @@
 STATE=/var/lib/trainbot-devcluster
 CLUSTER_NAME=trainbot-dev
 LOGIN_PORT=2222
+PEOPLE="alice bob" # login users besides trainer, the bot's shared account
 SSHD_PID=/run/trainbot-devcluster-sshd.pid
 NEMO_VENV=/opt/trainbot-devcluster/nemo-run
 NEMO_RUN_VERSION=0.11.1

@@ -8,23 +8,32 @@ import subprocess
 from pathlib import Path
 
 DEV = Path(__file__).resolve().parents[1] / ".devcluster"
+SHARED = "trainer"  # the bot's shared account; the dev cluster's people are alice and bob
 
 
-def ssh_argv(*extra: str) -> list[str]:
-    """``ssh ... trainer@127.0.0.1``; ``extra`` options go before the destination."""
+def key_of(user: str) -> Path:
+    """The private key ``user`` logs in with: the bot's for the shared account, else their own."""
+    return DEV / "id_ed25519" if user == SHARED else DEV / "people" / user / "id_ed25519"
+
+
+def ssh_options(user: str = SHARED) -> list[str]:
+    """What a person adds to the ssh command trainbot gives them: their key, the host keys."""
     return [
-        "ssh", "-q", "-i", str(DEV / "id_ed25519"), "-p", "2222",
-        "-o", f"UserKnownHostsFile={DEV / 'known_hosts'}",
+        "-i", str(key_of(user)), "-o", f"UserKnownHostsFile={DEV / 'known_hosts'}",
         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-        *extra, "trainer@127.0.0.1",
     ]  # fmt: skip
 
 
+def ssh_argv(*extra: str, user: str = SHARED) -> list[str]:
+    """``ssh ... <user>@127.0.0.1``; ``extra`` options go before the destination."""
+    return ["ssh", "-q", "-p", "2222", *ssh_options(user), *extra, f"{user}@127.0.0.1"]
+
+
 def run(
-    command: str, *, stdin: str = "", timeout_s: float = 60
+    command: str, *, stdin: str = "", timeout_s: float = 60, user: str = SHARED
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in a login shell on the login node."""
+    """Run ``command`` in a login shell on the login node, as ``user`` with their own key."""
     return subprocess.run(
-        [*ssh_argv(), "bash -lc " + shlex.quote(command)],
+        [*ssh_argv(user=user), "bash -lc " + shlex.quote(command)],
         input=stdin, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip

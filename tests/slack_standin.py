@@ -35,7 +35,15 @@ SIGNING_SECRET = "standin-signing-secret"
 TEAM_ID = "T0STANDIN"
 BOT_USER_ID = "U0TRAINBOT"
 APP_ID = "A0TRAINBOT"
-BOT_SCOPES = ("commands", "chat:write", "files:write", "im:write", "usergroups:read")
+BOT_SCOPES = (
+    "commands",
+    "chat:write",
+    "files:write",
+    "im:write",
+    "usergroups:read",
+    "users:read",
+    "users:read.email",
+)
 _POSTING = ("chat.postMessage", "chat.update", "chat.postEphemeral")
 
 
@@ -63,6 +71,7 @@ class SlackStandin:
     bot_token: str = BOT_TOKEN
     app_token: str = APP_TOKEN
     usergroups: dict[str, list[str]] = field(default_factory=dict)
+    emails: dict[str, str] = field(default_factory=dict)  # user id -> profile email
     calls: list[Call] = field(default_factory=list)
     uploads: dict[str, bytes] = field(default_factory=dict)
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -268,6 +277,10 @@ class SlackStandin:
 
     def _m_usergroups_users_list(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"users": self.usergroups.get(str(p.get("usergroup")), [])}
+
+    def _m_users_info(self, p: dict[str, Any]) -> dict[str, Any]:
+        user = str(p.get("user"))
+        return {"user": {"id": user, "profile": {"email": self.emails.get(user, "")}}}
 
     def _m_apps_connections_open(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"url": f"ws://127.0.0.1:{self.port}/socket"}

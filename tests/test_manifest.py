@@ -24,6 +24,7 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations_open": {"im:write"},
     "conversations_info": {"channels:read", "groups:read"},
     "usergroups_users_list": {"usergroups:read"},
+    "users_info": {"users:read", "users:read.email"},  # the profile's email: identity.from_email
     "views_publish": set(),
     "auth_test": set(),
     "apps_connections_open": set(),  # the app-level token's connections:write

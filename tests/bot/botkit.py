@@ -37,9 +37,15 @@ def dev_config(
     cache_dir: str = "",
     webhook_url: str = "",
     approval_above_nodes: int | None = None,
+    people: dict[str, str] | None = None,
+    unmapped: str = "shared",
+    from_email: bool = False,
+    hf_token_file: str = "",
     **watch: float,
 ) -> Config:
-    """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced."""
+    """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced.
+    ``people`` maps users to Unix users (every cluster's ``identity``), ``hf_token_file``
+    makes HF_TOKEN come from that file on the login node."""
     path = DEV / "trainbot.yaml"
     if not path.is_file():
         pytest.skip("the dev cluster is not up: run devcluster/up first")
@@ -55,6 +61,19 @@ def dev_config(
     if webhook_url:
         hook = f"webhook: {{url: '{webhook_url}', routing_key: {{env: TRAINBOT_PAGERDUTY_KEY}}}}"
         text = text.replace("webhook: null", hook)
+    if people is not None or unmapped != "shared" or from_email:
+        users = ", ".join(f"{k}: {v}" for k, v in (people or {}).items())
+        text, count = re.subn(
+            r"(?m)^      users: \{\}\n      unmapped: shared$",
+            f"      users: {{{users}}}\n      unmapped: {unmapped}\n"
+            f"      from_email: {str(from_email).lower()}",
+            text,
+        )
+        assert count == len(re.findall(r"(?m)^  [a-z0-9]+:\n    type:", text)), "no identity"
+    if hf_token_file:
+        text = text.replace(
+            "HF_TOKEN: {env: TRAINBOT_HF_TOKEN}", f"HF_TOKEN: {{file: {hf_token_file}}}"
+        )
     for key, value in watch.items():
         text, count = re.subn(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text)
         assert count == 1, f"watch.{key} is not in the dev config (run devcluster/up again)"
@@ -79,24 +98,32 @@ async def open_test_store() -> AsyncIterator[Store]:
         yield store
 
 
-def login_run(command: str, *, check: bool = True, timeout_s: float = 60) -> str:
-    """Run a command on the dev cluster's login node (plain ssh, strict host keys)."""
-    proc = devlogin.run(command, timeout_s=timeout_s)
+def login_run(
+    command: str, *, check: bool = True, timeout_s: float = 60, user: str = devlogin.SHARED
+) -> str:
+    """Run a command on the dev cluster's login node (plain ssh, strict host keys), as
+    the shared account or as one of the dev cluster's people with their own key."""
+    proc = devlogin.run(command, timeout_s=timeout_s, user=user)
     if check and proc.returncode != 0:
         raise AssertionError(f"{command!r} exited {proc.returncode}: {proc.stderr}")
     return proc.stdout
 
 
 @asynccontextmanager
-async def knobs(tag: str, **values: object) -> AsyncIterator[None]:
-    """Stand-in knobs for every job whose Slurm name contains ``tag`` (the launch's name=)."""
+async def knobs(
+    tag: str, *, users: tuple[str, ...] = (devlogin.SHARED,), **values: object
+) -> AsyncIterator[None]:
+    """Stand-in knobs for every job whose Slurm name contains ``tag`` (the launch's name=),
+    in the home of each login user whose jobs should see them."""
     body = "".join(f"{k}={v}\\n" for k, v in values.items())
     path = f"~/devcluster-control/{tag}.env"
-    await asyncio.to_thread(login_run, f"printf '{body}' > {path}")
+    for user in users:
+        await asyncio.to_thread(login_run, f"printf '{body}' > {path}", user=user)
     try:
         yield
     finally:
-        await asyncio.to_thread(login_run, f"rm -f {path}", check=False)
+        for user in users:
+            await asyncio.to_thread(login_run, f"rm -f {path}", check=False, user=user)
 
 
 def sacct_rows(job_id: str, timeout_s: float = 30) -> list[dict[str, str]]:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from bot.config import Config
 from bot.http import SlackService, run_slack
 from bot.service import Bot, running
 from bot.slack_front import open_front
@@ -42,13 +43,13 @@ async def clean_redis() -> None:
 
 @asynccontextmanager
 async def slack_bot(
-    standin: SlackStandin, *, socket_mode: bool = False
+    standin: SlackStandin, *, socket_mode: bool = False, config: Config | None = None
 ) -> AsyncIterator[tuple[Bot, SlackService]]:
     """The whole bot as ``trainbot serve`` runs it, with Slack at the stand-in."""
     params = standin_params(standin, socket_mode=socket_mode)
     async with (
         open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
-        running(bot_settings(), dev_config(), front) as bot,
+        running(bot_settings(), config or dev_config(), front) as bot,
         run_slack(params, bot.core, health=bot.healthy, metrics=bot.metrics, front=front) as slack,
     ):
         yield bot, slack
@@ -139,3 +140,27 @@ async def test_rate_limited_slack_loses_no_message_and_keeps_order(
     assert kinds.index("Pre-flight") < kinds.index("Submitted:") < kinds.index("Running")
     assert texts[-1].startswith("✅ COMPLETED")
     assert len(texts) == len(set(texts))  # nothing posted twice
+
+
+async def test_the_slack_profile_email_names_the_persons_unix_user(
+    standin: SlackStandin, unique: str
+) -> None:
+    standin.emails["U0BOBBY"] = "Bob@example.com"  # the local part, lower-cased: bob
+    config = dev_config(unmapped="refuse", from_email=True)
+    text = f"sft llama3p1_8b cluster=a4 name={unique} dry_run=true"
+    async with slack_bot(standin, config=config) as (bot, slack):
+        url = f"http://127.0.0.1:{slack.http_port}/slack/events"
+        mapped = await post_signed(url, slash_command_body("/train", text, user_id="U0BOBBY"))
+        refused = await post_signed(url, slash_command_body("/train", text, user_id="U0NOMAIL"))
+        launch_id = LAUNCH_RE.search(mapped.json()["text"]).group(0)  # type: ignore[union-attr]
+        launch = await wait_for_launch(bot.store, launch_id)
+        await wait_delivered(bot.store)
+    assert launch.cluster_user == "bob" and launch.outcome == "DRY_RUN", launch.detail
+    asked = [c.params.get("user") for c in standin.calls_to("users.info")]
+    assert asked == ["U0BOBBY", "U0NOMAIL"]
+    dry = [t for t in thread_texts(standin, launch.parent_ts) if t.startswith("Dry run")]
+    assert dry and "On the login node, as bob, trainbot would run" in dry[0]
+    assert "✓ " in dry[0] and "✗" not in dry[0], dry[0]  # bob's recipes and image, as bob
+    message = refused.json()["text"]
+    assert message.startswith(":warning: You have no user on a4"), message
+    assert "your Slack profile's email gives none" in message

@@ -215,6 +215,21 @@ clusters:
             "max_nodes: 4\nalerts: {webhook: {url: x, routing_key: {file: ~/k}}}",
             "trainbot.yaml: alerts.webhook.url: must match",
         ),
+        (
+            "max_nodes: 4",
+            "max_nodes: 4\n    identity: {users: {U1: alice}}",
+            "trainbot.yaml: clusters.a4: identity needs login.user_ca_key_file",
+        ),
+        (
+            "max_nodes: 4",
+            "max_nodes: 4\n    identity: {users: {U1: Alice}}",
+            "trainbot.yaml: clusters.a4.identity.users.U1: must match ^[a-z_]",
+        ),
+        (
+            "max_nodes: 4",
+            "max_nodes: 4\n    identity: {unmapped: maybe}",
+            "trainbot.yaml: clusters.a4.identity.unmapped: must be one of 'refuse' or 'shared'",
+        ),
         ("  a4:", "  A4:", "trainbot.yaml: clusters.A4: 'A4' is not a valid name"),
         ("clusters:", "clusters: {}\nx:", "trainbot.yaml: clusters: must not be empty"),
         ("type: hcc-a4", "type: [", "trainbot.yaml: line 6, column 5: not valid YAML"),

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from cluster.profiles import (
     ClusterProfile,
+    Identity,
     TokenizerSeed,
     check_remote_path,
     slurm_time_seconds,
@@ -167,3 +168,33 @@ def test_tokenizer_seed_is_optional_paths_or_urls() -> None:
 def test_bad_tokenizer_seeds(seed: dict[str, str], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         profile(tokenizer_seed=seed)
+
+
+def test_identity_maps_listed_people_then_email_local_parts() -> None:
+    identity = Identity(users={"U0A": "alice", "carol": "carol"}, from_email=True)
+    assert identity.username_for("U0A") == "alice"
+    assert identity.username_for("U0A", "someone.else@example.com") == "alice"  # listed wins
+    assert identity.username_for("carol") == "carol"  # a console name
+    assert identity.username_for("U0B", "Bob@example.com") == "bob"
+    assert identity.username_for("U0B") is None  # no email, no mapping
+    assert identity.username_for("U0B", "not an email") is None
+    assert identity.username_for("U0B", "r;m -rf@example.com") is None  # not a username
+    assert identity.unmapped == "refuse"  # the default
+    assert Identity(users={"U0A": "alice"}).username_for("U0B", "bob@example.com") is None
+
+
+def test_a_person_sees_the_cluster_as_their_own_user() -> None:
+    shared = profile(
+        login={
+            "host": "127.0.0.1",
+            "user": "trainer",
+            "key_file": "/k",
+            "user_ca_key_file": "/ca",
+        },
+        identity={"users": {"U0A": "alice"}},
+    )
+    alice = shared.as_user("alice")
+    assert (alice.login.user, alice.login.key_file) == ("alice", None)  # a certificate, no key
+    assert alice.login.user_ca_key_file == shared.login.user_ca_key_file
+    assert alice.recipes_dir == "~/vertex-oss-training"  # ~ is now alice's home
+    assert shared.as_user("") is shared and shared.as_user("trainer") is shared

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import asyncssh
@@ -19,7 +21,7 @@ from cluster.errors import (
     SlurmCommandFailed,
 )
 from cluster.profiles import ClusterProfile
-from cluster.ssh import SSHPool
+from cluster.ssh import CERT_SKEW_S, SSHPool, user_certificate
 from tests.conftest import SSHD_CONFIG, SSHD_PID
 
 pytestmark = pytest.mark.devcluster
@@ -149,3 +151,70 @@ async def test_pool_reconnects_after_sshd_restart(dev_profile: ClusterProfile) -
         result = await pool.run(login, "echo back", timeout_s=20)
         assert result.stdout == "back\n"
         assert pool.stats.connects == 2
+
+
+async def test_a_person_logs_in_with_a_short_lived_certificate(
+    pool: SSHPool, dev_profile: ClusterProfile, tmp_path: Path
+) -> None:
+    alice = dev_profile.as_user("alice").login
+    assert alice.key_file is None and alice.user_ca_key_file == dev_profile.login.user_ca_key_file
+    key, cert = user_certificate(alice)
+    cert.write_certificate(str(tmp_path / "alice-cert.pub"))
+    listing = subprocess.run(
+        ["ssh-keygen", "-L", "-f", str(tmp_path / "alice-cert.pub")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout  # as an admin reads it
+    principals = re.search(r"Principals:\s*\n\s*(\S+)\s*\n\s*Critical", listing)
+    assert principals is not None and principals.group(1) == "alice", listing
+    assert 'Key ID: "trainbot:alice"' in listing
+    assert re.search(r"Extensions: \(none\)", listing), listing  # no pty, no forwarding
+    valid = re.search(r"Valid: from (\S+) to (\S+)", listing)
+    assert valid is not None
+    start, end = (datetime.fromisoformat(t) for t in valid.groups())
+    assert (end - start).total_seconds() == alice.cert_ttl_s + CERT_SKEW_S
+    result = await pool.run(alice, "id -un; echo ~", timeout_s=20)
+    assert result.stdout.split() == ["alice", "/home/alice"]
+    # A certificate for alice does not open bob's account.
+    with pytest.raises(asyncssh.PermissionDenied):
+        await asyncssh.connect(
+            alice.host,
+            port=alice.port,
+            username="bob",
+            known_hosts=str(alice.known_hosts_file),
+            client_keys=[(key, cert)],
+            agent_path=None,
+            config=None,
+        )
+
+
+async def test_an_expired_certificates_connection_is_replaced(
+    dev_profile: ClusterProfile,
+) -> None:
+    alice = dev_profile.as_user("alice").login
+    async with SSHPool() as pool:
+        await pool.run(alice, "true", timeout_s=20)
+        link = pool._link(alice)
+        first = link.conn
+        assert pool.stats.connects == 1 and link.expires_at < float("inf")
+        link.expires_at = time.monotonic() - 1  # the certificate has run out
+        await pool.run(alice, "true", timeout_s=20)
+        assert pool.stats.connects == 2 and link.conn is not first
+        assert first is not None and not first.is_closed()  # its commands may finish
+        assert first in pool._retired
+    assert first.is_closed()  # closing the pool closes the retired connection too
+
+
+async def test_without_the_ca_key_the_person_is_refused_clearly(
+    dev_profile: ClusterProfile, tmp_path: Path
+) -> None:
+    other_ca = tmp_path / "ca"
+    other_ca.write_bytes(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
+    untrusted = dev_profile.as_user("alice").login.model_copy(update={"user_ca_key_file": other_ca})
+    missing = untrusted.model_copy(update={"user_ca_key_file": tmp_path / "nowhere"})
+    async with SSHPool(connect_attempts=1) as pool:
+        with pytest.raises(ClusterUnreachable, match="certificate from trainbot's CA"):
+            await pool.run(untrusted, "true", timeout_s=10)
+        with pytest.raises(ClusterUnreachable, match="cannot read the user CA key"):
+            await pool.run(missing, "true", timeout_s=10)
