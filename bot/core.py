@@ -290,6 +290,7 @@ class Core:
             request,
             user,
             account=account,
+            cluster_user=cluster_user,
             timeout_s=self.start_estimate_timeout_s,
         )
         before = "\n" + "\n".join(escape(line) for line in appraisal.lines())

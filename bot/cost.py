@@ -111,7 +111,7 @@ def start_text(estimate: StartEstimate | None, problem: str = "") -> str:
     words = wait_words(estimate)
     if words == "now":
         return f"Expected start: now{where}, if submitted now (Slurm's estimate)."
-    at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(estimate.start))
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(estimate.start))
     return f"Expected start: {words} (at {at}){where}, Slurm's estimate."
 
 
@@ -152,11 +152,12 @@ async def appraise(
     user: User,
     *,
     account: str | None,
+    cluster_user: str = "",
     timeout_s: float = START_ESTIMATE_TIMEOUT_S,
 ) -> Appraisal:
-    """Start estimate (one SSH round trip, at most ``timeout_s``), GPU-hour estimate and
-    budget check for ``request`` by ``user``."""
-    profile = clusters.profile(request.cluster)
+    """Start estimate (one SSH round trip as the person's Unix user, ``cluster_user``,
+    at most ``timeout_s``), GPU-hour estimate and budget check for ``request`` by ``user``."""
+    profile = clusters.profile(request.cluster).as_user(cluster_user)
     asking = asyncio.create_task(
         start_estimate(
             clusters.pool,
