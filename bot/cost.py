@@ -141,6 +141,8 @@ class Appraisal:
                 f"{self.budget_total:,.1f} GPU-hours left this week ({self.week}) "
                 "with this launch counted."
             )
+            if self.budget.allowed and self.left_after < 0:
+                lines.append(self.budget.reason)  # an admin's over_budget=true
         return lines
 
 
@@ -196,7 +198,7 @@ async def appraise(
     except CommandTimeout:
         start = start_text(None, f"Slurm did not answer within {timeout_s:g} s")
     except ClusterError as exc:
-        start = start_text(None, f"{type(exc).__name__}: {exc}")
+        start = start_text(None, str(exc))
     return Appraisal(
         start=start,
         cost=cost,

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from bot.clusters import Clusters
+from bot.config import load_config
+from bot.core import Core
 from bot.cost import estimate_cost, start_text
+from bot.front import Incoming
 from bot.launches import Attempt, Launch, Phase, StepRun
+from bot.settings import Settings
 from bot.store import Event
 from bot.tracking import used_gpu_hours
 from cluster.profiles import ClusterProfile
 from cluster.slurm import StartEstimate
+from cluster.ssh import SSHPool
 from commands.budget import iso_week
+from commands.policy import BudgetRule
 from commands.requests import InteractiveRequest, TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
 PROFILE = ClusterProfile(
     name="a4",
     type="hcc-a4",
@@ -106,3 +115,58 @@ async def test_a_finished_launch_is_charged_once_and_its_step_time_kept() -> Non
         (run,) = await store.step_runs("a4", "sft:llama3p1_8b:nemo", 2)
         assert (run.step_time_s, run.steps) == (2.2, 200)
         assert await store.step_runs("a4", "sft:llama3p1_8b:nemo", 4) == []
+
+
+async def test_train_answers_with_estimates_and_only_admins_may_go_over_budget() -> None:
+    """The example config's clusters are not reachable from here: the start estimate is
+    unavailable, said so, and the answer still comes, with the GPU-hours and the budget."""
+    await flush_test_redis()
+    config = load_config(EXAMPLE)  # admins: U0ADMIN; a4's time limit 4 h
+    rule = BudgetRule(users=("*",), clusters=("a4",), gpu_hours_per_week=40)
+    shared = {  # everyone on the shared login account (who runs as whom is not the point)
+        name: profile.model_copy(update={"identity": None})
+        for name, profile in config.clusters.items()
+    }
+    config = config.model_copy(
+        update={
+            "policy": config.policy.model_copy(update={"budgets": (rule,)}),
+            "clusters": shared,
+        }
+    )
+    async with open_test_store() as store, SSHPool(connect_timeout_s=1.0) as pool:
+        core = Core(
+            store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
+        )
+
+        async def train(user: str, text: str) -> tuple[bool, str]:
+            reply = await core(Incoming(user_id=user, channel_id="C1", command="/train", text=text))
+            return reply.error, reply.text
+
+        started = time.monotonic()
+        error, text = await train("U0ALICE", "sft llama3p1_8b cluster=a4 nodes=1")
+        assert time.monotonic() - started < 5.0
+        assert not error, text
+        lines = text.splitlines()
+        assert lines[0].startswith("Queued L-")
+        assert lines[1].startswith("Expected start: start estimate unavailable ("), lines[1]
+        assert lines[2].startswith("Estimated use: about 32.0 GPU-hours (at most: the whole 4 h")
+        assert lines[3].startswith("Budget on a4: 8.0 of 40.0 GPU-hours left this week (")
+
+        error, text = await train("U0ALICE", "sft llama3p1_8b cluster=a4 nodes=1")
+        assert error and text.startswith(
+            "This launch needs about 32.0 GPU-hours, but only 8.0 GPU-hours of your 40.0 "
+            "GPU-hours weekly budget on a4 are left (0.0 GPU-hours used and 32.0 GPU-hours "
+            "held by active launches this week"
+        ), text
+        dry = "sft llama3p1_8b cluster=a4 nodes=1 dry_run=true"
+        error, text = await train("U0ALICE", dry)
+        assert not error and "A real launch would be refused: This launch needs" in text, text
+        error, text = await train("U0ALICE", "sft llama3p1_8b cluster=a4 over_budget=true")
+        assert error and text.startswith("over_budget=true is for trainbot admins only"), text
+
+        error, text = await train("U0ADMIN", "sft llama3p1_8b cluster=a4 nodes=2 over_budget=true")
+        assert not error and text.startswith("Queued L-"), text
+        assert "Over your budget on a4 (40.0 GPU-hours left, this needs 64.0 GPU-hours); " in text
+        assert "allowed by over_budget=true" in text
+        error, text = await train("U0ADMIN", "sft llama3p1_8b cluster=a3m nodes=1")
+        assert not error and "Budget on" not in text, text  # no budget rule covers a3m
