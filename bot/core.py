@@ -33,7 +33,7 @@ from bot.slack_text import (
     ACTION_USE_PARTITION,
     escape,
 )
-from bot.store import Event, Store
+from bot.store import BudgetGuard, Event, OverBudget, Store
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, TrainbotError
 from commands.access import (
@@ -307,10 +307,26 @@ class Core:
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
         limit = None if request.dry_run else decision.max_concurrent
-        full = (
-            f"You already have {limit} active launch{'es' if limit != 1 else ''} "
-            f"(your limit is {limit}). Wait for one to finish or /cancel one."
+        guard = (
+            BudgetGuard(request.cluster, appraisal.week, appraisal.budget_total)
+            if budget is not None and not request.dry_run and not request.over_budget
+            else None
         )
+
+        async def create(events: list[Event], *, enqueue: bool = True) -> str:
+            """Store the launch, within the limits; "" or why not (nothing written then)."""
+            try:
+                if await self.store.create(
+                    launch, events, enqueue=enqueue, max_active=limit, budget=guard
+                ):
+                    return ""
+            except OverBudget as exc:  # another launch took the room since the check above
+                return escape(appraisal.refusal(exc.charged, exc.held)) + before
+            return (
+                f"You already have {limit} active launch{'es' if limit != 1 else ''} "
+                f"(your limit is {limit}). Wait for one to finish or /cancel one."
+            )
+
         if decision.needs_approval:
             launch.phase = Phase.AWAITING_APPROVAL
             ask = (
@@ -322,19 +338,17 @@ class Core:
                 Event("parent", launch.id),
                 Event("thread", launch.id, ask, data={"buttons": ["approve", "reject"]}),
             ]
-            if not await self.store.create(launch, events, enqueue=False, max_active=limit):
-                return Reply(full, error=True)
+            if refused := await create(events, enqueue=False):
+                return Reply(refused, error=True)
             return Reply(
                 f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
                 f"asked in its thread.{before}"
             )
         queued = f"Queued by <@{user.id}>: {render.request_text(launch)}"
-        if not await self.store.create(
-            launch,
-            [Event("parent", launch.id), Event("thread", launch.id, queued)],
-            max_active=limit,
+        if refused := await create(
+            [Event("parent", launch.id), Event("thread", launch.id, queued)]
         ):
-            return Reply(full, error=True)
+            return Reply(refused, error=True)
         log.info(
             "launch %s queued by %s: %s",
             launch.id,

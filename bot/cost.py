@@ -127,6 +127,18 @@ class Appraisal:
     week: str = ""
     cluster: str = ""
 
+    def refusal(self, charged: float, held: float) -> str:
+        """Why the launch does not fit the budget after all, with ``charged`` and ``held``
+        as the store found them when it wrote (another launch may have come first)."""
+        return check_budget(
+            budget=self.budget_total,
+            charged=charged,
+            active=held,
+            estimate=self.cost.gpu_hours,
+            cluster=self.cluster,
+            override=False,
+        ).reason
+
     def lines(self) -> list[str]:
         cost = self.cost
         used = (
@@ -179,8 +191,7 @@ async def appraise(
         decision, left, week = None, None, ""
         if budget is not None:
             week = iso_week(time.time())
-            charged = await store.usage(user.id, request.cluster, week)
-            active = await _active_estimates(store, user.id, request.cluster)
+            charged, active = await store.budget_use(user.id, request.cluster, week)
             decision = check_budget(
                 budget=budget,
                 charged=charged,
@@ -208,13 +219,3 @@ async def appraise(
         week=week,
         cluster=request.cluster,
     )
-
-
-async def _active_estimates(store: Store, user_id: str, cluster: str) -> float:
-    """The estimates of ``user_id``'s active launches on ``cluster``: held until they end."""
-    total = 0.0
-    for launch_id in await store.active_ids(user_id):
-        launch = await store.get(launch_id)
-        if launch is not None and launch.active and launch.cluster == cluster:
-            total += launch.estimate_gpu_hours or 0.0
-    return total

@@ -95,6 +95,23 @@ class StoreError(TrainbotError):
     """Redis is unreachable or answered with an error."""
 
 
+@dataclass(frozen=True)
+class BudgetGuard:
+    """A weekly GPU-hour budget a new launch must fit (see :mod:`commands.budget`)."""
+
+    cluster: str
+    week: str  # ISO week, e.g. 2026-W49
+    limit: float
+
+
+class OverBudget(Exception):
+    """The new launch did not fit its owner's budget; what was used and held when checked."""
+
+    def __init__(self, charged: float, held: float) -> None:
+        super().__init__(f"over budget: {charged:g} GPU-hours charged, {held:g} held")
+        self.charged, self.held = charged, held
+
+
 EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "enqueue"]
 """What an :class:`Event` asks for:
 
@@ -316,6 +333,7 @@ class Store:
         *,
         enqueue: bool = True,
         max_active: int | None = None,
+        budget: BudgetGuard | None = None,
     ) -> bool:
         """Store a new launch, queue it for a worker and write its first messages.
 
@@ -323,16 +341,27 @@ class Store:
         count and the write are one transaction (WATCH on the owner's active set),
         so simultaneous requests, from any number of bot processes, cannot both
         pass the limit. False when the limit was reached and nothing was written.
+        With ``budget``, likewise only while the launch's estimate fits what is left
+        of its owner's week there (WATCH on the usage too); OverBudget when not.
         """
         active_key = keys.user_active(launch.user_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
+                    if max_active is not None or budget is not None:
+                        usage = [keys.usage(budget.cluster, budget.week)] if budget else []
+                        await pipe.watch(active_key, *usage)
                     if max_active is not None:
-                        await pipe.watch(active_key)
                         if int(await pipe.scard(active_key)) >= max_active:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             return False
+                    if budget is not None:
+                        charged, held = await self._budget_use(
+                            pipe, launch.user_id, budget.cluster, budget.week
+                        )
+                        if charged + held + (launch.estimate_gpu_hours or 0.0) > budget.limit:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            raise OverBudget(charged, held)
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(keys.launch(launch.id), self._record(launch), nx=True)
                     self._index(pipe, launch)
@@ -453,6 +482,25 @@ class Store:
     async def usage(self, user_id: str, cluster: str, week: str) -> float:
         """GPU-hours charged to ``user_id`` on ``cluster`` in ISO week ``week``."""
         return float(await self.redis.hget(keys.usage(cluster, week), user_id) or 0.0)
+
+    async def budget_use(self, user_id: str, cluster: str, week: str) -> tuple[float, float]:
+        """(charged, held): GPU-hours ``user_id`` was charged on ``cluster`` in ``week``, and
+        the estimates of their launches there still active."""
+        return await self._budget_use(self.redis, user_id, cluster, week)
+
+    @staticmethod
+    async def _budget_use(
+        client: Any, user_id: str, cluster: str, week: str
+    ) -> tuple[float, float]:
+        charged = float(await client.hget(keys.usage(cluster, week), user_id) or 0.0)
+        ids = sorted(str(i) for i in await client.smembers(keys.user_active(user_id)))
+        held = 0.0
+        for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
+            if raw:
+                other = Launch.model_validate_json(raw)
+                if other.active and other.cluster == cluster:
+                    held += other.estimate_gpu_hours or 0.0
+        return charged, held
 
     async def step_runs(self, cluster: str, recipe: str, nodes: int) -> list[StepRun]:
         """The newest finished runs of ``recipe`` on ``nodes`` nodes of ``cluster`` that

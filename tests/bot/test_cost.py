@@ -14,7 +14,7 @@ from bot.cost import estimate_cost, start_text
 from bot.front import Incoming
 from bot.launches import Attempt, Launch, Phase, StepRun
 from bot.settings import Settings
-from bot.store import Event
+from bot.store import BudgetGuard, Event, OverBudget, Store
 from bot.tracking import used_gpu_hours
 from cluster.profiles import ClusterProfile
 from cluster.slurm import StartEstimate
@@ -170,3 +170,46 @@ async def test_train_answers_with_estimates_and_only_admins_may_go_over_budget()
         assert "allowed by over_budget=true" in text
         error, text = await train("U0ADMIN", "sft llama3p1_8b cluster=a3m nodes=1")
         assert not error and "Budget on" not in text, text  # no budget rule covers a3m
+
+
+async def test_create_holds_to_the_budget_across_connections() -> None:
+    """Two stores (two bot processes) creating at once: estimates past the budget are
+    refused, with what was charged and held when it was checked; other clusters and the
+    charge of a launch that ended count as they should."""
+    import asyncio
+
+    await flush_test_redis()
+    week = iso_week(time.time())
+    guard = BudgetGuard(cluster="a4", week=week, limit=50.0)
+    async with open_test_store() as one, open_test_store() as two:
+        done = Launch(request=sft(), user_id="U1", channel="C1", estimate_gpu_hours=4)
+        await one.create(done, [], enqueue=False)
+
+        def finish(stored: Launch) -> list[Event]:
+            stored.phase, stored.outcome, stored.gpu_hours = Phase.DONE, "COMPLETED", 6.0
+            return []
+
+        await one.mutate(done.id, finish)  # charged 6: 44 left
+        elsewhere = InteractiveRequest(cluster="a3m", time="10:00:00")
+        other = Launch(request=elsewhere, user_id="U1", channel="C1", estimate_gpu_hours=80)
+        await one.create(other, [], enqueue=False)  # on a3m: not held against a4
+        items = [
+            Launch(request=sft(), user_id="U1", channel="C1", estimate_gpu_hours=10)
+            for _ in range(8)
+        ]
+
+        async def make(store: Store, item: Launch) -> str:
+            try:
+                made = await store.create(item, [], enqueue=False, budget=guard)
+            except OverBudget as exc:
+                assert exc.charged == pytest.approx(6.0) and exc.held == pytest.approx(40.0)
+                return "over"
+            return "made" if made else "full"
+
+        made = await asyncio.gather(
+            *(make(one if i % 2 else two, item) for i, item in enumerate(items))
+        )
+        assert made.count("made") == 4 and made.count("over") == 4  # 6 + 4 x 10 <= 50
+        charged, held = await one.budget_use("U1", "a4", week)
+        assert charged == pytest.approx(6.0) and held == pytest.approx(40.0)
+        assert [await one.get(item.id) is not None for item in items] == [m == "made" for m in made]
