@@ -57,6 +57,7 @@ def estimate_cost(
 ) -> CostEstimate:
     """GPU-hours for ``request`` from earlier ``runs`` (newest first), else its time limit."""
     gpus = request.nodes * profile.gpus_per_node
+    size = f"{request.nodes} node{'s' if request.nodes != 1 else ''} × {profile.name}"
     limit = request.time or profile.time_limit
     limit_h = slurm_time_seconds(limit) / 3600 if limit else None
     steps = requested_steps(request) if isinstance(request, TrainRequest) else None
@@ -69,7 +70,7 @@ def estimate_cost(
         earlier = "run" if len(timed) == 1 else f"{len(timed)} runs"
         basis = (
             f"{steps:,} steps × {step_s:.3g} s/step, the median of the last {earlier} of "
-            f"{request.workload} {request.model} on {request.nodes} × {profile.name}"
+            f"{request.workload} {request.model} on {size}"
         )
         if limit_h is not None and hours > limit_h:
             hours = limit_h
@@ -79,8 +80,7 @@ def estimate_cost(
         why = (
             "an interactive allocation"
             if isinstance(request, InteractiveRequest)
-            else f"no earlier run of {request.workload} {request.model} on "
-            f"{request.nodes} × {profile.name} to go by"
+            else f"no earlier run of {request.workload} {request.model} on {size} to go by"
         )
         return CostEstimate(
             limit_h * gpus,

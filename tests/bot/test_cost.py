@@ -62,7 +62,8 @@ def test_without_history_the_time_limit_is_the_estimate() -> None:
     cost = estimate_cost(sft(nodes=1), PROFILE, [])
     assert cost.gpu_hours == pytest.approx(4 * 8)
     assert cost.basis == (
-        "at most: the whole 4 h time limit; no earlier run of sft llama3p1_8b on 1 × a4 to go by"
+        "at most: the whole 4 h time limit; "
+        "no earlier run of sft llama3p1_8b on 1 node × a4 to go by"
     )
     interactive = estimate_cost(InteractiveRequest(cluster="a4", time="01:00:00"), PROFILE, [])
     assert interactive.gpu_hours == pytest.approx(8) and "interactive" in interactive.basis
