@@ -127,10 +127,18 @@ async def test_train_answer_and_clusters_give_slurms_start_estimate_on_a_full_cl
 
 
 def budget_config(gpu_hours: float) -> Config:
+    """The dev config with a weekly budget on a4 for everyone, and a4's profile claiming 4
+    GPUs per node: the stand-in's jobs still get all 8 (run.py asks by cluster type), so a
+    charge that came from the profile rather than from Slurm's accounting would be half."""
     config = dev_config()
     rule = BudgetRule(users=("*",), clusters=("a4",), gpu_hours_per_week=gpu_hours)
+    clusters = dict(config.clusters)
+    clusters["a4"] = clusters["a4"].model_copy(update={"gpus_per_node": 4})
     return config.model_copy(
-        update={"policy": config.policy.model_copy(update={"budgets": (rule,)})}
+        update={
+            "policy": config.policy.model_copy(update={"budgets": (rule,)}),
+            "clusters": clusters,
+        }
     )
 
 
@@ -158,17 +166,17 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
     train = f"/train sft llama3p1_8b cluster=a4 name={unique}"
     async with (
         knobs(unique, **FAST),
-        running(bot_settings(), budget_config(10.0), front) as bot,
+        running(bot_settings(), budget_config(5.0), front) as bot,
     ):
         bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
-        # 2 nodes x 8 GPUs x the 1 h limit = 16 GPU-hours: more than the 10 a week.
+        # 2 nodes x 4 GPUs (as a4's profile says) x the 1 h limit = 8 GPU-hours: over 5.
         big = await handle_line(f"{train} nodes=2", bot.core, front, user="alice")
         assert big is not None and big.error, big
         assert big.text.startswith(
-            "This launch needs about 16.0 GPU-hours, but only 10.0 GPU-hours of your "
-            "10.0 GPU-hours weekly budget on a4 are left"
+            "This launch needs about 8.0 GPU-hours, but only 5.0 GPU-hours of your "
+            "5.0 GPU-hours weekly budget on a4 are left"
         ), big.text
-        assert "Expected start: " in big.text and "Estimated use: about 16.0" in big.text
+        assert "Expected start: " in big.text and "Estimated use: about 8.0" in big.text
         assert await bot.store.active_count("alice") == 0
         forced = await handle_line(
             f"{train} nodes=2 over_budget=true", bot.core, front, user="alice"
@@ -176,13 +184,13 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         assert forced is not None and forced.error
         assert forced.text.startswith("over_budget=true is for trainbot admins only")
 
-        # 8 GPU-hours fit; while it runs it holds those 8, so a second one does not fit.
+        # 4 GPU-hours fit; while it runs it holds those 4, so a second one does not fit.
         first = await handle_line(f"{train} nodes=1", bot.core, front, user="alice")
         assert first is not None and not first.error, first
-        assert "Budget on a4: 2.0 of 10.0 GPU-hours left this week" in first.text, first.text
+        assert "Budget on a4: 1.0 of 5.0 GPU-hours left this week" in first.text, first.text
         second = await handle_line(f"{train} nodes=1", bot.core, front, user="alice")
         assert second is not None and second.error, second
-        assert "8.0 GPU-hours held by active launches" in second.text, second.text
+        assert "4.0 GPU-hours held by active launches" in second.text, second.text
 
         launch_id = LAUNCH_RE.search(first.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
@@ -199,7 +207,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         assert "4 steps × " in again.text and "the median of the last run of sft" in again.text
         dry = await bot.store.get(LAUNCH_RE.search(again.text).group(0))  # type: ignore[union-attr]
         assert dry is not None and dry.estimate_gpu_hours is not None
-        assert dry.estimate_gpu_hours < 1.0  # 4 short steps, not the 8 of the time limit
-        left = 10.0 - charged - dry.estimate_gpu_hours
-        assert f"Budget on a4: {left:,.1f} of 10.0 GPU-hours left" in again.text, again.text
+        assert dry.estimate_gpu_hours < 1.0  # 4 short steps, not the 4 of the time limit
+        left = 5.0 - charged - dry.estimate_gpu_hours
+        assert f"Budget on a4: {left:,.1f} of 5.0 GPU-hours left" in again.text, again.text
     assert slurm_jobs_named(unique) == [launch.job_id]
