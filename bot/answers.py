@@ -8,6 +8,7 @@ import time
 
 from bot import render
 from bot.clusters import Clusters
+from bot.cost import wait_words
 from bot.front import Reply
 from bot.launches import Launch
 from bot.slack_text import actions, cancel_button, code_block, escape, section
@@ -78,7 +79,8 @@ async def history(
 
 
 async def cluster_list(clusters: Clusters, only: str | None) -> Reply:
-    """/clusters: per cluster, its partitions with nodes, free GPUs and the queue."""
+    """/clusters: per cluster, its partitions with nodes, free GPUs, the queue, and when
+    a 1-, 2- and 4-node job would start there (Slurm's estimate)."""
     names = [only] if only else list(clusters.profiles)
     results = await asyncio.gather(*(clusters.capacity(n) for n in names), return_exceptions=True)
     lines = []
@@ -93,10 +95,15 @@ async def cluster_list(clusters: Clusters, only: str | None) -> Reply:
                 pending, running = result.queued(info.name)
                 mark = " (default for /train)" if info.name == profile.partition else ""
                 state = "" if info.up else " · DOWN"
+                waits = ", ".join(
+                    f"{nodes} node{'s' if nodes != 1 else ''} {wait_words(estimate)}"
+                    for nodes, estimate in result.waits_in(info.name)
+                )
                 lines.append(
                     f"• `{escape(info.name)}`{mark}: {info.nodes_usable}/{info.nodes} nodes "
                     f"usable · {info.gpus_idle}/{info.gpus_total} GPUs free · "
                     f"{running} running, {pending} pending{state}"
+                    + (f" · a job would start: {waits}" if waits else "")
                 )
     return Reply("\n".join(lines))
 

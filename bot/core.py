@@ -1,8 +1,10 @@
 """The bot's core: what each command and button does.
 
 Fast paths only: parse, check policy, write to Redis and answer. Launching is
-the workers' job and watching the poller's; this module never waits on Slurm
-for a /train. /cancel, /logs, /attach and /clusters make one SSH round trip.
+the workers' job and watching the poller's. A /train asks Slurm only when its job
+would start (``sbatch --test-only``, one round trip, at most
+``start_estimate_timeout_s``); /cancel, /logs, /attach and /clusters make one SSH
+round trip.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 
 from bot import answers, home, render
 from bot.clusters import Clusters
+from bot.cost import START_ESTIMATE_TIMEOUT_S, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
 from bot.logs import launch_fields
@@ -30,7 +33,7 @@ from bot.slack_text import (
     ACTION_USE_PARTITION,
     escape,
 )
-from bot.store import Event, Store
+from bot.store import BudgetGuard, Event, OverBudget, Store
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, TrainbotError
 from commands.access import (
@@ -86,6 +89,7 @@ class Core:
         self._home_shown: dict[str, float] = {}  # user -> when their App Home was last built
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
+        self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
@@ -175,6 +179,7 @@ class Core:
         groups = [rule.groups for rule in policy.rules]
         groups += [rule.groups for rule in policy.log_viewers]
         groups += [rule.groups for rule in policy.custom_images]
+        groups += [rule.groups for rule in policy.budgets]
         wanted = ({g for named in groups for g in named} | privileged) - {"*"}
         found = set()
         for group in wanted:
@@ -269,20 +274,59 @@ class Core:
         problem = await self.front.can_post(incoming.channel_id) if self.front else ""
         if problem:
             return Reply(problem, error=True)
+        account = slurm_account(
+            self.context.policy, user_id=user.id, group_ids=user.groups, cluster=request.cluster
+        )
+        if request.over_budget and not self.context.policy.is_admin(user.id, user.groups):
+            raise CommandError(
+                "over_budget=true is for trainbot admins only; leave it out (your launch is "
+                "then checked against your weekly GPU-hour budget) or ask an admin.",
+                field="over_budget",
+            )
+        appraisal = await appraise(
+            self.store,
+            self.clusters,
+            self.context.policy,
+            request,
+            user,
+            account=account,
+            cluster_user=cluster_user,
+            timeout_s=self.start_estimate_timeout_s,
+        )
+        before = "\n" + "\n".join(escape(line) for line in appraisal.lines())
+        budget = appraisal.budget
+        if budget is not None and not budget.allowed:
+            if not request.dry_run:
+                return Reply(escape(budget.reason) + before, error=True)
+            before += f"\nA real launch would be refused: {escape(budget.reason)}"
         launch = Launch(
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )
         launch.image_secrets = image_secrets
         launch.cluster_user = cluster_user
-        account = slurm_account(
-            self.context.policy, user_id=user.id, group_ids=user.groups, cluster=request.cluster
-        )
         launch.slurm_account = account or ""
+        launch.estimate_gpu_hours = appraisal.cost.gpu_hours
         limit = None if request.dry_run else decision.max_concurrent
-        full = (
-            f"You already have {limit} active launch{'es' if limit != 1 else ''} "
-            f"(your limit is {limit}). Wait for one to finish or /cancel one."
+        guard = (
+            BudgetGuard(request.cluster, appraisal.week, appraisal.budget_total)
+            if budget is not None and not request.dry_run and not request.over_budget
+            else None
         )
+
+        async def create(events: list[Event], *, enqueue: bool = True) -> str:
+            """Store the launch, within the limits; "" or why not (nothing written then)."""
+            try:
+                if await self.store.create(
+                    launch, events, enqueue=enqueue, max_active=limit, budget=guard
+                ):
+                    return ""
+            except OverBudget as exc:  # another launch took the room since the check above
+                return escape(appraisal.refusal(exc.charged, exc.held)) + before
+            return (
+                f"You already have {limit} active launch{'es' if limit != 1 else ''} "
+                f"(your limit is {limit}). Wait for one to finish or /cancel one."
+            )
+
         if decision.needs_approval:
             launch.phase = Phase.AWAITING_APPROVAL
             ask = (
@@ -294,19 +338,17 @@ class Core:
                 Event("parent", launch.id),
                 Event("thread", launch.id, ask, data={"buttons": ["approve", "reject"]}),
             ]
-            if not await self.store.create(launch, events, enqueue=False, max_active=limit):
-                return Reply(full, error=True)
+            if refused := await create(events, enqueue=False):
+                return Reply(refused, error=True)
             return Reply(
                 f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
-                "asked in its thread."
+                f"asked in its thread.{before}"
             )
         queued = f"Queued by <@{user.id}>: {render.request_text(launch)}"
-        if not await self.store.create(
-            launch,
-            [Event("parent", launch.id), Event("thread", launch.id, queued)],
-            max_active=limit,
+        if refused := await create(
+            [Event("parent", launch.id), Event("thread", launch.id, queued)]
         ):
-            return Reply(full, error=True)
+            return Reply(refused, error=True)
         log.info(
             "launch %s queued by %s: %s",
             launch.id,
@@ -314,7 +356,8 @@ class Core:
             request.to_text(),
             extra=launch_fields(launch.id, cluster=launch.cluster),
         )
-        return Reply(render.queued_reply(launch, self.clusters.profiles.get(launch.cluster)))
+        profile = self.clusters.profiles.get(launch.cluster)
+        return Reply(render.queued_reply(launch, profile) + before)
 
     async def cluster_user(self, cluster: str, user: User) -> str:
         """The Unix user ``user``'s launches run as on ``cluster`` ("": the shared account);

@@ -87,3 +87,13 @@ def notify_lane(lane: str) -> str:
 def bad_channel(launch_id: str) -> str:
     """Set while a launch's channel refuses the bot (its owner was told once)."""
     return f"{PREFIX}:notify:bad-channel:{launch_id}"
+
+
+def usage(cluster: str, week: str) -> str:
+    """Hash: Slack user id -> GPU-hours charged on ``cluster`` in ISO week ``week`` (2026-W49)."""
+    return f"{PREFIX}:usage:{cluster}:{week}"
+
+
+def step_runs(cluster: str, recipe: str, nodes: int) -> str:
+    """List of the newest runs' step times (JSON) of one recipe at one size on ``cluster``."""
+    return f"{PREFIX}:steps:{cluster}:{recipe}:{nodes}"

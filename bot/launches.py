@@ -75,6 +75,7 @@ class Attempt(BaseModel):
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
     tail: str = ""  # the last lines of the main log, for the failure message
+    gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
 
 
 class Progress(BaseModel):
@@ -121,6 +122,7 @@ class Launch(BaseModel):
     parent_rendered_at: float = 0.0
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used
+    estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
 
     @property
@@ -149,12 +151,35 @@ class Launch(BaseModel):
         return self.title.replace(" · ", " ")
 
     @property
+    def recipe_key(self) -> str:
+        """``sft:llama3p1_8b:nemo``: which recipe ran ("" for interactive allocations)."""
+        return recipe_key(self.request)
+
+    @property
     def title(self) -> str:
         """``sft · llama3p1_8b`` or ``interactive``."""
         req = self.request
         if isinstance(req, TrainRequest):
             return f"{req.workload} · {req.model}"
         return "interactive"
+
+
+def recipe_key(request: TrainRequest | InteractiveRequest) -> str:
+    """The recipe a request runs, as ``workload:model:framework`` ("" when interactive)."""
+    if isinstance(request, TrainRequest):
+        return f"{request.workload}:{request.model}:{request.framework}"
+    return ""
+
+
+class StepRun(BaseModel):
+    """An earlier run of a recipe at one size on one cluster: its median step time and its
+    steps, for the GPU-hour estimate of the next one."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step_time_s: float
+    steps: int = 0
+    ended_at: float = 0.0
 
 
 class HistoryEntry(BaseModel):

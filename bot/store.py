@@ -22,8 +22,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, HistoryEntry, Launch
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun
 from cluster.errors import TrainbotError
+from commands.budget import iso_week
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -49,6 +50,7 @@ def _fields(values: dict[str, str]) -> Any:
 
 
 DAY_S = 86400
+STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour estimate uses
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,23 @@ def _stream_time(entries: Any) -> float | None:
 
 class StoreError(TrainbotError):
     """Redis is unreachable or answered with an error."""
+
+
+@dataclass(frozen=True)
+class BudgetGuard:
+    """A weekly GPU-hour budget a new launch must fit (see :mod:`commands.budget`)."""
+
+    cluster: str
+    week: str  # ISO week, e.g. 2026-W49
+    limit: float
+
+
+class OverBudget(Exception):
+    """The new launch did not fit its owner's budget; what was used and held when checked."""
+
+    def __init__(self, charged: float, held: float) -> None:
+        super().__init__(f"over budget: {charged:g} GPU-hours charged, {held:g} held")
+        self.charged, self.held = charged, held
 
 
 EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "enqueue"]
@@ -314,6 +333,7 @@ class Store:
         *,
         enqueue: bool = True,
         max_active: int | None = None,
+        budget: BudgetGuard | None = None,
     ) -> bool:
         """Store a new launch, queue it for a worker and write its first messages.
 
@@ -321,16 +341,27 @@ class Store:
         count and the write are one transaction (WATCH on the owner's active set),
         so simultaneous requests, from any number of bot processes, cannot both
         pass the limit. False when the limit was reached and nothing was written.
+        With ``budget``, likewise only while the launch's estimate fits what is left
+        of its owner's week there (WATCH on the usage too); OverBudget when not.
         """
         active_key = keys.user_active(launch.user_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
+                    if max_active is not None or budget is not None:
+                        usage = [keys.usage(budget.cluster, budget.week)] if budget else []
+                        await pipe.watch(active_key, *usage)
                     if max_active is not None:
-                        await pipe.watch(active_key)
                         if int(await pipe.scard(active_key)) >= max_active:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             return False
+                    if budget is not None:
+                        charged, held = await self._budget_use(
+                            pipe, launch.user_id, budget.cluster, budget.week
+                        )
+                        if charged + held + (launch.estimate_gpu_hours or 0.0) > budget.limit:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            raise OverBudget(charged, held)
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(keys.launch(launch.id), self._record(launch), nx=True)
                     self._index(pipe, launch)
@@ -372,6 +403,8 @@ class Store:
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(key, self._record(launch))
                     self._index(pipe, launch)
+                    if was_active and not launch.active:
+                        self._ran(pipe, launch)
                     for event in events:
                         if event.kind == "enqueue":  # back to the workers (a retry)
                             due = float(event.data.get("due", 0) or 0)
@@ -429,6 +462,51 @@ class Store:
         ):
             pipe.zadd(index, {launch.id: launch.updated_at})
             pipe.zremrangebyscore(index, "-inf", oldest)
+
+    def _ran(self, pipe: Any, launch: Launch) -> None:
+        """A launch just ended (once: in the transaction that ended it): charge what it used
+        to its owner's ISO week on its cluster, and keep its step time for later estimates."""
+        now, keep_s = time.time(), self.retention.history_s
+        if launch.gpu_hours > 0:
+            usage = keys.usage(launch.cluster, iso_week(now))
+            pipe.hincrbyfloat(usage, launch.user_id, launch.gpu_hours)
+            pipe.expire(usage, keep_s)
+        step_time = launch.progress.median_step_time_s
+        if launch.recipe_key and step_time and launch.progress.total:
+            run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)
+            runs = keys.step_runs(launch.cluster, launch.recipe_key, launch.request.nodes)
+            pipe.lpush(runs, run.model_dump_json())
+            pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
+            pipe.expire(runs, keep_s)
+
+    async def usage(self, user_id: str, cluster: str, week: str) -> float:
+        """GPU-hours charged to ``user_id`` on ``cluster`` in ISO week ``week``."""
+        return float(await self.redis.hget(keys.usage(cluster, week), user_id) or 0.0)
+
+    async def budget_use(self, user_id: str, cluster: str, week: str) -> tuple[float, float]:
+        """(charged, held): GPU-hours ``user_id`` was charged on ``cluster`` in ``week``, and
+        the estimates of their launches there still active."""
+        return await self._budget_use(self.redis, user_id, cluster, week)
+
+    @staticmethod
+    async def _budget_use(
+        client: Any, user_id: str, cluster: str, week: str
+    ) -> tuple[float, float]:
+        charged = float(await client.hget(keys.usage(cluster, week), user_id) or 0.0)
+        ids = sorted(str(i) for i in await client.smembers(keys.user_active(user_id)))
+        held = 0.0
+        for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
+            if raw:
+                other = Launch.model_validate_json(raw)
+                if other.active and other.cluster == cluster:
+                    held += other.estimate_gpu_hours or 0.0
+        return charged, held
+
+    async def step_runs(self, cluster: str, recipe: str, nodes: int) -> list[StepRun]:
+        """The newest finished runs of ``recipe`` on ``nodes`` nodes of ``cluster`` that
+        recorded step times, newest first."""
+        raw = await self.redis.lrange(keys.step_runs(cluster, recipe, nodes), 0, -1)
+        return [StepRun.model_validate_json(item) for item in raw]
 
     async def active_ids(self, user_id: str | None = None) -> list[str]:
         key = keys.user_active(user_id) if user_id else keys.ACTIVE

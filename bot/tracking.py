@@ -172,6 +172,8 @@ class _Step:
             latest = self.snap.acct.latest
             attempt.exit_code = latest.exit_code
             attempt.node_list = latest.nodelist or attempt.node_list
+            if self.snap.acct.gpu_hours > 0:  # ElapsedRaw x AllocTRES gres/gpu, per incarnation
+                attempt.gpu_hours = self.snap.acct.gpu_hours
             try:  # Slurm's own run time beats when the poller first saw the job running
                 ran_s = slurm_time_seconds(latest.elapsed)
             except ValueError:
@@ -234,11 +236,16 @@ def apply_snapshot(
 
 
 def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
-    """GPU-hours of every attempt that ran: run time x nodes x GPUs per node."""
-    ran_s = sum(
-        max(0.0, (a.ended_at or now) - a.started_at) for a in launch.attempts if a.started_at
-    )
-    return ran_s * launch.request.nodes * profile.gpus_per_node / 3600
+    """GPU-hours of every attempt that ran: what Slurm's accounting says (elapsed time x
+    allocated GPUs) where it was read, else run time x nodes x GPUs per node."""
+    total = 0.0
+    for a in launch.attempts:
+        if a.gpu_hours is not None:
+            total += a.gpu_hours
+        elif a.started_at:
+            ran_s = max(0.0, (a.ended_at or now) - a.started_at)
+            total += ran_s * launch.request.nodes * profile.gpus_per_node / 3600
+    return total
 
 
 def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster.frameworks import FRAMEWORKS
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
-from cluster.slurm import PartitionInfo, build_sinfo, parse_sinfo, partitions
+from cluster.slurm import (
+    PartitionInfo,
+    StartEstimate,
+    build_sinfo,
+    build_test_only,
+    build_wait_survey,
+    parse_sinfo,
+    parse_test_only,
+    parse_wait_survey,
+    partitions,
+)
 from cluster.ssh import SSHPool
 
 DISCOVERY_TIMEOUT_S = 30.0
+WAIT_SIZES = (1, 2, 4)  # node counts of the "typical jobs" whose wait /clusters shows
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class ClusterCapacity:
     cluster: str
     partitions: tuple[PartitionInfo, ...]
     queue: tuple[tuple[str, int, int], ...] = ()  # (partition, jobs pending, jobs running)
+    waits: tuple[tuple[str, int, StartEstimate], ...] = ()  # (partition, nodes, Slurm's estimate)
 
     def queued(self, partition: str) -> tuple[int, int]:
         """(pending, running) jobs in ``partition``."""
@@ -70,8 +82,13 @@ class ClusterCapacity:
     def partition(self, name: str) -> PartitionInfo | None:
         return next((p for p in self.partitions if p.name == name), None)
 
+    def waits_in(self, partition: str) -> list[tuple[int, StartEstimate]]:
+        """(nodes, estimate) for the typical job sizes in ``partition``, smallest first."""
+        return sorted((n, e) for name, n, e in self.waits if name == partition)
+
 
 QUEUE_SEPARATOR = "=====trainbot-squeue====="
+WAITS_SEPARATOR = "=====trainbot-waits====="
 QUEUE_COMMAND = "squeue -h -t PENDING,RUNNING,COMPLETING -o '%P|%T'"
 
 
@@ -88,12 +105,67 @@ def count_queue(stdout: str) -> tuple[tuple[str, int, int], ...]:
 
 
 async def cluster_capacity(pool: SSHPool, profile: ClusterProfile) -> ClusterCapacity:
-    """Partitions, nodes, idle/allocated GPUs and the queue: one ``sinfo`` and one
-    ``squeue``, in one round trip."""
-    command = f"{build_sinfo()}; echo {QUEUE_SEPARATOR}; {QUEUE_COMMAND}"
+    """Partitions, nodes, idle/allocated GPUs, the queue, and when a typical 1-, 2- and
+    4-node job would start in each partition (``sbatch --test-only``, submitting
+    nothing): one ``sinfo``, one ``squeue`` and the estimates, in one round trip."""
+    survey = build_wait_survey(
+        WAIT_SIZES,
+        gpus_per_node=profile.gpus_per_node,
+        time_limit=profile.time_limit,
+        account=profile.account,
+    )
+    command = (
+        f"{build_sinfo()}; echo {QUEUE_SEPARATOR}; {QUEUE_COMMAND}; "
+        f"echo {WAITS_SEPARATOR}; date +%s; {survey}"
+    )
     result = await pool.run(
         profile.login, command, timeout_s=DISCOVERY_TIMEOUT_S, cluster=profile.name
     )
-    sinfo_text, _, queue_text = result.stdout.partition(QUEUE_SEPARATOR)
+    sinfo_text, _, rest = result.stdout.partition(QUEUE_SEPARATOR)
+    queue_text, _, waits_text = rest.partition(WAITS_SEPARATOR)
+    clock, _, survey_text = waits_text.strip().partition("\n")
+    waits = parse_wait_survey(survey_text, _epoch(clock))
     infos = tuple(partitions(parse_sinfo(sinfo_text)))
-    return ClusterCapacity(profile.name, infos, count_queue(queue_text))
+    return ClusterCapacity(
+        profile.name,
+        infos,
+        count_queue(queue_text),
+        tuple((name, nodes, estimate) for (name, nodes), estimate in waits.items()),
+    )
+
+
+async def start_estimate(
+    pool: SSHPool,
+    profile: ClusterProfile,
+    *,
+    nodes: int,
+    partition: str,
+    time_limit: str | None,
+    account: str | None,
+    timeout_s: float,
+) -> StartEstimate:
+    """When Slurm expects a job of this shape to start (``sbatch --test-only``, nothing
+    submitted), with the login node's clock at asking: one round trip."""
+    test = build_test_only(
+        nodes=nodes,
+        partition=partition,
+        gpus_per_node=profile.gpus_per_node,
+        time_limit=time_limit,
+        account=account,
+    )
+    result = await pool.run(
+        profile.login,
+        f"date +%s; {test}",
+        timeout_s=timeout_s,
+        check=False,
+        cluster=profile.name,
+    )
+    clock, _, answer = result.stdout.strip().partition("\n")
+    return replace(parse_test_only(answer), asked_at=_epoch(clock))
+
+
+def _epoch(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return 0.0

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 STATES = (
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED",
@@ -31,7 +32,10 @@ MAX_HOSTS = 65536
 
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NumNodes", "ReasonList", "RestartCnt")
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in (*SQUEUE_FIELDS, "Name"))
-SACCT_FIELDS = "JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList"
+SACCT_FIELDS = (
+    "JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList,ElapsedRaw,AllocTRES"
+)
+_SACCT_TAIL = 8  # fields after the job name (the only free text)
 SINFO_FORMAT = "NodeList:|,Partition:|,Available:|,StateCompact:|,Gres:|,GresUsed:|"
 _GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)")
 
@@ -191,6 +195,13 @@ class AcctRow:
     nodelist: str
     derived_exit_code: str = ""  # the highest exit code of the job's steps
     reason: str = ""
+    elapsed_s: int = 0  # ElapsedRaw
+    alloc_tres: str = ""  # AllocTRES, e.g. billing=2,cpu=2,gres/gpu=16,node=2
+
+    @property
+    def gpu_hours(self) -> float:
+        """What this allocation used: its run time times its allocated GPUs."""
+        return self.elapsed_s * tres_gpus(self.alloc_tres) / 3600
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,11 @@ class AcctRecord:
     @property
     def restarts(self) -> int:
         return len(self.earlier)
+
+    @property
+    def gpu_hours(self) -> float:
+        """GPU-hours of every incarnation (a requeued job ran more than once)."""
+        return sum(row.gpu_hours for row in (*self.earlier, self.latest))
 
 
 def build_sacct(
@@ -222,17 +238,17 @@ def build_sacct(
 
 def parse_sacct(stdout: str) -> list[AcctRow]:
     rows: list[AcctRow] = []
-    for line in records(stdout, 7):
+    for line in records(stdout, _SACCT_TAIL + 1):
         parts = line.split("|")
-        if len(parts) < 8 or not JOB_ID_RE.fullmatch(parts[0].strip()):
+        if len(parts) < _SACCT_TAIL + 2 or not JOB_ID_RE.fullmatch(parts[0].strip()):
             continue
-        name = "|".join(parts[1:-6]).strip()  # the only free text: may hold | or newlines
-        job_id, raw, exit_code, derived, reason, elapsed, nodelist = (
-            p.strip() for p in (parts[0], *parts[-6:])
+        name = "|".join(parts[1:-_SACCT_TAIL]).strip()  # the only free text: may hold | or \n
+        raw, exit_code, derived, reason, elapsed, nodelist, elapsed_raw, tres = (
+            p.strip() for p in parts[-_SACCT_TAIL:]
         )
         rows.append(
             AcctRow(
-                job_id,
+                parts[0].strip(),
                 name,
                 normalize_state(raw),
                 raw,
@@ -241,9 +257,26 @@ def parse_sacct(stdout: str) -> list[AcctRow]:
                 nodelist,
                 derived_exit_code=derived,
                 reason="" if reason == "None" else reason,
+                elapsed_s=_int(elapsed_raw),
+                alloc_tres=tres,
             )
         )
     return rows
+
+
+def tres_gpus(tres: str) -> int:
+    """GPUs in a TRES string (``AllocTRES``): ``gres/gpu=16``, or the sum of typed
+    ``gres/gpu:h100=8`` entries when there is no untyped one; 0 when none."""
+    plain, typed = None, 0
+    for item in tres.split(","):
+        key, _, value = item.strip().partition("=")
+        if not value.isdigit():
+            continue
+        if key == "gres/gpu":
+            plain = int(value)
+        elif key.startswith("gres/gpu:"):
+            typed += int(value)
+    return plain if plain is not None else typed
 
 
 def merge_acct(rows: Iterable[AcctRow]) -> dict[str, AcctRecord]:
@@ -347,6 +380,117 @@ def partitions(rows: Iterable[NodeRow]) -> list[PartitionInfo]:
 def format_partitions(infos: Iterable[PartitionInfo]) -> str:
     """``a3m*, a3u, a4, a3h``: the default marked with ``*``, as sinfo does."""
     return ", ".join(p.name + ("*" if p.default else "") for p in infos)
+
+
+# --- sbatch --test-only: when would a job start? --------------------------------------------
+
+TEST_ONLY_NAME = "trainbot-start-estimate"
+_TEST_ONLY_RE = re.compile(
+    r"Job \S+ to start at (?P<start>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})"
+    r"(?: using (?P<cpus>[0-9]+) processors)?(?: on nodes (?P<nodes>\S+))?"
+    r"(?: in partition (?P<partition>\S+))?"
+)
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """Slurm's answer to ``sbatch --test-only``: when the job would start (epoch seconds,
+    None when Slurm gave no time), on which nodes, or why it could not say. ``asked_at``
+    is the login node's clock when it was asked (0: not known)."""
+
+    start: float | None
+    nodes: str = ""
+    partition: str = ""
+    error: str = ""
+    asked_at: float = 0.0
+
+    @property
+    def wait_s(self) -> float | None:
+        """Seconds from asking to the expected start (0: it would start now)."""
+        if self.start is None:
+            return None
+        return max(0.0, self.start - self.asked_at) if self.asked_at else None
+
+
+def _test_only_options(
+    gpus_per_node: int, time_limit: str | None, account: str | None, exclude: str | None
+) -> str:
+    words = ["-J", TEST_ONLY_NAME, "--ntasks-per-node=1", f"--gres=gpu:{gpus_per_node}"]
+    if time_limit:
+        words += ["-t", time_limit]
+    if account:
+        words += ["--account", account]
+    if exclude:
+        words += ["--exclude", exclude]
+    return shlex.join([*words, "--wrap=true"])
+
+
+def build_test_only(
+    *,
+    nodes: int,
+    partition: str,
+    gpus_per_node: int,
+    time_limit: str | None = None,
+    account: str | None = None,
+    exclude: str | None = None,
+) -> str:
+    """``sbatch --test-only`` for a job of this shape (nothing is submitted). Times are
+    printed in UTC (``TZ=UTC0``) so :func:`parse_test_only` needs no time zone; the
+    answer, on stderr, goes to stdout."""
+    options = _test_only_options(gpus_per_node, time_limit, account, exclude)
+    where = shlex.join(["-N", str(nodes), "-p", partition])
+    return f"TZ=UTC0 sbatch --test-only {where} {options} 2>&1"
+
+
+WAIT_MARK = "@@trainbot-wait"
+
+
+def build_wait_survey(
+    sizes: Sequence[int], *, gpus_per_node: int, time_limit: str | None, account: str | None
+) -> str:
+    """``sbatch --test-only`` for each partition (as ``sinfo`` lists them) and each node
+    count in ``sizes``, each answer after a ``WAIT_MARK <partition> <nodes>`` line."""
+    options = _test_only_options(gpus_per_node, time_limit, account, None)
+    counts = " ".join(str(int(n)) for n in sizes)
+    return (
+        f"for p in $(sinfo -h -o %R | sort -u); do for n in {counts}; do "
+        f'echo "{WAIT_MARK} $p $n"; '
+        f'TZ=UTC0 sbatch --test-only -N "$n" -p "$p" {options} 2>&1; done; done'
+    )
+
+
+def parse_wait_survey(output: str, asked_at: float) -> dict[tuple[str, int], StartEstimate]:
+    """(partition, nodes) -> Slurm's estimate, from :func:`build_wait_survey`'s output."""
+    found: dict[tuple[str, int], list[str]] = {}
+    current: list[str] | None = None
+    for line in output.splitlines():
+        if line.startswith(WAIT_MARK):
+            _, partition, nodes = (line.split() + ["", ""])[:3]
+            current = found.setdefault((partition, _int(nodes)), []) if partition else None
+        elif current is not None:
+            current.append(line)
+    return {
+        key: replace(parse_test_only("\n".join(lines)), asked_at=asked_at)
+        for key, lines in found.items()
+    }
+
+
+def parse_test_only(output: str) -> StartEstimate:
+    """``sbatch: Job 1234 to start at 2026-12-03T11:00:00 using 16 processors on nodes
+    dev[0-1] in partition a4`` (UTC, see :func:`build_test_only`), or Slurm's error."""
+    match = _TEST_ONLY_RE.search(output)
+    if match is None:
+        lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+        reason = lines[-1] if lines else "no answer from sbatch"
+        for prefix in ("allocation failure:", "sbatch: error:"):
+            reason = reason.removeprefix(prefix).strip()
+        return StartEstimate(start=None, error=reason[:300])
+    start = datetime.strptime(match["start"], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return StartEstimate(
+        start=start.timestamp(),
+        nodes=match["nodes"] or "",
+        partition=match["partition"] or "",
+    )
 
 
 # --- scancel ------------------------------------------------------------------------------

@@ -36,12 +36,16 @@ _DETAILS: dict[HelpTopic, str] = {
         "                   where policy allows you custom images (usually without job secrets)\n"
         "  framework=F      nemo or nemo-rl\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
+        "  over_budget=true admins only: launch even past the weekly GPU-hour budget\n"
+        "The answer says when Slurm expects the job to start and about how many\n"
+        "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
         "Example: /train sft llama3p1_8b nodes=2 cluster={default}"
     ),
     "interactive": (
         "Allocate nodes for an interactive NeMo-RL session; /attach shows how to get in.\n"
-        "Keys: cluster, nodes, partition, time, name, image, dry_run (as for /train).\n"
+        "Keys: cluster, nodes, partition, time, name, image, dry_run, over_budget "
+        "(as for /train).\n"
         "Example: /train interactive nodes=1 cluster={default}"
     ),
     "recipes": "List what /train can launch, with the overrides each recipe allows.",
@@ -52,7 +56,10 @@ _DETAILS: dict[HelpTopic, str] = {
     ),
     "cancel": "Cancel a job after you confirm. " + _JOB,
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
-    "clusters": "Each cluster's partitions with idle and total nodes, free GPUs and queue length.",
+    "clusters": (
+        "Each cluster's partitions with idle and total nodes, free GPUs, queue length, and "
+        "how long a 1-, 2- and 4-node job would wait to start there (Slurm's own estimate)."
+    ),
 }
 
 

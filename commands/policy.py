@@ -63,6 +63,18 @@ class PolicyRule(Principals):
         return in_cluster and self.includes(user_id, group_ids)
 
 
+class BudgetRule(Principals):
+    """Who (``users``/``groups``) gets how many GPU-hours a week, each, where
+    (``clusters``); see :mod:`commands.budget`."""
+
+    clusters: tuple[ClusterPattern, ...] = (ANY,)
+    gpu_hours_per_week: float = Field(ge=0)
+
+    def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
+        in_cluster = ANY in self.clusters or cluster in self.clusters
+        return in_cluster and self.includes(user_id, group_ids)
+
+
 class Policy(BaseModel):
     """The launch policy. The default (no rules) lets only admins launch."""
 
@@ -77,6 +89,7 @@ class Policy(BaseModel):
     accounts: tuple[AccountRule, ...] = ()
     oncall_may_act: bool = True
     workspaces: tuple[TeamId, ...] = ()
+    budgets: tuple[BudgetRule, ...] = ()
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)

@@ -109,6 +109,7 @@ class _LaunchFields(_Request):
     name: JobName = None
     image: Image = None
     dry_run: bool = False
+    over_budget: bool = False  # an admin launches past the GPU-hour budget
 
     def _launch_pairs(self) -> list[str]:
         pairs = _pairs(
@@ -119,7 +120,8 @@ class _LaunchFields(_Request):
             name=self.name,
             image=self.image,
         )
-        return [*pairs, "dry_run=true"] if self.dry_run else pairs
+        flags = [f"{key}=true" for key in ("dry_run", "over_budget") if getattr(self, key)]
+        return [*pairs, *flags]
 
 
 class TrainRequest(_LaunchFields):

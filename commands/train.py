@@ -29,7 +29,9 @@ from commands.values import (
     parse_nodes,
 )
 
-LAUNCH_KEYS = ("cluster", "nodes", "partition", "time", "name", "image", "dry_run")
+LAUNCH_KEYS = (
+    "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget"
+)  # fmt: skip
 TRAIN_KEYS = (*LAUNCH_KEYS, "framework")
 SUBCOMMANDS = ("interactive", "help", "recipes")
 
@@ -190,6 +192,7 @@ def _launch_fields(
         name=_maybe(check_name, pairs.get("name")),
         image=None if image is None else check_image(image, profile),
         dry_run=parse_bool("dry_run", pairs.get("dry_run", "false")),
+        over_budget=parse_bool("over_budget", pairs.get("over_budget", "false")),
     )
 
 

@@ -209,7 +209,9 @@ def test_names_from_the_cluster_never_ping_anyone() -> None:
 def test_run_time_comes_from_slurm_when_the_start_was_not_seen() -> None:
     """A job that ran and ended between two polls: Slurm's Elapsed says how long it ran."""
     item = launch()
-    (row,) = parse_sacct("7|trainer-trainer.run|FAILED|1:0|1:0|None|00:02:05|dev[0-1]\n")
+    (row,) = parse_sacct(
+        "7|trainer-trainer.run|FAILED|1:0|1:0|None|00:02:05|dev[0-1]|125|gres/gpu=16\n"
+    )
     done = replace(snapshot("FAILED"), acct=AcctRecord(latest=row))
     apply_snapshot(item, done, PROFILE, Watch(), now=5000.0)
     assert item.attempts[0].started_at == 5000.0 - 125

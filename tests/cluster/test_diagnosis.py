@@ -52,7 +52,7 @@ def with_state(
     """``record`` (or a new one) whose newest incarnation ended ``raw``."""
     if raw is None:
         return record
-    (row,) = parse_sacct(f"{FAKE_JOB_ID}|x|{raw}|0:9||None|00:00:01|{node_list}\n")
+    (row,) = parse_sacct(f"{FAKE_JOB_ID}|x|{raw}|0:9||None|00:00:01|{node_list}|1|\n")
     return AcctRecord(latest=row, earlier=record.earlier if record else ())
 
 
@@ -365,7 +365,7 @@ def test_diagnose_never_raises(
     log: str, state: str | None, earlier: list[str], node_list: str
 ) -> None:
     """Any evidence at all (built directly: a property of diagnose, not of gathering)."""
-    rows = [f"1|x|{s}|0:0||None|00:00:01|{node_list}" for s in [*earlier, state or "FAILED"]]
+    rows = [f"1|x|{s}|0:0||None|00:00:01|{node_list}|1|" for s in [*earlier, state or "FAILED"]]
     record = merge_acct(parse_sacct("\n".join(r.replace("\n", " ") for r in rows))).get("1")
     evidence = Evidence(
         job_id="1",

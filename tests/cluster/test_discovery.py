@@ -29,9 +29,9 @@ def test_parse_found_merges_queue_and_accounting() -> None:
     stdout = (
         "27|PENDING|BeginTime|0:00|2|(BeginTime)|1|rec-a-L-rec001|\n"
         f"{SEPARATOR}\n"
-        "27|rec-a-L-rec001|NODE_FAIL|0:0|0:0|None|00:00:22|dev[0-1]\n"
-        "12|x-L-rec001|COMPLETED|0:0|0:0|None|00:00:04|dev0\n"
-        "13|x-L-rec0011|COMPLETED|0:0|0:0|None|00:00:04|dev0\n"
+        "27|rec-a-L-rec001|NODE_FAIL|0:0|0:0|None|00:00:22|dev[0-1]|22|gres/gpu=16\n"
+        "12|x-L-rec001|COMPLETED|0:0|0:0|None|00:00:04|dev0|4|gres/gpu=8\n"
+        "13|x-L-rec0011|COMPLETED|0:0|0:0|None|00:00:04|dev0|4|gres/gpu=8\n"
     )
     found = parse_found(stdout, "L-rec001")
     assert [(f.job_id, f.state, f.active) for f in found] == [

@@ -50,6 +50,7 @@ VALID_PAIRS = [
     "image=~/x/y.sqsh",
     "partition=a4",
     "dry_run=true",
+    "over_budget=true",
     "framework=nemo-rl",
     "trainer.max_steps=100",
     "policy.max_total_sequence_length=4096",
@@ -101,6 +102,7 @@ KEYS = [
     "name",
     "image",
     "dry_run",
+    "over_budget",
     "framework",
     "lines",
     "trainer.max_steps",
@@ -214,6 +216,7 @@ def launch_fields(draw: st.DrawFn) -> dict[str, Any]:
         "name": maybe(st.from_regex(NAME_PATTERN, fullmatch=True)),
         "image": maybe(IMAGES),
         "dry_run": draw(st.booleans()),
+        "over_budget": draw(st.booleans()),
     }
 
 

@@ -160,7 +160,7 @@ REJECTED = [
     (
         "/train sft llama3p1_8b nodez=2",
         "Unknown key 'nodez' for sft llama3p1_8b. Keys: cluster, nodes, partition, time, "
-        "name, image, dry_run, framework; recipe overrides: trainer.max_steps, "
+        "name, image, dry_run, over_budget, framework; recipe overrides: trainer.max_steps, "
         "trainer.val_check_interval, data.global_batch_size, data.micro_batch_size, "
         "optim.config.lr. Did you mean nodes?",
     ),

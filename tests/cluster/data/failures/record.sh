@@ -8,7 +8,7 @@
 #   <case>.log     the job's log (NeMo: the task log; NeMo-RL: nemo_rl_output.log)
 #   <case>.out     Slurm's own output for the job (NeMo: sbatch_<name>_<id>.out with
 #                  the "srun: error" lines; NeMo-RL: slurm-<id>.out)
-#   <case>.sacct   "sacct -D -X -P -n -o JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList"
+#   <case>.sacct   "sacct -D -X -P -n -o JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList,ElapsedRaw,AllocTRES"
 # Files named hand_*.log are written by hand (see README.md) and are not touched here.
 # The dev cluster enforces no accounts or QOS and pends an oversized request
 # (PartitionNodeLimit) instead of refusing it, so those texts are hand-written too.
@@ -16,7 +16,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 project=$(cd "$here/../../../.." && pwd)
 dev=$project/.devcluster
-SACCT="sacct -D -X -P -n -o JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList"
+SACCT="sacct -D -X -P -n -o JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList,ElapsedRaw,AllocTRES"
 RL="cd ~/vertex-oss-training/nemo_rl"
 NEMO="cd ~/vertex-oss-training/nemo && NEMORUN_HOME=\$PWD"
 TINY="DEVCLUSTER_STEPS=4 DEVCLUSTER_STEP_TIME_S=0.1 DEVCLUSTER_SAVE_TIME_S=0.05"

@@ -1,0 +1,213 @@
+"""Before a launch, on the dev cluster: Slurm's start estimate in the /train answer and
+in /clusters while every node is busy, and a GPU-hour budget that refuses a launch and
+charges a finished one what sacct says it used."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from bot.config import Config
+from bot.console import ConsoleFront, handle_line
+from bot.front import Reply
+from bot.service import running
+from commands.budget import iso_week
+from commands.policy import BudgetRule
+from tests.bot.botkit import (
+    LAUNCH_RE,
+    bot_settings,
+    dev_config,
+    flush_test_redis,
+    knobs,
+    login_run,
+    slurm_jobs_named,
+    wait_for_launch,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+
+FAST = {
+    "steps": 4,
+    "step_time_s": 0.4,
+    "ckpt_every": 2,
+    "save_time_s": 0.1,
+    "tokenizer_race": "off",
+}
+NODES = 4  # dev[0-3], every partition over the same nodes
+FILL_S = 60  # how long the filling jobs hold the nodes (others' tests wait meanwhile)
+# This machine is shared and can be slow; the default (1.5 s) is for a real login node.
+ESTIMATE_TIMEOUT_S = 15.0
+AT_RE = re.compile(r"\(at ([0-9-]+ [0-9:]+) UTC\)")
+
+
+@pytest.fixture(autouse=True)
+async def clean_redis() -> None:
+    await flush_test_redis()
+
+
+def slurm_start(command: str) -> float:
+    """The start time Slurm's own ``sbatch --test-only`` gives (run by the test itself)."""
+    out = login_run(f"TZ=UTC0 {command} 2>&1")
+    found = re.search(r"to start at (\S+)", out)
+    assert found, out
+    return datetime.fromisoformat(found.group(1)).replace(tzinfo=UTC).timestamp()
+
+
+def answered_start(reply: Reply) -> float:
+    found = AT_RE.search(reply.text)
+    assert found, reply.text
+    return datetime.fromisoformat(found.group(1)).replace(tzinfo=UTC).timestamp()
+
+
+async def fill_nodes(tag: str) -> list[str]:
+    """A plain job on every node (all 8 GPUs of each), held for FILL_S; their ids."""
+    ids = []
+    for i in range(NODES):
+        out = await asyncio.to_thread(
+            login_run,
+            f"sbatch --parsable -J {tag}-fill{i} -o /dev/null -N 1 -p a4 -t 3 --gres=gpu:8 "
+            f"--wrap='sleep {FILL_S}'",
+        )
+        ids.append(out.strip().split(";")[0])
+
+    async def all_running() -> bool:
+        out = await asyncio.to_thread(login_run, f"squeue -h -o %T -j {','.join(ids)}")
+        return out.split() == ["RUNNING"] * NODES
+
+    await wait_until(all_running, "the filling jobs to run", timeout_s=240, interval_s=1)
+    return ids
+
+
+async def test_train_answer_and_clusters_give_slurms_start_estimate_on_a_full_cluster(
+    unique: str,
+) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    fill: list[str] = []
+    try:
+        async with running(bot_settings(), dev_config(), front, workers=0) as bot:
+            bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+            fill = await fill_nodes(unique)
+            own = "sbatch --test-only -N 2 -p a4 -t 01:00:00 --gres=gpu:8 --wrap=true"
+            before = await asyncio.to_thread(slurm_start, own)
+            reply = await handle_line(
+                f"/train sft llama3p1_8b nodes=2 cluster=a4 name={unique} dry_run=true",
+                bot.core,
+                front,
+                user="alice",
+            )
+            after = await asyncio.to_thread(slurm_start, own)
+            clusters = await handle_line("/clusters cluster=a4", bot.core, front, user="alice")
+        assert reply is not None and not reply.error, reply
+        assert before > time.time() + 10, "the cluster was not full: nothing would wait"
+        start = answered_start(reply)
+        assert before - 2 <= start <= after + 2, (before, start, after, reply.text)
+        assert "Expected start: in about " in reply.text, reply.text
+        assert "Expected start: now" not in reply.text
+        # Nothing ran for this recipe and size on a4 in this Redis: the time limit bounds it.
+        assert "Estimated use: about 16.0 GPU-hours (at most: the whole 1 h time limit" in (
+            reply.text
+        )
+        assert clusters is not None and not clusters.error, clusters
+        line = next(x for x in clusters.text.splitlines() if x.startswith("• `a4`"))
+        waits = line.split("a job would start: ", 1)[1]
+        assert re.fullmatch(
+            r"1 node in about \d+ (s|min), 2 nodes in about \d+ (s|min), "
+            r"4 nodes in about \d+ (s|min)",
+            waits,
+        ), line
+    finally:
+        if fill:
+            await asyncio.to_thread(login_run, f"scancel {' '.join(fill)}", check=False)
+
+
+def budget_config(gpu_hours: float) -> Config:
+    """The dev config with a weekly budget on a4 for everyone, and a4's profile claiming 4
+    GPUs per node: the stand-in's jobs still get all 8 (run.py asks by cluster type), so a
+    charge that came from the profile rather than from Slurm's accounting would be half."""
+    config = dev_config()
+    rule = BudgetRule(users=("*",), clusters=("a4",), gpu_hours_per_week=gpu_hours)
+    clusters = dict(config.clusters)
+    clusters["a4"] = clusters["a4"].model_copy(update={"gpus_per_node": 4})
+    return config.model_copy(
+        update={
+            "policy": config.policy.model_copy(update={"budgets": (rule,)}),
+            "clusters": clusters,
+        }
+    )
+
+
+def sacct_gpu_hours(job_id: str) -> float:
+    """What sacct says the job used: ElapsedRaw x AllocTRES gres/gpu, every incarnation."""
+
+    def rows() -> list[list[str]]:
+        out = login_run(f"sacct -X -P -n -D -o ElapsedRaw,AllocTRES,State -j {job_id}")
+        return [line.split("|") for line in out.splitlines() if line]
+
+    deadline = time.monotonic() + 30
+    found = rows()
+    while not (found and all(r[0] != "0" and "gres/gpu=" in r[1] for r in found)):
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+        found = rows()
+    gpus = [int(re.search(r"gres/gpu=(\d+)", r[1]).group(1)) for r in found]  # type: ignore[union-attr]
+    return sum(int(r[0]) * g for r, g in zip(found, gpus, strict=True)) / 3600
+
+
+async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
+    unique: str,
+) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    train = f"/train sft llama3p1_8b cluster=a4 name={unique}"
+    async with (
+        knobs(unique, **FAST),
+        running(bot_settings(), budget_config(5.0), front) as bot,
+    ):
+        bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        # 2 nodes x 4 GPUs (as a4's profile says) x the 1 h limit = 8 GPU-hours: over 5.
+        big = await handle_line(f"{train} nodes=2", bot.core, front, user="alice")
+        assert big is not None and big.error, big
+        assert big.text.startswith(
+            "This launch needs about 8.0 GPU-hours, but only 5.0 GPU-hours of your "
+            "5.0 GPU-hours weekly budget on a4 are left"
+        ), big.text
+        assert "Expected start: " in big.text and "Estimated use: about 8.0" in big.text
+        assert await bot.store.active_count("alice") == 0
+        forced = await handle_line(
+            f"{train} nodes=2 over_budget=true", bot.core, front, user="alice"
+        )
+        assert forced is not None and forced.error
+        assert forced.text.startswith("over_budget=true is for trainbot admins only")
+
+        # 4 GPU-hours fit; while it runs it holds those 4, so a second one does not fit.
+        first = await handle_line(f"{train} nodes=1", bot.core, front, user="alice")
+        assert first is not None and not first.error, first
+        assert "Budget on a4: 1.0 of 5.0 GPU-hours left this week" in first.text, first.text
+        second = await handle_line(f"{train} nodes=1", bot.core, front, user="alice")
+        assert second is not None and second.error, second
+        assert "4.0 GPU-hours held by active launches" in second.text, second.text
+
+        launch_id = LAUNCH_RE.search(first.text).group(0)  # type: ignore[union-attr]
+        launch = await wait_for_launch(bot.store, launch_id)
+        assert launch.outcome == "COMPLETED", (launch.detail, launch.attempts[-1].tail)
+        week = iso_week(time.time())
+        charged = await bot.store.usage("alice", "a4", week)
+        real = await asyncio.to_thread(sacct_gpu_hours, launch.job_id)
+        assert real > 0 and charged == pytest.approx(real), (charged, real)
+        assert launch.gpu_hours == pytest.approx(real)
+
+        # The finished run is now the history this recipe and size are estimated from.
+        again = await handle_line(f"{train} nodes=1 dry_run=true", bot.core, front, user="alice")
+        assert again is not None and not again.error, again
+        assert "4 steps × " in again.text and "the median of the last run of sft" in again.text
+        dry = await bot.store.get(LAUNCH_RE.search(again.text).group(0))  # type: ignore[union-attr]
+        assert dry is not None and dry.estimate_gpu_hours is not None
+        assert dry.estimate_gpu_hours < 1.0  # 4 short steps, not the 4 of the time limit
+        left = 5.0 - charged - dry.estimate_gpu_hours
+        assert f"Budget on a4: {left:,.1f} of 5.0 GPU-hours left" in again.text, again.text
+    assert slurm_jobs_named(unique) == [launch.job_id]
