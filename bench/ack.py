@@ -37,6 +37,7 @@ class Load:
     sent: int
     latencies: list[float]
     errors: int
+    samples: list[str]  # the first few unexpected answers
 
     @property
     def p50(self) -> float:
@@ -56,6 +57,7 @@ async def load(url: str, rate: int, duration_s: float, *, tag: str, expect: str)
     count = max(1, int(rate * duration_s))
     latencies: list[float] = []
     errors = 0
+    samples: list[str] = []
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -72,15 +74,18 @@ async def load(url: str, rate: int, duration_s: float, *, tag: str, expect: str)
                 async with session.post(url, data=body.encode(), headers=headers) as r:
                     text = await r.text()
                     ok = r.status == 200 and expect in text
-            except (aiohttp.ClientError, TimeoutError):
-                ok = False
+                    answer = f"{r.status} {text[:120]!r}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                ok, answer = False, f"{type(exc).__name__}: {exc}"
             latencies.append(time.perf_counter() - started)
             if not ok:
                 errors += 1
+                if len(samples) < 3:
+                    samples.append(answer)
 
         t0 = time.perf_counter() + 0.1
         await asyncio.gather(*(one(i, t0 + i / rate) for i in range(count)))
-    return Load(rate, count, latencies, errors)
+    return Load(rate, count, latencies, errors, samples)
 
 
 async def serve_bare(port: int, api_url: str) -> None:
@@ -150,7 +155,9 @@ async def measure(
         await load(bot.events_url, 20, 1.0, tag=f"{tag}w", expect="Queued")  # warm up
         for number, rate in enumerate(rates):
             anchor = await load(bare_url, rate, duration_s, tag=f"{tag}b{number}", expect="Queued")
-            ours = await load(bot.events_url, rate, duration_s, tag=f"{tag}t{number}", expect="Queued")
+            ours = await load(
+                bot.events_url, rate, duration_s, tag=f"{tag}t{number}", expect="Queued"
+            )
             results[rate] = (ours, anchor)
     finally:
         bot.stop()
@@ -178,7 +185,10 @@ async def measure(
         if p99_ratio > 2.0:
             notes.append(f"p99 at {mid}/s is {p99_ratio:.2f}x the bare app's (goal 2x)")
         if errors:
-            notes.append(f"{errors} requests failed or got an unexpected answer")
+            seen = [x for o, _ in results.values() for x in o.samples][:3]
+            notes.append(
+                f"{errors} requests failed or got an unexpected answer, e.g. " + "; ".join(seen)
+            )
         if worst_top > BUDGET_S:
             notes.append(f"an ack took {ms(worst_top)} at {top}/s (goal ≤ 3 s)")
     return Row(

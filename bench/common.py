@@ -296,10 +296,13 @@ class BotProcess:
         async with aiohttp.ClientSession() as session:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"the bot exited ({self.proc.returncode}); see {self.log_path}")
+                    raise RuntimeError(
+                        f"the bot exited ({self.proc.returncode}); see {self.log_path}"
+                    )
                 try:
                     async with session.get(f"{self.base}/healthz") as r:
-                        if r.status == 200:
+                        # a web-only process reports no poller as unhealthy, yet serves
+                        if r.status == 200 or (self.role != "all" and r.status == 503):
                             return
                 except aiohttp.ClientError:
                     pass

@@ -114,7 +114,9 @@ class Fleet:
                 self.job_ids.append(tracking.job_id)
                 records.append((launch, tracking))
             for start in range(0, len(records), 50):
-                await asyncio.gather(*(self._store(l, t) for l, t in records[start : start + 50]))
+                await asyncio.gather(
+                    *(self._store(one, t) for one, t in records[start : start + 50])
+                )
 
     async def _store(self, launch: Launch, tracking: object) -> None:
         await self.store.create(launch, [], enqueue=False)

@@ -117,7 +117,9 @@ async def measure(
         scancel(jobs)
     overhead = statistics.median(bot) - statistics.median(hand)
     ok = overhead <= 0.5
-    notes = [f"each run: bot {', '.join(ms(b) for b in bot)}; by hand {', '.join(ms(h) for h in hand)}"]
+    notes = [
+        f"each run: bot {', '.join(ms(b) for b in bot)}; by hand {', '.join(ms(h) for h in hand)}"
+    ]
     return Row(
         "P4",
         f"/train ack → job id in thread ({repeat} launch{'es' if repeat > 1 else ''}, median)",

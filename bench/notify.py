@@ -22,7 +22,7 @@ import time
 from datetime import datetime
 
 from bench.common import LOGIN_SSH, Row, ms, percentile, scancel
-from bot.launches import Phase
+from bot.launches import Launch, Phase
 from bot.store import Store
 from tests.slack_standin import SlackStandin, post_signed, slash_command_body
 
@@ -84,7 +84,7 @@ async def measure(
                 raise RuntimeError(f"/train was not queued: {answer.body[:200]}")
             launch_ids.append(found.group(0))
         deadline = time.monotonic() + timeout_s
-        launches = {}
+        launches: dict[str, Launch | None] = {}
         while time.monotonic() < deadline:
             launches = {lid: await store.get(lid) for lid in launch_ids}
             jobs = [launch.job_id for launch in launches.values() if launch and launch.job_id]
@@ -95,35 +95,7 @@ async def measure(
     finally:
         scancel(jobs)
         subprocess.run([*LOGIN_SSH, f"rm -f {knob}"], timeout=30)
-    offset = time.time() - time.monotonic()  # the stand-in stamps calls with monotonic time
-    latencies: dict[str, list[float]] = {"start": [], "checkpoint": [], "end": []}
-    unfinished = 0
-    for lid, launch in launches.items():
-        if launch is None or launch.phase != Phase.DONE or launch.outcome != "COMPLETED":
-            unfinished += 1
-            continue
-        thread = [
-            (str(c.params.get("text", "")), c.at + offset)
-            for c in standin.calls_to("chat.postMessage")
-            if c.params.get("thread_ts") == launch.parent_ts
-        ]
-        start, end = _slurm_times(launch.job_id)
-        for text, at in thread:
-            if text.startswith("Running"):
-                latencies["start"].append(at - start)
-            elif " COMPLETED " in f" {text} " and "attempt" in text:
-                latencies["end"].append(at - end)
-            elif found := STEP_RE.search(text):
-                step = int(found.group(1).replace(",", ""))
-                tracking_rec = launch.attempt.tracking if launch.attempt else None
-                if tracking_rec is None or not tracking_rec.checkpoint_dir:
-                    continue
-                path = os.path.join(_home(tracking_rec.checkpoint_dir), f"step_{step}")
-                try:
-                    done_at = os.stat(path).st_ctime
-                except OSError:
-                    continue
-                latencies["checkpoint"].append(at - done_at)
+    latencies, unfinished = _latencies(standin, launches)
     every = [v for values in latencies.values() for v in values]
     if not every:
         return Row.failed(
@@ -149,3 +121,40 @@ async def measure(
         f"p99 = interval + {p99 - poll_interval_s:.2f} s",
         goal, "pass" if ok else "short", notes,
     )  # fmt: skip
+
+
+def _latencies(
+    standin: SlackStandin, launches: dict[str, Launch | None]
+) -> tuple[dict[str, list[float]], int]:
+    """Seconds from each event to its thread message, by kind; and how many launches did
+    not complete."""
+    offset = time.time() - time.monotonic()  # the stand-in stamps calls with monotonic time
+    latencies: dict[str, list[float]] = {"start": [], "checkpoint": [], "end": []}
+    unfinished = 0
+    for launch in launches.values():
+        if launch is None or launch.phase != Phase.DONE or launch.outcome != "COMPLETED":
+            unfinished += 1
+            continue
+        thread = [
+            (str(c.params.get("text", "")), c.at + offset)
+            for c in standin.calls_to("chat.postMessage")
+            if c.params.get("thread_ts") == launch.parent_ts
+        ]
+        start, end = _slurm_times(launch.job_id)
+        for text, at in thread:
+            if text.startswith("Running"):
+                latencies["start"].append(at - start)
+            elif " COMPLETED " in f" {text} " and "attempt" in text:
+                latencies["end"].append(at - end)
+            elif found := STEP_RE.search(text):
+                step = int(found.group(1).replace(",", ""))
+                tracking_rec = launch.attempt.tracking if launch.attempt else None
+                if tracking_rec is None or not tracking_rec.checkpoint_dir:
+                    continue
+                path = os.path.join(_home(tracking_rec.checkpoint_dir), f"step_{step}")
+                try:
+                    done_at = os.stat(path).st_ctime
+                except OSError:
+                    continue
+                latencies["checkpoint"].append(at - done_at)
+    return latencies, unfinished

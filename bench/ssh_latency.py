@@ -52,7 +52,9 @@ print(json.dumps({"sequential": sequential, "concurrent": concurrent}))
 """
 
 
-async def pool_latency(profile: ClusterProfile, seq: int, rounds: int) -> tuple[list[float], list[float]]:
+async def pool_latency(
+    profile: ClusterProfile, seq: int, rounds: int
+) -> tuple[list[float], list[float]]:
     async with SSHPool(max_channels=CONCURRENCY) as pool:
         login = profile.login
         await pool.run(login, "true", timeout_s=30)  # connect
@@ -73,7 +75,9 @@ async def pool_latency(profile: ClusterProfile, seq: int, rounds: int) -> tuple[
     return sequential, concurrent
 
 
-def tunnel_latency(profile: ClusterProfile, seq: int, rounds: int) -> tuple[list[float], list[float]]:
+def tunnel_latency(
+    profile: ClusterProfile, seq: int, rounds: int
+) -> tuple[list[float], list[float]]:
     login = profile.login
     argv = [
         str(NEMO_VENV_PYTHON),
@@ -111,9 +115,7 @@ async def process_floor() -> float:
     """The same 40 commands as local processes (``bash -c true``, no SSH at all): what
     starting 40 processes costs this machine, the floor under any remote command."""
     started = time.perf_counter()
-    procs = [
-        await asyncio.create_subprocess_exec("bash", "-c", "true") for _ in range(CONCURRENCY)
-    ]
+    procs = [await asyncio.create_subprocess_exec("bash", "-c", "true") for _ in range(CONCURRENCY)]
     await asyncio.gather(*(p.wait() for p in procs))
     return time.perf_counter() - started
 

@@ -46,6 +46,7 @@ from bot.store import Store
 from cluster.ssh import SSHPool
 from tests.slack_standin import SlackStandin
 
+ALL_ROWS = frozenset(f"P{i}" for i in range(1, 7))
 RESULTS = PROJECT / "bench" / "RESULTS.md"
 CLUSTER = "a4"
 P2_GOAL = "5,000-job rate ≤ 1.5x the 10-job rate; ≥ 100x fewer RPCs than nemo-run at 1,000"
@@ -68,7 +69,7 @@ class Sizes:
 
 
 FULL = Sizes((10, 100, 300), 20.0, 50, 5, 3, (10, 1000, 5000), 20.0, 3, 300.0)
-QUICK = Sizes((5, 10, 20), 1.0, 5, 1, 1, (2, 5, 10), 3.0, 1, 150.0)
+QUICK = Sizes((5, 10, 20), 1.0, 5, 1, 1, (2, 5, 10), 2.0, 1, 150.0, 1.0)
 
 
 @dataclass
@@ -97,7 +98,9 @@ async def _row(
     print(f"bench: {id} done in {time.monotonic() - started:.0f} s: {row.figure}", flush=True)
 
 
-async def run(sizes: Sizes, workdir: Path) -> tuple[list[Row], list[str]]:
+async def run(
+    sizes: Sizes, workdir: Path, only: frozenset[str] = ALL_ROWS
+) -> tuple[list[Row], list[str]]:
     tag = run_tag()
     rows: list[Row] = []
     method: list[str] = []
@@ -111,28 +114,32 @@ async def run(sizes: Sizes, workdir: Path) -> tuple[list[Row], list[str]]:
     await flush_bench_db()
     try:
         async with SSHPool() as pool, Store.connect(REDIS_URL) as store:
-            await _row(
-                rows, "P3", "remote command latency", ssh_latency.GOAL,
-                lambda: ssh_latency.measure(profile, seq=sizes.ssh_seq, rounds=sizes.ssh_rounds),
-            )  # fmt: skip
-            await _row(
-                rows, "P1", "ack latency", ack.GOAL,
-                lambda: ack.measure(
-                    standin, config_path, workdir, rates=sizes.rates, duration_s=sizes.ack_s,
-                    tag=tag,
-                ),
-            )  # fmt: skip
+            if "P3" in only:
+                await _row(
+                    rows, "P3", "remote command latency", ssh_latency.GOAL,
+                    lambda: ssh_latency.measure(
+                        profile, seq=sizes.ssh_seq, rounds=sizes.ssh_rounds
+                    ),
+                )  # fmt: skip
+            if "P1" in only:
+                await _row(
+                    rows, "P1", "ack latency", ack.GOAL,
+                    lambda: ack.measure(
+                        standin, config_path, workdir, rates=sizes.rates, duration_s=sizes.ack_s,
+                        tag=tag,
+                    ),
+                )  # fmt: skip
             await flush_bench_db()
             await store.ensure_groups()
-            await bot.start()
-
-            await _row(
-                rows, "P4", "/train ack → job id", launch.GOAL,
-                lambda: launch.measure(
-                    standin, bot.events_url, store, config, pool, cluster=CLUSTER,
-                    repeat=sizes.launches, tag=tag,
-                ),
-            )  # fmt: skip
+            if "P4" in only:
+                await bot.start()
+                await _row(
+                    rows, "P4", "/train ack → job id", launch.GOAL,
+                    lambda: launch.measure(
+                        standin, bot.events_url, store, config, pool, cluster=CLUSTER,
+                        repeat=sizes.launches, tag=tag,
+                    ),
+                )  # fmt: skip
             bot.stop()
             await flush_bench_db()
             await store.ensure_groups()
@@ -141,7 +148,7 @@ async def run(sizes: Sizes, workdir: Path) -> tuple[list[Row], list[str]]:
             results: list[SizeResult] = []
             p6_rows: list[Row] = []
             small, middle, large = sizes.fleet
-            for size in sizes.fleet:
+            for size in sizes.fleet if only & {"P2", "P5", "P6"} else ():
                 print(f"bench: P2/P5 with {size:,} tracked launches ...", flush=True)
                 await fleet.grow(size)
                 idle = await window(sizes.window_s)
@@ -154,16 +161,18 @@ async def run(sizes: Sizes, workdir: Path) -> tuple[list[Row], list[str]]:
                 if size == middle:
                     await _row(
                         p6_rows, "P6", "state change → thread", "p99 ≤ poll interval + 2 s",
-                        lambda: notify.measure(
+                        lambda tracked=size: notify.measure(
                             standin, bot.events_url, store, cluster=CLUSTER,
                             count=sizes.p6_jobs, tag=tag, poll_interval_s=sizes.poll_interval_s,
-                            tracking=size, timeout_s=sizes.p6_timeout_s,
+                            tracking=tracked, timeout_s=sizes.p6_timeout_s,
                         ),
                     )  # fmt: skip
                 bot.stop()
-            rows.append(_p2_row(results, sizes))
-            rows.append(_p5_row(results, sizes))
+            if results:
+                rows.append(_p2_row(results, sizes))
+                rows.append(_p5_row(results, sizes))
             rows.extend(p6_rows)
+            rows[:] = [r for r in rows if r.id in only]
             method.append(
                 f"Tracked launches: {len(fleet.job_ids):,} held jobs made through the launch "
                 f"path's own plan with `--hold` ({fleet.submit_s:.0f} s of sbatch)."
@@ -189,9 +198,10 @@ async def _bot_window(bot: BotProcess, size: int, sizes: Sizes) -> SizeResult:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         values = await bot.metrics()
-        if metric(values, "trainbot_polls_total") >= 2 and metric(
-            values, "trainbot_outbox_backlog"
-        ) == 0:
+        if (
+            metric(values, "trainbot_polls_total") >= 2
+            and metric(values, "trainbot_outbox_backlog") == 0
+        ):
             break
         await asyncio.sleep(0.5)
     before = await bot.metrics()
@@ -288,8 +298,7 @@ def table(rows: list[Row]) -> str:
     head = "| id | measure | figure | anchor (same run) | ratio | goal | result |\n"
     head += "|---|---|---|---|---|---|---|\n"
     return head + "".join(
-        f"| {r.id} | {r.measure} | {r.figure} | {r.anchor} | {r.ratio} | {r.goal} | "
-        f"{r.verdict} |\n"
+        f"| {r.id} | {r.measure} | {r.figure} | {r.anchor} | {r.ratio} | {r.goal} | {r.verdict} |\n"
         for r in rows
     )
 
@@ -306,7 +315,15 @@ def main(argv: list[str] | None = None) -> int:
         help=f"where to write the Markdown (default: {RESULTS.relative_to(PROJECT)} for a full "
         "run, nowhere for --quick)",
     )  # fmt: skip
+    parser.add_argument(
+        "--rows", default=",".join(sorted(ALL_ROWS)),
+        help="measure only these rows (P2, P5 and P6 share one fleet); a partial run "
+        "writes no results file unless --results says where",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    only = frozenset(r.strip().upper() for r in args.rows.split(",") if r.strip())
+    if not only <= ALL_ROWS:
+        parser.error(f"--rows: unknown {', '.join(sorted(only - ALL_ROWS))}")
     problem = dev_cluster_up()
     if problem:
         print(f"bench: the dev cluster is not usable: {problem}", file=sys.stderr)
@@ -316,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: logs in {workdir}", flush=True)
     started = datetime.now(UTC)
     loop = asyncio.new_event_loop()
-    main_task = loop.create_task(run(sizes, workdir))
+    main_task = loop.create_task(run(sizes, workdir, only))
     for sig in (signal.SIGINT, signal.SIGTERM):  # cancel the run: its finally cleans up
         loop.add_signal_handler(sig, main_task.cancel)
     try:
@@ -333,10 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Machine: {machine}")
     print(text)
     print(notes(rows))
-    out = args.results or (None if args.quick else RESULTS)
+    out = args.results or (None if args.quick or only != ALL_ROWS else RESULTS)
     if out is not None:
         out.write_text(
-            render_results(rows, method, machine, started, "bench/run --quick" if args.quick else "bench/run")
+            render_results(
+                rows, method, machine, started, "bench/run --quick" if args.quick else "bench/run"
+            )
         )
         print(f"bench: wrote {out}")
     return 0
@@ -364,5 +383,7 @@ def render_results(
         parts.append(f"### `bench/{module.__name__.rsplit('.', 1)[-1]}.py`\n\n{doc}\n\n")
     parts.extend(f"{line}\n" for line in method)
     return "".join(parts)
+
+
 if __name__ == "__main__":
     sys.exit(main())
