@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from dataclasses import replace
 from pathlib import Path
@@ -165,3 +166,11 @@ async def test_many_launches_are_read_in_order_in_chunks() -> None:
         ids = [items[3].id, "L-000000", items[0].id, items[4].id]
         found = await store.get_many(ids, chunk=2)
         assert [f.id if f else None for f in found] == [items[3].id, None, items[0].id, items[4].id]
+
+
+async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        names = [f"burst-{i}" for i in range(400)]
+        seen = await asyncio.gather(*(store.first_seen(name, 60) for name in names))
+        assert all(seen)
