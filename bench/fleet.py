@@ -49,10 +49,6 @@ class Window:
     def per_minute(self) -> float:
         return (self.ctld + self.dbd) * 60 / self.seconds if self.seconds else 0.0
 
-    def net(self, idle: Window) -> float:
-        """RPCs per minute above the idle window's (others' use of the shared Slurm)."""
-        return max(0.0, self.per_minute - idle.per_minute)
-
 
 async def window(seconds: float) -> Window:
     before = slurm_counters()
