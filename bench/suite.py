@@ -393,6 +393,10 @@ def render_results(
         doc = (module.__doc__ or "").strip()
         parts.append(f"### `bench/{module.__name__.rsplit('.', 1)[-1]}.py`\n\n{doc}\n\n")
     parts.extend(f"{line}\n" for line in method)
+    parts.append(
+        "\nWhere one poll's time goes: `.venv/bin/python -m bench.profile_poll --jobs N` "
+        "makes N held launches the same way and prints cProfile's top functions of a poll.\n"
+    )
     return "".join(parts)
 
 
