@@ -1,109 +1,210 @@
-"""How fast a slash command is acknowledged: signed HTTP requests through slack-bolt
-to the bot's core, which parses, checks policy and queues the launch in Redis.
+"""P1: slash-command ack latency through the signed HTTP front end, against a bare
+slack-bolt app on the same server stack, at fixed request rates.
 
-Slack gives an app 3 s to acknowledge. This sends /train commands one at a time
-and then CONCURRENCY at a time to a running bot (real Redis, real slack-bolt,
-the Web API stand-in; no workers, so nothing reaches Slurm) and prints the ack
-latency percentiles and their ratio to the 3 s budget.
+trainbot is ``python -m bot serve --role web`` (signature check, replay guard in
+Redis, bolt, the core: parse, policy, channel check, the launch written and queued
+in Redis); the anchor is a slack-bolt ``AsyncApp`` whose ``/train`` listener acks a
+constant, served the same way (aiohttp ``AppRunner`` and ``TCPSite``, bolt's own
+signature check) in its own process. The load is open-loop: requests leave at the
+given rate whatever the answers do, each with its own user (the policy counts
+launches per user), signed as Slack signs them.
 
-    .venv/bin/python bench/ack.py [--requests N] [--concurrency C]
+    python -m bench.ack serve-bare PORT API_URL   # the anchor app (bench/run starts it)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import statistics
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import aiohttp
 
-import redis.asyncio as aioredis  # noqa: E402
+from bench.common import BotProcess, Row, free_port, ms, percentile, ratio
+from tests.slack_standin import SIGNING_SECRET, SlackStandin, signed_headers, slash_command_body
 
-from bot.config import load_config  # noqa: E402
-from bot.http import SlackParams, run_slack  # noqa: E402
-from bot.service import running  # noqa: E402
-from bot.settings import Settings  # noqa: E402
-from bot.slack_front import open_front  # noqa: E402
-from tests.slack_standin import (  # noqa: E402
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
-)
-
-BENCH_REDIS = "redis://127.0.0.1:6379/14"
 BUDGET_S = 3.0
-CONFIG = Path(__file__).resolve().parents[1] / ".devcluster" / "trainbot.yaml"
+GOAL = "p99 ≤ 2x bare at 100/s; 0 errors; no ack over 3 s at 300/s"
+BARE_TEXT = "Queued L-000000: bench"
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+@dataclass
+class Load:
+    rate: int
+    sent: int
+    latencies: list[float]
+    errors: int
+    samples: list[str]  # the first few unexpected answers
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.latencies, 0.5)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.latencies, 0.99)
+
+    @property
+    def worst(self) -> float:
+        return max(self.latencies) if self.latencies else float("nan")
 
 
-async def measure(url: str, count: int, concurrency: int, *, round_: int) -> list[float]:
-    gate = asyncio.Semaphore(concurrency)
+async def load(url: str, rate: int, duration_s: float, *, tag: str, expect: str) -> Load:
+    """``rate`` signed /train requests per second for ``duration_s``, open-loop."""
+    count = max(1, int(rate * duration_s))
     latencies: list[float] = []
+    errors = 0
+    samples: list[str] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-    async def one(i: int) -> None:
-        user = f"U0B{round_}X{i:05d}"  # one launch per user: the policy caps launches per user
-        text = f"sft llama3p1_8b cluster=a4 name=b{i}"
-        body = slash_command_body("/train", text, user_id=user)
-        async with gate:
-            answer = await post_signed(url, body)
-        if answer.status != 200 or "Queued" not in answer.json().get("text", ""):
-            raise RuntimeError(f"unexpected answer {answer.status}: {answer.body[:200]!r}")
-        latencies.append(answer.elapsed_s)
+        async def one(i: int, at: float) -> None:
+            nonlocal errors
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            body = slash_command_body(
+                "/train", f"sft llama3p1_8b cluster=a4 name={tag}", user_id=f"U{tag.upper()}{i:06d}"
+            )
+            headers = signed_headers(body, secret=SIGNING_SECRET)
+            started = time.perf_counter()
+            try:
+                async with session.post(url, data=body.encode(), headers=headers) as r:
+                    text = await r.text()
+                    ok = r.status == 200 and expect in text
+                    answer = f"{r.status} {text[:120]!r}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                ok, answer = False, f"{type(exc).__name__}: {exc}"
+            latencies.append(time.perf_counter() - started)
+            if not ok:
+                errors += 1
+                if len(samples) < 3:
+                    samples.append(answer)
 
-    await asyncio.gather(*(one(i) for i in range(count)))
-    return latencies
+        t0 = time.perf_counter() + 0.1
+        await asyncio.gather(*(one(i, t0 + i / rate) for i in range(count)))
+    return Load(rate, count, latencies, errors, samples)
 
 
-async def main(count: int, concurrency: int) -> None:
-    client = aioredis.from_url(BENCH_REDIS)
-    await client.flushdb()
-    settings = Settings.from_environ({"REDIS_URL": BENCH_REDIS})
-    config = load_config(CONFIG)
-    standin = SlackStandin()
-    await standin.start()
-    params = SlackParams(
-        bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_url=standin.api_url, http_port=0
+async def serve_bare(port: int, api_url: str) -> None:
+    """The anchor: a bare bolt app answering /train with a constant."""
+    from aiohttp import web
+    from slack_bolt.app.async_app import AsyncApp
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from tests.slack_standin import BOT_TOKEN
+
+    app = AsyncApp(
+        client=AsyncWebClient(token=BOT_TOKEN, base_url=api_url),
+        signing_secret=SIGNING_SECRET,
     )
+
+    @app.command("/train")
+    async def train(ack):  # type: ignore[no-untyped-def]
+        await ack(BARE_TEXT)
+
+    runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+async def _wait_up(url: str, proc: subprocess.Popen[bytes], expect: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"anchor app exited ({proc.returncode})")
+        try:
+            warm = await load(url, 20, 0.5, tag="warm", expect=expect)
+            if not warm.errors:
+                return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.3)
+    raise RuntimeError("anchor app never answered")
+
+
+async def measure(
+    standin: SlackStandin,
+    config: Path,
+    workdir: Path,
+    *,
+    rates: tuple[int, ...],
+    duration_s: float,
+    tag: str,
+) -> Row:
+    """Both apps at every rate (anchor first at each rate, then trainbot)."""
+    measure_text = (
+        f"ack latency, signed HTTP, {'/'.join(map(str, rates))} req/s for {duration_s:g} s"
+    )
+    bot = BotProcess(standin.api_url, config, workdir / "bot-web.log", role="web")
+    port = free_port()
+    bare = subprocess.Popen(
+        [sys.executable, "-m", "bench.ack", "serve-bare", str(port), standin.api_url],
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "bare.log").open("ab"),
+    )
+    bare_url = f"http://127.0.0.1:{port}/slack/events"
+    results: dict[int, tuple[Load, Load]] = {}
     try:
-        async with (
-            open_front(BOT_TOKEN, api_url=standin.api_url) as front,
-            running(settings, config, front, workers=0) as bot,
-            run_slack(
-                params, bot.core, health=bot.healthy, metrics=bot.metrics, front=front
-            ) as slack,
-        ):
-            url = f"http://127.0.0.1:{slack.http_port}/slack/events"
-            await measure(url, 5, 1, round_=0)  # warm up (bolt's auth.test, connections)
-            rounds = (("sequential", 1), (f"{concurrency} at a time", concurrency))
-            for number, (label, c) in enumerate(rounds, start=1):
-                started = time.perf_counter()
-                lat = await measure(url, count, c, round_=number)
-                wall = time.perf_counter() - started
-                p50, p95, worst = percentile(lat, 0.5), percentile(lat, 0.95), max(lat)
-                print(
-                    f"{label:>14}: {count} /train acks in {wall:.2f} s ({count / wall:.0f}/s); "
-                    f"p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, max {worst * 1000:.1f} ms; "
-                    f"max / 3 s budget = {worst / BUDGET_S:.3f}; "
-                    f"mean {statistics.mean(lat) * 1000:.1f} ms"
-                )
+        await bot.start()
+        await _wait_up(bare_url, bare, BARE_TEXT)
+        await load(bot.events_url, 20, 1.0, tag=f"{tag}w", expect="Queued")  # warm up
+        for number, rate in enumerate(rates):
+            anchor = await load(bare_url, rate, duration_s, tag=f"{tag}b{number}", expect="Queued")
+            ours = await load(
+                bot.events_url, rate, duration_s, tag=f"{tag}t{number}", expect="Queued"
+            )
+            results[rate] = (ours, anchor)
     finally:
-        await standin.close()
-        await client.flushdb()
-        await client.aclose()
+        bot.stop()
+        bare.terminate()
+        bare.wait(timeout=20)
+    figure = "; ".join(
+        f"{r}/s p50 {ms(o.p50)} p99 {ms(o.p99)} max {ms(o.worst)} err {o.errors}"
+        for r, (o, _) in results.items()
+    )
+    anchor_text = "; ".join(
+        f"{r}/s p50 {ms(a.p50)} p99 {ms(a.p99)} err {a.errors}" for r, (_, a) in results.items()
+    )
+    mid = 100 if 100 in results else sorted(results)[len(results) // 2]
+    top = max(results)
+    ours_mid, anchor_mid = results[mid]
+    p99_ratio = ratio(ours_mid.p99, anchor_mid.p99)
+    errors = sum(o.errors for o, _ in results.values())
+    worst_top = results[top][0].worst
+    ok = p99_ratio <= 2.0 and errors == 0 and worst_top <= BUDGET_S
+    notes = [
+        f"p99 ratio at {mid}/s: {p99_ratio:.2f}; errors at all rates: {errors}; "
+        f"slowest ack at {top}/s: {ms(worst_top)}"
+    ]
+    if not ok:
+        if p99_ratio > 2.0:
+            notes.append(f"p99 at {mid}/s is {p99_ratio:.2f}x the bare app's (goal 2x)")
+        if errors:
+            seen = [x for o, _ in results.values() for x in o.samples][:3]
+            notes.append(
+                f"{errors} requests failed or got an unexpected answer, e.g. " + "; ".join(seen)
+            )
+        if worst_top > BUDGET_S:
+            notes.append(f"an ack took {ms(worst_top)} at {top}/s (goal ≤ 3 s)")
+    return Row(
+        "P1",
+        measure_text,
+        figure,
+        anchor_text,
+        f"p99 {p99_ratio:.2f}x at {mid}/s",
+        GOAL,
+        "pass" if ok else "short",
+        notes,
+    )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=20)
-    args = parser.parse_args()
-    asyncio.run(main(args.requests, args.concurrency))
+    if len(sys.argv) == 4 and sys.argv[1] == "serve-bare":
+        asyncio.run(serve_bare(int(sys.argv[2]), sys.argv[3]))
+    else:
+        sys.exit(__doc__)

@@ -43,6 +43,16 @@ MIN_LEASE_S = 1.0
 RENEWALS_PER_INTERVAL = 3
 
 
+def _changes(launch: Launch, change: Callable[[Launch], list[Event]]) -> bool:
+    """Whether ``change`` would write anything, tried on ``launch`` itself: the copy this
+    poll read (the poll's own, used for nothing else), compared as JSON before and after
+    (a deep copy of a launch costs several times more). The write re-reads the stored
+    launch and applies ``change`` again under WATCH, so a launch changed meanwhile by
+    someone else is still handled right."""
+    before = launch.model_dump_json()
+    return bool(change(launch)) or launch.model_dump_json() != before
+
+
 def lease_name(cluster: str) -> str:
     return f"poller:{cluster}"
 
@@ -126,6 +136,7 @@ class Poller:
     async def _poll(self, cluster: str) -> int:
         if not await self.hold(cluster):
             return 0
+        started = time.monotonic()  # one poll: reading the launches, collecting, applying
         launches, jobs = await self._tracked(cluster)
         if not jobs:
             return 0
@@ -134,7 +145,6 @@ class Poller:
         by_user: dict[str, list[str]] = {}
         for job_id, launch in launches.items():
             by_user.setdefault(launch.cluster_user, []).append(job_id)
-        started = time.monotonic()
         profile = self.clusters.profile(cluster)
         people = {user: profile.as_user(user) for user in by_user}
         results = await asyncio.gather(
@@ -182,8 +192,7 @@ class Poller:
         """The launches ``cluster``'s jobs belong to, and the jobs, by job id."""
         launches: dict[str, Launch] = {}
         jobs: dict[str, Tracking] = {}
-        for launch_id in await self.store.tracked_ids(cluster):
-            launch = await self.store.get(launch_id)
+        for launch in await self.store.get_many(await self.store.tracked_ids(cluster)):
             job = tracked(launch) if launch else None
             if launch is not None and job is not None:
                 launches[job.job_id] = launch
@@ -205,9 +214,13 @@ class Poller:
             if diagnosis is None:
                 return  # read again after a short delay
 
-        def change(stored: Launch) -> list[Event]:
-            return apply_snapshot(stored, snap, profile, watch, diagnosis=diagnosis)
+        now = time.time()
 
+        def change(stored: Launch) -> list[Event]:
+            return apply_snapshot(stored, snap, profile, watch, now=now, diagnosis=diagnosis)
+
+        if diagnosis is None and not _changes(launch, change):
+            return  # nothing new for this launch: no write (most tracked jobs, most polls)
         await self.store.mutate(launch.id, change)
 
     async def diagnose(

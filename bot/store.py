@@ -250,6 +250,10 @@ class DeadLetter:
         )
 
 
+REDIS_MAX_CONNECTIONS = 100
+REDIS_POOL_WAIT_S = 10.0
+
+
 class Store:
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""
@@ -278,7 +282,16 @@ class Store:
         """``redact`` is applied to every launch record and outbox entry before it is
         written, so a secret that reached a log tail or an error is never stored.
         ``retention`` says how long finished launches and their history are kept."""
-        client = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
+        # A blocking pool: when every connection is busy (a burst of slash commands), a
+        # caller waits for one instead of failing with "Too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            decode_responses=True,
+            health_check_interval=30,
+            max_connections=REDIS_MAX_CONNECTIONS,
+            timeout=REDIS_POOL_WAIT_S,
+        )
+        client = aioredis.Redis.from_pool(pool)
         store = cls(client, redact=redact, retention=retention)
         try:
             await store.ping()
@@ -325,6 +338,15 @@ class Store:
     async def get(self, launch_id: str) -> Launch | None:
         raw = await self.redis.get(keys.launch(launch_id))
         return Launch.model_validate_json(raw) if raw else None
+
+    async def get_many(self, launch_ids: list[str], chunk: int = 500) -> list[Launch | None]:
+        """The launches, in order (None for one that is gone): one MGET per ``chunk``."""
+        found: list[Launch | None] = []
+        for start in range(0, len(launch_ids), chunk):
+            names = [keys.launch(i) for i in launch_ids[start : start + chunk]]
+            for raw in await self.redis.mget(names):
+                found.append(Launch.model_validate_json(raw) if raw else None)
+        return found
 
     async def create(
         self,

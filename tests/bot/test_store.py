@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from dataclasses import replace
 from pathlib import Path
@@ -154,3 +155,22 @@ async def test_records_and_messages_are_stored_redacted() -> None:
             await client.aclose()
     assert secret not in raw and "[redacted]" in raw
     assert all(secret not in v for _, fields in entries for v in fields.values())
+
+
+async def test_many_launches_are_read_in_order_in_chunks() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        items = [Launch(request=request(), user_id="U1", channel="C1") for _ in range(5)]
+        for item in items:
+            await store.create(item, [], enqueue=False)
+        ids = [items[3].id, "L-000000", items[0].id, items[4].id]
+        found = await store.get_many(ids, chunk=2)
+        assert [f.id if f else None for f in found] == [items[3].id, None, items[0].id, items[4].id]
+
+
+async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        names = [f"burst-{i}" for i in range(400)]
+        seen = await asyncio.gather(*(store.first_seen(name, 60) for name in names))
+        assert all(seen)
