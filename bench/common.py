@@ -232,19 +232,11 @@ def free_port() -> int:
 
 def bench_config(directory: Path, *, poll_interval_s: float = 2.0) -> Path:
     """The dev cluster's config with the bench's limits (anyone may run many launches, the
-    given poll interval). Fields this checkout does not know (a newer ``devcluster/up``
-    may have written the shared file) are left out."""
+    given poll interval)."""
     import yaml
-
-    from cluster.profiles import ClusterProfile, LoginNode
 
     data = yaml.safe_load(DEV_CONFIG.read_text())
     for body in data["clusters"].values():
-        for key in [k for k in body if k not in ClusterProfile.model_fields]:
-            del body[key]
-        login = body["login"]
-        for key in [k for k in login if k not in LoginNode.model_fields]:
-            del login[key]
         body["poll_interval_s"] = poll_interval_s
     for rule in data.get("policy", {}).get("rules", []):
         rule["max_concurrent"] = 100000
