@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from bot import answers, home, render
 from bot.clusters import Clusters
-from bot.cost import START_ESTIMATE_TIMEOUT_S, appraise
+from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.launches import Attempt, Launch, Phase
 from bot.logs import launch_fields
@@ -90,6 +90,7 @@ class Core:
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
+        self.start_estimates = StartEstimates()
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
@@ -290,6 +291,7 @@ class Core:
             request,
             user,
             account=account,
+            estimates=self.start_estimates,
             cluster_user=cluster_user,
             timeout_s=self.start_estimate_timeout_s,
         )

@@ -30,6 +30,7 @@ from commands.policy import Decision, Policy
 from commands.requests import InteractiveRequest, TrainRequest
 
 START_ESTIMATE_TIMEOUT_S = 1.5  # the answer to /train waits at most this for Slurm
+START_ESTIMATE_TTL_S = 10.0  # one shape's estimate serves the /train answers this long
 NOW_TOLERANCE_S = 2.0  # Slurm's start time has whole seconds, read after the clock was
 STEP_KEYS = ("max_steps", "max_num_steps")  # overrides that say how many steps a run takes
 
@@ -158,6 +159,49 @@ class Appraisal:
         return lines
 
 
+class StartEstimates:
+    """Slurm's start estimate per job shape and Unix user, asked once and shared for
+    ``ttl_s``: a burst of /train of one shape costs one ``sbatch --test-only``, and every
+    answer in it says the same. An estimate that failed is asked again next time."""
+
+    def __init__(self, ttl_s: float = START_ESTIMATE_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._asked: dict[tuple[object, ...], tuple[float, asyncio.Task[StartEstimate]]] = {}
+
+    def ask(
+        self,
+        clusters: Clusters,
+        profile: ClusterProfile,
+        *,
+        nodes: int,
+        partition: str,
+        time_limit: str | None,
+        account: str | None,
+        timeout_s: float,
+    ) -> asyncio.Task[StartEstimate]:
+        now = time.monotonic()
+        self._asked = {k: v for k, v in self._asked.items() if now - v[0] < self.ttl_s}
+        key = (profile.name, profile.login.user, nodes, partition, time_limit, account)
+        found = self._asked.get(key)
+        if found is not None:
+            task = found[1]
+            if not task.done() or (not task.cancelled() and task.exception() is None):
+                return task
+        task = asyncio.create_task(
+            start_estimate(
+                clusters.pool,
+                profile,
+                nodes=nodes,
+                partition=partition,
+                time_limit=time_limit,
+                account=account,
+                timeout_s=timeout_s,
+            )
+        )
+        self._asked[key] = (now, task)
+        return task
+
+
 async def appraise(
     store: Store,
     clusters: Clusters,
@@ -166,23 +210,24 @@ async def appraise(
     user: User,
     *,
     account: str | None,
+    estimates: StartEstimates,
     cluster_user: str = "",
     timeout_s: float = START_ESTIMATE_TIMEOUT_S,
 ) -> Appraisal:
     """Start estimate (one SSH round trip as the person's Unix user, ``cluster_user``,
-    at most ``timeout_s``), GPU-hour estimate and budget check for ``request`` by ``user``."""
+    at most ``timeout_s``, shared by the same shape for a few seconds), GPU-hour estimate
+    and budget check for ``request`` by ``user``."""
     profile = clusters.profile(request.cluster).as_user(cluster_user)
-    asking = asyncio.create_task(
-        start_estimate(
-            clusters.pool,
-            profile,
-            nodes=request.nodes,
-            partition=request.partition or profile.partition,
-            time_limit=request.time or profile.time_limit,
-            account=account or profile.account,
-            timeout_s=timeout_s,
-        )
+    task = estimates.ask(
+        clusters,
+        profile,
+        nodes=request.nodes,
+        partition=request.partition or profile.partition,
+        time_limit=request.time or profile.time_limit,
+        account=account or profile.account,
+        timeout_s=timeout_s,
     )
+    asking = asyncio.ensure_future(asyncio.shield(task))  # one asker leaving stops no one
     try:
         key = recipe_key(request)
         runs = await store.step_runs(request.cluster, key, request.nodes) if key else []

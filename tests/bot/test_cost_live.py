@@ -211,3 +211,29 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         left = 5.0 - charged - dry.estimate_gpu_hours
         assert f"Budget on a4: {left:,.1f} of 5.0 GPU-hours left" in again.text, again.text
     assert slurm_jobs_named(unique) == [launch.job_id]
+
+
+async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselves() -> None:
+    """Many /train of one shape within a few seconds share one ``sbatch --test-only``
+    (the ack stays fast under load); another person, or another size, is asked anew."""
+    from bot.clusters import Clusters
+    from bot.cost import StartEstimates
+    from bot.settings import Settings
+    from cluster.ssh import SSHPool
+
+    config = dev_config()
+    async with SSHPool() as pool:
+        clusters = Clusters(config, Settings.from_environ({}), pool)
+        estimates = StartEstimates(ttl_s=30)
+        profile = clusters.profile("a4")
+        shape = {"nodes": 1, "partition": "a4", "time_limit": "00:10:00", "account": None}
+        before = pool.stats.round_trips
+        tasks = [estimates.ask(clusters, profile, **shape, timeout_s=20) for _ in range(20)]
+        answers = await asyncio.gather(*tasks)
+        assert pool.stats.round_trips - before == 1 and len({id(t) for t in tasks}) == 1
+        assert answers[0].start is not None and answers[0].partition == "a4", answers[0]
+        other_size = estimates.ask(clusters, profile, **{**shape, "nodes": 2}, timeout_s=20)
+        as_alice = estimates.ask(clusters, profile.as_user("alice"), **shape, timeout_s=20)
+        await asyncio.gather(other_size, as_alice)
+        assert pool.stats.round_trips - before == 3
+        assert estimates.ask(clusters, profile, **shape, timeout_s=20) is tasks[0]  # still fresh
