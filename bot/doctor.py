@@ -20,7 +20,7 @@ from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
 from cluster.launch import LaunchSpec
 from cluster.preflight import preflight
-from cluster.profiles import ClusterProfile
+from cluster.profiles import ClusterProfile, LoginNode
 from cluster.ssh import SSHPool
 
 
@@ -35,23 +35,28 @@ class Report:
         print(f"{mark} {what}{': ' + detail if detail else ''}", file=self.out, flush=True)
 
 
+async def can_log_in(
+    report: Report, clusters: Clusters, login: LoginNode, cluster: str, what: str, ok: str = ""
+) -> bool:
+    """Run ``true`` on the login node as ``login`` says; one report line either way."""
+    try:
+        await clusters.pool.run(login, "true", timeout_s=20, cluster=cluster)
+    except TrainbotError as exc:
+        report.line(False, what, str(exc))
+        return False
+    report.line(True, what + ok)
+    return True
+
+
 async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
     name = profile.name
     login = profile.login
-    try:
-        await clusters.pool.run(login, "true", timeout_s=20, cluster=name)
-    except TrainbotError as exc:
-        report.line(False, f"{name}: ssh {login.user}@{login.host}:{login.port}", str(exc))
+    shared = f"{name}: ssh {login.user}@{login.host}:{login.port}"
+    if not await can_log_in(report, clusters, login, name, shared, " (host key verified)"):
         return
-    report.line(True, f"{name}: ssh {login.user}@{login.host}:{login.port} (host key verified)")
     for user in sorted(set(profile.identity.users.values()) if profile.identity else ()):
-        person = profile.as_user(user).login
-        try:
-            await clusters.pool.run(person, "true", timeout_s=20, cluster=name)
-        except TrainbotError as exc:
-            report.line(False, f"{name}: ssh {user}@{login.host} with a CA certificate", str(exc))
-            continue
-        report.line(True, f"{name}: ssh {user}@{login.host} with a CA certificate")
+        person = f"{name}: ssh {user}@{login.host} with a CA certificate"
+        await can_log_in(report, clusters, profile.as_user(user).login, name, person)
     listing = await discover_recipes(clusters.pool, profile)
     entries = [e for e in clusters.config.catalog.entries]
     missing = [
