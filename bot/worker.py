@@ -278,6 +278,9 @@ class Worker:
             if stored.phase != Phase.PREFLIGHT:
                 return []  # cancelled during pre-flight: nothing is submitted
             stored.phase = Phase.SUBMITTING
+            if stored.preflight_said == len(stored.attempts):
+                return [update(stored.id)]  # a worker that died before submitting said it
+            stored.preflight_said = len(stored.attempts)
             return [thread(stored.id, ok), update(stored.id)]
 
         item, _ = await self._mutate(item.id, submitting)

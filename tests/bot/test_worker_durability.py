@@ -164,6 +164,35 @@ async def test_a_stalled_worker_that_lost_the_launch_writes_nothing(
     assert sum("Slurm job 100" in t for t in texts) == 1, texts
 
 
+async def test_a_worker_that_died_before_its_submit_reached_slurm_is_not_repeated_in_the_thread(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """Worker A passed pre-flight and said so, then died before sbatch reached Slurm. B looks
+    the launch up (nothing), runs pre-flight again and submits: one job, and "Pre-flight ok"
+    once in the thread."""
+    launch = await queued(store)
+    dead = asyncio.Event()  # never set: A never comes back
+
+    async def die_before_slurm(spec: LaunchSpec) -> None:
+        if len(clusters.submits) == 1:
+            clusters.jobs.pop(spec.launch_id)  # the submit never reached Slurm
+            await dead.wait()
+
+    clusters.on_submit = die_before_slurm
+    first = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
+    while not clusters.submits:
+        await asyncio.sleep(0.05)
+    await store.release(f"launch:{launch.id}", "a")  # A's lock expired: it is gone
+    assert await Worker(store, clusters, name="b").process(launch.id)
+    first.cancel()
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.SUBMITTED
+    assert [a.job_id for a in stored.attempts] == ["101"]
+    texts = await thread_texts(store, launch.id)
+    assert sum(t.startswith("Pre-flight ok") for t in texts) == 1, texts
+    assert sum("Slurm job 101" in t for t in texts) == 1, texts
+
+
 async def test_the_lock_is_renewed_while_a_worker_works(
     store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
 ) -> None:
