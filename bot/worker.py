@@ -273,17 +273,7 @@ class Worker:
             return
         notes = "".join(f"\nNote: {escape(n)}." for n in built.notes)
         ok = render.preflight_summary(result, spec) + notes
-
-        def submitting(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.PREFLIGHT:
-                return []  # cancelled during pre-flight: nothing is submitted
-            stored.phase = Phase.SUBMITTING
-            if stored.preflight_said == len(stored.attempts):
-                return [update(stored.id)]  # a worker that died before submitting said it
-            stored.preflight_said = len(stored.attempts)
-            return [thread(stored.id, ok), update(stored.id)]
-
-        item, _ = await self._mutate(item.id, submitting)
+        item, _ = await self._mutate(item.id, _to_submitting(ok))
         if item.phase != Phase.SUBMITTING:
             return
         try:
@@ -471,6 +461,22 @@ def _to_preflight(stored: Launch) -> list[Event]:
     if stored.phase in (Phase.QUEUED, Phase.RETRYING, Phase.PREFLIGHT, Phase.SUBMITTING):
         stored.phase = Phase.PREFLIGHT
     return []
+
+
+def _to_submitting(ok: str) -> Callable[[Launch], list[Event]]:
+    """Pre-flight passed: submit, unless the launch was cancelled meanwhile. ``ok`` is said
+    once per attempt, even when a worker that died before its submit already said it."""
+
+    def change(stored: Launch) -> list[Event]:
+        if stored.phase != Phase.PREFLIGHT:
+            return []  # cancelled during pre-flight: nothing is submitted
+        stored.phase = Phase.SUBMITTING
+        if stored.preflight_said == len(stored.attempts):
+            return [update(stored.id)]
+        stored.preflight_said = len(stored.attempts)
+        return [thread(stored.id, ok), update(stored.id)]
+
+    return change
 
 
 def _finish(
