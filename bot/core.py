@@ -177,11 +177,7 @@ class Core:
         oncall = self.clusters.config.alerts.oncall_usergroup
         if oncall and policy.oncall_may_act:
             privileged.add(oncall)
-        groups = [rule.groups for rule in policy.rules]
-        groups += [rule.groups for rule in policy.log_viewers]
-        groups += [rule.groups for rule in policy.custom_images]
-        groups += [rule.groups for rule in policy.budgets]
-        wanted = ({g for named in groups for g in named} | privileged) - {"*"}
+        wanted = policy.group_ids() | privileged
         found = set()
         for group in wanted:
             stamp, members = self._groups.get(group, (0.0, set()))

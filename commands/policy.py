@@ -94,6 +94,17 @@ class Policy(BaseModel):
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)
 
+    def group_ids(self) -> frozenset[str]:
+        """Every user group any part of the policy names (``*`` excluded): the groups
+        whose members the bot must know to apply it. Walks every field that holds
+        rules, so a new kind of rule cannot be forgotten here."""
+        found: set[str] = set()
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for rule in value if isinstance(value, tuple) else (value,):
+                found.update(getattr(rule, "groups", ()))
+        return frozenset(found - {ANY})
+
     def rule_for(
         self, user_id: str, group_ids: Collection[str], cluster: str
     ) -> tuple[int, PolicyRule] | None:

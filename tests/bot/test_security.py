@@ -34,7 +34,8 @@ from bot.slack_front import open_front
 from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_LOGS, ACTION_REJECT, ACTION_RETRY
 from bot.store import Event
 from cluster.frameworks.base import Tracking
-from commands.access import ApproverRule, ImageRule, ViewerRule
+from cluster.launch import plan_launch
+from commands.access import AccountRule, ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis, login_run
@@ -61,6 +62,7 @@ GROUPS = {
     "S0TEAM": ["U0TESS"],
     "S0LEADS": ["U0LEAD"],
     "S0IMG": ["U0IMG"],
+    "S0VISION": ["U0VIC"],  # named only by the accounts rule of one test
 }
 POLICY = {
     "admins": Principals(users=("U0ADMIN",), groups=("S0ADMINS",)),
@@ -451,6 +453,27 @@ async def test_custom_images_only_where_policy_allows(
         assert bool(spec.secrets) is secrets
         if not secrets:
             assert spec.secret_files() == {} and spec.profile.job_secrets == {}
+
+
+async def test_a_groups_launches_run_under_its_slurm_account(standin: SlackStandin) -> None:
+    """policy.accounts by user group: the member's /train is planned with that --account
+    (the group's members come from Slack, as for every other rule)."""
+    accounts = (AccountRule(groups=("S0VISION",), clusters=("a4",), account="vision"),)
+    async with secure_bot(standin, accounts=accounts) as s:
+        said = {
+            u: await s.command("/train", "sft llama3p1_8b cluster=a4", user=u)
+            for u in GROUPS["S0VISION"] + ["U0ALICE"]
+        }
+        argv = {}
+        for user in said:
+            (launch_id,) = await s.bot.store.active_ids(user)
+            launch = await s.bot.store.get(launch_id)
+            assert launch is not None
+            argv[user] = [str(a) for a in plan_launch(s.bot.clusters.spec_for(launch).spec).argv]
+    assert all(text.startswith("Queued") for text in said.values()), said
+    vic = argv["U0VIC"]
+    assert vic[vic.index("--account") + 1] == "vision"
+    assert "vision" not in argv["U0ALICE"]
 
 
 # -- requests that are not what they claim -------------------------------------
