@@ -493,9 +493,16 @@ class Core:
 
         def cancelled(stored: Launch) -> list[Event]:
             text = f"🚫 Cancelled by <@{user.id}>."
+            events = []
             if stored.phase in (Phase.QUEUED, Phase.PREFLIGHT, Phase.RETRYING) or not stored.job_id:
                 stored.phase, stored.outcome, stored.detail = Phase.DONE, "CANCELLED", text
-            return [Event("thread", stored.id, text), Event("update", stored.id)]
+            if stored.submit_started_at:  # a worker looks the job up and cancels it
+                text += (
+                    " A submission was in flight: trainbot looks the job up by the launch id "
+                    "and cancels it if Slurm has it."
+                )
+                events.append(Event("enqueue", stored.id))
+            return [Event("thread", stored.id, text), Event("update", stored.id), *events]
 
         await self.store.mutate(launch.id, cancelled)
         what = f"Slurm job {job_ids[-1]}" if job_ids else launch.id

@@ -123,6 +123,7 @@ class Launch(BaseModel):
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used
     estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
+    submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it
     preflight_said: int = -1  # len(attempts) when "Pre-flight ok" was posted: said once per attempt
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
 

@@ -43,7 +43,7 @@ from cluster.errors import (
     SlurmCommandFailed,
     TrainbotError,
 )
-from cluster.launch import Submission
+from cluster.launch import SUBMIT_TIMEOUT_S, Submission
 from cluster.tokenizer import seed_tokenizer_cache
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,8 @@ class Worker:
             log.warning("worker: queue entry for unknown launch %s dropped", launch_id)
             return True
         if item.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
-            return True  # already handled (a redelivery), or cancelled
+            if not item.submit_started_at:
+                return True  # already handled (a redelivery), or cancelled
         with log_context(launch_id=launch_id, cluster=item.cluster, job_id=item.job_id):
             return await self._process(item)
 
@@ -183,10 +184,15 @@ class Worker:
         if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
             log.info("launch %s is being handled by another worker; leaving it pending", launch_id)
             return False
-        renew = asyncio.create_task(self._renew(lock))
+        work = asyncio.create_task(self._work(launch_id))
+        renew = asyncio.create_task(self._renew(lock, work))
         try:
-            item = await self._take(launch_id)
-            await self._launch(item)
+            await work
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this worker is being stopped
+            log.warning("launch %s: the lock was lost; this worker stops", launch_id)
         except LostLock:
             log.warning("launch %s: another worker took it over; this one stops", launch_id)
         except PersonRefused as exc:  # the person cannot log in: trying again will not help
@@ -206,11 +212,21 @@ class Worker:
         self.processed += 1
         return True
 
-    async def _renew(self, lock: str) -> None:
+    async def _work(self, launch_id: str) -> None:
+        item = await self._take(launch_id)
+        if item.active:
+            await self._launch(item)
+        else:
+            await self._settle_cancelled(item)
+
+    async def _renew(self, lock: str, work: asyncio.Task[None]) -> None:
+        """Keep the lock while ``work`` runs; losing it stops the work (a submit not yet
+        begun never begins: another worker has the launch)."""
         while True:
             await asyncio.sleep(LOCK_RENEW_S)
             if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
-                log.warning("worker %s lost the lock %s", self.name, lock)
+                log.warning("worker %s lost the lock %s; stopping", self.name, lock)
+                work.cancel()
                 return
 
     async def _take(self, launch_id: str) -> Launch:
@@ -283,13 +299,28 @@ class Worker:
             await self._outcome_unknown(item, exc)
             return
         except SlurmCommandFailed as exc:
-            await self._reject(
-                item,
-                "SUBMIT_FAILED",
-                "Slurm refused the job:\n" + code_block(exc.stderr or str(exc)),
-            )
+            await self._failed_submit(item, exc)
             return
         await self._record(item, submission=submission)
+
+    async def _failed_submit(self, item: Launch, exc: SlurmCommandFailed) -> None:
+        """The launcher exited with an error. nemo-run can fail after its sbatch worked,
+        so Slurm is asked by the launch id before the launch is called refused."""
+        output = code_block(exc.stderr or str(exc))
+        known = {a.job_id for a in item.attempts if a.job_id}
+        try:
+            found = [j for j in await self.clusters.find(item) if j.job_id not in known]
+        except ClusterError as lookup:
+            await self._outcome_unknown(item, lookup)
+            return
+        if not found:
+            await self._reject(item, "SUBMIT_FAILED", "Slurm refused the job:\n" + output)
+            return
+        how = "The launcher reported an error after its sbatch worked; following"
+        await self._record(item, job_id=found[-1].job_id, how=how)
+        await self._mutate(
+            item.id, lambda stored: [thread(stored.id, "The launcher's error:\n" + output)]
+        )
 
     async def _look_up(self, item: Launch) -> bool:
         """A launch left SUBMITTING: adopt the job Slurm has for it (False), or go on to
@@ -312,9 +343,52 @@ class Worker:
             await self.store.requeue(item.id, after_s=wait_s)
             return False
         if found:  # submitted before a crash or a lost connection: adopt, never resubmit
-            await self._record(item, job_id=found[-1].job_id, adopted=True)
+            how = "Found the job submitted before a restart"
+            await self._record(item, job_id=found[-1].job_id, how=how)
             return False
         return True
+
+    async def _settle_cancelled(self, item: Launch) -> None:
+        """A launch cancelled while a submit's outcome was unknown: cancel whatever Slurm
+        has for it, and keep looking until any submit still in flight must have ended."""
+        known = {a.job_id for a in item.attempts if a.job_id}
+        try:
+            found = [
+                j for j in await self.clusters.find(item) if j.active and j.job_id not in known
+            ]
+        except ClusterError as exc:
+            log.warning("launch %s: lookup after cancel failed: %s", item.id, exc)
+            await self.store.requeue(item.id, after_s=LOOKUP_AGAIN_S)
+            return
+        for job in found:
+            try:
+                await self.clusters.cancel(item, [job.job_id])
+                text = (
+                    f"🚫 Slurm job {job.job_id} appeared after the launch was cancelled: "
+                    "cancelled it."
+                )
+            except ClusterError as exc:
+                text = (
+                    f"⚠️ Slurm job {job.job_id} appeared after the launch was cancelled and could "
+                    f"not be cancelled ({escape(str(exc))}): `scancel {job.job_id}` on "
+                    f"{escape(item.cluster)}."
+                )
+            log.info("launch %s: %s", item.id, text)
+            await self._say(item.id, text)
+        settled_at = item.submit_started_at + SUBMIT_TIMEOUT_S + SUBMIT_SETTLE_S
+        if time.time() < settled_at:  # a submit still in flight could yet land
+            await self.store.requeue(item.id, after_s=settled_at - time.time())
+            return
+
+        def settled(stored: Launch) -> list[Event]:
+            stored.submit_started_at = 0.0
+            return []
+
+        await self._mutate(item.id, settled)
+
+    async def _say(self, launch_id: str, text: str) -> None:
+        """One line in the launch's thread, nothing else changed."""
+        await self._mutate(launch_id, lambda stored: [thread(stored.id, text)])
 
     async def _outcome_unknown(self, item: Launch, exc: ClusterError) -> None:
         text = (
@@ -331,7 +405,7 @@ class Worker:
         *,
         submission: Submission | None = None,
         job_id: str = "",
-        adopted: bool = False,
+        how: str = "Submitted",
     ) -> None:
         spec = self.clusters.spec_for(item).spec
         tracking = submission.tracking if submission else spec.fw.found(spec, job_id)
@@ -339,6 +413,7 @@ class Worker:
         partition = spec.slurm_partition
 
         def submitted(stored: Launch) -> list[Event]:
+            stored.submit_started_at = 0.0  # Slurm has answered: this is the job
             if stored.attempts and stored.attempts[-1].job_id == job_id:
                 return []
             if not stored.attempts or stored.attempts[-1].job_id:
@@ -354,7 +429,6 @@ class Worker:
                 return [thread(stored.id, text)]
             stored.phase = Phase.SUBMITTED
             unit = "node" if stored.request.nodes == 1 else "nodes"
-            how = "Found the job submitted before a restart" if adopted else "Submitted"
             where = f" Logs: `{escape(tracking.log_dir)}`" if tracking.log_dir else ""
             as_user = f" as {stored.cluster_user}" if stored.cluster_user else ""
             text = (
@@ -460,6 +534,7 @@ def _to_preflight(stored: Launch) -> list[Event]:
     """Pre-flight starts (again), unless the launch was cancelled meanwhile."""
     if stored.phase in (Phase.QUEUED, Phase.RETRYING, Phase.PREFLIGHT, Phase.SUBMITTING):
         stored.phase = Phase.PREFLIGHT
+        stored.submit_started_at = 0.0  # Slurm was asked (a lookup) and has no job for it
     return []
 
 
@@ -471,6 +546,7 @@ def _to_submitting(ok: str) -> Callable[[Launch], list[Event]]:
         if stored.phase != Phase.PREFLIGHT:
             return []  # cancelled during pre-flight: nothing is submitted
         stored.phase = Phase.SUBMITTING
+        stored.submit_started_at = time.time()
         if stored.preflight_said == len(stored.attempts):
             return [update(stored.id)]
         stored.preflight_said = len(stored.attempts)
@@ -490,6 +566,7 @@ def _finish(
         stored.phase = phase
         stored.outcome = outcome
         stored.detail = text.split("\n", 1)[0][:300]
+        stored.submit_started_at = 0.0
         return [Event("thread", stored.id, text, data=dict(data or {})), update(stored.id)]
 
     return change

@@ -9,12 +9,19 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis  # noqa: F401  (see below)
 import pytest
 import yaml
 
 from cluster.profiles import ClusterProfile
 from cluster.ssh import Result, SSHPool
 from tests import devlogin
+
+# hypothesis is imported here, at collection, and not first by its pytest plugin at the
+# end of a session that ran no property test: that late import, deep in pluggy's stack,
+# can meet a CPython 3.11 bug in ast's recursion-depth tracking ("SystemError: AST
+# constructor recursion depth mismatch", as in pytest-dev/pytest#10763) and turn a
+# green run of a few modules into a crash.
 
 PROJECT = Path(__file__).resolve().parents[1]
 DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"

@@ -24,7 +24,7 @@ from bot.launches import Attempt, Launch, Phase
 from bot.settings import Settings
 from bot.store import Event, Store
 from bot.worker import Worker, worker_name
-from cluster.errors import ClusterUnreachable, CommandTimeout
+from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.jobs import FoundJob
 from cluster.launch import LaunchSpec, Submission
 from cluster.preflight import PreflightResult
@@ -289,6 +289,102 @@ async def test_cancel_during_preflight_submits_nothing(
     assert await task
     stored = await store.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
+
+
+async def test_a_cancel_while_the_submit_outcome_is_unknown_cancels_the_job_that_landed(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit timed out (its job did reach Slurm), then the person cancels: the job is
+    found by the launch id and cancelled, and the thread says so."""
+    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
+    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.3)
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+
+    async def timeout(spec: LaunchSpec) -> None:
+        raise CommandTimeout("bash -l -s: no answer in 120 s", cluster="a4")
+
+    clusters.on_submit = timeout
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
+    current = await store.get(launch.id)
+    assert current is not None and current.phase == Phase.SUBMITTING
+    reply = await core.cancel(current, ALICE)
+    assert "Cancelled" in reply.text
+    for _ in range(50):  # the worker takes the entries the cancel and the timeout left
+        await store.promote_due()
+        for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+            await w.handle(entry_id, fields)
+        stored = await store.get(launch.id)
+        assert stored is not None
+        if not stored.submit_started_at:
+            break
+        await asyncio.sleep(0.1)
+    assert stored.outcome == "CANCELLED" and not stored.submit_started_at
+    assert clusters.submits == ["100"] and clusters.cancelled == ["100"]
+    texts = await thread_texts(store, launch.id)
+    assert any("A submission was in flight" in t for t in texts), texts
+    assert sum("Slurm job 100 appeared after the launch was cancelled" in t for t in texts) == 1
+
+
+async def test_a_launcher_that_fails_after_its_sbatch_worked_is_followed_not_refused(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+
+    async def fail_after_sbatch(spec: LaunchSpec) -> None:
+        raise SlurmCommandFailed(
+            command="bash -l -s", returncode=1, stderr="Traceback ...\nKeyError: 'status'"
+        )
+
+    clusters.on_submit = fail_after_sbatch  # the job is in Slurm; the launcher then failed
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.SUBMITTED and stored.job_id == "100"
+    texts = await thread_texts(store, launch.id)
+    assert not any("Slurm refused" in t for t in texts), texts
+    assert any("KeyError" in t for t in texts), texts
+
+
+async def test_a_launcher_that_failed_with_no_job_in_slurm_is_refused(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+
+    async def refused(spec: LaunchSpec) -> None:
+        clusters.jobs.pop(spec.launch_id)  # sbatch itself refused: no job
+        raise SlurmCommandFailed(
+            command="bash -l -s", returncode=1, stderr="sbatch: error: invalid partition"
+        )
+
+    clusters.on_submit = refused
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.REJECTED
+    assert stored.outcome == "SUBMIT_FAILED" and not stored.submit_started_at
+    texts = await thread_texts(store, launch.id)
+    assert any("Slurm refused" in t and "invalid partition" in t for t in texts), texts
+
+
+async def test_a_worker_that_loses_its_lock_stops_before_submitting(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "LAUNCH_LOCK_MS", 600)
+    monkeypatch.setattr(worker, "LOCK_RENEW_S", 0.1)
+    launch = await queued(store)
+    clusters.preflight_gate = asyncio.Event()
+    a = Worker(store, clusters, name="a")
+    task = asyncio.create_task(a.process(launch.id))
+    await clusters.preflight_started.wait()
+    lock = f"launch:{launch.id}"
+    await store.release(lock, "a")  # A stalled past its lock, and B took the launch
+    assert await store.acquire(lock, "b", 60_000)
+    await asyncio.sleep(0.3)  # A's next renewal finds the lock gone
+    clusters.preflight_gate.set()
+    assert await asyncio.wait_for(task, 5)  # A stops cleanly: its loop goes on
+    assert clusters.submits == []
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.PREFLIGHT
 
 
 async def test_a_job_that_appears_after_cancel_is_cancelled_too(
