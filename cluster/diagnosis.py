@@ -372,6 +372,8 @@ def retry_decision(
 
     if diagnosis.requeued_by_slurm:
         return stop("Slurm requeued it itself; following the new run.")
+    if kind is UNKNOWN and diagnosis.output_cut:
+        return _cause_cut_from_the_logs(repeats, attempt, max_attempts)
     if kind.reaction in (R.TELL_USER, R.PAGE):
         hint = f" {kind.hint}" if kind.reaction is R.TELL_USER and kind.hint else ""
         return stop(f"Not retrying: {kind.no_retry}.{hint}")
@@ -397,3 +399,23 @@ def retry_decision(
     without = f" without {exclude}" if exclude else ""
     reason = f"Retrying from the newest checkpoint{without} {nxt}"
     return RetryDecision(True, exclude_node=exclude, resume=True, page=page, reason=reason)
+
+
+def _cause_cut_from_the_logs(repeats: int, attempt: int, max_attempts: int) -> RetryDecision:
+    """No known cause, and srun cut the tasks' last output: the cause may be a transient
+    one (the tokenizer race is the usual first-run one) whose traceback was lost, so one
+    retry as is. A second such failure needs a person: on-call is paged."""
+    if repeats > 0:
+        why = "it failed again with its cause cut from the logs; a person should look"
+        return RetryDecision(False, page=True, reason=f"Not retrying: {why}.")
+    if attempt >= max_attempts:
+        return RetryDecision(
+            False, reason=f"Not retrying: that was attempt {attempt} of {max_attempts}."
+        )
+    return RetryDecision(
+        True,
+        reason=(
+            "The cause may be a transient one whose traceback was lost: retrying once as is "
+            f"(attempt {attempt + 1} of {max_attempts})..."
+        ),
+    )

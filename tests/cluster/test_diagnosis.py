@@ -19,6 +19,7 @@ from cluster.diagnosis import (
     MAX_LINE_CHARS,
     Diagnosis,
     Reaction,
+    RetryDecision,
     diagnose,
     retry_decision,
 )
@@ -476,3 +477,20 @@ async def test_unknown_cause_says_when_srun_cut_the_output_short(read: Read) -> 
     assert found is not None and found.key == "unknown" and found.output_cut
     plain = await read("nemo_x", state="FAILED", log="GPU available: True\n")
     assert plain is not None and plain.key == "unknown" and not plain.output_cut
+
+    def decide(diagnosis: Diagnosis, attempt: int, previous: tuple[str, ...]) -> RetryDecision:
+        return retry_decision(
+            diagnosis, attempt=attempt, max_attempts=3, previous_keys=previous,
+            newer_checkpoint=False,
+        )  # fmt: skip
+
+    # Cut: once as is (the first run's race loses its traceback this way), then a person.
+    first = decide(found, 1, ())
+    assert first.retry and not first.page and not first.seed_tokenizer and not first.resume
+    assert "traceback was lost: retrying once as is (attempt 2 of 3)" in first.reason
+    again = decide(found, 2, ("unknown",))
+    assert not again.retry and again.page and "cut from the logs" in again.reason
+    last = decide(found, 3, ("tokenizer_race", "tokenizer_race"))
+    assert not last.retry and "attempt 3 of 3" in last.reason
+    # Not cut: the logs are whole and name nothing known, so a retry would not help.
+    assert not decide(plain, 1, ()).retry
