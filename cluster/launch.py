@@ -256,6 +256,8 @@ async def submit(
         spec.launch_id,
         spec.job_name,
     )
+    if spec.comment and not spec.fw.passes_comment:
+        await _comment(pool, spec, tracking.job_id, spec.comment)
     return Submission(
         launch_id=spec.launch_id,
         cluster=spec.cluster,
@@ -263,3 +265,20 @@ async def submit(
         tracking=tracking,
         output=result.stdout[-4000:],
     )
+
+
+async def _comment(pool: SSHPool, spec: LaunchSpec, job_id: str, comment: str) -> None:
+    """Slurm's comment for a launcher that cannot pass one to its sbatch (NeMo's run.py
+    has no such option, and sbatch reads no environment variable for it): set on the
+    job right after, as its owner may. A failure only costs the attribution."""
+    argv = ["scontrol", "update", f"JobId={job_id}", f"Comment={comment}"]
+    result = await pool.run(
+        spec.profile.login, join_argv(argv), timeout_s=15, check=False, cluster=spec.cluster
+    )
+    if result.returncode != 0:
+        log.warning(
+            "job=%s cluster=%s: could not set its comment: %s",
+            job_id,
+            spec.cluster,
+            result.stderr.strip()[-200:],
+        )

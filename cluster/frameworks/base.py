@@ -70,6 +70,7 @@ class Framework(ABC):
     recipe_field: Literal["script", "job_script"]  # the catalog field naming its script
     recipe_globs: tuple[str, ...]  # where its scripts are, relative to subdir
     interactive: bool = False  # whether it has interactive allocations
+    passes_comment: bool = False  # whether argv gives sbatch the comment (else set after)
 
     def work_dir(self, profile: ClusterProfile) -> str:
         return join_remote(profile.recipes_dir, self.subdir)

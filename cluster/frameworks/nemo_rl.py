@@ -63,6 +63,7 @@ class NeMoRL(Framework):
     name = "nemo-rl"
     launcher = "launch.sh"
     script_label = "job script"
+    passes_comment = True  # launch.sh passes its options to sbatch
     subdir = "nemo_rl"
     recipe_field = "job_script"
     recipe_globs = ("algorithms/*.sh",)

@@ -54,15 +54,23 @@ async def follow(
 
 
 async def test_nemo_launch_to_completed(
-    pool: SSHPool, dev_profile: ClusterProfile, launch_id: str, jobs_to_cancel: list[str]
+    pool: SSHPool,
+    dev_profile: ClusterProfile,
+    login: LoginShell,
+    launch_id: str,
+    jobs_to_cancel: list[str],
 ) -> None:
+    comment = f"trainbot {launch_id} by U0ALICE"
     spec = LaunchSpec(
         profile=dev_profile, launch_id=launch_id, framework="nemo", nodes=1,
-        script="sft/llama3p1_8b_sft.py", name="nemo-live", env=FAST,
+        script="sft/llama3p1_8b_sft.py", name="nemo-live", env=FAST, comment=comment,
     )  # fmt: skip
     assert (await preflight(pool, spec)).ok
     sub = await submit(pool, plan_launch(spec))
     jobs_to_cancel.append(sub.job_id)
+    # Whose job it is reaches Slurm through the sbatch nemo-run runs (SBATCH_COMMENT).
+    shown = await login.run(f"scontrol show job {sub.job_id} -o")
+    assert f"Comment={comment}" in shown.stdout, shown.stdout
     tracking = sub.tracking
     assert tracking.log_dir and tracking.checkpoint_dir.endswith(
         f"nemo-live-{launch_id}/checkpoints"
