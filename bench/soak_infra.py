@@ -82,6 +82,7 @@ class OwnRedis:
     workdir: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    appendfsync: str = "always"  # docker-compose.yml's Redis: everysec
 
     @property
     def url(self) -> str:
@@ -101,7 +102,7 @@ class OwnRedis:
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = [
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.workdir), "--appendonly", "yes", "--appendfsync", "always",
+            "--dir", str(self.workdir), "--appendonly", "yes", "--appendfsync", self.appendfsync,
             "--save", "", "--daemonize", "no", "--logfile", str(self.workdir / "redis.log"),
         ]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -55,6 +55,7 @@ UNREACHABLE_RETRIES = 5  # before anything was submitted
 MAX_LOOKUP_WAIT_S = 300.0
 LOOKUP_AGAIN_S = 20.0  # a SUBMITTING launch whose cluster went away: look again this much later
 SUBMIT_SETTLE_S = 30.0  # after a submit whose outcome is unknown, before looking it up
+THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later
 LAUNCH_LOCK_MS = 30_000
 LOCK_RENEW_S = 10.0
 MAX_DELIVERIES = 3  # of one queue entry that fails inside trainbot, before the dead letters
@@ -289,6 +290,8 @@ class Worker:
             return
         notes = "".join(f"\nNote: {escape(n)}." for n in built.notes)
         ok = render.preflight_summary(result, spec) + notes
+        if not await self._thread_is_up(item):
+            return
         item, _ = await self._mutate(item.id, _to_submitting(ok))
         if item.phase != Phase.SUBMITTING:
             return
@@ -302,6 +305,27 @@ class Worker:
             await self._failed_submit(item, exc)
             return
         await self._record(item, submission=submission)
+
+    async def _thread_is_up(self, item: Launch) -> bool:
+        """A launch never runs without a thread anyone can see: submit only once its
+        parent message is posted. While it is not, look again shortly (a deferred entry);
+        when the channel refuses the bot (the notifier gave up and told the person by
+        DM), the launch ends here with nothing submitted."""
+        current = await self.store.get(item.id)
+        if current is not None and current.parent_ts:
+            return True
+        refused = await self.store.bad_channel(item.id)
+        if refused:
+            text = (
+                f"Not submitted: trainbot could not post this launch's thread in "
+                f"<#{escape(item.channel)}> ({escape(refused)}), and a launch never runs "
+                "without one. Invite the bot there, or use a channel it is in, and `/train` again."
+            )
+            await self._reject(item, "NO_THREAD", text)
+            return False
+        log.info("launch %s: its thread is not posted yet; submitting once it is", item.id)
+        await self.store.requeue(item.id, after_s=THREAD_WAIT_S)
+        return False
 
     async def _failed_submit(self, item: Launch, exc: SlurmCommandFailed) -> None:
         """The launcher exited with an error. nemo-run can fail after its sbatch worked,

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bot.babysit import on_failure
+from bot.launches import Attempt, Launch, Phase
 from cluster.collector import JobSnapshot, LogChunk
 from cluster.frameworks import Tracking
+from commands.requests import TrainRequest
 from tests.bot.test_babysit_e2e import console_bot
 from tests.cluster.test_diagnosis import FAKE_JOB_ID, JOBS, lay_out, text, with_state
 
@@ -66,3 +70,14 @@ async def test_an_unknown_cause_stands_after_the_delay_and_says_what_was_read(
     assert found is not None and found.key == "unknown"
     assert found.evidence[0] == "ValueError: odd"
     assert f"log-trainer-trainer.x_{FAKE_JOB_ID}_0.out in {tracking.log_dir}" in found.read
+    # The thread says it, through the same function the poller posts with.
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    launch = Launch(request=request, user_id="alice", channel="console", phase=Phase.RUNNING)
+    launch.attempts = [Attempt(number=1, job_id=FAKE_JOB_ID, tracking=tracking)]
+    events, retried = on_failure(
+        launch, bot.clusters.config.watch, state="FAILED", diagnosis=found, now=time.time()
+    )
+    said = events[0].text
+    assert not retried and "Not retrying: the cause is unknown." in said
+    assert f"Read: log-trainer-trainer.x_{FAKE_JOB_ID}_0.out in " in said, said
+    assert "srun force-terminated" not in said  # nothing was cut here

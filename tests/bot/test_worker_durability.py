@@ -120,7 +120,12 @@ async def queued(store: Store, **request: object) -> Launch:
     fields: dict[str, object] = {
         "workload": "dpo", "model": "llama3p1_8b", "framework": "nemo-rl", "cluster": "a4",
     }  # fmt: skip
-    launch = Launch(request=TrainRequest(**{**fields, **request}), user_id=ALICE.id, channel="C1")
+    launch = Launch(
+        request=TrainRequest(**{**fields, **request}),
+        user_id=ALICE.id,
+        channel="C1",
+        parent_ts="1700000000.000100",  # the notifier posted its thread
+    )
     await store.create(launch, [Event("thread", launch.id, "Queued.")])
     return launch
 
@@ -385,6 +390,51 @@ async def test_a_worker_that_loses_its_lock_stops_before_submitting(
     assert clusters.submits == []
     stored = await store.get(launch.id)
     assert stored is not None and stored.phase == Phase.PREFLIGHT
+
+
+async def test_nothing_is_submitted_before_the_launch_has_a_thread(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """The /train check could not tell (Slack slow), and the parent is not posted yet:
+    the launch waits for its thread; once posted, it goes."""
+    launch = await queued(store)
+
+    def no_thread_yet(stored: Launch) -> list[Event]:
+        stored.parent_ts = ""
+        return []
+
+    await store.mutate(launch.id, no_thread_yet)
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
+    assert clusters.submits == [] and await store.deferred_count() == 1
+
+    def posted(stored: Launch) -> list[Event]:
+        stored.parent_ts = "1700000000.000200"
+        return []
+
+    await store.mutate(launch.id, posted)
+    assert await w.process(launch.id)
+    assert clusters.submits == ["100"]
+
+
+async def test_a_channel_that_refuses_the_bot_gets_no_job(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """The parent could not be posted (the notifier dead-lettered it as a channel problem
+    and told the person by DM): the launch ends with nothing submitted."""
+    launch = await queued(store)
+
+    def no_thread(stored: Launch) -> list[Event]:
+        stored.parent_ts = ""
+        return []
+
+    await store.mutate(launch.id, no_thread)
+    await store.mark_bad_channel(launch.id, "not_in_channel")
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.REJECTED
+    assert stored.outcome == "NO_THREAD" and "not_in_channel" in stored.detail
+    assert clusters.submits == []
 
 
 async def test_a_job_that_appears_after_cancel_is_cancelled_too(
