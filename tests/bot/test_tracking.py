@@ -229,3 +229,40 @@ def test_the_wandb_run_link_is_posted_once() -> None:
     hostile = "wandb: View run at https://wandb.ai/x/<!channel>\n"
     events = apply_snapshot(item, snapshot("RUNNING", hostile, offset=99), PROFILE, Watch())
     assert not any("<!channel>" in t for t in threads(events))
+
+
+NEMO_TB = (
+    '[NeMo W 2025-05-06 23:48:47 nemo_logger:173] "update_logger_directory" is True. '
+    'Overwriting tensorboard logger "save_dir" to /home/trainer/logs/tb_logs\n'
+)
+
+
+def test_a_run_logging_to_tensorboard_says_where_once() -> None:
+    """NeMo names the logger's save_dir; the run's own events are under <it>/<experiment>."""
+    item = launch()
+    first = apply_snapshot(item, snapshot("RUNNING", NEMO_TB), PROFILE, Watch(), now=2000.0)
+    again = apply_snapshot(
+        item, snapshot("RUNNING", NEMO_TB, offset=len(NEMO_TB)), PROFILE, Watch(), now=2001.0
+    )
+    said = [t for t in threads(first) if "TensorBoard" in t]
+    assert said == [
+        "📊 TensorBoard logs in `/home/trainer/logs/tb_logs/x`. To view them, run "
+        "`tensorboard --logdir /home/trainer/logs/tb_logs/x` on the login node (127.0.0.1)."
+    ]
+    assert not any("TensorBoard" in t for t in threads(again))
+    hostile = NEMO_TB.replace("/home/trainer/logs", "/x/<!channel>&")
+    events = apply_snapshot(item, snapshot("RUNNING", hostile, offset=999), PROFILE, Watch())
+    (text,) = (t for t in threads(events) if "TensorBoard" in t)
+    assert "<!channel>" not in text and "&lt;!channel&gt;&amp;" in text
+
+
+def test_a_cluster_with_a_tensorboard_link_links_the_run() -> None:
+    profile = PROFILE.model_copy(
+        update={"tensorboard_url_template": "https://tb.example/?dir={log_dir}&job={job_id}"}
+    )
+    item = launch()
+    events = apply_snapshot(item, snapshot("RUNNING", NEMO_TB), profile, Watch(), now=2000.0)
+    assert (
+        "📊 TensorBoard: <https://tb.example/?dir=/home/trainer/logs/tb_logs/x&amp;job=7|job 7> "
+        "(logs in `/home/trainer/logs/tb_logs/x`)"
+    ) in threads(events)
