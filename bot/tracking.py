@@ -12,6 +12,7 @@ import time
 from bot import babysit, render
 from bot.config import Watch
 from bot.launches import Launch, Phase
+from bot.plot import reduce_per_column
 from bot.slack_text import code_block, escape
 from bot.store import Event
 from cluster.collector import JobSnapshot
@@ -89,8 +90,8 @@ class _Step:
         history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
         launch.validation_history.extend(progress.validation)
         for kept in (history, launch.validation_history):
-            if len(kept) > HISTORY_MAX:  # the whole run, at half the resolution
-                kept[:] = kept[::2]
+            if len(kept) > HISTORY_MAX:  # the whole run at half the resolution, spikes kept
+                kept[:] = reduce_per_column(kept, HISTORY_MAX // 4)
         return True
 
     def trackers(self, text: str, tracking: Tracking) -> None:
