@@ -15,7 +15,9 @@ times, with real Redis:
 and prints the median and 95th percentile of each, and the bytes Redis keeps per
 finished launch (its record, and the history entry that outlives it).
 
-    .venv/bin/python bench/history.py [--launches N] [--redis URL]
+    .venv/bin/python bench/history.py [--launches N] [--redis URL] [--quick]
+
+``--quick`` (200 launches, 10 runs per operation) shows every row in seconds.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ CLUSTERS = ("a3m", "a3u", "a4", "a3h")
 USERS = [f"U{n:04d}" for n in range(50)]
 OUTCOMES = ("COMPLETED",) * 6 + ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 RUNS = 200
+QUICK_LAUNCHES, QUICK_RUNS = 200, 10
 
 
 def finished_launch(number: int, rng: random.Random) -> tuple[Launch, str]:
@@ -119,7 +122,7 @@ async def full_scan(store: Store) -> int:
     return seen
 
 
-async def main(count: int, url: str) -> None:
+async def main(count: int, url: str, runs: int = RUNS) -> None:
     rng = random.Random(7)
     async with Store.connect(url) as store:
         await store.redis.flushdb()
@@ -130,41 +133,32 @@ async def main(count: int, url: str) -> None:
         size = int(await store.redis.dbsize())
         user = User(id=USERS[3], name="user3")
 
-        def mine() -> Awaitable[Any]:
-            return answers.jobs(store, user, all_users=False)
-
-        def everyone() -> Awaitable[Any]:
-            return answers.jobs(store, user, all_users=True)
-
-        def users_history() -> Awaitable[Any]:
-            return store.history(user_id=user.id, limit=20)
-
         checks: list[tuple[str, Callable[[], Awaitable[Any]], int]] = [
-            ("/jobs (one user's active)", lambda: answers.jobs(store, user, all_users=False), RUNS),
+            ("/jobs (one user's active)", lambda: answers.jobs(store, user, all_users=False), runs),
             (
                 "/jobs all (everyone's active)",
                 lambda: answers.jobs(store, user, all_users=True),
-                RUNS,
+                runs,
             ),
             (
                 "history of a user (newest 20)",
                 lambda: store.history(user_id=user.id, limit=20),
-                RUNS,
+                runs,
             ),
             (
                 "history of a cluster, 30 days (newest 20)",
                 lambda: store.history(cluster="a4", since=time.time() - 30 * 86400, limit=20),
-                RUNS,
+                runs,
             ),
-            ("history of everyone (newest 50)", lambda: store.history(limit=50), RUNS),
-            ("find by Slurm job id (index)", lambda: store.find_job(rng.choice(job_ids)), RUNS),
-            ("find by launch id", lambda: store.get(rng.choice(launch_ids)), RUNS),
-            ("before the index: one keyspace SCAN", lambda: full_scan(store), 20),
+            ("history of everyone (newest 50)", lambda: store.history(limit=50), runs),
+            ("find by Slurm job id (index)", lambda: store.find_job(rng.choice(job_ids)), runs),
+            ("find by launch id", lambda: store.get(rng.choice(launch_ids)), runs),
+            ("before the index: one keyspace SCAN", lambda: full_scan(store), min(runs, 20)),
         ]
         print(f"{count} finished launches (+20 active), {size} keys; filled in {fill_s:.1f} s")
         print(f"{'operation':44} {'median ms':>10} {'p95 ms':>8}")
-        for name, run, runs in checks:
-            median, p95 = await timed(run, runs)
+        for name, run, times in checks:
+            median, p95 = await timed(run, times)
             print(f"{name:44} {median:10.2f} {p95:8.2f}")
         sample = launch_ids[:50]
         record = [await store.redis.memory_usage(keys.launch(i)) or 0 for i in sample]
@@ -179,7 +173,9 @@ async def main(count: int, url: str) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--launches", type=int, default=10_000)
+    parser.add_argument("--launches", type=int, default=None, help="default 10,000")
     parser.add_argument("--redis", default=BENCH_REDIS, help="flushed: (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="200 launches, 10 runs each")
     args = parser.parse_args()
-    asyncio.run(main(args.launches, args.redis))
+    count = args.launches or (QUICK_LAUNCHES if args.quick else 10_000)
+    asyncio.run(main(count, args.redis, QUICK_RUNS if args.quick else RUNS))

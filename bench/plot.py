@@ -1,6 +1,7 @@
 """Measure the loss-curve renderer against the hand-written one it replaced.
 
     .venv/bin/python bench/plot.py [--sizes 100,10000,100000] [--repeat 5] [--out /tmp/loss.png]
+    .venv/bin/python bench/plot.py --quick    # sizes 100,2000, once each: every row in seconds
 
 Each size is a noisy falling loss (exponential decay plus Gaussian noise, a few
 spikes), the shape a real run produces. For each size, in the same run: trainbot's
@@ -38,24 +39,27 @@ def noisy_loss(n: int, *, seed: int = 0) -> list[tuple[float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,10000,100000")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--sizes", default=None, help="default 100,10000,100000")
+    parser.add_argument("--repeat", type=int, default=None, help="default 5")
     parser.add_argument("--out", default="", help="also write the largest image here")
+    parser.add_argument("--quick", action="store_true", help="sizes 100,2000, once each")
     args = parser.parse_args()
+    sizes = args.sizes or ("100,2000" if args.quick else "100,10000,100000")
+    repeat = args.repeat or (1 if args.quick else 5)
     started = time.perf_counter()
     render_loss_png(noisy_loss(10), title="warm-up")  # imports matplotlib
     print(f"first call (imports matplotlib): {(time.perf_counter() - started) * 1000:.0f} ms")
     head = ("points", "matplotlib ms", "bytes", "bitmap ms", "bytes", "ratio")
     print(f"{head[0]:>8} {head[1]:>14} {head[2]:>8} {head[3]:>10} {head[4]:>8} {head[5]:>6}")
     png = b""
-    for n in (int(size) for size in args.sizes.split(",")):
+    for n in (int(size) for size in sizes.split(",")):
         points = noisy_loss(n)
         title = f"L-7f3a9c · sft llama3p1_8b · loss ({n:,})"
         best = {}
         sizes = {}
         for name, draw in (("mpl", render_loss_png), ("bitmap", bitmap_png)):
             best[name] = math.inf
-            for _ in range(args.repeat):
+            for _ in range(repeat):
                 start = time.perf_counter()
                 out = draw(points, title=title)
                 best[name] = min(best[name], (time.perf_counter() - start) * 1000)

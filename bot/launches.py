@@ -115,6 +115,7 @@ class Launch(BaseModel):
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
+    tensorboard_dirs: list[str] = Field(default_factory=list)  # said in the thread, once each
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
     cluster_user: str = ""  # the Unix user the launch runs as ("": the shared login account)

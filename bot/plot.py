@@ -13,6 +13,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 WIDTH_PX, HEIGHT_PX, DPI = 900, 450, 100
 RAW = "#9ecae1"
@@ -21,6 +22,7 @@ VALIDATION = "#e6550d"
 RETRY = "#cb181d"
 CHECKPOINT = "#74c476"
 MAX_MARKS = 60  # checkpoint marks beyond this are thinned
+P = TypeVar("P", bound=tuple[float, float])  # (step, loss); steps may be int
 
 
 @dataclass(frozen=True)
@@ -74,16 +76,15 @@ def render_loss_png(
     return out.getvalue()
 
 
-def reduce_per_column(
-    points: Sequence[tuple[float, float]], columns: int
-) -> list[tuple[float, float]]:
-    """At most two points per pixel column (its lowest and highest), in step order."""
+def reduce_per_column(points: Sequence[P], columns: int) -> list[P]:
+    """At most two points per column of the step axis (its lowest and highest), in step
+    order. Also how a launch's stored history is halved when it grows too long."""
     if len(points) <= 2 * columns:
         return list(points)
     first, last = points[0][0], points[-1][0]
     span = (last - first) or 1.0
-    kept: list[tuple[float, float]] = []
-    bucket: list[tuple[float, float]] = []
+    kept: list[P] = []
+    bucket: list[P] = []
     current = 0
     for point in points:
         column = min(columns - 1, int((point[0] - first) / span * columns))
@@ -110,7 +111,7 @@ def smoothed(
     return out
 
 
-def _extremes(bucket: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def _extremes(bucket: list[P]) -> list[P]:
     low = min(bucket, key=lambda p: p[1])
     high = max(bucket, key=lambda p: p[1])
     return sorted({low, high})

@@ -12,13 +12,15 @@ import time
 from bot import babysit, render
 from bot.config import Watch
 from bot.launches import Launch, Phase
+from bot.plot import reduce_per_column
 from bot.slack_text import code_block, escape
 from bot.store import Event
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
 from cluster.frameworks import Tracking, framework
 from cluster.profiles import ClusterProfile, slurm_time_seconds
-from cluster.progress import Point, complete_lines, run_links
+from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
+from cluster.remote import quote_path
 from cluster.slurm import is_terminal
 
 PARENT_REFRESH_S = 10.0
@@ -72,10 +74,7 @@ class _Step:
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
         if text:
             attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
-            for url in run_links(text):
-                if url not in launch.run_links:
-                    launch.run_links.append(url)
-                    self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
+            self.trackers(text, attempt.tracking)
         p = launch.progress
         carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
         progress = framework(attempt.tracking.framework).parse_progress(text, carry)
@@ -91,9 +90,24 @@ class _Step:
         history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
         launch.validation_history.extend(progress.validation)
         for kept in (history, launch.validation_history):
-            if len(kept) > HISTORY_MAX:  # the whole run, at half the resolution
-                kept[:] = kept[::2]
+            if len(kept) > HISTORY_MAX:  # the whole run at half the resolution, spikes kept
+                kept[:] = reduce_per_column(kept, HISTORY_MAX // 4)
         return True
+
+    def trackers(self, text: str, tracking: Tracking) -> None:
+        """Where the run logs its metrics (a W&B page, a TensorBoard directory): said once."""
+        launch = self.launch
+        for url in run_links(text):
+            if url not in launch.run_links:
+                launch.run_links.append(url)
+                self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
+        for printed in tensorboard_dirs(text):
+            where = framework(tracking.framework).tensorboard_dir(
+                printed, tracking, self.snap.directory
+            )
+            if where not in launch.tensorboard_dirs:
+                launch.tensorboard_dirs.append(where)
+                self.say(tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
 
     def checkpoints(self) -> None:
         for ckpt in self.snap.new_checkpoints:
@@ -233,6 +247,19 @@ def apply_snapshot(
         launch.parent_rendered_at = step.now
         step.events.append(Event("update", launch.id))
     return step.events
+
+
+def tensorboard_text(profile: ClusterProfile, log_dir: str, job_id: str, launch_id: str) -> str:
+    """The thread line for a run that logs to TensorBoard in ``log_dir`` (a path from the
+    cluster): the cluster's link when it has one, else how to view it on the login node."""
+    url = profile.tensorboard_url(log_dir=log_dir, job_id=job_id, launch_id=launch_id)
+    if url is not None:
+        return f"📊 TensorBoard: <{escape(url)}|job {escape(job_id)}> (logs in `{escape(log_dir)}`)"
+    return (
+        f"📊 TensorBoard logs in `{escape(log_dir)}`. To view them, run "
+        f"`tensorboard --logdir {escape(quote_path(log_dir))}` on the login node "
+        f"({escape(profile.login.host)})."
+    )
 
 
 def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:

@@ -14,8 +14,10 @@ and known_hosts) are :class:`pathlib.Path`.
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -27,7 +29,8 @@ IMAGE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
 _ATTACH_FIELDS = ("host", "port", "user", "job_id", "cluster")
-_NULLABLE = ("account", "time_limit", "attach_url_template")
+_TENSORBOARD_FIELDS = ("log_dir", "job_id", "launch_id")
+_NULLABLE = ("account", "time_limit", "attach_url_template", "tensorboard_url_template")
 NEMO_IMAGE = "nemo-20250721.sqsh"
 NEMO_RL_IMAGE = "nemo_rl-h20250923.sqsh"
 
@@ -234,6 +237,27 @@ def _check_attach_template(value: str | None) -> str | None:
     return value
 
 
+def _check_tensorboard_template(value: str | None) -> str | None:
+    """An https link with placeholders only after the host; nothing Slack reads as markup."""
+    if value is None:
+        return None
+    known = ", ".join("{" + n + "}" for n in _TENSORBOARD_FIELDS)
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(value)]
+    except ValueError as exc:
+        raise ValueError(f"not a template ({exc}); placeholders are {known}") from None
+    for name, spec, conversion in fields:
+        if name is not None and (name not in _TENSORBOARD_FIELDS or spec or conversion):
+            whole = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise ValueError(f"unknown placeholder {{{whole}}}; use {known}")
+    parts = urlsplit(value)
+    if parts.scheme != "https" or not parts.netloc or "{" in parts.netloc:
+        raise ValueError(f"must start with https:// and a host (got {value!r})")
+    if re.search(r"[\s<>|`]", value):
+        raise ValueError(f"must not contain spaces or < > | ` (got {value!r})")
+    return value
+
+
 class ClusterProfile(BaseModel):
     """One cluster: the login node, Slurm defaults, images and directories.
 
@@ -266,6 +290,9 @@ class ClusterProfile(BaseModel):
         default_factory=dict
     )
     attach_url_template: Annotated[str | None, AfterValidator(_check_attach_template)] = None
+    tensorboard_url_template: Annotated[str | None, AfterValidator(_check_tensorboard_template)] = (
+        None
+    )
     gpus_per_node: int = Field(default=0, ge=1, le=64)
     tokenizer_seed: TokenizerSeed | None = None
     identity: Identity | None = None
@@ -340,4 +367,14 @@ class ClusterProfile(BaseModel):
             user=self.login.user,
             job_id=job_id,
             cluster=self.name,
+        )
+
+    def tensorboard_url(self, *, log_dir: str, job_id: str, launch_id: str) -> str | None:
+        """The optional link to a run's TensorBoard (``log_dir`` on the login node)."""
+        if self.tensorboard_url_template is None:
+            return None
+        return self.tensorboard_url_template.format(
+            log_dir=quote(log_dir, safe="/~"),
+            job_id=quote(job_id, safe=""),
+            launch_id=quote(launch_id, safe=""),
         )

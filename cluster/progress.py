@@ -29,6 +29,16 @@ RL_TIME_RE = re.compile(r"^\s*• Total step time: (?P<time>[0-9.]+)s\s*$")
 WANDB_RUN_RE = re.compile(
     r"\bwandb: .*View run(?: \S+)? at:? (?P<url>https://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._~/%-]+)"
 )
+# TensorBoard: NeMo 2 (a Lightning TensorBoardLogger; its recipes add one by default) warns
+#   [NeMo W ... nemo_logger:...] "update_logger_directory" is True. Overwriting tensorboard
+#   logger "save_dir" to <NeMo log dir>/tb_logs
+# and writes events.out.tfevents.* under <that>/<experiment name>/<version>; NeMo-RL
+# (logger.tensorboard_enabled=True) prints "Initialized TensorboardLogger at <dir>" (relative
+# to where the job runs, e.g. logs/exp_001/tensorboard) and writes them in <dir>.
+TENSORBOARD_RE = re.compile(
+    r'(?:Overwriting tensorboard logger "save_dir" to|Initialized TensorboardLogger at) '
+    r"(?P<dir>[^\s\x00-\x1f][^\x00-\x1f]{0,1023}?)\s*$"
+)
 NEMO_VAL_RE = re.compile(r"\bval_loss: (?P<loss>[-+0-9.eE]+)")
 RL_VAL_RE = re.compile(r"^\s*• (?:Validation loss|val_loss): (?P<loss>[-+0-9.eE]+)\s*$")
 
@@ -116,6 +126,12 @@ def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
 def run_links(text: str) -> list[str]:
     """Experiment-tracker links in log text (W&B run pages), in order, once each."""
     return list(dict.fromkeys(m["url"] for m in WANDB_RUN_RE.finditer(text)))
+
+
+def tensorboard_dirs(text: str) -> list[str]:
+    """The TensorBoard directories the log names (as printed), in order, once each."""
+    found = (m["dir"] for line in text.splitlines() if (m := TENSORBOARD_RE.search(line)))
+    return list(dict.fromkeys(d for d in found if d != "None"))
 
 
 def complete_lines(data: str) -> tuple[str, int]:

@@ -174,6 +174,7 @@ _NEMO_RL_OVERRIDES = {
     "policy.train_micro_batch_size": "[0-9]{1,3}",
     "checkpointing.save_period": _STEPS,
     "logger.wandb_enabled": "True|False",
+    "logger.tensorboard_enabled": "True|False",
 }
 _NEMO_RL_ALGO_OVERRIDES: dict[str, dict[str, str]] = {
     "sft": {"sft.max_num_steps": _STEPS, "sft.max_num_epochs": "[0-9]{1,4}"},

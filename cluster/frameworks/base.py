@@ -106,6 +106,12 @@ class Framework(ABC):
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         """Progress in new log text; ``carry`` is the last point seen before it."""
 
+    def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
+        """The run's TensorBoard directory on the login node, from the one its log names
+        (:func:`cluster.progress.tensorboard_dirs`); ``job_dir`` is the absolute directory
+        the collector found the job's log in."""
+        return printed
+
     def attach_command(self, tracking: Tracking) -> str | None:
         """What a person runs on the login node to attach (None: not interactive)."""
         return None

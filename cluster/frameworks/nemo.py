@@ -12,6 +12,7 @@ sibling ending in ``-unfinished``.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -167,6 +168,13 @@ class NeMo(Framework):
 
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         return parse_nemo(text, carry)
+
+    def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
+        # The log names the logger's save_dir, shared by every experiment logged there; this
+        # run's event files are under <save_dir>/<experiment name>/ (the task's directory
+        # is named after the experiment, as is the Slurm job).
+        name = posixpath.basename(tracking.log_dir.rstrip("/"))
+        return join_remote(printed, name) if name and name != "*" else printed
 
 
 NEMO = NeMo()

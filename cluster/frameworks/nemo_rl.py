@@ -10,6 +10,7 @@ submitting shell's environment).
 
 from __future__ import annotations
 
+import posixpath
 from typing import TYPE_CHECKING
 
 from cluster.frameworks.base import Framework, Tracking, check_job_id
@@ -120,6 +121,13 @@ class NeMoRL(Framework):
 
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         return parse_nemo_rl(text, carry)
+
+    def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
+        # A relative log dir (NeMo-RL's default, logs/exp_NNN/tensorboard) is relative to
+        # the submit directory, where the job runs: the job directory's parent.
+        if printed.startswith(("/", "~")) or not job_dir:
+            return printed
+        return posixpath.normpath(posixpath.join(posixpath.dirname(job_dir.rstrip("/")), printed))
 
     def attach_command(self, tracking: Tracking) -> str | None:
         return f"bash {tracking.attach_path}" if tracking.attach_path else None

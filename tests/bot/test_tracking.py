@@ -3,14 +3,17 @@ pure functions, fed recorded-shape snapshots (the live paths run in the e2e test
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
+
+from PIL import Image
 
 from bot import render
 from bot.config import Watch
 from bot.launches import Attempt, Launch, Phase
 from bot.notifier import thread_blocks
 from bot.store import Event
-from bot.tracking import apply_snapshot
+from bot.tracking import HISTORY_MAX, apply_snapshot
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.launch import LaunchSpec
@@ -229,3 +232,61 @@ def test_the_wandb_run_link_is_posted_once() -> None:
     hostile = "wandb: View run at https://wandb.ai/x/<!channel>\n"
     events = apply_snapshot(item, snapshot("RUNNING", hostile, offset=99), PROFILE, Watch())
     assert not any("<!channel>" in t for t in threads(events))
+
+
+NEMO_TB = (
+    '[NeMo W 2025-05-06 23:48:47 nemo_logger:173] "update_logger_directory" is True. '
+    'Overwriting tensorboard logger "save_dir" to /home/trainer/logs/tb_logs\n'
+)
+
+
+def test_a_run_logging_to_tensorboard_says_where_once() -> None:
+    """NeMo names the logger's save_dir; the run's own events are under <it>/<experiment>."""
+    item = launch()
+    first = apply_snapshot(item, snapshot("RUNNING", NEMO_TB), PROFILE, Watch(), now=2000.0)
+    again = apply_snapshot(
+        item, snapshot("RUNNING", NEMO_TB, offset=len(NEMO_TB)), PROFILE, Watch(), now=2001.0
+    )
+    said = [t for t in threads(first) if "TensorBoard" in t]
+    assert said == [
+        "📊 TensorBoard logs in `/home/trainer/logs/tb_logs/x`. To view them, run "
+        "`tensorboard --logdir /home/trainer/logs/tb_logs/x` on the login node (127.0.0.1)."
+    ]
+    assert not any("TensorBoard" in t for t in threads(again))
+    hostile = NEMO_TB.replace("/home/trainer/logs", "/x/<!channel>&")
+    events = apply_snapshot(item, snapshot("RUNNING", hostile, offset=999), PROFILE, Watch())
+    (text,) = (t for t in threads(events) if "TensorBoard" in t)
+    assert "<!channel>" not in text and "&lt;!channel&gt;&amp;" in text
+
+
+def test_a_cluster_with_a_tensorboard_link_links_the_run() -> None:
+    profile = PROFILE.model_copy(
+        update={"tensorboard_url_template": "https://tb.example/?dir={log_dir}&job={job_id}"}
+    )
+    item = launch()
+    events = apply_snapshot(item, snapshot("RUNNING", NEMO_TB), profile, Watch(), now=2000.0)
+    assert (
+        "📊 TensorBoard: <https://tb.example/?dir=/home/trainer/logs/tb_logs/x&amp;job=7|job 7> "
+        "(logs in `/home/trainer/logs/tb_logs/x`)"
+    ) in threads(events)
+
+
+def test_a_long_run_keeps_its_start_and_its_spikes_and_still_plots() -> None:
+    """12,000 steps read over many polls: the stored history stays bounded, still starts
+    at step 1 and ends at the last step, keeps a one-step loss spike through every
+    halving, and the loss curve draws from it."""
+    item, offset, spike = launch(), 0, 7778
+    for first in range(0, 12_000, 500):
+        text = "".join(
+            progress_line(i, 12_000, 50.0 if i + 1 == spike else 3.0 - i / 6000)
+            for i in range(first, first + 500)
+        )
+        offset += len(text.encode())
+        apply_snapshot(item, snapshot("RUNNING", text, offset - len(text.encode())), PROFILE)
+    history = item.progress_history
+    assert len(history) <= HISTORY_MAX
+    assert history[0] == (1, 3.0) and history[-1][0] == 12_000
+    assert (spike, 50.0) in history
+    assert [s for s, _ in history] == sorted(s for s, _ in history)
+    png = render.loss_curve(item)
+    assert png.startswith(b"\x89PNG") and Image.open(io.BytesIO(png)).size == (900, 450)

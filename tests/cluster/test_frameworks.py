@@ -5,6 +5,8 @@ local files (the same code that runs on the login node)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from cluster.frameworks.nemo import NEMO, parse_status_block
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.launch import LaunchSpec, plan_launch
 from cluster.profiles import ClusterProfile
+from cluster.progress import tensorboard_dirs
 from cluster.recipes import DEFAULT_CATALOG
 
 DATA = Path(__file__).parent / "data"
@@ -220,3 +223,48 @@ def test_nemo_rl_jobs_carry_who_launched_them(profile: ClusterProfile) -> None:
     assert argv.index("--comment") < argv.index("launch.sh")  # an sbatch option
     with pytest.raises(ValueError, match="invalid comment"):
         spec_for(profile, "dpo", comment="x; rm -rf ~")
+
+
+def test_tensorboard_dirs_as_each_framework_prints_them(profile: ClusterProfile) -> None:
+    """NeMo names its logger's save_dir (shared by every experiment logged there); NeMo-RL
+    names its writer's directory, relative to the submit directory where the job runs."""
+    nemo = NEMO.tracking(spec_for(profile, "sft"), "- Job id: 7\n- Local Directory: /e/x_1/x\n")
+    assert NEMO.tensorboard_dir("/logs/tb_logs", nemo, "/e/x_1/x") == "/logs/tb_logs/x"
+    found = NEMO.found(spec_for(profile, "sft"), "7")  # its directory not yet known
+    assert NEMO.tensorboard_dir("/l/tb_logs", found, "") == "/l/tb_logs/llama3p1_8b_sft-L-7f3a9c"
+    rl = NEMO_RL.tracking(spec_for(profile, "dpo"), "26\n")
+    job_dir = "/home/trainer/vertex-oss-training/nemo_rl/26"
+    assert (
+        NEMO_RL.tensorboard_dir("logs/exp_001/tensorboard", rl, job_dir)
+        == "/home/trainer/vertex-oss-training/nemo_rl/logs/exp_001/tensorboard"
+    )
+    assert NEMO_RL.tensorboard_dir("/scratch/tb", rl, job_dir) == "/scratch/tb"
+
+
+STANDINS = Path(__file__).parents[2] / "devcluster/login/vertex-oss-training/_devcluster"
+
+
+def test_the_nemo_rl_stand_in_names_the_directory_it_writes_events_to(
+    profile: ClusterProfile, tmp_path: Path
+) -> None:
+    """The dev cluster's stand-in (this checkout's copy, run here) with TensorBoard on, as
+    NeMo-RL takes it: the directory its log names, resolved as the bot does, holds an event
+    file. Run twice in one submit directory, the second run gets its own exp_NNN."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DEVCLUSTER_STEP_TIME_S": "0"}
+    env.update(DEVCLUSTER_STEPS="1", DEVCLUSTER_SAVE_TIME_S="0")
+    argv = [sys.executable, str(STANDINS / "run_nemo_rl.py"), "dpo"]
+    argv.append("logger.tensorboard_enabled=True")
+    rl = NEMO_RL.tracking(spec_for(profile, "dpo"), "26\n")
+    dirs = []
+    for _ in range(2):
+        out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        (printed,) = tensorboard_dirs(out.stdout)
+        dirs.append(NEMO_RL.tensorboard_dir(printed, rl, str(tmp_path / "26")))
+    assert dirs == [str(tmp_path / f"logs/exp_00{n}/tensorboard") for n in (1, 2)]
+    for directory in dirs:
+        assert [p.name.startswith("events.out.tfevents.") for p in Path(directory).iterdir()] == [
+            True
+        ]
+    quiet = subprocess.run(argv[:-1], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert quiet.returncode == 0 and tensorboard_dirs(quiet.stdout) == []

@@ -75,6 +75,15 @@ def test_attach_url() -> None:
     assert profile().attach_url(job_id="42") is None
 
 
+def test_tensorboard_url_quotes_what_it_fills_in() -> None:
+    built = profile(
+        tensorboard_url_template="https://tb.example/{launch_id}?dir={log_dir}&j={job_id}"
+    )
+    url = built.tensorboard_url(log_dir="/logs/a b&c=d", job_id="7", launch_id="L-1")
+    assert url == "https://tb.example/L-1?dir=/logs/a%20b%26c%3Dd&j=7"
+    assert profile().tensorboard_url(log_dir="/x", job_id="7", launch_id="L-1") is None
+
+
 def test_job_secrets_reference_env_or_file() -> None:
     built = profile(job_secrets={"HF_TOKEN": {"env": "TRAINBOT_HF_TOKEN"}, "W": {"file": "~/w"}})
     assert built.job_secrets["HF_TOKEN"].env == "TRAINBOT_HF_TOKEN"
@@ -92,6 +101,13 @@ def test_job_secrets_reference_env_or_file() -> None:
         ({"partition": "a4;ls"}, "String should match"),
         ({"time_limit": "0"}, "zero means no limit"),
         ({"attach_url_template": "https://x/{token}"}, "unknown placeholder {token}"),
+        ({"tensorboard_url_template": "https://x/{token}"}, "unknown placeholder {token}"),
+        ({"tensorboard_url_template": "https://x/{log_dir!r}"}, "unknown placeholder {log_dir!r}"),
+        ({"tensorboard_url_template": "https://x/{log_dir"}, "not a template"),
+        ({"tensorboard_url_template": "http://tb.example/{log_dir}"}, "must start with https://"),
+        ({"tensorboard_url_template": "https://{job_id}.tb/"}, "must start with https://"),
+        ({"tensorboard_url_template": "javascript:alert(1)"}, "must start with https://"),
+        ({"tensorboard_url_template": "https://tb/?a|b"}, "must not contain"),
         ({"job_secrets": {"X": {"env": "A", "file": "~/a"}}}, "give exactly one of env"),
         ({"job_secrets": {"X": {}}}, "give exactly one of env"),
         ({"login": {"host": "h;x", "user": "u"}}, "String should match"),

@@ -38,6 +38,7 @@ def test_every_default_entry_has_pattern_checked_overrides() -> None:
     assert not grpo.check_override("grpo.num_prompts_per_step", "")
     assert not grpo.check_override("trainer.max_steps", "10")
     assert grpo.check_override("logger.wandb_enabled", "False")
+    assert grpo.check_override("logger.tensorboard_enabled", "True")  # NeMo-RL: off by default
 
 
 def test_override_values_need_safe_characters_whatever_the_pattern() -> None:

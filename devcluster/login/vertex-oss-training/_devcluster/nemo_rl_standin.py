@@ -4,7 +4,8 @@ launch.sh runs it inside the job with NEMO_RL_JOB_DIR=<submit dir>/<job id>.
 Checkpoints are written as <checkpoint_dir>/tmp_step_N and renamed to step_N
 when complete; on start it resumes from the highest step_N, as NeMo-RL does.
 Overrides use NeMo-RL's dotted keys, e.g. dpo.max_num_steps=20,
-checkpointing.checkpoint_dir=..., logger.wandb_enabled=False.
+checkpointing.checkpoint_dir=..., logger.wandb_enabled=False,
+logger.tensorboard_enabled=True (logger.log_dir, default logs).
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ def save_checkpoint(ckpt_dir: Path, step: int, save_time_s: float) -> None:
     tmp.rename(ckpt_dir / f"step_{step}")
 
 
+def tensorboard(base: Path) -> None:
+    """As NeMo-RL: the next exp_NNN under logger.log_dir (relative to where the job runs),
+    its TensorBoard writer in <that>/tensorboard."""
+    taken = [int(p.name[4:]) for p in base.glob("exp_*") if p.name[4:].isdigit()]
+    directory = base / f"exp_{max(taken, default=0) + 1:03d}" / "tensorboard"
+    s.tensorboard_events(directory)
+    s.say(f"Initialized TensorboardLogger at {directory}")
+
+
 def main(algorithm: str) -> None:
     k = s.knobs()
     overrides = s.parse_overrides(sys.argv[1:])
@@ -59,6 +69,8 @@ def main(algorithm: str) -> None:
         "▶ Setting up compute cluster...",
         f"  ✓ Ray cluster initialized with {os.environ.get('SLURM_JOB_NUM_NODES', '1')} nodes",
     )
+    if overrides.get("logger.tensorboard_enabled", "False").lower() in ("true", "1"):
+        tensorboard(Path(overrides.get("logger.log_dir") or "logs"))
     if fault == "gated":
         s.gated_repo_error(model)
         sys.exit(1)

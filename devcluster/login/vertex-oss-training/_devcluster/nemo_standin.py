@@ -106,6 +106,13 @@ def main(workload: str, model: str) -> None:
         "GPU available: True (cuda), used: True",
         f"Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/{nodes * 8}",
     )
+    if k.get("tensorboard", "0") in ("1", "true", "yes"):
+        tb_root = log_dir / "tb_logs"  # NeMo's TensorBoardLogger: <save_dir>/<name>/<version>
+        s.warn(
+            f"[NeMo W {s.stamp()} nemo_logger:173] \"update_logger_directory\" is True. "
+            f'Overwriting tensorboard logger "save_dir" to {tb_root}'
+        )
+        s.tensorboard_events(tb_root / name)
     if fault == "gated":
         s.gated_repo_error(HF_REPOS.get(model, "meta-llama/Llama-3.1-8B"))
         s.finish(1)

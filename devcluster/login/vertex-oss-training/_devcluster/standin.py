@@ -22,6 +22,7 @@ Each file holds KEY=VALUE lines. Keys:
   attach_delay_s  NeMo-RL interactive: seconds before attach.sh appears (default 10)
   teardown_s      seconds a failing rank 0 takes to exit after its last output (default 1;
                   0 exits at once, which lets srun drop the traceback: see the README)
+  tensorboard     1: NeMo recipes log to TensorBoard (NeMo-RL: logger.tensorboard_enabled=True)
 """
 
 from __future__ import annotations
@@ -231,6 +232,13 @@ def parse_overrides(argv: list[str]) -> dict[str, str]:
             key, _, value = arg.partition("=")
             overrides[key.lstrip("+")] = value
     return overrides
+
+
+def tensorboard_events(directory: Path) -> None:
+    """An (empty) event file where a TensorBoard writer would put its first one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    (directory / f"events.out.tfevents.{int(time.time())}.{host}.{os.getpid()}.0").touch()
 
 
 def write_files(directory: Path, names: dict[str, str]) -> None:
