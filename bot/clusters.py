@@ -20,16 +20,13 @@ from cluster import jobs, launch
 from cluster import preflight as checks
 from cluster.discovery import ClusterCapacity, cluster_capacity
 from cluster.errors import ClusterError
-from cluster.frameworks import FRAMEWORKS
+from cluster.frameworks import interactive_framework
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
 
 log = logging.getLogger(__name__)
-
-# The framework that runs /train interactive allocations.
-INTERACTIVE = next(fw for fw in FRAMEWORKS.values() if fw.interactive)
 
 
 @dataclass
@@ -115,7 +112,7 @@ class Clusters:
             spec = launch.LaunchSpec(
                 profile=profile,
                 launch_id=item.id,
-                framework=INTERACTIVE.name,
+                framework=interactive_framework().name,
                 nodes=req.nodes,
                 partition=req.partition,
                 time_limit=req.time,

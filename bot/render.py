@@ -6,6 +6,7 @@ Every user- or log-derived string is escaped here.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -99,23 +100,25 @@ def footer(launch: Launch, now: float) -> str:
     ended = launch.attempt.ended_at if launch.attempt and not launch.active else 0.0
     parts.append(f"elapsed {duration((ended or now) - started)}")
     if launch.checkpoints:
-        parts.append(f"last checkpoint {st.escape(checkpoint_label(launch.checkpoints[-1]))}")
+        parts.append(
+            f"last checkpoint {st.escape(checkpoint_label(launch, launch.checkpoints[-1]))}"
+        )
     return " · ".join(parts)
 
 
-def checkpoint_step(name: str) -> int | None:
-    """The step in a NeMo or NeMo-RL checkpoint directory name."""
-    for marker in ("-step=", "step_"):
-        if marker in name:
-            digits = name.split(marker, 1)[1].split("-", 1)[0]
-            if digits.isascii() and digits.isdigit():
-                return int(digits)
+def checkpoint_step(launch: Launch, name: str) -> int | None:
+    """The step in one of the launch's checkpoint names, by its framework's rule (the
+    tracking record's ``checkpoint_pattern``, group 1)."""
+    for attempt in reversed(launch.attempts):
+        if attempt.tracking is not None and attempt.tracking.checkpoint_pattern:
+            match = re.search(attempt.tracking.checkpoint_pattern, name)
+            return int(match.group(1)) if match else None
     return None
 
 
-def checkpoint_label(name: str) -> str:
-    """``step 1,200`` from a NeMo or NeMo-RL checkpoint directory name."""
-    step = checkpoint_step(name)
+def checkpoint_label(launch: Launch, name: str) -> str:
+    """``step 1,200`` for one of the launch's checkpoint names (the name when it has no step)."""
+    step = checkpoint_step(launch, name)
     return name if step is None else f"step {step:,}"
 
 
@@ -180,7 +183,7 @@ def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
 def loss_curve(launch: Launch) -> bytes:
     """The loss curve as a PNG; ValueError while there are too few points to draw."""
     title = f"{launch.id} · {launch.words} · loss"
-    steps = (checkpoint_step(name) for name in launch.checkpoints)
+    steps = (checkpoint_step(launch, name) for name in launch.checkpoints)
     marks = Marks(
         retries=[a.from_step for a in launch.attempts[1:] if a.from_step],
         checkpoints=[s for s in steps if s is not None],

@@ -113,8 +113,7 @@ class _Step:
         for ckpt in self.snap.new_checkpoints:
             if ckpt.name not in self.launch.checkpoints:
                 self.launch.checkpoints.append(ckpt.name)
-                label = escape(render.checkpoint_label(ckpt.name))  # a name from the cluster
-                self.say(f"💾 Checkpoint {label} saved.")
+                self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
 
     def requeues(self) -> None:
         """Slurm's own requeue (node failure, --requeue): same job id, a new incarnation."""
@@ -289,7 +288,9 @@ def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
         f"{gpu_hours:.2g} GPU-hours",
     ]
     if launch.checkpoints:
-        parts.append(f"last checkpoint {escape(render.checkpoint_label(launch.checkpoints[-1]))}")
+        parts.append(
+            f"last checkpoint {escape(render.checkpoint_label(launch, launch.checkpoints[-1]))}"
+        )
     exit_code = launch.attempt.exit_code if launch.attempt else ""
     if word != "COMPLETED" and exit_code and exit_code != "0:0":
         parts.append(f"exit code {exit_code}")

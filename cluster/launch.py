@@ -70,6 +70,7 @@ class LaunchSpec:
     secrets: Mapping[str, SecretStr] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        framework(self.framework)  # ValueError naming the known frameworks
         _check(LAUNCH_ID_RE, self.launch_id, "launch id")
         if not 1 <= self.nodes <= 4096:
             raise ValueError(f"invalid node count: {self.nodes}")

@@ -21,6 +21,9 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from cluster.frameworks import FRAMEWORKS
+from cluster.remote import join_remote
+
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
 
 CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -31,8 +34,6 @@ _REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
 _ATTACH_FIELDS = ("host", "port", "user", "job_id", "cluster")
 _TENSORBOARD_FIELDS = ("log_dir", "job_id", "launch_id")
 _NULLABLE = ("account", "time_limit", "attach_url_template", "tensorboard_url_template")
-NEMO_IMAGE = "nemo-20250721.sqsh"
-NEMO_RL_IMAGE = "nemo_rl-h20250923.sqsh"
 
 
 def check_remote_path(value: str) -> str:
@@ -88,11 +89,6 @@ def slurm_time_seconds(value: str) -> int:
     if total > MAX_TIME_S:
         raise ValueError("more than 365 days")
     return total
-
-
-def join_remote(base: str, *parts: str) -> str:
-    """Join login-node path parts with ``/`` (``~`` stays for the remote shell)."""
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
 class TypeDefaults(BaseModel):
@@ -263,7 +259,8 @@ class ClusterProfile(BaseModel):
 
     Fields left out take their defaults from the cluster ``type`` and from
     ``recipes_dir`` (see :meth:`_fill_defaults`), so every field of a built
-    profile holds a concrete value.
+    profile holds a concrete value. ``images`` holds each framework's default
+    image under the framework's name unless the config names another.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -327,8 +324,8 @@ class ClusterProfile(BaseModel):
         images = data.get("images", {})
         if isinstance(images, dict):
             images = dict(images)
-            images.setdefault("nemo", join_remote(recipes_dir, "nemo", NEMO_IMAGE))
-            images.setdefault("nemo-rl", join_remote(recipes_dir, "nemo_rl", NEMO_RL_IMAGE))
+            for fw in FRAMEWORKS.values():
+                images.setdefault(fw.name, fw.default_image(recipes_dir))
             data["images"] = images
         return data
 
@@ -343,12 +340,8 @@ class ClusterProfile(BaseModel):
     def machine(self) -> str:
         return TYPE_DEFAULTS[self.type].machine
 
-    @property
-    def nemo_rl_dir(self) -> str:
-        return join_remote(self.recipes_dir, "nemo_rl")
-
     def image_for(self, framework: str) -> str:
-        """The default image path for a framework (``nemo`` or ``nemo-rl``)."""
+        """The default image path for a framework (by default, its image in its directory)."""
         return self.images[framework]
 
     def resolve_image(self, image: str | None, framework: str) -> str:

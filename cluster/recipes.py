@@ -1,35 +1,23 @@
 """The recipe catalog: which (workload, model, framework) can be launched, and how.
 
-A NeMo entry names a ``script`` under ``<recipes_dir>/nemo`` (run by ``run.py -s``);
-a NeMo-RL entry names a ``job_script`` under ``<recipes_dir>/nemo_rl`` (run by
-``launch.sh --job_script``) with fixed ``args``. ``overrides`` lists the keys a
-user may set on the ``/train`` line and the pattern each value must fully match.
+An entry names its script in the field its framework reads (``recipe_field``),
+relative to the framework's directory under ``<recipes_dir>``: a NeMo entry a
+``script`` under ``nemo`` (run by ``run.py -s``), a NeMo-RL entry a ``job_script``
+under ``nemo_rl`` (run by ``launch.sh --job_script``) with fixed ``args``.
+``overrides`` lists the keys a user may set on the ``/train`` line and the pattern
+each value must fully match. The built-in catalog is every framework's
+``default_recipes()``; the config file's ``recipes:`` replace or add entries.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from cluster.frameworks import FRAMEWORKS as FRAMEWORK_OBJECTS
-from cluster.frameworks import FrameworkName, framework
-
-Workload = Literal["pretrain", "cpt", "sft", "dpo", "grpo", "rm"]
-WORKLOADS: tuple[Workload, ...] = ("pretrain", "cpt", "sft", "dpo", "grpo", "rm")
-Framework = FrameworkName
-FRAMEWORKS: tuple[Framework, ...] = tuple(FRAMEWORK_OBJECTS)
-#: The framework a workload runs on when the user does not say.
-DEFAULT_FRAMEWORK: dict[Workload, Framework] = {
-    "pretrain": "nemo",
-    "cpt": "nemo",
-    "sft": "nemo",
-    "dpo": "nemo-rl",
-    "grpo": "nemo-rl",
-    "rm": "nemo-rl",
-}
+from cluster.frameworks import FRAMEWORKS, FrameworkName, Workload, framework
 
 MODEL_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 OVERRIDE_KEY_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){0,7}$"
@@ -72,7 +60,7 @@ class RecipeEntry(BaseModel):
 
     workload: Workload
     model: str = Field(pattern=MODEL_PATTERN)
-    framework: Framework
+    framework: FrameworkName
     script: ScriptPath = None
     job_script: ScriptPath = None
     args: tuple[Annotated[str, AfterValidator(_check_arg)], ...] = ()
@@ -84,7 +72,12 @@ class RecipeEntry(BaseModel):
 
     @model_validator(mode="after")
     def _check_framework_fields(self) -> RecipeEntry:
-        field = framework(self.framework).recipe_field
+        fw = framework(self.framework)
+        if self.workload not in fw.workloads:
+            raise ValueError(
+                f"{self.framework} does not run {self.workload}; it runs {', '.join(fw.workloads)}"
+            )
+        field = fw.recipe_field
         other = next(f for f in ("script", "job_script") if f != field)
         if getattr(self, field) is None or getattr(self, other) is not None:
             raise ValueError(f"a {self.framework} recipe needs '{field}' (and no '{other}')")
@@ -159,67 +152,15 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-_STEPS = "[0-9]{1,7}"
-_FLOAT = r"[0-9]+(\.[0-9]+)?([eE]-?[0-9]{1,3})?"
-_NEMO_OVERRIDES = {
-    "trainer.max_steps": _STEPS,
-    "trainer.val_check_interval": _STEPS,
-    "data.global_batch_size": "[0-9]{1,5}",
-    "data.micro_batch_size": "[0-9]{1,3}",
-    "optim.config.lr": _FLOAT,
-}
-_NEMO_RL_OVERRIDES = {
-    "policy.max_total_sequence_length": "[0-9]{1,6}",
-    "policy.train_global_batch_size": "[0-9]{1,5}",
-    "policy.train_micro_batch_size": "[0-9]{1,3}",
-    "checkpointing.save_period": _STEPS,
-    "logger.wandb_enabled": "True|False",
-    "logger.tensorboard_enabled": "True|False",
-}
-_NEMO_RL_ALGO_OVERRIDES: dict[str, dict[str, str]] = {
-    "sft": {"sft.max_num_steps": _STEPS, "sft.max_num_epochs": "[0-9]{1,4}"},
-    "dpo": {"dpo.max_num_steps": _STEPS, "dpo.reference_policy_kl_penalty": _FLOAT},
-    "grpo": {
-        "grpo.max_num_steps": _STEPS,
-        "grpo.num_prompts_per_step": "[0-9]{1,5}",
-        "grpo.num_generations_per_prompt": "[0-9]{1,4}",
-    },
-    "rm": {"rm.max_num_steps": _STEPS},
-}
-_NEMO_SUFFIX = {"pretrain": "pt", "cpt": "cpt", "sft": "sft"}
-_HF_MODELS = {
-    "llama3p1_8b": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama3p1_70b": "meta-llama/Llama-3.1-70B-Instruct",
-}
-
-
 def default_catalog() -> RecipeCatalog:
-    """The built-in catalog, laid out as in the vertex-oss-training recipes tree."""
-    entries: list[RecipeEntry] = []
-    for workload in ("pretrain", "cpt", "sft"):
-        for model in ("llama3p1_2b", "llama3p1_8b", "llama3p1_70b"):
-            entries.append(
-                RecipeEntry(
-                    workload=workload,
-                    model=model,
-                    framework="nemo",
-                    script=f"{workload}/{model}_{_NEMO_SUFFIX[workload]}.py",
-                    overrides=_NEMO_OVERRIDES,
-                )
-            )
-    for workload in ("sft", "dpo", "grpo", "rm"):
-        for model, hf_name in _HF_MODELS.items():
-            entries.append(
-                RecipeEntry(
-                    workload=workload,
-                    model=model,
-                    framework="nemo-rl",
-                    job_script=f"algorithms/{workload}.sh",
-                    args=(f"policy.model_name={hf_name}",),
-                    overrides={**_NEMO_RL_OVERRIDES, **_NEMO_RL_ALGO_OVERRIDES[workload]},
-                )
-            )
-    return RecipeCatalog(entries=tuple(entries))
+    """The built-in catalog: each framework's own recipes, in registration order."""
+    return RecipeCatalog(
+        entries=tuple(
+            RecipeEntry.model_validate({**fields, "framework": fw.name})
+            for fw in FRAMEWORKS.values()
+            for fields in fw.default_recipes()
+        )
+    )
 
 
 DEFAULT_CATALOG = default_catalog()

@@ -1,4 +1,4 @@
-"""Quoting for the login node's shell.
+"""Login-node paths and quoting for the login node's shell.
 
 Every value that reaches a remote command line passes through here: words with
 :func:`shlex.quote`, login-node paths with :func:`quote_path`, which keeps a
@@ -12,12 +12,14 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
 from cluster.errors import ClusterError
-from cluster.ssh import LoginLike, SSHPool
+
+if TYPE_CHECKING:
+    from cluster.ssh import LoginLike, SSHPool
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 REDACTED = "'<redacted>'"
@@ -34,6 +36,11 @@ def quote_path(path: str) -> str:
         rest = path[2:]
         return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"/'
     return shlex.quote(path)
+
+
+def join_remote(base: str, *parts: str) -> str:
+    """Join login-node path parts with ``/`` (``~`` stays for the remote shell)."""
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
 def check_env_name(name: str) -> str:

@@ -20,8 +20,8 @@ import shlex
 from dataclasses import dataclass
 
 from cluster.errors import ClusterError
-from cluster.profiles import ClusterProfile, TokenizerSeed, check_remote_path, join_remote
-from cluster.remote import quote_path
+from cluster.profiles import ClusterProfile, TokenizerSeed, check_remote_path
+from cluster.remote import join_remote, quote_path
 from cluster.ssh import SSHPool
 
 VOCAB_NAME = "megatron-gpt-345m_vocab"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.recipes import WORKLOADS
+from cluster.frameworks import FRAMEWORKS, interactive_framework, workloads
 from commands.context import CommandContext
 from commands.requests import HelpTopic
 
@@ -24,8 +24,7 @@ _JOB = (
 
 _DETAILS: dict[HelpTopic, str] = {
     "train": (
-        "Launch a recipe. Workloads: pretrain, cpt, sft (NeMo); dpo, grpo, rm (NeMo-RL); "
-        "sft on NeMo-RL with framework=nemo-rl.\n"
+        "Launch a recipe. Workloads: {workloads}.\n"
         "Keys:\n"
         "  cluster=C        where to run (default: {default})\n"
         "  nodes=N          nodes of 8 GPUs (default 1)\n"
@@ -34,7 +33,7 @@ _DETAILS: dict[HelpTopic, str] = {
         "  name=N           job name: letters, digits, - _ .\n"
         "  image=I          an image name of the cluster, or a path to a .sqsh file\n"
         "                   where policy allows you custom images (usually without job secrets)\n"
-        "  framework=F      nemo or nemo-rl\n"
+        "  framework=F      {frameworks}\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
         "  over_budget=true admins only: launch even past the weekly GPU-hour budget\n"
         "The answer says when Slurm expects the job to start and about how many\n"
@@ -43,7 +42,7 @@ _DETAILS: dict[HelpTopic, str] = {
         "Example: /train sft llama3p1_8b nodes=2 cluster={default}"
     ),
     "interactive": (
-        "Allocate nodes for an interactive NeMo-RL session; /attach shows how to get in.\n"
+        "Allocate nodes for an interactive {interactive} session; /attach shows how to get in.\n"
         "Keys: cluster, nodes, partition, time, name, image, dry_run, over_budget "
         "(as for /train).\n"
         "Example: /train interactive nodes=1 cluster={default}"
@@ -63,11 +62,27 @@ _DETAILS: dict[HelpTopic, str] = {
 }
 
 
+def _workloads_text() -> str:
+    """``pretrain, cpt, sft (NeMo); dpo, grpo, rm (NeMo-RL); sft on NeMo-RL with ...``."""
+    fws = FRAMEWORKS.values()
+    parts = [f"{', '.join(fw.default_for)} ({fw.label})" for fw in fws if fw.default_for]
+    for fw in fws:
+        others = [w for w in fw.workloads if w not in fw.default_for]
+        if others:
+            parts.append(f"{', '.join(others)} on {fw.label} with framework={fw.name}")
+    return "; ".join(parts)
+
+
 def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
     """The help for one topic, or an overview of every command."""
     default = context.default_profile().name if context.clusters else "(none configured)"
     if topic is not None:
-        details = _DETAILS[topic].format(default=default)
+        details = _DETAILS[topic].format(
+            default=default,
+            workloads=_workloads_text(),
+            frameworks=" or ".join(FRAMEWORKS),
+            interactive=interactive_framework().label,
+        )
         return f"`{USAGE[topic]}`\n{details}"
     lines = ["trainbot commands:"]
     lines += [f"• `{usage}`" for usage in USAGE.values()]
@@ -80,7 +95,7 @@ def recipes_text(context: CommandContext, workload: str | None = None) -> str:
     """The catalog, grouped by workload, one line per model and framework."""
     catalog = context.catalog
     lines: list[str] = []
-    for name in WORKLOADS:
+    for name in workloads():
         if workload not in (None, name):
             continue
         entries = [e for e in catalog.entries if e.workload == name]

@@ -14,18 +14,13 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from cluster.frameworks import FrameworkName, Workload
 from cluster.profiles import (
     CLUSTER_NAME_PATTERN,
     IMAGE_NAME_PATTERN,
     slurm_time_seconds,
 )
-from cluster.recipes import (
-    MODEL_PATTERN,
-    OVERRIDE_KEY_PATTERN,
-    OVERRIDE_VALUE_PATTERN,
-    Framework,
-    Workload,
-)
+from cluster.recipes import MODEL_PATTERN, OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
 from commands.values import (
     IMAGE_PATH_PATTERN,
     LAUNCH_ID_PATTERN,
@@ -131,7 +126,7 @@ class TrainRequest(_LaunchFields):
     kind: Literal["train"] = "train"
     workload: Workload
     model: str = Field(pattern=MODEL_PATTERN)
-    framework: Framework
+    framework: FrameworkName
     overrides: tuple[Override, ...] = ()
 
     @model_validator(mode="after")

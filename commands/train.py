@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster.recipes import DEFAULT_FRAMEWORK, WORKLOADS, RecipeEntry, Workload
+from cluster.frameworks import default_framework, workloads
+from cluster.recipes import RecipeEntry
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.help import USAGE
@@ -104,14 +105,14 @@ def _parse_recipes(args: Args) -> RecipesRequest:
     return RecipesRequest(workload=_workload(args.words[1]))
 
 
-def _workload(raw: str) -> Workload:
+def _workload(raw: str) -> str:
     lowered = raw.lower()
-    for workload in WORKLOADS:
-        if lowered == workload:
-            return workload
+    known = workloads()
+    if lowered in known:
+        return lowered
     raise CommandError(
-        f"Unknown workload {quote(raw)}. Workloads: {join_names(WORKLOADS)}; "
-        f"or /train {' | '.join(SUBCOMMANDS)}.{did_you_mean(lowered, (*WORKLOADS, *SUBCOMMANDS))}",
+        f"Unknown workload {quote(raw)}. Workloads: {join_names(known)}; "
+        f"or /train {' | '.join(SUBCOMMANDS)}.{did_you_mean(lowered, (*known, *SUBCOMMANDS))}",
         field="workload",
     )
 
@@ -146,9 +147,7 @@ def _parse_launch(args: Args, user: User, context: CommandContext) -> TrainReque
     )
 
 
-def _recipe(
-    context: CommandContext, workload: Workload, model: str, raw: str | None
-) -> RecipeEntry:
+def _recipe(context: CommandContext, workload: str, model: str, raw: str | None) -> RecipeEntry:
     catalog = context.catalog
     frameworks = catalog.frameworks(workload, model)
     if not frameworks:
@@ -158,12 +157,13 @@ def _recipe(
             f"{join_names(models)}.{did_you_mean(model, models)}",
             field="model",
         )
+    default = default_framework(workload)
     if raw is not None:
         framework = parse_framework(raw)
-    elif DEFAULT_FRAMEWORK[workload] in frameworks:
-        framework = DEFAULT_FRAMEWORK[workload]
+    elif default is not None and default in frameworks:
+        framework = default
     else:
-        framework = parse_framework(frameworks[0])
+        framework = frameworks[0]
     entry = catalog.find(workload, model, framework)
     if entry is None:
         others = catalog.models(workload, framework)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from cluster.frameworks import FRAMEWORKS
 from cluster.profiles import (
     IMAGE_NAME_PATTERN,
     SLURM_NAME_PATTERN,
@@ -17,7 +18,6 @@ from cluster.profiles import (
     ClusterProfile,
     slurm_time_seconds,
 )
-from cluster.recipes import FRAMEWORKS, Framework
 from commands.errors import CommandError
 from commands.suggest import did_you_mean, join_names, quote
 
@@ -159,17 +159,16 @@ def parse_bool(key: str, raw: str) -> bool:
     )
 
 
-def parse_framework(raw: str) -> Framework:
-    """``nemo`` or ``nemo-rl`` (``nemo_rl`` and ``nemorl`` are read as ``nemo-rl``)."""
+def parse_framework(raw: str) -> str:
+    """A framework's name, or one of its aliases (``nemo_rl`` is read as ``nemo-rl``)."""
     lowered = raw.lower()
-    if lowered in ("nemo_rl", "nemorl"):
-        lowered = "nemo-rl"
-    for framework in FRAMEWORKS:
-        if lowered == framework:
-            return framework
+    for framework in FRAMEWORKS.values():
+        if lowered == framework.name or lowered in framework.aliases:
+            return framework.name
+    names = list(FRAMEWORKS)
     raise CommandError(
-        f"framework={quote(raw)} is not known. Frameworks: {join_names(FRAMEWORKS)}."
-        f"{did_you_mean(lowered, FRAMEWORKS)}",
+        f"framework={quote(raw)} is not known. Frameworks: {join_names(names)}."
+        f"{did_you_mean(lowered, names)}",
         field="framework",
     )
 

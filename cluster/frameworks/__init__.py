@@ -1,22 +1,41 @@
-"""One job model per training framework: ``framework(name)`` gives its object.
+"""One job model per training framework, one module each: ``framework(name)`` gives its object.
 
-Adding a framework means one module here (a :class:`Framework` subclass) and its
-entry in :data:`FRAMEWORKS`.
+A framework module defines a :class:`Framework` subclass and registers its one
+object (``NEMO = register(NeMo())``). Importing this package imports every
+module in it, in file name order, so a new framework is a new module here and
+nothing else names it.
 """
 
 from __future__ import annotations
 
-from cluster.frameworks.base import Framework, FrameworkName, Tracking
-from cluster.frameworks.nemo import NEMO
-from cluster.frameworks.nemo_rl import NEMO_RL
+import importlib
+import pkgutil
 
-FRAMEWORKS: dict[FrameworkName, Framework] = {fw.name: fw for fw in (NEMO, NEMO_RL)}
+from cluster.frameworks.base import (
+    FRAMEWORKS,
+    Framework,
+    FrameworkName,
+    Tracking,
+    Workload,
+    default_framework,
+    framework,
+    interactive_framework,
+    register,
+    workloads,
+)
 
-__all__ = ["FRAMEWORKS", "Framework", "FrameworkName", "Tracking", "framework"]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
-
-def framework(name: str) -> Framework:
-    for known in FRAMEWORKS.values():
-        if known.name == name:
-            return known
-    raise ValueError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORKS)}")
+__all__ = [
+    "FRAMEWORKS",
+    "Framework",
+    "FrameworkName",
+    "Tracking",
+    "Workload",
+    "default_framework",
+    "framework",
+    "interactive_framework",
+    "register",
+    "workloads",
+]

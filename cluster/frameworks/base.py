@@ -1,9 +1,20 @@
-"""What every framework object provides, and the tracking record a submission returns.
+"""What every framework object provides, the registry of them, and the tracking record
+a submission returns.
 
 A :class:`Framework` owns everything that differs between NeMo and NeMo-RL: the
 launcher's argv and working directory, parsing what the launcher printed, where
 the job's files are (logs, sbatch log, checkpoints, ``attach.sh``), how progress
 reads, the pre-flight files, and the files that are evidence when the job fails.
+It also holds the facts the rest of the bot asks of a framework: its name on the
+``/train`` line (and other spellings of it), its label in help text, its default
+image, the workloads it runs (and which of them run on it when nobody names a
+framework), and its entries in the built-in recipe catalog.
+
+Each framework module ends with ``register(TheFramework())``. Everything that
+lists frameworks or workloads reads :data:`FRAMEWORKS`: ``framework=`` on the
+command line, the :data:`FrameworkName` and :data:`Workload` checks of stored
+requests and records, the built-in catalog, and each cluster profile's default
+images.
 
 A submission returns a :class:`Tracking`: a plain record that the bot stores
 without looking inside and moves forward after each poll
@@ -16,19 +27,78 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Required, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from cluster.profiles import ClusterProfile, join_remote
 from cluster.progress import Point, Progress
-from cluster.remote import RemoteArg
+from cluster.remote import RemoteArg, join_remote
 
 if TYPE_CHECKING:
     from cluster.launch import LaunchSpec
+    from cluster.profiles import ClusterProfile
 
-FrameworkName = Literal["nemo", "nemo-rl"]
 JOB_ID_RE = re.compile(r"[0-9]+(_[0-9]+)?")
+NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+#: Override value patterns the built-in recipes share.
+STEPS_PATTERN = "[0-9]{1,7}"
+FLOAT_PATTERN = r"[0-9]+(\.[0-9]+)?([eE]-?[0-9]{1,3})?"
+
+#: Every framework by name, in the order their modules register them (file name order).
+FRAMEWORKS: dict[str, Framework] = {}
+
+
+def check_framework_name(value: str) -> str:
+    if value not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {value!r}; known: {', '.join(FRAMEWORKS)}")
+    return value
+
+
+def workloads() -> tuple[str, ...]:
+    """Every workload some framework runs, in registration order."""
+    return tuple(dict.fromkeys(w for fw in FRAMEWORKS.values() for w in fw.workloads))
+
+
+def check_workload(value: str) -> str:
+    known = workloads()
+    if value not in known:
+        raise ValueError(f"unknown workload {value!r}; known: {', '.join(known)}")
+    return value
+
+
+#: A registered framework's name (checked when a request or record is built or read back).
+FrameworkName = Annotated[str, AfterValidator(check_framework_name)]
+#: A workload some registered framework runs.
+Workload = Annotated[str, AfterValidator(check_workload)]
+
+
+def framework(name: str) -> Framework:
+    """The registered framework called ``name`` (ValueError naming the known ones)."""
+    return FRAMEWORKS[check_framework_name(name)]
+
+
+def default_framework(workload: str) -> str | None:
+    """The framework a workload runs on when the user names none."""
+    return next((fw.name for fw in FRAMEWORKS.values() if workload in fw.default_for), None)
+
+
+def interactive_framework() -> Framework:
+    """The framework ``/train interactive`` allocates on: the first that has interactive jobs."""
+    return next(fw for fw in FRAMEWORKS.values() if fw.interactive)
+
+
+class RecipeFields(TypedDict, total=False):
+    """One built-in recipe of a framework: the fields of ``cluster.recipes.RecipeEntry``
+    but ``framework``."""
+
+    workload: Required[str]
+    model: Required[str]
+    script: str
+    job_script: str
+    args: tuple[str, ...]
+    overrides: dict[str, str]
+    default_nodes: int
+    description: str
 
 
 class Tracking(BaseModel):
@@ -61,9 +131,15 @@ class Tracking(BaseModel):
 
 
 class Framework(ABC):
-    """One training framework's job model. Subclasses are stateless singletons."""
+    """One training framework's job model. Subclasses are stateless singletons, each
+    added to :data:`FRAMEWORKS` by :func:`register` in its own module."""
 
-    name: FrameworkName
+    name: str  # what framework= says and records store: lower case letters, digits, - and _
+    label: str  # what help text calls it: "NeMo-RL"
+    aliases: tuple[str, ...] = ()  # other spellings framework= accepts: "nemo_rl"
+    image: str  # the default container image, a file in the framework's directory
+    workloads: tuple[str, ...]  # the workloads it runs
+    default_for: tuple[str, ...] = ()  # those of them that run on it when no framework is named
     launcher: str  # the file in the working directory that launches: run.py, launch.sh
     script_label: str  # what the recipe's script is called in messages
     subdir: str  # the framework's directory under the recipes checkout
@@ -74,6 +150,14 @@ class Framework(ABC):
 
     def work_dir(self, profile: ClusterProfile) -> str:
         return join_remote(profile.recipes_dir, self.subdir)
+
+    def default_image(self, recipes_dir: str) -> str:
+        """Where the default image is in a recipes checkout (a profile's ``images[name]``)."""
+        return join_remote(recipes_dir, self.subdir, self.image)
+
+    def default_recipes(self) -> tuple[RecipeFields, ...]:
+        """This framework's entries in the built-in recipe catalog."""
+        return ()
 
     @abstractmethod
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
@@ -121,6 +205,26 @@ class Framework(ABC):
     ) -> tuple[tuple[str, str], ...]:
         """A resuming retry's recipe overrides, so it continues from ``previous``'s checkpoints."""
         return overrides
+
+
+F = TypeVar("F", bound=Framework)
+
+
+def register(fw: F) -> F:
+    """Add a framework to :data:`FRAMEWORKS` (its module calls this once, for its object)."""
+    if not NAME_RE.fullmatch(fw.name):
+        raise ValueError(f"framework name {fw.name!r}: use lower case letters, digits, - and _")
+    taken = {n: other.name for other in FRAMEWORKS.values() for n in (other.name, *other.aliases)}
+    for name in (fw.name, *fw.aliases):
+        if name in taken:
+            raise ValueError(f"framework name {name!r} is taken by {taken[name]}")
+    for workload in fw.default_for:
+        if workload not in fw.workloads:
+            raise ValueError(f"{fw.name} is the default for {workload} but does not run it")
+        if (other := default_framework(workload)) is not None:
+            raise ValueError(f"{workload} already runs on {other} by default")
+    FRAMEWORKS[fw.name] = fw
+    return fw
 
 
 def check_job_id(job_id: str) -> str:

@@ -17,15 +17,32 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import Framework, Tracking, check_job_id
-from cluster.profiles import join_remote
+from cluster.frameworks.base import (
+    FLOAT_PATTERN,
+    STEPS_PATTERN,
+    Framework,
+    RecipeFields,
+    Tracking,
+    check_job_id,
+    register,
+)
 from cluster.progress import Point, Progress, parse_nemo
-from cluster.remote import RemoteArg, RPath
+from cluster.remote import RemoteArg, RPath, join_remote
 
 if TYPE_CHECKING:
     from cluster.launch import LaunchSpec
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: The built-in recipes: ``<workload>/<model>_<suffix>.py`` for each model.
+MODELS = ("llama3p1_2b", "llama3p1_8b", "llama3p1_70b")
+SCRIPT_SUFFIX = {"pretrain": "pt", "cpt": "cpt", "sft": "sft"}
+OVERRIDES = {
+    "trainer.max_steps": STEPS_PATTERN,
+    "trainer.val_check_interval": STEPS_PATTERN,
+    "data.global_batch_size": "[0-9]{1,5}",
+    "data.micro_batch_size": "[0-9]{1,3}",
+    "optim.config.lr": FLOAT_PATTERN,
+}
 
 
 def nemo_run_argv(
@@ -106,11 +123,27 @@ def parse_status_block(text: str) -> NemoStatus:
 
 class NeMo(Framework):
     name = "nemo"
+    label = "NeMo"
+    image = "nemo-20250721.sqsh"
+    workloads = ("pretrain", "cpt", "sft")
+    default_for = ("pretrain", "cpt", "sft")
     launcher = "run.py"
     script_label = "recipe"
     subdir = "nemo"
     recipe_field = "script"
     recipe_globs = ("pretrain/*.py", "cpt/*.py", "sft/*.py")
+
+    def default_recipes(self) -> tuple[RecipeFields, ...]:
+        return tuple(
+            {
+                "workload": workload,
+                "model": model,
+                "script": f"{workload}/{model}_{SCRIPT_SUFFIX[workload]}.py",
+                "overrides": OVERRIDES,
+            }
+            for workload in self.workloads
+            for model in MODELS
+        )
 
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
@@ -177,4 +210,4 @@ class NeMo(Framework):
         return join_remote(printed, name) if name and name != "*" else printed
 
 
-NEMO = NeMo()
+NEMO = register(NeMo())

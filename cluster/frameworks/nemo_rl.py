@@ -13,16 +13,47 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import Framework, Tracking, check_job_id
-from cluster.profiles import ClusterProfile, join_remote
+from cluster.frameworks.base import (
+    FLOAT_PATTERN,
+    STEPS_PATTERN,
+    Framework,
+    RecipeFields,
+    Tracking,
+    check_job_id,
+    register,
+)
 from cluster.progress import Point, Progress, parse_nemo_rl
-from cluster.remote import RemoteArg, RPath
+from cluster.remote import RemoteArg, RPath, join_remote
 from cluster.slurm import parse_sbatch_parsable
 
 if TYPE_CHECKING:
     from cluster.launch import LaunchSpec
+    from cluster.profiles import ClusterProfile
 
 CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
+#: The built-in recipes: ``algorithms/<workload>.sh`` for each model, named to NeMo-RL.
+HF_MODELS = {
+    "llama3p1_8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama3p1_70b": "meta-llama/Llama-3.1-70B-Instruct",
+}
+OVERRIDES = {
+    "policy.max_total_sequence_length": "[0-9]{1,6}",
+    "policy.train_global_batch_size": "[0-9]{1,5}",
+    "policy.train_micro_batch_size": "[0-9]{1,3}",
+    "checkpointing.save_period": STEPS_PATTERN,
+    "logger.wandb_enabled": "True|False",
+    "logger.tensorboard_enabled": "True|False",
+}
+ALGORITHM_OVERRIDES: dict[str, dict[str, str]] = {
+    "sft": {"sft.max_num_steps": STEPS_PATTERN, "sft.max_num_epochs": "[0-9]{1,4}"},
+    "dpo": {"dpo.max_num_steps": STEPS_PATTERN, "dpo.reference_policy_kl_penalty": FLOAT_PATTERN},
+    "grpo": {
+        "grpo.max_num_steps": STEPS_PATTERN,
+        "grpo.num_prompts_per_step": "[0-9]{1,5}",
+        "grpo.num_generations_per_prompt": "[0-9]{1,4}",
+    },
+    "rm": {"rm.max_num_steps": STEPS_PATTERN},
+}
 
 
 def sbatch_argv(
@@ -62,6 +93,11 @@ def sbatch_argv(
 
 class NeMoRL(Framework):
     name = "nemo-rl"
+    label = "NeMo-RL"
+    aliases = ("nemo_rl", "nemorl")
+    image = "nemo_rl-h20250923.sqsh"
+    workloads = ("sft", "dpo", "grpo", "rm")
+    default_for = ("dpo", "grpo", "rm")
     launcher = "launch.sh"
     script_label = "job script"
     passes_comment = True  # launch.sh passes its options to sbatch
@@ -69,6 +105,19 @@ class NeMoRL(Framework):
     recipe_field = "job_script"
     recipe_globs = ("algorithms/*.sh",)
     interactive = True
+
+    def default_recipes(self) -> tuple[RecipeFields, ...]:
+        return tuple(
+            {
+                "workload": workload,
+                "model": model,
+                "job_script": f"algorithms/{workload}.sh",
+                "args": (f"policy.model_name={hf_name}",),
+                "overrides": {**OVERRIDES, **ALGORITHM_OVERRIDES[workload]},
+            }
+            for workload in self.workloads
+            for model, hf_name in HF_MODELS.items()
+        )
 
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
@@ -144,4 +193,4 @@ class NeMoRL(Framework):
         return (*keep, (CHECKPOINT_DIR_KEY, previous.checkpoint_dir[len(base) :]))
 
 
-NEMO_RL = NeMoRL()
+NEMO_RL = register(NeMoRL())

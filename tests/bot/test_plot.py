@@ -21,6 +21,9 @@ from bot.plot import (
     reduce_per_column,
     render_loss_png,
 )
+from cluster.frameworks.nemo import NEMO
+from cluster.launch import LaunchSpec
+from cluster.profiles import ClusterProfile
 from commands.requests import TrainRequest
 
 TITLE = "L-7f3a9c · sft llama3p1_8b · loss"
@@ -104,7 +107,17 @@ def test_long_runs_are_reduced_per_column_and_keep_their_spikes() -> None:
 def test_the_launch_curve_marks_its_retries_and_checkpoints() -> None:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
     launch = Launch(request=request, user_id="U1", channel="C1")
-    launch.attempts = [Attempt(number=1, job_id="1"), Attempt(number=2, from_step=120)]
+    profile = ClusterProfile(
+        name="a4", type="hcc-a4", login={"host": "h", "user": "u"}, partition="a4", max_nodes=1
+    )
+    spec = LaunchSpec(
+        profile=profile, launch_id=launch.id, framework="nemo", nodes=1, script="s.py"
+    )
+    tracking = NEMO.found(spec, "1")  # its checkpoint rule names the step in a checkpoint
+    launch.attempts = [
+        Attempt(number=1, job_id="1", tracking=tracking),
+        Attempt(number=2, from_step=120),
+    ]
     launch.progress_history = [(int(s), v) for s, v in falling(300)]
     launch.checkpoints = ["model_name=0--val_loss=0.00-step=99-consumed_samples=3200.0"]
     png = render.loss_curve(launch)

@@ -60,13 +60,13 @@ async def test_hostile_values_through_nemo_rl_builders(
             job_script="algorithms/sft.sh", time_limit="5", args=(value,),
             overrides=(("sft.max_num_steps", value),),
         )  # fmt: skip
-        script = render_script(dev_profile.nemo_rl_dir, exports, argv)
+        script = render_script(nemo_rl.NEMO_RL.work_dir(dev_profile), exports, argv)
         refused = await pool.run(dev_profile.login, "bash -l -s", input=script, timeout_s=30,
                                  check=False)  # fmt: skip
         assert refused.returncode != 0 and "invalid partition" in refused.stderr.lower()
         # A valid partition: the job runs with the hostile name, arguments and environment.
         argv[argv.index("-p") + 1] = "a4"
-        script = render_script(dev_profile.nemo_rl_dir, exports, argv)
+        script = render_script(nemo_rl.NEMO_RL.work_dir(dev_profile), exports, argv)
         result = await pool.run(dev_profile.login, "bash -l -s", input=script, timeout_s=30)
         jobs_to_cancel.append(parse_sbatch_parsable(result.stdout).job_id)
     await _wait_for_jobs_to_end(login, jobs_to_cancel)

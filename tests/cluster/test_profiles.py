@@ -46,7 +46,6 @@ def test_paths_default_from_recipes_dir() -> None:
     built = profile(recipes_dir="/opt/vot")
     assert built.nemorun_home == "/opt/vot/nemo"
     assert built.log_dir == "/opt/vot/nemo/logs"
-    assert built.nemo_rl_dir == "/opt/vot/nemo_rl"
     assert built.images == {
         "nemo": "/opt/vot/nemo/nemo-20250721.sqsh",
         "nemo-rl": "/opt/vot/nemo_rl/nemo_rl-h20250923.sqsh",

@@ -62,7 +62,15 @@ def test_override_values_need_safe_characters_whatever_the_pattern() -> None:
         ({"framework": "nemo", "script": "a.py", "overrides": {"a": "[0-"}}, "regular expression"),
         ({"framework": "nemo", "script": "a.py", "overrides": {"A B": "x"}}, "String should match"),
         ({"framework": "nemo", "script": "a.py", "model": "Llama"}, "String should match"),
-        ({"framework": "jax", "script": "a.py"}, "Input should be 'nemo' or 'nemo-rl'"),
+        ({"framework": "jax", "script": "a.py"}, "unknown framework 'jax'; known: nemo, nemo-rl"),
+        (
+            {"framework": "nemo", "workload": "ppo", "script": "a.py"},
+            "unknown workload 'ppo'; known: pretrain, cpt, sft, dpo, grpo, rm",
+        ),
+        (
+            {"framework": "nemo", "workload": "rm", "script": "a.py"},
+            "nemo does not run rm; it runs pretrain, cpt, sft",
+        ),
     ],
 )
 def test_bad_entries(fields: dict[str, object], message: str) -> None:
