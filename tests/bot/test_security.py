@@ -26,6 +26,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
+from bot.config import Config
 from bot.http import SlackParams, SlackService, run_slack
 from bot.launches import Attempt, Launch, Phase
 from bot.service import Bot, running
@@ -74,8 +75,8 @@ POLICY = {
     ),
     "log_viewers": (ViewerRule(groups=("S0TEAM",), clusters=("a4",)),),
     "custom_images": (
-        ImageRule(groups=("S0IMG",), clusters=("a4",), dirs=("~/images/reviewed",)),
-        ImageRule(users=("U0CHIEF",), dirs=("~/images/trusted",), job_secrets=True),
+        ImageRule(groups=("S0IMG",), clusters=("a4",), dirs=("/opt/images/reviewed",)),
+        ImageRule(users=("U0CHIEF",), dirs=("/opt/images/trusted",), job_secrets=True),
     ),
     "workspaces": (TEAM_ID,),
 }
@@ -161,9 +162,10 @@ def _trigger() -> str:
 async def secure_bot(
     standin: SlackStandin, *, env: dict[str, str] | None = None, **policy: Any
 ) -> AsyncIterator[Secure]:
-    config = dev_config()
-    config = config.model_copy(
-        update={"policy": config.policy.model_copy(update={**POLICY, **policy})}
+    config = dev_config()  # with the policy replaced, checked as the config file would be
+    fields = {name: getattr(config, name) for name in Config.model_fields}
+    config = Config.model_validate(
+        {**fields, "policy": {**dict(config.policy), **POLICY, **policy}}
     )
     settings = bot_settings(
         TRAINBOT_HF_TOKEN=HF_TOKEN,
@@ -423,10 +425,11 @@ async def test_requests_from_other_workspaces_are_refused(standin: SlackStandin)
 # user, image -> queued?, job secrets in the spec, text
 IMAGES = [
     ("U0ALICE", "/tmp/evil.sqsh", False, None, "Custom images are not allowed for you on a4"),
-    ("U0ALICE", "~/images/reviewed/x.sqsh", False, None, "Use one of its images: nemo, nemo-rl"),
-    ("U0IMG", "~/images/reviewed/x.sqsh", True, False, "Queued"),
-    ("U0IMG", "~/images/elsewhere/x.sqsh", False, None, "(~/images/reviewed). Put it there"),
-    ("U0CHIEF", "~/images/trusted/x.sqsh", True, True, "Queued"),
+    ("U0ALICE", "/opt/images/reviewed/x.sqsh", False, None, "Use one of its images: nemo, nemo-rl"),
+    ("U0IMG", "/opt/images/reviewed/x.sqsh", True, False, "Queued"),
+    ("U0IMG", "~/images/reviewed/x.sqsh", False, None, "(/opt/images/reviewed). Put it there"),
+    ("U0IMG", "/opt/images/elsewhere/x.sqsh", False, None, "(/opt/images/reviewed). Put it"),
+    ("U0CHIEF", "/opt/images/trusted/x.sqsh", True, True, "Queued"),
     ("U0ALICE", "nemo", True, True, "Queued"),  # the cluster's own image, by name
 ]
 
