@@ -482,15 +482,22 @@ async def test_a_groups_launches_run_under_its_slurm_account(standin: SlackStand
 # -- requests that are not what they claim -------------------------------------
 
 
-async def test_a_replayed_signed_train_queues_once_across_processes(
+async def test_a_replayed_signed_train_or_click_acts_once_across_processes(
     standin: SlackStandin,
 ) -> None:
     form = slash_command_fields("/train", "sft llama3p1_8b cluster=a4", trigger_id=_trigger())
-    body = urllib.parse.urlencode(form)
+    train = urllib.parse.urlencode(form)
     ts = int(time.time())
     async with secure_bot(standin) as s:
-        first = await post_signed(s.url, body, timestamp=ts)
-        again = await post_signed(s.url, body, timestamp=ts)  # the same request, byte for byte
+        first = await post_signed(s.url, train, timestamp=ts)
+        again = await post_signed(s.url, train, timestamp=ts)  # the same request, byte for byte
+        launch_id = str(first.json()["text"]).split()[1].rstrip(":")
+        payload = block_action_payload(ACTION_CANCEL, launch_id)
+        payload["trigger_id"] = _trigger()
+        cancel = urllib.parse.urlencode({"payload": json.dumps(payload)})
+        clicked = await post_signed(s.url, cancel, timestamp=ts)
+        answered = await s._next_ephemeral("U0ALICE", 0)
+        clicked_again = await post_signed(s.url, cancel, timestamp=ts)
         # a second bot process (its own HTTP listener) shares the record in Redis
         params = SlackParams(
             bot_token=BOT_TOKEN,
@@ -505,13 +512,64 @@ async def test_a_replayed_signed_train_queues_once_across_processes(
             metrics=s.bot.metrics,
             replay_guard=s.bot.store.first_seen,
         ) as other:
-            elsewhere = await post_signed(
-                f"http://127.0.0.1:{other.http_port}/slack/events", body, timestamp=ts
-            )
-        active = await s.bot.store.active_count("U0ALICE")
+            elsewhere = f"http://127.0.0.1:{other.http_port}/slack/events"
+            replayed = [await post_signed(elsewhere, b, timestamp=ts) for b in (train, cancel)]
+            await asyncio.sleep(0.5)  # time for an answer a replayed click would get
+        stored = await s.bot.store.get(launch_id)
+        answers = s._ephemerals("U0ALICE")
     assert first.json()["text"].startswith("Queued")
-    assert (again.status, again.body, elsewhere.status, elsewhere.body) == (200, "", 200, "")
-    assert active == 1
+    assert clicked.status == 200 and "Cancelled" in answered, answered
+    dropped = [again, clicked_again, *replayed]
+    assert [(a.status, a.body) for a in dropped] == [(200, "")] * 4
+    assert answers == [answered]  # the click acted once: one answer
+    assert stored is not None and stored.outcome == "CANCELLED"
+
+
+CLOSED_REDIS = "redis://127.0.0.1:1/0"  # nothing listens there
+
+
+async def test_signed_requests_while_redis_is_down_get_a_clear_answer_not_a_500(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replay guard cannot ask Redis: the request is refused (a replay must not slip
+    through), a slash command with the words the commands use, anything else with 503."""
+    caplog.set_level(logging.INFO)
+    group_event = {
+        "type": "event_callback",
+        "team_id": TEAM_ID,
+        "api_app_id": "A0TRAINBOT",
+        "event_id": "Ev" + uuid.uuid4().hex[:8],
+        "event_time": 1,
+        "event": {"type": "subteam_members_changed", "subteam_id": "S0ADMINS"},
+    }
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, phase=Phase.QUEUED)
+        up = s.bot.store.redis
+        s.bot.store.redis = aioredis.from_url(CLOSED_REDIS, decode_responses=True)  # Redis goes
+        try:
+            form = slash_command_fields(
+                "/train", "sft llama3p1_8b cluster=a4", trigger_id=_trigger()
+            )
+            command = await post_signed(s.url, urllib.parse.urlencode(form))
+            payload = block_action_payload(ACTION_CANCEL, launch.id)
+            click = await post_signed(
+                s.url, urllib.parse.urlencode({"payload": json.dumps(payload)})
+            )
+            event = await post_signed(
+                s.url, json.dumps(group_event), content_type="application/json"
+            )
+        finally:
+            await s.bot.store.redis.aclose()
+            s.bot.store.redis = up
+        stored = await s.bot.store.get(launch.id)
+        active = await s.bot.store.active_count("U0ALICE")
+    assert command.status == 200, command.body
+    said = str(command.json()["text"])
+    assert said.startswith(":warning: That did not work: Redis is unreachable"), said
+    assert (click.status, event.status) == (503, 503)
+    assert stored is not None and stored.phase == Phase.QUEUED and active == 1
+    served = [r for r in caplog.records if r.name.startswith(("aiohttp", "bot.http"))]
+    assert not [r for r in served if r.exc_info or r.levelno >= logging.ERROR], served
 
 
 # body, content type, signed, header overrides -> status
