@@ -458,6 +458,25 @@ async def test_custom_images_only_where_policy_allows(
             assert spec.secret_files() == {} and spec.profile.job_secrets == {}
 
 
+async def test_a_custom_image_reaches_a_nemo_rl_job(standin: SlackStandin) -> None:
+    """NeMo-RL takes its image as CONTAINER (launch.sh reads it; sbatch exports the
+    submitting shell's environment): an allowed image= is what the submission exports."""
+    image = "/opt/images/reviewed/rl-custom.sqsh"
+    async with secure_bot(standin) as s:
+        said = await s.command("/train", f"dpo llama3p1_8b cluster=a4 image={image}", user="U0IMG")
+        (launch_id,) = await s.bot.store.active_ids("U0IMG")
+        launch = await s.bot.store.get(launch_id)
+        assert launch is not None
+        plan = plan_launch(s.bot.clusters.spec_for(launch).spec)
+        default = s.bot.clusters.profile("a4").image_for("nemo-rl")
+    assert said.startswith("Queued"), said
+    script = plan.script()
+    assert plan.spec.framework == "nemo-rl" and plan.argv[0] == "sbatch"
+    assert f"\nexport CONTAINER={image}\n" in script, script
+    assert script.index("export CONTAINER=") < script.index("\nexec sbatch ")
+    assert default not in script
+
+
 async def test_a_groups_launches_run_under_its_slurm_account(standin: SlackStandin) -> None:
     """policy.accounts by user group: the member's /train is planned with that --account
     (the group's members come from Slack, as for every other rule)."""
