@@ -34,7 +34,14 @@ from bot.launches import Attempt, Launch, Phase
 from bot.service import Bot, running
 from bot.slack_app import WORKING_TEXT
 from bot.slack_front import open_front
-from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_LOGS, ACTION_REJECT, ACTION_RETRY
+from bot.slack_text import (
+    ACTION_APPROVE,
+    ACTION_CANCEL,
+    ACTION_LOGS,
+    ACTION_REJECT,
+    ACTION_RETRY,
+    ACTION_USE_PARTITION,
+)
 from bot.store import Event
 from cluster.frameworks.base import Tracking
 from cluster.launch import plan_launch
@@ -419,6 +426,18 @@ async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStan
     queued = [a for a in answers if a.startswith("Queued")]
     refused = [a for a in answers if "your limit is 1" in a]
     assert (len(queued), len(refused), active) == (1, 5, 1), answers
+
+
+@pytest.mark.parametrize("action", [ACTION_CANCEL, ACTION_RETRY, ACTION_LOGS, ACTION_USE_PARTITION])
+async def test_a_button_value_that_is_no_launch_gets_a_clear_answer(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture, action: str
+) -> None:
+    """Button values come back from outside like typed text: checked the same way."""
+    caplog.set_level(logging.INFO)
+    async with secure_bot(standin) as s:
+        said = await s.click(action, "$(id);x:a4")
+    assert "is not a job: give a launch id such as L-7f3a9c" in said, said
+    assert "Traceback" not in caplog.text
 
 
 # -- workspaces ----------------------------------------------------------------
