@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--role",
         choices=ROLES,
         default="all",
-        help="which part to run: web (Slack, /healthz, /metrics), worker (the launch queue), "
-        "poller (cluster polling and message delivery), or all of them (default: %(default)s)",
+        help="which part to run: web (Slack), worker (the launch queue), poller (cluster "
+        "polling and message delivery), or all of them (default: %(default)s); every role "
+        "serves /healthz and /metrics",
     )
     console = sub.add_parser("console", help="the same bot with a terminal chat instead of Slack")
     console.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
@@ -55,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="what to /train (default: %(default)s)",
     )
     doctor = sub.add_parser(
-        "doctor", help="check config, Redis, SSH (and as each mapped person), partitions, recipes"
+        "doctor",
+        help="check config, Redis, SSH (and as each mapped person), partitions, images, "
+        "recipes and directories",
     )
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     return parser

@@ -154,10 +154,30 @@ class Config(BaseModel):
                             f"policy.{section}[{number}].clusters: {name!r} is not a cluster "
                             f'(known: {known}, or "*")'
                         )
+        problems += self._image_dir_problems()
         try:
             self.catalog  # noqa: B018 - builds and checks the merged catalog
         except ValidationError as exc:
             problems.append(f"recipes: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+        return problems
+
+    def _image_dir_problems(self) -> list[str]:
+        """``~/`` directories of ``policy.custom_images`` on clusters with ``identity``: there
+        ``~`` is the home of whoever launches, which they can write, so such a directory
+        reviews nothing."""
+        problems: list[str] = []
+        for number, rule in enumerate(self.policy.custom_images):
+            covered = self.clusters if ANY in rule.clusters else rule.clusters
+            personal = [c for c in covered if c in self.clusters and self.clusters[c].identity]
+            for place, folder in enumerate(rule.dirs):
+                if personal and folder.startswith("~"):
+                    problems.append(
+                        f"policy.custom_images[{number}].dirs[{place}]: {folder!r} is in the home "
+                        f"of whoever launches, and on {', '.join(personal)} (identity) each person "
+                        "launches as themselves and can write their own home; use an absolute "
+                        "directory only trainbot's admins can write (such as /shared/images/"
+                        "reviewed)"
+                    )
         return problems
 
     @cached_property

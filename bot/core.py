@@ -49,6 +49,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
+from commands.jobs import parse_job_ref
 from commands.policy import decide, may_manage
 from commands.requests import (
     AttachRequest,
@@ -235,7 +236,7 @@ class Core:
         user = await self.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.use_partition(incoming, user)
-        ref = JobRef(id=incoming.action_value)
+        ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if incoming.action_id == ACTION_CANCEL:
             return await self.cancel(await self.actable(ref, user, "cancel"), user)
         if incoming.action_id == ACTION_LOGS:
@@ -511,7 +512,7 @@ class Core:
     async def use_partition(self, incoming: Incoming, user: User) -> Reply:
         """The [Use a4] button under a refused launch: the same request on that partition."""
         launch_id, _, partition = incoming.action_value.partition(":")
-        launch = await self.owned(JobRef(id=launch_id), user, "re-run")
+        launch = await self.owned(parse_job_ref(launch_id, None, self.context), user, "re-run")
         request = launch.request.model_copy(update={"partition": partition})
         try:  # the value came back from outside: check it as if typed
             again = type(launch.request).model_validate(request.model_dump())

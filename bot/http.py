@@ -7,7 +7,8 @@ There, before bolt parses anything, the signature is checked (missing, bad or
 older than 300 s: 401), the body must be well-formed (otherwise 400), and a
 signed request seen before (a replay, within the signature's 5 minutes) is
 acknowledged and dropped; the record of seen requests is in Redis when the
-service passes ``replay_guard``, so every bot process shares it. Either way
+service passes ``replay_guard``, so every bot process shares it (when Redis cannot
+be asked, the request is refused: 503, or for a slash command the store's error). Either way
 ``GET /healthz`` and ``GET /metrics`` are served on ``http_host:http_port``.
 """
 
@@ -38,7 +39,8 @@ from slack_sdk.signature import SignatureVerifier
 from bot.front import Handler
 from bot.slack_app import Listeners, build_app
 from bot.slack_front import DEFAULT_API_URL, SlackError, SlackFront, open_front
-from cluster.errors import ConfigError
+from bot.slack_text import escape
+from cluster.errors import ConfigError, TrainbotError
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +156,28 @@ def _checked(signing_secret: str, replay_guard: ReplayGuard | None) -> Check:
             return web.Response(status=400, text=f"malformed request: {problem}")
         if verifier is not None:
             key = hashlib.sha256(f"{timestamp}:{signature}".encode()).hexdigest()
-            if not await guard(key, REPLAY_WINDOW_S + 60):
+            try:
+                first = await guard(key, REPLAY_WINDOW_S + 60)
+            except TrainbotError as error:  # Redis is down: refuse, a replay must not pass
+                log.warning("refused a signed request: the replay guard failed: %s", error)
+                return _unavailable(raw, error)
+            if not first:
                 log.warning("dropped a replayed signed request (timestamp %s)", timestamp[:16])
                 return web.Response(status=200, text="")
         return None
 
     return check
+
+
+def _unavailable(raw: str, error: TrainbotError) -> web.Response:
+    """The answer to a request that cannot be checked for replay: a slash command gets the
+    words the commands use when the store fails (shown to the asker only); an event or a
+    click gets 503 (Slack sends an event again later and shows the clicker an error)."""
+    form = dict(parse_qsl(raw, keep_blank_values=True)) if not raw.lstrip().startswith("{") else {}
+    if form.get("command") and "payload" not in form:
+        text = f":warning: That did not work: {escape(str(error))}"
+        return web.json_response({"response_type": "ephemeral", "text": text})
+    return web.Response(status=503, text="trainbot's store is unreachable; try again shortly")
 
 
 async def to_bolt_request(request: web.Request, raw: str | None = None) -> AsyncBoltRequest:

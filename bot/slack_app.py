@@ -14,11 +14,9 @@ which make the core ask for that group's members again; Events API retries of
 an event already seen are dropped. With ``allowed_team_ids`` (the config's
 ``policy.workspaces``), requests from any other workspace are refused first.
 
-The Slack app needs the slash commands above, Interactivity on, and the bot
-scopes ``commands``, ``chat:write``, ``files:write``, ``im:write``,
-``usergroups:read``, ``app_mentions:read``, ``channels:read`` and
-``groups:read`` (``/train`` checks the bot can post in the channel; optionally
-``chat:write.public``); Socket Mode also needs an app-level token with
+The Slack app needs what slack-manifest.yml declares (tests/test_manifest.py sends
+its every command, event and button to the app ``build_app`` makes); optionally
+``chat:write.public``. Socket Mode also needs an app-level token with
 ``connections:write``.
 """
 
@@ -51,8 +49,6 @@ FAILED_TEXT = (
 )
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
-# Every Events API event trainbot handles (slack-manifest.yml subscribes to exactly these).
-EVENTS = ("app_mention", HOME_EVENT, *GROUP_EVENTS)
 T = TypeVar("T")
 
 

@@ -157,6 +157,9 @@ def make_web_client(
 ) -> AsyncWebClient:
     """An ``AsyncWebClient`` on ``api_url`` with trainbot's retry policy."""
     backoff = Backoff(base_s=backoff_base_s)
+    # Not slack_sdk's own 429/5xx handlers: theirs sleep any Retry-After uncapped (and
+    # fail on a non-integer one), retry only 500 and 503 (not a proxy's 502 or 504), and log
+    # nothing; these cap the wait, retry every 5xx and say so in the log.
     handlers: list[AsyncRetryHandler] = [
         AsyncConnectionErrorRetryHandler(max_retry_count=max_retries, interval_calculator=backoff),
         RateLimitRetry(max_retry_count=max_retries + 1, max_wait_s=max_rate_limit_wait_s),

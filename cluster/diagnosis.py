@@ -17,7 +17,8 @@ as *faulty* only from hardware evidence: srun's ``Node failure on <host>``, an
 <host>``) or a rank whose task srun reports (``[rank5]`` + ``srun: error: a4-1:
 task 5: ...``), or a ``NODE_FAIL``/``BOOT_FAIL`` record whose NodeList is one node. A node name
 read from text counts only if it is a valid Slurm host name inside the job's own
-node list: text that names any other node changes nothing.
+node list: text that names any other node changes nothing, and srun's ``Node failure
+on <host>`` naming no node of the job is no evidence of a node failure at all.
 For a multi-node NODE_FAIL, sacct does not say which node died (``sinfo -R`` does,
 not this module). The host of the first ``srun: error`` task line is only where
 the first task ended (:attr:`Diagnosis.first_exit_node`), never a node to exclude.
@@ -64,6 +65,9 @@ class FailureKind:
     no_retry: str = "a retry would fail the same way"
 
 
+_NODE_FAILURE_ON = r"\bNode failure on \S"  # srun's line: evidence only for the job's own node
+
+
 def _p(*regexes: str) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(r, re.IGNORECASE) for r in regexes)
 
@@ -73,7 +77,7 @@ CATALOG: tuple[FailureKind, ...] = (
     FailureKind(
         "node_failure", "a node failed (hardware)", R.RETRY_RESUME,
         "On-call: check the node (sinfo -R) before it takes jobs again.",
-        _p(r"DUE TO NODE FAILURE", r"uncorrectable ECC error", r"\bNode failure on \S",
+        _p(r"DUE TO NODE FAILURE", r"uncorrectable ECC error", _NODE_FAILURE_ON,
            r"fallen off the bus"),
         ("NODE_FAIL", "BOOT_FAIL"), page_oncall=True, exclude_node=True,
     ),
@@ -211,6 +215,16 @@ def _cut(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
 
 
+def _shows(kind: FailureKind, line: str, own_nodes: Sequence[str]) -> bool:
+    """Whether ``line`` is evidence of ``kind``. A line that shows a node failure only by
+    naming the node (``Node failure on <host>``) is, when that host is one of the job's."""
+    matched = [p for p in kind.patterns if p.search(line)]
+    if not matched or any(p.pattern != _NODE_FAILURE_ON for p in matched):
+        return bool(matched)
+    named = _NODE_FAILURE_RE.search(line)
+    return named is not None and named["host"] in own_nodes
+
+
 def _single_node(node_list: str) -> str | None:
     text = node_list.strip()
     if not text or any(c in text for c in "[], ") or text.lower().startswith("none"):
@@ -299,9 +313,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     earlier = [normalize_state(s) for s in earlier_states]
     ended = state in TERMINAL_STATES
     first_exit = next((m["host"] for ln in scan if (m := _SRUN_TASK_RE.search(ln))), None)
+    own_nodes = expand_hostlist(node_list)
     found: list[tuple[FailureKind, list[str], bool, bool]] = []
     for kind in CATALOG:
-        hits = [ln for ln in scan if any(p.search(ln) for p in kind.patterns)]
+        hits = [ln for ln in scan if _shows(kind, ln, own_nodes)]
         now = state is not None and state in kind.states
         before = not ended and any(s in kind.states for s in earlier)
         if hits or now or before:

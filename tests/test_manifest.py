@@ -1,16 +1,40 @@
 """slack-manifest.yml against the code: every slash command, event, interactivity
-setting and scope the code needs is in the manifest, and nothing more."""
+setting and scope the code needs is in the manifest, and nothing more.
+
+Commands, events and buttons are checked against the bolt app the service builds
+(``bot.http.run_slack``): each is sent to it as Slack sends it, signed, and must
+reach the core (or, for a mention, be answered), and what the core knows that the
+manifest lacks must not be handled. The README's scope list is checked too.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from bot import slack_app
+from bot import slack_text
+from bot.front import Incoming, Reply
+from bot.http import SlackService, run_slack
+from commands.dispatch import COMMANDS as PARSED_COMMANDS
+from tests.bot.conftest import standin_params
+from tests.slack_standin import (
+    APP_ID,
+    TEAM_ID,
+    SlackStandin,
+    block_action_payload,
+    post_signed,
+    slash_command_fields,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Web API methods trainbot calls (slack_sdk's snake_case names) and the bot scopes
@@ -52,19 +76,119 @@ def methods_called() -> set[str]:
     return found
 
 
-def test_slash_commands_are_exactly_the_registered_ones(manifest: dict[str, Any]) -> None:
+@dataclass
+class Served:
+    """The service's Slack app on HTTP, a core that records what reaches it, and the stand-in."""
+
+    service: SlackService
+    standin: SlackStandin
+    reached: list[Incoming] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.service.http_port}/slack/events"
+
+    async def send(self, body: str, content_type: str) -> bool:
+        """Send a signed request; whether it reached the core or made the app answer in Slack."""
+        before = (len(self.reached), len(self.standin.calls_to("chat.postEphemeral")))
+        answer = await post_signed(self.url, body, content_type=content_type)
+        if answer.status == 404:  # bolt: no listener matched
+            return False
+        assert answer.status == 200, answer.body
+        if "I don't know" in answer.body:  # the catch-all for commands the app does not handle
+            return False
+        for _ in range(20):  # events and clicks are acknowledged first, handled after
+            now = (len(self.reached), len(self.standin.calls_to("chat.postEphemeral")))
+            if now != before:
+                return True
+            await asyncio.sleep(0.025)
+        return False
+
+    async def command(self, command: str) -> bool:
+        form = slash_command_fields(command, "")
+        return await self.send(urllib.parse.urlencode(form), "application/x-www-form-urlencoded")
+
+    async def event(self, kind: str) -> bool:
+        envelope = {
+            "type": "event_callback",
+            "team_id": TEAM_ID,
+            "api_app_id": APP_ID,
+            "event_id": "Ev" + uuid.uuid4().hex[:10],
+            "event_time": 1,
+            "event": {
+                "type": kind,
+                "user": "U0ALICE",
+                "channel": "C0TRAIN",
+                "tab": "home",
+                "subteam_id": "S0GROUP",
+                "text": "<@U0TRAINBOT> hi",
+            },
+        }
+        return await self.send(json.dumps(envelope), "application/json")
+
+    async def click(self, action_id: str) -> bool:
+        body = urllib.parse.urlencode({"payload": json.dumps(block_action_payload(action_id, "x"))})
+        return await self.send(body, "application/x-www-form-urlencoded")
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    standin = SlackStandin()
+    await standin.start()
+    reached: list[Incoming] = []
+
+    async def core(incoming: Incoming) -> Reply:
+        reached.append(incoming)
+        return Reply(text="ok")
+
+    async def healthy() -> tuple[bool, str]:
+        return True, "ok"
+
+    try:
+        async with run_slack(standin_params(standin), core, health=healthy, metrics=str) as svc:
+            yield Served(svc, standin, reached)
+    finally:
+        await standin.close()
+
+
+def manifest_events(manifest: dict[str, Any]) -> list[str]:
+    return list(manifest["settings"]["event_subscriptions"]["bot_events"])
+
+
+async def test_every_manifest_command_reaches_the_core_and_no_other(
+    manifest: dict[str, Any], served: Served
+) -> None:
     listed = [c["command"] for c in manifest["features"]["slash_commands"]]
-    assert sorted(listed) == sorted(slack_app.COMMANDS)
     for command in manifest["features"]["slash_commands"]:
         assert command["description"] and not command["should_escape"]
+    handled = [c for c in sorted({*listed, *PARSED_COMMANDS, "/bogus"}) if await served.command(c)]
+    assert handled == sorted(listed)
+    assert [i.command for i in served.reached] == handled
+    assert sorted(listed) == sorted(PARSED_COMMANDS)  # the core parses each, and no other
 
 
-def test_events_are_exactly_the_handled_ones(manifest: dict[str, Any]) -> None:
-    events = manifest["settings"]["event_subscriptions"]["bot_events"]
-    assert sorted(events) == sorted(slack_app.EVENTS)
-    assert manifest["features"]["app_home"]["home_tab_enabled"] == (
-        "app_home_opened" in slack_app.EVENTS
-    )
+async def test_every_manifest_event_is_handled(manifest: dict[str, Any], served: Served) -> None:
+    events = manifest_events(manifest)
+    unhandled = [kind for kind in events if not await served.event(kind)]
+    assert not unhandled, f"the manifest subscribes to events the app ignores: {unhandled}"
+    # and the code handles no event the manifest does not subscribe to (it would never come)
+    others = [kind for kind in EVENT_SCOPES if kind not in events and await served.event(kind)]
+    assert not others, f"subscribe to these in slack-manifest.yml: {others}"
+    assert not await served.event("message")  # the check tells handled from ignored
+    assert manifest["features"]["app_home"]["home_tab_enabled"] == ("app_home_opened" in events)
+
+
+async def test_every_button_reaches_the_core(manifest: dict[str, Any], served: Served) -> None:
+    assert manifest["settings"]["interactivity"]["is_enabled"]
+    buttons = [
+        value
+        for name, value in vars(slack_text).items()
+        if name.startswith("ACTION_") and name != "ACTION_PREFIX"
+    ]
+    assert buttons
+    unhandled = [action for action in buttons if not await served.click(action)]
+    assert not unhandled
+    assert not await served.click("elsewhere_button")
 
 
 def test_every_method_called_is_known_and_its_scopes_granted(manifest: dict[str, Any]) -> None:
@@ -74,9 +198,18 @@ def test_every_method_called_is_known_and_its_scopes_granted(manifest: dict[str,
     needed = {"commands"}  # slash commands
     for method in called & set(METHOD_SCOPES):
         needed |= METHOD_SCOPES[method]
-    for event in slack_app.EVENTS:
+    for event in manifest_events(manifest):
         needed |= EVENT_SCOPES[event]
     assert sorted(manifest["oauth_config"]["scopes"]["bot"]) == sorted(needed)
+
+
+def test_the_readme_lists_the_manifest_scopes(manifest: dict[str, Any]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("\n## Slack app\n") :]
+    section = section[: section.index("\n## ", 1)]
+    listed = re.search(r"the bot scopes \(`([^`]+)`", section)
+    assert listed is not None, "the README's Slack app section lists the bot scopes"
+    assert sorted(listed[1].split()) == sorted(manifest["oauth_config"]["scopes"]["bot"])
 
 
 def test_interactivity_and_socket_mode(manifest: dict[str, Any]) -> None:

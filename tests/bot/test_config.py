@@ -274,6 +274,16 @@ def test_missing_file(tmp_path: Path) -> None:
             "policy.custom_images[0].dirs[0]: must be absolute or start with '~/'",
         ),
         (
+            "{custom_images: [{users: [U1], dirs: [/opt/ok, ~/images]}]}",
+            "policy.custom_images[0].dirs[1]: '~/images' is in the home of whoever launches, "
+            "and on a4 (identity) each person launches as themselves and can write their own "
+            "home; use an absolute directory only trainbot's admins can write",
+        ),
+        (
+            "{custom_images: [{users: [U1], clusters: [a4], dirs: ['~']}]}",
+            "policy.custom_images[0].dirs[0]: '~' is in the home of whoever launches",
+        ),
+        (
             "{log_viewers: [{groups: [S1], clusters: [a5]}]}",
             "policy.log_viewers[0].clusters: 'a5' is not a cluster (known: a4",
         ),
@@ -282,12 +292,25 @@ def test_missing_file(tmp_path: Path) -> None:
 )
 def test_access_rules_are_checked(policy: str, message: str) -> None:
     text = (
-        "clusters:\n  a4: {type: hcc-a4, login: {host: h, user: u}, partition: a4, max_nodes: 2}\n"
+        "clusters:\n  a4: {type: hcc-a4, login: {host: h, user: u, user_ca_key_file: ca},"
+        " partition: a4, max_nodes: 2, identity: {}}\n"
+        "  a3m: {type: hcc-a3m, login: {host: h, user: u}, partition: a3m, max_nodes: 2}\n"
         f"policy: {policy}\n"
     )
     with pytest.raises(ConfigError) as raised:
         parse_config(text)
     assert message in str(raised.value)
+
+
+def test_home_image_dirs_are_fine_where_everyone_runs_as_the_shared_account() -> None:
+    """Without identity, ~ is the shared account's home: only who holds that account writes it."""
+    text = (
+        "clusters:\n  a3m: {type: hcc-a3m, login: {host: h, user: u}, partition: a3m,"
+        " max_nodes: 2}\n"
+        "policy: {custom_images: [{users: [U1], dirs: [~/images/reviewed]}]}\n"
+    )
+    (rule,) = parse_config(text).policy.custom_images
+    assert rule.dirs == ("~/images/reviewed",)
 
 
 @pytest.mark.parametrize(

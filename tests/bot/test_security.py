@@ -3,7 +3,8 @@
 Every request here is signed as Slack signs it and goes through aiohttp, the
 signature check, slack-bolt and the core, with real Redis and the dev cluster's
 login node behind; answers are read where Slack would show them (the ack or
-the Web API stand-in). No workers run, so nothing queued is ever submitted.
+the Web API stand-in). No workers run, so nothing queued is ever submitted, except
+in the test of a failed submission.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import base64
 import json
 import logging
+import shlex
 import time
 import urllib.parse
 import uuid
@@ -26,19 +28,36 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
+from bot.config import Config
 from bot.http import SlackParams, SlackService, run_slack
 from bot.launches import Attempt, Launch, Phase
 from bot.service import Bot, running
 from bot.slack_app import WORKING_TEXT
 from bot.slack_front import open_front
-from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_LOGS, ACTION_REJECT, ACTION_RETRY
+from bot.slack_text import (
+    ACTION_APPROVE,
+    ACTION_CANCEL,
+    ACTION_LOGS,
+    ACTION_REJECT,
+    ACTION_RETRY,
+    ACTION_USE_PARTITION,
+)
 from bot.store import Event
 from cluster.frameworks.base import Tracking
 from cluster.launch import plan_launch
 from commands.access import AccountRule, ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
-from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis, login_run
+from tests.bot.botkit import (
+    TEST_REDIS,
+    bot_settings,
+    dev_config,
+    flush_test_redis,
+    login_run,
+    wait_delivered,
+    wait_for_launch,
+    wait_until,
+)
 from tests.bot.conftest import standin_params
 from tests.cluster.test_injection import hostile_values
 from tests.slack_standin import (
@@ -74,8 +93,8 @@ POLICY = {
     ),
     "log_viewers": (ViewerRule(groups=("S0TEAM",), clusters=("a4",)),),
     "custom_images": (
-        ImageRule(groups=("S0IMG",), clusters=("a4",), dirs=("~/images/reviewed",)),
-        ImageRule(users=("U0CHIEF",), dirs=("~/images/trusted",), job_secrets=True),
+        ImageRule(groups=("S0IMG",), clusters=("a4",), dirs=("/opt/images/reviewed",)),
+        ImageRule(users=("U0CHIEF",), dirs=("/opt/images/trusted",), job_secrets=True),
     ),
     "workspaces": (TEAM_ID,),
 }
@@ -159,11 +178,21 @@ def _trigger() -> str:
 
 @asynccontextmanager
 async def secure_bot(
-    standin: SlackStandin, *, env: dict[str, str] | None = None, **policy: Any
+    standin: SlackStandin,
+    *,
+    env: dict[str, str] | None = None,
+    workers: int = 0,
+    watch: dict[str, float] | None = None,
+    a4: dict[str, Any] | None = None,
+    **policy: Any,
 ) -> AsyncIterator[Secure]:
-    config = dev_config()
-    config = config.model_copy(
-        update={"policy": config.policy.model_copy(update={**POLICY, **policy})}
+    """The bot behind its HTTP front end; ``a4`` replaces fields of that cluster's profile."""
+    config = dev_config(**(watch or {}))
+    fields = {name: getattr(config, name) for name in Config.model_fields}
+    clusters = dict(config.clusters)
+    clusters["a4"] = clusters["a4"].model_copy(update=a4 or {})
+    config = Config.model_validate(  # checked as the config file would be
+        {**fields, "clusters": clusters, "policy": {**dict(config.policy), **POLICY, **policy}}
     )
     settings = bot_settings(
         TRAINBOT_HF_TOKEN=HF_TOKEN,
@@ -174,7 +203,7 @@ async def secure_bot(
     params = standin_params(standin, allowed_team_ids=config.policy.workspaces)
     async with (
         open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
-        running(settings, config, front, workers=0) as bot,
+        running(settings, config, front, workers=workers) as bot,
         run_slack(
             params,
             bot.core,
@@ -399,6 +428,18 @@ async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStan
     assert (len(queued), len(refused), active) == (1, 5, 1), answers
 
 
+@pytest.mark.parametrize("action", [ACTION_CANCEL, ACTION_RETRY, ACTION_LOGS, ACTION_USE_PARTITION])
+async def test_a_button_value_that_is_no_launch_gets_a_clear_answer(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture, action: str
+) -> None:
+    """Button values come back from outside like typed text: checked the same way."""
+    caplog.set_level(logging.INFO)
+    async with secure_bot(standin) as s:
+        said = await s.click(action, "$(id);x:a4")
+    assert "is not a job: give a launch id such as L-7f3a9c" in said, said
+    assert "Traceback" not in caplog.text
+
+
 # -- workspaces ----------------------------------------------------------------
 
 
@@ -423,10 +464,11 @@ async def test_requests_from_other_workspaces_are_refused(standin: SlackStandin)
 # user, image -> queued?, job secrets in the spec, text
 IMAGES = [
     ("U0ALICE", "/tmp/evil.sqsh", False, None, "Custom images are not allowed for you on a4"),
-    ("U0ALICE", "~/images/reviewed/x.sqsh", False, None, "Use one of its images: nemo, nemo-rl"),
-    ("U0IMG", "~/images/reviewed/x.sqsh", True, False, "Queued"),
-    ("U0IMG", "~/images/elsewhere/x.sqsh", False, None, "(~/images/reviewed). Put it there"),
-    ("U0CHIEF", "~/images/trusted/x.sqsh", True, True, "Queued"),
+    ("U0ALICE", "/opt/images/reviewed/x.sqsh", False, None, "Use one of its images: nemo, nemo-rl"),
+    ("U0IMG", "/opt/images/reviewed/x.sqsh", True, False, "Queued"),
+    ("U0IMG", "~/images/reviewed/x.sqsh", False, None, "(/opt/images/reviewed). Put it there"),
+    ("U0IMG", "/opt/images/elsewhere/x.sqsh", False, None, "(/opt/images/reviewed). Put it"),
+    ("U0CHIEF", "/opt/images/trusted/x.sqsh", True, True, "Queued"),
     ("U0ALICE", "nemo", True, True, "Queued"),  # the cluster's own image, by name
 ]
 
@@ -455,6 +497,25 @@ async def test_custom_images_only_where_policy_allows(
             assert spec.secret_files() == {} and spec.profile.job_secrets == {}
 
 
+async def test_a_custom_image_reaches_a_nemo_rl_job(standin: SlackStandin) -> None:
+    """NeMo-RL takes its image as CONTAINER (launch.sh reads it; sbatch exports the
+    submitting shell's environment): an allowed image= is what the submission exports."""
+    image = "/opt/images/reviewed/rl-custom.sqsh"
+    async with secure_bot(standin) as s:
+        said = await s.command("/train", f"dpo llama3p1_8b cluster=a4 image={image}", user="U0IMG")
+        (launch_id,) = await s.bot.store.active_ids("U0IMG")
+        launch = await s.bot.store.get(launch_id)
+        assert launch is not None
+        plan = plan_launch(s.bot.clusters.spec_for(launch).spec)
+        default = s.bot.clusters.profile("a4").image_for("nemo-rl")
+    assert said.startswith("Queued"), said
+    script = plan.script()
+    assert plan.spec.framework == "nemo-rl" and plan.argv[0] == "sbatch"
+    assert f"\nexport CONTAINER={image}\n" in script, script
+    assert script.index("export CONTAINER=") < script.index("\nexec sbatch ")
+    assert default not in script
+
+
 async def test_a_groups_launches_run_under_its_slurm_account(standin: SlackStandin) -> None:
     """policy.accounts by user group: the member's /train is planned with that --account
     (the group's members come from Slack, as for every other rule)."""
@@ -479,15 +540,22 @@ async def test_a_groups_launches_run_under_its_slurm_account(standin: SlackStand
 # -- requests that are not what they claim -------------------------------------
 
 
-async def test_a_replayed_signed_train_queues_once_across_processes(
+async def test_a_replayed_signed_train_or_click_acts_once_across_processes(
     standin: SlackStandin,
 ) -> None:
     form = slash_command_fields("/train", "sft llama3p1_8b cluster=a4", trigger_id=_trigger())
-    body = urllib.parse.urlencode(form)
+    train = urllib.parse.urlencode(form)
     ts = int(time.time())
     async with secure_bot(standin) as s:
-        first = await post_signed(s.url, body, timestamp=ts)
-        again = await post_signed(s.url, body, timestamp=ts)  # the same request, byte for byte
+        first = await post_signed(s.url, train, timestamp=ts)
+        again = await post_signed(s.url, train, timestamp=ts)  # the same request, byte for byte
+        launch_id = str(first.json()["text"]).split()[1].rstrip(":")
+        payload = block_action_payload(ACTION_CANCEL, launch_id)
+        payload["trigger_id"] = _trigger()
+        cancel = urllib.parse.urlencode({"payload": json.dumps(payload)})
+        clicked = await post_signed(s.url, cancel, timestamp=ts)
+        answered = await s._next_ephemeral("U0ALICE", 0)
+        clicked_again = await post_signed(s.url, cancel, timestamp=ts)
         # a second bot process (its own HTTP listener) shares the record in Redis
         params = SlackParams(
             bot_token=BOT_TOKEN,
@@ -502,13 +570,64 @@ async def test_a_replayed_signed_train_queues_once_across_processes(
             metrics=s.bot.metrics,
             replay_guard=s.bot.store.first_seen,
         ) as other:
-            elsewhere = await post_signed(
-                f"http://127.0.0.1:{other.http_port}/slack/events", body, timestamp=ts
-            )
-        active = await s.bot.store.active_count("U0ALICE")
+            elsewhere = f"http://127.0.0.1:{other.http_port}/slack/events"
+            replayed = [await post_signed(elsewhere, b, timestamp=ts) for b in (train, cancel)]
+            await asyncio.sleep(0.5)  # time for an answer a replayed click would get
+        stored = await s.bot.store.get(launch_id)
+        answers = s._ephemerals("U0ALICE")
     assert first.json()["text"].startswith("Queued")
-    assert (again.status, again.body, elsewhere.status, elsewhere.body) == (200, "", 200, "")
-    assert active == 1
+    assert clicked.status == 200 and "Cancelled" in answered, answered
+    dropped = [again, clicked_again, *replayed]
+    assert [(a.status, a.body) for a in dropped] == [(200, "")] * 4
+    assert answers == [answered]  # the click acted once: one answer
+    assert stored is not None and stored.outcome == "CANCELLED"
+
+
+CLOSED_REDIS = "redis://127.0.0.1:1/0"  # nothing listens there
+
+
+async def test_signed_requests_while_redis_is_down_get_a_clear_answer_not_a_500(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replay guard cannot ask Redis: the request is refused (a replay must not slip
+    through), a slash command with the words the commands use, anything else with 503."""
+    caplog.set_level(logging.INFO)
+    group_event = {
+        "type": "event_callback",
+        "team_id": TEAM_ID,
+        "api_app_id": "A0TRAINBOT",
+        "event_id": "Ev" + uuid.uuid4().hex[:8],
+        "event_time": 1,
+        "event": {"type": "subteam_members_changed", "subteam_id": "S0ADMINS"},
+    }
+    async with secure_bot(standin) as s:
+        launch = await seed(s.bot, phase=Phase.QUEUED)
+        up = s.bot.store.redis
+        s.bot.store.redis = aioredis.from_url(CLOSED_REDIS, decode_responses=True)  # Redis goes
+        try:
+            form = slash_command_fields(
+                "/train", "sft llama3p1_8b cluster=a4", trigger_id=_trigger()
+            )
+            command = await post_signed(s.url, urllib.parse.urlencode(form))
+            payload = block_action_payload(ACTION_CANCEL, launch.id)
+            click = await post_signed(
+                s.url, urllib.parse.urlencode({"payload": json.dumps(payload)})
+            )
+            event = await post_signed(
+                s.url, json.dumps(group_event), content_type="application/json"
+            )
+        finally:
+            await s.bot.store.redis.aclose()
+            s.bot.store.redis = up
+        stored = await s.bot.store.get(launch.id)
+        active = await s.bot.store.active_count("U0ALICE")
+    assert command.status == 200, command.body
+    said = str(command.json()["text"])
+    assert said.startswith(":warning: That did not work: Redis is unreachable"), said
+    assert (click.status, event.status) == (503, 503)
+    assert stored is not None and stored.phase == Phase.QUEUED and active == 1
+    served = [r for r in caplog.records if r.name.startswith(("aiohttp", "bot.http"))]
+    assert not [r for r in served if r.exc_info or r.levelno >= logging.ERROR], served
 
 
 # body, content type, signed, header overrides -> status
@@ -601,6 +720,157 @@ async def test_shell_injection_in_any_value_is_refused_and_runs_nothing(
     assert login_run(f"test -e {marker} && echo found || echo absent").strip() == "absent"
 
 
+# -- what comes back from the cluster --------------------------------------------
+
+
+@asynccontextmanager
+async def cluster_job(root: str, body: str, name: str) -> AsyncIterator[str]:
+    """A real one-node job on the dev cluster (partition a4) running the bash ``body``,
+    sbatch's output in ``root``; its id. Cancelled, and ``root`` removed, afterwards."""
+    await asyncio.to_thread(login_run, f"mkdir -p {root}")
+    out = await asyncio.to_thread(
+        login_run,
+        f"sbatch --parsable -p a4 -N 1 -J {name} -o {root}/sbatch_%j.out "
+        f"--wrap {shlex.quote(body)}",
+    )
+    job_id = out.strip().split(";")[0]
+    try:
+        yield job_id
+    finally:
+        await asyncio.to_thread(login_run, f"scancel {job_id}; rm -rf {root}", check=False)
+
+
+async def follow(s: Secure, launch_id: str, job_id: str, local_dir: str) -> Tracking:
+    """Record ``job_id`` as the launch's submission, as a worker does once run.py printed
+    nemo-run's status block: from now on the poller follows the job."""
+    launch = await s.bot.store.get(launch_id)
+    assert launch is not None
+    spec = s.bot.clusters.spec_for(launch).spec
+    status = f"Task 0: {spec.job_name}\n- Job id: {job_id}\n- Local Directory: {local_dir}\n"
+    tracking = spec.fw.tracking(spec, status)
+
+    def submitted(stored: Launch) -> list[Event]:
+        if not stored.attempts:
+            stored.attempts.append(Attempt(number=1))
+        attempt = stored.attempts[-1]
+        attempt.job_id, attempt.submitted_at, attempt.tracking = job_id, time.time(), tracking
+        stored.phase = Phase.SUBMITTED
+        return [Event("update", stored.id)]
+
+    await s.bot.store.mutate(launch_id, submitted)
+    return tracking
+
+
+async def queued(s: Secure, text: str) -> str:
+    said = await s.command("/train", text)
+    assert said.startswith("Queued L-"), said
+    return said.split()[1].rstrip(":")
+
+
+def posted(standin: SlackStandin) -> list[str]:
+    """Everything the bot put in Slack: texts and blocks of messages, updates, ephemerals."""
+    methods = ("chat.postMessage", "chat.update", "chat.postEphemeral")
+    return [
+        str(c.params.get("text", "")) + json.dumps(c.params.get("blocks", ""))
+        for method in methods
+        for c in standin.calls_to(method)
+    ]
+
+
+# the node a job's log says failed (bash, on the job's node) -> it is the job's own
+NAMED_NODES = [
+    ("login0", False),  # a valid host name, not a node of the job
+    ("$other", False),  # a real node of the cluster, not this job's
+    ("-$SLURMD_NODENAME", False),  # not a valid host name
+    ("$SLURMD_NODENAME", True),  # the job's own node: the one case that counts
+]
+
+
+@pytest.mark.parametrize(("named", "own"), NAMED_NODES)
+async def test_a_node_a_log_names_counts_only_if_it_is_the_jobs_own(
+    standin: SlackStandin, unique: str, named: str, own: bool
+) -> None:
+    """A running launch's log says ``Node failure on <name>``, then the job fails. Only its
+    own node is excluded on retry or paged for; any other name changes nothing."""
+    home = (await asyncio.to_thread(login_run, "echo $HOME")).strip()
+    root = f"{home}/sectest-{unique}"
+    body = (
+        "other=$(for n in dev0 dev1 dev2 dev3; do [ $n = $SLURMD_NODENAME ] || echo $n; done "
+        "| head -n 1)\n"
+        f'echo "srun: error: Node failure on {named}" >> {root}/log-x_${{SLURM_JOB_ID}}_0.out\n'
+        "sleep 4\nexit 1\n"
+    )
+    async with secure_bot(standin, watch={"evidence_reread_s": 0}) as s:
+        launch_id = await queued(s, f"sft llama3p1_8b cluster=a4 name=sec{unique}")
+        async with cluster_job(root, body, f"sec{unique}") as job_id:
+            await follow(s, launch_id, job_id, root)
+
+            async def read_while_running() -> Launch | None:
+                got = await s.bot.store.get(launch_id)
+                seen = (
+                    got and got.phase == Phase.RUNNING and "Node failure" in got.attempts[-1].tail
+                )
+                return got if seen else None
+
+            running_launch = await wait_until(read_while_running, "the log read while running")
+
+            async def ended() -> Launch | None:
+                got = await s.bot.store.get(launch_id)
+                return got if got and got.phase in (Phase.DONE, Phase.RETRYING) else None
+
+            launch = await wait_until(ended, "the failure handled", timeout_s=90)
+        await wait_delivered(s.bot.store)
+    assert running_launch.open_alerts == [] and len(running_launch.attempts) == 1
+    node = launch.attempts[0].node_list
+    paged = [c for c in standin.calls_to("chat.postMessage") if c.params["channel"] == "C0ONCALL"]
+    if own:
+        assert launch.phase == Phase.RETRYING and launch.attempts[-1].exclude == node
+        assert launch.open_alerts and paged
+        return
+    assert (launch.phase, launch.outcome, len(launch.attempts)) == (Phase.DONE, "FAILED", 1)
+    assert launch.attempts[0].cause_key == "unknown" and not launch.attempts[0].exclude
+    assert launch.open_alerts == [] and paged == []
+    assert not any("without" in text or "Retrying" in text for text in posted(standin))
+
+
+async def test_names_and_lines_from_the_cluster_never_ping_anyone(
+    standin: SlackStandin, unique: str
+) -> None:
+    """A job writes a checkpoint directory named ``<!channel>-step=1-`` (NeMo's pattern
+    takes it) and log lines full of Slack markup, then fails: what Slack receives pings
+    no one, yet says what happened."""
+    home = (await asyncio.to_thread(login_run, "echo $HOME")).strip()
+    root = f"{home}/sectest-{unique}"
+    async with secure_bot(standin, watch={"evidence_reread_s": 0}) as s:
+        launch_id = await queued(s, f"sft llama3p1_8b cluster=a4 name=sec{unique}")
+        log_dir = s.bot.clusters.profile("a4").log_dir.replace("~", home, 1)
+        checkpoints = f"{log_dir}/sec{unique}-{launch_id}"
+        hostile = "<!channel> <!here|here> <!everyone> <@U0BOB> <https://evil.example|click>"
+        body = (
+            f"log={root}/log-x_${{SLURM_JOB_ID}}_0.out\n"
+            f"echo {shlex.quote('step 1: ' + hostile)} >> $log\n"
+            f"mkdir -p {shlex.quote(checkpoints + '/checkpoints/<!channel>-step=1-')}\n"
+            "sleep 4\n"
+            f"echo {shlex.quote('RuntimeError: ' + hostile)} >> $log\n"
+            "exit 1\n"
+        )
+        try:
+            async with cluster_job(root, body, f"sec{unique}") as job_id:
+                await follow(s, launch_id, job_id, root)
+                await wait_for_launch(s.bot.store, launch_id, timeout_s=90)
+                await wait_delivered(s.bot.store)
+        finally:
+            await asyncio.to_thread(login_run, f"rm -rf {checkpoints}", check=False)
+        launch = await s.bot.store.get(launch_id)
+    texts = posted(standin)
+    assert launch is not None and launch.checkpoints == ["<!channel>-step=1-"]
+    assert any("💾 Checkpoint step 1 saved." in text for text in texts), texts
+    assert any("RuntimeError: &lt;!channel&gt;" in text for text in texts), texts
+    for text in texts:
+        for markup in ("<!channel", "<!here", "<!everyone", "<@U0BOB", "<https://evil"):
+            assert markup not in text, text
+
+
 # -- secrets never leave the cluster -------------------------------------------
 
 
@@ -613,43 +883,91 @@ def _encodings(secret: str) -> list[str]:
     ]
 
 
-async def test_secrets_are_redacted_where_posted_logged_and_stored(
-    standin: SlackStandin, caplog: pytest.LogCaptureFixture, log_file: str
+async def test_secrets_in_a_job_log_are_redacted_in_logs(
+    standin: SlackStandin, log_file: str
 ) -> None:
-    caplog.set_level(logging.INFO)
-    stderr = "sbatch: error: bad\n" + " ".join(
-        f"x{form}y" for s in (HF_TOKEN, WANDB_KEY) for form in _encodings(s)
-    )
     async with secure_bot(standin) as s:
         launch = await seed(s.bot, phase=Phase.QUEUED, log_path=log_file)
-
-        def failed_submit(stored: Launch) -> list[Event]:  # as a worker writes it
-            stored.phase, stored.outcome, stored.detail = Phase.REJECTED, "SUBMIT_FAILED", stderr
-            return [Event("thread", stored.id, f"Submission failed:\n{stderr}")]
-
-        await s.bot.store.mutate(launch.id, failed_submit)
-        logging.getLogger("bot.worker").warning("submit of %s failed: %s", launch.id, stderr)
         tail = await s.command("/logs", launch.id)
-        posted = await standin.wait_for(
-            "chat.postMessage", lambda c: "Submission failed" in str(c.params.get("text"))
-        )
-        client = aioredis.from_url(TEST_REDIS, decode_responses=True)
-        try:
-            stored = str(await client.get(f"trainbot:launch:{launch.id}"))
-        finally:
-            await client.aclose()
-    places = {
-        "posted": str(posted.params.get("text")) + json.dumps(posted.params.get("blocks", "")),
-        "logged": caplog.text,
-        "stored": stored,
-        "/logs": tail,
-    }
-    for where, text in places.items():
+    for secret in (HF_TOKEN, WANDB_KEY):
+        for form in _encodings(secret):
+            assert form not in tail, form
+    assert "[redacted]" in tail
+    assert "step 1 loss 2.5" in tail  # the rest of the log is intact
+
+
+# A site's launcher that fails and dumps its environment to stderr for debugging, plainly
+# and base64-encoded. Nothing on the dev cluster does that by itself (sbatch never prints
+# the environment, and Slurm there enforces no accounts), so this one stands in for it;
+# the rest is the real path: worker, pre-flight, the submit over SSH, sbatch's refusal.
+ENV_DUMPING_RUN_PY = """\
+import base64, os, sys
+print("sbatch: error: Batch job submission failed: Invalid account or account/partition "
+      "combination specified", file=sys.stderr)
+print("run.py: submission failed; environment:", file=sys.stderr)
+for key, value in sorted(os.environ.items()):
+    print(f"  {key}={value}", file=sys.stderr)
+    print(f"  {key}(base64)={base64.b64encode(value.encode()).decode()}", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+async def redis_text() -> str:
+    """Every key of the test database and its value, whatever its type."""
+    client = aioredis.from_url(TEST_REDIS, decode_responses=True)
+    parts: list[str] = []
+    try:
+        async for key in client.scan_iter():
+            kind = await client.type(key)
+            if kind == "string":
+                value: object = await client.get(key)
+            elif kind == "hash":
+                value = await client.hgetall(key)
+            elif kind == "list":
+                value = await client.lrange(key, 0, -1)
+            elif kind == "set":
+                value = sorted(await client.smembers(key))
+            elif kind == "zset":
+                value = await client.zrange(key, 0, -1, withscores=True)
+            else:
+                value = await client.xrange(key)
+            parts.append(f"{key}: {value}")
+    finally:
+        await client.aclose()
+    return "\n".join(parts)
+
+
+async def test_secrets_a_failed_submission_prints_go_nowhere(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture, unique: str
+) -> None:
+    """A launcher whose refusal echoes the job's secrets: a worker submits, sbatch's error
+    reaches the thread, and neither secret (nor its base64) is in anything Slack received,
+    anything logged, or any key in Redis."""
+    caplog.set_level(logging.DEBUG)
+    home = (await asyncio.to_thread(login_run, "echo $HOME")).strip()
+    recipes = f"{home}/sectest-{unique}"
+    script = base64.b64encode(ENV_DUMPING_RUN_PY.encode()).decode()
+    await asyncio.to_thread(
+        login_run,
+        f"mkdir -p {recipes}/nemo/sft && cp ~/vertex-oss-training/nemo/sft/llama3p1_8b_sft.py "
+        f"{recipes}/nemo/sft/ && echo {script} | base64 -d > {recipes}/nemo/run.py",
+    )
+    try:
+        async with secure_bot(standin, workers=1, a4={"recipes_dir": recipes}) as s:
+            launch_id = await queued(s, "sft llama3p1_8b cluster=a4")
+            launch = await wait_for_launch(s.bot.store, launch_id, timeout_s=120)
+            await wait_delivered(s.bot.store)
+            stored = await redis_text()
+    finally:
+        await asyncio.to_thread(login_run, f"rm -rf {recipes}", check=False)
+    slack = json.dumps([c.params for c in standin.calls])
+    assert launch.outcome == "SUBMIT_FAILED", launch.detail
+    assert "Slurm refused the job" in slack and "Invalid account" in slack
+    assert "HF_TOKEN=[redacted]" in slack and "WANDB_API_KEY(base64)=[redacted]" in slack
+    for where, text in {"Slack": slack, "the logs": caplog.text, "Redis": stored}.items():
         for secret in (HF_TOKEN, WANDB_KEY):
             for form in _encodings(secret):
-                assert form not in text, f"{where} shows {form}"
-        assert "[redacted]" in text, where
-    assert "step 1 loss 2.5" in tail  # the rest of the log is intact
+                assert form not in text, f"{where} holds {form}"
 
 
 # -- deployment defaults -------------------------------------------------------

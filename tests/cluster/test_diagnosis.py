@@ -326,9 +326,10 @@ async def test_a_node_named_outside_the_job_changes_nothing(read: Read) -> None:
         found, attempt=1, max_attempts=3, previous_keys=(), newer_checkpoint=True
     )
     assert decision.exclude_node is None
-    bad = await read(log="srun: error: Node failure on -dev1\n", state="FAILED",
-                     node_list="dev[0-1]")  # fmt: skip
-    assert bad is not None and bad.key == "node_failure" and bad.failed_node is None
+    for named in ("-dev1", "login0", "dev7"):  # not a host name; not the job's nodes
+        bad = await read(log=f"srun: error: Node failure on {named}\n", state="FAILED",
+                         node_list="dev[0-1]")  # fmt: skip
+        assert bad is not None and bad.key == "unknown" and bad.failed_node is None, named
     inside = await read(log="srun: error: Node failure on dev1\n", state="NODE_FAIL",
                         node_list="dev[0-1]")  # fmt: skip
     assert inside is not None and inside.failed_node == "dev1"
