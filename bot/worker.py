@@ -295,6 +295,10 @@ class Worker:
         item, _ = await self._mutate(item.id, _to_submitting(ok))
         if item.phase != Phase.SUBMITTING:
             return
+        # Last word before Slurm: a worker that stalled past its lock, whose successor has
+        # not raised the fence yet, must not submit beside it.
+        if not await self.store.acquire(f"launch:{item.id}", self.name, LAUNCH_LOCK_MS):
+            raise LostLock(f"launch {item.id}: another worker holds it; not submitting")
         try:
             submission = await self.clusters.submit(spec)
         except (CommandTimeout, ClusterUnreachable) as exc:

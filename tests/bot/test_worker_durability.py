@@ -392,6 +392,24 @@ async def test_a_worker_that_loses_its_lock_stops_before_submitting(
     assert stored is not None and stored.phase == Phase.PREFLIGHT
 
 
+async def test_a_worker_whose_lock_was_taken_does_not_submit_even_before_renewing(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stalled past its lock; B took the lock but has not raised the fence yet. A's
+    renewal has not come round either: the check right before sbatch stops A."""
+    monkeypatch.setattr(worker, "LOCK_RENEW_S", 3600.0)
+    launch = await queued(store)
+    clusters.preflight_gate = asyncio.Event()
+    task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
+    await clusters.preflight_started.wait()
+    lock = f"launch:{launch.id}"
+    await store.release(lock, "a")
+    assert await store.acquire(lock, "b", 60_000)
+    clusters.preflight_gate.set()
+    assert await asyncio.wait_for(task, 5)
+    assert clusters.submits == []
+
+
 async def test_nothing_is_submitted_before_the_launch_has_a_thread(
     store: Store, clusters: ScriptedClusters
 ) -> None:
