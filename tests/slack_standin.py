@@ -22,6 +22,7 @@ import itertools
 import json
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -442,6 +443,20 @@ def block_action_payload(
                 "action_ts": "1700000001.000001",
             }
         ],
+    }
+
+
+def event_envelope(
+    event: dict[str, Any], *, event_id: str = "", event_time: int = 1
+) -> dict[str, Any]:
+    """An Events API callback around ``event``, as Slack posts it (a fresh event id)."""
+    return {
+        "type": "event_callback",
+        "team_id": TEAM_ID,
+        "api_app_id": APP_ID,
+        "event_id": event_id or "Ev" + uuid.uuid4().hex[:10],
+        "event_time": event_time,
+        "event": event,
     }
 
 

@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import urllib.parse
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +27,9 @@ from bot.http import SlackService, run_slack
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
 from tests.bot.conftest import standin_params
 from tests.slack_standin import (
-    APP_ID,
-    TEAM_ID,
     SlackStandin,
     block_action_payload,
+    event_envelope,
     post_signed,
     slash_command_fields,
 )
@@ -109,21 +107,16 @@ class Served:
         return await self.send(urllib.parse.urlencode(form), "application/x-www-form-urlencoded")
 
     async def event(self, kind: str) -> bool:
-        envelope = {
-            "type": "event_callback",
-            "team_id": TEAM_ID,
-            "api_app_id": APP_ID,
-            "event_id": "Ev" + uuid.uuid4().hex[:10],
-            "event_time": 1,
-            "event": {
+        envelope = event_envelope(
+            {
                 "type": kind,
                 "user": "U0ALICE",
                 "channel": "C0TRAIN",
                 "tab": "home",
                 "subteam_id": "S0GROUP",
                 "text": "<@U0TRAINBOT> hi",
-            },
-        }
+            }
+        )
         return await self.send(json.dumps(envelope), "application/json")
 
     async def click(self, action_id: str) -> bool:

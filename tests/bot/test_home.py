@@ -5,7 +5,6 @@ stand-in. It shows the person's active and finished launches and each cluster.""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,7 +21,7 @@ from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
 from tests.bot.conftest import healthy, standin_params
-from tests.slack_standin import TEAM_ID, SlackStandin, post_signed
+from tests.slack_standin import SlackStandin, event_envelope, post_signed
 
 pytestmark = pytest.mark.devcluster
 
@@ -43,14 +42,9 @@ async def home_app(
 
 
 async def open_home(slack: SlackService, user: str) -> None:
-    event = {
-        "type": "event_callback",
-        "team_id": TEAM_ID,
-        "api_app_id": "A0TRAINBOT",
-        "event_id": "Ev" + uuid.uuid4().hex[:8],
-        "event_time": 1,
-        "event": {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home"},
-    }
+    event = event_envelope(
+        {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home"}
+    )
     url = f"http://127.0.0.1:{slack.http_port}/slack/events"
     answer = await post_signed(url, json.dumps(event), content_type="application/json")
     assert answer.status == 200 and answer.elapsed_s < 3.0

@@ -66,6 +66,7 @@ from tests.slack_standin import (
     TEAM_ID,
     SlackStandin,
     block_action_payload,
+    event_envelope,
     post_signed,
     slash_command_fields,
 )
@@ -372,14 +373,7 @@ async def test_removal_from_admin_group_takes_effect_on_group_event(
         launch = await seed(s.bot, log_path=log_file)
         assert REFUSED_LOGS not in await s.command("/logs", launch.id, user="U0DAVE")
         standin.usergroups["S0ADMINS"] = []
-        event = {
-            "type": "event_callback",
-            "team_id": TEAM_ID,
-            "api_app_id": "A0TRAINBOT",
-            "event_id": "Ev" + uuid.uuid4().hex[:8],
-            "event_time": 1,
-            "event": {"type": "subteam_members_changed", "subteam_id": "S0ADMINS"},
-        }
+        event = event_envelope({"type": "subteam_members_changed", "subteam_id": "S0ADMINS"})
         answer = await post_signed(s.url, json.dumps(event), content_type="application/json")
         assert answer.status == 200
         await asyncio.sleep(0.3)
@@ -592,14 +586,7 @@ async def test_signed_requests_while_redis_is_down_get_a_clear_answer_not_a_500(
     """The replay guard cannot ask Redis: the request is refused (a replay must not slip
     through), a slash command with the words the commands use, anything else with 503."""
     caplog.set_level(logging.INFO)
-    group_event = {
-        "type": "event_callback",
-        "team_id": TEAM_ID,
-        "api_app_id": "A0TRAINBOT",
-        "event_id": "Ev" + uuid.uuid4().hex[:8],
-        "event_time": 1,
-        "event": {"type": "subteam_members_changed", "subteam_id": "S0ADMINS"},
-    }
+    group_event = event_envelope({"type": "subteam_members_changed", "subteam_id": "S0ADMINS"})
     async with secure_bot(standin) as s:
         launch = await seed(s.bot, phase=Phase.QUEUED)
         up = s.bot.store.redis

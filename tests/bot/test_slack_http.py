@@ -21,6 +21,7 @@ from tests.bot.conftest import FakeHandler, Serve, events_url
 from tests.slack_standin import (
     SlackStandin,
     block_action_body,
+    event_envelope,
     post_signed,
     slash_command_body,
 )
@@ -170,20 +171,17 @@ async def test_events_are_acked_and_retries_dropped(
     serve: Serve, handler: FakeHandler, standin: SlackStandin, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="bot.slack_app")
-    event = {
-        "type": "event_callback",
-        "team_id": "T0STANDIN",
-        "api_app_id": "A0TRAINBOT",
-        "event_id": "Ev0001",
-        "event_time": int(time.time()),
-        "event": {
+    event = event_envelope(
+        {
             "type": "app_mention",
             "user": "U0ALICE",
             "channel": "C0TRAIN",
             "text": "<@U0TRAINBOT> hi",
             "ts": "1700000000.000100",
         },
-    }
+        event_id="Ev0001",
+        event_time=int(time.time()),
+    )
     body = json.dumps(event)
     async with serve() as service:
         first = await post_signed(events_url(service), body, content_type="application/json")
