@@ -43,6 +43,7 @@ from cluster.errors import (
     SlurmCommandFailed,
     TrainbotError,
 )
+from cluster.jobs import FoundJob
 from cluster.launch import SUBMIT_TIMEOUT_S, Submission
 from cluster.tokenizer import seed_tokenizer_cache
 
@@ -335,9 +336,8 @@ class Worker:
         """The launcher exited with an error. nemo-run can fail after its sbatch worked,
         so Slurm is asked by the launch id before the launch is called refused."""
         output = code_block(exc.stderr or str(exc))
-        known = {a.job_id for a in item.attempts if a.job_id}
         try:
-            found = [j for j in await self.clusters.find(item) if j.job_id not in known]
+            found = await self._new_jobs(item)
         except ClusterError as lookup:
             await self._outcome_unknown(item, lookup)
             return
@@ -350,13 +350,17 @@ class Worker:
             item.id, lambda stored: [thread(stored.id, "The launcher's error:\n" + output)]
         )
 
+    async def _new_jobs(self, item: Launch) -> list[FoundJob]:
+        """The jobs Slurm has for the launch (by its id) that none of its attempts records."""
+        known = {a.job_id for a in item.attempts if a.job_id}
+        return [j for j in await self.clusters.find(item) if j.job_id not in known]
+
     async def _look_up(self, item: Launch) -> bool:
         """A launch left SUBMITTING: adopt the job Slurm has for it (False), or go on to
         submit when Slurm answered that it has none (True). While the cluster does not
         answer, look again later (False)."""
-        known = {a.job_id for a in item.attempts if a.job_id}
         try:
-            found = [j for j in await self.clusters.find(item) if j.job_id not in known]
+            found = await self._new_jobs(item)
         except ClusterError as exc:
             tries = await self.store.count(f"lookup:{item.id}:{len(item.attempts)}")
             wait_s = min(2.0**tries, MAX_LOOKUP_WAIT_S)
@@ -379,30 +383,15 @@ class Worker:
     async def _settle_cancelled(self, item: Launch) -> None:
         """A launch cancelled while a submit's outcome was unknown: cancel whatever Slurm
         has for it, and keep looking until any submit still in flight must have ended."""
-        known = {a.job_id for a in item.attempts if a.job_id}
         try:
-            found = [
-                j for j in await self.clusters.find(item) if j.active and j.job_id not in known
-            ]
+            found = [j for j in await self._new_jobs(item) if j.active]
         except ClusterError as exc:
             log.warning("launch %s: lookup after cancel failed: %s", item.id, exc)
             await self.store.requeue(item.id, after_s=LOOKUP_AGAIN_S)
             return
         for job in found:
-            try:
-                await self.clusters.cancel(item, [job.job_id])
-                text = (
-                    f"🚫 Slurm job {job.job_id} appeared after the launch was cancelled: "
-                    "cancelled it."
-                )
-            except ClusterError as exc:
-                text = (
-                    f"⚠️ Slurm job {job.job_id} appeared after the launch was cancelled and could "
-                    f"not be cancelled ({escape(str(exc))}): `scancel {job.job_id}` on "
-                    f"{escape(item.cluster)}."
-                )
-            log.info("launch %s: %s", item.id, text)
-            await self._say(item.id, text)
+            await self._say(item.id, _appeared_after_cancel(job.job_id))
+            await self._cancel_late_job(item, job.job_id)
         settled_at = item.submit_started_at + SUBMIT_TIMEOUT_S + SUBMIT_SETTLE_S
         if time.time() < settled_at:  # a submit still in flight could yet land
             await self.store.requeue(item.id, after_s=settled_at - time.time())
@@ -451,10 +440,7 @@ class Worker:
             attempt.tracking = tracking
             if stored.phase != Phase.SUBMITTING:  # cancelled while the submit was in flight
                 attempt.slurm_state = "CANCELLED"
-                text = (
-                    f"🚫 Slurm job {job_id} appeared after the launch was cancelled: cancelling it."
-                )
-                return [thread(stored.id, text)]
+                return [thread(stored.id, _appeared_after_cancel(job_id))]
             stored.phase = Phase.SUBMITTED
             unit = "node" if stored.request.nodes == 1 else "nodes"
             where = f" Logs: `{escape(tracking.log_dir)}`" if tracking.log_dir else ""
@@ -472,6 +458,11 @@ class Worker:
         if stored.phase == Phase.SUBMITTED:
             log.info("launch %s submitted as job %s", item.id, job_id)
             return
+        await self._cancel_late_job(item, job_id)
+
+    async def _cancel_late_job(self, item: Launch, job_id: str) -> None:
+        """``scancel`` a job that appeared after its launch was cancelled; the thread says
+        how that went."""
         try:
             await self.clusters.cancel(item, [job_id])
             text = f"Cancelled Slurm job {job_id}."
@@ -481,7 +472,7 @@ class Worker:
                 f"cancel it by hand (`scancel {job_id}` on {escape(item.cluster)})."
             )
         log.info("job %s appeared after the launch was cancelled: %s", job_id, text)
-        await self._mutate(item.id, lambda stored: [thread(stored.id, text)])
+        await self._say(item.id, text)
 
     async def _prepare_retry(self, item: Launch) -> bool:
         """Not before the backoff (a deferred entry, not a sleep); seed the tokenizer cache
@@ -556,6 +547,10 @@ class Worker:
             return
         log.warning("launch %s: %s; retrying (%d)", item.id, exc, tries)
         await self.store.requeue(item.id, after_s=min(2**tries, 30))
+
+
+def _appeared_after_cancel(job_id: str) -> str:
+    return f"🚫 Slurm job {job_id} appeared after the launch was cancelled: cancelling it."
 
 
 def _to_preflight(stored: Launch) -> list[Event]:
