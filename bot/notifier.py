@@ -122,9 +122,7 @@ class Notifier:
 
     async def drained(self) -> bool:
         """Whether every outbox entry has been delivered (or dead-lettered)."""
-        return (
-            await self.store.stream_length(keys.OUTBOX) == 0 and await self.store.held_count() == 0
-        )
+        return await self.store.undelivered() == 0
 
     async def drain(self, *, block_ms: int = 1) -> int:
         """Move what is waiting in the outbox to its lanes (this consumer's unacknowledged

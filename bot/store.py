@@ -791,6 +791,15 @@ class Store:
         """Try ``lane`` again no earlier than ``when`` (a time.time())."""
         await self.redis.zadd(keys.NOTIFY_LANES, {lane: when}, xx=True)
 
+    async def undelivered(self) -> int:
+        """Messages written and not yet delivered nor dead-lettered: those still in the
+        outbox and those moved to a lane."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(keys.OUTBOX)
+            pipe.hlen(keys.NOTIFY_HELD)
+            outbox, held = await pipe.execute()
+        return int(outbox) + int(held)
+
     async def held_count(self) -> int:
         """Entries moved to lanes and not yet delivered or dead-lettered."""
         return int(await self.redis.hlen(keys.NOTIFY_HELD))

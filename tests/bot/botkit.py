@@ -16,7 +16,6 @@ from typing import TypeVar
 import pytest
 import redis.asyncio as aioredis
 
-from bot import keys
 from bot.config import Config, parse_config
 from bot.launches import Launch
 from bot.settings import Settings
@@ -185,10 +184,11 @@ async def wait_until(
 
 
 async def wait_delivered(store: Store, timeout_s: float = 30) -> None:
-    """Until the outbox is empty: every message written so far has reached the front end."""
+    """Until every message written so far has reached the front end (or the dead letters):
+    the outbox is empty and no lane holds one still being delivered."""
 
     async def empty() -> bool:
-        return await store.stream_length(keys.OUTBOX) == 0
+        return await store.undelivered() == 0
 
     await wait_until(empty, "the outbox to be delivered", timeout_s, interval_s=0.1)
 
