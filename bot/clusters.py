@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 
 from pydantic import SecretStr
@@ -16,17 +17,20 @@ from pydantic import SecretStr
 from bot.config import Config
 from bot.launches import Launch
 from bot.settings import Settings
+from bot.store import Store
 from cluster import jobs, launch
 from cluster import preflight as checks
 from cluster.discovery import ClusterCapacity, cluster_capacity
 from cluster.errors import ClusterError
 from cluster.frameworks import interactive_framework
+from cluster.launcher_options import LauncherOptions
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
 
 log = logging.getLogger(__name__)
+LAUNCHER_TTL_S = 6 * 3600  # how long what a launcher's --help listed is trusted
 
 
 @dataclass
@@ -42,10 +46,14 @@ def job_comment(item: Launch) -> str:
 
 
 class Clusters:
-    def __init__(self, config: Config, settings: Settings, pool: SSHPool) -> None:
+    def __init__(
+        self, config: Config, settings: Settings, pool: SSHPool, store: Store | None = None
+    ) -> None:
         self.config = config
         self.settings = settings
         self.pool = pool
+        self.store = store  # where what each launcher accepts is kept between processes
+        self._launchers: dict[tuple[str, str], tuple[float, LauncherOptions]] = {}
 
     @property
     def profiles(self) -> dict[str, ClusterProfile]:
@@ -140,13 +148,50 @@ class Clusters:
         return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
 
     async def preflight(self, spec: launch.LaunchSpec) -> checks.PreflightResult:
-        return await checks.preflight(self.pool, spec)
+        spec = await self.fitted(spec)
+        result = await checks.preflight(self.pool, spec)
+        await self.remember(spec, result)
+        return result
 
     async def dry_run(self, spec: launch.LaunchSpec) -> checks.DryRun:
-        return await checks.dry_run(self.pool, spec)
+        spec = await self.fitted(spec)
+        dry = await checks.dry_run(self.pool, spec)
+        await self.remember(spec, dry.preflight)
+        return dry
 
     async def submit(self, spec: launch.LaunchSpec) -> launch.Submission:
-        return await launch.submit(self.pool, launch.plan_launch(spec))
+        return await launch.submit(self.pool, launch.plan_launch(await self.fitted(spec)))
+
+    @staticmethod
+    def _launcher_key(spec: launch.LaunchSpec) -> tuple[str, str]:
+        return spec.cluster, f"{spec.framework}@{spec.profile.login.user}"
+
+    async def fitted(self, spec: launch.LaunchSpec) -> launch.LaunchSpec:
+        """The spec with what its launcher accepts, when pre-flight or ``doctor`` learned it
+        (kept here and in Redis for :data:`LAUNCHER_TTL_S`); as given while it is not known,
+        so that pre-flight reads the launcher's ``--help`` in its round trip."""
+        if spec.launcher is not None or not spec.fw.help_argv:
+            return spec
+        key = self._launcher_key(spec)
+        held = self._launchers.get(key)
+        options = held[1] if held and time.time() - held[0] < LAUNCHER_TTL_S else None
+        if options is None and self.store is not None:
+            raw = await self.store.launcher_options(*key)
+            options = LauncherOptions.decode(raw) if raw else None
+            if options is not None:
+                self._launchers[key] = (time.time(), options)
+        return dataclasses.replace(spec, launcher=options) if options else spec
+
+    async def remember(self, spec: launch.LaunchSpec, result: checks.PreflightResult) -> None:
+        """Keep what pre-flight learned of the launcher (read from its ``--help``)."""
+        if spec.launcher is not None or result.launcher is None:
+            return
+        key = self._launcher_key(spec)
+        self._launchers[key] = (time.time(), result.launcher)
+        if self.store is not None:
+            await self.store.save_launcher_options(
+                *key, result.launcher.encode(), ttl_s=LAUNCHER_TTL_S
+            )
 
     async def find(self, item: Launch) -> list[jobs.FoundJob]:
         return await jobs.find_jobs_for_launch(self.pool, self.profile_for(item), item.id)

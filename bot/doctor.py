@@ -2,13 +2,16 @@
 
 Config (already loaded when this runs), Redis (with what the notifier still owes
 and its dead letters, which do not fail the check), and for every cluster: SSH with
-its host key, the partition, the images, the catalog's recipes, and the
-directories pre-flight needs. Exit 0 when everything passes.
+its host key, the partition, the images, the catalog's recipes, everything
+pre-flight checks (directories, mounts, NeMo-RL's auth.sh), and which flags the
+site's ``run.py`` lacks (read from its ``--help`` in the same round trip, and kept
+in Redis for the workers). Exit 0 when everything passes.
 """
 
 from __future__ import annotations
 
 import sys
+from contextlib import AsyncExitStack
 from typing import IO
 
 from bot.clusters import Clusters
@@ -19,7 +22,7 @@ from bot.store import DeadLetter, Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
 from cluster.launch import LaunchSpec
-from cluster.preflight import preflight
+from cluster.preflight import PreflightResult, preflight
 from cluster.profiles import ClusterProfile, LoginNode
 from cluster.ssh import SSHPool
 
@@ -75,9 +78,26 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
             continue
         seen.add(entry.framework)
         spec = LaunchSpec.from_recipe(profile, entry, launch_id="L-doctor", nodes=1)
-        result = await preflight(clusters.pool, spec)
+        result = await preflight(clusters.pool, spec)  # reads run.py --help afresh
         for check in result.checks:
             report.line(check.ok, f"{name}: {entry.framework} {check.name}", check.message)
+        if spec.fw.help_argv:
+            report.line(*launcher_line(spec, result))
+            await clusters.remember(spec, result)
+
+
+def launcher_line(spec: LaunchSpec, result: PreflightResult) -> tuple[bool, str, str]:
+    """What the site's launcher lacks of the flags trainbot may send (from its --help)."""
+    fw, options = spec.fw, result.launcher
+    what = f"{spec.cluster}: {fw.name} {fw.launcher} --help"
+    if options is None:
+        return False, what, "printed no usage; every launch sends all the flags trainbot knows"
+    lacks = [flag for flag in fw.launcher_flags if flag not in options.flags]
+    if not options.positionals:
+        lacks.append("-- overrides")
+    if not lacks:
+        return True, what, "has every flag trainbot sends"
+    return True, what, f"lacks {', '.join(lacks)}: launches leave them out and say so"
 
 
 def delivery_text(held: int, dead_total: int, newest: list[DeadLetter]) -> str:
@@ -101,6 +121,7 @@ def delivery_text(held: int, dead_total: int, newest: list[DeadLetter]) -> str:
 async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = None) -> int:
     report = Report(out or sys.stdout)
     report.line(True, f"config {settings.config_path}", f"{len(config.clusters)} clusters")
+    redis_ok = False
     try:
         async with Store.connect(settings.redis_url) as store:
             await store.ping()
@@ -108,10 +129,14 @@ async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = N
             newest = await store.dead_letters(limit=1)
         report.line(True, f"redis {settings.redis_url.split('@')[-1]}")
         report.line(True, "messages", delivery_text(held, dead, newest))
+        redis_ok = True
     except TrainbotError as exc:
         report.line(False, "redis", str(exc))
-    async with SSHPool() as pool:
-        clusters = Clusters(config, settings, pool)
+    async with SSHPool() as pool, AsyncExitStack() as stack:
+        kept = (
+            await stack.enter_async_context(Store.connect(settings.redis_url)) if redis_ok else None
+        )
+        clusters = Clusters(config, settings, pool, kept)
         for profile in config.clusters.values():
             try:
                 await check_cluster(report, clusters, profile)

@@ -97,3 +97,10 @@ def usage(cluster: str, week: str) -> str:
 def step_runs(cluster: str, recipe: str, nodes: int) -> str:
     """List of the newest runs' step times (JSON) of one recipe at one size on ``cluster``."""
     return f"{PREFIX}:steps:{cluster}:{recipe}:{nodes}"
+
+
+def launcher_options(cluster: str, name: str) -> str:
+    """What the launcher ``name`` (``<framework>@<login user>``) lists in its ``--help`` on
+    ``cluster`` (JSON), learned by pre-flight or ``doctor``; expires, so that a changed
+    launcher is read again."""
+    return f"{PREFIX}:launcher:{cluster}:{name}"

@@ -179,7 +179,7 @@ async def running(
             Store.connect(settings.redis_url, redact=redactor, retention=config.retention.store())
         )
         pool = await stack.enter_async_context(SSHPool())
-        clusters = Clusters(config, settings, pool)
+        clusters = Clusters(config, settings, pool, store)
         core = Core(store, clusters, config.command_context(), front)
         core.redactor = redactor
         pagerduty = None

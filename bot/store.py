@@ -530,6 +530,14 @@ class Store:
         raw = await self.redis.lrange(keys.step_runs(cluster, recipe, nodes), 0, -1)
         return [StepRun.model_validate_json(item) for item in raw]
 
+    async def launcher_options(self, cluster: str, name: str) -> str | None:
+        """What a launcher's ``--help`` listed on ``cluster`` (``name``: framework@user)."""
+        raw = await self.redis.get(keys.launcher_options(cluster, name))
+        return None if raw is None else str(raw)
+
+    async def save_launcher_options(self, cluster: str, name: str, text: str, ttl_s: int) -> None:
+        await self.redis.set(keys.launcher_options(cluster, name), text, ex=ttl_s)
+
     async def active_ids(self, user_id: str | None = None) -> list[str]:
         key = keys.user_active(user_id) if user_id else keys.ACTIVE
         return sorted(str(m) for m in await self.redis.smembers(key))

@@ -289,7 +289,7 @@ class Worker:
                 data = {"buttons": ["use_partition"], "partition": default}
             await self._reject(item, "PREFLIGHT", text, data=data)
             return
-        notes = "".join(f"\nNote: {escape(n)}." for n in built.notes)
+        notes = "".join(f"\nNote: {escape(n)}." for n in (*built.notes, *result.notes))
         ok = render.preflight_summary(result, spec) + notes
         if not await self._thread_is_up(item):
             return

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from cluster.errors import SlurmCommandFailed
 from cluster.frameworks import Framework, FrameworkName, Tracking, framework
+from cluster.launcher_options import LauncherOptions
 from cluster.profiles import (
     SLURM_NAME_PATTERN,
     ClusterProfile,
@@ -68,6 +69,8 @@ class LaunchSpec:
     comment: str | None = None  # Slurm's --comment, where the launcher takes one
     env: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, SecretStr] = field(default_factory=dict, repr=False)
+    # What the site's launcher accepts (its --help), when known: argv leaves out what it lacks.
+    launcher: LauncherOptions | None = None
 
     def __post_init__(self) -> None:
         framework(self.framework)  # ValueError naming the known frameworks
@@ -259,6 +262,8 @@ async def submit(
     )
     if spec.comment and not spec.fw.passes_comment:
         await _comment(pool, spec, tracking.job_id, spec.comment)
+    if updates := spec.fw.slurm_updates(spec):
+        await _update(pool, spec, tracking.job_id, updates)
     return Submission(
         launch_id=spec.launch_id,
         cluster=spec.cluster,
@@ -281,5 +286,23 @@ async def _comment(pool: SSHPool, spec: LaunchSpec, job_id: str, comment: str) -
             "job=%s cluster=%s: could not set its comment: %s",
             job_id,
             spec.cluster,
+            result.stderr.strip()[-200:],
+        )
+
+
+async def _update(pool: SSHPool, spec: LaunchSpec, job_id: str, fields: dict[str, str]) -> None:
+    """What the site's launcher could not pass to sbatch (its run.py lacks the flag), set on
+    the job right after with ``scontrol update``, as its owner may while the job is pending.
+    A failure is logged: the thread already said how it is applied."""
+    argv = ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
+    result = await pool.run(
+        spec.profile.login, join_argv(argv), timeout_s=15, check=False, cluster=spec.cluster
+    )
+    if result.returncode != 0:
+        log.warning(
+            "job=%s cluster=%s: could not set %s: %s",
+            job_id,
+            spec.cluster,
+            ", ".join(fields),
             result.stderr.strip()[-200:],
         )

@@ -2,17 +2,25 @@
 
 Checked: the partition exists and is up, the nodes fit (node count and GPUs per
 node), the image and the recipe exist, the launcher is there, the cache (and
-log) directories are writable, secret files are readable. A failed check has a
-user-facing message that lists the valid choices.
+log) directories are writable, the directories the container mounts exist (a
+real cluster's pyxis fails the container when a mount source is missing, and
+nothing creates it), secret files are readable, the file the job sources for
+its secrets (NeMo-RL's ``configs/auth.sh``) does not replace the ones the launch
+exports, and the site's launcher has what the launch needs: its ``--help`` is
+read in the same round trip while its options are not known, and the launch
+leaves out what it lacks (:attr:`PreflightResult.notes` say how it does without).
+A failed check has a user-facing message that says what to change.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from cluster.launch import REMOTE_SHELL, LaunchPlan, LaunchSpec, plan_launch
+from cluster.launcher_options import LauncherOptions, parse_help
 from cluster.remote import run_remote_python
 from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
 from cluster.ssh import SSHPool
@@ -32,6 +40,8 @@ class PreflightResult:
     cluster: str
     checks: tuple[Check, ...]
     partitions: tuple[PartitionInfo, ...] = ()
+    launcher: LauncherOptions | None = None  # the site's launcher's options, when known
+    notes: tuple[str, ...] = ()  # what the launcher lacks and how the launch does without it
 
     @property
     def ok(self) -> bool:
@@ -46,17 +56,29 @@ class PreflightResult:
         return "\n".join(c.message for c in self.failures)
 
 
+def exported_secrets(spec: LaunchSpec) -> list[str]:
+    """The secret variables the launch script exports for the person."""
+    return sorted({*spec.secrets, *spec.secret_files()})
+
+
 def preflight_payload(spec: LaunchSpec) -> dict[str, Any]:
     fw = spec.fw
-    return {
+    payload: dict[str, Any] = {
         "sinfo_argv": shlex.split(build_sinfo()),
         "files": fw.preflight_files(spec),
         "writable": fw.preflight_writable(spec),
+        "dirs": {label: m.path for label, m in fw.preflight_mounts(spec).items()},
         "readable": spec.secret_files(),
         "recipes_dir": spec.profile.recipes_dir,
         "recipe_globs": [f"{fw.subdir}/{g}" for g in fw.recipe_globs],
         "image_globs": [f"{fw.subdir}/*.sqsh"],
     }
+    if spec.launcher is None and fw.help_argv:
+        payload["help"] = {"cwd": spec.work_dir, "argv": list(fw.help_argv)}
+    auth, names = fw.auth_file(spec), exported_secrets(spec)
+    if auth and names:
+        payload["assigns"] = {"path": auth, "names": names}
+    return payload
 
 
 def evaluate_preflight(spec: LaunchSpec, raw: dict[str, Any]) -> PreflightResult:
@@ -89,7 +111,65 @@ def evaluate_preflight(spec: LaunchSpec, raw: dict[str, Any]) -> PreflightResult
         text = f"Secret file for {name} ({path}) is not readable on {cluster}."
         good = f"Secret file for {name} ({path}) is readable."
         checks.append(Check(f"secret {name}", ok, good if ok else text))
-    return PreflightResult(cluster=cluster, checks=tuple(checks), partitions=tuple(infos))
+    options = spec.launcher or parse_help(str((raw.get("help") or {}).get("stdout", "")))
+    fitted = dataclasses.replace(spec, launcher=options) if options else spec
+    checks += _mount_checks(fitted, raw.get("dirs", {}))
+    checks += _auth_checks(fitted, raw.get("assigns"))
+    checks += [Check("launcher", False, text) for text in fitted.fw.launcher_problems(fitted)]
+    notes = tuple(fitted.fw.launcher_notes(fitted))
+    checks += [Check("launcher", True, f"{note}.") for note in notes]
+    return PreflightResult(
+        cluster=cluster,
+        checks=tuple(checks),
+        partitions=tuple(infos),
+        launcher=options,
+        notes=notes,
+    )
+
+
+def _mount_checks(spec: LaunchSpec, found: dict[str, Any]) -> list[Check]:
+    checks = []
+    who = spec.profile.login.user
+    for label, mount in spec.fw.preflight_mounts(spec).items():
+        path = mount.path
+        if found.get(label):
+            checks.append(Check(label, True, f"Directory {path} ({mount.source}) exists."))
+            continue
+        text = (
+            f"Directory {path} ({mount.source}) does not exist on {spec.cluster}. The job's "
+            "container mounts it, and a missing mount source fails the container at start: "
+            f"nothing creates it. Create it on the login node as {who} with "
+            f"`mkdir -p {path}`, or point {mount.setting} at a directory that exists."
+        )
+        checks.append(Check(label, False, text))
+    return checks
+
+
+def _auth_checks(spec: LaunchSpec, raw: Any) -> list[Check]:
+    path = spec.fw.auth_file(spec)
+    if not path or not isinstance(raw, dict) or not raw.get("exists"):
+        return []
+    if raw.get("error"):
+        text = f"{path} on {spec.cluster} cannot be read ({raw['error']}); the job sources it."
+        return [Check("auth file", False, text)]
+    by_name: dict[str, list[str]] = {}
+    for hit in raw.get("lines", []):
+        by_name.setdefault(str(hit.get("name")), []).append(str(hit.get("line")))
+    checks = []
+    for name, lines in sorted(by_name.items()):
+        where = f"line{'s' if len(lines) > 1 else ''} {', '.join(lines)}"
+        text = (
+            f"{path} on {spec.cluster} sets {name} ({where}, a line like "
+            f"`export {name}=...`), and the job sources it after trainbot exported your "
+            f"{name}: the job would run with that file's value instead of yours. Change "
+            f"the line to `export {name}=${{{name}:-...}}` (the file's value only when none "
+            "was exported), or remove it."
+        )
+        checks.append(Check(f"auth {name}", False, text))
+    if not checks:
+        names = ", ".join(exported_secrets(spec))
+        checks.append(Check("auth file", True, f"{path} keeps the exported {names}."))
+    return checks
 
 
 def _slurm_checks(
@@ -147,7 +227,9 @@ class DryRun:
 
 
 async def dry_run(pool: SSHPool, spec: LaunchSpec) -> DryRun:
-    """Plan and pre-flight; nothing is submitted."""
-    plan = plan_launch(spec)
+    """Pre-flight and plan (as the site's launcher allows); nothing is submitted."""
     checks = await preflight(pool, spec)
+    if spec.launcher is None and checks.launcher is not None:
+        spec = dataclasses.replace(spec, launcher=checks.launcher)
+    plan = plan_launch(spec)
     return DryRun(plan, REMOTE_SHELL, plan.script(redact=True), plan.command_line, checks)

@@ -2,13 +2,16 @@
 
 ``main(payload)`` answers in one go: ``sinfo`` (when asked), which paths exist as
 files or directories, which directories are writable (or could be created), which
-files are readable, and what the recipes directory holds.
+files are readable, what the recipes directory holds, the launcher's ``--help``
+(when asked), and which lines of a sourced file assign the launch's secrets
+without keeping the value exported before it (line numbers only: never a value).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -31,6 +34,37 @@ def _listing(base: str, patterns: tuple[str, ...]) -> list[str]:
     return found
 
 
+def _keeps(name: str, value: str) -> bool:
+    """Whether an assignment's value keeps what was exported before: ``${NAME:-x}``,
+    ``${NAME-x}``, ``${NAME:=x}``, ``$NAME``, quoted or not."""
+    value = value.strip().strip("\"'")
+    n = re.escape(name)
+    return bool(re.match(rf"\$(\{{{n}(:?[-=]|\}})|{n}\b)", value))
+
+
+def _overwrites(path: str, names: list[str]) -> dict[str, Any]:
+    """Lines of a shell file that set one of ``names`` unconditionally, or unset it."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return {"exists": False, "lines": []}
+    except OSError as exc:
+        return {"exists": True, "error": exc.strerror or "unreadable", "lines": []}
+    found = []
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if line.startswith("#"):
+            continue
+        for name in names:
+            n = re.escape(name)
+            unset = re.search(rf"(^|[\s;])unset\s+(-v\s+)?([A-Za-z0-9_]+\s+)*{n}\b", line)
+            assigns = re.finditer(rf"(?:^|[\s;])(?:export\s+|declare\s+-x\s+)?{n}=(\S*)", line)
+            if unset or any(not _keeps(name, m.group(1)) for m in assigns):
+                found.append({"name": name, "line": number})
+    return {"exists": True, "lines": found}
+
+
 def main(payload: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"files": {}, "dirs": {}, "writable": {}, "readable": {}}
     if payload.get("sinfo_argv"):
@@ -48,6 +82,19 @@ def main(payload: dict[str, Any]) -> dict[str, Any]:
     for label, path in payload.get("readable", {}).items():
         full = os.path.expanduser(path)
         out["readable"][label] = os.path.isfile(full) and os.access(full, os.R_OK)
+    if payload.get("help"):
+        cwd = os.path.expanduser(payload["help"]["cwd"])
+        try:
+            done = subprocess.run(
+                payload["help"]["argv"], cwd=cwd, capture_output=True, text=True, timeout=30
+            )
+            out["help"] = {"rc": done.returncode, "stdout": done.stdout[:20000]}
+            out["help"]["stderr"] = done.stderr[-2000:]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out["help"] = {"rc": 127, "stdout": "", "stderr": str(exc)}
+    if payload.get("assigns"):
+        path = os.path.expanduser(payload["assigns"]["path"])
+        out["assigns"] = _overwrites(path, list(payload["assigns"]["names"]))
     if payload.get("recipes_dir"):
         base = os.path.expanduser(payload["recipes_dir"])
         out["recipes"] = _listing(base, tuple(payload.get("recipe_globs", ())))

@@ -37,3 +37,15 @@ def run(
         [*ssh_argv(user=user), "bash -lc " + shlex.quote(command)],
         input=stdin, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
+
+
+def copy_recipes_command(dest: str) -> str:
+    """A shell command that copies the login node's recipes checkout (its scripts, images
+    and stand-ins, none of its jobs' output) to ``dest``/vertex-oss-training, for a test
+    that changes a file a site may have changed (run.py, configs/auth.sh)."""
+    tree = f"{dest}/vertex-oss-training"
+    return (
+        f"mkdir -p {tree} && tar -C ~/vertex-oss-training --exclude=./nemo/experiments "
+        "--exclude=./nemo/logs --exclude='./nemo_rl/[0-9]*' --exclude='./nemo_rl/slurm-*' "
+        f"-cf - . | tar -C {tree} -xf - && mkdir -p {tree}/nemo/logs"
+    )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal, Required, TypedDict, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -130,6 +131,15 @@ class Tracking(BaseModel):
         return self.model_dump(mode="json")
 
 
+@dataclass(frozen=True)
+class Mount:
+    """A directory a launch mounts into its container: where it is and what names it."""
+
+    path: str  # on the login node
+    source: str  # what puts it in the launch: "run.py's --data-dir"
+    setting: str  # where a person changes it: "data_dir in the cluster's config"
+
+
 class Framework(ABC):
     """One training framework's job model. Subclasses are stateless singletons, each
     added to :data:`FRAMEWORKS` by :func:`register` in its own module."""
@@ -147,6 +157,8 @@ class Framework(ABC):
     recipe_globs: tuple[str, ...]  # where its scripts are, relative to subdir
     interactive: bool = False  # whether it has interactive allocations
     passes_comment: bool = False  # whether argv gives sbatch the comment (else set after)
+    help_argv: tuple[str, ...] = ()  # how pre-flight reads the launcher's --help (() = never)
+    launcher_flags: tuple[str, ...] = ()  # flags argv may send that a site's launcher may lack
 
     def work_dir(self, profile: ClusterProfile) -> str:
         return join_remote(profile.recipes_dir, self.subdir)
@@ -185,6 +197,29 @@ class Framework(ABC):
     def preflight_writable(self, spec: LaunchSpec) -> dict[str, str]:
         """Directories the job writes: label -> login-node path."""
         return {"cache_dir": spec.profile.cache_dir, "work_dir": spec.work_dir}
+
+    def preflight_mounts(self, spec: LaunchSpec) -> dict[str, Mount]:
+        """Directories the job's container mounts, which must exist before it starts (pyxis
+        fails the container when a mount source is missing; nothing creates it)."""
+        return {}
+
+    def auth_file(self, spec: LaunchSpec) -> str | None:
+        """A file the job sources that may set the secrets the launch exports (None: none)."""
+        return None
+
+    def launcher_problems(self, spec: LaunchSpec) -> list[str]:
+        """Why the site's launcher (``spec.launcher``, from its ``--help``) cannot run this
+        launch; empty when it can, or when its options are not known."""
+        return []
+
+    def launcher_notes(self, spec: LaunchSpec) -> list[str]:
+        """What the site's launcher lacks and how the launch does without it (for the thread)."""
+        return []
+
+    def slurm_updates(self, spec: LaunchSpec) -> dict[str, str]:
+        """Job fields to set with ``scontrol update`` right after the submit, for what the
+        site's launcher cannot pass to sbatch: ``{"ExcNodeList": "dev1"}``."""
+        return {}
 
     @abstractmethod
     def parse_progress(self, text: str, carry: Point | None) -> Progress:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from cluster.frameworks.base import (
     FLOAT_PATTERN,
     STEPS_PATTERN,
     Framework,
+    Mount,
     RecipeFields,
     Tracking,
     check_job_id,
@@ -43,6 +45,14 @@ OVERRIDES = {
     "data.micro_batch_size": "[0-9]{1,3}",
     "optim.config.lr": FLOAT_PATTERN,
 }
+#: The flags of the guide's launch line: a run.py without one of them cannot launch.
+REQUIRED_FLAGS = ("-e", "--slurm-type", "--partition", "-d", "-i", "-s", "-n", "--experiment-name")
+#: The directories run.py mounts into the container: flag, profile setting.
+MOUNT_FLAGS = (("--log-dir", "log_dir"), ("--cache-dir", "cache_dir"), ("--data-dir", "data_dir"))
+#: Flags the guide never names, each left out when the site's run.py lacks it.
+OPTIONAL_FLAGS = (*(flag for flag, _ in MOUNT_FLAGS), "-t", "--account", "--exclude")
+#: sbatch reads these when run.py cannot pass the option (they beat the script's #SBATCH lines).
+SBATCH_ENV = {"-t": "SBATCH_TIMELIMIT", "--account": "SBATCH_ACCOUNT"}
 
 
 def nemo_run_argv(
@@ -145,8 +155,12 @@ class NeMo(Framework):
             for model in MODELS
         )
 
+    help_argv = ("python3", "run.py", "--help")
+    launcher_flags = OPTIONAL_FLAGS
+
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
+        has = _has(spec)
         return nemo_run_argv(
             cluster_type=profile.type,
             partition=spec.slurm_partition,
@@ -155,17 +169,84 @@ class NeMo(Framework):
             script=spec.script or "",
             nodes=spec.nodes,
             experiment_name=spec.job_name,
-            log_dir=profile.log_dir,
-            cache_dir=profile.cache_dir,
-            data_dir=profile.data_dir,
-            time_limit=spec.slurm_time,
-            account=profile.account,
-            exclude=spec.exclude,
-            overrides=spec.overrides,
+            log_dir=profile.log_dir if has("--log-dir") else None,
+            cache_dir=profile.cache_dir if has("--cache-dir") else None,
+            data_dir=profile.data_dir if has("--data-dir") else None,
+            time_limit=spec.slurm_time if has("-t") else None,
+            account=profile.account if has("--account") else None,
+            exclude=spec.exclude if has("--exclude") else None,
+            overrides=spec.overrides if spec.launcher is None or spec.launcher.positionals else (),
         )
 
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
-        return {"NEMORUN_HOME": RPath(spec.profile.nemorun_home)}
+        env: dict[str, RemoteArg] = {"NEMORUN_HOME": RPath(spec.profile.nemorun_home)}
+        has = _has(spec)
+        for flag, value in (("-t", spec.slurm_time), ("--account", spec.profile.account)):
+            if value and not has(flag):
+                env[SBATCH_ENV[flag]] = value
+        return env
+
+    def preflight_mounts(self, spec: LaunchSpec) -> dict[str, Mount]:
+        has = _has(spec)
+        mounts = {}
+        for flag, setting in MOUNT_FLAGS:
+            path = getattr(spec.profile, setting)
+            if path and has(flag):
+                mounts[f"mount {setting}"] = Mount(
+                    path, f"run.py's {flag}", f"{setting} in {spec.cluster}'s cluster config"
+                )
+        return mounts
+
+    def launcher_problems(self, spec: LaunchSpec) -> list[str]:
+        options = spec.launcher
+        if options is None:
+            return []
+        problems = []
+        if missing := [f for f in REQUIRED_FLAGS if f not in options.flags]:
+            problems.append(
+                f"run.py in {spec.work_dir} on {spec.cluster} has no {', '.join(missing)} "
+                "(from its --help), which every launch needs: is it the guide's launcher?"
+            )
+        if spec.overrides and not options.positionals:
+            given = " ".join(f"{k}={v}" for k, v in spec.overrides)
+            problems.append(
+                f"run.py on {spec.cluster} takes no recipe overrides (its --help lists no "
+                f"positional arguments), so {given} cannot be applied. Launch without them, "
+                "or give run.py an overrides argument"
+            )
+        return problems
+
+    def launcher_notes(self, spec: LaunchSpec) -> list[str]:
+        if spec.launcher is None:
+            return []
+        has, notes = _has(spec), []
+        where = f"run.py on {spec.cluster} has no"
+        for flag, setting in MOUNT_FLAGS:
+            path = getattr(spec.profile, setting)
+            if path and not has(flag):
+                notes.append(f"{where} {flag}: the job runs without {path} mounted")
+        if spec.slurm_time and not has("-t"):
+            notes.append(
+                f"{where} -t: the time limit {spec.slurm_time} goes to sbatch as "
+                "SBATCH_TIMELIMIT instead"
+            )
+        if spec.profile.account and not has("--account"):
+            notes.append(
+                f"{where} --account: the account {spec.profile.account} goes to sbatch as "
+                "SBATCH_ACCOUNT instead"
+            )
+        if spec.exclude and not has("--exclude"):
+            notes.append(
+                f"{where} --exclude: trainbot asks Slurm to keep the job off {spec.exclude} "
+                "right after the submit (scontrol update), which holds only if the job is "
+                "still queued by then"
+            )
+        return notes
+
+    def slurm_updates(self, spec: LaunchSpec) -> dict[str, str]:
+        if spec.exclude and not _has(spec)("--exclude"):
+            return {"ExcNodeList": spec.exclude}
+        return {}
 
     def tracking(self, spec: LaunchSpec, output: str) -> Tracking:
         status = parse_status_block(output)
@@ -208,6 +289,12 @@ class NeMo(Framework):
         # is named after the experiment, as is the Slurm job).
         name = posixpath.basename(tracking.log_dir.rstrip("/"))
         return join_remote(printed, name) if name and name != "*" else printed
+
+
+def _has(spec: LaunchSpec) -> Callable[[str], bool]:
+    """Whether the site's run.py has a flag (every flag, while its options are not known)."""
+    options = spec.launcher
+    return lambda flag: options is None or flag in options.flags
 
 
 NEMO = register(NeMo())

@@ -11,12 +11,14 @@ submitting shell's environment).
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import TYPE_CHECKING
 
 from cluster.frameworks.base import (
     FLOAT_PATTERN,
     STEPS_PATTERN,
     Framework,
+    Mount,
     RecipeFields,
     Tracking,
     check_job_id,
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from cluster.profiles import ClusterProfile
 
 CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
+_REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
+AUTH_FILE = "configs/auth.sh"  # the guide's place for HF_TOKEN and WANDB_API_KEY
 #: The built-in recipes: ``algorithms/<workload>.sh`` for each model, named to NeMo-RL.
 HF_MODELS = {
     "llama3p1_8b": "meta-llama/Llama-3.1-8B-Instruct",
@@ -138,6 +142,21 @@ class NeMoRL(Framework):
 
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
         return {"CONTAINER": RPath(spec.image_path)}
+
+    def preflight_mounts(self, spec: LaunchSpec) -> dict[str, Mount]:
+        # NeMo-RL's ray.sub mounts MOUNTS, "src:dst[:flags],..." (pyxis' --container-mounts).
+        mounts = {}
+        for entry in spec.env.get("MOUNTS", "").split(","):
+            source = entry.split(":", 1)[0].strip()
+            if source.startswith(("/", "~/")) and _REMOTE_PATH_RE.fullmatch(source):
+                what = f"the MOUNTS entry {entry.strip()}"
+                mounts[f"MOUNTS {source}"] = Mount(source, what, "MOUNTS in the environment")
+        return mounts
+
+    def auth_file(self, spec: LaunchSpec) -> str | None:
+        # launch.sh sources configs/auth.sh inside the job, after sbatch exported the launch's
+        # environment: what it assigns there replaces what trainbot exported.
+        return join_remote(spec.work_dir, AUTH_FILE)
 
     def tracking(self, spec: LaunchSpec, output: str) -> Tracking:
         return self.found(spec, parse_sbatch_parsable(output).job_id)

@@ -34,6 +34,8 @@ def dev_config(
     poll_interval_s: float = 1.0,
     *,
     cache_dir: str = "",
+    data_dir: str = "",
+    recipes_dir: str = "",
     webhook_url: str = "",
     approval_above_nodes: int | None = None,
     people: dict[str, str] | None = None,
@@ -42,7 +44,8 @@ def dev_config(
     hf_token_file: str = "",
     **watch: float,
 ) -> Config:
-    """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced.
+    """The dev cluster's config, polled faster; ``cache_dir``, ``data_dir``, the recipes
+    checkout (every path under it) and ``watch`` fields replaced.
     ``people`` maps users to Unix users (every cluster's ``identity``), ``hf_token_file``
     makes HF_TOKEN come from that file on the login node."""
     path = DEV / "trainbot.yaml"
@@ -53,6 +56,10 @@ def dev_config(
     )
     if cache_dir:
         text = text.replace("cache_dir: ~/.cache", f"cache_dir: {cache_dir}")
+    if data_dir:
+        text = text.replace("data_dir: ~/data", f"data_dir: {data_dir}")
+    if recipes_dir:
+        text = text.replace("~/vertex-oss-training", recipes_dir)
     if approval_above_nodes is not None:
         text = text.replace(
             "approval_above_nodes: null", f"approval_above_nodes: {approval_above_nodes}"
