@@ -77,7 +77,10 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
         if entry.framework in seen:
             continue
         seen.add(entry.framework)
-        spec = LaunchSpec.from_recipe(profile, entry, launch_id="L-doctor", nodes=1)
+        secrets, _ = clusters.secrets(profile)  # what a launch exports (auth.sh must keep them)
+        spec = LaunchSpec.from_recipe(
+            profile, entry, launch_id="L-doctor", nodes=1, secrets=secrets
+        )
         result = await preflight(clusters.pool, spec)  # reads run.py --help afresh
         for check in result.checks:
             report.line(check.ok, f"{name}: {entry.framework} {check.name}", check.message)

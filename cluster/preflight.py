@@ -21,7 +21,7 @@ from typing import Any
 
 from cluster.launch import REMOTE_SHELL, LaunchPlan, LaunchSpec, plan_launch
 from cluster.launcher_options import LauncherOptions, parse_help
-from cluster.remote import run_remote_python
+from cluster.remote import join_remote, run_remote_python
 from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
 from cluster.ssh import SSHPool
 
@@ -97,8 +97,15 @@ def evaluate_preflight(spec: LaunchSpec, raw: dict[str, Any]) -> PreflightResult
             text = f"Recipe '{spec.script}' does not exist in {spec.work_dir} on {cluster}. "
             text += f"Recipes there: {known}."
         elif label == "image":
-            images = ", ".join(raw.get("images", [])) or "none"
+            found = list(raw.get("images", []))
+            images = ", ".join(found) or "none"
             text = f"Image {path} does not exist on {cluster}. Images in the recipes dir: {images}."
+            if found:  # e.g. a newer release than the default (nemo_rl-h20260302.sqsh)
+                other = join_remote(spec.profile.recipes_dir, found[-1])
+                text += (
+                    f" Use one with image={other}, or name it in the cluster's config "
+                    f"(images: {{{spec.framework}: {other}}})."
+                )
         else:
             text = f"Launcher {path} does not exist on {cluster} (recipes dir not set up?)."
         checks.append(Check(label, ok, f"{label.capitalize()} {path} found." if ok else text))

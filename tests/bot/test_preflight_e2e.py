@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.console import ConsoleFront, handle_line
+from bot.doctor import run_doctor
 from bot.launches import Phase
 from bot.service import running
 from tests.bot.botkit import (
@@ -22,6 +23,7 @@ from tests.bot.botkit import (
     in_order,
     knobs,
     login_run,
+    open_test_store,
     slurm_jobs_named,
     wait_delivered,
     wait_for_launch,
@@ -139,3 +141,30 @@ async def test_a_run_py_without_t_launches_without_it_and_the_thread_says_so(
     limit = login_run(f"sacct -X -P -n -o Timelimit -j {job}").strip()
     assert limit == "01:00:00", limit  # Slurm took the launch's limit, not run.py's 04:00:00
     assert cached is not None and '"-t"' not in cached and '"--exclude"' in cached, cached
+
+
+async def test_doctor_reads_what_run_py_lacks_keeps_it_for_the_workers_and_checks_auth_sh(
+    private_dir: str,
+) -> None:
+    await asyncio.to_thread(login_run, copy_recipes_command(private_dir))
+    tree = f"{private_dir}/vertex-oss-training"
+    await asyncio.to_thread(
+        login_run,
+        'sed -i \'s/^    parser.add_argument("--exclude".*/'
+        "    parser.set_defaults(exclude=None)/' "
+        f"{tree}/nemo/run.py && printf 'export WANDB_API_KEY=wandb_site_doc\\n' "
+        f">> {tree}/nemo_rl/configs/auth.sh",
+    )
+    out = io.StringIO()
+    settings = bot_settings(TRAINBOT_WANDB_API_KEY="wandb_person_doc")
+    code = await run_doctor(settings, dev_config(recipes_dir=tree), out)
+    text = out.getvalue()
+    assert code == 1, text
+    assert (
+        "ok   a4: nemo run.py --help: lacks --exclude: launches leave them out and say so" in text
+    )
+    assert f"FAIL a4: nemo-rl auth WANDB_API_KEY: {tree}/nemo_rl/configs/auth.sh on a4 " in text
+    assert "wandb_site_doc" not in text and "wandb_person_doc" not in text
+    async with open_test_store() as store:
+        cached = await store.launcher_options("a4", "nemo@trainer")
+    assert cached is not None and '"--exclude"' not in cached and '"-t"' in cached, cached
