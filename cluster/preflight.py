@@ -26,6 +26,9 @@ from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_s
 from cluster.ssh import SSHPool
 
 PREFLIGHT_TIMEOUT_S = 30.0
+#: At most this long for the launcher's --help (a run.py that imports NeMo first is slow);
+#: past it, nothing is learned and the launch sends every flag, as before the help was read.
+HELP_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,11 @@ def preflight_payload(spec: LaunchSpec) -> dict[str, Any]:
         "image_globs": [f"{fw.subdir}/*.sqsh"],
     }
     if spec.launcher is None and fw.help_argv:
-        payload["help"] = {"cwd": spec.work_dir, "argv": list(fw.help_argv)}
+        payload["help"] = {
+            "cwd": spec.work_dir,
+            "argv": list(fw.help_argv),
+            "timeout_s": HELP_TIMEOUT_S,
+        }
     auth, names = fw.auth_file(spec), exported_secrets(spec)
     if auth and names:
         payload["assigns"] = {"path": auth, "names": names}
@@ -211,12 +218,13 @@ def _slurm_checks(
 
 async def preflight(pool: SSHPool, spec: LaunchSpec) -> PreflightResult:
     """Every check in one round trip."""
+    payload = preflight_payload(spec)
     raw = await run_remote_python(
         pool,
         spec.profile.login,
         "probe_remote.py",
-        preflight_payload(spec),
-        timeout_s=PREFLIGHT_TIMEOUT_S,
+        payload,
+        timeout_s=PREFLIGHT_TIMEOUT_S + (HELP_TIMEOUT_S if "help" in payload else 0.0),
         cluster=spec.cluster,
     )
     return evaluate_preflight(spec, raw)

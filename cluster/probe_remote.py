@@ -86,7 +86,11 @@ def main(payload: dict[str, Any]) -> dict[str, Any]:
         cwd = os.path.expanduser(payload["help"]["cwd"])
         try:
             done = subprocess.run(
-                payload["help"]["argv"], cwd=cwd, capture_output=True, text=True, timeout=30
+                payload["help"]["argv"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=float(payload["help"].get("timeout_s", 15)),
             )
             out["help"] = {"rc": done.returncode, "stdout": done.stdout[:20000]}
             out["help"]["stderr"] = done.stderr[-2000:]

@@ -121,6 +121,7 @@ def test_preflight_reads_the_help_in_its_round_trip_only_while_it_is_unknown(
     assert preflight_payload(spec)["help"] == {
         "cwd": "~/vertex-oss-training/nemo",
         "argv": ["python3", "run.py", "--help"],
+        "timeout_s": 15.0,
     }
     raw = {"help": {"rc": 0, "stdout": site_help("--log-dir", "--cache-dir")}, "dirs": {}}
     result = evaluate_preflight(spec, raw)
