@@ -51,7 +51,10 @@ REQUIRED_FLAGS = ("-e", "--slurm-type", "--partition", "-d", "-i", "-s", "-n", "
 MOUNT_FLAGS = (("--log-dir", "log_dir"), ("--cache-dir", "cache_dir"), ("--data-dir", "data_dir"))
 #: Flags the guide never names, each left out when the site's run.py lacks it.
 OPTIONAL_FLAGS = (*(flag for flag, _ in MOUNT_FLAGS), "-t", "--account", "--exclude")
-#: sbatch reads these when run.py cannot pass the option (they beat the script's #SBATCH lines).
+#: sbatch reads these when run.py cannot pass the option: "environment variables will override
+#: any options set in a batch script" (SchedMD/slurm doc/man/man1/sbatch.1, INPUT ENVIRONMENT
+#: VARIABLES, at 000729e63fd93465140c5b78274bfae7a3742dcf), so they beat the #SBATCH lines
+#: nemo-run writes. sbatch has no such variable for --exclude: that one is set after the submit.
 SBATCH_ENV = {"-t": "SBATCH_TIMELIMIT", "--account": "SBATCH_ACCOUNT"}
 
 
