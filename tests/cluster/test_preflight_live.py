@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -13,7 +14,7 @@ from pydantic import SecretStr
 from cluster.launch import LaunchSpec, plan_launch, submit
 from cluster.preflight import preflight
 from cluster.profiles import ClusterProfile
-from cluster.ssh import SSHPool
+from cluster.ssh import Result, SSHPool
 from tests.conftest import LoginShell
 from tests.devlogin import copy_recipes_command
 
@@ -23,6 +24,18 @@ FAST = {
     "DEVCLUSTER_STEP_TIME_S": "0.3",
     "DEVCLUSTER_TOKENIZER_RACE": "off",
 }
+
+
+class CountingPool(SSHPool):
+    """The real pool, noting each command it runs on a login node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[str] = []
+
+    async def run(self, login: Any, command: str, **kwargs: Any) -> Result:
+        self.commands.append(command)
+        return await super().run(login, command, **kwargs)
 
 
 @pytest.fixture
@@ -122,7 +135,9 @@ async def test_a_run_py_without_some_flags_launches_without_them_and_says_so(
         script="sft/llama3p1_2b_sft.py", name="flags", exclude="dev3", env=FAST,
     )  # fmt: skip
     assert profile.time_limit == "01:00:00"
-    result = await preflight(pool, spec)
+    async with CountingPool() as counting:
+        result = await preflight(counting, spec)
+    assert counting.commands == ["python3 -"]  # run.py --help came in the one round trip
     assert result.ok, result.message()
     assert result.launcher is not None and "--exclude" not in result.launcher.flags
     assert result.notes == (
