@@ -5,6 +5,7 @@ test changes only files in a private directory in trainer's home, removed afterw
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -118,6 +119,7 @@ async def test_a_run_py_without_some_flags_launches_without_them_and_says_so(
     private_dir: str,
     launch_id: str,
     jobs_to_cancel: list[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     profile = await private_tree(login, dev_profile, private_dir)
     run_py = f"{profile.recipes_dir}/nemo/run.py"
@@ -150,7 +152,15 @@ async def test_a_run_py_without_some_flags_launches_without_them_and_says_so(
     assert "--exclude" not in plan.command_line and " -t " not in plan.command_line
     assert "--data-dir" in plan.command_line  # what it has still goes
     assert "export SBATCH_TIMELIMIT=01:00:00" in plan.script()
+    caplog.set_level(logging.WARNING, logger="cluster.launch")
     sub = await submit(pool, plan)  # run.py accepts the line (it refused -t before)
     jobs_to_cancel.append(sub.job_id)
     shown = (await login.run(f"scontrol show job {sub.job_id} -o")).stdout
     assert "TimeLimit=01:00:00" in shown, shown  # Slurm took it, not run.py's 04:00:00
+    # --exclude went to Slurm with scontrol update right after the submit: it holds while the
+    # job waits; a job already started (an idle dev cluster starts it at once) keeps its
+    # nodes, and the refusal is logged.
+    if "JobState=PENDING" in shown:
+        assert "ExcNodeList=dev3" in shown, shown
+    else:
+        assert f"job={sub.job_id} cluster=a4: could not set ExcNodeList" in caplog.text
