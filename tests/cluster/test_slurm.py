@@ -129,3 +129,58 @@ def test_job_names_with_newlines_do_not_split_records() -> None:
     queue = slurm.parse_squeue(data("squeue_newline_names.txt"))
     assert [r.job_id for r in queue] == ["53", "54", "55"]
     assert queue[1].name.startswith("x\ntouch ")
+
+
+# What ``scontrol show hostnames`` (Slurm 22.05, the dev cluster) prints for each list;
+# () where it says "Invalid hostlist".
+HOSTLISTS = [
+    ("dev[0-1]", ("dev0", "dev1")),
+    ("rack[1-2]-node[01-02]", ("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02")),
+    ("c[1,3]-r[2-3]", ("c1-r2", "c1-r3", "c3-r2", "c3-r3")),
+    ("n[01-02][1-2]", ("n011", "n012", "n021", "n022")),
+    ("n[1-2]-[3-4]", ("n1-3", "n1-4", "n2-3", "n2-4")),
+    ("n[1-2].ex[3]", ("n1.ex3", "n2.ex3")),
+    ("n[1-3]-ib[0-1],m[5]", tuple(f"n{a}-ib{b}" for a in (1, 2, 3) for b in (0, 1)) + ("m5",)),
+    (
+        "rack[1-2]-node[01-02],login",
+        ("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02", "login"),
+    ),  # fmt: skip
+    ("a[008-11]", ("a008", "a009", "a010", "a011")),  # the low bound's width
+    ("a[8-011]", ("a8", "a9", "a10", "a11")),
+    ("n[01-2]", ("n01", "n02")),
+    ("n[09-10]", ("n09", "n10")),
+    ("n[99-101]", ("n99", "n100", "n101")),
+    ("n[1-3,05]", ("n1", "n2", "n3", "n05")),
+    ("n[2,1]", ("n2", "n1")),
+    ("n[1-3,2]", ("n1", "n2", "n3", "n2")),
+    ("n1[1-2]", ("n11", "n12")),
+    ("n-[1-2]", ("n-1", "n-2")),
+    ("n[0-0]", ("n0",)),
+    ("n[1-2],,m[3-4]", ("n1", "n2", "m3", "m4")),
+    ("n[1-2] m", ("n1", "n2", "m")),
+    ("n1,n1", ("n1", "n1")),
+    ("dev0.example.com", ("dev0.example.com",)),
+    ("gpu[07-10]x", ()),  # text after the last bracket
+    ("n[1-2]-x", ()),
+    ("n[1-2].ex", ()),
+    ("n[1-2]x[3]y", ()),
+    ("dev[0-1],gpu[07-08]x", ()),  # one invalid entry: the whole list
+    ("n[3-1]", ()),
+    ("n[a-b]", ()),
+    ("n[]", ()),
+    ("n[1-2-3]", ()),
+    ("n[1-2,]", ()),
+    ("n[[1-2]]", ()),
+    ("n[1]]", ()),
+    ("", ()),
+]
+
+
+@pytest.mark.parametrize(("node_list", "hosts"), HOSTLISTS)
+def test_expand_hostlist_as_scontrol_show_hostnames(node_list: str, hosts: tuple[str, ...]) -> None:
+    assert slurm.expand_hostlist(node_list) == hosts
+
+
+def test_expand_hostlist_is_bounded() -> None:
+    assert len(slurm.expand_hostlist("n[0-99999999]")) == slurm.MAX_HOSTS
+    assert len(slurm.expand_hostlist("a[0-999]b[0-999]")) == slurm.MAX_HOSTS
