@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -313,6 +313,36 @@ def merge_acct(rows: Iterable[AcctRow]) -> dict[str, AcctRecord]:
     for row in rows:
         grouped.setdefault(row.job_id, []).append(row)
     return {jid: AcctRecord(latest=rs[-1], earlier=tuple(rs[:-1])) for jid, rs in grouped.items()}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What Slurm's accounting says a set of jobs used: GPU-hours over every incarnation
+    of every job found, which jobs were found, which expected ones sacct does not have
+    (yet: slurmdbd lags), and which have not ended."""
+
+    gpu_hours: float
+    jobs: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    running: tuple[str, ...] = ()
+
+    @property
+    def final(self) -> bool:
+        """Every expected job is recorded and has ended: the figure will not change."""
+        return not self.missing and not self.running
+
+
+def usage_of(records: Mapping[str, AcctRecord], expected: Iterable[str] = ()) -> Usage:
+    """The :class:`Usage` of ``records`` (from :func:`merge_acct`); ``expected`` job ids
+    that are not among them are ``missing``. A job ``running`` is one whose newest
+    incarnation is not in a terminal state (pending, running, requeued ...)."""
+    found = tuple(records)
+    return Usage(
+        gpu_hours=sum(record.gpu_hours for record in records.values()),
+        jobs=found,
+        missing=tuple(j for j in dict.fromkeys(expected) if j not in records),
+        running=tuple(j for j, r in records.items() if not is_terminal(r.latest.state)),
+    )
 
 
 # --- sinfo --------------------------------------------------------------------------------

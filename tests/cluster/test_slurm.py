@@ -184,3 +184,72 @@ def test_expand_hostlist_as_scontrol_show_hostnames(node_list: str, hosts: tuple
 def test_expand_hostlist_is_bounded() -> None:
     assert len(slurm.expand_hostlist("n[0-99999999]")) == slurm.MAX_HOSTS
     assert len(slurm.expand_hostlist("a[0-999]b[0-999]")) == slurm.MAX_HOSTS
+
+
+def acct(job_id: str, state: str, elapsed_s: int, tres: str, name: str = "x-L-abc123") -> str:
+    """One ``sacct -X -P -n -o SACCT_FIELDS`` row."""
+    return f"{job_id}|{name}|{state}|0:0|0:0|None|00:00:00|dev0|{elapsed_s}|{tres}\n"
+
+
+GPU8 = "billing=1,cpu=1,gres/gpu=8,node=1"
+GPU16 = "billing=2,cpu=2,gres/gpu=16,node=2"
+# sacct rows, expected job ids -> GPU-hours, jobs found, missing, running
+USAGES = [
+    ("", [], 0.0, (), (), ()),  # a launch that never submitted: nothing to wait for
+    (acct("7", "COMPLETED", 3600, GPU8), ["7"], 8.0, ("7",), (), ()),
+    # requeued: the NODE_FAIL incarnation ran 20 s on 16 GPUs, the second 1 h on 16
+    (acct("8", "NODE_FAIL", 20, GPU16) + acct("8", "COMPLETED", 3600, GPU16), ["8"],
+     16 + 20 * 16 / 3600, ("8",), (), ()),
+    # a retry: the first job cancelled after 1 h, the second ran 10 h (8 GPUs each)
+    (acct("9", "CANCELLED by 1001", 3600, GPU8) + acct("10", "COMPLETED", 36000, GPU8),
+     ["9", "10"], 88.0, ("9", "10"), (), ()),
+    # cancelled while pending: never allocated, nothing used
+    (acct("11", "CANCELLED by 1001", 0, ""), ["11"], 0.0, ("11",), (), ()),
+    # typed GPUs only
+    (acct("12", "FAILED", 1800, "cpu=2,gres/gpu:h100=8,node=1"), ["12"], 4.0, ("12",), (), ()),
+    # still running, or not yet in slurmdbd: not final
+    (acct("13", "RUNNING", 600, GPU8), ["13"], 600 * 8 / 3600, ("13",), (), ("13",)),
+    (acct("14", "COMPLETED", 60, GPU8), ["14", "15"], 60 * 8 / 3600, ("14",), ("15",), ()),
+    (acct("16", "PENDING", 0, "") + acct("16", "REQUEUED", 30, GPU8), ["16"], 30 * 8 / 3600,
+     ("16",), (), ("16",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rows", "expected", "hours", "jobs", "missing", "running"), USAGES)
+def test_usage_of_every_job_and_incarnation(
+    rows: str,
+    expected: list[str],
+    hours: float,
+    jobs: tuple[str, ...],
+    missing: tuple[str, ...],
+    running: tuple[str, ...],
+) -> None:
+    usage = slurm.usage_of(slurm.merge_acct(slurm.parse_sacct(rows)), expected)
+    assert usage.gpu_hours == pytest.approx(hours)
+    assert (usage.jobs, usage.missing, usage.running) == (jobs, missing, running)
+    assert usage.final is (not missing and not running)
+
+
+def test_launch_usage_counts_each_job_once_and_only_the_launchs() -> None:
+    """The recorded jobs, then every job named for the launch: one listed by both halves
+    is counted once; a job named for another launch (even one whose id ends the same) is
+    not counted; a job of the launch its attempts never recorded is."""
+    from cluster.jobs import SEPARATOR, build_usage, parse_usage
+
+    asked = acct("20", "CANCELLED by 1001", 3600, GPU8) + acct("21", "COMPLETED", 1800, GPU8)
+    named = (
+        acct("20", "CANCELLED by 1001", 3600, GPU8)
+        + acct("21", "COMPLETED", 1800, GPU8)
+        + acct("22", "CANCELLED by 1001", 90, GPU8)  # submitted, never recorded
+        + acct("23", "COMPLETED", 3600, GPU8, name="x-L-abc1234")  # another launch
+        + acct("24", "COMPLETED", 3600, GPU8, name="x-L-abc123-other")
+    )
+    usage = parse_usage(f"{asked}{SEPARATOR}\n{named}", "L-abc123", ["20", "21"])
+    assert usage.jobs == ("20", "21", "22") and usage.final
+    assert usage.gpu_hours == pytest.approx(8 + 4 + 90 * 8 / 3600)
+    command = build_usage("L-abc123", ["20", "21"], "alice", "now-14days")
+    assert command.startswith("sacct -X -P -n -D -o ") and " -j 20,21; echo " in command
+    assert "-u alice | grep -F -e L-abc123 || true" in command
+    assert build_usage("L-abc123", [], "alice", "now-14days").startswith("true; echo ")
+    with pytest.raises(ValueError, match="invalid launch id"):
+        build_usage("L-1;id", [], "alice", "now-14days")
