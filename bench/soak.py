@@ -8,9 +8,10 @@ while injecting at random: the stand-in's faults (oom, nccl, hang, gated, wandb,
 tokenizer race) by knob files, a node failure, SIGKILL of a bot process (started again),
 a Redis restart and the login node's sshd stopped for 30 s. Hung launches and a few
 others are cancelled with the Cancel button. Then, from the Slack stand-in's record,
-``sacct`` and the disk (never trainbot's Redis), it checks each launch's final state,
-checkpoints, message order and duplicates, one job per attempt, no job after a cancel,
-and on-call pages; prints a table and exits 1 on any divergence.
+``sacct`` and the disk (trainbot's Redis only for what it charged), it checks each
+launch's final state, checkpoints, message order and duplicates, one job per attempt, no
+job after a cancel, on-call pages, and that the GPU-hours charged to budgets equal what
+``sacct`` reports for the soak's jobs; prints a table and exits 1 on any divergence.
 
     .venv/bin/python bench/soak.py [--launches 40] [--concurrency 4] [--seed N]
 
@@ -48,9 +49,12 @@ from bench.soak_check import (  # noqa: E402
     Divergence,
     Plan,
     View,
+    check_charges,
     check_launch,
 )
 from bench.soak_report import print_report  # noqa: E402
+from bot.store import Store  # noqa: E402
+from commands.budget import iso_week  # noqa: E402
 from tests.slack_standin import (  # noqa: E402
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -143,6 +147,8 @@ class Soak:
         self.running_since: dict[str, float] = {}
         self.sent = 0
         self.cache_root = infra.trainer_home() / "trainbot-soak" / self.run_id
+        self.charged: dict[str, float | None] = {}  # launch id -> GPU-hours charged
+        self.charged_total = 0.0  # every budget's usage, summed
 
     def note(self, text: str) -> None:
         line = f"{time.time() - self.started:6.0f} s  {text}"
@@ -462,6 +468,33 @@ class Soak:
         await asyncio.sleep(8)  # the last parent updates
 
     # -- the end -------------------------------------------------------------------------
+    async def wait_charged(self, timeout_s: float = 180) -> None:
+        """While the bots still run: until no ended launch waits to be charged (the pollers
+        charge one once sacct shows all its jobs ended), bounded."""
+        clusters = sorted({p.cluster for p in self.plans})
+        waiting: list[str] = []
+        async with Store.connect(self.redis.url) as store:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                waiting = [i for c in clusters for i in await store.uncharged(c)]
+                if not waiting:
+                    return
+                await asyncio.sleep(2)
+        self.note(f"still not charged after {timeout_s:.0f} s: {waiting}")
+
+    async def read_charges(self) -> None:
+        """What trainbot charged: each launch's figure, and every budget's usage in all
+        (the soak's person, its clusters, the weeks it spanned)."""
+        weeks = sorted({iso_week(self.started), iso_week(time.time())})
+        async with Store.connect(self.redis.url) as store:
+            for plan in self.plans:
+                launch = await store.get(plan.launch_id) if plan.launch_id else None
+                if launch is not None:
+                    self.charged[plan.launch_id] = launch.gpu_hours if launch.charged else None
+            self.charged_total = sum(
+                [await store.usage(USER, c, w) for c in CLUSTERS for w in weeks]
+            )
+
     async def settle_slurm(self) -> None:
         """Stop the bots, then until Slurm holds none of the soak's jobs (bounded)."""
         for serve in self.serves:
@@ -503,6 +536,7 @@ class Soak:
                 divergences.append(
                     Divergence("job_without_launch", row.job_id, f"{row.name} {row.state}")
                 )
+        divergences += check_charges(views, self.charged, self.charged_total, incarnations)
         return views, divergences
 
     def dump(self, views: list[View]) -> None:
@@ -554,7 +588,9 @@ async def main(args: argparse.Namespace) -> int:
     try:
         await soak.start()
         await soak.drive()
+        await soak.wait_charged()
         await soak.settle_slurm()
+        await soak.read_charges()
         views, divergences = soak.check()
         soak.dump(views)
         wall_s = time.time() - soak.started

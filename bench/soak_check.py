@@ -2,7 +2,8 @@
 
 Pure but for :func:`checkpoint_on_disk`: threads (as the Slack stand-in received them),
 ``sacct`` rows and the soak's own notes in, divergences out. trainbot's own records
-(Redis) are never read.
+(Redis) are never read, but for what it charged to budgets (:func:`check_charges`),
+which is compared with what ``sacct`` recorded.
 """
 
 from __future__ import annotations
@@ -361,4 +362,40 @@ def check_launch(view: View, dirs: dict[str, Path], *, page_user_faults: bool) -
     out += check_jobs(view)
     out += check_checkpoints(view, dirs)
     out += check_pages(view, page_user_faults=page_user_faults)
+    return out
+
+
+CHARGE_TOLERANCE_GPU_H = 1e-6  # the same ElapsedRaw and GPUs, summed in another order
+
+
+def check_charges(
+    views: list[View],
+    charged: dict[str, float | None],
+    charged_total: float,
+    incarnations: list[JobRow],
+) -> list[Divergence]:
+    """Every GPU-hour charged once, as Slurm recorded it. ``charged``: launch id -> the
+    GPU-hours trainbot charged it (None: not charged); ``charged_total``: the sum of every
+    budget's usage; ``incarnations``: ``sacct -D`` rows of all the soak's jobs. Each
+    launch Slurm ran a job for is charged the sum over its jobs' incarnations of ElapsedRaw
+    x AllocTRES gres/gpu, and the budgets hold, in all, what sacct reports in all."""
+    out: list[Divergence] = []
+    for view in views:
+        used = sum(row.gpu_hours for row in view.incarnations)
+        got = charged.get(view.launch_id)
+        if got is None:
+            if view.incarnations:
+                detail = f"never charged; sacct: {used:.6f} GPU-hours"
+                out.append(Divergence("uncharged", view.launch_id, detail))
+        elif abs(got - used) > CHARGE_TOLERANCE_GPU_H:
+            jobs = ", ".join(sorted({row.job_id for row in view.incarnations})) or "none"
+            detail = f"charged {got:.6f} GPU-hours; sacct: {used:.6f} (jobs {jobs})"
+            out.append(Divergence("charge_mismatch", view.launch_id, detail))
+    total = sum(row.gpu_hours for row in incarnations)
+    if abs(charged_total - total) > CHARGE_TOLERANCE_GPU_H * max(1, len(incarnations)):
+        detail = (
+            f"budgets charged {charged_total:.6f} GPU-hours in all; sacct reports "
+            f"{total:.6f} for the soak's {len(incarnations)} job incarnations"
+        )
+        out.append(Divergence("charged_total", "all", detail))
     return out

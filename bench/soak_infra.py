@@ -22,6 +22,8 @@ from pathlib import Path
 
 import aiohttp
 
+from cluster.slurm import tres_gpus
+
 PROJECT = Path(__file__).resolve().parents[1]
 SSHD_PID = Path("/run/trainbot-devcluster-sshd.pid")
 SSHD_CONFIG = Path("/var/lib/trainbot-devcluster/sshd_config")
@@ -322,6 +324,12 @@ class JobRow:
     start: float
     end: float
     nodelist: str
+    elapsed_s: int = 0  # ElapsedRaw
+    gpus: int = 0  # AllocTRES gres/gpu
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.elapsed_s * self.gpus / 3600
 
 
 def _epoch(value: str) -> float:
@@ -331,7 +339,7 @@ def _epoch(value: str) -> float:
 def sacct_rows(since: float, fragment: str, *, duplicates: bool = False) -> list[JobRow]:
     """Every job (``-D``: every incarnation) since ``since`` whose name contains ``fragment``."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 120))
-    fields = "JobID,JobName%120,State,Submit,Start,End,NodeList"
+    fields = "JobID,JobName%120,State,Submit,Start,End,NodeList,ElapsedRaw,AllocTRES"
     argv = ["sacct", "--allusers", "-X", "-P", "-n", "-S", start, "-o", fields]
     if duplicates:
         argv.insert(1, "-D")
@@ -339,12 +347,12 @@ def sacct_rows(since: float, fragment: str, *, duplicates: bool = False) -> list
     rows = []
     for line in out.splitlines():
         parts = line.split("|")
-        if len(parts) != 7 or fragment not in parts[1]:
+        if len(parts) != 9 or fragment not in parts[1]:
             continue
         rows.append(
             JobRow(
                 parts[0], parts[1], parts[2], _epoch(parts[3]), _epoch(parts[4]),
-                _epoch(parts[5]), parts[6],
+                _epoch(parts[5]), parts[6], int(_epoch(parts[7])), tres_gpus(parts[8]),
             )
         )  # fmt: skip
     return rows

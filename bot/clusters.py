@@ -25,6 +25,7 @@ from cluster.errors import ClusterError
 from cluster.frameworks import interactive_framework
 from cluster.launcher_options import LauncherOptions
 from cluster.profiles import ClusterProfile
+from cluster.slurm import Usage
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
@@ -199,6 +200,12 @@ class Clusters:
     async def cancel(self, item: Launch, job_ids: list[str]) -> None:
         """``scancel`` as the launch's person: Slurm itself refuses anyone else's job."""
         await jobs.cancel(self.pool, self.profile_for(item), job_ids)
+
+    async def usage(self, item: Launch) -> Usage:
+        """What ``sacct`` recorded for every job of the launch: those its attempts recorded
+        and any other Slurm has under its id (as the launch's person)."""
+        job_ids = [a.job_id for a in item.attempts if a.job_id]
+        return await jobs.launch_usage(self.pool, self.profile_for(item), item.id, job_ids)
 
     async def tail(self, item: Launch, path: str, lines: int) -> str:
         return await jobs.tail_log(self.pool, self.profile_for(item), path, lines=lines)

@@ -620,6 +620,7 @@ class Core:
             if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
                 return []
             stored.attempts[-1].held = False
+            stored.attempts[-2].close(time.time())  # billed until now, not until the launch ends
             text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."
             return [
                 Event("thread", stored.id, text),

@@ -94,6 +94,12 @@ def usage(cluster: str, week: str) -> str:
     return f"{PREFIX}:usage:{cluster}:{week}"
 
 
+def uncharged(cluster: str) -> str:
+    """Hash: launch id -> ``<ISO week> <ended at>`` of a launch of ``cluster`` that ended and
+    whose GPU-hours (from ``sacct``) are not charged yet."""
+    return f"{PREFIX}:uncharged:{cluster}"
+
+
 def step_runs(cluster: str, recipe: str, nodes: int) -> str:
     """List of the newest runs' step times (JSON) of one recipe at one size on ``cluster``."""
     return f"{PREFIX}:steps:{cluster}:{recipe}:{nodes}"

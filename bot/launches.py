@@ -77,6 +77,12 @@ class Attempt(BaseModel):
     tail: str = ""  # the last lines of the main log, for the failure message
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
 
+    def close(self, now: float) -> None:
+        """The attempt's job was cancelled for a retry and is gone: it ran until ``now`` at
+        the latest, not until the launch ends."""
+        self.ended_at = self.ended_at or now
+        self.slurm_state = self.slurm_state or "CANCELLED"
+
 
 class Progress(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -122,7 +128,8 @@ class Launch(BaseModel):
     image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
     parent_rendered_at: float = 0.0
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
-    gpu_hours: float = 0.0  # what the finished launch used
+    gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
+    charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)
     estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
     submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it
     preflight_said: int = -1  # len(attempts) when "Pre-flight ok" was posted: said once per attempt

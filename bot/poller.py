@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from bot.charging import charge_ended
 from bot.clusters import Clusters
 from bot.launches import Launch
 from bot.logs import log_context
@@ -40,6 +41,7 @@ from cluster.slurm import is_terminal
 log = logging.getLogger(__name__)
 
 MIN_LEASE_S = 1.0
+MIN_CHARGE_INTERVAL_S = 2.0  # ended launches are charged at most this often per cluster
 RENEWALS_PER_INTERVAL = 3
 
 
@@ -96,7 +98,29 @@ class Poller:
                 coalesce=True,
                 misfire_grace_time=None,
             )
+            self.scheduler.add_job(
+                self.charge,
+                "interval",
+                seconds=max(profile.poll_interval_s, MIN_CHARGE_INTERVAL_S),
+                args=[name],
+                id=f"charge-{name}",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+            )
         self.scheduler.start()
+
+    async def charge(self, cluster: str) -> int:
+        """Charge the ended launches of ``cluster`` what sacct recorded (:mod:`bot.charging`),
+        while this poller holds the cluster's lease."""
+        if cluster not in self.held or self.stopping:
+            return 0
+        with log_context(cluster=cluster):
+            try:
+                return await charge_ended(self.store, self.clusters, cluster)
+            except Exception:  # Redis away, say: the next run tries again
+                log.exception("charging ended launches of %s failed", cluster)
+                return 0
 
     def shutdown(self) -> None:
         self.stopping = True  # a poll still under way takes no lease again

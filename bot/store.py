@@ -372,6 +372,7 @@ class Store:
                 try:
                     if max_active is not None or budget is not None:
                         usage = [keys.usage(budget.cluster, budget.week)] if budget else []
+                        usage += [keys.uncharged(budget.cluster)] if budget else []
                         await pipe.watch(active_key, *usage)
                     if max_active is not None:
                         if int(await pipe.scard(active_key)) >= max_active:
@@ -486,13 +487,13 @@ class Store:
             pipe.zremrangebyscore(index, "-inf", oldest)
 
     def _ran(self, pipe: Any, launch: Launch) -> None:
-        """A launch just ended (once: in the transaction that ended it): charge what it used
-        to its owner's ISO week on its cluster, and keep its step time for later estimates."""
+        """A launch just ended (in the transaction that ended it, whichever way it ended):
+        it waits to be charged what Slurm recorded for its jobs (:meth:`charge`, once its
+        jobs have ended), in its owner's ISO week of now; keep its step time for later
+        estimates."""
         now, keep_s = time.time(), self.retention.history_s
-        if launch.gpu_hours > 0:
-            usage = keys.usage(launch.cluster, iso_week(now))
-            pipe.hincrbyfloat(usage, launch.user_id, launch.gpu_hours)
-            pipe.expire(usage, keep_s)
+        if not launch.charged:
+            pipe.hset(keys.uncharged(launch.cluster), launch.id, f"{iso_week(now)} {now:.3f}")
         step_time = launch.progress.median_step_time_s
         if launch.recipe_key and step_time and launch.progress.total:
             run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)
@@ -501,13 +502,50 @@ class Store:
             pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
             pipe.expire(runs, keep_s)
 
+    async def uncharged(self, cluster: str) -> dict[str, float]:
+        """The launches of ``cluster`` that ended and are not charged yet: id -> when they
+        ended."""
+        found = await self.redis.hgetall(keys.uncharged(cluster))
+        return {str(k): float(str(v).split()[-1]) for k, v in found.items()}
+
+    async def charge(self, launch_id: str, cluster: str, gpu_hours: float) -> bool:
+        """Charge the ended launch ``gpu_hours`` (what ``sacct`` recorded for all its jobs)
+        to its owner's week on ``cluster``: its record says so and the budget's usage grows
+        in one transaction, so a launch is charged once however often this is called (a
+        restart, two pollers). False when it was not charged now (already charged, active
+        again, or its record is gone); it then waits no more."""
+        key, pending = keys.launch(launch_id), keys.uncharged(cluster)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key, pending)
+                    raw, when = await pipe.get(key), await pipe.hget(pending, launch_id)
+                    launch = Launch.model_validate_json(raw) if raw else None
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.hdel(pending, launch_id)
+                    if launch is None or launch.charged or launch.active or when is None:
+                        await pipe.execute()
+                        return False
+                    launch.charged, launch.gpu_hours = True, gpu_hours
+                    pipe.set(key, self._record(launch), keepttl=True)
+                    keep_s = self.retention.history_s
+                    entry = HistoryEntry.of(launch).model_dump_json()
+                    pipe.set(keys.summary(launch.id), entry, ex=keep_s)
+                    usage = keys.usage(cluster, str(when).split()[0])
+                    pipe.hincrbyfloat(usage, launch.user_id, gpu_hours)
+                    pipe.expire(usage, keep_s)
+                    await pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+
     async def usage(self, user_id: str, cluster: str, week: str) -> float:
         """GPU-hours charged to ``user_id`` on ``cluster`` in ISO week ``week``."""
         return float(await self.redis.hget(keys.usage(cluster, week), user_id) or 0.0)
 
     async def budget_use(self, user_id: str, cluster: str, week: str) -> tuple[float, float]:
         """(charged, held): GPU-hours ``user_id`` was charged on ``cluster`` in ``week``, and
-        the estimates of their launches there still active."""
+        the estimates of their launches there still active or ended but not charged yet."""
         return await self._budget_use(self.redis, user_id, cluster, week)
 
     @staticmethod
@@ -516,11 +554,14 @@ class Store:
     ) -> tuple[float, float]:
         charged = float(await client.hget(keys.usage(cluster, week), user_id) or 0.0)
         ids = sorted(str(i) for i in await client.smembers(keys.user_active(user_id)))
+        ended = sorted(str(i) for i in await client.hkeys(keys.uncharged(cluster)))
+        names = [keys.launch(i) for i in dict.fromkeys(ids + ended)]
         held = 0.0
-        for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
+        for raw in await client.mget(names) if names else []:
             if raw:
                 other = Launch.model_validate_json(raw)
-                if other.active and other.cluster == cluster:
+                waiting = not other.active and not other.charged and other.user_id == user_id
+                if (other.active or waiting) and other.cluster == cluster:
                     held += other.estimate_gpu_hours or 0.0
         return charged, held
 

@@ -518,6 +518,7 @@ class Worker:
                 return []
             if gone:
                 stored.attempts[-1].held = False
+                stored.attempts[-2].close(time.time())
                 return []
             stored.attempts.pop()
             stored.phase = Phase.RUNNING if stored.attempts[-1].started_at else Phase.SUBMITTED

@@ -18,7 +18,14 @@ from typing import Any
 
 from cluster.frameworks import Tracking
 from cluster.remote import run_remote_python
-from cluster.slurm import AcctRecord, build_sacct, expand_hostlist, merge_acct, parse_sacct
+from cluster.slurm import (
+    NO_NODES,
+    AcctRecord,
+    build_sacct,
+    expand_hostlist,
+    merge_acct,
+    parse_sacct,
+)
 from cluster.ssh import LoginLike, SSHPool
 
 EVIDENCE_TIMEOUT_S = 30.0
@@ -75,7 +82,8 @@ class Evidence:
         if self.record is None:
             return ""
         rows = (*self.record.earlier, self.record.latest)
-        return next((r.nodelist for r in reversed(rows) if expand_hostlist(r.nodelist)), "")
+        ran = (r.nodelist for r in reversed(rows) if r.nodelist != NO_NODES)  # sacct's word
+        return next((nodes for nodes in ran if expand_hostlist(nodes)), "")
 
     @property
     def earlier_states(self) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from cluster.launch import LAUNCH_ID_RE
 from cluster.profiles import ClusterProfile
 from cluster.remote import quote_path
 from cluster.slurm import (
+    Usage,
     build_sacct,
     build_scancel,
     build_squeue,
@@ -26,6 +27,7 @@ from cluster.slurm import (
     merge_acct,
     parse_sacct,
     parse_squeue,
+    usage_of,
 )
 from cluster.ssh import SSHPool
 
@@ -78,6 +80,46 @@ async def find_jobs_for_launch(
     command = f"{{ {squeue} | {grep}; }}; echo {SEPARATOR}; {{ {sacct} | {grep}; }}"
     result = await pool.run(profile.login, command, timeout_s=FIND_TIMEOUT_S, cluster=profile.name)
     return parse_found(result.stdout, launch_id)
+
+
+def build_usage(launch_id: str, job_ids: Sequence[str], user: str, since: str) -> str:
+    """``sacct -D`` for the launch's recorded jobs, then (after ``SEPARATOR``) for every
+    job of ``user`` since ``since`` whose name carries the launch id: one the launch never
+    recorded (a submit whose answer was lost) is a job of the launch too."""
+    if not LAUNCH_ID_RE.fullmatch(launch_id):
+        raise ValueError(f"invalid launch id: {launch_id!r}")
+    grep = f"grep -F -e {shlex.quote(launch_id)} || true"
+    asked = build_sacct(job_ids) if job_ids else "true"
+    named = f"{build_sacct(since=since)} -u {shlex.quote(user)}"
+    return f"{asked}; echo {SEPARATOR}; {{ {named} | {grep}; }}"
+
+
+def parse_usage(stdout: str, launch_id: str, job_ids: Sequence[str]) -> Usage:
+    """What :func:`build_usage`'s output says the launch's jobs used (pure). Each job is
+    counted once, whichever half (or both) listed it; a named job must carry the launch
+    id as its name's suffix."""
+    asked_text, _, named_text = stdout.partition(SEPARATOR)
+    wanted = set(job_ids)
+    records = {j: r for j, r in merge_acct(parse_sacct(asked_text)).items() if j in wanted}
+    for job_id, record in merge_acct(parse_sacct(named_text)).items():
+        if job_id not in records and launch_name_matches(record.latest.name, launch_id):
+            records[job_id] = record
+    return usage_of(records, job_ids)
+
+
+async def launch_usage(
+    pool: SSHPool,
+    profile: ClusterProfile,
+    launch_id: str,
+    job_ids: Sequence[str],
+    *,
+    since: str = "now-14days",
+) -> Usage:
+    """What Slurm's accounting says every job of the launch used (one round trip, as the
+    launch's Unix user)."""
+    command = build_usage(launch_id, job_ids, profile.login.user, since)
+    result = await pool.run(profile.login, command, timeout_s=FIND_TIMEOUT_S, cluster=profile.name)
+    return parse_usage(result.stdout, launch_id, job_ids)
 
 
 async def cancel(pool: SSHPool, profile: ClusterProfile, job_ids: Sequence[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -27,8 +27,10 @@ UNKNOWN_STATE = "UNKNOWN"
 _BY_LENGTH = sorted(STATES, key=len, reverse=True)
 JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
 HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}")
-_HOSTLIST_PART_RE = re.compile(r"([^\[,]*)(?:\[([0-9,-]+)\])?([^\[,]*)")
+_HOSTLIST_SPLIT_RE = re.compile(r"[\s,]+(?![^\[]*\])")  # commas and blanks outside brackets
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
 MAX_HOSTS = 65536
+NO_NODES = "None assigned"  # sacct's NodeList of an incarnation that never ran
 
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NumNodes", "ReasonList", "RestartCnt")
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in (*SQUEUE_FIELDS, "Name"))
@@ -54,30 +56,56 @@ def is_terminal(state: str) -> bool:
 
 
 def expand_hostlist(node_list: str) -> tuple[str, ...]:
-    """``dev[0-1],gpu[07-08]x`` -> ``dev0 dev1 gpu07x gpu08x`` (Slurm's compact host lists).
-    Names that are not valid host names are left out."""
+    """A Slurm host list as ``scontrol show hostnames`` expands it (Slurm 22.05, checked
+    against it): ``rack[1-2]-node[01-02]`` -> ``rack1-node01 rack1-node02 rack2-node01
+    rack2-node02``; entries split on commas and blanks; every bracket multiplies, the
+    first outermost; a range's width is its low bound's (``[008-11]`` -> ``008 ... 011``);
+    text after the last bracket is an invalid host list. Invalid (as scontrol says
+    ``Invalid hostlist``): nothing. Names that are not valid host names are left out.
+    Semantics from SchedMD/slurm src/common/hostlist.c (``_parse_single_range`` and the
+    bracket handling of ``_hostlist_create_bracketed``)."""
     hosts: list[str] = []
-    text = node_list.strip()
-    pos = 0
-    while pos < len(text) and len(hosts) < MAX_HOSTS:
-        match = _HOSTLIST_PART_RE.match(text, pos)
-        if match is None or match.end() == pos:
-            break
-        prefix, ranges, suffix = match.groups()
-        if ranges is None:
-            names = [prefix + suffix]
-        else:
-            names = []
-            for part in ranges.split(","):
-                lo, _, hi = part.partition("-")
-                if not lo.isdigit() or (hi and not hi.isdigit()):
-                    continue
-                width = len(lo)
-                for n in range(int(lo), min(int(hi or lo), int(lo) + MAX_HOSTS) + 1):
-                    names.append(f"{prefix}{n:0{width}d}{suffix}")
+    for entry in _HOSTLIST_SPLIT_RE.split(node_list.strip()):
+        if not entry:
+            continue
+        names = _expand_entry(entry)
+        if names is None:
+            return ()
         hosts += [n for n in names if HOSTNAME_RE.fullmatch(n)]
-        pos = match.end() + 1  # past the comma
+        if len(hosts) >= MAX_HOSTS:
+            return tuple(hosts[:MAX_HOSTS])
     return tuple(hosts)
+
+
+def _expand_entry(entry: str) -> list[str] | None:
+    """One entry of a host list (no top-level comma), or None when Slurm calls it invalid."""
+    parts = _BRACKET_RE.split(entry)  # text, ranges, text, ranges, ..., text
+    if len(parts) == 1:
+        return None if "[" in entry else [entry]
+    texts, groups = parts[0::2], parts[1::2]
+    if texts[-1] or any("[" in t or "]" in t for t in texts):
+        return None  # text after the last bracket, or a bracket left open or nested
+    names = [""]
+    for text, group in zip(texts, groups, strict=False):
+        numbers = _parse_ranges(group)
+        if numbers is None:
+            return None
+        names = [f"{name}{text}{n}" for name in names for n in numbers]
+        if len(names) > MAX_HOSTS:
+            return names[:MAX_HOSTS]
+    return names
+
+
+def _parse_ranges(group: str) -> list[str] | None:
+    """``01-03,7`` -> ``01 02 03 7``; None for an empty, reversed or non-numeric range."""
+    numbers: list[str] = []
+    for part in group.split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            return None
+        last = min(int(hi or lo), int(lo) + MAX_HOSTS)
+        numbers += [f"{n:0{len(lo)}d}" for n in range(int(lo), last + 1)]
+    return numbers
 
 
 def check_job_id(job_id: str) -> str:
@@ -285,6 +313,36 @@ def merge_acct(rows: Iterable[AcctRow]) -> dict[str, AcctRecord]:
     for row in rows:
         grouped.setdefault(row.job_id, []).append(row)
     return {jid: AcctRecord(latest=rs[-1], earlier=tuple(rs[:-1])) for jid, rs in grouped.items()}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What Slurm's accounting says a set of jobs used: GPU-hours over every incarnation
+    of every job found, which jobs were found, which expected ones sacct does not have
+    (yet: slurmdbd lags), and which have not ended."""
+
+    gpu_hours: float
+    jobs: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    running: tuple[str, ...] = ()
+
+    @property
+    def final(self) -> bool:
+        """Every expected job is recorded and has ended: the figure will not change."""
+        return not self.missing and not self.running
+
+
+def usage_of(records: Mapping[str, AcctRecord], expected: Iterable[str] = ()) -> Usage:
+    """The :class:`Usage` of ``records`` (from :func:`merge_acct`); ``expected`` job ids
+    that are not among them are ``missing``. A job ``running`` is one whose newest
+    incarnation is not in a terminal state (pending, running, requeued ...)."""
+    found = tuple(records)
+    return Usage(
+        gpu_hours=sum(record.gpu_hours for record in records.values()),
+        jobs=found,
+        missing=tuple(j for j in dict.fromkeys(expected) if j not in records),
+        running=tuple(j for j, r in records.items() if not is_terminal(r.latest.state)),
+    )
 
 
 # --- sinfo --------------------------------------------------------------------------------

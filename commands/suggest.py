@@ -25,7 +25,9 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
 
 
 def quote(value: str, limit: int = 40) -> str:
-    """``'value'`` for messages, cut to ``limit`` characters."""
+    """``'value'`` for messages, cut to ``limit`` characters; a newline, tab or other
+    unprintable character shown as its escape (``\\n``), so the message stays one line."""
+    value = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in value)
     if len(value) > limit:
         value = value[: limit - 1] + "…"
     return f"'{value}'"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak_check import Divergence, Plan, View, check_launch
+from bench.soak_check import Divergence, Plan, View, check_charges, check_launch
 from bench.soak_infra import JobRow
 
 LAUNCH = "L-0a1b2c"
@@ -102,3 +102,65 @@ def test_a_checkpoint_announced_but_not_on_disk(dirs: dict[str, Path]) -> None:
         dirs["nemo_rl"] / "501" / "checkpoints" / "tmp_step_10"
     )
     assert kinds(clean(), dirs) == ["checkpoint_missing"]
+
+
+# Two jobs of a retried launch: 1 h then 10 h on 8 GPUs (sacct's ElapsedRaw, AllocTRES).
+FIRST = replace(JOB, state="CANCELLED by 1001", elapsed_s=3600, gpus=8)
+SECOND = replace(JOB, job_id="502", elapsed_s=36000, gpus=8)
+OTHER = "L-9f8e7d"
+
+
+def charged_view(launch: str = LAUNCH, jobs: tuple[JobRow, ...] = (FIRST, SECOND)) -> View:
+    view = clean()
+    view.plan = replace(view.plan, launch_id=launch)
+    view.jobs = view.incarnations = list(jobs)
+    return view
+
+
+def charge_kinds(charged: dict[str, float | None], total: float, rows: list[JobRow]) -> list[str]:
+    views = [charged_view(), charged_view(OTHER, (replace(JOB, job_id="600", elapsed_s=0),))]
+    return sorted(d.kind for d in check_charges(views, charged, total, rows))
+
+
+ROWS = [FIRST, SECOND, replace(JOB, job_id="600", elapsed_s=0)]
+
+
+def test_charges_equal_to_sacct_show_no_divergence() -> None:
+    """88 GPU-hours for the retried launch; the one cancelled while pending used none and
+    is charged 0 (never charged at all: its ending was never processed)."""
+    assert charge_kinds({LAUNCH: 88.0, OTHER: 0.0}, 88.0, ROWS) == []
+    assert charge_kinds({LAUNCH: 88.0, OTHER: None}, 88.0, ROWS) == ["uncharged"]
+
+
+@pytest.mark.parametrize(
+    ("charged", "total", "rows", "found"),
+    [
+        # the old attempt billed until the launch ended: 11 h + 10 h on 8 GPUs
+        ({LAUNCH: 168.0, OTHER: 0.0}, 168.0, ROWS, ["charge_mismatch", "charged_total"]),
+        # the ending (a cancel, a give-up, a dead letter) charged nothing
+        ({LAUNCH: 0.0, OTHER: 0.0}, 0.0, ROWS, ["charge_mismatch", "charged_total"]),
+        ({LAUNCH: None, OTHER: None}, 0.0, ROWS, ["charged_total", "uncharged", "uncharged"]),
+        # charged twice into the budget (the launch's own figure right)
+        ({LAUNCH: 88.0, OTHER: 0.0}, 176.0, ROWS, ["charged_total"]),
+        # only the last job counted
+        ({LAUNCH: 80.0, OTHER: 0.0}, 80.0, ROWS, ["charge_mismatch", "charged_total"]),
+        # a job Slurm ran that no launch was charged for
+        ({LAUNCH: 88.0, OTHER: 0.0}, 88.0, [*ROWS, replace(JOB, job_id="700", elapsed_s=60,
+                                                            gpus=8)], ["charged_total"]),
+    ],
+)  # fmt: skip
+def test_charges_that_differ_from_sacct_are_divergences(
+    charged: dict[str, float | None], total: float, rows: list[JobRow], found: list[str]
+) -> None:
+    assert charge_kinds(charged, total, rows) == found
+
+
+def test_a_requeued_job_is_charged_every_incarnation() -> None:
+    node_fail = replace(JOB, state="NODE_FAIL", elapsed_s=20, gpus=16)
+    again = replace(JOB, elapsed_s=3600, gpus=16)
+    view = charged_view(jobs=(again,))
+    view.incarnations = [node_fail, again]
+    rows = [node_fail, again]
+    assert check_charges([view], {LAUNCH: 16 + 20 * 16 / 3600}, 16 + 20 * 16 / 3600, rows) == []
+    (wrong,) = check_charges([view], {LAUNCH: 16.0}, 16 + 20 * 16 / 3600, rows)
+    assert wrong.kind == "charge_mismatch" and "jobs 501" in wrong.detail

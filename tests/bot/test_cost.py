@@ -94,23 +94,38 @@ def test_sacct_gpu_hours_beat_the_wall_clock_where_read() -> None:
     assert used_gpu_hours(launch, PROFILE, now=20_000.0) == pytest.approx(12.5 + 8.0)
 
 
-async def test_a_finished_launch_is_charged_once_and_its_step_time_kept() -> None:
+@pytest.mark.parametrize("outcome", ["COMPLETED", "CANCELLED", "SUBMIT_FAILED", "INTERNAL_ERROR"])
+async def test_an_ended_launch_is_charged_once_and_its_step_time_kept(outcome: str) -> None:
+    """However it ended (its final summary, a cancel, a retry refused, a dead letter), a
+    launch waits to be charged, its estimate held meanwhile; then it is charged the figure
+    given (sacct's), once, however often that is asked."""
     await flush_test_redis()
     async with open_test_store() as store:
         launch = Launch(request=sft(), user_id="U0ALICE", channel="C1", estimate_gpu_hours=30)
         await store.create(launch, [Event("parent", launch.id)], enqueue=False)
 
         def finish(stored: Launch) -> list[Event]:
-            stored.phase, stored.outcome, stored.gpu_hours = Phase.DONE, "COMPLETED", 3.25
+            done = outcome == "COMPLETED"
+            stored.phase, stored.outcome = Phase.DONE if done else Phase.REJECTED, outcome
             stored.progress.total, stored.progress.recent_step_times_s = 200, [2.0, 2.2, 9.0]
             return []
 
         week = iso_week(time.time())
         assert await store.usage("U0ALICE", "a4", week) == 0
         await store.mutate(launch.id, finish)
-        assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
+        assert list(await store.uncharged("a4")) == [launch.id]
+        assert await store.budget_use("U0ALICE", "a4", week) == (0.0, 30.0)  # still held
         await store.mutate(launch.id, lambda stored: [])  # a later write of the ended launch
+        assert await store.charge(launch.id, "a4", 3.25)
+        assert not await store.charge(launch.id, "a4", 3.25)  # processed twice: once
         assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
+        assert await store.budget_use("U0ALICE", "a4", week) == (pytest.approx(3.25), 0.0)
+        assert await store.uncharged("a4") == {}
+        await store.mutate(launch.id, lambda stored: [])  # written again after its charge
+        assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
+        stored, entry = await store.get(launch.id), await store.finished(launch.id)
+        assert stored is not None and stored.charged and stored.gpu_hours == 3.25
+        assert entry is not None and entry.gpu_hours == 3.25
         assert await store.usage("U0BOB", "a4", week) == 0
         assert await store.usage("U0ALICE", "a3m", week) == 0
         (run,) = await store.step_runs("a4", "sft:llama3p1_8b:nemo", 2)
@@ -190,7 +205,8 @@ async def test_create_holds_to_the_budget_across_connections() -> None:
             stored.phase, stored.outcome, stored.gpu_hours = Phase.DONE, "COMPLETED", 6.0
             return []
 
-        await one.mutate(done.id, finish)  # charged 6: 44 left
+        await one.mutate(done.id, finish)
+        assert await one.charge(done.id, "a4", 6.0)  # charged 6: 44 left
         elsewhere = InteractiveRequest(cluster="a3m", time="10:00:00")
         other = Launch(request=elsewhere, user_id="U1", channel="C1", estimate_gpu_hours=80)
         await one.create(other, [], enqueue=False)  # on a3m: not held against a4

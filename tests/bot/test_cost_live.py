@@ -14,8 +14,10 @@ import pytest
 
 from bot.config import Config
 from bot.console import ConsoleFront, handle_line
-from bot.front import Reply
+from bot.front import Incoming, Reply
+from bot.launches import Launch, Phase
 from bot.service import running
+from bot.store import Store
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from tests.bot.botkit import (
@@ -195,6 +197,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         launch_id = LAUNCH_RE.search(first.text).group(0)  # type: ignore[union-attr]
         launch = await wait_for_launch(bot.store, launch_id)
         assert launch.outcome == "COMPLETED", (launch.detail, launch.attempts[-1].tail)
+        launch = await wait_charged(bot.store, launch_id)
         week = iso_week(time.time())
         charged = await bot.store.usage("alice", "a4", week)
         real = await asyncio.to_thread(sacct_gpu_hours, launch.job_id)
@@ -211,6 +214,69 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         left = 5.0 - charged - dry.estimate_gpu_hours
         assert f"Budget on a4: {left:,.1f} of 5.0 GPU-hours left" in again.text, again.text
     assert slurm_jobs_named(unique) == [launch.job_id]
+
+
+async def wait_charged(store: Store, launch_id: str, timeout_s: float = 90) -> Launch:
+    """Until the ended launch is charged (the poller does it once sacct shows its jobs ended)."""
+
+    async def charged() -> Launch | None:
+        launch = await store.get(launch_id)
+        return launch if launch is not None and launch.charged else None
+
+    return await wait_until(charged, f"{launch_id} charged", timeout_s, interval_s=0.5)
+
+
+async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_jobs(
+    unique: str, cancel_jobs: list[str]
+) -> None:
+    """A Retry cancels the first job; the person then cancels the second: an ending with
+    no final summary. The launch is charged, once, ElapsedRaw x AllocTRES gres/gpu of both
+    jobs as sacct recorded them (the profile's 4 GPUs per node would give half)."""
+    front = ConsoleFront(io.StringIO(), color=False)
+    train = f"/train sft llama3p1_8b cluster=a4 nodes=1 name={unique}"
+
+    def press(action: str, launch_id: str) -> Incoming:
+        return Incoming(
+            user_id="alice", channel_id="console", action_id=action, action_value=launch_id
+        )
+
+    async with (
+        knobs(unique, steps=400, step_time_s=0.5, tokenizer_race="off"),
+        running(bot_settings(), budget_config(500.0), front) as bot,
+    ):
+        bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        reply = await handle_line(train, bot.core, front, user="alice")
+        assert reply is not None and not reply.error, reply
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        first = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
+        cancel_jobs.append(first.job_id)
+        await asyncio.sleep(3)  # the first job runs a while
+        retried = await bot.core(press("trainbot_retry", launch_id))
+        assert not retried.error, retried.text
+
+        async def second_running() -> Launch | None:
+            item = await bot.store.get(launch_id)
+            ok = item and len(item.attempts) == 2 and item.phase == Phase.RUNNING
+            return item if ok else None
+
+        second = await wait_until(second_running, "the retry's job running", 120)
+        cancel_jobs.append(second.job_id)
+        assert second.attempts[0].ended_at > 0  # the Retry closed the first attempt
+        await asyncio.sleep(3)
+        cancelled = await bot.core(press("trainbot_cancel", launch_id))
+        assert not cancelled.error, cancelled.text
+        ended = await wait_for_launch(bot.store, launch_id)
+        assert ended.outcome == "CANCELLED", ended.outcome
+        launch = await wait_charged(bot.store, launch_id)
+        charged = await bot.store.usage("alice", "a4", iso_week(time.time()))
+        # charged once: asked again (as after a restart), nothing more is charged
+        assert not await bot.store.charge(launch_id, "a4", launch.gpu_hours)
+        again = await bot.store.usage("alice", "a4", iso_week(time.time()))
+    jobs = [first.job_id, second.job_id]
+    real = [await asyncio.to_thread(sacct_gpu_hours, job) for job in jobs]
+    assert all(r > 0 for r in real), real
+    assert charged == pytest.approx(sum(real)) and launch.gpu_hours == pytest.approx(sum(real))
+    assert again == charged
 
 
 async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselves() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import json
 import logging
 import shlex
@@ -381,10 +383,37 @@ async def test_removal_from_admin_group_takes_effect_on_group_event(
     assert REFUSED_LOGS in said
 
 
-def test_privileged_groups_are_cached_briefly() -> None:
+async def test_privileged_groups_are_cached_briefly_then_asked_again(
+    standin: SlackStandin, log_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A removal from an admin group that Slack never announced takes effect once the
+    privileged groups' cache runs out (20 s here made 1 s; the unprivileged groups' much
+    longer one must not apply), and not before: Slack is asked once per expiry, not at
+    every request."""
     from bot import core
 
-    assert core.PRIVILEGED_GROUPS_TTL_S <= 30
+    assert core.PRIVILEGED_GROUPS_TTL_S <= 30 < core.GROUPS_TTL_S  # the defaults' bound
+    monkeypatch.setattr(core, "PRIVILEGED_GROUPS_TTL_S", 1.0)
+    asked: list[str] = []
+    async with secure_bot(standin) as s:
+        members = s.bot.core.front.usergroup_members  # type: ignore[union-attr]
+
+        async def counted(group: str) -> list[str]:
+            asked.append(group)
+            return list(await members(group))
+
+        s.bot.core.front.usergroup_members = counted  # type: ignore[union-attr,method-assign]
+        launch = await seed(s.bot, log_path=log_file)
+        assert REFUSED_LOGS not in await s.command("/logs", launch.id, user="U0DAVE")
+        standin.usergroups["S0ADMINS"] = []  # no subteam event: only the expiry can tell
+        cached = await s.command("/logs", launch.id, user="U0DAVE")
+        admins_asked = asked.count("S0ADMINS")
+        await asyncio.sleep(1.3)
+        expired = await s.command("/logs", launch.id, user="U0DAVE")
+    assert REFUSED_LOGS not in cached, cached  # still within the cache's life
+    assert admins_asked == 1, asked
+    assert REFUSED_LOGS in expired, expired  # asked again, and the removal took effect
+    assert asked.count("S0ADMINS") == 2, asked
 
 
 # -- max_concurrent ------------------------------------------------------------
@@ -659,9 +688,23 @@ async def test_unsigned_or_malformed_requests_get_4xx_without_a_traceback(
 
 
 async def test_non_utf8_body_is_400(standin: SlackStandin) -> None:
+    """A body that is not UTF-8, correctly signed (over its bytes, as Slack signs): 400,
+    saying why; nothing reaches bolt. Unsigned, the same body is refused too."""
+    body = b"command=%2Ftrain&text=\xff\xfe payload"
+    ts = str(int(time.time()))
+    digest = hmac.new(SIGNING_SECRET.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256)
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": "v0=" + digest.hexdigest(),
+    }
     async with secure_bot(standin) as s, aiohttp.ClientSession() as session:
+        async with session.post(s.url, data=body, headers=headers) as response:
+            signed = (response.status, await response.text())
         async with session.post(s.url, data=b"\xff\xfe payload") as response:
-            assert response.status in (400, 401)
+            unsigned = response.status
+    assert signed == (400, "malformed request: body is not UTF-8"), signed
+    assert unsigned in (400, 401)
 
 
 # -- injection and bad input: refused, with what would be right ------------------

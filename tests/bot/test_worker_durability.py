@@ -23,6 +23,7 @@ from bot.core import Core
 from bot.launches import Attempt, Launch, Phase
 from bot.settings import Settings
 from bot.store import Event, Store
+from bot.tracking import used_gpu_hours
 from bot.worker import Worker, worker_name
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.jobs import FoundJob
@@ -553,8 +554,34 @@ async def test_a_retry_interrupted_before_its_cancel_was_confirmed(
     if old_job_gone:
         assert stored.phase == Phase.SUBMITTED and stored.job_id == "101"
         assert clusters.submits == ["100", "101"]
+        assert stored.attempts[0].ended_at > 0  # closed: not billed until the launch ends
     else:
         assert stored.phase == Phase.SUBMITTED and stored.job_id == "100"
         assert clusters.submits == ["100"] and len(stored.attempts) == 1
         texts = await thread_texts(store, launch.id)
         assert any("retry was interrupted before job 100 was cancelled" in t for t in texts)
+
+
+async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedClusters) -> None:
+    """A 4-node job retried after 1 h whose new job runs 10 h more used 4 x 8 x 11 GPU-hours:
+    the Retry ends the old attempt when its job is confirmed gone, so the old one is not
+    counted until the launch ends (4 x 8 x 21)."""
+    launch = await queued(store, nodes=4)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    assert await Worker(store, clusters, name="a").process(launch.id)
+
+    def ran_an_hour(stored: Launch) -> list[Event]:
+        stored.attempts[0].started_at, stored.phase = time.time() - 3600, Phase.RUNNING
+        return []
+
+    running, _ = await store.mutate(launch.id, ran_an_hour)
+    asked = time.time()
+    reply = await core.retry(running, ALICE)
+    assert not reply.error, reply.text
+    stored = await store.get(launch.id)
+    assert stored is not None and len(stored.attempts) == 2
+    old, new = stored.attempts
+    assert asked <= old.ended_at <= time.time() and old.slurm_state == "CANCELLED"
+    new.started_at, new.ended_at = old.ended_at, old.ended_at + 10 * 3600
+    gpu_hours = used_gpu_hours(stored, clusters.profile("a4"), now=new.ended_at)
+    assert gpu_hours == pytest.approx(4 * 8 * 11, rel=1e-3)

@@ -129,3 +129,127 @@ def test_job_names_with_newlines_do_not_split_records() -> None:
     queue = slurm.parse_squeue(data("squeue_newline_names.txt"))
     assert [r.job_id for r in queue] == ["53", "54", "55"]
     assert queue[1].name.startswith("x\ntouch ")
+
+
+# What ``scontrol show hostnames`` (Slurm 22.05, the dev cluster) prints for each list;
+# () where it says "Invalid hostlist".
+HOSTLISTS = [
+    ("dev[0-1]", ("dev0", "dev1")),
+    ("rack[1-2]-node[01-02]", ("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02")),
+    ("c[1,3]-r[2-3]", ("c1-r2", "c1-r3", "c3-r2", "c3-r3")),
+    ("n[01-02][1-2]", ("n011", "n012", "n021", "n022")),
+    ("n[1-2]-[3-4]", ("n1-3", "n1-4", "n2-3", "n2-4")),
+    ("n[1-2].ex[3]", ("n1.ex3", "n2.ex3")),
+    ("n[1-3]-ib[0-1],m[5]", tuple(f"n{a}-ib{b}" for a in (1, 2, 3) for b in (0, 1)) + ("m5",)),
+    (
+        "rack[1-2]-node[01-02],login",
+        ("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02", "login"),
+    ),  # fmt: skip
+    ("a[008-11]", ("a008", "a009", "a010", "a011")),  # the low bound's width
+    ("a[8-011]", ("a8", "a9", "a10", "a11")),
+    ("n[01-2]", ("n01", "n02")),
+    ("n[09-10]", ("n09", "n10")),
+    ("n[99-101]", ("n99", "n100", "n101")),
+    ("n[1-3,05]", ("n1", "n2", "n3", "n05")),
+    ("n[2,1]", ("n2", "n1")),
+    ("n[1-3,2]", ("n1", "n2", "n3", "n2")),
+    ("n1[1-2]", ("n11", "n12")),
+    ("n-[1-2]", ("n-1", "n-2")),
+    ("n[0-0]", ("n0",)),
+    ("n[1-2],,m[3-4]", ("n1", "n2", "m3", "m4")),
+    ("n[1-2] m", ("n1", "n2", "m")),
+    ("n1,n1", ("n1", "n1")),
+    ("dev0.example.com", ("dev0.example.com",)),
+    ("gpu[07-10]x", ()),  # text after the last bracket
+    ("n[1-2]-x", ()),
+    ("n[1-2].ex", ()),
+    ("n[1-2]x[3]y", ()),
+    ("dev[0-1],gpu[07-08]x", ()),  # one invalid entry: the whole list
+    ("n[3-1]", ()),
+    ("n[a-b]", ()),
+    ("n[]", ()),
+    ("n[1-2-3]", ()),
+    ("n[1-2,]", ()),
+    ("n[[1-2]]", ()),
+    ("n[1]]", ()),
+    ("", ()),
+]
+
+
+@pytest.mark.parametrize(("node_list", "hosts"), HOSTLISTS)
+def test_expand_hostlist_as_scontrol_show_hostnames(node_list: str, hosts: tuple[str, ...]) -> None:
+    assert slurm.expand_hostlist(node_list) == hosts
+
+
+def test_expand_hostlist_is_bounded() -> None:
+    assert len(slurm.expand_hostlist("n[0-99999999]")) == slurm.MAX_HOSTS
+    assert len(slurm.expand_hostlist("a[0-999]b[0-999]")) == slurm.MAX_HOSTS
+
+
+def acct(job_id: str, state: str, elapsed_s: int, tres: str, name: str = "x-L-abc123") -> str:
+    """One ``sacct -X -P -n -o SACCT_FIELDS`` row."""
+    return f"{job_id}|{name}|{state}|0:0|0:0|None|00:00:00|dev0|{elapsed_s}|{tres}\n"
+
+
+GPU8 = "billing=1,cpu=1,gres/gpu=8,node=1"
+GPU16 = "billing=2,cpu=2,gres/gpu=16,node=2"
+# sacct rows, expected job ids -> GPU-hours, jobs found, missing, running
+USAGES = [
+    ("", [], 0.0, (), (), ()),  # a launch that never submitted: nothing to wait for
+    (acct("7", "COMPLETED", 3600, GPU8), ["7"], 8.0, ("7",), (), ()),
+    # requeued: the NODE_FAIL incarnation ran 20 s on 16 GPUs, the second 1 h on 16
+    (acct("8", "NODE_FAIL", 20, GPU16) + acct("8", "COMPLETED", 3600, GPU16), ["8"],
+     16 + 20 * 16 / 3600, ("8",), (), ()),
+    # a retry: the first job cancelled after 1 h, the second ran 10 h (8 GPUs each)
+    (acct("9", "CANCELLED by 1001", 3600, GPU8) + acct("10", "COMPLETED", 36000, GPU8),
+     ["9", "10"], 88.0, ("9", "10"), (), ()),
+    # cancelled while pending: never allocated, nothing used
+    (acct("11", "CANCELLED by 1001", 0, ""), ["11"], 0.0, ("11",), (), ()),
+    # typed GPUs only
+    (acct("12", "FAILED", 1800, "cpu=2,gres/gpu:h100=8,node=1"), ["12"], 4.0, ("12",), (), ()),
+    # still running, or not yet in slurmdbd: not final
+    (acct("13", "RUNNING", 600, GPU8), ["13"], 600 * 8 / 3600, ("13",), (), ("13",)),
+    (acct("14", "COMPLETED", 60, GPU8), ["14", "15"], 60 * 8 / 3600, ("14",), ("15",), ()),
+    (acct("16", "PENDING", 0, "") + acct("16", "REQUEUED", 30, GPU8), ["16"], 30 * 8 / 3600,
+     ("16",), (), ("16",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rows", "expected", "hours", "jobs", "missing", "running"), USAGES)
+def test_usage_of_every_job_and_incarnation(
+    rows: str,
+    expected: list[str],
+    hours: float,
+    jobs: tuple[str, ...],
+    missing: tuple[str, ...],
+    running: tuple[str, ...],
+) -> None:
+    usage = slurm.usage_of(slurm.merge_acct(slurm.parse_sacct(rows)), expected)
+    assert usage.gpu_hours == pytest.approx(hours)
+    assert (usage.jobs, usage.missing, usage.running) == (jobs, missing, running)
+    assert usage.final is (not missing and not running)
+
+
+def test_launch_usage_counts_each_job_once_and_only_the_launchs() -> None:
+    """The recorded jobs, then every job named for the launch: one listed by both halves
+    is counted once; a job named for another launch (even one whose id ends the same) is
+    not counted; a job of the launch its attempts never recorded is."""
+    from cluster.jobs import SEPARATOR, build_usage, parse_usage
+
+    asked = acct("20", "CANCELLED by 1001", 3600, GPU8) + acct("21", "COMPLETED", 1800, GPU8)
+    named = (
+        acct("20", "CANCELLED by 1001", 3600, GPU8)
+        + acct("21", "COMPLETED", 1800, GPU8)
+        + acct("22", "CANCELLED by 1001", 90, GPU8)  # submitted, never recorded
+        + acct("23", "COMPLETED", 3600, GPU8, name="x-L-abc1234")  # another launch
+        + acct("24", "COMPLETED", 3600, GPU8, name="x-L-abc123-other")
+    )
+    usage = parse_usage(f"{asked}{SEPARATOR}\n{named}", "L-abc123", ["20", "21"])
+    assert usage.jobs == ("20", "21", "22") and usage.final
+    assert usage.gpu_hours == pytest.approx(8 + 4 + 90 * 8 / 3600)
+    command = build_usage("L-abc123", ["20", "21"], "alice", "now-14days")
+    assert command.startswith("sacct -X -P -n -D -o ") and " -j 20,21; echo " in command
+    assert "-u alice | grep -F -e L-abc123 || true" in command
+    assert build_usage("L-abc123", [], "alice", "now-14days").startswith("true; echo ")
+    with pytest.raises(ValueError, match="invalid launch id"):
+        build_usage("L-1;id", [], "alice", "now-14days")

@@ -1,6 +1,8 @@
 """Properties of the parser over generated input.
 
-- Any text, for any command, gives a request or a CommandError: nothing else.
+- Any text, for any command, gives a request or a CommandError: nothing else, and
+  the error's message is one for a person: what was wrong, then what would be right,
+  in whole sentences, short whatever the input, with none of Python's insides.
 - Every string in an accepted request is made of safe characters only: no
   whitespace, quotes, shell metacharacters or newlines, and no leading '-'.
 - Requests round-trip: request -> to_text() -> parse -> the same request, and
@@ -133,6 +135,28 @@ def strings_in(value: Any) -> list[str]:
     return []
 
 
+# What a message for a person never holds: a traceback, a pydantic error, a Python repr.
+INTERNALS = (
+    "Traceback", "pydantic", "validation error", "input_value", "errors.pydantic.dev",
+    "NoneType", "object at 0x", "<class ", "Error(", "KeyError", "ValueError", "TypeError",
+)  # fmt: skip
+SENTENCE_END = re.compile(r"[.?:;](?:\s|$)")  # "what was wrong: what is right."
+MAX_MESSAGE = 600  # the longest (an unknown key, with every key listed) is about 450
+
+
+def check_refused(exc: CommandError) -> None:
+    """``exc`` says what was wrong and what would be right: two parts at least (sentences,
+    or "wrong: right"; the second a usage, a list to choose from, a corrected form), bounded
+    in length, no Python internals; what was wrong is the message the error carries."""
+    message = str(exc)
+    assert message == exc.message and message.strip() == message, repr(message)
+    assert message.endswith((".", "?")), message
+    assert len(SENTENCE_END.findall(message)) >= 2, message
+    assert len(message) <= MAX_MESSAGE, message
+    assert not any(word in message for word in INTERNALS), message
+    assert "\n" not in message, repr(message)
+
+
 def check_accepted(request: Request, context: CommandContext, user: User) -> None:
     for text in strings_in(request.model_dump()):
         assert SAFE.fullmatch(text), text
@@ -149,7 +173,7 @@ def test_any_text_gives_a_request_or_a_command_error(
     try:
         request = parse_command(command, text, user=user, context=context)
     except CommandError as exc:
-        assert str(exc)
+        check_refused(exc)
         return
     check_accepted(request, context, user)
 
@@ -162,7 +186,7 @@ def test_train_text_gives_a_request_or_a_command_error(
     try:
         request = parse_command("/train", text, user=user, context=context)
     except CommandError as exc:
-        assert str(exc)
+        check_refused(exc)
         return
     check_accepted(request, context, user)
 
@@ -174,7 +198,8 @@ def test_any_line_gives_a_request_or_a_command_error(
 ) -> None:
     try:
         request = parse_line(line, user=user, context=context)
-    except CommandError:
+    except CommandError as exc:
+        check_refused(exc)
         return
     check_accepted(request, context, user)
 
