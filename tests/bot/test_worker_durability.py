@@ -754,3 +754,37 @@ async def test_a_cancel_while_awaiting_approval_is_final(
     assert await store.stream_length(keys.QUEUE) == 1  # only the entry of its creation
     assert await Worker(store, clusters, name="a").process(launch.id)
     assert clusters.submits == []
+
+
+async def test_a_cancel_during_a_deferred_start_is_final(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """The launch waits for its thread (a deferred entry); it is cancelled meanwhile, and the
+    thread then appears: nothing is ever submitted."""
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+
+    def no_thread_yet(stored: Launch) -> list[Event]:
+        stored.parent_ts = ""
+        return []
+
+    await store.mutate(launch.id, no_thread_yet)
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
+    assert await store.deferred_count() == 1 and clusters.submits == []
+    current = await store.get(launch.id)
+    assert current is not None
+    assert not (await core.cancel(current, ALICE)).error
+
+    def posted(stored: Launch) -> list[Event]:
+        stored.parent_ts = "1700000000.000200"
+        return []
+
+    await store.mutate(launch.id, posted)
+    await asyncio.sleep(worker.THREAD_WAIT_S + 0.1)
+    assert await store.promote_due() == 1
+    for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+        await w.handle(entry_id, fields)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
+    assert stored.cancelled_by == ALICE.id
