@@ -9,12 +9,13 @@ exactly once per attempt:
 - The launch is marked SUBMITTING before the launcher runs. A worker that finds
   it so (its predecessor died mid-submit, or the submit's outcome is unknown)
   asks Slurm for a job carrying the launch id, and submits only when Slurm
-  answered that there is none. While the cluster cannot be reached it keeps
-  looking, and the thread says so.
+  answered that there is none once any submit in flight must have ended (the
+  login node refuses or kills a submit past its deadline). While the cluster
+  cannot be reached it keeps looking, and the thread says so.
 - Backoff is never a sleep inside a worker: a retry or a later look is a
   deferred entry (a Redis sorted set by due time) that any worker takes when due.
-- A cancel wins: every phase change is conditional, and a job that appears after
-  its launch was cancelled is cancelled too.
+- A cancel is final: every phase change is conditional, and a job that appears
+  after its launch was cancelled is cancelled too.
 - An entry that fails inside trainbot (an unexpected exception) is tried a few
   times, then goes to a dead-letter stream, and the thread says so.
 """
