@@ -166,6 +166,8 @@ def check_final(view: View) -> list[Divergence]:
     cancelled = view.cancelled_at
     if word == "CANCELLED" and cancelled and last.end and last.end <= cancelled + 2:
         return out  # cancelled between attempts: the last job had already ended
+    if word == "CANCELLED" and cancelled and last.end and last.state != "COMPLETED":
+        return out  # a cancel is final: the job failing as it was cancelled is still CANCELLED
     detail = f"thread says {word}; sacct says job {last.job_id} {last.state}"
     return [*out, Divergence("final_state", lid, detail)]
 

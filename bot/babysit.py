@@ -58,6 +58,11 @@ def on_failure(
     (:func:`cluster.diagnosis.diagnose`). Returns the events, and whether the launch goes
     on (a retry is queued) rather than ending here."""
     attempt = launch.attempts[-1]
+    if launch.cancelled_by:  # a cancel is final: whatever the log shows, nothing is retried
+        job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
+        launch.detail = f"Cancelled by <@{launch.cancelled_by}>."
+        text = f"🚫 {job} ended ({state}) after <@{launch.cancelled_by}> cancelled it; not retried."
+        return [Event("thread", launch.id, text)], False
     if diagnosis is None:
         return [], False
     attempt.cause_key = diagnosis.key

@@ -486,16 +486,21 @@ class Core:
     # -- /cancel, /logs, /attach -------------------------------------------------
 
     async def cancel(self, launch: Launch, user: User) -> Reply:
+        """A cancel is final. The person's intent is written first (who, when); from then on
+        the launch ends CANCELLED whatever its job's log shows, and nothing is retried. The
+        job to ``scancel`` is read from the record after that write, so a job a worker
+        recorded meanwhile is cancelled too; one a worker records later, it cancels itself."""
         if not launch.active:
             return Reply(f"{launch.id} has already ended ({render.status_label(launch)[1]}).")
-        job_ids = [a.job_id for a in launch.attempts if a.job_id]
-        if job_ids:
-            await self.clusters.cancel(launch, job_ids[-1:])
 
         def cancelled(stored: Launch) -> list[Event]:
+            if not stored.active:
+                return []
             text = f"🚫 Cancelled by <@{user.id}>."
             events = []
-            if stored.phase in (Phase.QUEUED, Phase.PREFLIGHT, Phase.RETRYING) or not stored.job_id:
+            if not stored.cancelled_by:
+                stored.cancelled_by, stored.cancelled_at = user.id, time.time()
+            if stored.phase not in (Phase.SUBMITTED, Phase.RUNNING) or not stored.job_id:
                 stored.phase, stored.outcome, stored.detail = Phase.DONE, "CANCELLED", text
             if stored.submit_started_at:  # a worker looks the job up and cancels it
                 text += (
@@ -505,9 +510,25 @@ class Core:
                 events.append(Event("enqueue", stored.id))
             return [Event("thread", stored.id, text), Event("update", stored.id), *events]
 
-        await self.store.mutate(launch.id, cancelled)
-        what = f"Slurm job {job_ids[-1]}" if job_ids else launch.id
-        return Reply(f"Cancelled {what}. The thread will show the final state.")
+        stored, events = await self.store.mutate(launch.id, cancelled)
+        if not events:
+            return Reply(f"{launch.id} has already ended ({render.status_label(stored)[1]}).")
+        job_id = stored.job_id if stored.phase in (Phase.SUBMITTED, Phase.RUNNING) else ""
+        if stored.attempts and stored.attempts[-1].held and len(stored.attempts) > 1:
+            job_id = stored.attempts[-2].job_id  # a Retry was cancelling it: make sure
+        if not job_id:
+            return Reply(f"Cancelled {launch.id}. The thread will show the final state.")
+        try:
+            await self.clusters.cancel(stored, [job_id])
+        except ClusterError as exc:
+            text = (
+                f"⚠️ Could not cancel Slurm job {job_id} ({escape(str(exc))}). The launch stays "
+                f"cancelled: it will not be retried; cancel the job again, or by hand "
+                f"(`scancel {job_id}` on {escape(stored.cluster)})."
+            )
+            await self.store.mutate(launch.id, lambda s: [Event("thread", s.id, text)])
+            return Reply(text, error=True)
+        return Reply(f"Cancelled Slurm job {job_id}. The thread will show the final state.")
 
     async def use_partition(self, incoming: Incoming, user: User) -> Reply:
         """The [Use a4] button under a refused launch: the same request on that partition."""
@@ -545,7 +566,7 @@ class Core:
             return Reply(escape(decision.reason), error=True)
 
         def decide_launch(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.AWAITING_APPROVAL:
+            if stored.phase != Phase.AWAITING_APPROVAL or stored.cancelled_by:
                 return []
             if approved:
                 stored.phase = Phase.QUEUED
@@ -568,6 +589,8 @@ class Core:
     async def retry(self, launch: Launch, user: User) -> Reply:
         """Cancel the current attempt (a hang, say), confirm it is gone, then queue a new
         one, resuming. When the old job cannot be cancelled, nothing new is queued."""
+        if launch.cancelled_by:
+            return Reply(f"{launch.id} was cancelled by <@{launch.cancelled_by}>.", error=True)
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(
                 f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
@@ -576,7 +599,8 @@ class Core:
 
         def hold(stored: Launch) -> list[Event]:
             """A new attempt is on its way: stop following the old job (not queued yet)."""
-            if stored.job_id != old or stored.phase not in (Phase.SUBMITTED, Phase.RUNNING):
+            running = stored.phase in (Phase.SUBMITTED, Phase.RUNNING)
+            if stored.job_id != old or not running or stored.cancelled_by:  # a cancel is final
                 return []
             stored.attempts.append(
                 Attempt(
@@ -618,7 +642,7 @@ class Core:
 
         def go(stored: Launch) -> list[Event]:
             if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-                return []
+                return []  # a cancel meanwhile made it DONE: no new attempt
             stored.attempts[-1].held = False
             stored.attempts[-2].close(time.time())  # billed until now, not until the launch ends
             text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."

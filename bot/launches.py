@@ -134,6 +134,8 @@ class Launch(BaseModel):
     submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it
     preflight_said: int = -1  # len(attempts) when "Pre-flight ok" was posted: said once per attempt
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
+    cancelled_by: str = ""  # who cancelled it (a Slack user id), written before any scancel:
+    cancelled_at: float = 0.0  # from then on it ends CANCELLED and is never retried
 
     @property
     def cluster(self) -> str:

@@ -229,7 +229,8 @@ class Poller:
         """One job's snapshot onto its launch, diagnosed first when it failed."""
         watch = self.clusters.config.watch
         diagnosis: Diagnosis | None = None
-        if snap.state and is_terminal(snap.state) and snap.state != "COMPLETED":
+        ended = snap.state and is_terminal(snap.state) and snap.state != "COMPLETED"
+        if ended and not launch.cancelled_by:  # a cancelled launch ends CANCELLED: no diagnosis
             try:
                 diagnosis = await self.diagnose(profile, job, snap)
             except ClusterError as exc:

@@ -202,10 +202,15 @@ class _Step:
             if retrying:
                 return
         launch.phase = Phase.DONE
-        launch.outcome = state
+        launch.outcome = "CANCELLED" if launch.cancelled_by and state != "COMPLETED" else state
         summary = final_summary(launch, self.profile, self.now)
         launch.detail = launch.detail or summary.split("\n", 1)[0]
-        if state != "COMPLETED" and not launch.attempts[-1].cause_key and attempt.tail.strip():
+        if (
+            state != "COMPLETED"
+            and not launch.cancelled_by
+            and not launch.attempts[-1].cause_key
+            and attempt.tail.strip()
+        ):
             lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
             summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
         self.say(summary)

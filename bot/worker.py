@@ -9,12 +9,13 @@ exactly once per attempt:
 - The launch is marked SUBMITTING before the launcher runs. A worker that finds
   it so (its predecessor died mid-submit, or the submit's outcome is unknown)
   asks Slurm for a job carrying the launch id, and submits only when Slurm
-  answered that there is none. While the cluster cannot be reached it keeps
-  looking, and the thread says so.
+  answered that there is none once any submit in flight must have ended (the
+  login node refuses or kills a submit past its deadline). While the cluster
+  cannot be reached it keeps looking, and the thread says so.
 - Backoff is never a sleep inside a worker: a retry or a later look is a
   deferred entry (a Redis sorted set by due time) that any worker takes when due.
-- A cancel wins: every phase change is conditional, and a job that appears after
-  its launch was cancelled is cancelled too.
+- A cancel is final: every phase change is conditional, and a job that appears
+  after its launch was cancelled is cancelled too.
 - An entry that fails inside trainbot (an unexpected exception) is tried a few
   times, then goes to a dead-letter stream, and the thread says so.
 """
@@ -22,7 +23,9 @@ exactly once per attempt:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import math
 import os
 import secrets
 import socket
@@ -195,8 +198,10 @@ class Worker:
             if task is not None and task.cancelling():
                 raise  # this worker is being stopped
             log.warning("launch %s: the lock was lost; this worker stops", launch_id)
+            return False  # left pending: whoever holds the launch (or takes it) carries on
         except LostLock:
             log.warning("launch %s: another worker took it over; this one stops", launch_id)
+            return False
         except PersonRefused as exc:  # the person cannot log in: trying again will not help
             current = await self.store.get(launch_id)
             if current is not None and current.phase == Phase.SUBMITTING:
@@ -226,9 +231,14 @@ class Worker:
         begun never begins: another worker has the launch)."""
         while True:
             await asyncio.sleep(LOCK_RENEW_S)
-            if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
+            try:
+                held = await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS)
+            except Exception as exc:  # not renewed is not held: stop before another takes it
+                log.warning("worker %s could not renew the lock %s: %s", self.name, lock, exc)
+                held = False
+            if not held:
                 log.warning("worker %s lost the lock %s; stopping", self.name, lock)
-                work.cancel()
+                work.cancel()  # a submit under way is ended on the login node too
                 return
 
     async def _take(self, launch_id: str) -> Launch:
@@ -241,6 +251,17 @@ class Worker:
         item, _ = await self.store.mutate(launch_id, take)
         self._fence = item.fence
         return item
+
+    async def _check_still_ours(self, launch_id: str) -> None:
+        """LostLock unless this worker's fence is still the launch's and no other worker
+        holds the launch's lock."""
+        stored = await self.store.get(launch_id)
+        holder = await self.store.lease_holder(f"launch:{launch_id}")
+        if stored is None or stored.fence != self._fence:
+            fence = stored.fence if stored else None
+            raise LostLock(f"launch {launch_id}: fence {fence}, ours {self._fence}; not submitting")
+        if holder not in ("", self.name):
+            raise LostLock(f"launch {launch_id}: {holder} holds it; not submitting")
 
     async def _mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
@@ -296,10 +317,14 @@ class Worker:
         item, _ = await self._mutate(item.id, _to_submitting(ok))
         if item.phase != Phase.SUBMITTING:
             return
-        # Last word before Slurm: a worker that stalled past its lock, whose successor has
-        # not raised the fence yet, must not submit beside it.
-        if not await self.store.acquire(f"launch:{item.id}", self.name, LAUNCH_LOCK_MS):
-            raise LostLock(f"launch {item.id}: another worker holds it; not submitting")
+        # Last word before Slurm: the fence this worker raised must still be the launch's
+        # (a successor raised it past ours) and no other worker may hold the lock (one that
+        # has not raised it yet). Nothing is re-acquired here: a worker that stalled past
+        # its lock must not take it back. The login node holds the submit to its deadline.
+        await self._check_still_ours(item.id)
+        spec = dataclasses.replace(
+            spec, submit_by=math.ceil(item.submit_started_at + SUBMIT_TIMEOUT_S)
+        )
         try:
             submission = await self.clusters.submit(spec)
         except (CommandTimeout, ClusterUnreachable) as exc:
@@ -378,6 +403,16 @@ class Worker:
             how = "Found the job submitted before a restart"
             await self._record(item, job_id=found[-1].job_id, how=how)
             return False
+        # "No job yet" is not "never submitted" while a submit may still be in flight (its
+        # worker stalled, say): look again once any such submit must have ended.
+        settled_at = item.submit_started_at + SUBMIT_TIMEOUT_S + SUBMIT_SETTLE_S
+        if item.submit_started_at and time.time() < settled_at:
+            wait_s = settled_at - time.time()
+            log.info(
+                "launch %s: a submit may be in flight; looking again in %.0f s", item.id, wait_s
+            )
+            await self.store.requeue(item.id, after_s=wait_s)
+            return False
         return True
 
     async def _settle_cancelled(self, item: Launch) -> None:
@@ -438,7 +473,7 @@ class Worker:
             attempt = stored.attempts[-1]  # a retry's attempt was made when it was decided
             attempt.job_id, attempt.submitted_at = job_id, time.time()
             attempt.tracking = tracking
-            if stored.phase != Phase.SUBMITTING:  # cancelled while the submit was in flight
+            if stored.phase != Phase.SUBMITTING or stored.cancelled_by:  # cancelled meanwhile
                 attempt.slurm_state = "CANCELLED"
                 return [thread(stored.id, _appeared_after_cancel(job_id))]
             stored.phase = Phase.SUBMITTED

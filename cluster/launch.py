@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -41,6 +42,8 @@ COMMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 :._@-]{0,127}")
 SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 REMOTE_SHELL = "bash -l -s"
 SUBMIT_TIMEOUT_S = 120.0
+SUBMIT_TOO_LATE = "the submit arrived after its deadline; nothing was submitted"
+SUBMIT_TOO_LATE_EXIT = 75  # EX_TEMPFAIL
 
 
 def _check(pattern: re.Pattern[str] | str, value: str, what: str) -> None:
@@ -71,6 +74,7 @@ class LaunchSpec:
     secrets: Mapping[str, SecretStr] = field(default_factory=dict, repr=False)
     # What the site's launcher accepts (its --help), when known: argv leaves out what it lacks.
     launcher: LauncherOptions | None = None
+    submit_by: int = 0  # epoch seconds: the launcher neither starts nor runs past it (0: no bound)
 
     def __post_init__(self) -> None:
         framework(self.framework)  # ValueError naming the known frameworks
@@ -191,7 +195,13 @@ class LaunchPlan:
         """The script sent on stdin to ``bash -l -s``; secrets shown only if ``redact`` is false."""
         spec = self.spec
         exports = export_lines(spec.env, spec.secrets, spec.secret_files(), redact=redact)
-        return render_script(spec.work_dir, exports, self.argv, env=spec.fw.script_env(spec))
+        return render_script(
+            spec.work_dir,
+            exports,
+            self.argv,
+            env=spec.fw.script_env(spec),
+            submit_by=spec.submit_by,
+        )
 
 
 def render_script(
@@ -200,13 +210,29 @@ def render_script(
     argv: tuple[RemoteArg, ...] | list[RemoteArg],
     *,
     env: dict[str, RemoteArg] | None = None,
+    submit_by: int = 0,
 ) -> str:
-    """``set -euo pipefail``, the exports, ``cd`` to the work dir, ``exec`` the launcher."""
+    """``set -euo pipefail``, the exports, ``cd`` to the work dir, ``exec`` the launcher.
+
+    With ``submit_by`` (epoch seconds) the login node itself holds the submit to that
+    bound: a script that arrives later (its sender stalled) submits nothing, and the
+    launcher is killed when it runs past it. So once the bound has passed, no submit of
+    this attempt can still be in flight, whatever happened to the process that sent it."""
     lines = ["set -euo pipefail", *exports]
     for name, value in (env or {}).items():
         lines.append(f"export {name}={join_argv([value])}")
     lines.append(f"cd {quote_path(work_dir)}")
-    lines.append(f"exec {join_argv(argv)} </dev/null")
+    if not submit_by:
+        lines.append(f"exec {join_argv(argv)} </dev/null")
+        return "\n".join(lines) + "\n"
+    lines += [
+        f"trainbot_left=$(( {int(submit_by)} - $(date +%s) ))",
+        'if [ "$trainbot_left" -le 0 ]; then',
+        f"  echo 'trainbot: {SUBMIT_TOO_LATE}' >&2",
+        f"  exit {SUBMIT_TOO_LATE_EXIT}",
+        "fi",
+        f'exec timeout -k 5 "$trainbot_left" {join_argv(argv)} </dev/null',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -237,6 +263,8 @@ async def submit(
     Not idempotent: look for an earlier submission with ``find_jobs_for_launch`` first.
     """
     spec = plan.spec
+    if spec.submit_by:  # the login node stops it then; this side waits no longer either
+        timeout_s = min(timeout_s, max(spec.submit_by - time.time(), 0.001))
     result = await pool.run(
         spec.profile.login,
         REMOTE_SHELL,

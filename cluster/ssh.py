@@ -174,8 +174,11 @@ class SSHPool:
                 data = input.encode() if input is not None else None
                 out, err = await asyncio.wait_for(process.communicate(data), remaining)
                 await asyncio.wait_for(process.wait_closed(), max(deadline - time.monotonic(), 1))
+            except asyncio.CancelledError:
+                _stop(process)  # the caller gave up (a lost lock): the remote command ends too
+                raise
             except TimeoutError:
-                process.close()
+                _stop(process)
                 raise CommandTimeout(
                     f"command did not finish within {timeout_s:g} s: {_short(command)}",
                     cluster=cluster,
@@ -375,3 +378,13 @@ def _text(data: object) -> str:
 def _short(command: str, limit: int = 200) -> str:
     line = " ".join(command.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _stop(process: asyncssh.SSHClientProcess[bytes]) -> None:
+    """End a remote command this side no longer waits for: SIGTERM to it (sshd delivers
+    the channel's "signal" request, RFC 4254 section 6.9), then close the channel."""
+    try:
+        process.send_signal("TERM")
+    except (asyncssh.Error, OSError):  # the channel is already gone
+        pass
+    process.close()

@@ -72,6 +72,17 @@ def test_a_job_that_started_after_the_cancel(dirs: dict[str, Path]) -> None:
     assert kinds(view, dirs) == ["final_state", "ran_after_cancel"]
 
 
+def test_a_job_that_failed_as_it_was_cancelled_ends_cancelled(dirs: dict[str, Path]) -> None:
+    """Cancel pressed while the job ran; Slurm recorded it FAILED (it failed as the scancel
+    went in): the launch ends CANCELLED, and that is no divergence."""
+    view = clean()
+    view.plan.cancel_presses.append(1050.0)
+    view.thread[-1] = "🚫 CANCELLED in 1 min · 1 attempt · 0.13 GPU-hours"
+    view.parent_texts[-1] = view.parent_texts[-1].replace("✅ *COMPLETED*", "🚫 *CANCELLED*")
+    view.jobs = view.incarnations = [replace(JOB, state="FAILED")]
+    assert kinds(view, dirs) == []
+
+
 def test_a_final_state_that_differs_from_sacct(dirs: dict[str, Path]) -> None:
     view = clean()
     view.jobs = view.incarnations = [replace(JOB, state="FAILED")]

@@ -18,14 +18,17 @@ import pytest
 
 from bot import keys, worker
 from bot.clusters import Clusters
-from bot.config import parse_config
+from bot.config import Watch, parse_config
 from bot.core import Core
 from bot.launches import Attempt, Launch, Phase
 from bot.settings import Settings
-from bot.store import Event, Store
-from bot.tracking import used_gpu_hours
+from bot.store import Event, Store, StoreError
+from bot.tracking import apply_snapshot, used_gpu_hours
 from bot.worker import Worker, worker_name
+from cluster.collector import JobSnapshot, LogChunk
+from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.evidence import Evidence, EvidenceFile
 from cluster.jobs import FoundJob
 from cluster.launch import LaunchSpec, Submission
 from cluster.preflight import PreflightResult
@@ -57,6 +60,7 @@ class ScriptedClusters(Clusters):
         self.cancelled: list[str] = []
         self.jobs: dict[str, list[FoundJob]] = {}  # launch id -> jobs Slurm has for it
         self.on_submit: Callable[[LaunchSpec], Any] | None = None
+        self.before_sbatch: Callable[[LaunchSpec], Any] | None = None  # the launcher's start
         self.find_error: Exception | None = None
         self.cancel_error: Exception | None = None
         self.preflight_started = asyncio.Event()
@@ -72,6 +76,8 @@ class ScriptedClusters(Clusters):
         return PreflightResult(cluster=spec.cluster, checks=())
 
     async def submit(self, spec: LaunchSpec) -> Submission:
+        if self.before_sbatch is not None:
+            await self.before_sbatch(spec)
         job_id = str(100 + len(self.submits))
         self.submits.append(job_id)
         self.jobs.setdefault(spec.launch_id, []).append(
@@ -142,40 +148,122 @@ def test_worker_names_are_unique_per_process_and_instance() -> None:
 
 
 async def test_a_stalled_worker_that_lost_the_launch_writes_nothing(
-    store: Store, clusters: ScriptedClusters
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Worker A stalls in submit past its lock; B takes the launch over. A's submission
-    lands in Slurm (nothing can stop that) but A's write is refused by the fence, and B,
-    finding the job by the launch id, adopts it: one job, recorded once."""
+    """Worker A stalls in its launcher before sbatch reached Slurm, past its lock; B takes
+    the launch over and finds no job yet. A submit may still be in flight, so B submits
+    nothing until it must have ended. A's job then lands, A's write is refused by the
+    fence, and B, looking again, adopts it: one job, recorded once."""
+    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
     launch = await queued(store)
     slow, fast = Worker(store, clusters, name="a"), Worker(store, clusters, name="b")
-    gate = asyncio.Event()
+    gate, stalled, calls = asyncio.Event(), asyncio.Event(), []
 
     async def stall(spec: LaunchSpec) -> None:
-        if len(clusters.submits) == 1:
+        calls.append(spec.launch_id)
+        if len(calls) == 1:  # A's launcher, before its sbatch reached Slurm
+            stalled.set()
             await gate.wait()
 
-    clusters.on_submit = stall
+    clusters.before_sbatch = stall
     first = asyncio.create_task(slow.process(launch.id))
-    while not clusters.submits:
-        await asyncio.sleep(0.05)
+    await asyncio.wait_for(stalled.wait(), 5)
     await store.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
-    assert await fast.process(launch.id)  # B: SUBMITTING, so it looks up first
+    assert await fast.process(launch.id)  # B: SUBMITTING, and Slurm has no job yet
+    assert clusters.submits == [] and len(calls) == 1  # B waits for A's submit to end
     gate.set()
-    assert await first
+    assert not await first  # A's job landed; its write was refused: it stops
+    assert clusters.submits == ["100"]
+    await asyncio.sleep(0.8)  # until any submit in flight must have ended
+    assert await store.promote_due() == 1
+    assert await fast.process(launch.id)
     stored = await store.get(launch.id)
     assert stored is not None and clusters.submits == ["100"]
-    assert [a.job_id for a in stored.attempts] == ["100"]
+    assert stored.phase == Phase.SUBMITTED and [a.job_id for a in stored.attempts] == ["100"]
     texts = await thread_texts(store, launch.id)
     assert sum("Slurm job 100" in t for t in texts) == 1, texts
 
 
+class StallsAfterSubmitting(Worker):
+    """A worker that stalls right after it marked the launch SUBMITTING, before its last
+    check (as a process paused there would)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stalled, self.gate = asyncio.Event(), asyncio.Event()
+
+    async def _mutate(
+        self, launch_id: str, change: Callable[[Launch], list[Event]]
+    ) -> tuple[Launch, list[Event]]:
+        result = await super()._mutate(launch_id, change)
+        if result[0].phase == Phase.SUBMITTING and not self.stalled.is_set():
+            self.stalled.set()
+            await self.gate.wait()
+        return result
+
+
+async def test_a_stalled_worker_checks_the_fence_not_a_free_lock_before_sbatch(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A marked the launch SUBMITTING and stalled past its lock; B took the launch (raising
+    the fence), found no job, and let the lock go while it waits for A's possible submit.
+    A wakes to a free lock: taking it again would let it submit beside B's later one; its
+    fence is stale, so it submits nothing."""
+    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
+    launch = await queued(store)
+    a = StallsAfterSubmitting(store, clusters, name="a")
+    first = asyncio.create_task(a.process(launch.id))
+    await asyncio.wait_for(a.stalled.wait(), 5)
+    await store.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
+    b = Worker(store, clusters, name="b")
+    assert await b.process(launch.id)
+    assert await store.lease_holder(f"launch:{launch.id}") == ""
+    a.gate.set()
+    assert not await first
+    assert clusters.submits == []
+    await asyncio.sleep(0.8)
+    assert await store.promote_due() == 1
+    assert await b.process(launch.id)  # nothing in Slurm after any submit must have ended
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.phase == Phase.SUBMITTED
+    assert clusters.submits == ["100"] and stored.job_id == "100"
+
+
+async def test_a_failed_lock_renewal_stops_the_submit_before_sbatch(
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis refuses the renewal (an error, not "someone else has it"): the worker cannot
+    know it still holds the launch, so it stops before sbatch and leaves the entry pending."""
+    monkeypatch.setattr(worker, "LOCK_RENEW_S", 0.1)
+    launch = await queued(store)
+    clusters.preflight_gate = asyncio.Event()
+    w = Worker(store, clusters, name="a")
+    real_acquire = store.acquire
+
+    async def failing(name: str, owner: str, ttl_ms: int) -> bool:
+        if clusters.preflight_started.is_set():
+            raise StoreError("Redis: connection reset by peer")
+        return await real_acquire(name, owner, ttl_ms)
+
+    monkeypatch.setattr(store, "acquire", failing)
+    task = asyncio.create_task(w.process(launch.id))
+    await clusters.preflight_started.wait()
+    await asyncio.sleep(0.3)  # a renewal or two fail meanwhile
+    clusters.preflight_gate.set()
+    assert not await asyncio.wait_for(task, 5)  # left pending for a later look
+    assert clusters.submits == []
+
+
 async def test_a_worker_that_died_before_its_submit_reached_slurm_is_not_repeated_in_the_thread(
-    store: Store, clusters: ScriptedClusters
+    store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Worker A passed pre-flight and said so, then died before sbatch reached Slurm. B looks
-    the launch up (nothing), runs pre-flight again and submits: one job, and "Pre-flight ok"
-    once in the thread."""
+    the launch up once A's submit must have ended (nothing), runs pre-flight again and
+    submits: one job, and "Pre-flight ok" once in the thread."""
+    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.1)
     launch = await queued(store)
     dead = asyncio.Event()  # never set: A never comes back
 
@@ -189,7 +277,12 @@ async def test_a_worker_that_died_before_its_submit_reached_slurm_is_not_repeate
     while not clusters.submits:
         await asyncio.sleep(0.05)
     await store.release(f"launch:{launch.id}", "a")  # A's lock expired: it is gone
-    assert await Worker(store, clusters, name="b").process(launch.id)
+    b = Worker(store, clusters, name="b")
+    assert await b.process(launch.id)
+    assert len(clusters.submits) == 1  # not before A's submit must have ended
+    await asyncio.sleep(0.5)
+    assert await store.promote_due() == 1
+    assert await b.process(launch.id)
     first.cancel()
     stored = await store.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED
@@ -387,7 +480,7 @@ async def test_a_worker_that_loses_its_lock_stops_before_submitting(
     assert await store.acquire(lock, "b", 60_000)
     await asyncio.sleep(0.3)  # A's next renewal finds the lock gone
     clusters.preflight_gate.set()
-    assert await asyncio.wait_for(task, 5)  # A stops cleanly: its loop goes on
+    assert not await asyncio.wait_for(task, 5)  # A stops cleanly, its entry left pending
     assert clusters.submits == []
     stored = await store.get(launch.id)
     assert stored is not None and stored.phase == Phase.PREFLIGHT
@@ -407,7 +500,7 @@ async def test_a_worker_whose_lock_was_taken_does_not_submit_even_before_renewin
     await store.release(lock, "a")
     assert await store.acquire(lock, "b", 60_000)
     clusters.preflight_gate.set()
-    assert await asyncio.wait_for(task, 5)
+    assert not await asyncio.wait_for(task, 5)
     assert clusters.submits == []
 
 
@@ -585,3 +678,139 @@ async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedCl
     new.started_at, new.ended_at = old.ended_at, old.ended_at + 10 * 3600
     gpu_hours = used_gpu_hours(stored, clusters.profile("a4"), now=new.ended_at)
     assert gpu_hours == pytest.approx(4 * 8 * 11, rel=1e-3)
+
+
+async def test_a_cancel_cancels_the_job_a_worker_recorded_after_the_cancel_read_the_launch(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """The cancel read the launch while its submit was under way; the worker then recorded
+    job 100. The cancel's write comes after: the job it cancels is read from that write."""
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    read_before = await store.get(launch.id)  # what the cancel looked at
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    assert read_before is not None and not read_before.job_id
+    reply = await core.cancel(read_before, ALICE)
+    assert not reply.error, reply.text
+    assert clusters.cancelled == ["100"], reply.text
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.cancelled_by == ALICE.id and stored.cancelled_at
+
+
+def failed_after_cancel(stored: Launch) -> list[Event]:
+    """What the poller writes when the cancelled job ended and its log showed an NCCL
+    watchdog timeout (a cause that is retried when nobody cancelled)."""
+    watchdog = (
+        "[rank0]:[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds"
+    )
+    found = diagnose(Evidence(job_id=stored.job_id, files=(EvidenceFile("log", watchdog, 1),)))
+    assert found is not None and found.key == "nccl_timeout"
+    none = LogChunk("", "", 0, -1)
+    snap = JobSnapshot(stored.job_id, "CANCELLED", queue=None, acct=None, restart=0, log=none)
+    profile = parse_config(CONFIG).clusters["a4"]
+    return apply_snapshot(stored, snap, profile, Watch(), now=time.time(), diagnosis=found)
+
+
+async def test_a_cancelled_job_whose_log_shows_a_retryable_cause_is_not_retried(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    running = await store.get(launch.id)
+    assert running is not None
+    await core.cancel(running, ALICE)
+    stored, _ = await store.mutate(launch.id, failed_after_cancel)
+    assert stored.phase == Phase.DONE and stored.outcome == "CANCELLED"
+    assert len(stored.attempts) == 1 and await store.deferred_count() == 0
+    texts = await thread_texts(store, launch.id)
+    assert any("after <@U0ALICE> cancelled it; not retried" in t for t in texts), texts
+    assert not any("Retrying" in t for t in texts), texts
+    assert (await core.retry(stored, ALICE)).error
+
+
+async def test_a_cancel_during_the_retry_backoff_is_final(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+
+    def backoff(stored: Launch) -> list[Event]:
+        stored.phase = Phase.RETRYING
+        stored.attempts += [
+            Attempt(number=1, job_id="9", ended_at=time.time()),
+            Attempt(number=2, not_before=time.time() + 0.3),
+        ]
+        return [Event("enqueue", stored.id, data={"due": stored.attempts[-1].not_before})]
+
+    await store.mutate(launch.id, backoff)
+    current = await store.get(launch.id)
+    assert current is not None
+    reply = await core.cancel(current, ALICE)
+    assert not reply.error and clusters.cancelled == []  # job 9 had already ended
+    await asyncio.sleep(0.4)
+    await store.promote_due()
+    w = Worker(store, clusters, name="a")
+    for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+        await w.handle(entry_id, fields)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
+    assert stored.cancelled_by == ALICE.id
+
+
+async def test_a_cancel_while_awaiting_approval_is_final(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+
+    def awaiting(stored: Launch) -> list[Event]:
+        stored.phase = Phase.AWAITING_APPROVAL
+        return []
+
+    await store.mutate(launch.id, awaiting)
+    current = await store.get(launch.id)
+    assert current is not None
+    await core.cancel(current, ALICE)
+    admin = User(id="U0ADMIN", name="admin", groups=frozenset())
+    assert (await core.approve(current, admin, True)).text  # answered, whatever it says
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "CANCELLED" and not stored.active
+    assert await store.stream_length(keys.QUEUE) == 1  # only the entry of its creation
+    assert await Worker(store, clusters, name="a").process(launch.id)
+    assert clusters.submits == []
+
+
+async def test_a_cancel_during_a_deferred_start_is_final(
+    store: Store, clusters: ScriptedClusters
+) -> None:
+    """The launch waits for its thread (a deferred entry); it is cancelled meanwhile, and the
+    thread then appears: nothing is ever submitted."""
+    launch = await queued(store)
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+
+    def no_thread_yet(stored: Launch) -> list[Event]:
+        stored.parent_ts = ""
+        return []
+
+    await store.mutate(launch.id, no_thread_yet)
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
+    assert await store.deferred_count() == 1 and clusters.submits == []
+    current = await store.get(launch.id)
+    assert current is not None
+    assert not (await core.cancel(current, ALICE)).error
+
+    def posted(stored: Launch) -> list[Event]:
+        stored.parent_ts = "1700000000.000200"
+        return []
+
+    await store.mutate(launch.id, posted)
+    await asyncio.sleep(worker.THREAD_WAIT_S + 0.1)
+    assert await store.promote_due() == 1
+    for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+        await w.handle(entry_id, fields)
+    stored = await store.get(launch.id)
+    assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
+    assert stored.cancelled_by == ALICE.id

@@ -1,0 +1,36 @@
+"""``trainbot serve --role worker`` for tests/bot/test_worker_stall.py: the worker's timings
+shortened (lock, claim, submit bound) so a takeover happens in seconds, and, with
+``STALL_BEFORE_SUBMIT=1``, the process stops itself (SIGSTOP) once, right before its
+first submit reaches the login node: after every check a worker makes, the worst place
+to stall. The test sends SIGCONT."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from bot import worker
+from bot.cli import main
+from bot.clusters import Clusters
+from cluster.launch import LaunchSpec, Submission
+
+worker.LAUNCH_LOCK_MS = 3000
+worker.LOCK_RENEW_S = 1.0
+worker.CLAIM_IDLE_MS = 3000
+worker.CLAIM_EVERY_S = 1.0
+worker.SUBMIT_TIMEOUT_S = float(os.environ.get("STALL_SUBMIT_TIMEOUT_S", "15"))
+worker.SUBMIT_SETTLE_S = 5.0
+
+if os.environ.get("STALL_BEFORE_SUBMIT") == "1":
+    submit = Clusters.submit
+    stalled: list[str] = []
+
+    async def stalling_submit(self: Clusters, spec: LaunchSpec) -> Submission:
+        if not stalled:
+            stalled.append(spec.launch_id)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return await submit(self, spec)
+
+    Clusters.submit = stalling_submit  # type: ignore[method-assign]
+
+raise SystemExit(main(["serve", "--role", "worker"]))

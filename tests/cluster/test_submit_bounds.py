@@ -1,0 +1,72 @@
+"""A submit is bounded on the login node itself, and a command this side gave up on ends
+there too: what lets a worker that takes over a launch conclude "never submitted"."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from cluster.jobs import find_jobs_for_launch
+from cluster.launch import (
+    REMOTE_SHELL,
+    SUBMIT_TOO_LATE,
+    LaunchSpec,
+    plan_launch,
+)
+from cluster.profiles import ClusterProfile
+from cluster.ssh import SSHPool
+from tests.conftest import LoginShell
+
+pytestmark = pytest.mark.devcluster
+
+
+async def test_a_submit_script_that_arrives_after_its_deadline_submits_nothing(
+    pool: SSHPool, dev_profile: ClusterProfile, launch_id: str
+) -> None:
+    """What a worker that stalled past its submit's deadline would send, sent as it sends
+    it: the login node refuses it, and Slurm has no job for the launch."""
+    spec = LaunchSpec(
+        profile=dev_profile, launch_id=launch_id, framework="nemo", nodes=1,
+        script="sft/llama3p1_8b_sft.py", name="late", submit_by=int(time.time()) - 1,
+    )  # fmt: skip
+    result = await pool.run(
+        dev_profile.login,
+        REMOTE_SHELL,
+        input=plan_launch(spec).script(redact=False),
+        timeout_s=60,
+        check=False,
+        cluster="a4",
+    )
+    assert result.returncode != 0, result  # 75, or 1 where a login shell's exit hooks trip
+    assert SUBMIT_TOO_LATE in result.stderr
+    assert await find_jobs_for_launch(pool, dev_profile, launch_id) == []
+
+
+async def test_a_command_given_up_on_ends_on_the_login_node(
+    pool: SSHPool, dev_profile: ClusterProfile, login: LoginShell, launch_id: str
+) -> None:
+    """A worker that loses its lock cancels its work: the remote command is signalled."""
+    seconds = f"300.{int(launch_id[2:], 16)}"  # a sleep no one else runs
+    task = asyncio.create_task(
+        pool.run(dev_profile.login, f"exec sleep {seconds}", timeout_s=60, cluster="a4")
+    )
+
+    async def remote_running() -> bool:
+        return bool((await login.run(f"pgrep -f '[s]leep {seconds}' || true")).stdout.strip())
+
+    for _ in range(50):
+        if await remote_running():
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("the remote sleep never started")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(25):
+        if not await remote_running():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("the remote command still runs after the caller gave up")
