@@ -20,6 +20,7 @@ from bot import answers, home, render
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
+from bot.identity import NoUser, People
 from bot.launches import Attempt, Launch, Phase
 from bot.logs import launch_fields
 from bot.redact import Redactor
@@ -92,6 +93,7 @@ class Core:
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         self.start_estimates = StartEstimates()
+        self.people = People(clusters, front)
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
@@ -113,6 +115,8 @@ class Core:
             if incoming.action_id:
                 return await self.on_action(incoming)
             return await self.on_command(incoming)
+        except NoUser as exc:  # names the admins to ask, as mentions
+            return Reply(exc.mrkdwn, error=True)
         except CommandError as exc:  # its text may quote what the user typed
             return Reply(escape(str(exc)), error=True)
         except TrainbotError as exc:
@@ -361,30 +365,7 @@ class Core:
     async def cluster_user(self, cluster: str, user: User) -> str:
         """The Unix user ``user``'s launches run as on ``cluster`` ("": the shared account);
         a CommandError when the cluster's identity maps no one to them and refuses."""
-        identity = self.clusters.profile(cluster).identity
-        if identity is None:
-            return ""
-        email = None
-        if identity.from_email and user.id not in identity.users and self.front is not None:
-            try:
-                email = await self.front.user_email(user.id)
-            except Exception as exc:  # refused below, with the reason in the log
-                log.warning("could not read the profile email of %s: %s", user.id, exc)
-        name = identity.username_for(user.id, email)
-        if name is not None:
-            return name
-        if identity.unmapped == "shared":
-            return ""
-        how = (
-            "its configuration names none for you and your Slack profile's email gives none"
-            if identity.from_email
-            else "its configuration names none for you"
-        )
-        raise CommandError(
-            f"You have no user on {cluster}: trainbot runs each person's jobs there as their "
-            f"own Unix user, and {how} (Slack user {escape(user.id)}). Ask a trainbot admin to "
-            f"add you under clusters.{cluster}.identity.users."
-        )
+        return await self.people.cluster_user(cluster, user)
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
         """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""

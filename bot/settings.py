@@ -43,6 +43,13 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
     http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
+    # /metrics on a listener of its own (host and port both set); unset: on the HTTP port
+    metrics_host: str | None = Field(default=None, alias="TRAINBOT_METRICS_HOST", min_length=1)
+    metrics_port: int | None = Field(default=None, alias="TRAINBOT_METRICS_PORT", ge=1, le=65535)
+    # a connection as a person (a certificate from the user CA) unused this long is closed
+    ssh_person_idle_s: float = Field(
+        default=60.0, alias="TRAINBOT_SSH_PERSON_IDLE_S", gt=0, le=3600
+    )
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
