@@ -71,6 +71,11 @@ GROUPS_TTL_S = 300.0
 # Groups that grant power (admins, approvers, on-call) are asked again sooner, so
 # a removal takes effect within this; subteam_members_changed forgets at once.
 PRIVILEGED_GROUPS_TTL_S = 20.0
+UNCONFIRMED_GROUPS = (
+    "\nTrainbot could not confirm your group membership with Slack just now (an admin, "
+    "approver or on-call group), so it counts none of those: if you are in one, try again "
+    "in a minute."
+)
 
 
 CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
@@ -88,6 +93,7 @@ class Core:
         self.context = context
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
+        self._unconfirmed: set[str] = set()  # privileged groups Slack did not answer for
         self._home_shown: dict[str, float] = {}  # user -> when their App Home was last built
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
@@ -97,6 +103,8 @@ class Core:
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
+        if reply.error and self._unconfirmed:  # a refusal may be for want of a group
+            reply = replace(reply, text=reply.text + UNCONFIRMED_GROUPS)
         if not self.redactor:
             return reply
         return replace(
@@ -190,9 +198,14 @@ class Core:
             if time.monotonic() - stamp > ttl_s and self.front is not None:
                 try:
                     members = set(await self.front.usergroup_members(group))
-                except Exception:  # the group stays as last known
+                except Exception:  # never marked fresh: asked again next time
                     log.warning("could not list members of user group %s", group)
-                self._groups[group] = (time.monotonic(), members)
+                    if group in privileged:  # fail closed: a removed admin keeps nothing
+                        self._unconfirmed.add(group)
+                        continue
+                else:
+                    self._groups[group] = (time.monotonic(), members)
+                    self._unconfirmed.discard(group)
             if user_id in members:
                 found.add(group)
         return found

@@ -21,7 +21,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cluster.errors import ConfigError
@@ -53,6 +60,15 @@ class Settings(BaseSettings):
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
+
+    @model_validator(mode="after")
+    def _metrics_host_needs_port(self) -> Settings:
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise ValueError(
+                "TRAINBOT_METRICS_HOST needs TRAINBOT_METRICS_PORT (the port /metrics listens "
+                "on apart from the HTTP port); leave both unset to serve it on the HTTP port"
+            )
+        return self
 
     _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     _from_files: set[str] = PrivateAttr(default_factory=set)
