@@ -365,6 +365,17 @@ class ClusterProfile(BaseModel):
                 "each person's short-lived SSH certificate with"
             )
         if self.identity is not None:
+            wrong = sorted(
+                f"{who}: {name}"
+                for who, name in self.identity.users.items()
+                if name in RESERVED_USERS or name == self.login.user
+            )
+            if wrong:
+                raise ValueError(
+                    f"identity.users: {', '.join(wrong)} is root or the shared account "
+                    f"{self.login.user}, never a person's user; leave them out (unmapped: "
+                    "shared runs those whom nothing names as the shared account)"
+                )
             env = {k for k, ref in self.job_secrets.items() if ref.env is not None}
             unknown = [n for n in self.identity.org_secrets if n not in env]
             if unknown:

@@ -92,6 +92,13 @@ def test_org_secrets_must_name_env_job_secrets() -> None:
         parse_config(bad, base_dir=Path("."))
 
 
+@pytest.mark.parametrize("name", ["root", "trainer"])
+def test_users_never_maps_anyone_to_root_or_the_shared_account(name: str) -> None:
+    text = CONFIG.replace("users: {U0ALICE: alice}", f"users: {{U0ALICE: alice, U0EVE: {name}}}")
+    with pytest.raises(ConfigError, match=f"U0EVE: {name} is root or the shared account"):
+        parse_config(text, base_dir=Path("."))
+
+
 def test_from_email_without_domains_is_refused_at_start() -> None:
     text = CONFIG.replace("users: {U0ALICE: alice}", "users: {}\n      from_email: true")
     with pytest.raises(ConfigError, match="from_email: true needs email_domains"):
