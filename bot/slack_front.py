@@ -365,7 +365,9 @@ class SlackFront:
     async def user_email(self, user_id: str) -> str | None:
         """The profile's email, only when Slack says the person confirmed it
         (``is_email_confirmed`` on the user object of ``users.info``) and the account is
-        a live person's (not ``deleted``, not a bot); None otherwise."""
+        a live person's (not ``deleted``, not a bot); None otherwise. The fields are the
+        user object's (https://docs.slack.dev/reference/objects/user-object:
+        ``is_email_confirmed``, ``deleted``, ``is_bot``, ``profile.email``)."""
         data = await self._call("users.info", self.client.users_info(user=user_id))
         found = data.get("user") or {}
         email = (found.get("profile") or {}).get("email")
