@@ -133,11 +133,17 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
     log_path = attempt.tracking.log_path if attempt.tracking else ""
     if not log_path:
         return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
-    text = await clusters.tail(launch, log_path, lines)
+    kept = ""
+    if launch.cluster_user and not clusters.pool.act_as_people:
+        # This process (the web role) never logs in as people: the poller's rolling tail.
+        text = "\n".join(attempt.tail.splitlines()[-lines:])
+        kept = ", as the poller last read it"
+    else:
+        text = await clusters.tail(launch, log_path, lines)
     if not text.strip():
         return Reply(f"The log of job {attempt.job_id} is empty so far (`{escape(log_path)}`).")
     count = len(text.splitlines())
-    head = f"Last {count} lines of job {attempt.job_id} (`{escape(log_path)}`):"
+    head = f"Last {count} lines of job {attempt.job_id} (`{escape(log_path)}`{kept}):"
     if len(text) <= INLINE_LOG_CHARS:
         return Reply(f"{head}\n{code_block(text)}")
     return Reply(

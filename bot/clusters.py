@@ -24,7 +24,7 @@ from cluster.discovery import ClusterCapacity, cluster_capacity
 from cluster.errors import ClusterError
 from cluster.frameworks import interactive_framework
 from cluster.launcher_options import LauncherOptions
-from cluster.profiles import ClusterProfile
+from cluster.profiles import ClusterProfile, cert_key_id
 from cluster.slurm import Usage
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
@@ -67,8 +67,10 @@ class Clusters:
             raise ClusterError(f"unknown cluster {name!r}", cluster=name) from None
 
     def profile_for(self, item: Launch) -> ClusterProfile:
-        """The launch's cluster as its person: logged in as their Unix user."""
-        return self.profile(item.cluster).as_user(item.cluster_user)
+        """The launch's cluster as its person: logged in as their Unix user, with
+        certificates whose key id names them and the launch."""
+        key_id = cert_key_id(item.user_id, item.cluster_user, item.id)
+        return self.profile(item.cluster).as_user(item.cluster_user, key_id)
 
     def secrets(self, profile: ClusterProfile) -> tuple[dict[str, SecretStr], list[str]]:
         """The profile's ``{env: NAME}`` job secrets from the bot's environment, by job
@@ -94,9 +96,19 @@ class Clusters:
         custom = is_custom_image(req.image, {*profile.images, *profile.images.values()})
         if custom and not item.image_secrets:  # policy.custom_images: no job secrets (env or file)
             profile = profile.model_copy(update={"job_secrets": {}})
+        withheld: list[str] = []
+        if item.cluster_user and profile.identity is not None:  # a person's own job
+            people = profile.people_secrets()  # identity.org_secrets: the bot's, if allowed
+            withheld = sorted(set(profile.job_secrets) - set(people))
+            profile = profile.model_copy(update={"job_secrets": people})
         if item.slurm_account:  # policy.accounts: the person's Slurm account
             profile = profile.model_copy(update={"account": item.slurm_account})
         secrets, notes = self.secrets(profile)
+        notes += [
+            f"{name} is the organisation's and not given to people's jobs on {profile.name} "
+            "(identity.org_secrets)"
+            for name in withheld
+        ]
         if isinstance(req, TrainRequest):
             recipe = self.config.catalog.find(req.workload, req.model, req.framework)
             if recipe is None:

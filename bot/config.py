@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,6 +29,7 @@ from commands.policy import ANY, BudgetRule, Policy, PolicyRule
 from commands.suggest import closest
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
+LINK_HOST_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 class Webhook(BaseModel):
@@ -61,6 +63,17 @@ class Watch(BaseModel):
     # A failed job whose files name no known cause is read again this much later
     # (shared file systems lag) before trainbot says the cause is unknown.
     evidence_reread_s: float = Field(default=5.0, ge=0, le=600)
+    # Hosts whose links trainbot posts from job output (W&B run pages): a link to any
+    # other host (or a subdomain of none of these) is not posted; a job writes its log.
+    link_hosts: tuple[Annotated[str, Field(pattern=LINK_HOST_PATTERN)], ...] = ("wandb.ai",)
+
+    def link_allowed(self, url: str) -> bool:
+        """Whether ``url`` is https to one of ``link_hosts`` (or a subdomain of one)."""
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if parts.scheme != "https" or parts.username or parts.password or not host:
+            return False
+        return any(host == h or host.endswith("." + h) for h in self.link_hosts)
 
     def hang_after_s(self, step_time_s: float | None) -> float:
         """No new progress line for this long means a silent hang (given the median step time)."""

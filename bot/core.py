@@ -20,6 +20,7 @@ from bot import answers, home, render
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
+from bot.identity import NoUser, People
 from bot.launches import Attempt, Launch, Phase
 from bot.logs import launch_fields
 from bot.redact import Redactor
@@ -70,6 +71,11 @@ GROUPS_TTL_S = 300.0
 # Groups that grant power (admins, approvers, on-call) are asked again sooner, so
 # a removal takes effect within this; subteam_members_changed forgets at once.
 PRIVILEGED_GROUPS_TTL_S = 20.0
+UNCONFIRMED_GROUPS = (
+    "\nTrainbot could not confirm your group membership with Slack just now (an admin, "
+    "approver or on-call group), so it counts none of those: if you are in one, try again "
+    "in a minute."
+)
 
 
 CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
@@ -87,14 +93,18 @@ class Core:
         self.context = context
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
+        self._unconfirmed: set[str] = set()  # privileged groups Slack did not answer for
         self._home_shown: dict[str, float] = {}  # user -> when their App Home was last built
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         self.start_estimates = StartEstimates()
+        self.people = People(clusters, front)
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
+        if reply.error and self._unconfirmed:  # a refusal may be for want of a group
+            reply = replace(reply, text=reply.text + UNCONFIRMED_GROUPS)
         if not self.redactor:
             return reply
         return replace(
@@ -113,6 +123,8 @@ class Core:
             if incoming.action_id:
                 return await self.on_action(incoming)
             return await self.on_command(incoming)
+        except NoUser as exc:  # names the admins to ask, as mentions
+            return Reply(exc.mrkdwn, error=True)
         except CommandError as exc:  # its text may quote what the user typed
             return Reply(escape(str(exc)), error=True)
         except TrainbotError as exc:
@@ -186,9 +198,14 @@ class Core:
             if time.monotonic() - stamp > ttl_s and self.front is not None:
                 try:
                     members = set(await self.front.usergroup_members(group))
-                except Exception:  # the group stays as last known
+                except Exception:  # never marked fresh: asked again next time
                     log.warning("could not list members of user group %s", group)
-                self._groups[group] = (time.monotonic(), members)
+                    if group in privileged:  # fail closed: a removed admin keeps nothing
+                        self._unconfirmed.add(group)
+                        continue
+                else:
+                    self._groups[group] = (time.monotonic(), members)
+                    self._unconfirmed.discard(group)
             if user_id in members:
                 found.add(group)
         return found
@@ -361,30 +378,7 @@ class Core:
     async def cluster_user(self, cluster: str, user: User) -> str:
         """The Unix user ``user``'s launches run as on ``cluster`` ("": the shared account);
         a CommandError when the cluster's identity maps no one to them and refuses."""
-        identity = self.clusters.profile(cluster).identity
-        if identity is None:
-            return ""
-        email = None
-        if identity.from_email and user.id not in identity.users and self.front is not None:
-            try:
-                email = await self.front.user_email(user.id)
-            except Exception as exc:  # refused below, with the reason in the log
-                log.warning("could not read the profile email of %s: %s", user.id, exc)
-        name = identity.username_for(user.id, email)
-        if name is not None:
-            return name
-        if identity.unmapped == "shared":
-            return ""
-        how = (
-            "its configuration names none for you and your Slack profile's email gives none"
-            if identity.from_email
-            else "its configuration names none for you"
-        )
-        raise CommandError(
-            f"You have no user on {cluster}: trainbot runs each person's jobs there as their "
-            f"own Unix user, and {how} (Slack user {escape(user.id)}). Ask a trainbot admin to "
-            f"add you under clusters.{cluster}.identity.users."
-        )
+        return await self.people.cluster_user(cluster, user)
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
         """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""

@@ -22,7 +22,7 @@ from bot.launches import StepRun, recipe_key
 from bot.store import Store
 from cluster.discovery import start_estimate
 from cluster.errors import ClusterError, CommandTimeout
-from cluster.profiles import ClusterProfile, slurm_time_seconds
+from cluster.profiles import ClusterProfile, cert_key_id, slurm_time_seconds
 from cluster.slurm import StartEstimate
 from commands.budget import budget_for, check_budget, iso_week
 from commands.context import User
@@ -217,7 +217,9 @@ async def appraise(
     """Start estimate (one SSH round trip as the person's Unix user, ``cluster_user``,
     at most ``timeout_s``, shared by the same shape for a few seconds), GPU-hour estimate
     and budget check for ``request`` by ``user``."""
-    profile = clusters.profile(request.cluster).as_user(cluster_user)
+    profile = clusters.profile(request.cluster)
+    if clusters.pool.act_as_people:  # else (a web process) the shared account asks
+        profile = profile.as_user(cluster_user, cert_key_id(user.id, cluster_user, "estimate"))
     task = estimates.ask(
         clusters,
         profile,

@@ -23,7 +23,7 @@ from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
 from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult, preflight
-from cluster.profiles import ClusterProfile, LoginNode
+from cluster.profiles import ClusterProfile, LoginNode, cert_key_id
 from cluster.ssh import SSHPool
 
 
@@ -59,7 +59,8 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
         return
     for user in sorted(set(profile.identity.users.values()) if profile.identity else ()):
         person = f"{name}: ssh {user}@{login.host} with a CA certificate"
-        await can_log_in(report, clusters, profile.as_user(user).login, name, person)
+        login = profile.as_user(user, cert_key_id("doctor", user, "doctor")).login
+        await can_log_in(report, clusters, login, name, person)
     listing = await discover_recipes(clusters.pool, profile)
     entries = [e for e in clusters.config.catalog.entries]
     missing = [

@@ -99,7 +99,8 @@ class Front(Protocol):
     async def usergroup_members(self, usergroup_id: str) -> list[str]: ...
 
     async def user_email(self, user_id: str) -> str | None:
-        """The email of the person's Slack profile (None: unknown)."""
+        """The email of the person's Slack profile, if Slack says they confirmed it
+        (None: unknown or unconfirmed)."""
         ...
 
     async def post_to_user(self, user: str, text: str) -> None:

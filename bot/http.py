@@ -66,6 +66,9 @@ class SlackParams:
     backoff_base_s: float = 0.5
     drain_timeout_s: float = 10.0
     allowed_team_ids: tuple[str, ...] = ()  # policy.workspaces; empty: any workspace
+    # /metrics on a listener of its own (port 0: any free one); None: on http_host:http_port
+    metrics_host: str | None = None
+    metrics_port: int | None = None
 
     def __repr__(self) -> str:  # never print the secrets
         mode = "socket" if self.app_token else "http"
@@ -90,8 +93,17 @@ class SlackParams:
             api_url=str(value("slack_api_url", DEFAULT_API_URL)),
             http_host=str(value("http_host", "127.0.0.1")),
             http_port=int(value("http_port", 3000)),
+            metrics_host=getattr(settings, "metrics_host", None),
+            metrics_port=getattr(settings, "metrics_port", None),
         )
         return replace(params, **overrides)
+
+    @property
+    def metrics_apart(self) -> tuple[str, int] | None:
+        """Where ``/metrics`` listens when apart from the main listener."""
+        if self.metrics_port is None:
+            return None
+        return self.metrics_host or self.http_host, self.metrics_port
 
 
 def malformed(raw: str, content_type: str) -> str:
@@ -201,13 +213,14 @@ async def to_bolt_request(request: web.Request, raw: str | None = None) -> Async
 def build_web_app(
     *,
     health: HealthCheck,
-    metrics: MetricsText,
+    metrics: MetricsText | None,
     app: AsyncApp | None = None,
     signing_secret: str = "",
     replay_guard: ReplayGuard | None = None,
 ) -> web.Application:
-    """``/healthz`` and ``/metrics``; ``POST /slack/events`` when ``app`` is given
-    (signature checked with ``signing_secret`` before bolt parses the body)."""
+    """``/healthz`` and ``/metrics`` (unless ``metrics`` is None: served apart);
+    ``POST /slack/events`` when ``app`` is given (signature checked with
+    ``signing_secret`` before bolt parses the body)."""
 
     async def healthz(_: web.Request) -> web.Response:
         try:
@@ -217,14 +230,10 @@ def build_web_app(
             ok, reason = False, f"health check failed: {type(error).__name__}"
         return web.Response(status=200 if ok else 503, text=reason or ("ok" if ok else "unhealthy"))
 
-    async def metrics_text(_: web.Request) -> web.Response:
-        produced = metrics()
-        body = await produced if inspect.isawaitable(produced) else produced
-        return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
-
     web_app = web.Application()
     web_app.router.add_get("/healthz", healthz)
-    web_app.router.add_get("/metrics", metrics_text)
+    if metrics is not None:
+        web_app.router.add_get("/metrics", _metrics_handler(metrics))
     if app is not None:
         bolt_app = app
         check = _checked(signing_secret, replay_guard)
@@ -244,6 +253,24 @@ def build_web_app(
     return web_app
 
 
+def _metrics_handler(metrics: MetricsText) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def metrics_text(_: web.Request) -> web.Response:
+        produced = metrics()
+        body = await produced if inspect.isawaitable(produced) else produced
+        return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    return metrics_text
+
+
+@asynccontextmanager
+async def serve_metrics(host: str, port: int, metrics: MetricsText) -> AsyncIterator[int]:
+    """Only ``GET /metrics``, on a listener of its own; yields the bound port."""
+    web_app = web.Application()
+    web_app.router.add_get("/metrics", _metrics_handler(metrics))
+    async with _serve_http(web_app, host, port) as bound:
+        yield bound
+
+
 @dataclass(frozen=True)
 class SlackService:
     """What ``run_slack`` yields: the ``Front`` for the core, and where it listens."""
@@ -252,6 +279,7 @@ class SlackService:
     app: AsyncApp
     mode: Literal["http", "socket"]
     http_port: int  # the bound port (useful when ``http_port=0``)
+    metrics_port: int | None = None  # the bound port of /metrics when apart
 
 
 @asynccontextmanager
@@ -270,11 +298,20 @@ async def _serve_http(web_app: web.Application, host: str, port: int) -> AsyncIt
 
 @asynccontextmanager
 async def serve_health(
-    host: str, port: int, *, health: HealthCheck, metrics: MetricsText
+    host: str,
+    port: int,
+    *,
+    health: HealthCheck,
+    metrics: MetricsText,
+    metrics_apart: tuple[str, int] | None = None,
 ) -> AsyncIterator[int]:
-    """Only ``GET /healthz`` and ``GET /metrics`` (a process that takes no Slack traffic);
-    yields the bound port."""
-    async with _serve_http(build_web_app(health=health, metrics=metrics), host, port) as bound:
+    """Only ``GET /healthz`` and ``GET /metrics`` (a process that takes no Slack traffic),
+    ``/metrics`` on ``metrics_apart`` (host, port) when given; yields the bound port."""
+    async with AsyncExitStack() as stack:
+        web_app = build_web_app(health=health, metrics=None if metrics_apart else metrics)
+        bound = await stack.enter_async_context(_serve_http(web_app, host, port))
+        if metrics_apart is not None:
+            await stack.enter_async_context(serve_metrics(*metrics_apart, metrics))
         yield bound
 
 
@@ -373,9 +410,10 @@ async def run_slack(
                 return False, "socket mode: not connected to Slack"
             return ok, reason
 
+        apart = params.metrics_apart
         web_app = build_web_app(
             health=checked_health,
-            metrics=metrics,
+            metrics=None if apart else metrics,
             app=None if socket_mode else app,
             signing_secret=secret,
             replay_guard=replay_guard,
@@ -383,8 +421,15 @@ async def run_slack(
         port = await stack.enter_async_context(
             _serve_http(web_app, params.http_host, params.http_port)
         )
+        metrics_port = None
+        if apart is not None:
+            metrics_port = await stack.enter_async_context(serve_metrics(*apart, metrics))
         if socket_mode:
             sockets.append(await stack.enter_async_context(_socket_mode(app, params.app_token)))
         yield SlackService(
-            front=front, app=app, mode="socket" if socket_mode else "http", http_port=port
+            front=front,
+            app=app,
+            mode="socket" if socket_mode else "http",
+            http_port=port,
+            metrics_port=metrics_port,
         )

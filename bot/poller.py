@@ -35,7 +35,7 @@ from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
 from cluster.frameworks import Tracking
-from cluster.profiles import ClusterProfile
+from cluster.profiles import ClusterProfile, cert_key_id
 from cluster.slurm import is_terminal
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,11 @@ def _changes(launch: Launch, change: Callable[[Launch], list[Event]]) -> bool:
     someone else is still handled right."""
     before = launch.model_dump_json()
     return bool(change(launch)) or launch.model_dump_json() != before
+
+
+def _persons(launches: dict[str, Launch], job_ids: list[str]) -> str:
+    """Whose jobs one poll as a Unix user reads (their user ids, for the certificate)."""
+    return "+".join(sorted({launches[job_id].user_id for job_id in job_ids}))
 
 
 def lease_name(cluster: str) -> str:
@@ -170,7 +175,10 @@ class Poller:
         for job_id, launch in launches.items():
             by_user.setdefault(launch.cluster_user, []).append(job_id)
         profile = self.clusters.profile(cluster)
-        people = {user: profile.as_user(user) for user in by_user}
+        people = {
+            user: profile.as_user(user, cert_key_id(_persons(launches, ids), user, "poll"))
+            for user, ids in by_user.items()
+        }
         results = await asyncio.gather(
             *(self._collect(people[user], ids, launches, jobs) for user, ids in by_user.items())
         )

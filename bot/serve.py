@@ -6,7 +6,8 @@ Slack: Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise HTTP on
 queue and needs no Slack secret at all; ``poller`` polls the clusters and
 delivers the outbox to Slack (so it needs the bot token, not the signing secret
 or app token). Every role serves ``GET /healthz`` and ``GET /metrics`` on that
-HTTP address. Runs until SIGTERM or SIGINT, then shuts down in order (see
+HTTP address (``/metrics`` on ``TRAINBOT_METRICS_HOST:TRAINBOT_METRICS_PORT`` instead
+when that port is set). Runs until SIGTERM or SIGINT, then shuts down in order (see
 bot.service).
 """
 
@@ -113,7 +114,11 @@ async def serving(
         else:
             port = await stack.enter_async_context(
                 serve_health(
-                    params.http_host, params.http_port, health=bot.healthy, metrics=bot.metrics
+                    params.http_host,
+                    params.http_port,
+                    health=bot.healthy,
+                    metrics=bot.metrics,
+                    metrics_apart=params.metrics_apart,
                 )
             )
             yield f"trainbot serving as {role} (health on {params.http_host}:{port})"

@@ -41,12 +41,25 @@ from bot.settings import Settings
 from bot.slack_front import observe_slack_errors
 from bot.store import Store
 from bot.worker import Worker, worker_name
-from cluster.ssh import SSHPool
+from cluster.ssh import SSHPool, check_ca_key
 
 log = logging.getLogger(__name__)
 
 ROLES = ("all", "web", "worker", "poller")
 PARTS = frozenset({"web", "worker", "poller"})
+
+
+def acts_as_people(parts: frozenset[str]) -> bool:
+    """Whether a process running ``parts`` logs in as people (and so reads the user CA
+    key): workers and pollers do; the web part, which Slack talks to, never does."""
+    return bool(parts & {"worker", "poller"})
+
+
+def check_ca_keys(config: Config) -> None:
+    """Refuse to start with a user CA key that is not owner-only (see check_ca_key)."""
+    paths = {p.login.user_ca_key_file for p in config.clusters.values()}
+    for path in sorted(path for path in paths if path is not None):
+        check_ca_key(path)
 
 
 def role_parts(role: str) -> frozenset[str]:
@@ -178,7 +191,12 @@ async def running(
         store = await stack.enter_async_context(
             Store.connect(settings.redis_url, redact=redactor, retention=config.retention.store())
         )
-        pool = await stack.enter_async_context(SSHPool())
+        people = acts_as_people(parts)
+        if people:
+            check_ca_keys(config)
+        pool = await stack.enter_async_context(
+            SSHPool(act_as_people=people, person_idle_s=settings.ssh_person_idle_s)
+        )
         clusters = Clusters(config, settings, pool, store)
         core = Core(store, clusters, config.command_context(), front)
         core.redactor = redactor

@@ -21,7 +21,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cluster.errors import ConfigError
@@ -43,9 +50,25 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
     http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
+    # /metrics on a listener of its own (host and port both set); unset: on the HTTP port
+    metrics_host: str | None = Field(default=None, alias="TRAINBOT_METRICS_HOST", min_length=1)
+    metrics_port: int | None = Field(default=None, alias="TRAINBOT_METRICS_PORT", ge=1, le=65535)
+    # a connection as a person (a certificate from the user CA) unused this long is closed
+    ssh_person_idle_s: float = Field(
+        default=60.0, alias="TRAINBOT_SSH_PERSON_IDLE_S", gt=0, le=3600
+    )
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
+
+    @model_validator(mode="after")
+    def _metrics_host_needs_port(self) -> Settings:
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise ValueError(
+                "TRAINBOT_METRICS_HOST needs TRAINBOT_METRICS_PORT (the port /metrics listens "
+                "on apart from the HTTP port); leave both unset to serve it on the HTTP port"
+            )
+        return self
 
     _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
     _from_files: set[str] = PrivateAttr(default_factory=set)

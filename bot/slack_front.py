@@ -363,9 +363,19 @@ class SlackFront:
         return [str(user) for user in data.get("users", [])]
 
     async def user_email(self, user_id: str) -> str | None:
+        """The profile's email, only when Slack says the person confirmed it
+        (``is_email_confirmed`` on the user object of ``users.info``) and the account is
+        a live person's (not ``deleted``, not a bot); None otherwise. The fields are the
+        user object's (https://docs.slack.dev/reference/objects/user-object:
+        ``is_email_confirmed``, ``deleted``, ``is_bot``, ``profile.email``)."""
         data = await self._call("users.info", self.client.users_info(user=user_id))
-        email = (data.get("user") or {}).get("profile", {}).get("email")
-        return str(email) if email else None
+        found = data.get("user") or {}
+        email = (found.get("profile") or {}).get("email")
+        if not email or found.get("is_email_confirmed") is not True:
+            return None
+        if found.get("deleted") or found.get("is_bot"):
+            return None
+        return str(email)
 
 
 def _message_args(text: str, blocks: Blocks | None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ twice (the stored launch already has it).
 
 from __future__ import annotations
 
+import logging
 import time
 
 from bot import babysit, render
@@ -22,6 +23,8 @@ from cluster.profiles import ClusterProfile, slurm_time_seconds
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
 from cluster.remote import quote_path
 from cluster.slurm import is_terminal
+
+log = logging.getLogger(__name__)
 
 PARENT_REFRESH_S = 10.0
 FAILURE_TAIL_LINES = 8
@@ -98,6 +101,11 @@ class _Step:
         """Where the run logs its metrics (a W&B page, a TensorBoard directory): said once."""
         launch = self.launch
         for url in run_links(text):
+            if not self.watch.link_allowed(url):  # a job must not make the bot post any link
+                log.warning(
+                    "launch %s: not posting a link to %s (watch.link_hosts)", launch.id, url
+                )
+                continue
             if url not in launch.run_links:
                 launch.run_links.append(url)
                 self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")

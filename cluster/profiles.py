@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from cluster.frameworks import FRAMEWORKS
 from cluster.remote import join_remote
@@ -131,12 +131,37 @@ class LoginNode(BaseModel):
     known_hosts_file: Path | None = None
     user_ca_key_file: Path | None = None
     cert_ttl_s: int = Field(default=300, ge=60, le=86400)
+    # Not in the config: the key id of the certificates signed for this login, naming
+    # the person and what for (set by :meth:`as_user`); sshd logs it with each login.
+    _key_id: str = PrivateAttr(default="")
 
-    def as_user(self, user: str) -> LoginNode:
-        """The same login node, reached as ``user`` with a certificate (no key file)."""
+    @property
+    def key_id(self) -> str:
+        return self._key_id or f"trainbot:-:{self.user}:-"
+
+    def as_user(self, user: str, key_id: str = "") -> LoginNode:
+        """The same login node, reached as ``user`` with a certificate (no key file)
+        whose key id is ``key_id`` (``trainbot:<person>:<user>:<launch or purpose>``)."""
         if user == self.user:
             return self
-        return self.model_copy(update={"user": user, "key_file": None})
+        login = self.model_copy(update={"user": user, "key_file": None})
+        login._key_id = key_id
+        return login
+
+
+DOMAIN_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.){1,8}[a-z]{2,63}$"
+# Never a person's account, whatever an email says (the shared account is refused too).
+RESERVED_USERS = frozenset({"root"})
+
+
+def cert_key_id(person: str, user: str, what: str) -> str:
+    """A certificate's key id: ``trainbot:<person>:<user>:<what>`` (the Slack user id or
+    console name, the Unix user, the launch id or purpose), safe characters only."""
+
+    def part(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._@+-]", "", text)[:80] or "-"
+
+    return f"trainbot:{part(person)}:{part(user)}:{part(what)}"
 
 
 class Identity(BaseModel):
@@ -144,9 +169,17 @@ class Identity(BaseModel):
 
     ``users`` maps a Slack user id (or a console name) to a cluster username;
     ``from_email`` also takes the local part of the person's Slack profile email
-    (``users.info``) when ``users`` has no entry. A person neither names is refused
+    (``users.info``) when ``users`` has no entry, but only from an email Slack has
+    confirmed, in one of ``email_domains`` (required with ``from_email``), and never a
+    name ``users`` gives someone else, root or the shared account (the bot also asks
+    the login node that the name is a person's account: see
+    :func:`cluster.accounts.check_person`). A person neither names is refused
     (``unmapped: refuse``, the default) or runs as the shared login account
     (``unmapped: shared``). Needs ``login.user_ca_key_file``.
+
+    ``org_secrets`` names the ``job_secrets`` given as ``{env: NAME}`` (the
+    organisation's, held by the bot) that people's jobs get; every other ``{env: ...}``
+    secret is withheld from them (a person's job could read it).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -155,17 +188,47 @@ class Identity(BaseModel):
         default_factory=dict
     )
     from_email: bool = False
+    email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
     unmapped: Literal["refuse", "shared"] = "refuse"
+    org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
 
-    def username_for(self, user_id: str, email: str | None = None) -> str | None:
-        """The cluster username for a person, or None when nothing maps them."""
+    @model_validator(mode="after")
+    def _email_needs_domains(self) -> Identity:
+        if self.from_email and not self.email_domains:
+            raise ValueError(
+                "from_email: true needs email_domains, the email domains whose addresses name "
+                "your people (e.g. email_domains: [example.com]); without it anyone could "
+                "set an email such as alice@elsewhere.example and run as alice"
+            )
+        return self
+
+    def username_for(self, user_id: str, email: str | None = None, shared: str = "") -> str | None:
+        """The cluster username for a person, or None when nothing maps them. ``email``
+        must be one Slack has confirmed; ``shared`` is the shared login account."""
+        return self.resolve(user_id, email, shared)[0]
+
+    def resolve(
+        self, user_id: str, email: str | None = None, shared: str = ""
+    ) -> tuple[str | None, str]:
+        """The cluster username for a person, or None and why not ("": no email to go by)."""
         if user_id in self.users:
-            return self.users[user_id]
-        if self.from_email and email and "@" in email:
-            local = email.split("@", 1)[0].lower()
-            if re.fullmatch(CLUSTER_USER_PATTERN, local):
-                return local
-        return None
+            return self.users[user_id], ""
+        if not self.from_email or not email:
+            return None, ""
+        local, at, domain = email.strip().lower().rpartition("@")
+        if not at or not local:
+            return None, f"your Slack profile's email ({email}) is not an email address"
+        if domain not in self.email_domains:
+            return None, (
+                f"your Slack profile's email is in {domain}, not in {', '.join(self.email_domains)}"
+            )
+        if not re.fullmatch(CLUSTER_USER_PATTERN, local):
+            return None, f"the name in your Slack profile's email ({local}) is not a username"
+        if local in RESERVED_USERS or local == shared:
+            return None, f"your Slack profile's email names {local}, which is not a person's user"
+        if local in self.users.values():
+            return None, f"your Slack profile's email names {local}, who is someone else here"
+        return local, ""
 
 
 class EnvSecret(BaseModel):
@@ -301,7 +364,32 @@ class ClusterProfile(BaseModel):
                 "identity needs login.user_ca_key_file: the CA key the bot signs "
                 "each person's short-lived SSH certificate with"
             )
+        if self.identity is not None:
+            wrong = sorted(
+                f"{who}: {name}"
+                for who, name in self.identity.users.items()
+                if name in RESERVED_USERS or name == self.login.user
+            )
+            if wrong:
+                raise ValueError(
+                    f"identity.users: {', '.join(wrong)} is root or the shared account "
+                    f"{self.login.user}, never a person's user; leave them out (unmapped: "
+                    "shared runs those whom nothing names as the shared account)"
+                )
+            env = {k for k, ref in self.job_secrets.items() if ref.env is not None}
+            unknown = [n for n in self.identity.org_secrets if n not in env]
+            if unknown:
+                raise ValueError(
+                    f"identity.org_secrets: {', '.join(unknown)} is not a job_secrets entry "
+                    f"given as {{env: NAME}} (those are: {', '.join(sorted(env)) or 'none'})"
+                )
         return self
+
+    def people_secrets(self) -> dict[str, SecretRef]:
+        """The job secrets a person's own job gets here: ``{file: ...}`` ones (their own
+        files) and the ``{env: ...}`` ones ``identity.org_secrets`` names."""
+        allowed = self.identity.org_secrets if self.identity is not None else ()
+        return {k: r for k, r in self.job_secrets.items() if r.env is None or k in allowed}
 
     @model_validator(mode="before")
     @classmethod
@@ -329,12 +417,13 @@ class ClusterProfile(BaseModel):
             data["images"] = images
         return data
 
-    def as_user(self, user: str) -> ClusterProfile:
-        """This cluster as ``user`` sees it: logged in as them, ``~`` their home.
-        ``""`` (or the shared account's name) is the shared account."""
+    def as_user(self, user: str, key_id: str = "") -> ClusterProfile:
+        """This cluster as ``user`` sees it: logged in as them, ``~`` their home, with
+        certificates whose key id is ``key_id``. ``""`` (or the shared account's name) is
+        the shared account."""
         if not user or user == self.login.user:
             return self
-        return self.model_copy(update={"login": self.login.as_user(user)})
+        return self.model_copy(update={"login": self.login.as_user(user, key_id)})
 
     @property
     def machine(self) -> str:

@@ -8,15 +8,22 @@ OSError exceptions are translated here into :mod:`cluster.errors`.
 
 A login with no key file but a user CA key logs in with a certificate signed here
 for that one username (a fresh key pair, valid ``cert_ttl_s``, no forwarding and no
-pty): how the bot acts as a person. Such a connection is replaced once its
-certificate has expired; the old one is closed after the commands on it had time to
-finish.
+pty): how the bot acts as a person. Each certificate has its own random serial and a
+key id naming the person and what for (``trainbot:<person>:<user>:<launch id>``), which
+sshd logs with the login. Such a connection is replaced once its certificate has
+expired (the old one is closed after the commands on it had time to finish), and
+closed once idle for ``person_idle_s``. The CA key must be the running user's and
+unreadable by anyone else (:func:`check_ca_key`), and only a pool made with
+``act_as_people=True`` reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +36,7 @@ import asyncssh
 from cluster.errors import (
     ClusterUnreachable,
     CommandTimeout,
+    ConfigError,
     HostKeyMismatch,
     PersonRefused,
     SlurmCommandFailed,
@@ -54,6 +62,8 @@ class LoginLike(Protocol):
     def user_ca_key_file(self) -> Path | None: ...
     @property
     def cert_ttl_s(self) -> int: ...
+    @property
+    def key_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -84,9 +94,10 @@ class PoolStats:
                 log.exception("ssh timing observer failed")
 
 
-_Key = tuple[str, int, str, str, str, str]
+_Key = tuple[str, int, str, str, str, str, str]
 CERT_SKEW_S = 60  # a certificate is valid from a minute ago: clocks differ a little
 RETIRE_GRACE_S = 300.0  # an expired connection's commands get this long to finish
+PERSON_IDLE_S = 60.0  # a person's connection unused this long is closed
 
 
 class _Link:
@@ -99,6 +110,8 @@ class _Link:
         self.failures = 0
         self.retry_at = 0.0
         self.expires_at = float("inf")  # when its certificate runs out (monotonic)
+        self.busy = 0  # commands using or waiting for it
+        self.idle: asyncio.TimerHandle | None = None
 
 
 class SSHPool:
@@ -114,6 +127,8 @@ class SSHPool:
         connect_attempts: int = 3,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
+        act_as_people: bool = True,
+        person_idle_s: float = PERSON_IDLE_S,
     ) -> None:
         self.max_channels = max_channels
         self.connect_timeout_s = connect_timeout_s
@@ -122,6 +137,8 @@ class SSHPool:
         self.connect_attempts = connect_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.act_as_people = act_as_people  # False: never reads a user CA key
+        self.person_idle_s = person_idle_s
         self.stats = PoolStats()
         self._links: dict[_Key, _Link] = {}
         self._retired: set[asyncssh.SSHClientConnection] = set()
@@ -140,6 +157,9 @@ class SSHPool:
     async def close(self) -> None:
         """Close every connection."""
         links, self._links = list(self._links.values()), {}
+        for link in links:
+            if link.idle is not None:
+                link.idle.cancel()
         conns = [link.conn for link in links if link.conn is not None]
         conns += list(self._retired)
         self._retired.clear()
@@ -163,6 +183,24 @@ class SSHPool:
         and, when ``check`` is true, SlurmCommandFailed for a non-zero exit.
         """
         link = self._link(login)
+        link.busy += 1
+        try:
+            return await self._run(link, login, command, input, timeout_s, check, cluster)
+        finally:
+            link.busy -= 1
+            if _personal(login):
+                self._close_when_idle(link, login)
+
+    async def _run(
+        self,
+        link: _Link,
+        login: LoginLike,
+        command: str,
+        input: str | None,
+        timeout_s: float,
+        check: bool,
+        cluster: str,
+    ) -> Result:
         deadline = time.monotonic() + timeout_s
         async with link.channels:
             started = time.monotonic()
@@ -215,10 +253,28 @@ class SSHPool:
             str(login.key_file or ""),
             str(login.known_hosts_file or ""),
             str(login.user_ca_key_file or ""),
+            login.key_id if _personal(login) else "",
         )
         if key not in self._links:
             self._links[key] = _Link(self.max_channels)
         return self._links[key]
+
+    def _close_when_idle(self, link: _Link, login: LoginLike) -> None:
+        """Close a person's connection, and forget it, once unused for ``person_idle_s``."""
+        if link.idle is not None:
+            link.idle.cancel()
+
+        def close() -> None:
+            link.idle = None
+            if link.busy:
+                return  # in use again: its own end sets the next timer
+            self._drop(link)
+            for key, known in list(self._links.items()):
+                if known is link:
+                    del self._links[key]
+            log.debug("closed idle ssh connection as %s (%s)", login.user, login.key_id)
+
+        link.idle = asyncio.get_running_loop().call_later(self.person_idle_s, close)
 
     def _drop(self, link: _Link) -> None:
         if link.conn is not None:
@@ -315,6 +371,12 @@ class SSHPool:
         if login.key_file is not None:
             options["client_keys"] = [str(login.key_file)]
         elif login.user_ca_key_file is not None:
+            if not self.act_as_people:
+                raise PersonRefused(
+                    f"this process does not act as people (it holds no user CA key), so it "
+                    f"cannot log in as {login.user}; a worker or poller process does that",
+                    cluster=cluster,
+                )
             options["client_keys"] = [user_certificate(login, cluster)]
             expires_at = time.monotonic() + login.cert_ttl_s
         try:
@@ -340,12 +402,40 @@ class SSHPool:
         return conn, expires_at
 
 
+def _personal(login: LoginLike) -> bool:
+    """Whether the pool logs in as ``login`` with a certificate it signs."""
+    return login.key_file is None and login.user_ca_key_file is not None
+
+
+def check_ca_key(path: Path) -> None:
+    """Refuse a user CA key file that is not the running user's own, or that others may
+    read or write (as sshd refuses a private host key with loose permissions)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the user CA key {path}: {exc.strerror}") from exc
+    loose = stat.S_IMODE(info.st_mode) & 0o077
+    owner = os.geteuid()
+    if info.st_uid != owner or loose:
+        raise ConfigError(
+            f"the user CA key {path} must be owned by the user trainbot runs as (uid "
+            f"{owner}) and readable by it alone (mode 0600 or 0400); it is owned by uid "
+            f"{info.st_uid} with mode {stat.S_IMODE(info.st_mode):04o}: anyone who reads it "
+            f"can log in as any person. Fix: chown {owner} {path}; chmod 600 {path}"
+        )
+
+
 def user_certificate(
     login: LoginLike, cluster: str = ""
 ) -> tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
     """A fresh key pair and a certificate for it, signed by the login's user CA: valid
-    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding."""
+    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding, a random
+    serial and ``login.key_id`` as its key id (sshd logs both with the login)."""
     assert login.user_ca_key_file is not None
+    try:
+        check_ca_key(login.user_ca_key_file)
+    except ConfigError as exc:
+        raise PersonRefused(str(exc), cluster=cluster) from exc
     try:
         ca = asyncssh.read_private_key(str(login.user_ca_key_file))
     except (OSError, asyncssh.KeyImportError) as exc:
@@ -354,9 +444,11 @@ def user_certificate(
         ) from exc
     key = asyncssh.generate_private_key("ssh-ed25519")
     now = time.time()
+    serial = secrets.randbits(63) + 1
     cert = ca.generate_user_certificate(
         key,
-        f"trainbot:{login.user}",
+        login.key_id,
+        serial=serial,
         principals=[login.user],
         valid_after=int(now - CERT_SKEW_S),
         valid_before=int(now + login.cert_ttl_s),
@@ -365,6 +457,13 @@ def user_certificate(
         permit_port_forwarding=False,
         permit_pty=False,
         permit_user_rc=False,
+    )
+    log.info(
+        "cluster=%s signed a certificate for %s: serial %d, key id %s",
+        cluster,
+        login.user,
+        serial,
+        login.key_id,
     )
     return key, cert
 

@@ -73,6 +73,7 @@ class SlackStandin:
     app_token: str = APP_TOKEN
     usergroups: dict[str, list[str]] = field(default_factory=dict)
     emails: dict[str, str] = field(default_factory=dict)  # user id -> profile email
+    unconfirmed: set[str] = field(default_factory=set)  # user ids whose email is unconfirmed
     calls: list[Call] = field(default_factory=list)
     uploads: dict[str, bytes] = field(default_factory=dict)
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -281,7 +282,15 @@ class SlackStandin:
 
     def _m_users_info(self, p: dict[str, Any]) -> dict[str, Any]:
         user = str(p.get("user"))
-        return {"user": {"id": user, "profile": {"email": self.emails.get(user, "")}}}
+        return {
+            "user": {
+                "id": user,
+                "deleted": False,
+                "is_bot": False,
+                "is_email_confirmed": user in self.emails and user not in self.unconfirmed,
+                "profile": {"email": self.emails.get(user, "")},
+            }
+        }
 
     def _m_apps_connections_open(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"url": f"ws://127.0.0.1:{self.port}/socket"}

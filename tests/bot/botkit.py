@@ -41,6 +41,7 @@ def dev_config(
     people: dict[str, str] | None = None,
     unmapped: str = "shared",
     from_email: bool = False,
+    email_domains: tuple[str, ...] = ("example.com",),
     hf_token_file: str = "",
     **watch: float,
 ) -> Config:
@@ -72,7 +73,8 @@ def dev_config(
         text, count = re.subn(
             r"(?m)^      users: \{\}\n      unmapped: shared$",
             f"      users: {{{users}}}\n      unmapped: {unmapped}\n"
-            f"      from_email: {str(from_email).lower()}",
+            f"      from_email: {str(from_email).lower()}\n"
+            f"      email_domains: [{', '.join(email_domains)}]",
             text,
         )
         assert count == len(re.findall(r"(?m)^  [a-z0-9]+:\n    type:", text)), "no identity"

@@ -186,16 +186,48 @@ def test_bad_tokenizer_seeds(seed: dict[str, str], message: str) -> None:
 
 
 def test_identity_maps_listed_people_then_email_local_parts() -> None:
-    identity = Identity(users={"U0A": "alice", "carol": "carol"}, from_email=True)
+    identity = Identity(
+        users={"U0A": "alice", "carol": "carol"}, from_email=True, email_domains=("example.com",)
+    )
     assert identity.username_for("U0A") == "alice"
     assert identity.username_for("U0A", "someone.else@example.com") == "alice"  # listed wins
     assert identity.username_for("carol") == "carol"  # a console name
-    assert identity.username_for("U0B", "Bob@example.com") == "bob"
+    assert identity.username_for("U0B", "Bob@Example.com") == "bob"  # a configured domain
     assert identity.username_for("U0B") is None  # no email, no mapping
     assert identity.username_for("U0B", "not an email") is None
     assert identity.username_for("U0B", "r;m -rf@example.com") is None  # not a username
     assert identity.unmapped == "refuse"  # the default
     assert Identity(users={"U0A": "alice"}).username_for("U0B", "bob@example.com") is None
+
+
+@pytest.mark.parametrize(
+    ("email", "why"),
+    [
+        ("bob@evil.example", "is in evil.example, not in example.com"),
+        ("bob@example.com.evil.example", "not in example.com"),
+        ("bob@sub.example.com", "not in example.com"),
+        ("alice@example.com", "names alice, who is someone else here"),
+        ("carol@example.com", "names carol, who is someone else here"),
+        ("root@example.com", "names root, which is not a person's user"),
+        ("ROOT@example.com", "names root, which is not a person's user"),
+        ("trainer@example.com", "names trainer, which is not a person's user"),
+        ("@example.com", "is not an email address"),
+    ],
+)
+def test_an_email_never_borrows_a_name(email: str, why: str) -> None:
+    identity = Identity(
+        users={"U0A": "alice", "carol": "carol"}, from_email=True, email_domains=("example.com",)
+    )
+    name, reason = identity.resolve("U0EVIL", email, shared="trainer")
+    assert name is None and why in reason, reason
+    assert identity.username_for("U0EVIL", email, shared="trainer") is None
+
+
+def test_from_email_without_domains_is_refused() -> None:
+    with pytest.raises(ValidationError, match="from_email: true needs email_domains"):
+        Identity(from_email=True)
+    with pytest.raises(ValidationError, match="email_domains"):
+        Identity(from_email=True, email_domains=("not a domain",))
 
 
 def test_a_person_sees_the_cluster_as_their_own_user() -> None:

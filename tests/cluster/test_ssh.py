@@ -17,11 +17,13 @@ import pytest
 from cluster.errors import (
     ClusterUnreachable,
     CommandTimeout,
+    ConfigError,
     HostKeyMismatch,
+    PersonRefused,
     SlurmCommandFailed,
 )
-from cluster.profiles import ClusterProfile
-from cluster.ssh import CERT_SKEW_S, SSHPool, user_certificate
+from cluster.profiles import ClusterProfile, cert_key_id
+from cluster.ssh import CERT_SKEW_S, SSHPool, check_ca_key, user_certificate
 from tests.conftest import SSHD_CONFIG, SSHD_PID
 
 pytestmark = pytest.mark.devcluster
@@ -156,10 +158,12 @@ async def test_pool_reconnects_after_sshd_restart(dev_profile: ClusterProfile) -
 async def test_a_person_logs_in_with_a_short_lived_certificate(
     pool: SSHPool, dev_profile: ClusterProfile, tmp_path: Path
 ) -> None:
-    alice = dev_profile.as_user("alice").login
+    alice = dev_profile.as_user("alice", cert_key_id("U0ALICE", "alice", "L-1a2b3c")).login
     assert alice.key_file is None and alice.user_ca_key_file == dev_profile.login.user_ca_key_file
     key, cert = user_certificate(alice)
     cert.write_certificate(str(tmp_path / "alice-cert.pub"))
+    _, again = user_certificate(alice)
+    again.write_certificate(str(tmp_path / "again-cert.pub"))
     listing = subprocess.run(
         ["ssh-keygen", "-L", "-f", str(tmp_path / "alice-cert.pub")],
         capture_output=True,
@@ -168,7 +172,13 @@ async def test_a_person_logs_in_with_a_short_lived_certificate(
     ).stdout  # as an admin reads it
     principals = re.search(r"Principals:\s*\n\s*(\S+)\s*\n\s*Critical", listing)
     assert principals is not None and principals.group(1) == "alice", listing
-    assert 'Key ID: "trainbot:alice"' in listing
+    # sshd logs the key id and serial with the login: whose, as whom, for which launch.
+    assert 'Key ID: "trainbot:U0ALICE:alice:L-1a2b3c"' in listing
+    serials = [
+        re.search(r"Serial: (\d+)", open_listing(tmp_path / name)).group(1)  # type: ignore[union-attr]
+        for name in ("alice-cert.pub", "again-cert.pub")
+    ]
+    assert "0" not in serials and serials[0] != serials[1], serials
     assert re.search(r"Extensions: \(none\)", listing), listing  # no pty, no forwarding
     valid = re.search(r"Valid: from (\S+) to (\S+)", listing)
     assert valid is not None
@@ -187,6 +197,54 @@ async def test_a_person_logs_in_with_a_short_lived_certificate(
             agent_path=None,
             config=None,
         )
+
+
+def open_listing(path: Path) -> str:
+    """``ssh-keygen -L`` of a certificate file, as an admin reads it."""
+    return subprocess.run(
+        ["ssh-keygen", "-L", "-f", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+async def test_a_persons_idle_connection_closes(dev_profile: ClusterProfile) -> None:
+    alice = dev_profile.as_user("alice", cert_key_id("U0ALICE", "alice", "L-1")).login
+    async with SSHPool(person_idle_s=0.5) as pool:
+        await pool.run(alice, "true", timeout_s=20)
+        await pool.run(dev_profile.login, "true", timeout_s=20)
+        link = pool._link(alice)
+        conn = link.conn
+        assert conn is not None and not conn.is_closed()
+        await asyncio.sleep(1.5)
+        assert conn.is_closed()  # alice's, unused for 0.5 s: closed and forgotten
+        assert [key[2] for key in pool._links] == ["trainer"]  # the shared one stays
+        await pool.run(alice, "true", timeout_s=20)  # a new one when needed again
+        assert pool.stats.connects == 3
+
+
+async def test_a_process_that_does_not_act_as_people_never_signs(
+    dev_profile: ClusterProfile,
+) -> None:
+    alice = dev_profile.as_user("alice").login
+    async with SSHPool(act_as_people=False, connect_attempts=1) as pool:
+        with pytest.raises(PersonRefused, match="does not act as people"):
+            await pool.run(alice, "true", timeout_s=10)
+        shared = await pool.run(dev_profile.login, "id -un", timeout_s=20)
+        assert shared.stdout.strip() == "trainer"
+
+
+def test_a_ca_key_others_can_read_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "ca"
+    key.write_bytes(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
+    for mode in (0o644, 0o640, 0o604, 0o660):
+        key.chmod(mode)
+        with pytest.raises(ConfigError, match=f"readable by it alone .* mode {mode:04o}"):
+            check_ca_key(key)
+    for mode in (0o600, 0o400):
+        key.chmod(mode)
+        check_ca_key(key)
+    os.chown(key, 12345, -1)  # someone else's, even with 0600
+    with pytest.raises(ConfigError, match="owned by uid 12345"):
+        check_ca_key(key)
 
 
 async def test_an_expired_certificates_connection_is_replaced(
@@ -211,6 +269,7 @@ async def test_without_the_ca_key_the_person_is_refused_clearly(
 ) -> None:
     other_ca = tmp_path / "ca"
     other_ca.write_bytes(asyncssh.generate_private_key("ssh-ed25519").export_private_key())
+    other_ca.chmod(0o600)
     untrusted = dev_profile.as_user("alice").login.model_copy(update={"user_ca_key_file": other_ca})
     missing = untrusted.model_copy(update={"user_ca_key_file": tmp_path / "nowhere"})
     async with SSHPool(connect_attempts=1) as pool:
