@@ -242,7 +242,7 @@ class Poller:
             record=snap.acct,
             cluster=profile.name,
         )
-        found = diagnose(evidence)
+        found = diagnose(evidence, self.clusters.config.failure_catalog)
         if found is not None and found.kind is UNKNOWN and first is None and delay_s > 0:
             self.unknown_at[key] = time.monotonic()
             log.info(
