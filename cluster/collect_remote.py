@@ -10,8 +10,9 @@ named and which files are evidence.
 Slurm rows (one ``squeue`` for all, one ``sacct`` for those that left the queue),
 new log bytes since the stored offset, completed checkpoints not yet known, and
 whether an interactive job's attach file exists. ``mode: evidence`` (a failed
-job) reads the end of every file the job left, and its ``sacct`` record. Output
-is bounded either way.
+job) reads the end of every file the job left and, in the part before that end,
+the first error lines (:func:`first_errors`), and its ``sacct`` record. Output is
+bounded either way.
 """
 
 from __future__ import annotations
@@ -21,9 +22,22 @@ import glob
 import os
 import re
 import subprocess
+import time
 from typing import Any
 
 MAX_EVIDENCE_FILES = 24
+# The first error lines of a file (before its tail): per catalog pattern, the first
+# lines of this many ranks; any other error lines, this many (at most two per rank).
+FIRST_PER_PATTERN = 2
+FIRST_GENERIC = 10
+FIRST_PER_RANK = 2
+FIRST_MAX_LINES = 200
+FIRST_LINE_CHARS = 1000
+SCAN_LINE_BYTES = 65536
+# A rank's prefix on an interleaved line: PyTorch's "[rank3]:", torchrun's
+# "[default3]:", srun --label's "3: ".
+RANK_PREFIX_RE = re.compile(r"^\s*(?:\[(?:rank|default)\s?(\d+)\]:|(\d+): )")
+GENERIC_ERROR_RE = r"\w(?:Error|Exception)\b|\berror\b|\bfatal\b|segmentation fault|\bkilled\b"
 
 
 def _run(argv: list[str], timeout_s: float) -> dict[str, Any]:
@@ -104,7 +118,74 @@ def read_tail(path: str, limit: int) -> dict[str, Any]:
     cut = size > limit
     if cut and b"\n" in data:
         data = data[data.index(b"\n") + 1 :]
-    return {"path": path, "text": data.decode("utf-8", "replace"), "size": size, "cut": cut}
+    text = data.decode("utf-8", "replace")
+    return {"path": path, "text": text, "size": size, "cut": cut, "start": size - len(data)}
+
+
+def _compiled(patterns: list[str]) -> list[re.Pattern[str]]:
+    found = []
+    for pattern in patterns:
+        try:
+            found.append(re.compile(pattern, re.IGNORECASE))
+        except re.error:
+            continue  # checked where the catalog is built; never fail the evidence for it
+    return found
+
+
+def first_errors(path: str, end: int, patterns: list[str], deadline: float) -> dict[str, Any]:
+    """The first error lines among the first ``end`` bytes of ``path``, rank-aware.
+
+    Every line is tried (up to ``deadline``, a ``time.monotonic()``): for each of
+    ``patterns`` (the failure catalog's) the first lines that match it from up to
+    ``FIRST_PER_PATTERN`` different ranks are kept, so one cause printed early by one
+    rank of 64 is found however many lines the other ranks print after it; of lines
+    that only look like errors, the first ``FIRST_GENERIC`` (``FIRST_PER_RANK`` per
+    rank). Returns ``lines`` ([line number, text]), ``scanned`` bytes and ``cut``
+    (the deadline stopped the scan)."""
+    specific = _compiled(patterns)
+    generic = re.compile(GENERIC_ERROR_RE, re.IGNORECASE)
+    try:
+        either: re.Pattern[str] | None = re.compile(
+            "|".join(f"(?:{p.pattern})" for p in [*specific, generic]), re.IGNORECASE
+        )
+    except re.error:  # e.g. the same group name in two patterns: try them one by one
+        either = None
+    kept: list[list[Any]] = []
+    ranks_of: dict[int, set[str]] = {}
+    per_rank: dict[str, int] = {}
+    generic_kept, pos, number, cut = 0, 0, 0, False
+    try:
+        handle = open(path, "rb")
+    except OSError:
+        return {"lines": [], "scanned": 0, "cut": False}
+    with handle:
+        while pos < end and len(kept) < FIRST_MAX_LINES:
+            raw = handle.readline(SCAN_LINE_BYTES)
+            if not raw:
+                break
+            pos, number = pos + len(raw), number + 1
+            if number % 2048 == 0 and time.monotonic() > deadline:
+                cut = True
+                break
+            line = raw[:4000].decode("utf-8", "replace").rstrip("\r\n")
+            if either is not None and not either.search(line):
+                continue
+            prefix = RANK_PREFIX_RE.match(line)
+            rank = (prefix.group(1) or prefix.group(2)) if prefix else ""
+            keep = False
+            for index, pattern in enumerate(specific):
+                seen = ranks_of.setdefault(index, set())
+                if len(seen) < FIRST_PER_PATTERN and rank not in seen and pattern.search(line):
+                    seen.add(rank)
+                    keep = True
+            if not keep and generic_kept < FIRST_GENERIC and per_rank.get(rank, 0) < FIRST_PER_RANK:
+                if generic.search(line):
+                    generic_kept += 1
+                    per_rank[rank] = per_rank.get(rank, 0) + 1
+                    keep = True
+            if keep:
+                kept.append([number, line[:FIRST_LINE_CHARS]])
+    return {"lines": kept, "scanned": pos, "cut": cut}
 
 
 def completed_checkpoints(ckpt_dir: str, pattern: str, unfinished: str) -> list[tuple[int, str]]:
@@ -170,9 +251,16 @@ def gather_evidence(payload: dict[str, Any]) -> dict[str, Any]:
     per_file = max(
         4096, min(int(payload.get("max_bytes_per_file", 32 << 10)), total // max(len(paths), 1))
     )
-    out: dict[str, Any] = {"dir": directory, "files": [read_tail(p, per_file) for p in paths]}
+    out: dict[str, Any] = {"dir": directory}
     if payload.get("sacct_argv"):
         out["sacct"] = _run([*payload["sacct_argv"], "-j", job["job_id"]], 20.0)
+    out["files"] = files = [read_tail(p, per_file) for p in paths]
+    # The whole of each file, not only its end: the first error lines before the tail.
+    deadline = time.monotonic() + float(payload.get("scan_s", 8.0))
+    patterns = [str(p) for p in payload.get("scan_patterns") or []]
+    for found in files:
+        if found.get("cut") and found.get("start", 0) > 0:
+            found["first"] = first_errors(found["path"], found["start"], patterns, deadline)
     return out
 
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.evidence import Evidence
-from cluster.failures import NODE_FAILURE_ON, FailureKind, Reaction, build_catalog
+from cluster.failures import NODE_FAILURE_ON, FailureKind, Reaction, builtin_catalog
 from cluster.slurm import HOSTNAME_RE, TERMINAL_STATES, expand_hostlist, normalize_state
 
 MAX_EVIDENCE = 5
@@ -46,7 +46,7 @@ _TAIL_LINES = 5
 R = Reaction
 # The built-in catalog (cluster/failures.yaml); a site's config makes its own with
 # cluster.failures.build_catalog and passes it to diagnose().
-CATALOG: tuple[FailureKind, ...] = build_catalog()
+CATALOG: tuple[FailureKind, ...] = builtin_catalog()
 UNKNOWN = FailureKind(
     "unknown", "it failed for a reason trainbot does not recognise", R.TELL_USER,
     "See the log lines below (/logs for more).", no_retry="the cause is unknown",

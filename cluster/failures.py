@@ -158,6 +158,12 @@ def builtin_rules() -> tuple[FailureRule, ...]:
     return rules
 
 
+@cache
+def builtin_catalog() -> tuple[FailureKind, ...]:
+    """The shipped catalog as diagnose() reads it."""
+    return build_catalog()
+
+
 def merged_rule(base: FailureRule, site: FailureRule) -> FailureRule:
     """``base`` with every field ``site`` gives replaced."""
     given = site.model_dump(exclude_unset=True, exclude={"key"})
