@@ -40,11 +40,13 @@ def dev_config(
     unmapped: str = "shared",
     from_email: bool = False,
     hf_token_file: str = "",
+    failures: str = "",
     **watch: float,
 ) -> Config:
     """The dev cluster's config, polled faster; ``cache_dir`` and ``watch`` fields replaced.
     ``people`` maps users to Unix users (every cluster's ``identity``), ``hf_token_file``
-    makes HF_TOKEN come from that file on the login node."""
+    makes HF_TOKEN come from that file on the login node; ``failures`` is the YAML of the
+    failure catalog's site entries (``failures:``)."""
     path = DEV / "trainbot.yaml"
     if not path.is_file():
         pytest.skip("the dev cluster is not up: run devcluster/up first")
@@ -76,6 +78,8 @@ def dev_config(
     for key, value in watch.items():
         text, count = re.subn(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text)
         assert count == 1, f"watch.{key} is not in the dev config (run devcluster/up again)"
+    if failures:
+        text += f"\nfailures: {failures}\n"
     return parse_config(text, source=str(path), base_dir=DEV)
 
 
