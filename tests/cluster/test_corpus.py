@@ -21,6 +21,9 @@ from tests.cluster.test_diagnosis import JOBS, lay_out, with_state
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "corpus.yaml"
 SAMPLES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text())
+for _sample in SAMPLES:  # a sample captured on a real machine lives in its own file
+    if "file" in _sample:
+        _sample["text"] = (CORPUS.parent / _sample["file"]).read_text()
 # The causes the catalog did not know before it became data (issue: "gave a name to none
 # of 17 other real causes"); each must be named by at least one sample.
 NEW_CAUSES = {
