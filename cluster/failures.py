@@ -26,6 +26,12 @@ from cluster.slurm import STATES
 CATALOG_FILE = "failures.yaml"
 NODE_FAILURE_ON = r"\bNode failure on \S"  # srun's line: evidence only for the job's own node
 RULE_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+# Built-in entries a site cannot change, and why.
+FIXED = {
+    "cancelled": "a cancelled job is never retried: the person who cancelled it decides",
+    "silent_hang": "the progress watcher finds it; set watch.hang_min_s and "
+    "watch.hang_step_factor instead",
+}
 
 
 class Reaction(StrEnum):
@@ -184,7 +190,9 @@ def build_catalog(site: Sequence[FailureRule] = ()) -> tuple[FailureKind, ...]:
             problems.append(f"{where}: {rule.key!r} is given twice; merge the two entries")
             continue
         seen.add(rule.key)
-        if rule.key in index:
+        if rule.key in FIXED:
+            problems.append(f"{where}: {rule.key!r} cannot be changed here: {FIXED[rule.key]}")
+        elif rule.key in index:
             rules[index[rule.key]] = merged_rule(rules[index[rule.key]], rule)
         elif rule.cause is None or rule.reaction is None or not rule.matchers():
             known = ", ".join(r.key for r in builtin_rules())

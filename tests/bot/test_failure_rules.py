@@ -63,6 +63,12 @@ def load(failures: str) -> tuple[str, ...]:
          "trainbot.yaml: failures[0].patern: is not a known field; did you mean patterns?"),
         ("[{key: mine, cause: 'x.', reaction: page, patterns: [x]}]",
          "cause: end it without a full stop (got 'x.')"),
+        ("[{key: cancelled, reaction: retry}]",
+         "trainbot.yaml: failures[0]: 'cancelled' cannot be changed here: a cancelled job is "
+         "never retried"),
+        ("[{key: silent_hang, reaction: retry}]",
+         "failures[0]: 'silent_hang' cannot be changed here: the progress watcher finds it; "
+         "set watch.hang_min_s and watch.hang_step_factor instead"),
     ],
 )  # fmt: skip
 def test_bad_site_rules_stop_the_start_with_a_clear_message(failures: str, message: str) -> None:
