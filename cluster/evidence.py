@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cluster.collect_remote import GENERIC_ERROR_RE
 from cluster.failures import FailureKind, builtin_catalog
 from cluster.frameworks import Tracking
+from cluster.keywords import keywords
 from cluster.remote import run_remote_python
 from cluster.slurm import AcctRecord, build_sacct, expand_hostlist, merge_acct, parse_sacct
 from cluster.ssh import LoginLike, SSHPool
@@ -114,13 +116,15 @@ def evidence_payload(
     tracking: Tracking, *, with_sacct: bool = True, catalog: Sequence[FailureKind] = ()
 ) -> dict[str, Any]:
     """The remote half's input for one job (``catalog``: the built-in one when empty)."""
+    patterns = scan_patterns(catalog or builtin_catalog())
     payload: dict[str, Any] = {
         "mode": "evidence",
         "job": tracking.payload(),
         "max_bytes_per_file": MAX_BYTES_PER_FILE,
         "max_total_bytes": MAX_TOTAL_BYTES,
         "scan_s": SCAN_S,
-        "scan_patterns": scan_patterns(catalog or builtin_catalog()),
+        "scan_patterns": patterns,
+        "scan_keywords": keywords([*patterns, GENERIC_ERROR_RE]),
     }
     if with_sacct:
         payload["sacct_argv"] = shlex.split(build_sacct(duplicates=True))

@@ -7,6 +7,7 @@ import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,14 @@ from cluster.diagnosis import (
     diagnose,
     retry_decision,
 )
-from cluster.evidence import MAX_BYTES_PER_FILE, Evidence, EvidenceFile, gather
+from cluster.evidence import (
+    MAX_BYTES_PER_FILE,
+    Evidence,
+    EvidenceFile,
+    evidence_payload,
+    gather,
+)
+from cluster.failures import FailureRule, build_catalog
 from cluster.frameworks import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
@@ -518,6 +526,32 @@ def interleaved_flood(ranks: int, lines_per_rank: int) -> str:
 async def test_the_first_error_far_above_the_tail_is_found(read: Read) -> None:
     """Rank 13 runs out of GPU memory; then 64 ranks report NCCL timeouts for far more
     than the 32 KiB read from the end. The cause is searched for in the whole file."""
+    await check_first_error_far_above_the_tail(read)
+
+
+async def test_the_first_error_is_found_without_fixed_strings_too(
+    pool: SSHPool, dev_profile: ClusterProfile, jobs: Path
+) -> None:
+    """A site pattern with no fixed string in it (``\\d{3} ``) makes the login node try
+    every line in Python instead of grep: slower, same result."""
+    site = (FailureRule(key="mine", cause="x", reaction=Reaction.PAGE, patterns=(r"^\d{3} ",)),)
+    catalog = build_catalog(site)
+    probe = lay_out(jobs / "probe", log="x\n")
+    assert evidence_payload(probe, catalog=catalog)["scan_keywords"] is None
+    assert evidence_payload(probe)["scan_keywords"]  # the built-in catalog has them
+
+    async def run(**kw: Any) -> Diagnosis | None:
+        tracking = lay_out(jobs / uuid.uuid4().hex, log=kw["log"])
+        record = with_state(None, kw["state"], kw["node_list"])
+        evidence = await gather(
+            pool, dev_profile.login, tracking, record=record, cluster="dev", catalog=catalog
+        )
+        return diagnose(evidence, catalog)
+
+    await check_first_error_far_above_the_tail(run)
+
+
+async def check_first_error_far_above_the_tail(read: Read) -> None:
     start = "".join(f"[rank{r}]: step 3/100 loss 2.31\n" for r in range(64))
     oom = (
         "[rank13]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
