@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bot.store import DAY_S, Retention
 from cluster.errors import ConfigError
+from cluster.failures import FailureKind, FailureRule, build_catalog
 from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
 from commands.access import ApproverRule, ImageRule, ViewerRule
@@ -117,6 +118,8 @@ class Config(BaseModel):
     alerts: Alerts = Field(default_factory=Alerts)
     watch: Watch = Field(default_factory=Watch)
     retention: RetentionDays = Field(default_factory=RetentionDays)
+    # The failure catalog's site entries: new causes, or changes to built-in ones.
+    failures: tuple[FailureRule, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -169,6 +172,10 @@ class Config(BaseModel):
                         )
         problems += self._image_dir_problems()
         try:
+            self.failure_catalog  # noqa: B018 - builds and checks the site's entries
+        except ValueError as exc:
+            problems.append(str(exc))
+        try:
             self.catalog  # noqa: B018 - builds and checks the merged catalog
         except ValidationError as exc:
             problems.append(f"recipes: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
@@ -199,6 +206,11 @@ class Config(BaseModel):
         if self.default_recipes:
             return DEFAULT_CATALOG.merged(self.recipes)
         return RecipeCatalog(entries=self.recipes)
+
+    @cached_property
+    def failure_catalog(self) -> tuple[FailureKind, ...]:
+        """The built-in failure catalog with ``failures`` applied (cluster.failures)."""
+        return build_catalog(self.failures)
 
     def command_context(self) -> CommandContext:
         """What the command parser needs from this config."""
@@ -304,6 +316,7 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
         "dict_type": f"must be a mapping (got {got!r})",
         "model_type": f"must be a mapping (got {got!r})",
         "tuple_type": f"must be a list (got {got!r})",
+        "enum": f"must be one of {ctx.get('expected')} (got {got!r})",
     }
     if kind == "extra_forbidden":
         return path, _unknown_field(tuple(error["loc"]))

@@ -267,6 +267,7 @@ class Poller:
         delay_s = self.clusters.config.watch.evidence_reread_s
         if first is not None and time.monotonic() - first < delay_s:
             return None
+        catalog = self.clusters.config.failure_catalog
         evidence = await gather(
             self.clusters.pool,
             profile.login,
@@ -274,8 +275,9 @@ class Poller:
             state=snap.state or "",
             record=snap.acct,
             cluster=profile.name,
+            catalog=catalog,
         )
-        found = diagnose(evidence)
+        found = diagnose(evidence, catalog)
         if found is not None and found.kind is UNKNOWN and first is None and delay_s > 0:
             self.unknown_at[key] = time.monotonic()
             log.info(

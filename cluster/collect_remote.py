@@ -10,8 +10,9 @@ named and which files are evidence.
 Slurm rows (one ``squeue`` for all, one ``sacct`` for those that left the queue),
 new log bytes since the stored offset, completed checkpoints not yet known, and
 whether an interactive job's attach file exists. ``mode: evidence`` (a failed
-job) reads the end of every file the job left, and its ``sacct`` record. Output
-is bounded either way.
+job) reads the end of every file the job left and, in the part before that end,
+the first error lines (:func:`first_errors`), and its ``sacct`` record. Output is
+bounded either way.
 """
 
 from __future__ import annotations
@@ -21,9 +22,26 @@ import glob
 import os
 import re
 import subprocess
+import threading
+import time
 from typing import Any
 
 MAX_EVIDENCE_FILES = 24
+# The first error lines of a file (before its tail): per catalog pattern, the first
+# lines of this many ranks; any other error lines, this many (at most two per rank).
+FIRST_PER_PATTERN = 2
+FIRST_GENERIC = 10
+FIRST_PER_RANK = 2
+FIRST_MAX_LINES = 200
+FIRST_LINE_CHARS = 1000
+SCAN_LINE_BYTES = 65536
+# How far above a file's tail the search goes: the whole file up to this size (a
+# failure's first error is printed shortly before the flood that fills the tail).
+MAX_SCAN_BYTES = 512 << 20
+# A rank's prefix on an interleaved line: PyTorch's "[rank3]:", torchrun's
+# "[default3]:", srun --label's "3: ".
+RANK_PREFIX_RE = re.compile(r"^\s*(?:\[(?:rank|default)\s?(\d+)\]:|(\d+): )")
+GENERIC_ERROR_RE = r"\w(?:Error|Exception)\b|\berror\b|\bfatal\b|segmentation fault|\bkilled\b"
 
 
 def _run(argv: list[str], timeout_s: float) -> dict[str, Any]:
@@ -104,7 +122,153 @@ def read_tail(path: str, limit: int) -> dict[str, Any]:
     cut = size > limit
     if cut and b"\n" in data:
         data = data[data.index(b"\n") + 1 :]
-    return {"path": path, "text": data.decode("utf-8", "replace"), "size": size, "cut": cut}
+    text = data.decode("utf-8", "replace")
+    return {"path": path, "text": text, "size": size, "cut": cut, "start": size - len(data)}
+
+
+def _compiled(patterns: list[str]) -> list[re.Pattern[str]]:
+    found = []
+    for pattern in patterns:
+        try:
+            found.append(re.compile(pattern, re.IGNORECASE))
+        except re.error:
+            continue  # checked where the catalog is built; never fail the evidence for it
+    return found
+
+
+class _Keeper:
+    """Which error lines to keep, in file order: for each catalog pattern, the first lines
+    that match it from up to ``FIRST_PER_PATTERN`` different ranks; of lines that only look
+    like errors, the first ``FIRST_GENERIC`` (``FIRST_PER_RANK`` per rank)."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.specific = _compiled(patterns)
+        self.generic = re.compile(GENERIC_ERROR_RE, re.IGNORECASE)
+        self.kept: list[list[Any]] = []
+        self.ranks_of: dict[int, set[str]] = {}
+        self.per_rank: dict[str, int] = {}
+        self.generic_kept = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.kept) >= FIRST_MAX_LINES
+
+    def offer(self, number: int, line: str) -> None:
+        prefix = RANK_PREFIX_RE.match(line)
+        rank = (prefix.group(1) or prefix.group(2)) if prefix else ""
+        keep = False
+        for index, pattern in enumerate(self.specific):
+            seen = self.ranks_of.setdefault(index, set())
+            if len(seen) < FIRST_PER_PATTERN and rank not in seen and pattern.search(line):
+                seen.add(rank)
+                keep = True
+        room = self.generic_kept < FIRST_GENERIC and self.per_rank.get(rank, 0) < FIRST_PER_RANK
+        if not keep and room and self.generic.search(line):
+            self.generic_kept += 1
+            self.per_rank[rank] = self.per_rank.get(rank, 0) + 1
+            keep = True
+        if keep:
+            self.kept.append([number, line[:FIRST_LINE_CHARS]])
+
+
+def _line(raw: bytes) -> str:
+    return raw[:4000].decode("utf-8", "replace").rstrip("\r\n")
+
+
+def _grep_scan(
+    path: str, span: tuple[int, int], keywords: list[str], keeper: _Keeper, deadline: float
+) -> bool:
+    """Offer ``keeper`` the lines of ``path`` between the byte offsets ``span`` that hold
+    one of ``keywords`` (``head -c | grep -F -i``: fixed strings at disk speed). Returns
+    whether the deadline stopped it; raises OSError when the tools cannot run."""
+    begin, end = span
+    argv = ["grep", "-a", "-n", "-F", "-i"] + [arg for k in keywords for arg in ("-e", k)]
+    env = {**os.environ, "LC_ALL": "C"}
+    with open(path, "rb") as handle:
+        handle.seek(begin)
+        head = subprocess.Popen(
+            ["head", "-c", str(end - begin)], stdin=handle, stdout=subprocess.PIPE
+        )
+        grep = subprocess.Popen(argv, stdin=head.stdout, stdout=subprocess.PIPE, env=env)
+    assert head.stdout is not None and grep.stdout is not None
+    head.stdout.close()  # grep holds it now
+    timer = threading.Timer(max(deadline - time.monotonic(), 0.0), grep.kill)
+    timer.start()
+    try:
+        for raw in grep.stdout:
+            number, _, text = raw.partition(b":")
+            if begin and number == b"1":
+                continue  # the rest of a line cut at ``begin``
+            keeper.offer(int(number) if number.isdigit() else 0, _line(text))
+            if keeper.full or time.monotonic() > deadline:
+                break
+    finally:
+        timer.cancel()
+        for proc in (grep, head):
+            proc.kill()
+            proc.wait()
+        grep.stdout.close()
+    return time.monotonic() > deadline
+
+
+def _python_scan(
+    path: str, span: tuple[int, int], keeper: _Keeper, deadline: float
+) -> tuple[int, bool]:
+    """The same in Python, every line tried against every pattern (slow: when a pattern
+    has no fixed string, or grep cannot run). Returns (bytes read, deadline hit)."""
+    try:
+        either: re.Pattern[str] | None = re.compile(
+            "|".join(f"(?:{p.pattern})" for p in [*keeper.specific, keeper.generic]),
+            re.IGNORECASE,
+        )
+    except re.error:  # e.g. the same group name in two patterns: try them one by one
+        either = None
+    pos, end = span
+    number = 0
+    with open(path, "rb") as handle:
+        handle.seek(pos)
+        if pos:
+            pos += len(handle.readline(SCAN_LINE_BYTES))  # the rest of a line cut there
+        while pos < end and not keeper.full:
+            raw = handle.readline(SCAN_LINE_BYTES)
+            if not raw:
+                break
+            pos, number = pos + len(raw), number + 1
+            if number % 2048 == 0 and time.monotonic() > deadline:
+                return pos, True
+            line = _line(raw)
+            if either is None or either.search(line):
+                keeper.offer(number, line)
+    return pos, False
+
+
+def first_errors(
+    path: str, end: int, patterns: list[str], keywords: list[str] | None, deadline: float
+) -> dict[str, Any]:
+    """The first error lines among the first ``end`` bytes of ``path`` (its last
+    ``MAX_SCAN_BYTES`` of them, in a larger file), rank-aware (see
+    :class:`_Keeper`): one cause printed by one rank of 64 is found however many lines the
+    other ranks print after it. ``keywords`` (fixed strings every match of ``patterns``
+    holds, see ``cluster.keywords``) make it fast; without them every line is tried in
+    Python. Stops at ``deadline`` (``time.monotonic()``). Returns ``lines`` ([line
+    number, text]; numbered from ``begin``), ``begin`` (the offset searched from), ``how``
+    (grep or python) and ``cut`` (the deadline stopped it)."""
+    keeper = _Keeper(patterns)
+    span = (max(0, end - MAX_SCAN_BYTES), end)
+
+    def result(how: str, cut: bool) -> dict[str, Any]:
+        return {"lines": keeper.kept, "begin": span[0], "how": how, "cut": cut}
+
+    if keywords:
+        try:
+            return result("grep", _grep_scan(path, span, keywords, keeper, deadline))
+        except OSError:  # no grep or head here: the slow way, unless it got somewhere
+            if keeper.kept:
+                return result("grep", True)
+    try:
+        return result("python", _python_scan(path, span, keeper, deadline)[1])
+    except OSError:
+        return result("python", True)
 
 
 def completed_checkpoints(ckpt_dir: str, pattern: str, unfinished: str) -> list[tuple[int, str]]:
@@ -170,9 +334,19 @@ def gather_evidence(payload: dict[str, Any]) -> dict[str, Any]:
     per_file = max(
         4096, min(int(payload.get("max_bytes_per_file", 32 << 10)), total // max(len(paths), 1))
     )
-    out: dict[str, Any] = {"dir": directory, "files": [read_tail(p, per_file) for p in paths]}
+    out: dict[str, Any] = {"dir": directory}
     if payload.get("sacct_argv"):
         out["sacct"] = _run([*payload["sacct_argv"], "-j", job["job_id"]], 20.0)
+    out["files"] = files = [read_tail(p, per_file) for p in paths]
+    # The whole of each file, not only its end: the first error lines before the tail.
+    deadline = time.monotonic() + float(payload.get("scan_s", 8.0))
+    patterns = [str(p) for p in payload.get("scan_patterns") or []]
+    keywords = payload.get("scan_keywords")
+    for found in files:
+        if found.get("cut") and found.get("start", 0) > 0:
+            found["first"] = first_errors(
+                found["path"], found["start"], patterns, keywords, deadline
+            )
     return out
 
 

@@ -5,23 +5,26 @@ Pure functions only: :func:`diagnose` reads a job's :class:`~cluster.evidence.Ev
 failure; :func:`retry_decision` turns that into a bounded retry plan with the
 sentence the thread shows.
 
-:data:`CATALOG` is in priority order: the first entry that matches wins. Causes
-come before their symptoms (a node failure or a GPU OOM makes the other ranks
-report NCCL errors, so NCCL comes late), and an entry matches on a log line or on
-the job's Slurm state, so a matching log line beats a bare ``FAILED``.
+:data:`CATALOG` (the shipped ``cluster/failures.yaml``; a site's config adds to it,
+see :mod:`cluster.failures`) is in priority order: the first entry that matches
+wins. Causes come before their symptoms (a node failure or a GPU OOM makes the
+other ranks report NCCL errors, so NCCL comes late), and an entry matches on a log
+line or on the job's Slurm state or exit code, so a matching log line beats a bare
+``FAILED``.
 ``srun: error: <host>: task <n>: Exited with exit code <rc>`` is never a cause.
 
-What the text can tell about nodes (:attr:`Diagnosis.failed_node`): a node is named
-as *faulty* only from hardware evidence: srun's ``Node failure on <host>``, an
-``uncorrectable ECC error`` line that names a host (``<host>: ...``, ``on host
-<host>``) or a rank whose task srun reports (``[rank5]`` + ``srun: error: a4-1:
-task 5: ...``), or a ``NODE_FAIL``/``BOOT_FAIL`` record whose NodeList is one node. A node name
-read from text counts only if it is a valid Slurm host name inside the job's own
-node list: text that names any other node changes nothing, and srun's ``Node failure
-on <host>`` naming no node of the job is no evidence of a node failure at all.
-For a multi-node NODE_FAIL, sacct does not say which node died (``sinfo -R`` does,
-not this module). The host of the first ``srun: error`` task line is only where
-the first task ended (:attr:`Diagnosis.first_exit_node`), never a node to exclude.
+What the text can tell about nodes (:attr:`Diagnosis.failed_node`): a node is named as
+*faulty* only from hardware evidence (entries with ``names_node``): srun's ``Node
+failure on <host>``, an ``uncorrectable ECC error`` or Xid line that names a host
+(``<host>: ...``, ``on host <host>``, syslog's ``<host> kernel:``) or a rank whose task
+srun reports (``[rank5]`` + ``srun: error: a4-1: task 5: ...``), or a
+``NODE_FAIL``/``BOOT_FAIL`` record whose NodeList is one node. A node name read from
+text counts only if it is a valid Slurm host name inside the job's own node list: text
+that names any other node changes nothing, and srun's ``Node failure on <host>`` naming
+no node of the job is no evidence of a node failure at all. For a multi-node NODE_FAIL,
+sacct does not say which node died (``sinfo -R`` does, not this module). The host of the
+first ``srun: error`` task line is only where the first task ended
+(:attr:`Diagnosis.first_exit_node`), never a node to exclude.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from cluster.evidence import Evidence
+from cluster.failures import NODE_FAILURE_ON, FailureKind, Reaction, builtin_catalog
 from cluster.slurm import HOSTNAME_RE, TERMINAL_STATES, expand_hostlist, normalize_state
 
 MAX_EVIDENCE = 5
@@ -40,131 +43,10 @@ _SCAN_CHARS = 4000  # of each line, for matching: bounds the work on huge lines
 _TAIL_LINES = 5
 
 
-class Reaction(StrEnum):
-    RETRY = "retry"  # transient: retry as is
-    RETRY_WITH_FIX = "retry_with_fix"  # retry once; then fix (seed the cache) first
-    RETRY_RESUME = "retry_resume"  # retry from the newest checkpoint
-    RETRY_IF_PROGRESS = "retry_if_progress"  # retry only if a newer checkpoint exists
-    TELL_USER = "tell_user"  # a retry would fail the same way
-    PAGE = "page"  # page on-call, no automatic retry
-
-
-@dataclass(frozen=True)
-class FailureKind:
-    """One catalog entry. ``states`` match Slurm states by prefix (``CANCELLED by 0``)."""
-
-    key: str
-    cause: str
-    reaction: Reaction
-    hint: str = ""
-    patterns: tuple[re.Pattern[str], ...] = ()
-    states: tuple[str, ...] = ()
-    page_oncall: bool = False  # page on the first occurrence
-    page_oncall_on_repeat: bool = False
-    exclude_node: bool = False  # retry without the failed node when it is known
-    no_retry: str = "a retry would fail the same way"
-
-
-_NODE_FAILURE_ON = r"\bNode failure on \S"  # srun's line: evidence only for the job's own node
-
-
-def _p(*regexes: str) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(r, re.IGNORECASE) for r in regexes)
-
-
 R = Reaction
-CATALOG: tuple[FailureKind, ...] = (
-    FailureKind(
-        "node_failure", "a node failed (hardware)", R.RETRY_RESUME,
-        "On-call: check the node (sinfo -R) before it takes jobs again.",
-        _p(r"DUE TO NODE FAILURE", r"uncorrectable ECC error", _NODE_FAILURE_ON,
-           r"fallen off the bus"),
-        ("NODE_FAIL", "BOOT_FAIL"), page_oncall=True, exclude_node=True,
-    ),
-    FailureKind(
-        "container_storage", "the container could not start or the disk is full",
-        R.PAGE, "On-call: check enroot/pyxis on the node and free space and quotas on the "
-        "shared file system.",
-        _p(r"pyxis:.*(?:fail|error|couldn't)", r"No space left on device", r"\[Errno 28\]",
-           r"Disk quota exceeded", r"\[Errno 122\]"),
-        no_retry="it needs a person to fix the node or the storage",
-    ),
-    FailureKind(
-        "tokenizer_race", "the GPT-2 tokenizer download raced between ranks",
-        R.RETRY_WITH_FIX, "Seed <cache>/torch/megatron/ with the GPT-2 vocab and merges files.",
-        _p(r"Invalid cross-device link: '[^']*gpt2-"),
-    ),
-    FailureKind(
-        "gated_repo", "the Hugging Face hub refused the download (gated repo, or no HF_TOKEN)",
-        R.TELL_USER, "Set HF_TOKEN for this cluster (job_secrets) and accept the model "
-        "licence on Hugging Face.",
-        _p(r"GatedRepoError", r"Cannot access gated repo", r"access to model \S+ is restricted",
-           r"\b40[13] Client Error.*huggingface",
-           r"huggingface\.co.*\b40[13] (?:Client|Forb|Unau)"),
-        no_retry="the token is missing or not allowed",
-    ),
-    FailureKind(
-        "wandb_key", "the job has no Weights & Biases API key (WANDB_API_KEY)",
-        R.TELL_USER, "Set WANDB_API_KEY, or relaunch with logger.wandb_enabled=False.",
-        _p(r"api_key not configured", r"wandb\.errors\S*: .*(?:api.?key|AuthenticationError)"),
-        no_retry="the job has no W&B key",
-    ),
-    FailureKind(
-        "gpu_oom", "the GPU ran out of memory", R.TELL_USER,
-        "Try a smaller micro-batch or more nodes.",
-        _p(r"CUDA out of memory", r"OutOfMemoryError", r"CUDA error: out of memory"),
-        no_retry="the same settings will fail again",
-    ),
-    FailureKind(
-        "host_oom", "a node ran out of host memory (RAM) and the kernel killed the job",
-        R.TELL_USER, "Use fewer data-loader workers, a smaller batch, or more nodes.",
-        _p(r"task \d+: Out Of Memory", r"oom[-_]kill event", r"have been OOM Killed"),
-        ("OUT_OF_MEMORY",), no_retry="the same settings will fail again",
-    ),
-    FailureKind(
-        "preempted", "a higher-priority job preempted it", R.RETRY_RESUME, "",
-        _p(r"DUE TO PREEMPTION"), ("PREEMPTED",),
-    ),
-    FailureKind(
-        "time_limit", "it reached its time limit", R.RETRY_IF_PROGRESS,
-        "Ask for more time (time=...) or save checkpoints more often.",
-        _p(r"DUE TO TIME LIMIT"), ("TIMEOUT",),
-    ),
-    FailureKind(
-        "nccl_timeout", "the GPUs stopped hearing from each other (NCCL collective stalled)",
-        R.RETRY_RESUME, "On-call: if it repeats, check the nodes' network (NCCL tests).",
-        _p(r"Watchdog caught collective operation timeout", r"NCCL error", r"DistStoreError",
-           r"\bnccl(?:System|Internal|Remote|UnhandledCuda)Error"),
-        page_oncall_on_repeat=True, exclude_node=True,
-    ),
-    FailureKind(
-        "slurm_transient", "the Slurm controller did not answer in time", R.RETRY, "",
-        _p(r"Socket timed out on send/recv", r"Unable to contact slurm controller",
-           r"Zero Bytes were transmitted or received"),
-    ),
-    FailureKind(
-        "bad_request", "Slurm cannot meet the request (nodes, account or QOS)", R.TELL_USER,
-        "Ask for fewer nodes, or check the account and QOS with your cluster admin.",
-        _p(r"Requested node configuration is not available", r"Invalid account",
-           r"Invalid qos", r"accounting/QOS policy"),
-        no_retry="Slurm would refuse it again",
-    ),
-    FailureKind(
-        "invalid_partition", "the partition does not exist on this cluster", R.TELL_USER,
-        "Pick one of the partitions sinfo lists.",
-        _p(r"invalid partition specified", r"Invalid partition name specified"),
-        no_retry="Slurm would refuse it again",
-    ),
-    FailureKind(
-        "cancelled", "the job was cancelled (scancel)", R.TELL_USER, "",
-        (), ("CANCELLED",), no_retry="someone cancelled it",
-    ),
-    # Found by the progress watcher (no new progress line for too long), not by diagnose().
-    FailureKind(
-        "silent_hang", "it stopped making progress but is still running", R.PAGE,
-        "Cancel it, or retry from the newest checkpoint.", no_retry="a person should look first",
-    ),
-)  # fmt: skip
+# The built-in catalog (cluster/failures.yaml); a site's config makes its own with
+# cluster.failures.build_catalog and passes it to diagnose().
+CATALOG: tuple[FailureKind, ...] = builtin_catalog()
 UNKNOWN = FailureKind(
     "unknown", "it failed for a reason trainbot does not recognise", R.TELL_USER,
     "See the log lines below (/logs for more).", no_retry="the cause is unknown",
@@ -173,7 +55,12 @@ BY_KEY: dict[str, FailureKind] = {kind.key: kind for kind in (*CATALOG, UNKNOWN)
 
 _SRUN_TASK_RE = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>[\d,-]+): ")
 _NODE_FAILURE_RE = re.compile(r"Node failure on (?P<host>[\w.-]+)\b(?![\[,])")
-_ECC_HOST_RE = re.compile(r"^(?P<host>[a-z][\w.-]*\d[\w.-]*): |\bon (?:host|node) (?P<on>[\w.-]+)")
+_ECC_HOST_RE = re.compile(
+    r"^(?P<host>[a-z][\w.-]*\d[\w.-]*): |\bon (?:host|node) (?P<on>[\w.-]+)"
+    # the kernel log as syslog writes it: "Mar  3 10:00:01 a4-1 kernel: NVRM: Xid ..."
+    r"|^\w{3} +\d+ [\d:]+ (?P<sys>[\w.-]+) kernel: "
+)
+_HARDWARE_LINE_RE = re.compile(r"ecc|\bxid\b", re.IGNORECASE)
 _RANK_RE = re.compile(r"\[rank ?(\d+)\]", re.IGNORECASE)
 _ERRORISH_RE = re.compile(r"error|exception|traceback|fatal|killed|abort", re.IGNORECASE)
 _FORCE_TERMINATED_RE = re.compile(r"^srun: Force Terminated (?:StepId|job step)")
@@ -219,7 +106,7 @@ def _shows(kind: FailureKind, line: str, own_nodes: Sequence[str]) -> bool:
     """Whether ``line`` is evidence of ``kind``. A line that shows a node failure only by
     naming the node (``Node failure on <host>``) is, when that host is one of the job's."""
     matched = [p for p in kind.patterns if p.search(line)]
-    if not matched or any(p.pattern != _NODE_FAILURE_ON for p in matched):
+    if not matched or any(p.pattern != NODE_FAILURE_ON for p in matched):
         return bool(matched)
     named = _NODE_FAILURE_RE.search(line)
     return named is not None and named["host"] in own_nodes
@@ -257,14 +144,14 @@ def _faulty_node(
 def _named_node(
     kind: FailureKind, hits: Sequence[str], lines: Sequence[str], node_list: str, by_state: bool
 ) -> str | None:
-    if kind.key != "node_failure":
+    if not kind.names_node:
         return None
     for line in hits:
         if m := _NODE_FAILURE_RE.search(line):
             return m["host"]
-    for line in (ln for ln in hits if "ecc" in ln.lower()):
+    for line in (ln for ln in hits if _HARDWARE_LINE_RE.search(ln)):
         if m := _ECC_HOST_RE.search(line):
-            return m["on"] or m["host"]
+            return m["on"] or m["host"] or m["sys"]
         if (r := _RANK_RE.search(line)) and (host := _task_hosts(lines).get(int(r.group(1)))):
             return host
     return _single_node(node_list) if by_state else None
@@ -288,7 +175,13 @@ def _state_line(raw: str, exit_code: str, node_list: str, extra: Sequence[str] =
     return ", ".join(parts)
 
 
-def diagnose(evidence: Evidence) -> Diagnosis | None:
+def _exit_status(exit_code: str) -> int | None:
+    """sacct's ``137:0`` as 137 (None when not a number or 0)."""
+    head = exit_code.partition(":")[0].strip()
+    return int(head) if head.isdigit() and int(head) else None
+
+
+def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Diagnosis | None:
     """The most specific known failure in everything the job left.
 
     The text of every file in ``evidence`` is scanned, with Slurm's record: its
@@ -297,6 +190,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     job needs no reaction: None. A job that has not ended (or whose state is not
     known) with nothing recognisable: None. Any other ended job with nothing
     recognisable: the ``unknown`` entry with the last error lines and the files read.
+    ``catalog`` is the built-in one unless the site's config adds to it.
     """
     slurm_state = evidence.raw_state or None
     exit_code, node_list = evidence.exit_code, evidence.node_list
@@ -315,9 +209,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     first_exit = next((m["host"] for ln in scan if (m := _SRUN_TASK_RE.search(ln))), None)
     own_nodes = expand_hostlist(node_list)
     found: list[tuple[FailureKind, list[str], bool, bool]] = []
-    for kind in CATALOG:
+    status = _exit_status(exit_code) if ended else None
+    for kind in catalog:
         hits = [ln for ln in scan if _shows(kind, ln, own_nodes)]
         now = state is not None and state in kind.states
+        now = now or (status is not None and status in kind.exit_codes)
         before = not ended and any(s in kind.states for s in earlier)
         if hits or now or before:
             found.append((kind, hits, now, before))
@@ -392,13 +288,13 @@ def retry_decision(
     if kind.reaction in (R.TELL_USER, R.PAGE):
         hint = f" {kind.hint}" if kind.reaction is R.TELL_USER and kind.hint else ""
         return stop(f"Not retrying: {kind.no_retry}.{hint}")
-    if kind.reaction is R.RETRY_WITH_FIX and repeats >= 2:
-        return stop("Not retrying: it failed again after the cache was seeded.", True)
+    if (capped := _capped(kind, repeats)) is not None:
+        return stop(f"Not retrying: {capped[0]}.", page or capped[1])
     if attempt >= max_attempts:
         fixed = kind.reaction is R.RETRY_WITH_FIX
         return stop(f"Not retrying: that was attempt {attempt} of {max_attempts}.", page or fixed)
     if kind.reaction is R.RETRY:
-        return RetryDecision(True, reason=f"This is transient. Retrying as is {nxt}")
+        return RetryDecision(True, page=page, reason=f"This is transient. Retrying as is {nxt}")
     if kind.reaction is R.RETRY_WITH_FIX:
         if repeats == 1:
             why = "It happened again. Seeding the tokenizer cache, then retrying"
@@ -414,6 +310,20 @@ def retry_decision(
     without = f" without {exclude}" if exclude else ""
     reason = f"Retrying from the newest checkpoint{without} {nxt}"
     return RetryDecision(True, exclude_node=exclude, resume=True, page=page, reason=reason)
+
+
+def _capped(kind: FailureKind, repeats: int) -> tuple[str, bool] | None:
+    """Why the cause's own cap stops a retry after ``repeats`` earlier failures of it,
+    and whether that pages; None when it does not. The tokenizer race gets two tries
+    (the second with the cache seeded); ``max_retries`` caps any cause."""
+    if kind.reaction is R.RETRY_WITH_FIX and repeats >= 2:
+        return "it failed again after the cache was seeded", True
+    if kind.max_retries is None or repeats < kind.max_retries:
+        return None
+    if not kind.max_retries:
+        return "this cause is not retried automatically", kind.page_oncall_on_repeat
+    times = "once" if kind.max_retries == 1 else f"{kind.max_retries} times"
+    return f"this cause is retried at most {times} per launch", kind.page_oncall_on_repeat
 
 
 def _cause_cut_from_the_logs(repeats: int, attempt: int, max_attempts: int) -> RetryDecision:

@@ -1,22 +1,29 @@
 """Everything a failed job left, gathered in one SSH round trip, for the diagnosis.
 
-Not only the main log: a rank's stderr can be missing from it (streams and nodes
-that share one output file can overwrite each other where Slurm truncates
-instead of appending), so the evidence is every file the framework says the job
-writes (main log, sbatch log, per-rank and stderr files) and Slurm's own record
-of the job (State, ExitCode, DerivedExitCode, Reason, and the incarnations before
-a requeue). :func:`gather` is the one way evidence is made, in production and in
-tests; :func:`cluster.diagnosis.diagnose` reads it.
+Not only the main log: a rank's stderr can be missing from it (streams and nodes that
+share one output file can overwrite each other where Slurm truncates instead of
+appending), so the evidence is every file the framework says the job writes (main log,
+sbatch log, per-rank and stderr files) and Slurm's own record of the job (State,
+ExitCode, DerivedExitCode, Reason, and the incarnations before a requeue). Of a file too
+long to read whole, the end (``MAX_BYTES_PER_FILE``) is read, and the whole part before
+it is searched on the login node for its first error lines, rank-aware (a 64-rank
+failure's first error can be far from the end: every rank prints after it); the failure
+catalog's patterns say what to look for. :func:`gather` is the one way evidence is made,
+in production and in tests; :func:`cluster.diagnosis.diagnose` reads it.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cluster.collect_remote import GENERIC_ERROR_RE
+from cluster.failures import FailureKind, builtin_catalog
 from cluster.frameworks import Tracking
+from cluster.keywords import keywords
 from cluster.remote import run_remote_python
 from cluster.slurm import (
     NO_NODES,
@@ -28,9 +35,10 @@ from cluster.slurm import (
 )
 from cluster.ssh import LoginLike, SSHPool
 
-EVIDENCE_TIMEOUT_S = 30.0
+EVIDENCE_TIMEOUT_S = 45.0
 MAX_BYTES_PER_FILE = 32 * 1024
 MAX_TOTAL_BYTES = 512 * 1024
+SCAN_S = 10.0  # the login node's time for the first error lines of every file together
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class EvidenceFile:
     text: str
     size: int  # -1: could not be read
     cut: bool = False  # only the end of the file was read
+    first: tuple[str, ...] = ()  # the first error lines before that end, in file order
+    scan_cut: bool = False  # the search for them ran out of time before the end
 
 
 @dataclass(frozen=True)
@@ -57,8 +67,13 @@ class Evidence:
 
     @property
     def text(self) -> str:
-        """Every file's text, main log first, each ending in a newline."""
-        return "".join(f.text if f.text.endswith("\n") else f.text + "\n" for f in self.files)
+        """Every file's text (its first error lines, then its end), main log first, each
+        ending in a newline."""
+        return "".join(
+            "".join(f"{line}\n" for line in f.first)
+            + (f.text if f.text.endswith("\n") else f.text + "\n")
+            for f in self.files
+        )
 
     @property
     def raw_state(self) -> str:
@@ -99,13 +114,25 @@ class Evidence:
         return "; ".join(parts) or "nothing (no file of the job was found)"
 
 
-def evidence_payload(tracking: Tracking, *, with_sacct: bool = True) -> dict[str, Any]:
-    """The remote half's input for one job."""
+def scan_patterns(catalog: Sequence[FailureKind]) -> list[str]:
+    """What the login node looks for in the whole of a job's files: every pattern of the
+    catalog, once."""
+    return list(dict.fromkeys(p.pattern for kind in catalog for p in kind.patterns))
+
+
+def evidence_payload(
+    tracking: Tracking, *, with_sacct: bool = True, catalog: Sequence[FailureKind] = ()
+) -> dict[str, Any]:
+    """The remote half's input for one job (``catalog``: the built-in one when empty)."""
+    patterns = scan_patterns(catalog or builtin_catalog())
     payload: dict[str, Any] = {
         "mode": "evidence",
         "job": tracking.payload(),
         "max_bytes_per_file": MAX_BYTES_PER_FILE,
         "max_total_bytes": MAX_TOTAL_BYTES,
+        "scan_s": SCAN_S,
+        "scan_patterns": patterns,
+        "scan_keywords": keywords([*patterns, GENERIC_ERROR_RE]),
     }
     if with_sacct:
         payload["sacct_argv"] = shlex.split(build_sacct(duplicates=True))
@@ -121,6 +148,8 @@ def parse_evidence(raw: dict[str, Any], tracking: Tracking, *, state: str = "") 
             text=str(f.get("text", "")),
             size=int(f.get("size", -1)),
             cut=bool(f.get("cut", False)),
+            first=tuple(str(line[1]) for line in (f.get("first") or {}).get("lines", [])),
+            scan_cut=bool((f.get("first") or {}).get("cut", False)),
         )
         for f in raw.get("files", [])
     )
@@ -142,14 +171,16 @@ async def gather(
     state: str = "",
     record: AcctRecord | None = None,
     cluster: str = "",
+    catalog: Sequence[FailureKind] = (),
 ) -> Evidence:
     """Every file the job left and its Slurm record, in one round trip. ``state`` and
-    ``record`` (what the poll saw) stand in when sacct has no record yet."""
+    ``record`` (what the poll saw) stand in when sacct has no record yet; ``catalog``
+    (the site's, else the built-in one) says which lines to look for in whole files."""
     raw = await run_remote_python(
         pool,
         login,
         "collect_remote.py",
-        evidence_payload(tracking),
+        evidence_payload(tracking, catalog=catalog),
         timeout_s=EVIDENCE_TIMEOUT_S,
         cluster=cluster,
     )

@@ -7,6 +7,7 @@ import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,14 @@ from cluster.diagnosis import (
     diagnose,
     retry_decision,
 )
-from cluster.evidence import Evidence, EvidenceFile, gather
+from cluster.evidence import (
+    MAX_BYTES_PER_FILE,
+    Evidence,
+    EvidenceFile,
+    evidence_payload,
+    gather,
+)
+from cluster.failures import FailureRule, build_catalog
 from cluster.frameworks import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
@@ -495,3 +503,81 @@ async def test_unknown_cause_says_when_srun_cut_the_output_short(read: Read) -> 
     assert not last.retry and "attempt 3 of 3" in last.reason
     # Not cut: the logs are whole and name nothing known, so a retry would not help.
     assert not decide(plain, 1, ()).retry
+
+
+# --- evidence from the whole log -----------------------------------------------------------
+
+
+def interleaved_flood(ranks: int, lines_per_rank: int) -> str:
+    """What the other ranks print after one rank's error: PyTorch's watchdog lines, every
+    rank prefixed ("[rankN]:") and interleaved, as NeMo-Run's one output file holds them."""
+    flood = []
+    for n in range(lines_per_rank):
+        for rank in range(ranks):
+            flood.append(
+                f"[rank{rank}]:[E1203 20:1{n % 10}:00.000000000 ProcessGroupNCCL.cpp:616] "
+                f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum="
+                f"{n}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+                "600007 milliseconds before timing out."
+            )
+    return "\n".join(flood) + "\n"
+
+
+async def test_the_first_error_far_above_the_tail_is_found(read: Read) -> None:
+    """Rank 13 runs out of GPU memory; then 64 ranks report NCCL timeouts for far more
+    than the 32 KiB read from the end. The cause is searched for in the whole file."""
+    await check_first_error_far_above_the_tail(read)
+
+
+async def test_the_first_error_is_found_without_fixed_strings_too(
+    pool: SSHPool, dev_profile: ClusterProfile, jobs: Path
+) -> None:
+    """A site pattern with no fixed string in it (``\\d{3} ``) makes the login node try
+    every line in Python instead of grep: slower, same result."""
+    site = (FailureRule(key="mine", cause="x", reaction=Reaction.PAGE, patterns=(r"^\d{3} ",)),)
+    catalog = build_catalog(site)
+    probe = lay_out(jobs / "probe", log="x\n")
+    assert evidence_payload(probe, catalog=catalog)["scan_keywords"] is None
+    assert evidence_payload(probe)["scan_keywords"]  # the built-in catalog has them
+
+    async def run(**kw: Any) -> Diagnosis | None:
+        tracking = lay_out(jobs / uuid.uuid4().hex, log=kw["log"])
+        record = with_state(None, kw["state"], kw["node_list"])
+        evidence = await gather(
+            pool, dev_profile.login, tracking, record=record, cluster="dev", catalog=catalog
+        )
+        return diagnose(evidence, catalog)
+
+    await check_first_error_far_above_the_tail(run)
+
+
+async def check_first_error_far_above_the_tail(read: Read) -> None:
+    start = "".join(f"[rank{r}]: step 3/100 loss 2.31\n" for r in range(64))
+    oom = (
+        "[rank13]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 5 has a total capacity of 139.81 GiB of which 1.02 GiB is free.\n"
+    )
+    log = start + oom + interleaved_flood(64, 20)
+    assert len(log) > 8 * MAX_BYTES_PER_FILE
+    found = await read(log=log, state="FAILED", node_list="dev[0-7]")
+    assert found is not None and found.key == "gpu_oom", found
+    assert found.rank == 13
+    assert found.evidence[0].startswith("[rank13]: torch.OutOfMemoryError: CUDA out of memory.")
+
+
+async def test_first_error_lines_are_rank_aware_and_bounded(
+    pool: SSHPool, dev_profile: ClusterProfile, jobs: Path
+) -> None:
+    """Each catalog pattern keeps its first lines from two ranks, other error-looking lines
+    ten (two per rank): a flood of one message from 64 ranks adds two lines, not 64."""
+    head = "".join(f"[rank{r}]: RuntimeError: something else {r}\n" for r in range(64))
+    log = head + interleaved_flood(64, 40)
+    tracking = lay_out(jobs / "bounded", log=log)
+    evidence = await gather(pool, dev_profile.login, tracking, cluster="dev")
+    (main, *_) = evidence.files
+    assert main.cut and not main.scan_cut
+    watchdog = [ln for ln in main.first if "Watchdog caught" in ln]
+    assert [ln.split("]:")[0] for ln in watchdog] == ["[rank0", "[rank1"]
+    generic = [ln for ln in main.first if "something else" in ln]
+    assert len(generic) == 10  # ten ranks' first error lines, one each (no more per rank)
+    assert len(main.first) == len(watchdog) + len(generic)  # nothing else kept
