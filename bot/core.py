@@ -512,13 +512,21 @@ class Core:
             job_id = stored.attempts[-2].job_id  # a Retry was cancelling it: make sure
         if not job_id:
             return Reply(f"Cancelled {launch.id}. The thread will show the final state.")
+        if stored.cluster_user and not self.clusters.pool.act_as_people:
+            # This process holds no key to act as the person (the web role): the poller,
+            # which does, cancels the job at its next poll.
+            return Reply(
+                f"Cancelling Slurm job {job_id}: it is cancelled as {stored.cluster_user} at the "
+                "next poll. The thread will show the final state."
+            )
         try:
             await self.clusters.cancel(stored, [job_id])
         except ClusterError as exc:
             text = (
-                f"⚠️ Could not cancel Slurm job {job_id} ({escape(str(exc))}). The launch stays "
-                f"cancelled: it will not be retried; cancel the job again, or by hand "
-                f"(`scancel {job_id}` on {escape(stored.cluster)})."
+                f"⚠️ Could not cancel Slurm job {job_id} now ({escape(str(exc))}). The launch "
+                f"stays cancelled and will not be retried; trainbot sends the cancel again at "
+                f"each poll until the job ends (by hand: `scancel {job_id}` on "
+                f"{escape(stored.cluster)})."
             )
             await self.store.mutate(launch.id, lambda s: [Event("thread", s.id, text)])
             return Reply(text, error=True)

@@ -60,6 +60,10 @@ def _persons(launches: dict[str, Launch], job_ids: list[str]) -> str:
     return "+".join(sorted({launches[job_id].user_id for job_id in job_ids}))
 
 
+CANCEL_GRACE_S = 5.0  # a cancel's own scancel is given this long before the poller sends one
+RESEND_SCANCEL_S = 30.0  # and the poller sends it again this often while the job lives
+
+
 def lease_name(cluster: str) -> str:
     return f"poller:{cluster}"
 
@@ -80,6 +84,7 @@ class Poller:
         self.held: set[str] = set()  # the clusters whose lease this poller holds
         self.stopping = False
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
+        self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -238,6 +243,8 @@ class Poller:
         watch = self.clusters.config.watch
         diagnosis: Diagnosis | None = None
         ended = snap.state and is_terminal(snap.state) and snap.state != "COMPLETED"
+        if launch.cancelled_by and snap.state and not is_terminal(snap.state):
+            await self._finish_cancel(launch, job.job_id)
         if ended and not launch.cancelled_by:  # a cancelled launch ends CANCELLED: no diagnosis
             try:
                 diagnosis = await self.diagnose(profile, job, snap)
@@ -255,6 +262,24 @@ class Poller:
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         await self.store.mutate(launch.id, change)
+
+    async def _finish_cancel(self, launch: Launch, job_id: str) -> None:
+        """A cancelled launch whose job Slurm still runs: ``scancel`` it as its person. The
+        process that took the cancel may hold no key to act as people (the web role), or
+        its ``scancel`` failed; the poller then sends it, again every
+        ``RESEND_SCANCEL_S`` while the job lives."""
+        now = time.time()
+        if now - (launch.cancelled_at or 0) < CANCEL_GRACE_S:
+            return  # the process that took the cancel is sending it now
+        if now - self.scancel_sent.get(job_id, 0.0) < RESEND_SCANCEL_S:
+            return
+        self.scancel_sent[job_id] = now
+        try:
+            await self.clusters.cancel(launch, [job_id])
+        except ClusterError as exc:
+            log.warning("job %s of cancelled launch %s not cancelled: %s", job_id, launch.id, exc)
+            return
+        log.info("job %s of cancelled launch %s: scancel sent by the poller", job_id, launch.id)
 
     async def diagnose(
         self, profile: ClusterProfile, job: Tracking, snap: JobSnapshot

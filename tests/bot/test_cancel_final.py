@@ -90,3 +90,46 @@ async def test_a_cancel_of_a_job_whose_log_shows_an_nccl_timeout_is_final(
     assert re.search(r"Cancelled by @alice", text), text
     assert re.search(rf"Job {launch.job_id} ended \(CANCELLED\) after @alice cancelled it", text)
     assert "Retrying" not in text, text
+
+
+async def test_a_cancel_taken_by_the_web_role_is_carried_out_by_the_poller(
+    unique: str, cancel_jobs: list[str]
+) -> None:
+    """On a cluster with identity the web role holds no key to act as alice, so it cannot
+    ``scancel`` her job itself: it records the cancel, and the poller (which does act as
+    people) cancels the job at its next poll. Before, /cancel said it failed and the job ran
+    on, untracked by anything that would end it."""
+    await flush_test_redis()
+    front = ConsoleFront(io.StringIO(), color=False)
+    config = dev_config(people={"U0ALICE": "alice"}, unmapped="refuse", retry_backoff_s=0)
+    async with (
+        knobs(unique, steps=400, step_time_s=0.5, tokenizer_race="off"),
+        running(bot_settings(), config, front) as bot,
+        running(bot_settings(), config, front, role="web", instance="web") as web,
+    ):
+        assert not web.clusters.pool.act_as_people
+        reply = await handle_line(
+            f"/train sft llama3p1_2b cluster=a3m name={unique}", bot.core, front, user="U0ALICE"
+        )
+        assert reply is not None and not reply.error, reply
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING, timeout_s=180)
+        cancel_jobs.append(launch.job_id)
+        assert launch.cluster_user == "alice", launch
+        answer = await web.core(  # the Cancel button's confirm, as the web role takes it
+            Incoming(
+                user_id="U0ALICE",
+                channel_id="console",
+                action_id="trainbot_cancel",
+                action_value=launch_id,
+            )
+        )
+        assert not answer.error, answer.text
+        assert "at the next poll" in answer.text, answer.text
+        final = await wait_for_launch(bot.store, launch_id, timeout_s=120)
+        await wait_delivered(bot.store)
+        jobs = await asyncio.to_thread(slurm_jobs_named, launch_id)
+    text = "\n".join(front.lines)
+    assert final.outcome == "CANCELLED", text
+    assert jobs == [launch.job_id]
+    assert sacct_rows(launch.job_id)[-1]["State"].startswith("CANCELLED"), text
