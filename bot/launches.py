@@ -85,6 +85,7 @@ class Progress(BaseModel):
     total: int = 0
     loss: float | None = None
     step_time_s: float | None = None
+    base: int = 0  # NeMo-RL: the steps of earlier epochs (its step counter restarts each epoch)
     recent_step_times_s: list[float] = Field(default_factory=list)  # the last few, for the median
 
     @property

@@ -7,6 +7,7 @@ twice (the stored launch already has it).
 
 from __future__ import annotations
 
+import re
 import time
 
 from bot import babysit, render
@@ -75,13 +76,16 @@ class _Step:
         if text:
             attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
             self.trackers(text, attempt.tracking)
-        p = launch.progress
-        carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
-        progress = framework(attempt.tracking.framework).parse_progress(text, carry)
+        p, fw = launch.progress, framework(attempt.tracking.framework)
+        if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
+            attempt.tracking = attempt.tracking.model_copy(update={"checkpoint_dir": ckpt_dir})
+        val = launch.validation_history[-1][1] if launch.validation_history else None
+        carry = Point(p.step, p.total, p.loss, p.step_time_s, p.base, val) if p.total else None
+        progress = fw.parse_progress(text, carry)
         last = progress.last
         if last is None:
             return False
-        p.step, p.total, p.updated_at = last.step, last.total, self.now
+        p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
         p.loss = last.loss if last.loss is not None else p.loss
         p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
         p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)
@@ -110,9 +114,19 @@ class _Step:
                 self.say(tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
 
     def checkpoints(self) -> None:
+        """Each saved step once: NeMo's ``-last`` copy (pretraining) or link (fine-tuning)
+        of a step already announced is the same checkpoint under a second name."""
+        tracking = self.attempt.tracking
+        pattern = tracking.checkpoint_pattern if tracking is not None else ""
+        steps = {
+            int(m.group(1))
+            for name in self.launch.checkpoints
+            if pattern and (m := re.search(pattern, name)) and m.group(1)
+        }
         for ckpt in self.snap.new_checkpoints:
-            if ckpt.name not in self.launch.checkpoints:
+            if ckpt.name not in self.launch.checkpoints and ckpt.step not in steps:
                 self.launch.checkpoints.append(ckpt.name)
+                steps.add(ckpt.step)
                 self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
 
     def requeues(self) -> None:

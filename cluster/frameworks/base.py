@@ -190,6 +190,11 @@ class Framework(ABC):
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         """Progress in new log text; ``carry`` is the last point seen before it."""
 
+    def checkpoint_dir(self, text: str, tracking: Tracking) -> str | None:
+        """Where the run says it saves checkpoints, when new log ``text`` says so and that
+        differs from ``tracking.checkpoint_dir`` (None: nothing new)."""
+        return None
+
     def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
         """The run's TensorBoard directory on the login node, from the one its log names
         (:func:`cluster.progress.tensorboard_dirs`); ``job_dir`` is the absolute directory

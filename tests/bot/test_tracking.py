@@ -290,3 +290,30 @@ def test_a_long_run_keeps_its_start_and_its_spikes_and_still_plots() -> None:
     assert [s for s, _ in history] == sorted(s for s, _ in history)
     png = render.loss_curve(item)
     assert png.startswith(b"\x89PNG") and Image.open(io.BytesIO(png)).size == (900, 450)
+
+
+def test_a_nemo_checkpoint_and_its_last_copy_or_link_are_announced_once() -> None:
+    item = launch(Phase.RUNNING)
+    ck = "model_name=0--val_loss=2.05-step={}-consumed_samples={}.0"
+    first, second = ck.format(9, 320), ck.format(19, 640)
+    said = []
+    for names in ((first, f"{first}-last"), (second, f"{second}-last")):
+        events = apply_snapshot(item, snapshot("RUNNING", ckpts=names), PROFILE, Watch(), now=2e3)
+        said += [t for t in threads(events) if "Checkpoint" in t]
+    assert said == ["💾 Checkpoint step 9 saved.", "💾 Checkpoint step 19 saved."]
+    # The final save may exist only as its -last: that is a new step, announced.
+    last = ck.format(29, 960) + "-last"
+    events = apply_snapshot(item, snapshot("RUNNING", ckpts=(last,)), PROFILE, Watch(), now=2e3)
+    assert [t for t in threads(events) if "Checkpoint" in t] == ["💾 Checkpoint step 29 saved."]
+
+
+def test_nemo_checkpoints_are_looked_for_where_the_run_says_it_logs() -> None:
+    item = launch(Phase.RUNNING)
+    text = (
+        "[NeMo I 2026-01-01 00:00:00 nemo_logger:162] Experiments will be logged at "
+        "/lustre/logs/run-7/default\n"
+    )
+    apply_snapshot(item, snapshot("RUNNING", text), PROFILE, Watch(), now=2e3)
+    tracking = item.attempts[0].tracking
+    assert tracking is not None
+    assert tracking.checkpoint_dir == "/lustre/logs/run-7/default/checkpoints"
