@@ -74,7 +74,9 @@ class _Step:
         text, used = complete_lines(chunk.text)
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
         if text:
-            attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+            attempt.log_grew_at = self.now  # before the first step: start-up progress
+            lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
+            attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
             self.trackers(text, attempt.tracking)
         p, fw = launch.progress, framework(attempt.tracking.framework)
         if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
@@ -130,24 +132,33 @@ class _Step:
                 self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
 
     def requeues(self) -> None:
-        """Slurm's own requeue (node failure, --requeue): same job id, a new incarnation."""
-        if self.snap.restarts > self.attempt.restarts:
-            self.attempt.restarts = self.snap.restarts
+        """Slurm's own requeue (node failure, --requeue, scontrol requeue): same job id, a new
+        incarnation. Only ``sacct -D`` tells why the one before ended: a node failure is paged,
+        any other requeue is said in the thread alone."""
+        snap, attempt = self.snap, self.attempt
+        if snap.restarts <= attempt.restarts:
+            return
+        acct = snap.acct
+        if acct is None or acct.restarts < snap.restarts:
+            return  # accounting not read or not caught up yet: sacct -D is read again next poll
+        ended = acct.earlier[attempt.restarts : snap.restarts] or acct.earlier[-1:]
+        attempt.restarts = snap.restarts
+        failed = [r for r in ended if r.state.startswith("NODE_FAIL")]
+        if not failed:
+            before = ended[-1].state if ended else "REQUEUED"
             self.say(
-                f"⚠️ Slurm requeued job {self.snap.job_id} (restart {self.snap.restarts}), usually "
-                "after a node failure; it will run again from its newest checkpoint. "
-                "No second job was submitted."
+                f"🔁 Slurm requeued job {snap.job_id} (restart {snap.restarts}; the run before "
+                f"ended {escape(before)}, not a node failure); it will run again from its newest "
+                "checkpoint. No second job was submitted."
             )
-            failed = (
-                [r for r in self.snap.acct.earlier if r.state == "NODE_FAIL"]
-                if self.snap.acct
-                else []
-            )
-            nodes = f" on {escape(failed[-1].nodelist)}" if failed and failed[-1].nodelist else ""
-            cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {self.snap.job_id}"
-            self.events += babysit.oncall(
-                self.launch, "node_failure", cause, "Slurm runs it again."
-            )
+            return
+        self.say(
+            f"⚠️ Slurm requeued job {snap.job_id} (restart {snap.restarts}) after a node "
+            "failure; it will run again from its newest checkpoint. No second job was submitted."
+        )
+        nodes = f" on {escape(failed[-1].nodelist)}" if failed[-1].nodelist else ""
+        cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {snap.job_id}"
+        self.events += babysit.oncall(self.launch, "node_failure", cause, "Slurm runs it again.")
 
     def attach(self) -> None:
         tracking = self.attempt.tracking

@@ -116,7 +116,11 @@ class Tracking(BaseModel):
     interactive: bool = False
     log_dir: str = ""  # where the main log is
     log_names: tuple[str, ...] = ()  # fnmatch patterns in that directory, best first
-    restart_pattern: str = ""  # regex: group 1 is the restart count in a log's name
+    # Where the main log may be in any layout a site may have (absolute glob patterns, best
+    # first); when set, they are searched instead of log_dir and log_names, and the
+    # directory of the log found is the job's directory for evidence.
+    log_globs: tuple[str, ...] = ()
+    restart_pattern: str = ""  # regex: group 1 is the restart count in a log's name (or path)
     checkpoint_dir: str = ""
     checkpoint_pattern: str = ""  # regex a complete checkpoint's name fully matches; group 1: step
     unfinished_suffix: str = ""  # a sibling ``<name><suffix>`` means the save is in progress

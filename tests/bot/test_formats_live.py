@@ -8,17 +8,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from bot.config import Watch
 from bot.launches import Attempt, Launch, Phase
+from bot.store import Event
 from bot.tracking import apply_snapshot
 from cluster.collector import collect
 from cluster.launch import LaunchSpec, plan_launch, submit
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
+from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster
 QUICK = {"DEVCLUSTER_STEP_TIME_S": "0.3", "DEVCLUSTER_SAVE_TIME_S": "0.1"}
@@ -50,9 +53,11 @@ async def launched(
 
 async def follow(
     pool: SSHPool, profile: ClusterProfile, launches: list[Launch], watch: Watch | None = None,
-    timeout_s: float = 150,
+    timeout_s: float = 150, events_out: list[Event] | None = None,
+    meanwhile: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, list[str]]:  # fmt: skip
-    """Poll until every launch is done; the thread lines each one got."""
+    """Poll until every launch is done, as the poller does; the thread lines each one got
+    (every event in ``events_out``). ``meanwhile`` runs after each poll."""
     said: dict[str, list[str]] = {launch.id: [] for launch in launches}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -65,12 +70,17 @@ async def follow(
             profile.login,
             [job for job in jobs if job is not None],
             known_checkpoints={launch.job_id: launch.checkpoints for launch in live},
+            known_restarts={launch.job_id: launch.attempts[-1].restarts for launch in live},
             cluster=profile.name,
         )
         for launch in live:
             snap = result.jobs[launch.job_id]
             events = apply_snapshot(launch, snap, profile, watch or Watch(), now=time.time())
             said[launch.id] += [e.text for e in events if e.kind == "thread"]
+            if events_out is not None:
+                events_out += events
+        if meanwhile is not None:
+            await meanwhile()
         await asyncio.sleep(0.5)
     raise AssertionError(f"not done in {timeout_s} s: {[(x.id, x.phase) for x in launches]}")
 
@@ -124,3 +134,39 @@ async def test_nemo_runs_show_one_validation_per_validation_and_each_checkpoint_
         assert saved == [f"💾 Checkpoint step {n} saved." for n in (2, 5, 6)]
         tracking = launch.attempts[-1].tracking
         assert tracking is not None and tracking.checkpoint_dir.endswith("/default/checkpoints")
+
+
+async def test_a_ray_sub_layout_run_is_followed_to_completed_across_a_requeue(
+    pool: SSHPool, dev_profile: ClusterProfile, login: LoginShell, jobs_to_cancel: list[str]
+) -> None:
+    # The launcher writes what NeMo-RL's ray.sub writes: <id>-logs/ray-driver.log, and
+    # <id>-1-logs/ after the requeue (Slurm holds a requeued job about two minutes).
+    env = {"DEVCLUSTER_RL_LAYOUT": "ray.sub", "DEVCLUSTER_STEPS": "8"}
+    env |= {"DEVCLUSTER_STEP_TIME_S": "1", "DEVCLUSTER_CKPT_EVERY": "2"}
+    run = await launched(
+        pool, dev_profile, jobs_to_cancel, "nemo-rl", "sft", "algorithms/sft.sh", env
+    )
+    paths: list[str] = []
+
+    async def requeue_at_step_3() -> None:
+        tracking = run.attempts[-1].tracking
+        if tracking is not None and tracking.log_path and tracking.log_path not in paths:
+            paths.append(tracking.log_path)
+        if run.progress.step >= 3 and run.attempts[-1].restarts == 0 and not requeued:
+            requeued.append(run.job_id)
+            await login.run(f"scontrol requeue {run.job_id}")
+
+    requeued: list[str] = []
+    events: list[Event] = []
+    said = await follow(
+        pool, dev_profile, [run], timeout_s=360, events_out=events, meanwhile=requeue_at_step_3
+    )
+    assert requeued and run.outcome == "COMPLETED", run.detail
+    assert [p.rsplit("/", 2)[-2:] for p in paths] == [
+        [f"{run.job_id}-logs", "ray-driver.log"],
+        [f"{run.job_id}-1-logs", "ray-driver.log"],
+    ]
+    assert run.progress.step == 8 and run.progress_history[-1][0] == 8
+    notes = [line for line in said[run.id] if "Slurm requeued" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"🔁 Slurm requeued job {run.job_id}")
+    assert not [e for e in events if e.kind == "oncall"]  # not paged as a node failure
