@@ -170,3 +170,33 @@ async def test_a_ray_sub_layout_run_is_followed_to_completed_across_a_requeue(
     notes = [line for line in said[run.id] if "Slurm requeued" in line]
     assert len(notes) == 1 and notes[0].startswith(f"🔁 Slurm requeued job {run.job_id}")
     assert not [e for e in events if e.kind == "oncall"]  # not paged as a node failure
+
+
+async def test_a_long_start_up_that_prints_is_not_a_hang_and_a_silent_one_is(
+    pool: SSHPool, dev_profile: ClusterProfile, login: LoginShell, jobs_to_cancel: list[str]
+) -> None:
+    # Time-compressed: a 12 s start-up against a 4 s silence bound, as a 15-minute one
+    # against the default 10 minutes.
+    watch = Watch(hang_min_s=4, hang_step_factor=1)
+    env = {"DEVCLUSTER_STEPS": "3", "DEVCLUSTER_STARTUP_S": "12"}
+    talking = await launched(
+        pool, dev_profile, jobs_to_cancel, "nemo-rl", "grpo", "algorithms/grpo.sh",
+        {**env, "DEVCLUSTER_STARTUP_LINE_S": "1"},
+    )  # fmt: skip
+    silent = await launched(
+        pool, dev_profile, jobs_to_cancel, "nemo", "pretrain", "pretrain/llama3p1_2b_pt.py",
+        {**env, "DEVCLUSTER_STARTUP_LINE_S": "0"},
+    )  # fmt: skip
+
+    async def cancel_once_reported() -> None:
+        if silent.attempts[-1].hang_reported and silent.phase != Phase.DONE:
+            await login.run(f"scancel {silent.job_id}", check=False)
+
+    said = await follow(
+        pool, dev_profile, [talking, silent], watch=watch, meanwhile=cancel_once_reported
+    )
+    assert talking.outcome == "COMPLETED", talking.detail
+    assert not talking.attempts[-1].hang_reported
+    assert not [line for line in said[talking.id] if "No progress" in line]
+    (report,) = [line for line in said[silent.id] if "No progress" in line]
+    assert "(last seen at start-up, last line" in report
