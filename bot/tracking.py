@@ -164,6 +164,9 @@ class _Step:
         tracking = self.attempt.tracking
         if self.snap.attach_ready and not self.attempt.attach_ready and tracking is not None:
             self.attempt.attach_ready = True
+            if self.snap.attach_found and self.snap.attach_found != tracking.attach_path:
+                tracking = tracking.model_copy(update={"attach_path": self.snap.attach_found})
+                self.attempt.tracking = tracking
             command = framework(tracking.framework).attach_command(tracking) or ""
             self.say(
                 f"🔌 Interactive job {self.snap.job_id} is ready to attach: "

@@ -157,7 +157,10 @@ def collect_job(job: dict[str, Any], budget: int, max_ckpts: int) -> dict[str, A
         result["checkpoints"] = new[:max_ckpts]
         result["checkpoints_truncated"] = len(new) > max_ckpts
     if job.get("interactive") and job.get("attach_path"):
-        result["attach_ready"] = os.path.isfile(os.path.expanduser(job["attach_path"]))
+        places = [job["attach_path"], *(job.get("attach_alternatives") or [])]
+        found = [p for p in places if os.path.isfile(os.path.expanduser(p))]
+        result["attach_ready"] = bool(found)
+        result["attach_found"] = found[0] if found else ""
     return result
 
 

@@ -71,6 +71,7 @@ class JobSnapshot:
     directory: str = ""  # the job's directory, as found (see Tracking.log_dir)
     new_checkpoints: tuple[Checkpoint, ...] = ()
     attach_ready: bool | None = None
+    attach_found: str = ""  # which of the tracking's attach paths exists
 
     @property
     def restarts(self) -> int:
@@ -189,6 +190,7 @@ def parse_collect_output(raw: dict[str, Any], *, cluster: str = "") -> PollResul
                 for c in data.get("checkpoints", [])
             ),
             attach_ready=data.get("attach_ready"),
+            attach_found=str(data.get("attach_found") or ""),
         )
     for error in errors:
         log.warning("cluster=%s collector: %s", cluster, error)

@@ -125,6 +125,7 @@ class Tracking(BaseModel):
     checkpoint_pattern: str = ""  # regex a complete checkpoint's name fully matches; group 1: step
     unfinished_suffix: str = ""  # a sibling ``<name><suffix>`` means the save is in progress
     attach_path: str = ""  # interactive: the file that appears when the job can be attached
+    attach_alternatives: tuple[str, ...] = ()  # where else a site's launcher may write it
     evidence: tuple[str, ...] = ()  # glob patterns of every file the job leaves
     log_path: str = ""  # the main log found so far
     log_offset: int = 0

@@ -168,6 +168,9 @@ class NeMoRL(Framework):
             checkpoint_dir=checkpoints or join_remote(job_dir, "checkpoints"),
             checkpoint_pattern=r"^step_([0-9]+)$",
             attach_path=join_remote(job_dir, "attach.sh") if spec.interactive else "",
+            attach_alternatives=(  # ray.sub's
+                (join_remote(spec.work_dir, f"{job_id}-attach.sh"),) if spec.interactive else ()
+            ),
             evidence=(
                 "nemo_rl_output.log",
                 f"../slurm-{job_id}.out",

@@ -20,7 +20,7 @@ from cluster.collector import collect
 from cluster.launch import LaunchSpec, plan_launch, submit
 from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
-from commands.requests import TrainRequest
+from commands.requests import InteractiveRequest, TrainRequest
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster
@@ -200,3 +200,31 @@ async def test_a_long_start_up_that_prints_is_not_a_hang_and_a_silent_one_is(
     assert not [line for line in said[talking.id] if "No progress" in line]
     (report,) = [line for line in said[silent.id] if "No progress" in line]
     assert "(last seen at start-up, last line" in report
+
+
+async def test_an_interactive_job_in_the_ray_sub_layout_says_its_attach_helper(
+    pool: SSHPool, dev_profile: ClusterProfile, login: LoginShell, jobs_to_cancel: list[str]
+) -> None:
+    launch_id = "L-" + uuid.uuid4().hex[:6]
+    env = {"DEVCLUSTER_RL_LAYOUT": "ray.sub", "DEVCLUSTER_ATTACH_DELAY_S": "1"}
+    spec = LaunchSpec(
+        profile=dev_profile, launch_id=launch_id, framework="nemo-rl", nodes=1,
+        interactive=True, env=env,
+    )  # fmt: skip
+    sub = await submit(pool, plan_launch(spec))
+    jobs_to_cancel.append(sub.job_id)
+    request = InteractiveRequest(cluster=dev_profile.name, nodes=1)
+    run = Launch(id=launch_id, request=request, user_id="U0ALICE", channel="C1")
+    run.phase = Phase.SUBMITTED
+    run.attempts.append(Attempt(number=1, job_id=sub.job_id, tracking=sub.tracking))
+
+    async def cancel_once_attachable() -> None:
+        if run.attempts[-1].attach_ready:
+            await login.run(f"scancel {sub.job_id}", check=False)
+
+    said = await follow(pool, dev_profile, [run], meanwhile=cancel_once_attachable)
+    (ready,) = [line for line in said[run.id] if line.startswith("🔌")]
+    helper = f"{dev_profile.recipes_dir}/nemo_rl/{sub.job_id}-attach.sh"
+    assert f"(`bash {helper}`)" in ready, ready
+    found = await login.run(f"ls {helper}", check=False)  # (a ~ in it is the shell's)
+    assert found.returncode == 0, found.stderr
