@@ -114,19 +114,30 @@ def on_failure(
 
 
 def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
-    """RUNNING with no new progress line for too long: say so once, and page."""
+    """RUNNING with no new progress line for too long: say so once, and page.
+
+    Before the attempt's first step, start-up counts as progress while the log grows
+    (``attempt.log_grew_at``): a long start-up that keeps printing is not a hang, a
+    silent one still is, and one past ``watch.startup_max_s`` is, whatever it prints."""
     attempt = launch.attempt
     if launch.phase != Phase.RUNNING or attempt is None or attempt.hang_reported:
         return []
     if launch.interactive or not attempt.started_at:
         return []
+    starting = launch.progress.updated_at < attempt.started_at  # no step in this attempt yet
     last = max(launch.progress.updated_at, attempt.started_at)
     bound = watch.hang_after_s(launch.progress.median_step_time_s)
+    if starting:
+        last, bound = max(last, attempt.log_grew_at), watch.hang_min_s
+        if now - attempt.started_at >= watch.startup_max_s:
+            last, bound = attempt.started_at, watch.startup_max_s
     if now - last < bound:
         return []
     attempt.hang_reported = True
     quiet = render.duration(now - last)
-    where = f"step {launch.progress.step:,}" if launch.progress.total else "start-up"
+    where = f"step {launch.progress.step:,}" if not starting else "start-up"
+    if starting and attempt.tail.strip():
+        where += f", last line `{escape(attempt.tail.strip().splitlines()[-1][:120])}`"
     text = (
         f"⚠️ No progress for {quiet} (last seen at {where}; the bound is {render.duration(bound)}). "
         f"Job {attempt.job_id} is still RUNNING and may be hung. "

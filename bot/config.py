@@ -61,6 +61,11 @@ class Watch(BaseModel):
     retry_backoff_s: float = Field(default=30.0, ge=0, le=3600)
     hang_min_s: float = Field(default=600.0, gt=0, le=7 * 86400)
     hang_step_factor: float = Field(default=10.0, gt=0, le=1000)
+    # Before a job's first step, start-up (image import, model download, Ray, vLLM: often
+    # over 10 minutes on 70B runs) counts as progress while its log grows: hang_min_s is
+    # then the longest silence. A start-up longer than this is called a hang however much
+    # it prints.
+    startup_max_s: float = Field(default=7200.0, gt=0, le=7 * 86400)
     # A failed job whose files name no known cause is read again this much later
     # (shared file systems lag) before trainbot says the cause is unknown.
     evidence_reread_s: float = Field(default=5.0, ge=0, le=600)

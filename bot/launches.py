@@ -74,6 +74,7 @@ class Attempt(BaseModel):
     from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
+    log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
     tail: str = ""  # the last lines of the main log, for the failure message
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
 
@@ -91,6 +92,7 @@ class Progress(BaseModel):
     total: int = 0
     loss: float | None = None
     step_time_s: float | None = None
+    base: int = 0  # NeMo-RL: the steps of earlier epochs (its step counter restarts each epoch)
     recent_step_times_s: list[float] = Field(default_factory=list)  # the last few, for the median
 
     @property

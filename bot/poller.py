@@ -219,6 +219,7 @@ class Poller:
                 profile.login,
                 [jobs[j] for j in job_ids],
                 known_checkpoints={j: launches[j].checkpoints for j in job_ids},
+                known_restarts={j: launches[j].attempts[-1].restarts for j in job_ids},
                 cluster=profile.name,
             )
         except ClusterError as exc:

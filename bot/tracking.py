@@ -8,6 +8,7 @@ twice (the stored launch already has it).
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from bot import babysit, render
@@ -76,15 +77,20 @@ class _Step:
         text, used = complete_lines(chunk.text)
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
         if text:
-            attempt.tail = "\n".join((attempt.tail + text).splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+            attempt.log_grew_at = self.now  # before the first step: start-up progress
+            lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
+            attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
             self.trackers(text, attempt.tracking)
-        p = launch.progress
-        carry = Point(p.step, p.total, p.loss, p.step_time_s) if p.total else None
-        progress = framework(attempt.tracking.framework).parse_progress(text, carry)
+        p, fw = launch.progress, framework(attempt.tracking.framework)
+        if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
+            attempt.tracking = attempt.tracking.model_copy(update={"checkpoint_dir": ckpt_dir})
+        val = launch.validation_history[-1][1] if launch.validation_history else None
+        carry = Point(p.step, p.total, p.loss, p.step_time_s, p.base, val) if p.total else None
+        progress = fw.parse_progress(text, carry)
         last = progress.last
         if last is None:
             return False
-        p.step, p.total, p.updated_at = last.step, last.total, self.now
+        p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
         p.loss = last.loss if last.loss is not None else p.loss
         p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
         p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)
@@ -118,35 +124,57 @@ class _Step:
                 self.say(tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
 
     def checkpoints(self) -> None:
+        """Each saved step once: NeMo's ``-last`` copy (pretraining) or link (fine-tuning)
+        of a step already announced is the same checkpoint under a second name."""
+        tracking = self.attempt.tracking
+        pattern = tracking.checkpoint_pattern if tracking is not None else ""
+        steps = {
+            int(m.group(1))
+            for name in self.launch.checkpoints
+            if pattern and (m := re.search(pattern, name)) and m.group(1)
+        }
         for ckpt in self.snap.new_checkpoints:
-            if ckpt.name not in self.launch.checkpoints:
+            if ckpt.name not in self.launch.checkpoints and ckpt.step not in steps:
                 self.launch.checkpoints.append(ckpt.name)
+                steps.add(ckpt.step)
                 self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
 
     def requeues(self) -> None:
-        """Slurm's own requeue (node failure, --requeue): same job id, a new incarnation."""
-        if self.snap.restarts > self.attempt.restarts:
-            self.attempt.restarts = self.snap.restarts
+        """Slurm's own requeue (node failure, --requeue, scontrol requeue): same job id, a new
+        incarnation. Only ``sacct -D`` tells why the one before ended: a node failure is paged,
+        any other requeue is said in the thread alone."""
+        snap, attempt = self.snap, self.attempt
+        if snap.restarts <= attempt.restarts:
+            return
+        acct = snap.acct
+        if acct is None or acct.restarts < snap.restarts:
+            return  # accounting not read or not caught up yet: sacct -D is read again next poll
+        ended = acct.earlier[attempt.restarts : snap.restarts] or acct.earlier[-1:]
+        attempt.restarts = snap.restarts
+        failed = [r for r in ended if r.state.startswith("NODE_FAIL")]
+        if not failed:
+            before = ended[-1].state if ended else "REQUEUED"
             self.say(
-                f"⚠️ Slurm requeued job {self.snap.job_id} (restart {self.snap.restarts}), usually "
-                "after a node failure; it will run again from its newest checkpoint. "
-                "No second job was submitted."
+                f"🔁 Slurm requeued job {snap.job_id} (restart {snap.restarts}; the run before "
+                f"ended {escape(before)}, not a node failure); it will run again from its newest "
+                "checkpoint. No second job was submitted."
             )
-            failed = (
-                [r for r in self.snap.acct.earlier if r.state == "NODE_FAIL"]
-                if self.snap.acct
-                else []
-            )
-            nodes = f" on {escape(failed[-1].nodelist)}" if failed and failed[-1].nodelist else ""
-            cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {self.snap.job_id}"
-            self.events += babysit.oncall(
-                self.launch, "node_failure", cause, "Slurm runs it again."
-            )
+            return
+        self.say(
+            f"⚠️ Slurm requeued job {snap.job_id} (restart {snap.restarts}) after a node "
+            "failure; it will run again from its newest checkpoint. No second job was submitted."
+        )
+        nodes = f" on {escape(failed[-1].nodelist)}" if failed[-1].nodelist else ""
+        cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {snap.job_id}"
+        self.events += babysit.oncall(self.launch, "node_failure", cause, "Slurm runs it again.")
 
     def attach(self) -> None:
         tracking = self.attempt.tracking
         if self.snap.attach_ready and not self.attempt.attach_ready and tracking is not None:
             self.attempt.attach_ready = True
+            if self.snap.attach_found and self.snap.attach_found != tracking.attach_path:
+                tracking = tracking.model_copy(update={"attach_path": self.snap.attach_found})
+                self.attempt.tracking = tracking
             command = framework(tracking.framework).attach_command(tracking) or ""
             self.say(
                 f"🔌 Interactive job {self.snap.job_id} is ready to attach: "

@@ -7,7 +7,8 @@ job's directory is, which file names are its log, how a complete checkpoint is
 named and which files are evidence.
 
 ``mode: poll`` (the status poll) reports for every tracked job, in one go: the raw
-Slurm rows (one ``squeue`` for all, one ``sacct`` for those that left the queue),
+Slurm rows (one ``squeue`` for all, one ``sacct -D`` for those that left the queue or
+were requeued since the last poll),
 new log bytes since the stored offset, completed checkpoints not yet known, and
 whether an interactive job's attach file exists. ``mode: evidence`` (a failed
 job) reads the end of every file the job left and, in the part before that end,
@@ -75,9 +76,26 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def find_log_by_globs(globs: list[str], restart_pattern: str) -> tuple[str, str, int]:
+    """(directory, main log path, restart) among every file the patterns match: the
+    highest restart in the path wins (a requeued run's new log), then the first pattern."""
+    best: tuple[int, int, str] | None = None
+    for rank, pattern in enumerate(globs):
+        for path in glob.glob(os.path.expanduser(pattern)):
+            found = re.search(restart_pattern, path) if restart_pattern else None
+            key = (int(found.group(1)) if found else 0, -rank, path)
+            if os.path.isfile(path) and (best is None or key > best):
+                best = key
+    if best is None:
+        return "", "", 0
+    return os.path.dirname(best[2]), best[2], best[0]
+
+
 def find_log(job: dict[str, Any]) -> tuple[str, str, int]:
     """(directory, main log path, restart). A ``*`` in the directory is resolved to the
     newest match that holds the job's log."""
+    if job.get("log_globs"):
+        return find_log_by_globs(list(job["log_globs"]), job.get("restart_pattern") or "")
     pattern = os.path.expanduser(job.get("log_dir") or "")
     if not pattern:
         return "", "", 0
@@ -303,7 +321,10 @@ def collect_job(job: dict[str, Any], budget: int, max_ckpts: int) -> dict[str, A
         result["checkpoints"] = new[:max_ckpts]
         result["checkpoints_truncated"] = len(new) > max_ckpts
     if job.get("interactive") and job.get("attach_path"):
-        result["attach_ready"] = os.path.isfile(os.path.expanduser(job["attach_path"]))
+        places = [job["attach_path"], *(job.get("attach_alternatives") or [])]
+        found = [p for p in places if os.path.isfile(os.path.expanduser(p))]
+        result["attach_ready"] = bool(found)
+        result["attach_found"] = found[0] if found else ""
     return result
 
 
@@ -365,6 +386,14 @@ def poll(payload: dict[str, Any]) -> dict[str, Any]:
         else:
             queued = set(ids)  # squeue failed: do not treat the jobs as gone
     gone = [i for i in ids if i not in queued]
+    # A job Slurm requeued is back in the queue: its earlier incarnations (NODE_FAIL or
+    # not) are only in sacct -D, read once each time its restart count grows.
+    known = {j["job_id"]: int(j.get("known_restarts") or 0) for j in jobs}
+    for line in (out["squeue"] or {}).get("stdout", "").splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) > 6 and parts[0] in known and parts[6].isdigit():
+            if int(parts[6]) > known[parts[0]] and parts[0] not in gone:
+                gone.append(parts[0])
     if gone:
         calls.append("sacct")
         out["sacct"] = _run([*payload["sacct_argv"], "-j", ",".join(gone)], timeout_s)

@@ -71,6 +71,7 @@ class JobSnapshot:
     directory: str = ""  # the job's directory, as found (see Tracking.log_dir)
     new_checkpoints: tuple[Checkpoint, ...] = ()
     attach_ready: bool | None = None
+    attach_found: str = ""  # which of the tracking's attach paths exists
 
     @property
     def restarts(self) -> int:
@@ -112,20 +113,30 @@ async def collect(
     jobs: Sequence[Tracking],
     *,
     known_checkpoints: Mapping[str, Sequence[str]] | None = None,
+    known_restarts: Mapping[str, int] | None = None,
     cluster: str = "",
     timeout_s: float = 60.0,
     max_bytes_per_job: int = MAX_BYTES_PER_JOB,
     max_total_bytes: int = MAX_TOTAL_BYTES,
 ) -> PollResult:
-    """Poll every job of one cluster in one SSH round trip."""
+    """Poll every job of one cluster in one SSH round trip. ``known_restarts``: the requeues
+    already seen of each job (a job requeued since has its ``sacct -D`` records read)."""
     if not jobs:
         return PollResult(cluster, {}, (), 0, 0.0)
     started = time.monotonic()
     before = pool.stats.round_trips
     known = known_checkpoints or {}
+    restarts = known_restarts or {}
     payload = {
         "mode": "poll",
-        "jobs": [{**j.payload(), "known_checkpoints": list(known.get(j.job_id, ()))} for j in jobs],
+        "jobs": [
+            {
+                **j.payload(),
+                "known_checkpoints": list(known.get(j.job_id, ())),
+                "known_restarts": restarts.get(j.job_id, 0),
+            }
+            for j in jobs
+        ],
         "squeue_argv": shlex.split(build_squeue()),
         "sacct_argv": shlex.split(build_sacct(duplicates=True)),
         "max_bytes_per_job": max_bytes_per_job,
@@ -179,6 +190,7 @@ def parse_collect_output(raw: dict[str, Any], *, cluster: str = "") -> PollResul
                 for c in data.get("checkpoints", [])
             ),
             attach_ready=data.get("attach_ready"),
+            attach_found=str(data.get("attach_found") or ""),
         )
     for error in errors:
         log.warning("cluster=%s collector: %s", cluster, error)

@@ -1,28 +1,43 @@
 """Training progress from NeMo and NeMo-RL log text. Pure.
 
-NeMo 2.0 (rank 0):
+NeMo 2.0 (rank 0; NVIDIA/NeMo 8cfedd7203462cb251a914e700e5605444277561,
+nemo/lightning/pytorch/callbacks/progress_printer.py):
   Training epoch 0, iteration 120/149 | lr: 3e-05 | ... | global_step: 120 |
-  reduced_train_loss: 1.233 | train_step_timing in s: 0.03146
+  reduced_train_loss: 1.233 | train_step_timing in s: 0.03146 | val_loss: 1.301
+  Validation: iteration 1/4
   `Trainer.fit` stopped: `max_steps=100` reached.
-NeMo-RL:
+Every metric logged for the progress bar rides on each later line, so ``val_loss``
+appears on every training line after the first validation: a validation point is
+one that follows a ``Validation: iteration`` block (or a changed value), not each
+line that carries it. nemo/lightning/nemo_logger.py logs
+"Experiments will be logged at <log dir>/<name>[/<version>]" (name "default" unless
+the recipe names it); its ModelCheckpoint saves to "<that>/checkpoints".
+NeMo-RL (NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909,
+nemo_rl/algorithms/{sft,dpo,rm,grpo}.py):
+  ========================= Epoch 1/2 =========================
   ========================= Step 3/100 =========================
   📊 Training Results:
-    • Loss: 0.6931
+    • Loss: 0.6931          (SFT, GRPO; DPO and RM print each metric by its
+    • loss: 0.6931           field name, lower case: loss, sft_loss, accuracy, ...)
   ⏱️  Timing:
     • Total step time: 1.23s
+The step counter restarts at 1 every epoch (``Step {k}/{min(len(loader), max_steps)}``):
+the step number here counts across epochs.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 NEMO_STEP_RE = re.compile(r"Training epoch \d+, iteration (?P<it>\d+)/(?P<last>\d+)\b")
 NEMO_LOSS_RE = re.compile(r"\breduced_train_loss: (?P<loss>[-+0-9.eE]+|nan|inf)")
 NEMO_TIME_RE = re.compile(r"\btrain_step_timing in s: (?P<time>[0-9.eE+-]+)")
 NEMO_DONE_RE = re.compile(r"`Trainer\.fit` stopped: `max_steps=(\d+)` reached\.")
 RL_STEP_RE = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+\s*$")
-RL_LOSS_RE = re.compile(r"^\s*• Loss: (?P<loss>[-+0-9.eE]+)\s*$")
+RL_EPOCH_RE = re.compile(r"^=+ Epoch (?P<epoch>\d+)/(?P<epochs>\d+) =+\s*$")
+# "Loss" for SFT and GRPO, "loss" for DPO and RM (they print their metrics by field name).
+RL_LOSS_RE = re.compile(r"^\s*• loss: (?P<loss>[-+0-9.eE]+|nan|inf)\s*$", re.IGNORECASE)
 RL_TIME_RE = re.compile(r"^\s*• Total step time: (?P<time>[0-9.]+)s\s*$")
 # wandb prints "wandb: 🚀 View run at https://wandb.ai/<entity>/<project>/runs/<id>" (and
 # "View run <name> at: <url>" in newer versions), whatever the framework.
@@ -40,6 +55,10 @@ TENSORBOARD_RE = re.compile(
     r"(?P<dir>[^\s\x00-\x1f][^\x00-\x1f]{0,1023}?)\s*$"
 )
 NEMO_VAL_RE = re.compile(r"\bval_loss: (?P<loss>[-+0-9.eE]+)")
+NEMO_VALIDATING_RE = re.compile(r"\bValidation: iteration \d+/")
+NEMO_LOG_DIR_RE = re.compile(
+    r"\bExperiments will be logged at (?P<dir>[^\s\x00-\x1f][^\x00-\x1f]{0,1023}?)\s*$"
+)
 RL_VAL_RE = re.compile(r"^\s*• (?:Validation loss|val_loss): (?P<loss>[-+0-9.eE]+)\s*$")
 
 
@@ -51,6 +70,8 @@ class Point:
     total: int
     loss: float | None = None
     step_time_s: float | None = None
+    base: int = 0  # NeMo-RL: the steps of the epochs before this one (``step`` - the printed k)
+    val_loss: float | None = None  # NeMo: the val_loss the line carried (the last validation's)
 
 
 @dataclass(frozen=True)
@@ -72,14 +93,24 @@ def _float(text: str | None) -> float | None:
 
 
 def parse_nemo(text: str, carry: Point | None = None) -> Progress:
+    """``carry`` is the last point seen before ``text`` (its ``val_loss``: the last
+    validation recorded)."""
     points: list[Point] = []
     validation: list[tuple[int, float]] = []
     finished = False
+    seen = carry.val_loss if carry else None
+    validating = False
     for line in text.splitlines():
+        if NEMO_VALIDATING_RE.search(line):
+            validating = True
+            continue
         val = NEMO_VAL_RE.search(line)
-        if val is not None and (value := _float(val["loss"])) is not None:
+        value = _float(val["loss"]) if val is not None else None
+        if value is not None and (validating or value != seen):
             last = points[-1] if points else carry
             validation.append((last.step if last else 0, value))
+            validating = False
+        seen = value if value is not None else seen
         match = NEMO_STEP_RE.search(line)
         if match:
             loss = NEMO_LOSS_RE.search(line)
@@ -90,11 +121,25 @@ def parse_nemo(text: str, carry: Point | None = None) -> Progress:
                     total=int(match["last"]) + 1,
                     loss=_float(loss["loss"]) if loss else None,
                     step_time_s=_float(timing["time"]) if timing else None,
+                    val_loss=seen,
                 )
             )
         elif NEMO_DONE_RE.search(line):
             finished = True
     return Progress(tuple(points), finished, tuple(validation))
+
+
+def _rl_step(k: int, per_epoch: int, epoch: tuple[int, int] | None, prev: Point | None) -> Point:
+    """Step ``k``/``per_epoch`` as printed, numbered across epochs: from the epoch header
+    when one came before it, else following the step before it (k restarts each epoch)."""
+    if epoch is not None:
+        base, total = (epoch[0] - 1) * per_epoch, epoch[1] * per_epoch
+    elif prev is not None:
+        base = prev.base if k > prev.step - prev.base else prev.step + 1 - k
+        total = max(base + per_epoch, prev.total)
+    else:
+        base, total = 0, per_epoch
+    return Point(step=base + k, total=max(total, base + k), base=base)
 
 
 def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
@@ -105,18 +150,22 @@ def parse_nemo_rl(text: str, carry: Point | None = None) -> Progress:
     points: list[Point] = []
     validation: list[tuple[int, float]] = []
     current: Point | None = carry
+    epoch: tuple[int, int] | None = None
     for line in text.splitlines():
         if current is not None and (val := RL_VAL_RE.match(line)):
             if (value := _float(val["loss"])) is not None:
                 validation.append((current.step, value))
+        elif match := RL_EPOCH_RE.match(line):
+            epoch = (int(match["epoch"]), int(match["epochs"]))
         elif match := RL_STEP_RE.match(line):
             if current is not None and current != carry:
                 points.append(current)
-            current = Point(step=int(match["step"]), total=int(match["total"]))
+            current = _rl_step(int(match["step"]), int(match["total"]), epoch, current)
+            epoch = None  # the next step follows this one, until the next header
         elif current is not None and (match := RL_LOSS_RE.match(line)):
-            current = Point(current.step, current.total, _float(match["loss"]), current.step_time_s)
+            current = replace(current, loss=_float(match["loss"]))
         elif current is not None and (match := RL_TIME_RE.match(line)):
-            current = Point(current.step, current.total, current.loss, _float(match["time"]))
+            current = replace(current, step_time_s=_float(match["time"]))
     if current is not None and current != carry:
         points.append(current)
     finished = bool(points) and points[-1].step >= points[-1].total and points[-1].loss is not None
@@ -139,3 +188,10 @@ def complete_lines(data: str) -> tuple[str, int]:
     cut at the end of a chunk is read again, whole, next time."""
     whole = data[: data.rfind("\n") + 1]
     return whole, len(whole.encode("utf-8"))
+
+
+def experiment_dirs(text: str) -> list[str]:
+    """NeMo: the experiment directories the log names ("Experiments will be logged at"),
+    in order, once each; checkpoints are saved in ``<it>/checkpoints``."""
+    found = (m["dir"] for line in text.splitlines() if (m := NEMO_LOG_DIR_RE.search(line)))
+    return list(dict.fromkeys(found))

@@ -117,11 +117,16 @@ class Tracking(BaseModel):
     interactive: bool = False
     log_dir: str = ""  # where the main log is
     log_names: tuple[str, ...] = ()  # fnmatch patterns in that directory, best first
-    restart_pattern: str = ""  # regex: group 1 is the restart count in a log's name
+    # Where the main log may be in any layout a site may have (absolute glob patterns, best
+    # first); when set, they are searched instead of log_dir and log_names, and the
+    # directory of the log found is the job's directory for evidence.
+    log_globs: tuple[str, ...] = ()
+    restart_pattern: str = ""  # regex: group 1 is the restart count in a log's name (or path)
     checkpoint_dir: str = ""
     checkpoint_pattern: str = ""  # regex a complete checkpoint's name fully matches; group 1: step
     unfinished_suffix: str = ""  # a sibling ``<name><suffix>`` means the save is in progress
     attach_path: str = ""  # interactive: the file that appears when the job can be attached
+    attach_alternatives: tuple[str, ...] = ()  # where else a site's launcher may write it
     evidence: tuple[str, ...] = ()  # glob patterns of every file the job leaves
     log_path: str = ""  # the main log found so far
     log_offset: int = 0
@@ -224,6 +229,11 @@ class Framework(ABC):
     @abstractmethod
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         """Progress in new log text; ``carry`` is the last point seen before it."""
+
+    def checkpoint_dir(self, text: str, tracking: Tracking) -> str | None:
+        """Where the run says it saves checkpoints, when new log ``text`` says so and that
+        differs from ``tracking.checkpoint_dir`` (None: nothing new)."""
+        return None
 
     def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
         """The run's TensorBoard directory on the login node, from the one its log names

@@ -28,7 +28,7 @@ from cluster.frameworks.base import (
     check_job_id,
     register,
 )
-from cluster.progress import Point, Progress, parse_nemo
+from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
 from cluster.remote import RemoteArg, RPath, join_remote
 
 if TYPE_CHECKING:
@@ -269,7 +269,11 @@ class NeMo(Framework):
             log_dir=local_dir,
             log_names=(f"log-*_{job_id}_*.out", f"{job_id}.log"),
             restart_pattern=rf"_{re.escape(job_id)}_([0-9]+)\.out$",
-            checkpoint_dir=join_remote(spec.profile.log_dir, spec.job_name, "checkpoints"),
+            # Until the run logs where (checkpoint_dir): the recipe logs to <log dir>/<name>
+            # with NeMo's logger name, "default".
+            checkpoint_dir=join_remote(
+                spec.profile.log_dir, spec.job_name, "default", "checkpoints"
+            ),
             checkpoint_pattern=r"-step=([0-9]+)(?:-|$)",
             unfinished_suffix="-unfinished",
             evidence=("*.out", "*.err", "*.log"),
@@ -285,6 +289,17 @@ class NeMo(Framework):
 
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         return parse_nemo(text, carry)
+
+    def checkpoint_dir(self, text: str, tracking: Tracking) -> str | None:
+        # NeMo's ModelCheckpoint saves to <the experiment dir it logs>/checkpoints, where that
+        # dir is <log dir>/<logger name>[/<version>] and upstream recipes name the logger
+        # "default" (NVIDIA/NeMo 8cfedd7203462cb251a914e700e5605444277561,
+        # nemo/lightning/nemo_logger.py, nemo/collections/llm/recipes/log/default.py).
+        found = experiment_dirs(text)
+        if not found:
+            return None
+        where = join_remote(found[-1], "checkpoints")
+        return where if where != tracking.checkpoint_dir else None
 
     def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
         # The log names the logger's save_dir, shared by every experiment logged there; this

@@ -1,9 +1,13 @@
 """NeMo-RL (SFT, DPO, GRPO, reward models): ``sbatch ... launch.sh`` in ``<recipes_dir>/nemo_rl``.
 
 The job works in ``<nemo_rl dir>/<job id>/`` (``checkpoints/step_N``, written as
-``tmp_step_N`` and renamed when complete, ``ray-logs/``, ``nemo_rl_output.log``,
-and ``attach.sh`` for ``--interactive`` jobs); sbatch's own output is
-``slurm-<job id>.out`` in the submit directory. The container image goes to the
+``tmp_step_N`` and renamed when complete). Where its output goes depends on the
+site's ``launch.sh``, and is found per job: the seed's writes ``<job id>/nemo_rl_output.log``,
+``ray-logs/`` and ``<job id>/attach.sh``; one that wraps NeMo-RL's ``ray.sub``
+(NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909) writes the driver's output to
+``<job id>-logs/ray-driver.log`` (``<job id>-<restart>-logs/`` after a requeue) beside
+``ray-head.log`` and ``ray-worker-N.log``, and ``<job id>-attach.sh``. sbatch's own
+output is ``slurm-<job id>.out`` in the submit directory. The container image goes to the
 job as ``CONTAINER`` (NeMo-RL's Slurm launchers read it; sbatch exports the
 submitting shell's environment).
 """
@@ -173,9 +177,18 @@ class NeMoRL(Framework):
             interactive=spec.interactive,
             log_dir=job_dir,
             log_names=("nemo_rl_output.log",),
+            log_globs=(
+                join_remote(job_dir, "nemo_rl_output.log"),
+                join_remote(spec.work_dir, f"{job_id}-logs", "ray-driver.log"),
+                join_remote(spec.work_dir, f"{job_id}-[0-9]*-logs", "ray-driver.log"),
+            ),
+            restart_pattern=rf"/{re.escape(job_id)}-([0-9]+)-logs/ray-driver\.log$",
             checkpoint_dir=checkpoints or join_remote(job_dir, "checkpoints"),
             checkpoint_pattern=r"^step_([0-9]+)$",
             attach_path=join_remote(job_dir, "attach.sh") if spec.interactive else "",
+            attach_alternatives=(  # ray.sub's
+                (join_remote(spec.work_dir, f"{job_id}-attach.sh"),) if spec.interactive else ()
+            ),
             evidence=(
                 "nemo_rl_output.log",
                 f"../slurm-{job_id}.out",
@@ -184,6 +197,7 @@ class NeMoRL(Framework):
                 "ray-logs/*.log",
                 "ray-logs/*.err",
                 "ray-logs/*.out",
+                "*.log",  # ray.sub's layout: ray-driver.log, ray-head.log, ray-worker-N.log
             ),
         )
 

@@ -226,14 +226,15 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
     tracking = launch.attempts[0].tracking
     assert tracking is not None
     ckpt_dir = tracking.checkpoint_dir
-    assert ckpt_dir.endswith(f"/llama3p1_70b_pt-{launch_id}/checkpoints")
+    assert ckpt_dir.endswith(f"/llama3p1_70b_pt-{launch_id}/default/checkpoints")
     on_disk = login_run(f"ls {ckpt_dir}").split()
-    assert on_disk == [
+    assert on_disk == [  # pretraining keeps a -last copy of the newest save
         "model_name=0--val_loss=0.00-step=1-consumed_samples=64.0",
         "model_name=0--val_loss=0.00-step=3-consumed_samples=128.0",
+        "model_name=0--val_loss=0.00-step=5-consumed_samples=192.0",
         "model_name=0--val_loss=0.00-step=5-consumed_samples=192.0-last",
     ]
-    assert launch.checkpoints == on_disk
+    assert launch.checkpoints == on_disk[:3]  # the -last copy is step 5 again, not a new one
     posted = [line for line in front.lines if "💾 Checkpoint" in line]
     assert posted == [f"  └ 💾 Checkpoint step {n} saved." for n in (1, 3, 5)]
 

@@ -290,3 +290,99 @@ def test_a_long_run_keeps_its_start_and_its_spikes_and_still_plots() -> None:
     assert [s for s, _ in history] == sorted(s for s, _ in history)
     png = render.loss_curve(item)
     assert png.startswith(b"\x89PNG") and Image.open(io.BytesIO(png)).size == (900, 450)
+
+
+def test_a_nemo_checkpoint_and_its_last_copy_or_link_are_announced_once() -> None:
+    item = launch(Phase.RUNNING)
+    ck = "model_name=0--val_loss=2.05-step={}-consumed_samples={}.0"
+    first, second = ck.format(9, 320), ck.format(19, 640)
+    said = []
+    for names in ((first, f"{first}-last"), (second, f"{second}-last")):
+        events = apply_snapshot(item, snapshot("RUNNING", ckpts=names), PROFILE, Watch(), now=2e3)
+        said += [t for t in threads(events) if "Checkpoint" in t]
+    assert said == ["💾 Checkpoint step 9 saved.", "💾 Checkpoint step 19 saved."]
+    # The final save may exist only as its -last: that is a new step, announced.
+    last = ck.format(29, 960) + "-last"
+    events = apply_snapshot(item, snapshot("RUNNING", ckpts=(last,)), PROFILE, Watch(), now=2e3)
+    assert [t for t in threads(events) if "Checkpoint" in t] == ["💾 Checkpoint step 29 saved."]
+
+
+def test_nemo_checkpoints_are_looked_for_where_the_run_says_it_logs() -> None:
+    item = launch(Phase.RUNNING)
+    text = (
+        "[NeMo I 2026-01-01 00:00:00 nemo_logger:162] Experiments will be logged at "
+        "/lustre/logs/run-7/default\n"
+    )
+    apply_snapshot(item, snapshot("RUNNING", text), PROFILE, Watch(), now=2e3)
+    tracking = item.attempts[0].tracking
+    assert tracking is not None
+    assert tracking.checkpoint_dir == "/lustre/logs/run-7/default/checkpoints"
+
+
+def requeued(earlier_state: str | None) -> JobSnapshot:
+    """Job 7 running again after one requeue; sacct -D read (or not, when None)."""
+    queue = QueueRow("7", "RUNNING", "RUNNING", "None", "0:01", 2, "dev[2-3]", 1, "run")
+    snap = replace(snapshot("RUNNING"), queue=queue)
+    if earlier_state is None:
+        return snap
+    rows = parse_sacct(
+        f"7|run|{earlier_state}|0:0|0:0|None|00:01:00|dev[0-1]|60|gres/gpu=16\n"
+        "7|run|RUNNING|0:0|0:0|None|00:00:01|dev[2-3]|1|gres/gpu=16\n"
+    )
+    return replace(snap, acct=AcctRecord(latest=rows[-1], earlier=tuple(rows[:-1])))
+
+
+def test_a_requeue_that_was_no_node_failure_is_said_and_not_paged() -> None:
+    item = launch(Phase.RUNNING)
+    events = apply_snapshot(item, requeued("REQUEUED"), PROFILE, Watch(), now=2e3)
+    assert not [e for e in events if e.kind == "oncall"]
+    (said,) = [t for t in threads(events) if "requeued" in t]
+    assert said.startswith("🔁 Slurm requeued job 7 (restart 1; the run before ended REQUEUED")
+    assert item.attempts[0].restarts == 1
+
+
+def test_a_node_failure_requeue_waits_for_sacct_then_is_paged_once() -> None:
+    item = launch(Phase.RUNNING)
+    # squeue shows the restart before the accounting is read: nothing is decided yet.
+    events = apply_snapshot(item, requeued(None), PROFILE, Watch(), now=2e3)
+    assert not [t for t in threads(events) if "requeued" in t] and item.attempts[0].restarts == 0
+    events = apply_snapshot(item, requeued("NODE_FAIL"), PROFILE, Watch(), now=2e3)
+    (page,) = [e for e in events if e.kind == "oncall"]
+    assert page.data["cause_key"] == "node_failure" and "dev[0-1]" in page.data["cause"]
+    assert any(t.startswith("⚠️ Slurm requeued job 7 (restart 1)") for t in threads(events))
+    again = apply_snapshot(item, requeued("NODE_FAIL"), PROFILE, Watch(), now=2e3)
+    assert not [e for e in again if e.kind == "oncall"]
+
+
+def startup_poll(item: Launch, text: str, now: float, watch: Watch) -> list[Event]:
+    chunk = item.attempts[0].tracking
+    offset = chunk.log_offset if chunk is not None else 0
+    return apply_snapshot(item, snapshot("RUNNING", text, offset=offset), PROFILE, watch, now=now)
+
+
+def test_a_long_start_up_that_keeps_printing_is_not_a_hang_and_a_silent_one_is() -> None:
+    watch = Watch(hang_min_s=60, hang_step_factor=10, startup_max_s=3600)
+    item = launch(Phase.RUNNING)
+    item.attempts[0].started_at = 1000.0
+    item.attempts[0].slurm_state = "RUNNING"
+    # 15 minutes of start-up, a line every 30 s: no report.
+    for t in range(1030, 1000 + 15 * 60 + 1, 30):
+        assert startup_poll(item, f"Downloading shards: {t}\n", float(t), watch) == []
+    # Then silence: a hang once it lasts hang_min_s, naming the last start-up line.
+    assert threads(startup_poll(item, "", 1950.0, watch)) == []
+    hung = startup_poll(item, "", 1961.0, watch)
+    assert [e.kind for e in hung].count("oncall") == 1
+    assert threads(hung)[0].startswith(
+        "⚠️ No progress for 1 min (last seen at start-up, last line `Downloading shards: 1900`"
+    )
+
+
+def test_a_start_up_past_its_longest_is_a_hang_however_much_it_prints() -> None:
+    watch = Watch(hang_min_s=60, startup_max_s=300)
+    item = launch(Phase.RUNNING)
+    item.attempts[0].started_at = 1000.0
+    item.attempts[0].slurm_state = "RUNNING"
+    for t in range(1030, 1300, 30):
+        assert startup_poll(item, "still loading\n", float(t), watch) == []
+    hung = startup_poll(item, "still loading\n", 1300.0, watch)
+    assert [e.kind for e in hung].count("oncall") == 1

@@ -104,3 +104,37 @@ async def test_fifty_jobs_one_round_trip_one_squeue_one_sacct(
     assert sorted(result.slurm_calls) == ["sacct", "squeue"]
     assert len(result.jobs) == 50
     assert all(result.jobs[j].state is not None for j in known)
+
+
+@pytest.mark.parametrize(
+    ("files", "found", "restart"),
+    [
+        (("26/nemo_rl_output.log",), "26/nemo_rl_output.log", 0),  # the seed's launch.sh
+        (("26-logs/ray-driver.log", "26-logs/ray-head.log"), "26-logs/ray-driver.log", 0),
+        (("26-logs/ray-driver.log", "26-1-logs/ray-driver.log"), "26-1-logs/ray-driver.log", 1),
+        (("26-1-logs/ray-driver.log", "26-2-logs/ray-driver.log"), "26-2-logs/ray-driver.log", 2),
+        (("260-logs/ray-driver.log", "2-logs/ray-driver.log"), "", 0),  # other jobs' logs
+    ],
+)
+def test_a_nemo_rl_jobs_log_is_found_in_either_layout(
+    tmp_path: Path, files: tuple[str, ...], found: str, restart: int
+) -> None:
+    """NeMo-RL's ray.sub (NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909) writes
+    <job id>-logs/ray-driver.log, <job id>-<restart>-logs/ after a requeue."""
+    profile = ClusterProfile(
+        name="a4", type="hcc-a4", login={"host": "h", "user": "u"}, partition="a4",
+        max_nodes=4, recipes_dir=str(tmp_path),
+    )  # fmt: skip
+    spec = LaunchSpec(profile=profile, launch_id="L-1", framework="nemo-rl", nodes=1, script="s")
+    tracking = NEMO_RL.found(spec, "26")
+    for name in files:
+        path = tmp_path / "nemo_rl" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{name}\n")
+    directory, log, seen = collect_remote.find_log(tracking.payload())
+    assert (log, seen) == ((str(tmp_path / "nemo_rl" / found), restart) if found else ("", 0))
+    if found:
+        assert directory == str((tmp_path / "nemo_rl" / found).parent)
+        assert collect_remote.collect_job(tracking.payload(), 4096, 10)["log"]["text"] == (
+            f"{found}\n"
+        )

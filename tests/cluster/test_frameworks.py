@@ -70,7 +70,10 @@ def test_nemo_tracking_from_run_py_output(profile: ClusterProfile) -> None:
     status = parse_status_block((DATA / "nemo_run_stdout.txt").read_text())
     assert tracking.framework == "nemo" and tracking.job_id == status.job_id
     assert tracking.log_dir == status.local_dir
-    assert tracking.checkpoint_dir == "~/vertex-oss-training/nemo/logs/mine-L-7f3a9c/checkpoints"
+    assert (
+        tracking.checkpoint_dir
+        == "~/vertex-oss-training/nemo/logs/mine-L-7f3a9c/default/checkpoints"
+    )
     assert tracking.attach_path == "" and NEMO.attach_command(tracking) is None
     with pytest.raises(ValueError, match="no Slurm job id"):
         NEMO.tracking(spec, "Traceback ...\nValueError: bad recipe\n")

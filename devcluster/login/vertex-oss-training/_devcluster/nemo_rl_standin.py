@@ -6,6 +6,13 @@ when complete; on start it resumes from the highest step_N, as NeMo-RL does.
 Overrides use NeMo-RL's dotted keys, e.g. dpo.max_num_steps=20,
 checkpointing.checkpoint_dir=..., logger.wandb_enabled=False,
 logger.tensorboard_enabled=True (logger.log_dir, default logs).
+
+What it prints follows NeMo-RL's drivers (NVIDIA-NeMo/RL, formerly NVIDIA/NeMo-RL,
+commit 7ea279abfbeb698b092856d0dab61e7cf39bc909, nemo_rl/algorithms/{sft,dpo,rm,grpo}.py):
+the set-up block, "Epoch e/E" headers with "Step k/min(len(loader), max_num_steps)"
+under them (k restarts each epoch), and each algorithm's "Training Results": SFT and
+GRPO print "  • Loss:", DPO and RM print their metrics by field name ("  • loss:",
+"  • accuracy:", ...), GRPO adds its reward and generation lines.
 """
 
 from __future__ import annotations
@@ -35,6 +42,48 @@ def save_checkpoint(ckpt_dir: Path, step: int, save_time_s: float) -> None:
     tmp.rename(ckpt_dir / f"step_{step}")
 
 
+# The metrics DPO and RM print, in their dataclasses' field order (DPOValMetrics, RMValMetrics).
+DPO_METRICS = ("loss", "sft_loss", "preference_loss", "accuracy", "rewards_chosen_mean",
+               "rewards_rejected_mean", "num_valid_samples", "global_valid_seqs",
+               "global_valid_toks")  # fmt: skip
+RM_METRICS = ("loss", "accuracy", "rewards_chosen_mean", "rewards_rejected_mean")
+STARTUP_LINES = [
+    "INFO: Importing container image layers (enroot import)...",
+    "Downloading shards: model-00001-of-00030.safetensors",
+    "2026-01-01 00:00:00,000\tINFO worker.py:1841 -- Connecting to existing Ray cluster",
+    "INFO vllm.engine: Loading model weights; CUDA graphs are being captured",
+]
+
+
+def results(algorithm: str, loss: float, step_time_s: float) -> list[str]:
+    """One step's "Training Results" and "Timing" blocks, as each algorithm prints them."""
+    rng = s.random.Random(int(loss * 1e6))
+    lines = ["", "📊 Training Results:"]
+    if algorithm == "dpo":
+        values = {"loss": loss, "sft_loss": 0.0, "preference_loss": loss,
+                  "accuracy": rng.uniform(0.5, 0.9), "rewards_chosen_mean": rng.uniform(0, 1),
+                  "rewards_rejected_mean": rng.uniform(-1, 0), "num_valid_samples": 64.0,
+                  "global_valid_seqs": 128.0, "global_valid_toks": 51200.0}  # fmt: skip
+        lines += [f"  • {name}: {values[name]:.4f}" for name in DPO_METRICS]
+    elif algorithm == "rm":
+        values = {"loss": loss, "accuracy": rng.uniform(0.5, 0.9),
+                  "rewards_chosen_mean": rng.uniform(0, 1),
+                  "rewards_rejected_mean": rng.uniform(-1, 0)}  # fmt: skip
+        lines += [f"  • {name}: {values[name]:.4f}" for name in RM_METRICS]
+        lines.append("  • num valid samples: 64")
+    else:
+        lines.append(f"  • Loss: {loss:.4f}")
+        if algorithm == "grpo":
+            lines += [
+                f"  • Generation KL Error: {rng.uniform(0, 0.01):.4f}",
+                f"  • Avg Reward: {rng.uniform(0, 1):.4f}",
+                f"  • Mean Generation Length: {rng.uniform(200, 900):.4f}",
+            ]
+    took = step_time_s * rng.uniform(0.97, 1.03)
+    lines += ["", "⏱️  Timing:", f"  • Total step time: {took:.2f}s"]
+    return lines
+
+
 def tensorboard(base: Path) -> None:
     """As NeMo-RL: the next exp_NNN under logger.log_dir (relative to where the job runs),
     its TensorBoard writer in <that>/tensorboard."""
@@ -60,14 +109,29 @@ def main(algorithm: str) -> None:
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(1, steps // 3))
 
+    epochs = int(overrides.get(f"{algorithm}.max_num_epochs") or s.int_knob(k, "epochs", 1))
+    per_epoch = max(1, s.int_knob(k, "epoch_steps", steps))  # len(train_dataloader)
+
     s.say(
         f"Stand-in NeMo-RL {algorithm} driver (dev cluster: no GPUs, nothing is trained)",
         f"Slurm job: {s.job_summary()}",
         *s.secret_fingerprints(),
         f"Loaded configuration: policy.model_name={model} {algorithm}.max_num_steps={steps} "
         f"checkpointing.checkpoint_dir={ckpt_dir} logger.wandb_enabled={wandb_enabled}",
+    )
+    s.startup(k, STARTUP_LINES)
+    s.say(
+        "",
         "▶ Setting up compute cluster...",
         f"  ✓ Ray cluster initialized with {os.environ.get('SLURM_JOB_NUM_NODES', '1')} nodes",
+        "",
+        "▶ Setting up model...",
+        "  ✓ Model initialized",
+        "",
+        "=" * 60,
+        " " * 18 + "SETUP COMPLETE",
+        "=" * 60,
+        "",
     )
     if overrides.get("logger.tensorboard_enabled", "False").lower() in ("true", "1"):
         tensorboard(Path(overrides.get("logger.log_dir") or "logs"))
@@ -79,23 +143,37 @@ def main(algorithm: str) -> None:
         sys.exit(1)
 
     done = completed_steps(ckpt_dir)
-    start = done[-1] + 1 if done else 1
+    total_steps = done[-1] if done else 0
     if done:
         s.say(f"Loading checkpoint from {ckpt_dir / f'step_{done[-1]}'}")
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    for step in range(start, steps + 1):
-        s.strike(fault, step, fault_at, sys.exit)
-        s.say(f"{'=' * 25} Step {step}/{steps} {'=' * 25}", "▶ Preparing batch...", "▶ Training policy...")
-        time.sleep(step_time_s)
-        loss = s.loss_at(step, steps, start=0.6931, floor=0.35)
-        s.say(
-            "📊 Training Results:",
-            f"  • Loss: {loss:.4f}",
-            f"  • Grad Norm: {s.random.uniform(0.5, 2.0):.4f}",
-            "⏱️  Timing:",
-            f"  • Total step time: {step_time_s * s.random.uniform(0.97, 1.03):.2f}s",
-        )
-        if step % save_period == 0 or step == steps:
-            s.say(f"Saving checkpoint for step {step}...")
-            save_checkpoint(ckpt_dir, step, save_time_s)
-    s.say(f"Max number of steps has been reached, stopping training ({steps} steps).")
+    # As the drivers: the epoch and the step within it are restored from the checkpoint,
+    # "Step k/N" counts within the epoch, checkpoints and the stop count total steps.
+    epoch, current = divmod(total_steps, per_epoch)
+    shown = min(per_epoch, steps)
+    while epoch < epochs and total_steps < steps:
+        s.say("", f"{'=' * 25} Epoch {epoch + 1}/{epochs} {'=' * 25}")
+        while current < per_epoch and total_steps < steps:
+            step = total_steps + 1
+            s.strike(fault, step, fault_at, sys.exit)
+            s.say("", f"{'=' * 25} Step {current + 1}/{shown} {'=' * 25}")
+            if algorithm == "grpo":
+                s.say("▶ Preparing batch...", "▶ Generating responses for batch of size 64...")
+                s.say("▶ Processing rewards...", "▶ Computing advantages...")
+                s.say("▶ Preparing for training...", "▶ Training policy...")
+            elif algorithm == "sft":
+                s.say("▶ Preparing batch...", "▶ Taking a training step...")
+            else:
+                s.say("▶ Taking a training step...")
+            time.sleep(step_time_s)
+            loss = s.loss_at(step, steps, start=0.6931, floor=0.35)
+            if step % save_period == 0 or step == steps:
+                s.say(f"Saving checkpoint for step {step}...")
+                save_checkpoint(ckpt_dir, step, save_time_s)
+            s.say(*results(algorithm, loss, step_time_s))
+            current += 1
+            total_steps += 1
+            if total_steps >= steps:
+                s.say("Max number of steps has been reached, stopping training early")
+        epoch += 1
+        current = 0

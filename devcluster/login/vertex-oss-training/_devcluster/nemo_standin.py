@@ -1,15 +1,33 @@
 """Stand-in for a NeMo 2.0 recipe run (pretrain, cpt, sft) on the dev cluster.
 
 run.py passes the mounted directories as NEMO_LOG_DIR, NEMO_CACHE_DIR and
-NEMO_DATA_DIR (a real run sees them as container mounts). Checkpoints go to
-<log_dir>/<experiment name>/checkpoints/, and a run resumes from the newest
-completed one there, as NeMo's AutoResume does.
+NEMO_DATA_DIR (a real run sees them as container mounts). The recipe logs to
+<log_dir>/<experiment name> with NeMo's logger name, "default", so checkpoints go to
+<log_dir>/<experiment name>/default/checkpoints/ (it says where: "Experiments will be
+logged at ..."), and a run resumes from the newest completed one there, as NeMo's
+AutoResume does.
+
+As upstream (NVIDIA/NeMo 8cfedd7203462cb251a914e700e5605444277561):
+- nemo/lightning/nemo_logger.py: name "default"; "Experiments will be logged at <dir>";
+  ModelCheckpoint's dirpath is <dir>/checkpoints.
+- nemo/lightning/pytorch/callbacks/progress_printer.py: "Training epoch E, iteration
+  i/N | metric: value | ..." per step and "Validation: iteration k/V" while validating;
+  val_loss, logged for the progress bar, rides on every training line after the first
+  validation.
+- nemo/collections/llm/recipes/log/default.py (pretraining: save_last=True, a -last copy
+  at every save) and recipes/finetune_default.py (fine-tuning: save_last="link", a -last
+  link to the newest save); "<name>-unfinished" marks a save in progress
+  (pytorch/callbacks/model_checkpoint.py).
+Every task prints (NeMo-Run runs one per GPU, all into one file through srun --output:
+NVIDIA/NeMo-Run 0c49127199cad0495466dc85620ca58a4111f4bc, core/execution/slurm.py);
+global rank 0 prints the progress.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -65,23 +83,50 @@ def completed_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, save_time_s: float, last: bool = False) -> None:
-    consumed = (step + 1) * GLOBAL_BATCH_SIZE
-    name = f"model_name=0--val_loss=0.00-step={step}-consumed_samples={consumed}.0"
-    if last:
-        name += "-last"
-    path = ckpt_dir / name
+def write_checkpoint(path: Path, step: int, save_time_s: float) -> None:
     marker = Path(str(path) + "-unfinished")
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
-    s.write_files(path / "context", {"io.json": '{"step": %d}\n' % step, "model.yaml": "stand-in\n"})
+    s.write_files(path / "context", {"io.json": f'{{"step": {step}}}\n', "model.yaml": "stand-in\n"})
     time.sleep(save_time_s)
     s.write_files(path / "weights", {"metadata.json": "{}\n", "__0_0.distcp": "0" * 64})
     marker.unlink()
 
 
+def save_checkpoint(
+    ckpt_dir: Path, step: int, save_time_s: float, val_loss: float | None, link: bool
+) -> None:
+    """A save and its -last: a copy of its own (pretraining, save_last=True) or a link to
+    it (fine-tuning, save_last="link"); the previous -last goes."""
+    consumed = (step + 1) * GLOBAL_BATCH_SIZE
+    name = f"model_name=0--val_loss={val_loss or 0:.2f}-step={step}-consumed_samples={consumed}.0"
+    write_checkpoint(ckpt_dir / name, step, save_time_s)
+    for old in ckpt_dir.glob("*-last"):
+        if old.is_symlink() or old.is_file():
+            old.unlink()
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    last = ckpt_dir / f"{name}-last"
+    if link:
+        last.symlink_to(name)
+    else:
+        write_checkpoint(last, step, 0.0)
+
+
+STARTUP_LINES = [
+    "INFO: Importing container image layers (enroot import)...",
+    "Downloading shards: model-00001-of-00030.safetensors",
+    "[NeMo I nemo_logging:393] Building the model, loading the tokenizer",
+]
+
+
 def main(workload: str, model: str) -> None:
-    if int(os.environ.get("SLURM_PROCID", "0")) != 0:
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    tasks = int(os.environ.get("SLURM_NTASKS") or 1)
+    # Lightning's line, from every task (srun interleaves them in the one log file).
+    member = f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{tasks}"
+    if rank != 0:
+        s.say(member)
         s.follow_rank0()
     k = s.knobs()
     overrides = s.parse_overrides(sys.argv[1:])
@@ -91,20 +136,24 @@ def main(workload: str, model: str) -> None:
     steps = int(overrides.get("trainer.max_steps") or s.int_knob(k, "steps", 30))
     step_time_s = s.float_knob(k, "step_time_s", 2.0)
     ckpt_every = max(1, s.int_knob(k, "ckpt_every", max(1, steps // 3)))
+    val_every = int(overrides.get("trainer.val_check_interval") or s.int_knob(k, "val_every", 0))
     save_time_s = s.float_knob(k, "save_time_s", 0.5)
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", steps // 3)
-    nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
-    ckpt_dir = log_dir / name / "checkpoints"
+    experiment_dir = log_dir / name / "default"  # the recipe's dir, NeMo's logger name
+    ckpt_dir = experiment_dir / "checkpoints"
 
     s.say(
         f"[NeMo I {s.stamp()} nemo_logging:393] Stand-in {workload} recipe for {model} "
         "(dev cluster: no GPUs, nothing is trained)",
         f"[NeMo I {s.stamp()} nemo_logging:393] Slurm job: {s.job_summary()}",
         *(f"[NeMo I {s.stamp()} nemo_logging:393] {line}" for line in s.secret_fingerprints()),
-        f"[NeMo I {s.stamp()} nemo_logging:393] Experiments will be logged at {log_dir / name}",
+    )
+    s.startup(k, STARTUP_LINES)
+    s.say(
+        f"[NeMo I {s.stamp()} nemo_logger:162] Experiments will be logged at {experiment_dir}",
         "GPU available: True (cuda), used: True",
-        f"Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/{nodes * 8}",
+        member,
     )
     if k.get("tensorboard", "0") in ("1", "true", "yes"):
         tb_root = log_dir / "tb_logs"  # NeMo's TensorBoardLogger: <save_dir>/<name>/<version>
@@ -128,19 +177,24 @@ def main(workload: str, model: str) -> None:
         step, path = done[-1]
         start = step + 1
         s.say(f"[NeMo I {s.stamp()} nemo_logging:393] Restoring states from the checkpoint path at {path}")
+    link = workload == "sft"  # fine-tuning keeps a -last link; pretraining (and CPT) a copy
+    val_loss: float | None = None
     for step in range(start, steps):
         s.strike(fault, step, fault_at, s.finish)
         time.sleep(step_time_s)
         loss = s.loss_at(step, steps)
-        s.say(
+        line = (
             f"Training epoch 0, iteration {step}/{steps - 1} | lr: 3e-05 | consumed_samples: "
             f"{(step + 1) * GLOBAL_BATCH_SIZE} | global_batch_size: {GLOBAL_BATCH_SIZE} | "
             f"global_step: {step} | reduced_train_loss: {loss:.4f} | train_step_timing in s: "
             f"{step_time_s * s.random.uniform(0.97, 1.03):.5f}"
         )
-        if (step + 1) % ckpt_every == 0 and step + 1 < steps:
-            save_checkpoint(ckpt_dir, step, save_time_s)
-    if start < steps:
-        save_checkpoint(ckpt_dir, steps - 1, save_time_s, last=True)
+        s.say(line + (f" | val_loss: {val_loss:.4}" if val_loss is not None else ""))
+        if val_every and (step + 1) % val_every == 0:
+            for batch in range(1, 3):
+                s.say(f"Validation: iteration {batch}/2")
+            val_loss = s.loss_at(step, steps) + 0.05
+        if (step + 1) % ckpt_every == 0 or step + 1 == steps:
+            save_checkpoint(ckpt_dir, step, save_time_s, val_loss, link)
     s.say(f"`Trainer.fit` stopped: `max_steps={steps}` reached.")
     s.finish(0)

@@ -23,6 +23,15 @@ Each file holds KEY=VALUE lines. Keys:
   teardown_s      seconds a failing rank 0 takes to exit after its last output (default 1;
                   0 exits at once, which lets srun drop the traceback: see the README)
   tensorboard     1: NeMo recipes log to TensorBoard (NeMo-RL: logger.tensorboard_enabled=True)
+  startup_s       seconds of start-up before step 1 (image import, model download, Ray,
+                  vLLM; real 70B runs often take over 10 minutes; default 0)
+  startup_line_s  seconds between the start-up phase's lines (default 5; 0: it prints nothing)
+  epochs          NeMo-RL: epochs (as <algorithm>.max_num_epochs; default 1)
+  epoch_steps     NeMo-RL: batches per epoch, len(dataloader) (default: steps)
+  val_every       NeMo: validate every N steps and carry val_loss on later lines (default 0: never)
+  rl_layout       NeMo-RL launch.sh: seed (default: <job id>/nemo_rl_output.log, ray-logs/) or
+                  ray.sub (upstream: <job id>[-<restart>]-logs/ray-driver.log, <job id>-attach.sh);
+                  rl_layout_<cluster type> (e.g. rl_layout_hcc-a3h=ray.sub) picks it per cluster
 """
 
 from __future__ import annotations
@@ -130,6 +139,20 @@ def follow_rank0() -> None:
     while not path.exists():
         time.sleep(0.5)
     sys.exit(int(path.read_text() or "1"))
+
+
+def startup(k: dict[str, str], lines: list[str]) -> None:
+    """The slow start-up before step 1: ``startup_s`` seconds, a line from ``lines`` every
+    ``startup_line_s`` seconds (none when that is 0: a silent start-up)."""
+    total_s = float_knob(k, "startup_s", 0.0)
+    every_s = float_knob(k, "startup_line_s", 5.0)
+    end = time.monotonic() + total_s
+    i = 0
+    while (left := end - time.monotonic()) > 0:
+        if every_s > 0:
+            say(lines[i % len(lines)])
+            i += 1
+        time.sleep(min(left, every_s) if every_s > 0 else left)
 
 
 def hang() -> None:

@@ -88,7 +88,9 @@ def main(argv: list[str]) -> None:
         account=args.account or getpass.getuser(),
         partition=args.partition,
         nodes=args.nodes,
-        ntasks_per_node=1,  # one process per node here; a real run has one per GPU
+        # One task per GPU, all writing to one file through srun --output, as a real run
+        # (NVIDIA/NeMo-Run 0c49127199cad0495466dc85620ca58a4111f4bc, slurm.py/slurm.sh.j2).
+        ntasks_per_node=gpus_per_node,
         gpus_per_node=gpus_per_node,
         time=args.time,
         env_vars=env_vars,

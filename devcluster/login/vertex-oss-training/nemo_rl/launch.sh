@@ -12,6 +12,12 @@
 # The job works in <submit dir>/<job id>/: checkpoints/, ray-logs/,
 # nemo_rl_output.log and, for --interactive jobs, attach.sh (written once the
 # allocation is ready; "bash <job id>/attach.sh" attaches, and can be re-run).
+# That is the seed's layout, the default. With the knob rl_layout=ray.sub (or
+# rl_layout_<cluster type>=ray.sub: see ../_devcluster/standin.py) it writes what
+# NeMo-RL's own ray.sub writes (NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909,
+# ray.sub): <submit dir>/<job id>-logs/ (<job id>-<restart>-logs after a requeue) with
+# ray-driver.log, ray-head.log and ray-worker-N.log, and <submit dir>/<job id>-attach.sh;
+# checkpoints stay in <job id>/checkpoints.
 # The dev cluster has no GPUs or containers: the driver is a stand-in that
 # prints what NeMo-RL prints (see ../_devcluster/).
 set -euo pipefail
@@ -57,8 +63,32 @@ if [ ! -f "$CONTAINER" ]; then
     echo "launch.sh: container image not found: $CONTAINER" >&2
     exit 2
 fi
+knob() {
+    python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import standin; k = standin.knobs(); print(k.get(sys.argv[2], k.get(sys.argv[3], sys.argv[4])))' \
+        "$RL_DIR/../_devcluster" "$1_$CLUSTER_TYPE" "$1" "$2"
+}
+LAYOUT=$(knob rl_layout seed)
 JOB_DIR=$RL_DIR/$SLURM_JOB_ID
-mkdir -p "$JOB_DIR/checkpoints" "$JOB_DIR/ray-logs"
+if [ "$LAYOUT" = ray.sub ]; then
+    # As ray.sub: a restart (SLURM_RESTART_COUNT is set only then) gets its own log dir.
+    if [ -n "${SLURM_RESTART_COUNT:-}" ]; then
+        LOG_DIR=$RL_DIR/$SLURM_JOB_ID-$SLURM_RESTART_COUNT-logs
+    else
+        LOG_DIR=$RL_DIR/$SLURM_JOB_ID-logs
+    fi
+    DRIVER_LOG=$LOG_DIR/ray-driver.log
+    HEAD_LOG=$LOG_DIR/ray-head.log
+    ATTACH=$RL_DIR/$SLURM_JOB_ID-attach.sh
+    mkdir -p "$JOB_DIR/checkpoints" "$LOG_DIR"
+    for ((i = 0; i < SLURM_JOB_NUM_NODES - 1; i++)); do
+        echo "[$(date '+%F %T')] ray worker $i joined" >"$LOG_DIR/ray-worker-$i.log"
+    done
+else
+    DRIVER_LOG=$JOB_DIR/nemo_rl_output.log
+    HEAD_LOG=$JOB_DIR/ray-logs/ray-head.log
+    ATTACH=$JOB_DIR/attach.sh
+    mkdir -p "$JOB_DIR/checkpoints" "$JOB_DIR/ray-logs"
+fi
 export CLUSTER_TYPE NEMO_RL_JOB_DIR=$JOB_DIR
 # shellcheck source=/dev/null
 source "$RL_DIR/configs/auth.sh"
@@ -67,12 +97,12 @@ source "$RL_DIR/bash_utils.sh"
 
 HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 echo "[$(date '+%F %T')] ray head started on $HEAD_NODE ($SLURM_JOB_NUM_NODES nodes, $CLUSTER_TYPE, container $CONTAINER)" \
-    >"$JOB_DIR/ray-logs/ray-head.log"
+    >"$HEAD_LOG"
 
 if [ "$INTERACTIVE" = 1 ]; then
-    delay=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import standin; print(standin.knobs().get("attach_delay_s", "10"))' "$RL_DIR/../_devcluster")
+    delay=$(knob attach_delay_s 10)
     sleep "$delay"
-    cat >"$JOB_DIR/attach.sh.tmp" <<ATTACH
+    cat >"$ATTACH.tmp" <<ATTACH
 #!/bin/bash
 # Attach to interactive NeMo-RL job $SLURM_JOB_ID on $HEAD_NODE ($SLURM_JOB_NUM_NODES nodes).
 # Re-run it after a lost connection. With arguments, runs them in the allocation instead.
@@ -84,12 +114,12 @@ if [ -t 0 ]; then
 fi
 exec srun --jobid=$SLURM_JOB_ID --overlap --nodes=1 --ntasks=1 -w $HEAD_NODE bash -l
 ATTACH
-    chmod +x "$JOB_DIR/attach.sh.tmp"
-    mv "$JOB_DIR/attach.sh.tmp" "$JOB_DIR/attach.sh"
-    echo "Interactive job $SLURM_JOB_ID is ready: bash $JOB_DIR/attach.sh"
+    chmod +x "$ATTACH.tmp"
+    mv "$ATTACH.tmp" "$ATTACH"
+    echo "Interactive job $SLURM_JOB_ID is ready: bash $ATTACH"
     # Hold the allocation until the job is cancelled or reaches its time limit.
     exec sleep infinity
 fi
 
-echo "NeMo-RL job $SLURM_JOB_ID: $JOB_SCRIPT ${ARGS[*]:-} -> $JOB_DIR/nemo_rl_output.log"
-bash "$RL_DIR/$JOB_SCRIPT" "${ARGS[@]}" >"$JOB_DIR/nemo_rl_output.log" 2>&1
+echo "NeMo-RL job $SLURM_JOB_ID: $JOB_SCRIPT ${ARGS[*]:-} -> $DRIVER_LOG"
+bash "$RL_DIR/$JOB_SCRIPT" "${ARGS[@]}" >"$DRIVER_LOG" 2>&1
