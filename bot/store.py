@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun, new_launch_id
 from cluster.errors import TrainbotError
 from commands.budget import iso_week
 
@@ -206,6 +206,7 @@ while true do
 end
 """
 DEAD_LETTERS_KEPT = 1000
+ID_DRAWS = 20  # fresh ids tried for a new launch whose id is taken, before giving up
 
 
 @dataclass
@@ -356,8 +357,14 @@ class Store:
         enqueue: bool = True,
         max_active: int | None = None,
         budget: BudgetGuard | None = None,
+        new_id: Callable[[], str] = new_launch_id,
     ) -> bool:
         """Store a new launch, queue it for a worker and write its first messages.
+
+        The launch's id must be free: when a stored launch or history entry has it
+        already, the launch and its events get a fresh id from ``new_id`` (checked
+        again, in the same transaction as the write), so a new launch never writes
+        into another's record or thread.
 
         With ``max_active``, only while its owner has fewer active launches: the
         count and the write are one transaction (WATCH on the owner's active set),
@@ -367,12 +374,20 @@ class Store:
         of its owner's week there (WATCH on the usage too); OverBudget when not.
         """
         active_key = keys.user_active(launch.user_id)
+        draws = 0
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    if max_active is not None or budget is not None:
-                        usage = [keys.usage(budget.cluster, budget.week)] if budget else []
-                        await pipe.watch(active_key, *usage)
+                    usage = [keys.usage(budget.cluster, budget.week)] if budget else []
+                    taken = [keys.launch(launch.id), keys.summary(launch.id)]
+                    await pipe.watch(active_key, *usage, *taken)
+                    if await pipe.exists(*taken):  # the id is another launch's: draw again
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        draws += 1
+                        if draws > ID_DRAWS:
+                            raise StoreError(f"no free launch id after {ID_DRAWS} draws")
+                        self._renumber(launch, events, new_id())
+                        continue
                     if max_active is not None:
                         if int(await pipe.scard(active_key)) >= max_active:
                             await pipe.reset()  # type: ignore[no-untyped-call]
@@ -385,7 +400,7 @@ class Store:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             raise OverBudget(charged, held)
                     pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.set(keys.launch(launch.id), self._record(launch), nx=True)
+                    pipe.set(keys.launch(launch.id), self._record(launch))
                     self._index(pipe, launch)
                     for event in events:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
@@ -395,6 +410,15 @@ class Store:
                     return True
                 except WatchError:
                     continue
+
+    @staticmethod
+    def _renumber(launch: Launch, events: list[Event], launch_id: str) -> None:
+        """Give a new launch (not stored yet) and its first events another id."""
+        old = launch.id
+        launch.id = launch_id
+        for event in events:
+            if event.launch_id == old:
+                event.launch_id = launch_id
 
     def _record(self, launch: Launch) -> str:
         return self._redact(launch.model_dump_json())
