@@ -141,7 +141,12 @@ class Core:
         links = {item.id: item.permalink for item in active}
         links |= {entry.id: entry.permalink for entry in recent}
         capacity = await self._capacity(now)
-        return Reply("App Home", blocks=home.home_blocks(active, recent, capacity, links, now=now))
+        blocks = home.home_blocks(active, recent, capacity, links, now=now)
+        if self.context.policy.is_admin(user_id, await self.groups_of(user_id)):
+            retrying = await self.store.retrying_letters()
+            owed = home.dead_letter_text(retrying, await self.store.given_up_count())
+            blocks += home.dead_letter_blocks(owed)
+        return Reply("App Home", blocks=blocks)
 
     async def _capacity(self, now: float) -> dict[str, ClusterCapacity | str]:
         """Every cluster's capacity, asked again only when older than a minute."""

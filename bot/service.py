@@ -26,6 +26,7 @@ from bot.clusters import Clusters
 from bot.config import Config
 from bot.core import Core
 from bot.front import Front
+from bot.home import dead_letter_text
 from bot.metrics import Counts, Metrics
 from bot.notifier import Notifier
 from bot.paging import Pager
@@ -90,6 +91,8 @@ class Bot:
         observe_slack_errors(self.core.front, meters.observe_slack_error)
         meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
         meters.add_dead_letters("notifier", self.store.dead_letter_count)
+        meters.add_dead_letters("notifier_retrying", self.store.retrying_count)
+        meters.add_dead_letters("notifier_given_up", self.store.given_up_count)
         self.meters = meters
 
     async def healthy(self) -> tuple[bool, str]:
@@ -116,7 +119,12 @@ class Bot:
         dead = [t.get_name() for t in self.tasks if t.done()]
         if dead:
             return False, "stopped: " + ", ".join(dead)
-        return True, "ok"
+        try:
+            retrying = await self.store.retrying_letters()
+            owed = dead_letter_text(retrying, await self.store.given_up_count())
+        except Exception as exc:
+            return False, f"redis: {exc}"
+        return True, "ok" + (f"; {owed}" if owed else "")
 
     async def metrics(self) -> str:
         """The Prometheus text exposition (what Redis holds is read now)."""

@@ -180,14 +180,17 @@ def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     return wrapper
 
 
-# Take a lane's first entry off it (when it is ``ARGV[1]``), with its body and try count,
-# recording a dead letter ``ARGV[3]`` when given; then drop leading ids whose body is gone
-# (an entry held twice) and the lane itself once it is empty. Returns the entries left.
+# Take a lane's first entry off it (when it is ``ARGV[1]``), with its body, try count and
+# dead-letter state, recording ``ARGV[3]`` among those given up for good when given; then
+# drop leading ids whose body is gone (an entry held twice) and the lane itself once it is
+# empty. Returns the entries left.
 _LANE_DONE = """
 if redis.call('lindex', KEYS[1], 0) == ARGV[1] then
   redis.call('lpop', KEYS[1])
   redis.call('hdel', KEYS[2], ARGV[1])
   redis.call('hdel', KEYS[3], ARGV[1])
+  redis.call('hdel', KEYS[6], ARGV[1])
+  redis.call('hdel', KEYS[7], ARGV[1])
   if ARGV[3] ~= '' then
     redis.call('rpush', KEYS[5], ARGV[3])
     redis.call('ltrim', KEYS[5], -tonumber(ARGV[4]), -1)
@@ -794,22 +797,61 @@ class Store:
         return events
 
     async def lane_done(self, lane: str, event_id: str, dead: DeadLetter | None = None) -> int:
-        """Take the delivered (or, with ``dead``, dead-lettered) first entry off ``lane``;
+        """Take the delivered (or, with ``dead``, given up for good) first entry off ``lane``;
         returns how many entries are left in it."""
         lane_keys = [
             keys.notify_lane(lane),
             keys.NOTIFY_HELD,
             keys.NOTIFY_TRIES,
             keys.NOTIFY_LANES,
-            keys.NOTIFY_DEAD_LETTERS,
+            keys.NOTIFY_GIVEN_UP,
+            keys.NOTIFY_RETRYING,
+            keys.NOTIFY_FIRST_FAILED,
         ]
         letter = dead.encode() if dead is not None else ""
         args = [event_id, lane, letter, str(DEAD_LETTERS_KEPT)]
         return int(await self.redis.eval(_LANE_DONE, len(lane_keys), *lane_keys, *args))
 
-    async def note_failure(self, event_id: str) -> int:
-        """Count a failed delivery of an entry; returns its failures so far."""
-        return int(await self.redis.hincrby(keys.NOTIFY_TRIES, event_id, 1))
+    async def note_failure(self, event_id: str, now: float) -> tuple[int, float]:
+        """Count a failed delivery of an entry: its failures so far, and when it first failed."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(keys.NOTIFY_TRIES, event_id, 1)
+            pipe.hsetnx(keys.NOTIFY_FIRST_FAILED, event_id, str(now))
+            pipe.hget(keys.NOTIFY_FIRST_FAILED, event_id)
+            tries, _, first = await pipe.execute()
+        return int(tries), float(first or now)
+
+    async def dead_letter(self, letter: DeadLetter, *, no_thread: bool = False) -> None:
+        """Record an entry that kept failing among the dead letters; it stays first in its
+        lane, tried again now and then, until delivered or given up. ``no_thread``: it is
+        a launch's parent message, so its worker ends the launch instead of waiting."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(keys.NOTIFY_DEAD_LETTERS, letter.encode())
+            pipe.ltrim(keys.NOTIFY_DEAD_LETTERS, -DEAD_LETTERS_KEPT, -1)
+            pipe.hset(keys.NOTIFY_RETRYING, letter.event.id, letter.encode())
+            if no_thread:
+                pipe.set(keys.no_thread(letter.launch_id), letter.reason, ex=7 * 86400)
+            await pipe.execute()
+
+    async def no_thread(self, launch_id: str) -> str:
+        """Why a launch's parent message went to the dead letters, or "" while it did not."""
+        return str(await self.redis.get(keys.no_thread(launch_id)) or "")
+
+    async def retrying_letters(self) -> list[DeadLetter]:
+        """Dead letters still tried again, oldest first."""
+        raw: Any = await self.redis.hvals(keys.NOTIFY_RETRYING)
+        return sorted((DeadLetter.decode(str(item)) for item in raw), key=lambda d: d.at)
+
+    async def retrying_count(self) -> int:
+        return int(await self.redis.hlen(keys.NOTIFY_RETRYING))
+
+    async def given_up(self, limit: int = 100) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters given up for good, oldest first."""
+        raw = await self.redis.lrange(keys.NOTIFY_GIVEN_UP, -limit, -1)
+        return [DeadLetter.decode(str(item)) for item in raw]
+
+    async def given_up_count(self) -> int:
+        return int(await self.redis.llen(keys.NOTIFY_GIVEN_UP))
 
     async def retry_lane_at(self, lane: str, when: float) -> None:
         """Try ``lane`` again no earlier than ``when`` (a time.time())."""
@@ -835,6 +877,14 @@ class Store:
 
     async def dead_letter_count(self) -> int:
         return int(await self.redis.llen(keys.NOTIFY_DEAD_LETTERS))
+
+    async def count_thread_wait(self, launch_id: str) -> int:
+        """Count one more look at a launch whose thread was not posted yet; how many so far."""
+        return await self.count(f"thread-wait:{launch_id}", ttl_s=7 * 86400)
+
+    async def thread_waits(self, launch_id: str) -> int:
+        """How many times a worker found this launch's thread not posted yet."""
+        return int(await self.redis.get(keys.dedupe(f"thread-wait:{launch_id}")) or 0)
 
     async def mark_bad_channel(self, launch_id: str, reason: str) -> bool:
         """Note that a launch's channel refuses the bot; True the first time."""

@@ -56,7 +56,8 @@ UNREACHABLE_RETRIES = 5  # before anything was submitted
 MAX_LOOKUP_WAIT_S = 300.0
 LOOKUP_AGAIN_S = 20.0  # a SUBMITTING launch whose cluster went away: look again this much later
 SUBMIT_SETTLE_S = 30.0  # after a submit whose outcome is unknown, before looking it up
-THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later
+THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
+THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
 LAUNCH_LOCK_MS = 30_000
 LOCK_RENEW_S = 10.0
 MAX_DELIVERIES = 3  # of one queue entry that fails inside trainbot, before the dead letters
@@ -258,7 +259,7 @@ class Worker:
     async def _launch(self, item: Launch) -> None:
         if item.phase == Phase.SUBMITTING and not await self._look_up(item):
             return  # found and recorded, or the cluster did not answer: looked up again later
-        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
+        if not await self._ready(item):
             return
         built = self.clusters.spec_for(item)
         spec = built.spec
@@ -311,6 +312,13 @@ class Worker:
             return
         await self._record(item, submission=submission)
 
+    async def _ready(self, item: Launch) -> bool:
+        """A retry's old job is gone, and a launch that already waited for its thread
+        looks at it first: no pre-flight over SSH on each look while it waits."""
+        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
+            return False
+        return not await self.store.thread_waits(item.id) or await self._thread_is_up(item)
+
     async def _thread_is_up(self, item: Launch) -> bool:
         """A launch never runs without a thread anyone can see: submit only once its
         parent message is posted. While it is not, look again shortly (a deferred entry);
@@ -319,7 +327,7 @@ class Worker:
         current = await self.store.get(item.id)
         if current is not None and current.parent_ts:
             return True
-        refused = await self.store.bad_channel(item.id)
+        refused = await self.store.bad_channel(item.id) or await self.store.no_thread(item.id)
         if refused:
             text = (
                 f"Not submitted: trainbot could not post this launch's thread in "
@@ -328,8 +336,14 @@ class Worker:
             )
             await self._reject(item, "NO_THREAD", text)
             return False
-        log.info("launch %s: its thread is not posted yet; submitting once it is", item.id)
-        await self.store.requeue(item.id, after_s=THREAD_WAIT_S)
+        if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
+            return False  # cancelled or ended meanwhile: nothing to wait for
+        waits = await self.store.count_thread_wait(item.id)
+        wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
+        log.info(
+            "launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s
+        )
+        await self.store.requeue(item.id, after_s=wait_s)
         return False
 
     async def _failed_submit(self, item: Launch, exc: SlurmCommandFailed) -> None:
