@@ -28,7 +28,7 @@ from bot.core import Core
 from bot.front import Front
 from bot.home import dead_letter_text
 from bot.metrics import Counts, Metrics
-from bot.notifier import Notifier
+from bot.notifier import Notifier, Retry
 from bot.paging import Pager
 from bot.poller import Poller, lease_name
 from bot.redact import (
@@ -215,6 +215,10 @@ async def running(
                 clusters.profiles,
                 owner=owner,
                 pager=pager,
+                retry=Retry(
+                    dead_cap_s=config.delivery.dead_letter_retry_max_s,
+                    give_up_after_s=config.delivery.retry_for_h * 3600,
+                ),
             ),
             poller=Poller(store, clusters, owner=owner),
             stop=stop,

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -42,6 +43,20 @@ _RENEW = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 )
+
+# A sliding window: drop what is older than ARGV[2] seconds; when ARGV[3] remain, answer
+# how long until the oldest leaves; else note ARGV[4] at ARGV[1] and answer 0.
+_RATE = """
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
+if redis.call('zcard', KEYS[1]) >= limit then
+  local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+  return tostring(tonumber(oldest[2]) + window - now)
+end
+redis.call('zadd', KEYS[1], now, ARGV[4])
+redis.call('pexpire', KEYS[1], math.ceil(window * 1000))
+return '0'
+"""
 
 
 def _fields(values: dict[str, str]) -> Any:
@@ -369,8 +384,9 @@ class Store:
         again, in the same transaction as the write), so a new launch never writes
         into another's record or thread.
 
-        With ``max_active``, only while its owner has fewer active launches: the
-        count and the write are one transaction (WATCH on the owner's active set),
+        With ``max_active``, only while its owner has fewer active launches (of a
+        dry run: fewer dry runs in flight; of a launch: fewer launches, dry runs not
+        counted): the count and the write are one transaction (WATCH on the owner's active set),
         so simultaneous requests, from any number of bot processes, cannot both
         pass the limit. False when the limit was reached and nothing was written.
         With ``budget``, likewise only while the launch's estimate fits what is left
@@ -392,7 +408,9 @@ class Store:
                         self._renumber(launch, events, new_id())
                         continue
                     if max_active is not None:
-                        if int(await pipe.scard(active_key)) >= max_active:
+                        real, dry = await self._active_counts(pipe, launch.user_id)
+                        mine = dry if launch.request.dry_run else real
+                        if mine >= max_active:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             return False
                     if budget is not None:
@@ -563,6 +581,34 @@ class Store:
 
     async def active_count(self, user_id: str) -> int:
         return int(await self.redis.scard(keys.user_active(user_id)))
+
+    async def active_counts(self, user_id: str) -> tuple[int, int]:
+        """(launches, dry runs) of ``user_id`` that are active."""
+        return await self._active_counts(self.redis, user_id)
+
+    @staticmethod
+    async def _active_counts(client: Any, user_id: str) -> tuple[int, int]:
+        ids = sorted(str(i) for i in await client.smembers(keys.user_active(user_id)))
+        real = dry = 0
+        for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
+            if raw:
+                other = Launch.model_validate_json(raw)
+                if other.active:
+                    dry, real = (dry + 1, real) if other.request.dry_run else (dry, real + 1)
+        return real, dry
+
+    async def take_rate(
+        self, name: str, user_id: str, *, limit: int, window_s: float, now: float | None = None
+    ) -> float:
+        """Count one use of ``name`` by ``user_id`` when fewer than ``limit`` happened in the
+        last ``window_s`` (one atomic step, shared by every process): 0.0; else nothing is
+        counted and the answer is how many seconds until one more would fit."""
+        now = time.time() if now is None else now
+        member = f"{now:.6f}:{secrets.token_hex(4)}"
+        wait = await self.redis.eval(
+            _RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member
+        )
+        return max(float(wait), 0.0)
 
     async def tracked_ids(self, cluster: str) -> list[str]:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
