@@ -90,6 +90,7 @@ class Bot:
         self.notifier.on_delivered.append(meters.observe_delivery)
         observe_slack_errors(self.core.front, meters.observe_slack_error)
         meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
+        meters.add_dead_letters("queue_retrying", self.store.queue_retrying_count)
         meters.add_dead_letters("notifier", self.store.dead_letter_count)
         meters.add_dead_letters("notifier_retrying", self.store.retrying_count)
         meters.add_dead_letters("notifier_given_up", self.store.given_up_count)

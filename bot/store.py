@@ -58,6 +58,29 @@ redis.call('pexpire', KEYS[1], math.ceil(window * 1000))
 return '0'
 """
 
+# Queue dead letters that are due (ARGV[1]) go back on the queue with the fields that
+# count their replays; their dead-letter entries are removed (they are queued again).
+_REPLAY = """
+local due = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
+for _, id in ipairs(due) do
+  redis.call('zrem', KEYS[1], id)
+  local found = redis.call('xrange', KEYS[2], id, id)
+  if #found > 0 then
+    local f = found[1][2]
+    local entry = {}
+    for i = 1, #f, 2 do
+      if f[i] == 'launch' or f[i] == 'replays' or f[i] == 'first_dead' then
+        table.insert(entry, f[i])
+        table.insert(entry, f[i + 1])
+      end
+    end
+    redis.call('xadd', KEYS[3], '*', unpack(entry))
+    redis.call('xdel', KEYS[2], id)
+  end
+end
+return #due
+"""
+
 
 def _fields(values: dict[str, str]) -> Any:
     """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
@@ -755,20 +778,31 @@ class Store:
         info: Any = await self.redis.xpending_range(stream, group, entry_id, entry_id, 1)
         return int(info[0]["times_delivered"]) if info else 0
 
-    async def dead_letter_entry(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+    async def dead_letter_entry(
+        self, entry_id: str, fields: dict[str, str], reason: str, *, retry_at: float | None = None
+    ) -> None:
         """Keep a queue entry that keeps failing where an admin can see it, and take it off
-        the queue."""
+        the queue; with ``retry_at``, it goes back on the queue then (:meth:`replay_due`)."""
+        dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
+        dead_id = await self.redis.xadd(
+            keys.DEAD_LETTERS, _fields(dead), maxlen=10_000, approximate=True
+        )
         async with self.redis.pipeline(transaction=True) as pipe:
-            dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
-            pipe.xadd(
-                keys.DEAD_LETTERS,
-                _fields(dead),
-                maxlen=10_000,
-                approximate=True,
-            )
+            if retry_at is not None:
+                pipe.zadd(keys.DEAD_LETTERS_DUE, {str(dead_id): retry_at})
             pipe.xack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
             pipe.xdel(keys.QUEUE, entry_id)
             await pipe.execute()
+
+    async def replay_due(self, now: float | None = None) -> int:
+        """Put the queue's dead letters that are due back on the queue, atomically; how many."""
+        when = time.time() if now is None else now
+        keys_ = (keys.DEAD_LETTERS_DUE, keys.DEAD_LETTERS, keys.QUEUE)
+        return int(await self.redis.eval(_REPLAY, 3, *keys_, str(when)))
+
+    async def queue_retrying_count(self) -> int:
+        """Queue dead letters that will be replayed."""
+        return int(await self.redis.zcard(keys.DEAD_LETTERS_DUE))
 
     async def queue_dead_letter_count(self) -> int:
         return int(await self.redis.xlen(keys.DEAD_LETTERS))
