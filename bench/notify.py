@@ -26,7 +26,7 @@ from bot.launches import Launch, Phase
 from bot.store import Store
 from tests.slack_standin import SlackStandin, post_signed, slash_command_body
 
-LAUNCH_RE = re.compile(r"L-[0-9a-f]{6}")
+LAUNCH_RE = re.compile(r"L-[0-9a-f]{4,12}")
 STEP_RE = re.compile(r"Checkpoint step ([\d,]+) saved")
 
 

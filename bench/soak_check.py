@@ -47,7 +47,7 @@ APPEARED_RE = re.compile(r"^🚫 Slurm job (\d+) appeared after the launch was c
 REQUEUED_RE = re.compile(r"^⚠️ Slurm requeued job \d+|^Job \d+ is pending again")
 CHECKPOINT_RE = re.compile(r"^💾 Checkpoint (.+) saved\.$")
 FAILED_RE = re.compile(r"^⚠️ Job (\d+) failed \(([A-Z_]+)")
-LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{6}\b")
+LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 PAGE_PREFIX = "<!subteam^"
 
 

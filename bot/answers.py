@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from bot import render
 from bot.clusters import Clusters
@@ -13,6 +14,7 @@ from bot.front import Reply
 from bot.launches import Launch
 from bot.slack_text import actions, cancel_button, code_block, escape, section
 from bot.store import Store
+from cluster.discovery import ClusterCapacity
 from cluster.frameworks import framework
 from commands.context import User
 
@@ -78,11 +80,17 @@ async def history(
     return Reply("\n".join(lines))
 
 
-async def cluster_list(clusters: Clusters, only: str | None) -> Reply:
-    """/clusters: per cluster, its partitions with nodes, free GPUs, the queue, and when
-    a 1-, 2- and 4-node job would start there (Slurm's estimate)."""
-    names = [only] if only else list(clusters.profiles)
-    results = await asyncio.gather(*(clusters.capacity(n) for n in names), return_exceptions=True)
+async def cluster_list(
+    clusters: Clusters,
+    names: list[str],
+    *,
+    ask: Callable[[str], Awaitable[ClusterCapacity]] | None = None,
+) -> Reply:
+    """/clusters: per cluster in ``names``, its partitions with nodes, free GPUs, the
+    queue, and when a 1-, 2- and 4-node job would start there (Slurm's estimate).
+    ``ask`` answers a cluster's capacity (default: ask it now)."""
+    ask = ask or clusters.capacity
+    results = await asyncio.gather(*(ask(n) for n in names), return_exceptions=True)
     lines = []
     for name, result in zip(names, results, strict=True):
         profile = clusters.profile(name)

@@ -110,6 +110,19 @@ class RetentionDays(BaseModel):
         )
 
 
+class Delivery(BaseModel):
+    """How long what cannot be delivered is tried: a message the notifier could not post
+    (Slack or PagerDuty down, a channel that refuses the bot) and a queue entry that
+    kept failing inside trainbot. Past ``max_tries`` they are dead letters, tried again
+    less often (at most ``dead_letter_retry_max_s`` apart) until ``retry_for_h`` after
+    their first failure; then given up for good."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    retry_for_h: float = Field(default=24.0, ge=1, le=24 * 30)
+    dead_letter_retry_max_s: float = Field(default=1800.0, ge=10, le=86400)
+
+
 class Config(BaseModel):
     """The whole config file. Cluster names come from the keys under ``clusters``."""
 
@@ -125,6 +138,7 @@ class Config(BaseModel):
     retention: RetentionDays = Field(default_factory=RetentionDays)
     # The failure catalog's site entries: new causes, or changes to built-in ones.
     failures: tuple[FailureRule, ...] = ()
+    delivery: Delivery = Field(default_factory=Delivery)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import replace
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -82,6 +84,20 @@ CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the qu
 HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
 HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
 CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
+RATE_WINDOW_S = 60.0  # the rate limits of policy ``limits`` count over this window
+
+
+def _at_limit(limit: int, *, dry_run: bool) -> str:
+    """Why a launch (or dry run) was refused at its owner's limit."""
+    if dry_run:
+        return (
+            f"You already have {limit} dry run{'s' if limit != 1 else ''} in flight "
+            f"(at most {limit} at once). Wait a few seconds for one to finish."
+        )
+    return (
+        f"You already have {limit} active launch{'es' if limit != 1 else ''} "
+        f"(your limit is {limit}). Wait for one to finish or /cancel one."
+    )
 
 
 class Core:
@@ -96,6 +112,7 @@ class Core:
         self._unconfirmed: set[str] = set()  # privileged groups Slack did not answer for
         self._home_shown: dict[str, float] = {}  # user -> when their App Home was last built
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
+        self._clusters_asked: dict[str, tuple[float, asyncio.Future[ClusterCapacity]]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         self.start_estimates = StartEstimates()
@@ -153,7 +170,12 @@ class Core:
         links = {item.id: item.permalink for item in active}
         links |= {entry.id: entry.permalink for entry in recent}
         capacity = await self._capacity(now)
-        return Reply("App Home", blocks=home.home_blocks(active, recent, capacity, links, now=now))
+        blocks = home.home_blocks(active, recent, capacity, links, now=now)
+        if self.context.policy.is_admin(user_id, await self.groups_of(user_id)):
+            retrying = await self.store.retrying_letters()
+            owed = home.dead_letter_text(retrying, await self.store.given_up_count())
+            blocks += home.dead_letter_blocks(owed)
+        return Reply("App Home", blocks=blocks)
 
     async def _capacity(self, now: float) -> dict[str, ClusterCapacity | str]:
         """Every cluster's capacity, asked again only when older than a minute."""
@@ -236,18 +258,35 @@ class Core:
                 self.store, user, all_users=request.all_users, cluster=request.cluster
             )
         if isinstance(request, ClustersRequest):
-            return await answers.cluster_list(self.clusters, request.cluster)
+            return await self.cluster_list(request.cluster, user)
         if isinstance(request, CancelRequest):
             launch = await self.actable(request.job, user, "cancel")
             return answers.confirm_cancel(launch)
         if isinstance(request, LogsRequest):
             launch = await self.readable(request.job, user)
+            await self.slow_down(user.id, "commands")
             if request.plot:
                 return await answers.plot(launch)
             return await answers.logs(self.clusters, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
         raise CommandError("That command is not handled yet.")
+
+    async def cluster_list(self, only: str | None, user: User) -> Reply:
+        """/clusters: the clusters the person may launch on (admins: all), each answer
+        shared for a few seconds."""
+        policy = self.context.policy
+        names = [only] if only else list(self.clusters.profiles)
+        if not policy.is_admin(user.id, user.groups):
+            names = [n for n in names if policy.rule_for(user.id, user.groups, n)]
+        if not names:
+            where = f"on {only}" if only else "on any cluster"
+            raise CommandError(
+                f"You may not launch {where}, so /clusters has nothing to show you. "
+                "Ask a trainbot admin for access."
+            )
+        await self.slow_down(user.id, "commands")
+        return await answers.cluster_list(self.clusters, names, ask=self.cluster_capacity)
 
     async def on_action(self, incoming: Incoming) -> Reply:
         user = await self.user(incoming)
@@ -257,7 +296,9 @@ class Core:
         if incoming.action_id == ACTION_CANCEL:
             return await self.cancel(await self.actable(ref, user, "cancel"), user)
         if incoming.action_id == ACTION_LOGS:
-            return await answers.logs(self.clusters, await self.readable(ref, user), 50)
+            launch = await self.readable(ref, user)
+            await self.slow_down(user.id, "commands")
+            return await answers.logs(self.clusters, launch, 50)
         if incoming.action_id == ACTION_ATTACH:
             return answers.attach(self.clusters, await self.owned(ref, user, "attach to"))
         if incoming.action_id in (ACTION_APPROVE, ACTION_REJECT):
@@ -265,15 +306,48 @@ class Core:
                 await self.find(ref), user, incoming.action_id == ACTION_APPROVE
             )
         if incoming.action_id == ACTION_RETRY:
-            return await self.retry(await self.actable(ref, user, "retry"), user)
+            launch = await self.actable(ref, user, "retry")
+            await self.slow_down(user.id, "launches")
+            return await self.retry(launch, user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)
+
+    async def slow_down(self, user_id: str, kind: Literal["launches", "commands"]) -> None:
+        """Count a costly request against the person's limit (policy ``limits``), or refuse
+        it, saying how long to wait."""
+        limits = self.context.policy.limits
+        limit = limits.launches_per_minute if kind == "launches" else limits.commands_per_minute
+        if limit is None:
+            return
+        wait_s = await self.store.take_rate(kind, user_id, limit=limit, window_s=RATE_WINDOW_S)
+        if wait_s <= 0:
+            return
+        plural = "" if limit == 1 else ("es" if kind == "launches" else "s")
+        what = (
+            f"started {limit} launch{plural}"
+            if kind == "launches"
+            else f"ran {limit} command{plural} that ask a cluster"
+        )
+        raise CommandError(
+            f"Slow down: you {what} in the last minute; try again in {math.ceil(wait_s)} s."
+        )
+
+    async def cluster_capacity(self, name: str) -> ClusterCapacity:
+        """A cluster's capacity for /clusters: one question at a time per cluster, its
+        answer (or error) reused for everyone for ``limits.clusters_cache_s``."""
+        ttl_s = self.context.policy.limits.clusters_cache_s
+        now = time.monotonic()
+        asked = self._clusters_asked.get(name)
+        if asked is None or (asked[1].done() and now - asked[0] >= ttl_s):
+            asked = (now, asyncio.ensure_future(self.clusters.capacity(name)))
+            self._clusters_asked[name] = asked
+        return await asyncio.shield(asked[1])
 
     # -- /train ------------------------------------------------------------
 
     async def train(
         self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
     ) -> Reply:
-        active = await self.store.active_count(user.id)
+        active, _ = await self.store.active_counts(user.id)
         decision = decide(
             self.context.policy,
             request,
@@ -283,6 +357,7 @@ class Core:
         )
         if not decision.allowed:
             return Reply(decision.reason, error=True)
+        await self.slow_down(user.id, "launches")
         image_secrets = self.check_image(request, user)
         cluster_user = await self.cluster_user(request.cluster, user)
         # Its thread goes where /train was typed: refuse now if no one could see it there.
@@ -322,7 +397,8 @@ class Core:
         launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
-        limit = None if request.dry_run else decision.max_concurrent
+        limits = self.context.policy.limits
+        limit = limits.dry_runs_at_once if request.dry_run else decision.max_concurrent
         guard = (
             BudgetGuard(request.cluster, appraisal.week, appraisal.budget_total)
             if budget is not None and not request.dry_run and not request.over_budget
@@ -338,10 +414,7 @@ class Core:
                     return ""
             except OverBudget as exc:  # another launch took the room since the check above
                 return escape(appraisal.refusal(exc.charged, exc.held)) + before
-            return (
-                f"You already have {limit} active launch{'es' if limit != 1 else ''} "
-                f"(your limit is {limit}). Wait for one to finish or /cancel one."
-            )
+            return _at_limit(limit or 0, dry_run=request.dry_run)
 
         if decision.needs_approval:
             launch.phase = Phase.AWAITING_APPROVAL

@@ -14,6 +14,7 @@ from typing import Any
 from bot import render
 from bot.launches import HistoryEntry, Launch
 from bot.slack_text import context, escape, section
+from bot.store import DeadLetter
 from cluster.discovery import ClusterCapacity
 
 RECENT_SHOWN = 10
@@ -88,3 +89,33 @@ def _cluster_line(name: str, answer: ClusterCapacity | str) -> str:
             f"nodes · {running} running, {pending} pending"
         )
     return f"*{name}*: " + ("; ".join(parts) or "no partitions")
+
+
+def dead_letter_text(retrying: Sequence[DeadLetter], given_up: int) -> str:
+    """What the notifier still owes as dead letters, for ``/healthz`` and the admins' App
+    Home, e.g. ``1 dead letter retried (oldest: L-7f3a9c2b41 parent in C0OUT since
+    2026-12-03 07:40 UTC: not_in_channel); 2 given up for good``; "" when none."""
+    parts = []
+    if retrying:
+        first = retrying[0]
+        where = f" in {first.channel}" if first.channel else ""
+        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(first.at))
+        plural = "s" if len(retrying) != 1 else ""
+        parts.append(
+            f"{len(retrying)} dead letter{plural} retried (oldest: {first.launch_id} "
+            f"{first.event.kind}{where} since {since}: {first.reason})"
+        )
+    if given_up:
+        parts.append(f"{given_up} given up for good")
+    return "; ".join(parts)
+
+
+def dead_letter_blocks(text: str) -> list[dict[str, Any]]:
+    """The admins' App Home section on undelivered messages (none when ``text`` is "")."""
+    if not text:
+        return []
+    return [
+        section("*Undelivered messages* (you are a trainbot admin)"),
+        section(escape(text)),
+        context("`trainbot doctor` lists them; they are tried again for 24 h by default."),
+    ]

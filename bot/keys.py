@@ -11,6 +11,7 @@ OUTBOX_GROUP = "notifiers"
 ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
 DEFERRED = f"{PREFIX}:deferred"  # sorted set: launch ids due back on the queue (score: when)
 DEAD_LETTERS = f"{PREFIX}:queue:dead"  # stream of queue entries that kept failing inside trainbot
+DEAD_LETTERS_DUE = f"{PREFIX}:queue:dead:due"  # sorted set: dead entry id -> when it is replayed
 
 
 def launch(launch_id: str) -> str:
@@ -77,11 +78,24 @@ NOTIFY_LANES = f"{PREFIX}:notify:lanes"  # sorted set: lane -> when its first en
 NOTIFY_HELD = f"{PREFIX}:notify:held"  # hash: entry id -> the entry (JSON)
 NOTIFY_TRIES = f"{PREFIX}:notify:tries"  # hash: entry id -> failed deliveries so far
 NOTIFY_DEAD_LETTERS = f"{PREFIX}:notify:dead"  # list: what could not be delivered, oldest first
+NOTIFY_RETRYING = f"{PREFIX}:notify:retrying"  # hash: entry id -> its dead letter, still retried
+NOTIFY_FIRST_FAILED = f"{PREFIX}:notify:first-failed"  # hash: entry id -> its first failure
+NOTIFY_GIVEN_UP = f"{PREFIX}:notify:given-up"  # list: dead letters given up for good, oldest first
 
 
 def notify_lane(lane: str) -> str:
     """The entry ids of one lane (a launch's thread, or its pages), in order."""
     return f"{PREFIX}:notify:lane:{lane}"
+
+
+def no_thread(launch_id: str) -> str:
+    """Set once a launch's parent message went to the dead letters: its worker ends it."""
+    return f"{PREFIX}:notify:no-thread:{launch_id}"
+
+
+def rate(name: str, user_id: str) -> str:
+    """Sorted set: when ``user_id`` last did what the rate limit ``name`` counts."""
+    return f"{PREFIX}:rate:{name}:{user_id}"
 
 
 def bad_channel(launch_id: str) -> str:

@@ -6,10 +6,14 @@ entry in the same transaction, and delivers every lane on its own: a lane's
 entries go out in the order they were written, and an entry that fails holds
 back only the later entries of its own lane. A failed entry is tried again
 after a backoff that doubles up to a cap (:class:`Retry`); after
-``max_tries`` it goes to the dead letters in Redis, with a WARNING, the
-``trainbot_dead_letters_total`` counter and, when the launch's channel refuses
-the bot, a direct message to the launch's owner saying how to fix it. Once a
-channel is known to refuse the bot, the rest of that thread is tried once each.
+``max_tries`` it is a dead letter, recorded in Redis with a WARNING (the
+``trainbot_dead_letters`` gauges, ``/healthz`` and the admins' App Home show
+them) and, when the launch's channel refuses the bot, a direct message to the
+launch's owner saying how to fix it. A dead letter keeps its place first in its
+lane and is tried again, less often, for ``give_up_after_s`` (24 h) from its
+first failure, so an outage of hours loses nothing and the lane's later
+messages still follow it in order; only then is the lane given up for good. A
+launch whose parent message became a dead letter is ended by its worker.
 
 Nothing owed lives only in memory: after a crash or restart the next notifier
 finds every lane (and its backoff) in Redis. An entry is taken off its lane
@@ -23,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
 from bot import keys, render
@@ -56,15 +60,24 @@ STOP_GRACE_S = 10.0
 @dataclass(frozen=True)
 class Retry:
     """A failed delivery is tried again after ``first_s``, then twice as long each
-    time up to ``cap_s``; after ``max_tries`` tries in all it is dead-lettered."""
+    time up to ``cap_s``. After ``max_tries`` tries it is a dead letter: recorded
+    (and surfaced), but it keeps its place first in its lane, so its launch's later
+    messages still follow it in order, and it is tried again less often, the wait
+    doubling on up to ``dead_cap_s``, until ``give_up_after_s`` after its first
+    failure; only then is it (with the rest of its lane) given up for good."""
 
     first_s: float = 2.0
     cap_s: float = 120.0
     max_tries: int = 8
+    dead_cap_s: float = 1800.0
+    give_up_after_s: float = 86400.0
 
     def delay_s(self, tries: int) -> float:
         """How long to wait after the ``tries``-th failure."""
-        return min(self.cap_s, self.first_s * 2.0 ** max(tries - 1, 0))
+        if tries < self.max_tries:
+            return min(self.cap_s, self.first_s * 2.0 ** max(tries - 1, 0))
+        late = min(tries - self.max_tries, 30)
+        return min(self.dead_cap_s, max(self.cap_s, self.first_s) * 2.0**late)
 
 
 def lane_of(event: Event) -> str:
@@ -94,6 +107,7 @@ class Notifier:
         self.delivered = 0
         self.retried = 0
         self.dead_lettered = 0
+        self.given_up = 0
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(PARALLEL)
         self._halt = asyncio.Event()
@@ -193,7 +207,7 @@ class Notifier:
             except Exception as exc:
                 delay_s = await self._failed(lane, event, exc)
                 if delay_s is None:
-                    continue  # dead-lettered: the rest of the lane goes on
+                    continue  # given up: whatever came into the lane since goes on
                 if delay_s > SLEEP_IN_LANE_MAX_S:
                     return  # drain() starts the lane again when it is due
                 await _sleep(self._halt, delay_s)
@@ -214,52 +228,61 @@ class Notifier:
 
     async def _failed(self, lane: str, event: Event, exc: Exception) -> float | None:
         """Count a failed delivery; the delay before the next try, or None once the
-        entry went to the dead letters."""
+        lane was given up for good."""
         reason = exc.reason if isinstance(exc, FrontError) else f"{type(exc).__name__}: {exc}"
         channel_problem = isinstance(exc, FrontError) and exc.channel_problem
         thread = lane.startswith("thread:")
-        tries = await self.store.note_failure(event.id)
-        known_bad = (
-            thread and channel_problem and bool(await self.store.bad_channel(event.launch_id))
-        )
-        if tries >= self.retry.max_tries or known_bad:
-            await self._dead_letter(lane, event, reason, tries, told=thread and channel_problem)
+        now = time.time()
+        tries, first_failed = await self.store.note_failure(event.id, now)
+        if now - first_failed >= self.retry.give_up_after_s:
+            await self._give_up(lane, event, reason, tries)
             return None
+        if tries == self.retry.max_tries:
+            await self._dead_letter(lane, event, reason, tries, told=thread and channel_problem)
         delay_s = self.retry.delay_s(tries)
-        await self.store.retry_lane_at(lane, time.time() + delay_s)
+        await self.store.retry_lane_at(lane, now + delay_s)
         self.retried += 1
         log.info(
-            "launch %s: %s message %s not delivered (%s); try %d of %d in %.1f s",
+            "launch %s: %s message %s not delivered (%s); try %d in %.1f s%s",
             event.launch_id,
             event.kind,
             event.id,
             reason,
             tries + 1,
-            self.retry.max_tries,
             delay_s,
+            " (a dead letter)" if tries >= self.retry.max_tries else "",
         )
         return delay_s
 
-    async def _dead_letter(
-        self, lane: str, event: Event, reason: str, tries: int, *, told: bool
-    ) -> None:
+    async def _letter(self, lane: str, event: Event, reason: str, tries: int) -> DeadLetter:
         launch = await self.store.get(event.launch_id)
         channel = ""
         if launch is not None:
             channel = launch.channel if lane.startswith("thread:") else ""
         if not channel and self.pager is not None and not lane.startswith("thread:"):
             channel = self.pager.config.oncall_channel or ""
-        letter = DeadLetter(event, lane, reason, tries, channel=channel, at=time.time())
-        await self.store.lane_done(lane, event.id, dead=letter)
+        return DeadLetter(event, lane, reason, tries, channel=channel, at=time.time())
+
+    async def _dead_letter(
+        self, lane: str, event: Event, reason: str, tries: int, *, told: bool
+    ) -> None:
+        """Record a message that kept failing (it stays first in its lane, tried again
+        less often); a launch whose parent message it is ends without a job."""
+        launch = await self.store.get(event.launch_id)
+        letter = await self._letter(lane, event, reason, tries)
+        no_thread = lane.startswith("thread:") and launch is not None and not launch.parent_ts
+        await self.store.dead_letter(letter, no_thread=no_thread)
         self.dead_lettered += 1
         log.warning(
-            "launch %s: %s message %s moved to the dead letters after %d tries: %s (channel %s)",
+            "launch %s: %s message %s moved to the dead letters after %d tries: %s (channel %s); "
+            "tried again until %.0f h after its first failure",
             event.launch_id,
             event.kind,
             event.id,
             tries,
             reason,
-            channel or "-",
+            letter.channel or "-",
+            self.retry.give_up_after_s / 3600,
         )
         if told and launch is not None and await self.store.mark_bad_channel(launch.id, reason):
             text = undeliverable_text(
@@ -275,6 +298,24 @@ class Notifier:
                     launch.channel,
                     exc,
                 )
+
+    async def _give_up(self, lane: str, event: Event, reason: str, tries: int) -> None:
+        """Past ``give_up_after_s``: the whole lane is given up for good, in order."""
+        letter = await self._letter(lane, event, reason, tries)
+        given = 0
+        for pending in await self.store.lane_events(lane, LANE_READ):
+            letter = replace(letter, event=pending, tries=tries if pending.id == event.id else 0)
+            await self.store.lane_done(lane, pending.id, dead=letter)
+            given += 1
+        self.given_up += given
+        log.error(
+            "launch %s: %d message(s) of %s given up for good after %.0f h: %s",
+            event.launch_id,
+            given,
+            lane,
+            self.retry.give_up_after_s / 3600,
+            reason,
+        )
 
     async def deliver(self, event: Event) -> None:
         launch = await self.store.get(event.launch_id)

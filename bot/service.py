@@ -26,8 +26,9 @@ from bot.clusters import Clusters
 from bot.config import Config
 from bot.core import Core
 from bot.front import Front
+from bot.home import dead_letter_text
 from bot.metrics import Counts, Metrics
-from bot.notifier import Notifier
+from bot.notifier import Notifier, Retry
 from bot.paging import Pager
 from bot.poller import Poller, lease_name
 from bot.redact import (
@@ -102,7 +103,10 @@ class Bot:
         self.notifier.on_delivered.append(meters.observe_delivery)
         observe_slack_errors(self.core.front, meters.observe_slack_error)
         meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
+        meters.add_dead_letters("queue_retrying", self.store.queue_retrying_count)
         meters.add_dead_letters("notifier", self.store.dead_letter_count)
+        meters.add_dead_letters("notifier_retrying", self.store.retrying_count)
+        meters.add_dead_letters("notifier_given_up", self.store.given_up_count)
         self.meters = meters
 
     async def healthy(self) -> tuple[bool, str]:
@@ -129,7 +133,12 @@ class Bot:
         dead = [t.get_name() for t in self.tasks if t.done()]
         if dead:
             return False, "stopped: " + ", ".join(dead)
-        return True, "ok"
+        try:
+            retrying = await self.store.retrying_letters()
+            owed = dead_letter_text(retrying, await self.store.given_up_count())
+        except Exception as exc:
+            return False, f"redis: {exc}"
+        return True, "ok" + (f"; {owed}" if owed else "")
 
     async def metrics(self) -> str:
         """The Prometheus text exposition (what Redis holds is read now)."""
@@ -225,6 +234,10 @@ async def running(
                 clusters.profiles,
                 owner=owner,
                 pager=pager,
+                retry=Retry(
+                    dead_cap_s=config.delivery.dead_letter_retry_max_s,
+                    give_up_after_s=config.delivery.retry_for_h * 3600,
+                ),
             ),
             poller=Poller(store, clusters, owner=owner),
             stop=stop,

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +23,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun, new_launch_id
 from cluster.errors import TrainbotError
 from commands.budget import iso_week
 
@@ -42,6 +43,43 @@ _RENEW = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 )
+
+# A sliding window: drop what is older than ARGV[2] seconds; when ARGV[3] remain, answer
+# how long until the oldest leaves; else note ARGV[4] at ARGV[1] and answer 0.
+_RATE = """
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
+if redis.call('zcard', KEYS[1]) >= limit then
+  local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+  return tostring(tonumber(oldest[2]) + window - now)
+end
+redis.call('zadd', KEYS[1], now, ARGV[4])
+redis.call('pexpire', KEYS[1], math.ceil(window * 1000))
+return '0'
+"""
+
+# Queue dead letters that are due (ARGV[1]) go back on the queue with the fields that
+# count their replays; their dead-letter entries are removed (they are queued again).
+_REPLAY = """
+local due = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
+for _, id in ipairs(due) do
+  redis.call('zrem', KEYS[1], id)
+  local found = redis.call('xrange', KEYS[2], id, id)
+  if #found > 0 then
+    local f = found[1][2]
+    local entry = {}
+    for i = 1, #f, 2 do
+      if f[i] == 'launch' or f[i] == 'replays' or f[i] == 'first_dead' then
+        table.insert(entry, f[i])
+        table.insert(entry, f[i + 1])
+      end
+    end
+    redis.call('xadd', KEYS[3], '*', unpack(entry))
+    redis.call('xdel', KEYS[2], id)
+  end
+end
+return #due
+"""
 
 
 def _fields(values: dict[str, str]) -> Any:
@@ -180,14 +218,17 @@ def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     return wrapper
 
 
-# Take a lane's first entry off it (when it is ``ARGV[1]``), with its body and try count,
-# recording a dead letter ``ARGV[3]`` when given; then drop leading ids whose body is gone
-# (an entry held twice) and the lane itself once it is empty. Returns the entries left.
+# Take a lane's first entry off it (when it is ``ARGV[1]``), with its body, try count and
+# dead-letter state, recording ``ARGV[3]`` among those given up for good when given; then
+# drop leading ids whose body is gone (an entry held twice) and the lane itself once it is
+# empty. Returns the entries left.
 _LANE_DONE = """
 if redis.call('lindex', KEYS[1], 0) == ARGV[1] then
   redis.call('lpop', KEYS[1])
   redis.call('hdel', KEYS[2], ARGV[1])
   redis.call('hdel', KEYS[3], ARGV[1])
+  redis.call('hdel', KEYS[6], ARGV[1])
+  redis.call('hdel', KEYS[7], ARGV[1])
   if ARGV[3] ~= '' then
     redis.call('rpush', KEYS[5], ARGV[3])
     redis.call('ltrim', KEYS[5], -tonumber(ARGV[4]), -1)
@@ -206,6 +247,7 @@ while true do
 end
 """
 DEAD_LETTERS_KEPT = 1000
+ID_DRAWS = 20  # fresh ids tried for a new launch whose id is taken, before giving up
 
 
 @dataclass
@@ -356,26 +398,43 @@ class Store:
         enqueue: bool = True,
         max_active: int | None = None,
         budget: BudgetGuard | None = None,
+        new_id: Callable[[], str] = new_launch_id,
     ) -> bool:
         """Store a new launch, queue it for a worker and write its first messages.
 
-        With ``max_active``, only while its owner has fewer active launches: the
-        count and the write are one transaction (WATCH on the owner's active set),
+        The launch's id must be free: when a stored launch or history entry has it
+        already, the launch and its events get a fresh id from ``new_id`` (checked
+        again, in the same transaction as the write), so a new launch never writes
+        into another's record or thread.
+
+        With ``max_active``, only while its owner has fewer active launches (of a
+        dry run: fewer dry runs in flight; of a launch: fewer launches, dry runs not
+        counted): the count and the write are one transaction (WATCH on the owner's active set),
         so simultaneous requests, from any number of bot processes, cannot both
         pass the limit. False when the limit was reached and nothing was written.
         With ``budget``, likewise only while the launch's estimate fits what is left
         of its owner's week there (WATCH on the usage too); OverBudget when not.
         """
         active_key = keys.user_active(launch.user_id)
+        draws = 0
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    if max_active is not None or budget is not None:
-                        usage = [keys.usage(budget.cluster, budget.week)] if budget else []
-                        usage += [keys.uncharged(budget.cluster)] if budget else []
-                        await pipe.watch(active_key, *usage)
+                    usage = [keys.usage(budget.cluster, budget.week)] if budget else []
+                    usage += [keys.uncharged(budget.cluster)] if budget else []
+                    taken = [keys.launch(launch.id), keys.summary(launch.id)]
+                    await pipe.watch(active_key, *usage, *taken)
+                    if await pipe.exists(*taken):  # the id is another launch's: draw again
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        draws += 1
+                        if draws > ID_DRAWS:
+                            raise StoreError(f"no free launch id after {ID_DRAWS} draws")
+                        self._renumber(launch, events, new_id())
+                        continue
                     if max_active is not None:
-                        if int(await pipe.scard(active_key)) >= max_active:
+                        real, dry = await self._active_counts(pipe, launch.user_id)
+                        mine = dry if launch.request.dry_run else real
+                        if mine >= max_active:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             return False
                     if budget is not None:
@@ -386,7 +445,7 @@ class Store:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             raise OverBudget(charged, held)
                     pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.set(keys.launch(launch.id), self._record(launch), nx=True)
+                    pipe.set(keys.launch(launch.id), self._record(launch))
                     self._index(pipe, launch)
                     for event in events:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
@@ -396,6 +455,15 @@ class Store:
                     return True
                 except WatchError:
                     continue
+
+    @staticmethod
+    def _renumber(launch: Launch, events: list[Event], launch_id: str) -> None:
+        """Give a new launch (not stored yet) and its first events another id."""
+        old = launch.id
+        launch.id = launch_id
+        for event in events:
+            if event.launch_id == old:
+                event.launch_id = launch_id
 
     def _record(self, launch: Launch) -> str:
         return self._redact(launch.model_dump_json())
@@ -586,6 +654,34 @@ class Store:
     async def active_count(self, user_id: str) -> int:
         return int(await self.redis.scard(keys.user_active(user_id)))
 
+    async def active_counts(self, user_id: str) -> tuple[int, int]:
+        """(launches, dry runs) of ``user_id`` that are active."""
+        return await self._active_counts(self.redis, user_id)
+
+    @staticmethod
+    async def _active_counts(client: Any, user_id: str) -> tuple[int, int]:
+        ids = sorted(str(i) for i in await client.smembers(keys.user_active(user_id)))
+        real = dry = 0
+        for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
+            if raw:
+                other = Launch.model_validate_json(raw)
+                if other.active:
+                    dry, real = (dry + 1, real) if other.request.dry_run else (dry, real + 1)
+        return real, dry
+
+    async def take_rate(
+        self, name: str, user_id: str, *, limit: int, window_s: float, now: float | None = None
+    ) -> float:
+        """Count one use of ``name`` by ``user_id`` when fewer than ``limit`` happened in the
+        last ``window_s`` (one atomic step, shared by every process): 0.0; else nothing is
+        counted and the answer is how many seconds until one more would fit."""
+        now = time.time() if now is None else now
+        member = f"{now:.6f}:{secrets.token_hex(4)}"
+        wait = await self.redis.eval(
+            _RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member
+        )
+        return max(float(wait), 0.0)
+
     async def tracked_ids(self, cluster: str) -> list[str]:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
 
@@ -731,20 +827,31 @@ class Store:
         info: Any = await self.redis.xpending_range(stream, group, entry_id, entry_id, 1)
         return int(info[0]["times_delivered"]) if info else 0
 
-    async def dead_letter_entry(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+    async def dead_letter_entry(
+        self, entry_id: str, fields: dict[str, str], reason: str, *, retry_at: float | None = None
+    ) -> None:
         """Keep a queue entry that keeps failing where an admin can see it, and take it off
-        the queue."""
+        the queue; with ``retry_at``, it goes back on the queue then (:meth:`replay_due`)."""
+        dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
+        dead_id = await self.redis.xadd(
+            keys.DEAD_LETTERS, _fields(dead), maxlen=10_000, approximate=True
+        )
         async with self.redis.pipeline(transaction=True) as pipe:
-            dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
-            pipe.xadd(
-                keys.DEAD_LETTERS,
-                _fields(dead),
-                maxlen=10_000,
-                approximate=True,
-            )
+            if retry_at is not None:
+                pipe.zadd(keys.DEAD_LETTERS_DUE, {str(dead_id): retry_at})
             pipe.xack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
             pipe.xdel(keys.QUEUE, entry_id)
             await pipe.execute()
+
+    async def replay_due(self, now: float | None = None) -> int:
+        """Put the queue's dead letters that are due back on the queue, atomically; how many."""
+        when = time.time() if now is None else now
+        keys_ = (keys.DEAD_LETTERS_DUE, keys.DEAD_LETTERS, keys.QUEUE)
+        return int(await self.redis.eval(_REPLAY, 3, *keys_, str(when)))
+
+    async def queue_retrying_count(self) -> int:
+        """Queue dead letters that will be replayed."""
+        return int(await self.redis.zcard(keys.DEAD_LETTERS_DUE))
 
     async def queue_dead_letter_count(self) -> int:
         return int(await self.redis.xlen(keys.DEAD_LETTERS))
@@ -819,22 +926,61 @@ class Store:
         return events
 
     async def lane_done(self, lane: str, event_id: str, dead: DeadLetter | None = None) -> int:
-        """Take the delivered (or, with ``dead``, dead-lettered) first entry off ``lane``;
+        """Take the delivered (or, with ``dead``, given up for good) first entry off ``lane``;
         returns how many entries are left in it."""
         lane_keys = [
             keys.notify_lane(lane),
             keys.NOTIFY_HELD,
             keys.NOTIFY_TRIES,
             keys.NOTIFY_LANES,
-            keys.NOTIFY_DEAD_LETTERS,
+            keys.NOTIFY_GIVEN_UP,
+            keys.NOTIFY_RETRYING,
+            keys.NOTIFY_FIRST_FAILED,
         ]
         letter = dead.encode() if dead is not None else ""
         args = [event_id, lane, letter, str(DEAD_LETTERS_KEPT)]
         return int(await self.redis.eval(_LANE_DONE, len(lane_keys), *lane_keys, *args))
 
-    async def note_failure(self, event_id: str) -> int:
-        """Count a failed delivery of an entry; returns its failures so far."""
-        return int(await self.redis.hincrby(keys.NOTIFY_TRIES, event_id, 1))
+    async def note_failure(self, event_id: str, now: float) -> tuple[int, float]:
+        """Count a failed delivery of an entry: its failures so far, and when it first failed."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(keys.NOTIFY_TRIES, event_id, 1)
+            pipe.hsetnx(keys.NOTIFY_FIRST_FAILED, event_id, str(now))
+            pipe.hget(keys.NOTIFY_FIRST_FAILED, event_id)
+            tries, _, first = await pipe.execute()
+        return int(tries), float(first or now)
+
+    async def dead_letter(self, letter: DeadLetter, *, no_thread: bool = False) -> None:
+        """Record an entry that kept failing among the dead letters; it stays first in its
+        lane, tried again now and then, until delivered or given up. ``no_thread``: it is
+        a launch's parent message, so its worker ends the launch instead of waiting."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(keys.NOTIFY_DEAD_LETTERS, letter.encode())
+            pipe.ltrim(keys.NOTIFY_DEAD_LETTERS, -DEAD_LETTERS_KEPT, -1)
+            pipe.hset(keys.NOTIFY_RETRYING, letter.event.id, letter.encode())
+            if no_thread:
+                pipe.set(keys.no_thread(letter.launch_id), letter.reason, ex=7 * 86400)
+            await pipe.execute()
+
+    async def no_thread(self, launch_id: str) -> str:
+        """Why a launch's parent message went to the dead letters, or "" while it did not."""
+        return str(await self.redis.get(keys.no_thread(launch_id)) or "")
+
+    async def retrying_letters(self) -> list[DeadLetter]:
+        """Dead letters still tried again, oldest first."""
+        raw: Any = await self.redis.hvals(keys.NOTIFY_RETRYING)
+        return sorted((DeadLetter.decode(str(item)) for item in raw), key=lambda d: d.at)
+
+    async def retrying_count(self) -> int:
+        return int(await self.redis.hlen(keys.NOTIFY_RETRYING))
+
+    async def given_up(self, limit: int = 100) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters given up for good, oldest first."""
+        raw = await self.redis.lrange(keys.NOTIFY_GIVEN_UP, -limit, -1)
+        return [DeadLetter.decode(str(item)) for item in raw]
+
+    async def given_up_count(self) -> int:
+        return int(await self.redis.llen(keys.NOTIFY_GIVEN_UP))
 
     async def retry_lane_at(self, lane: str, when: float) -> None:
         """Try ``lane`` again no earlier than ``when`` (a time.time())."""
@@ -860,6 +1006,14 @@ class Store:
 
     async def dead_letter_count(self) -> int:
         return int(await self.redis.llen(keys.NOTIFY_DEAD_LETTERS))
+
+    async def count_thread_wait(self, launch_id: str) -> int:
+        """Count one more look at a launch whose thread was not posted yet; how many so far."""
+        return await self.count(f"thread-wait:{launch_id}", ttl_s=7 * 86400)
+
+    async def thread_waits(self, launch_id: str) -> int:
+        """How many times a worker found this launch's thread not posted yet."""
+        return int(await self.redis.get(keys.dedupe(f"thread-wait:{launch_id}")) or 0)
 
     async def mark_bad_channel(self, launch_id: str, reason: str) -> bool:
         """Note that a launch's channel refuses the bot; True the first time."""

@@ -59,10 +59,12 @@ UNREACHABLE_RETRIES = 5  # before anything was submitted
 MAX_LOOKUP_WAIT_S = 300.0
 LOOKUP_AGAIN_S = 20.0  # a SUBMITTING launch whose cluster went away: look again this much later
 SUBMIT_SETTLE_S = 30.0  # after a submit whose outcome is unknown, before looking it up
-THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later
+THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
+THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
 LAUNCH_LOCK_MS = 30_000
 LOCK_RENEW_S = 10.0
 MAX_DELIVERIES = 3  # of one queue entry that fails inside trainbot, before the dead letters
+DEAD_REPLAY_FIRST_S = 60.0  # a dead letter is replayed after this, then twice as long each time
 
 
 class LostLock(TrainbotError):
@@ -101,6 +103,7 @@ class Worker:
                 now = time.monotonic()
                 if now >= next_promote:  # deferred retries and lookups that are due
                     await self.store.promote_due()
+                    await self.store.replay_due()  # and dead letters due another try
                     next_promote = now + PROMOTE_EVERY_S
                 if now >= next_claim:  # what other, dead or stalled workers left behind
                     entries = await self.store.claim_stale(
@@ -145,18 +148,48 @@ class Worker:
             await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        """Set the entry aside (dead letters). It is replayed later, each time after a
+        longer wait, until ``delivery.retry_for_h`` after it first got here; then the
+        launch ends."""
         launch_id = fields.get("launch", "")
         reason = f"{type(exc).__name__}: {exc}"
-        await self.store.dead_letter_entry(entry_id, fields, reason)
+        delivery = self.clusters.config.delivery
+        now = time.time()
+        replays = int(fields.get("replays", "0") or 0)
+        first_dead = float(fields.get("first_dead", "") or now)
+        wait_s = min(
+            delivery.dead_letter_retry_max_s, DEAD_REPLAY_FIRST_S * 2.0 ** min(replays, 20)
+        )
+        give_up = now + wait_s - first_dead > delivery.retry_for_h * 3600
+        kept = {**fields, "replays": str(replays + 1), "first_dead": repr(first_dead)}
+        retry_at = None if give_up else now + wait_s
+        await self.store.dead_letter_entry(entry_id, kept, reason, retry_at=retry_at)
         self.dead_letters += 1
         log.error(
-            "launch %s: queue entry %s moved to the dead letters: %s", launch_id, entry_id, reason
+            "launch %s: queue entry %s moved to the dead letters: %s (%s)",
+            launch_id,
+            entry_id,
+            reason,
+            "given up" if give_up else f"replayed in {wait_s:.0f} s",
         )
         if await self.store.get(launch_id) is None:
             return
+        if not give_up:
+            note = (
+                f"⚠️ This launch failed inside trainbot ({escape(type(exc).__name__)}), "
+                f"{MAX_DELIVERIES} times; it was set aside (dead letters) and is tried again "
+                f"in {wait_s / 60:.0f} min, for up to {delivery.retry_for_h:g} h. "
+                "`/cancel` stops it."
+            )
+            if replays == 0:  # said once; the later replays are in the log
+                await self.store.mutate(
+                    launch_id, lambda s: [thread(s.id, note)] if s.active else []
+                )
+            return
         text = (
             f"❌ This launch failed inside trainbot ({escape(type(exc).__name__)}), "
-            f"{MAX_DELIVERIES} times; it was set aside for an admin (dead letters). "
+            f"{MAX_DELIVERIES} times in each of {replays + 1} tries over "
+            f"{(now - first_dead) / 3600:.1f} h; it was given up (dead letters). "
             "Nothing more will happen to it; `/train` again to retry."
         )
 
@@ -279,7 +312,7 @@ class Worker:
     async def _launch(self, item: Launch) -> None:
         if item.phase == Phase.SUBMITTING and not await self._look_up(item):
             return  # found and recorded, or the cluster did not answer: looked up again later
-        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
+        if not await self._ready(item):
             return
         built = self.clusters.spec_for(item)
         spec = built.spec
@@ -336,6 +369,13 @@ class Worker:
             return
         await self._record(item, submission=submission)
 
+    async def _ready(self, item: Launch) -> bool:
+        """A retry's old job is gone, and a launch that already waited for its thread
+        looks at it first: no pre-flight over SSH on each look while it waits."""
+        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
+            return False
+        return not await self.store.thread_waits(item.id) or await self._thread_is_up(item)
+
     async def _thread_is_up(self, item: Launch) -> bool:
         """A launch never runs without a thread anyone can see: submit only once its
         parent message is posted. While it is not, look again shortly (a deferred entry);
@@ -344,7 +384,7 @@ class Worker:
         current = await self.store.get(item.id)
         if current is not None and current.parent_ts:
             return True
-        refused = await self.store.bad_channel(item.id)
+        refused = await self.store.bad_channel(item.id) or await self.store.no_thread(item.id)
         if refused:
             text = (
                 f"Not submitted: trainbot could not post this launch's thread in "
@@ -353,8 +393,14 @@ class Worker:
             )
             await self._reject(item, "NO_THREAD", text)
             return False
-        log.info("launch %s: its thread is not posted yet; submitting once it is", item.id)
-        await self.store.requeue(item.id, after_s=THREAD_WAIT_S)
+        if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
+            return False  # cancelled or ended meanwhile: nothing to wait for
+        waits = await self.store.count_thread_wait(item.id)
+        wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
+        log.info(
+            "launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s
+        )
+        await self.store.requeue(item.id, after_s=wait_s)
         return False
 
     async def _failed_submit(self, item: Launch, exc: SlurmCommandFailed) -> None:

@@ -75,6 +75,26 @@ class BudgetRule(Principals):
         return in_cluster and self.includes(user_id, group_ids)
 
 
+class Limits(BaseModel):
+    """What one person may cost the system, whoever they are (admins included).
+
+    ``launches_per_minute`` counts ``/train`` (dry runs too: each costs a record, a
+    thread and an SSH round trip) and the Retry button; ``commands_per_minute`` the
+    other commands that ask a cluster (``/logs``, ``/clusters``, the Logs button). Both
+    are sliding windows of 60 s kept in Redis, shared by every bot process; ``null``
+    turns one off. A cancel is never refused. ``dry_runs_at_once`` caps a person's dry
+    runs in flight; dry runs do not count against ``max_concurrent`` (a dry run checks
+    the next launch while the others run). ``clusters_cache_s``: how long a cluster's
+    ``/clusters`` answer is reused for everyone."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    launches_per_minute: int | None = Field(default=10, ge=1, le=10_000)
+    commands_per_minute: int | None = Field(default=30, ge=1, le=10_000)
+    dry_runs_at_once: int = Field(default=2, ge=1, le=100)
+    clusters_cache_s: float = Field(default=10.0, ge=0, le=600)
+
+
 class Policy(BaseModel):
     """The launch policy. The default (no rules) lets only admins launch."""
 
@@ -90,6 +110,7 @@ class Policy(BaseModel):
     oncall_may_act: bool = True
     workspaces: tuple[TeamId, ...] = ()
     budgets: tuple[BudgetRule, ...] = ()
+    limits: Limits = Limits()
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)

@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from bot.alerts import PagerDuty
 from bot.config import Alerts
 from bot.front import Front
 from bot.launches import Launch
-from bot.notifier import Notifier
+from bot.notifier import Notifier, Retry
 from bot.paging import Pager
 from bot.service import running
 from bot.slack_front import SlackFront
@@ -133,30 +133,36 @@ async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_
     standin: SlackStandin, front: SlackFront, caplog: pytest.LogCaptureFixture
 ) -> None:
     from bot.doctor import delivery_text  # new here (as Retry): the other tests run on either
-    from bot.notifier import Retry
 
     caplog.set_level(logging.INFO)
     standin.refuse_posts(OUT)
     async with running(bot_settings(), dev_config(), front) as bot:
-        bot.notifier.retry = Retry(first_s=0.1, cap_s=0.3, max_tries=5)
+        bot.notifier.retry = Retry(first_s=0.1, cap_s=0.3, max_tries=5, dead_cap_s=0.6)
         stuck = await new_launch(bot.store, OUT, "A: queued", "A: submitted")
         fine = await new_launch(bot.store, TRAIN, "B: queued")
         dm = await standin.wait_for(
             "chat.postMessage", lambda c: str(c.params["channel"]).startswith("D"), timeout_s=10
         )
-        await wait_until(lambda: bot.notifier.dead_lettered == 3, "3 dead letters", 10)
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: bot.notifier.dead_lettered == 1, "a dead letter", 10)
+        await asyncio.sleep(2.0)
         metrics = await bot.metrics()
-    # The first event was tried max_tries times, waiting longer each time up to the cap.
+        healthy, detail = await bot.healthy()
+    # The first event was tried max_tries times, waiting longer each time up to the cap,
+    # then (a dead letter) on, less often, up to dead_cap_s.
     tries = [c.at for c in posted(standin, OUT, ok_only=False) if not c.params.get("thread_ts")]
-    assert len(tries) >= 5
-    gaps = [b - a for a, b in zip(tries[:5], tries[1:5], strict=False)]
-    assert gaps[0] >= 0.1 and gaps[1] >= 0.2 and all(0.3 <= g < 1.0 for g in gaps[2:])
+    assert len(tries) >= 7
+    gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+    assert gaps[0] >= 0.1 and gaps[1] >= 0.2 and all(0.3 <= g < 1.0 for g in gaps[2:4])
     assert gaps[1] > gaps[0] * 1.5
-    # Later events of the same thread were not retried as long: the channel is known bad.
-    assert len(posted(standin, OUT, ok_only=False)) <= 5 + 2 * 2
+    assert all(0.6 <= g < 2.0 for g in gaps[5:])
+    # The later events of the thread wait behind it, in order: none was tried yet.
+    assert all(not c.params.get("thread_ts") for c in posted(standin, OUT, ok_only=False))
+    assert bot.notifier.dead_lettered == 1 and bot.notifier.given_up == 0
     assert thread(standin, TRAIN) == ["B: queued"]
-    assert 'trainbot_dead_letters{source="notifier"} 3.0' in metrics
+    assert 'trainbot_dead_letters{source="notifier"} 1.0' in metrics
+    assert 'trainbot_dead_letters{source="notifier_retrying"} 1.0' in metrics
+    assert 'trainbot_dead_letters{source="notifier_given_up"} 0.0' in metrics
+    assert healthy and "1 dead letter retried" in detail and stuck.id in detail
     # One DM to the owner (conversations.open + chat.postMessage), saying what to do.
     assert [c.params["users"] for c in standin.calls_to("conversations.open")] == ["U0ALICE"]
     assert (
@@ -167,22 +173,45 @@ async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_
     assert "not_in_channel" in text
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     dead = [r.getMessage() for r in warnings if "dead letter" in r.getMessage()]
-    assert len(dead) == 3 and all(stuck.id in m and "not_in_channel" in m for m in dead)
+    assert len(dead) == 1 and all(stuck.id in m and "not_in_channel" in m for m in dead)
     assert not any(fine.id in m for m in dead)
     # The dead-letter list is in Redis: another process (an admin's) sees it.
     async with open_test_store() as other:
         letters = await other.dead_letters()
-    assert [(d.event.kind, d.event.text) for d in letters] == [
+        retrying = await other.retrying_letters()
+    assert [(d.event.kind, d.event.text) for d in letters] == [("parent", "")]
+    assert [d.event.id for d in retrying] == [letters[0].event.id]
+    assert all(d.launch_id == stuck.id and "not_in_channel" in d.reason for d in letters)
+    assert letters[0].tries == 5 and letters[0].channel == OUT
+    assert delivery_text(3, len(letters), letters) == (
+        f"3 waiting; 1 dead letter in trainbot:notify:dead, newest: {stuck.id} parent "
+        "in C0OUT: not_in_channel (5 tries)"
+    )
+
+
+async def test_a_dead_letter_is_given_up_only_after_its_time_with_the_rest_of_its_lane(
+    store: Store, standin: SlackStandin, front: SlackFront
+) -> None:
+    standin.refuse_posts(OUT)
+    stuck = await new_launch(store, OUT, "A: queued", "A: submitted")
+    notifier = Notifier(store, front, {}, owner="n1")
+    notifier.retry = Retry(first_s=0.05, cap_s=0.1, max_tries=3, dead_cap_s=0.2, give_up_after_s=2)
+    async with notifying(notifier):
+        await wait_until(lambda: notifier.dead_lettered == 1, "a dead letter", 5)
+        assert await store.retrying_count() == 1 and await store.given_up_count() == 0
+        started = asyncio.get_running_loop().time()
+        await wait_until(lambda: notifier.given_up == 3, "given up", 10)
+        assert asyncio.get_running_loop().time() - started > 1.0
+        await asyncio.sleep(0.3)
+        assert await notifier.drained()
+    given = await store.given_up()
+    assert [(d.event.kind, d.event.text) for d in given] == [
         ("parent", ""),
         ("thread", "A: queued"),
         ("thread", "A: submitted"),
     ]
-    assert all(d.launch_id == stuck.id and "not_in_channel" in d.reason for d in letters)
-    assert letters[0].tries == 5 and letters[0].channel == OUT
-    assert delivery_text(0, len(letters), letters) == (
-        f"0 waiting; 3 dead letters in trainbot:notify:dead, newest: {stuck.id} thread "
-        "in C0OUT: not_in_channel (1 try)"
-    )
+    assert all(d.launch_id == stuck.id and d.reason == "not_in_channel" for d in given)
+    assert await store.retrying_count() == 0 and posted(standin, OUT) == []
 
 
 async def test_what_is_held_survives_a_restart_and_is_posted_once(
@@ -308,3 +337,62 @@ async def test_the_thread_says_on_call_was_paged_only_when_a_page_went_out(
         assert len(posted(standin, ONCALL)) == 1
     else:
         assert told == [] and posted(standin, ONCALL) == []
+
+
+# -- an outage of hours, time compressed -----------------------------------------
+
+HOUR_S = 3600.0
+COMPRESSION = 1000.0  # every wait of the retry schedule, and the outage, this much shorter
+
+
+def compressed(retry: Retry) -> Retry:
+    """The default schedule with every duration (a ``*_s`` field) divided by COMPRESSION."""
+    values = {
+        f.name: getattr(retry, f.name) / COMPRESSION
+        if f.name.endswith("_s")
+        else getattr(retry, f.name)
+        for f in fields(retry)
+    }
+    return Retry(**values)
+
+
+async def test_pages_and_final_messages_survive_an_hour_of_slack_and_pagerduty_down(
+    store: Store, standin: SlackStandin, front: SlackFront, receiver: Receiver
+) -> None:
+    launch = await new_launch(store, TRAIN, parent_ts="1700000000.000001")
+    for method in ("chat.postMessage", "chat.getPermalink"):
+        standin.fail_next(method, 10**6, status=503)
+    receiver.statuses = [500] * 10**6
+    lines = ["1: running", "2: node dev1 failed; retrying", "3: COMPLETED in 2 h"]
+    await store.mutate(launch.id, lambda _: [Event("thread", launch.id, lines[0])])
+    await page(store, launch)
+    await store.mutate(launch.id, lambda _: [Event("thread", launch.id, lines[1])])
+    resolve = {"dedup_key": f"trainbot/a4/{launch.id}/node_fail", "outcome": "COMPLETED"}
+    await store.mutate(
+        launch.id,
+        lambda _: [Event("resolve", launch.id, data=resolve), Event("thread", launch.id, lines[2])],
+    )
+    async with PagerDuty(receiver.url, SecretStr("routing-key"), max_attempts=1) as pagerduty:
+        pager = Pager(front, Alerts(oncall_channel=ONCALL), pagerduty)
+        notifier = Notifier(store, front, {}, owner="n1", pager=pager)
+        notifier.retry = compressed(Retry())
+        async with notifying(notifier):
+            await asyncio.sleep(HOUR_S / COMPRESSION)  # an hour of nothing getting through
+            assert thread(standin, TRAIN) == [] and len(receiver.events) > 3
+            assert notifier.dead_lettered >= 1  # and surfaced as such, still retried
+            assert await store.retrying_count() >= 1 and await store.given_up_count() == 0
+            for method in ("chat.postMessage", "chat.getPermalink"):
+                standin.fail_next(method, 0)  # both are back
+            tried = len(receiver.events)
+            receiver.statuses.clear()
+            await wait_until(lambda: len(thread(standin, TRAIN)) >= 4, "the thread", 30)
+            await wait_until(lambda: len(receiver.events) >= tried + 2, "PagerDuty", 30)
+            await asyncio.sleep(0.5)
+            assert await notifier.drained()
+    said = thread(standin, TRAIN)
+    assert said[:3] == lines and len(said) == 4 and said[3].startswith("📟 On-call was paged")
+    assert [e["event_action"] for e in receiver.events[tried:]] == ["trigger", "resolve"]
+    oncall = [str(c.params["text"]) for c in posted(standin, ONCALL)]
+    assert len(oncall) == 2 and all(launch.id in text for text in oncall)
+    assert "node dev1 failed" in oncall[0] and oncall[1].startswith("✅ Resolved")
+    assert await store.retrying_count() == 0 and await store.given_up_count() == 0
