@@ -148,7 +148,7 @@ async def handle_line(
     if not line:
         return None
     if not line.startswith("/"):
-        reply = Reply("Type a command such as /train help, /jobs or /clusters.", error=True)
+        reply = Reply("Type a command such as /train help, /jobs, /clusters or /usage.", error=True)
     else:
         command, _, text = line.partition(" ")
         incoming = Incoming(

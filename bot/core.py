@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, home, render
+from bot import answers, home, render, usage
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -65,6 +65,7 @@ from commands.requests import (
     LogsRequest,
     RecipesRequest,
     TrainRequest,
+    UsageRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ class Core:
                 found.add(group)
         return found
 
-    async def on_command(self, incoming: Incoming) -> Reply:
+    async def on_command(self, incoming: Incoming) -> Reply:  # noqa: C901 - one branch a command
         user = await self.user(incoming)
         request = parse_command(incoming.command, incoming.text, user=user, context=self.context)
         if isinstance(request, TrainRequest | InteractiveRequest):
@@ -270,7 +271,20 @@ class Core:
             return await answers.logs(self.clusters, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
+        if isinstance(request, UsageRequest):
+            return await usage.answer(
+                self.store,
+                self.context.policy,
+                self.context.clusters,
+                user,
+                request,
+                self.team_members,
+            )
         raise CommandError("That command is not handled yet.")
+
+    async def team_members(self, group: str) -> list[str]:
+        """The members of a Slack user group, as Slack says now (none without a front)."""
+        return [] if self.front is None else list(await self.front.usergroup_members(group))
 
     async def cluster_list(self, only: str | None, user: User) -> Reply:
         """/clusters: the clusters the person may launch on (admins: all), each answer

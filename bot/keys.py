@@ -12,6 +12,7 @@ ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
 DEFERRED = f"{PREFIX}:deferred"  # sorted set: launch ids due back on the queue (score: when)
 DEAD_LETTERS = f"{PREFIX}:queue:dead"  # stream of queue entries that kept failing inside trainbot
 DEAD_LETTERS_DUE = f"{PREFIX}:queue:dead:due"  # sorted set: dead entry id -> when it is replayed
+CHARGES = f"{PREFIX}:charges"  # sorted set: one charge record (JSON) per launch -> when it ended
 
 
 def launch(launch_id: str) -> str:

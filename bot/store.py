@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, TypeGuard, TypeVar, get_args
 
 import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
@@ -140,6 +141,20 @@ class BudgetGuard:
     cluster: str
     week: str  # ISO week, e.g. 2026-W49
     limit: float
+
+
+class Charge(BaseModel):
+    """What one ended launch was charged (``sacct``'s GPU-hours), for ``/usage``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    launch_id: str
+    user_id: str
+    user_name: str = ""
+    cluster: str
+    gpu_hours: float
+    ended_at: float
+    outcome: str = ""
 
 
 class OverBudget(Exception):
@@ -602,10 +617,27 @@ class Store:
                     usage = keys.usage(cluster, str(when).split()[0])
                     pipe.hincrbyfloat(usage, launch.user_id, gpu_hours)
                     pipe.expire(usage, keep_s)
+                    ended = float(str(when).split()[-1])
+                    record = Charge(
+                        launch_id=launch.id,
+                        user_id=launch.user_id,
+                        user_name=launch.user_name,
+                        cluster=cluster,
+                        gpu_hours=gpu_hours,
+                        ended_at=ended,
+                        outcome=launch.outcome,
+                    )
+                    pipe.zadd(keys.CHARGES, {record.model_dump_json(): ended})
+                    pipe.zremrangebyscore(keys.CHARGES, "-inf", time.time() - keep_s)
                     await pipe.execute()
                     return True
                 except WatchError:
                     continue
+
+    async def charges(self, since: float, until: float = float("inf")) -> list[Charge]:
+        """The charges of launches that ended from ``since`` to ``until``, oldest first."""
+        raw: Any = await self.redis.zrangebyscore(keys.CHARGES, since, until)
+        return [Charge.model_validate_json(item) for item in raw]
 
     async def usage(self, user_id: str, cluster: str, week: str) -> float:
         """GPU-hours charged to ``user_id`` on ``cluster`` in ISO week ``week``."""

@@ -13,6 +13,7 @@ from commands.parse import Args, normalise, parse_args
 from commands.requests import Request
 from commands.suggest import did_you_mean, join_names, quote
 from commands.train import parse_train
+from commands.usage import parse_usage
 
 Parser = Callable[[Args, User, CommandContext], Request]
 
@@ -23,6 +24,7 @@ COMMANDS: dict[str, Parser] = {
     "/cancel": parse_cancel,
     "/logs": parse_logs,
     "/clusters": parse_clusters,
+    "/usage": parse_usage,
 }
 
 

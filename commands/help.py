@@ -15,6 +15,7 @@ USAGE: dict[HelpTopic, str] = {
     "cancel": "/cancel <job> [cluster=C]",
     "logs": "/logs <job> [lines=N] | /logs <job> plot",
     "clusters": "/clusters [cluster=C]",
+    "usage": "/usage [me|@person|team=<group>|cluster=C] [week|month|days=N] [csv=true]",
 }
 
 _JOB = (
@@ -58,6 +59,12 @@ _DETAILS: dict[HelpTopic, str] = {
     "clusters": (
         "Each cluster's partitions with idle and total nodes, free GPUs, queue length, and "
         "how long a 1-, 2- and 4-node job would wait to start there (Slurm's own estimate)."
+    ),
+    "usage": (
+        "GPU-hours charged (what Slurm's accounting recorded) per person, cluster and day, "
+        "with a bar chart; cost where a price per GPU-hour is configured. Default: your "
+        "own, this ISO week. Team leads see their team (team=S...), admins anyone and any "
+        "cluster. csv=true attaches the rows as a CSV file."
     ),
 }
 

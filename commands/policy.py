@@ -75,6 +75,31 @@ class BudgetRule(Principals):
         return in_cluster and self.includes(user_id, group_ids)
 
 
+class Team(BaseModel):
+    """A team for ``/usage``: a Slack user group and the people who lead it (they see
+    its members' usage)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    group: PrincipalId
+    leads: tuple[PrincipalId, ...] = ()
+
+
+class UsagePolicy(BaseModel):
+    """Who leads which team, and what a GPU-hour costs per cluster type (``hcc-a4``...)
+    for ``/usage`` (no price: GPU-hours only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    teams: tuple[Team, ...] = ()
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    currency: str = Field(default="USD", pattern=r"^[A-Za-z$€£]{1,8}$")
+
+    def led_by(self, user_id: str) -> list[str]:
+        """The user groups ``user_id`` leads."""
+        return [team.group for team in self.teams if user_id in team.leads]
+
+
 class Limits(BaseModel):
     """What one person may cost the system, whoever they are (admins included).
 
@@ -111,6 +136,7 @@ class Policy(BaseModel):
     workspaces: tuple[TeamId, ...] = ()
     budgets: tuple[BudgetRule, ...] = ()
     limits: Limits = Limits()
+    usage: UsagePolicy = UsagePolicy()
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)

@@ -31,7 +31,7 @@ from commands.values import (
 )
 
 HelpTopic = Literal[
-    "train", "interactive", "recipes", "attach", "jobs", "cancel", "logs", "clusters"
+    "train", "interactive", "recipes", "attach", "jobs", "cancel", "logs", "clusters", "usage"
 ]
 HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
 MAX_NODES = 4096
@@ -225,6 +225,26 @@ class ClustersRequest(_Request):
         return " ".join([self.command, *_pairs(cluster=self.cluster)])
 
 
+class UsageRequest(_Request):
+    """``/usage``: GPU-hours of a person, a team (Slack user group) or a cluster over a
+    window (``week`` and ``month`` so far, or the last ``days``); ``csv`` as a file too."""
+
+    command: ClassVar[str] = "/usage"
+    kind: Literal["usage"] = "usage"
+    scope: Literal["person", "team", "cluster"] = "person"
+    target: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    window: Literal["week", "month", "days"] = "week"
+    days: int = Field(default=0, ge=0, le=366)
+    csv: bool = False
+
+    def to_text(self) -> str:
+        who = {"person": f"@{self.target}", "team": f"team={self.target}"}.get(
+            self.scope, f"cluster={self.target}"
+        )
+        when = f"days={self.days}" if self.window == "days" else self.window
+        return " ".join([self.command, who, when] + (["csv=true"] if self.csv else []))
+
+
 class HelpRequest(_Request):
     """``/train help [topic]``."""
 
@@ -256,7 +276,8 @@ Request = Annotated[
     | JobsRequest
     | ClustersRequest
     | HelpRequest
-    | RecipesRequest,
+    | RecipesRequest
+    | UsageRequest,
     Field(discriminator="kind"),
 ]
 REQUEST_ADAPTER: TypeAdapter[Request] = TypeAdapter(Request)

@@ -1,0 +1,214 @@
+"""``/usage``: GPU-hours charged (and cost) per person, cluster and day, as text, a
+bar chart (PNG) and, on request, a CSV file.
+
+The figures are the charges :mod:`bot.charging` took from ``sacct`` (``ElapsedRaw``
+times the GPUs of ``AllocTRES``, every job of a launch), one record per ended launch
+(:meth:`bot.store.Store.charges`), counted in the window by when the launch ended.
+Who may see whose: their own, always; a team's lead (policy ``usage.teams``) their
+team's members; admins anyone, any team and any cluster.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import UTC, datetime, timedelta
+
+from bot.front import Reply
+from bot.slack_text import escape
+from bot.store import Charge, Store
+from cluster.profiles import ClusterProfile
+from commands.context import User
+from commands.errors import CommandError
+from commands.policy import Policy
+from commands.requests import UsageRequest
+
+CSV_FIELDS = ("day", "user_id", "user_name", "cluster", "launch_id", "outcome", "gpu_hours", "cost")
+WIDTH_PX, HEIGHT_PX, DPI = 900, 450, 100
+COLOURS = ("#08519c", "#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b", "#8c6d31")
+
+
+def window(request: UsageRequest, now: float) -> tuple[float, str]:
+    """When the window starts (UTC) and how it reads."""
+    today = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if request.window == "month":
+        start = today.replace(day=1)
+        return start.timestamp(), f"{start:%B %Y} so far"
+    if request.window == "days":
+        span = "day" if request.days == 1 else f"{request.days} days"
+        return now - request.days * 86400, f"the last {span}"
+    start = today - timedelta(days=today.weekday())
+    year, week, _ = start.isocalendar()
+    return start.timestamp(), f"week {year}-W{week:02d} so far"
+
+
+def may_see(
+    policy: Policy, user: User, request: UsageRequest, members: Collection[str] = ()
+) -> None:
+    """CommandError unless ``user`` may see what ``request`` asks for."""
+    if policy.is_admin(user.id, user.groups):
+        return
+    led = policy.usage.led_by(user.id)
+    if request.scope == "person" and (request.target == user.id or request.target in members):
+        return
+    if request.scope == "team" and request.target in led:
+        return
+    if request.scope == "cluster":
+        raise CommandError("Only trainbot admins see a whole cluster's usage; /usage shows yours.")
+    whose = "that team's" if request.scope == "team" else "other people's"
+    teams = f" (you lead {', '.join(led)})" if led else ""
+    raise CommandError(
+        f"You may not see {whose} usage: people see their own, team leads their team's"
+        f"{teams}, admins everyone's. /usage shows yours."
+    )
+
+
+def select(
+    charges: Sequence[Charge], request: UsageRequest, members: Collection[str]
+) -> list[Charge]:
+    """The charges ``request`` is about (``members``: the team's user ids)."""
+    if request.scope == "cluster":
+        return [c for c in charges if c.cluster == request.target]
+    if request.scope == "team":
+        return [c for c in charges if c.user_id in members]
+    target = request.target.lower()
+    return [c for c in charges if target in (c.user_id.lower(), c.user_name.lower())]
+
+
+def price(policy: Policy, profiles: dict[str, ClusterProfile], cluster: str) -> float | None:
+    """The price of a GPU-hour on ``cluster`` (by its type), or None."""
+    profile = profiles.get(cluster)
+    return None if profile is None else policy.usage.price_per_gpu_hour.get(profile.type)
+
+
+def hours(value: float) -> str:
+    """GPU-hours as the text shows them: two decimals, three digits when smaller than 1."""
+    return f"{value:,.2f}" if value >= 1 or value == 0 else f"{value:.3g}"
+
+
+def day(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d")
+
+
+def csv_bytes(rows: Sequence[Charge], prices: dict[str, float | None]) -> bytes:
+    """One row per charged launch; GPU-hours with enough digits to sum back exactly."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for c in rows:
+        unit = prices.get(c.cluster)
+        cost = "" if unit is None else f"{c.gpu_hours * unit:.4f}"
+        writer.writerow(
+            (
+                day(c.ended_at),
+                c.user_id,
+                c.user_name,
+                c.cluster,
+                c.launch_id,
+                c.outcome,
+                repr(c.gpu_hours),
+                cost,
+            )  # fmt: skip
+        )
+    return out.getvalue().encode()
+
+
+def chart_png(rows: Sequence[Charge], title: str, since: float, now: float) -> bytes:
+    """GPU-hours per day as bars, stacked by cluster (matplotlib Agg, as :mod:`bot.plot`)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    days: list[str] = []
+    at = datetime.fromtimestamp(since, UTC).date()
+    while at <= datetime.fromtimestamp(now, UTC).date():
+        days.append(at.isoformat())
+        at += timedelta(days=1)
+    per: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(days, 0.0))
+    for c in rows:
+        if day(c.ended_at) in per[c.cluster]:
+            per[c.cluster][day(c.ended_at)] += c.gpu_hours
+    figure = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    bottom = [0.0] * len(days)
+    for number, (cluster, hours) in enumerate(sorted(per.items())):
+        values = [hours[d] for d in days]
+        axes.bar(days, values, bottom=bottom, label=cluster, color=COLOURS[number % len(COLOURS)])
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    for x, total in enumerate(bottom):
+        if total > 0:
+            axes.annotate(hours(total), (x, total), ha="center", va="bottom", fontsize=8)
+    axes.set_title(title, fontsize=10)
+    axes.set_ylabel("GPU-hours")
+    axes.set_ylim(0, max(bottom + [0.0]) * 1.15 or 1.0)
+    axes.tick_params(axis="x", labelrotation=45 if len(days) > 8 else 0, labelsize=8)
+    axes.grid(True, axis="y", color="#e0e0e0", linewidth=0.6)
+    if per:
+        axes.legend(loc="upper left", fontsize=8, frameon=False)
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
+
+
+def _totals(rows: Sequence[Charge], key: Callable[[Charge], str]) -> list[tuple[str, float]]:
+    sums: dict[str, float] = defaultdict(float)
+    for c in rows:
+        sums[key(c)] += c.gpu_hours
+    return sorted(sums.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _money(
+    hours_by_cluster: dict[str, float], prices: dict[str, float | None], currency: str
+) -> str:
+    if not any(prices.get(c) is not None for c in hours_by_cluster):
+        return ""
+    cost = sum(h * (prices.get(c) or 0.0) for c, h in hours_by_cluster.items())
+    return f" · {cost:,.2f} {currency}"
+
+
+async def answer(
+    store: Store,
+    policy: Policy,
+    profiles: dict[str, ClusterProfile],
+    user: User,
+    request: UsageRequest,
+    members: Callable[[str], Awaitable[list[str]]],
+    *,
+    now: float | None = None,
+) -> Reply:
+    """The ``/usage`` reply: text, the chart as the file, and the CSV when asked."""
+    now = time.time() if now is None else now
+    team: list[str] = []
+    if request.scope == "team":
+        team = await members(request.target)
+    led = [m for g in policy.usage.led_by(user.id) for m in await members(g)]
+    may_see(policy, user, request, led)
+    since, when = window(request, now)
+    rows = select(await store.charges(since, now), request, team)
+    prices = {name: price(policy, profiles, name) for name in profiles}
+    who = {"person": "Your" if request.target == user.id else f"{request.target}'s"}.get(
+        request.scope, f"{request.scope.capitalize()} {request.target}'s"
+    )
+    title = f"{who} GPU-hours, {when}"
+    total = sum(c.gpu_hours for c in rows)
+    by_cluster = dict(_totals(rows, lambda c: c.cluster))
+    lines = [
+        f"*{escape(title)}*: {hours(total)} GPU-hours in {len(rows)} launch"
+        f"{'es' if len(rows) != 1 else ''}{_money(by_cluster, prices, policy.usage.currency)}"
+    ]
+    if rows:
+        people = _totals(rows, lambda c: c.user_name or c.user_id)
+        days = sorted(_totals(rows, lambda c: day(c.ended_at)))
+        lines.append("By person: " + ", ".join(f"{escape(n)} {hours(h)}" for n, h in people))
+        lines.append("By cluster: " + ", ".join(f"{n} {hours(h)}" for n, h in by_cluster.items()))
+        lines.append("By day: " + ", ".join(f"{d} {hours(h)}" for d, h in days))
+    else:
+        lines.append("Nothing was charged in this window.")
+    text = "\n".join(lines)
+    if request.csv:
+        return Reply(text, file_name="usage.csv", file_content=csv_bytes(rows, prices))
+    return Reply(text, file_name="usage.png", file_content=chart_png(rows, title, since, now))
