@@ -36,7 +36,7 @@ from bot.slack_text import (
     ACTION_USE_PARTITION,
     escape,
 )
-from bot.store import BudgetGuard, Event, OverBudget, Store
+from bot.store import BudgetGuard, Event, OverBudget, OverTeamBudget, Store
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, TrainbotError
 from commands.access import (
@@ -418,16 +418,19 @@ class Core:
             if budget is not None and not request.dry_run and not request.over_budget
             else None
         )
+        teams = usage.team_guards(self.context.policy, user, account or "", request, time.time())
 
         async def create(events: list[Event], *, enqueue: bool = True) -> str:
             """Store the launch, within the limits; "" or why not (nothing written then)."""
             try:
                 if await self.store.create(
-                    launch, events, enqueue=enqueue, max_active=limit, budget=guard
+                    launch, events, enqueue=enqueue, max_active=limit, budget=guard, teams=teams
                 ):
+                    policy = self.context.policy
+                    await usage.team_alerts(self.store, self.front, policy, user.id, teams)
                     return ""
-            except OverBudget as exc:  # another launch took the room since the check above
-                return escape(appraisal.refusal(exc.charged, exc.held)) + before
+            except (OverBudget, OverTeamBudget) as exc:  # another launch took the room
+                return usage.refused(exc, appraisal, self.context.policy, launch) + before
             return _at_limit(limit or 0, dry_run=request.dry_run)
 
         if decision.needs_approval:

@@ -125,3 +125,24 @@ def launcher_options(cluster: str, name: str) -> str:
     ``cluster`` (JSON), learned by pre-flight or ``doctor``; expires, so that a changed
     launcher is read again."""
     return f"{PREFIX}:launcher:{cluster}:{name}"
+
+
+def team_used(team: str, window: str) -> str:
+    """GPU-hours charged to the team budget ``team`` (``group:S0ML``, ``account:proj``) for
+    the launches it holds in ``window`` (``2026-W49`` or ``2026-12``)."""
+    return f"{PREFIX}:team:{team}:{window}:used"
+
+
+def team_launches(team: str, window: str) -> str:
+    """Set: the launch ids the team budget ``team`` holds in ``window``."""
+    return f"{PREFIX}:team:{team}:{window}:launches"
+
+
+def launch_teams(launch_id: str) -> str:
+    """Set: ``<team> <window>`` of each team budget the launch counts against."""
+    return f"{PREFIX}:launch:{launch_id}:teams"
+
+
+def report_posted(period: str) -> str:
+    """Set (if absent) by the bot process that posts the usage report of ``period``."""
+    return f"{PREFIX}:report:{period}"

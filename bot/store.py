@@ -143,6 +143,23 @@ class BudgetGuard:
     limit: float
 
 
+@dataclass(frozen=True)
+class TeamGuard:
+    """A team budget (a Slack user group's or a Slurm account's) a new launch must fit."""
+
+    team: str  # group:S0ML or account:proj
+    window: str  # 2026-W49 or 2026-12
+    limit: float
+
+
+class OverTeamBudget(Exception):
+    """The new launch did not fit a team budget; what was used and held when checked."""
+
+    def __init__(self, guard: TeamGuard, used: float, held: float) -> None:
+        super().__init__(f"over {guard.team}'s budget: {used:g} used, {held:g} held")
+        self.guard, self.used, self.held = guard, used, held
+
+
 class Charge(BaseModel):
     """What one ended launch was charged (``sacct``'s GPU-hours), for ``/usage``."""
 
@@ -413,6 +430,7 @@ class Store:
         enqueue: bool = True,
         max_active: int | None = None,
         budget: BudgetGuard | None = None,
+        teams: tuple[TeamGuard, ...] = (),
         new_id: Callable[[], str] = new_launch_id,
     ) -> bool:
         """Store a new launch, queue it for a worker and write its first messages.
@@ -429,6 +447,8 @@ class Store:
         pass the limit. False when the limit was reached and nothing was written.
         With ``budget``, likewise only while the launch's estimate fits what is left
         of its owner's week there (WATCH on the usage too); OverBudget when not.
+        With ``teams``, likewise for each team budget (WATCH on its usage and launches):
+        OverTeamBudget for the first that has no room; the launch is then held by each.
         """
         active_key = keys.user_active(launch.user_id)
         draws = 0
@@ -437,6 +457,9 @@ class Store:
                 try:
                     usage = [keys.usage(budget.cluster, budget.week)] if budget else []
                     usage += [keys.uncharged(budget.cluster)] if budget else []
+                    for team in teams:
+                        usage += [keys.team_used(team.team, team.window)]
+                        usage += [keys.team_launches(team.team, team.window)]
                     taken = [keys.launch(launch.id), keys.summary(launch.id)]
                     await pipe.watch(active_key, *usage, *taken)
                     if await pipe.exists(*taken):  # the id is another launch's: draw again
@@ -459,8 +482,10 @@ class Store:
                         if charged + held + (launch.estimate_gpu_hours or 0.0) > budget.limit:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             raise OverBudget(charged, held)
+                    await self._check_teams(pipe, launch, teams)
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(keys.launch(launch.id), self._record(launch))
+                    self._hold_teams(pipe, launch.id, teams)
                     self._index(pipe, launch)
                     for event in events:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
@@ -470,6 +495,41 @@ class Store:
                     return True
                 except WatchError:
                     continue
+
+    async def _check_teams(self, pipe: Any, launch: Launch, teams: tuple[TeamGuard, ...]) -> None:
+        """OverTeamBudget (the watch let go) for the first team budget without room."""
+        for team in teams:
+            used, held = await self._team_use(pipe, team.team, team.window)
+            if used + held + (launch.estimate_gpu_hours or 0.0) > team.limit:
+                await pipe.reset()
+                raise OverTeamBudget(team, used, held)
+
+    def _hold_teams(self, pipe: Any, launch_id: str, teams: tuple[TeamGuard, ...]) -> None:
+        keep_s = self.retention.history_s
+        for team in teams:
+            held = keys.team_launches(team.team, team.window)
+            pipe.sadd(held, launch_id)
+            pipe.expire(held, keep_s)
+            pipe.sadd(keys.launch_teams(launch_id), f"{team.team} {team.window}")
+        if teams:
+            pipe.expire(keys.launch_teams(launch_id), keep_s)
+
+    async def team_use(self, team: str, window: str) -> tuple[float, float]:
+        """(used, held) of a team budget: GPU-hours charged for the launches it holds in
+        ``window``, and the estimates of those not charged yet."""
+        return await self._team_use(self.redis, team, window)
+
+    @staticmethod
+    async def _team_use(client: Any, team: str, window: str) -> tuple[float, float]:
+        used = float(await client.get(keys.team_used(team, window)) or 0.0)
+        ids = sorted(str(i) for i in await client.smembers(keys.team_launches(team, window)))
+        held = 0.0
+        for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
+            if raw:
+                other = Launch.model_validate_json(raw)
+                if not other.charged:
+                    held += other.estimate_gpu_hours or 0.0
+        return used, held
 
     @staticmethod
     def _renumber(launch: Launch, events: list[Event], launch_id: str) -> None:
@@ -601,8 +661,9 @@ class Store:
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    await pipe.watch(key, pending)
+                    await pipe.watch(key, pending, keys.launch_teams(launch_id))
                     raw, when = await pipe.get(key), await pipe.hget(pending, launch_id)
+                    teams = [str(t) for t in await pipe.smembers(keys.launch_teams(launch_id))]
                     launch = Launch.model_validate_json(raw) if raw else None
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.hdel(pending, launch_id)
@@ -628,6 +689,10 @@ class Store:
                         outcome=launch.outcome,
                     )
                     pipe.zadd(keys.CHARGES, {record.model_dump_json(): ended})
+                    for team in teams:
+                        name, window = team.split()
+                        pipe.incrbyfloat(keys.team_used(name, window), gpu_hours)
+                        pipe.expire(keys.team_used(name, window), keep_s)
                     pipe.zremrangebyscore(keys.CHARGES, "-inf", time.time() - keep_s)
                     await pipe.execute()
                     return True

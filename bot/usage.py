@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 
-from bot.front import Reply
+from bot.cost import Appraisal
+from bot.front import Front, FrontError, Reply
+from bot.launches import Launch
 from bot.slack_text import escape
-from bot.store import Charge, Store
+from bot.store import Charge, OverBudget, OverTeamBudget, Store, TeamGuard
 from cluster.profiles import ClusterProfile
+from commands.budget import budget_window, team_alert, team_budgets_for, team_refusal
 from commands.context import User
 from commands.errors import CommandError
-from commands.policy import Policy
-from commands.requests import UsageRequest
+from commands.policy import ANY, Policy, TeamBudgetRule
+from commands.requests import InteractiveRequest, TrainRequest, UsageRequest
 
+log = logging.getLogger(__name__)
 CSV_FIELDS = ("day", "user_id", "user_name", "cluster", "launch_id", "outcome", "gpu_hours", "cost")
 WIDTH_PX, HEIGHT_PX, DPI = 900, 450, 100
 COLOURS = ("#08519c", "#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b", "#8c6d31")
@@ -134,8 +139,8 @@ def chart_png(rows: Sequence[Charge], title: str, since: float, now: float) -> b
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     bottom = [0.0] * len(days)
-    for number, (cluster, hours) in enumerate(sorted(per.items())):
-        values = [hours[d] for d in days]
+    for number, (cluster, daily) in enumerate(sorted(per.items())):
+        values = [daily[d] for d in days]
         axes.bar(days, values, bottom=bottom, label=cluster, color=COLOURS[number % len(COLOURS)])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     for x, total in enumerate(bottom):
@@ -208,7 +213,100 @@ async def answer(
         lines.append("By day: " + ", ".join(f"{d} {hours(h)}" for d, h in days))
     else:
         lines.append("Nothing was charged in this window.")
+    lines += await budget_lines(store, policy, user, request, now)
     text = "\n".join(lines)
     if request.csv:
         return Reply(text, file_name="usage.csv", file_content=csv_bytes(rows, prices))
     return Reply(text, file_name="usage.png", file_content=chart_png(rows, title, since, now))
+
+
+async def budget_lines(
+    store: Store, policy: Policy, user: User, request: UsageRequest, now: float
+) -> list[str]:
+    """Used / held / left of the team budgets the request is about: a team's own, or the
+    asker's teams' when they ask for their own usage."""
+    if request.scope == "team":
+        rules = [r for r in policy.team_budgets if r.group == request.target]
+    elif request.scope == "person" and request.target == user.id:
+        rules = [r for r in policy.team_budgets if r.group in user.groups]
+    else:
+        return []
+    lines = []
+    for rule in rules:
+        window = budget_window(rule.window, now)
+        used, held = await store.team_use(rule.team, window)
+        left = max(rule.gpu_hours - used - held, 0.0)
+        where = "" if ANY in rule.clusters else f" on {', '.join(rule.clusters)}"
+        lines.append(
+            f"Budget of team {rule.group}{where} ({window}): {hours(used)} used, {hours(held)} "
+            f"held by active launches, {hours(left)} left of {hours(rule.gpu_hours)} GPU-hours"
+        )
+    return lines
+
+
+ALERT_PERCENTS = (80, 100)
+ALERT_KEEP_S = 40 * 86400  # longer than a month: each window's marks outlive it
+
+
+def team_guards(
+    policy: Policy, user: User, account: str, request: TrainRequest | InteractiveRequest, now: float
+) -> tuple[TeamGuard, ...]:
+    """The team budgets a launch of ``user`` must fit, in their window now (none for a dry
+    run, nor for an admin's ``over_budget=true``)."""
+    if request.dry_run or request.over_budget:
+        return ()
+    return tuple(
+        TeamGuard(rule.team, budget_window(rule.window, now), rule.gpu_hours)
+        for rule in team_budgets_for(policy, user.groups, account, request.cluster)
+    )
+
+
+def _rule(policy: Policy, team: str) -> TeamBudgetRule:
+    return next(rule for rule in policy.team_budgets if rule.team == team)
+
+
+def refused(
+    over: OverBudget | OverTeamBudget, appraisal: Appraisal, policy: Policy, launch: Launch
+) -> str:
+    """The /train refusal (escaped) for a launch over its owner's budget or a team's,
+    with used / held / left."""
+    if isinstance(over, OverBudget):
+        return escape(appraisal.refusal(over.charged, over.held))
+    rule = _rule(policy, over.guard.team)
+    estimate = launch.estimate_gpu_hours or 0.0
+    return team_refusal(
+        rule, used=over.used, held=over.held, estimate=estimate, cluster=launch.cluster
+    )
+
+
+async def team_alerts(
+    store: Store, front: Front | None, policy: Policy, owner: str, guards: Sequence[TeamGuard]
+) -> list[str]:
+    """After a launch was accepted: a DM to its owner and the team's leads when a team
+    budget reached 80% or 100% (used + held) for the first time in its window (marked in
+    Redis, so once across every bot process). Returns the texts sent."""
+    sent: list[str] = []
+    for guard in guards:
+        used, held = await store.team_use(guard.team, guard.window)
+        share = 100.0 * (used + held) / guard.limit if guard.limit > 0 else 100.0
+        crossed = [
+            p
+            for p in ALERT_PERCENTS
+            if share >= p
+            and await store.first_seen(f"team-budget:{guard.team}:{guard.window}:{p}", ALERT_KEEP_S)
+        ]
+        if not crossed:
+            continue
+        rule = _rule(policy, guard.team)
+        text = team_alert(rule, used=used, held=held, percent=crossed[-1])
+        leads = [
+            lead for team in policy.usage.teams if team.group == rule.group for lead in team.leads
+        ]
+        for person in dict.fromkeys([owner, *leads]):
+            if front is not None:
+                try:
+                    await front.post_to_user(person, text)
+                except FrontError as exc:
+                    log.warning("team budget alert to %s not sent: %s", person, exc)
+        sent.append(text)
+    return sent

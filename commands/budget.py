@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, datetime
 
-from commands.policy import Decision, Policy
+from commands.policy import Decision, Policy, TeamBudgetRule
 
 OVER_BUDGET_KEY = "over_budget"
 
@@ -82,3 +82,48 @@ def check_budget(
 
 def _hours(value: float) -> str:
     return f"{value:,.1f} GPU-hours"
+
+
+def budget_window(window: str, when: float) -> str:
+    """The window a team budget counts in: ``2026-W49`` (ISO week) or ``2026-12`` (month)."""
+    if window == "month":
+        return datetime.fromtimestamp(when, UTC).strftime("%Y-%m")
+    return iso_week(when)
+
+
+def team_budgets_for(
+    policy: Policy, group_ids: Collection[str], account: str, cluster: str
+) -> list[TeamBudgetRule]:
+    """Every team budget a launch by a member of ``group_ids`` (with Slurm ``account``) on
+    ``cluster`` counts against: all must have room (the tightest decides)."""
+    return [rule for rule in policy.team_budgets if rule.covers(group_ids, account, cluster)]
+
+
+def team_refusal(
+    rule: TeamBudgetRule, *, used: float, held: float, estimate: float, cluster: str
+) -> str:
+    """Why a launch does not fit its team's budget, with used / held / left."""
+    left = max(rule.gpu_hours - used - held, 0.0)
+    period = "monthly" if rule.window == "month" else "weekly"
+    return (
+        f"The {period} budget of {_team_name(rule)} on {cluster} has no room for this "
+        f"launch (about {_hours(estimate)}): {_hours(used)} used, {_hours(held)} held by "
+        f"active launches, {_hours(left)} left of {_hours(rule.gpu_hours)}. Wait for the "
+        f"next {'month' if rule.window == 'month' else 'week'}, ask for less, or ask "
+        "the team's lead or a trainbot admin."
+    )
+
+
+def team_alert(rule: TeamBudgetRule, *, used: float, held: float, percent: int) -> str:
+    """The DM to a launch's owner and the team's leads at 80% and 100% of a team budget."""
+    period = "monthly" if rule.window == "month" else "weekly"
+    left = max(rule.gpu_hours - used - held, 0.0)
+    return (
+        f"The {period} GPU-hour budget of {_team_name(rule)} is at {percent}%: "
+        f"{_hours(used)} used, {_hours(held)} held by active launches, {_hours(left)} left "
+        f"of {_hours(rule.gpu_hours)}. /usage shows who used what."
+    )
+
+
+def _team_name(rule: TeamBudgetRule) -> str:
+    return f"team <!subteam^{rule.group}>" if rule.group else f"Slurm account {rule.account}"

@@ -13,9 +13,9 @@ images and on-call). ``workspaces`` lists the Slack team ids served (empty: any)
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from commands.access import (
     AccountRule,
@@ -73,6 +73,41 @@ class BudgetRule(Principals):
     def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
         in_cluster = ANY in self.clusters or cluster in self.clusters
         return in_cluster and self.includes(user_id, group_ids)
+
+
+class TeamBudgetRule(BaseModel):
+    """A shared GPU-hour pot of a Slack user group (``group``) or a Slurm account
+    (``account``) per ``window`` (ISO week or calendar month, UTC), on ``clusters``;
+    checked beside each person's own budget (the tighter wins)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    group: PrincipalId | None = None
+    account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    clusters: tuple[ClusterPattern, ...] = (ANY,)
+    gpu_hours: float = Field(ge=0)
+    window: Literal["week", "month"] = "week"
+
+    @model_validator(mode="after")
+    def _one_owner(self) -> TeamBudgetRule:
+        if (self.group is None) == (self.account is None):
+            raise ValueError("give one of group (a Slack user group id) or account (Slurm)")
+        return self
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The user group the bot must know the members of (see Policy.group_ids)."""
+        return (self.group,) if self.group else ()
+
+    @property
+    def team(self) -> str:
+        """``group:S0ML`` or ``account:proj``: the pot's name in the store."""
+        return f"group:{self.group}" if self.group else f"account:{self.account}"
+
+    def covers(self, group_ids: Collection[str], account: str, cluster: str) -> bool:
+        in_cluster = ANY in self.clusters or cluster in self.clusters
+        mine = self.group in group_ids if self.group else self.account == account
+        return in_cluster and mine
 
 
 class Team(BaseModel):
@@ -135,6 +170,7 @@ class Policy(BaseModel):
     oncall_may_act: bool = True
     workspaces: tuple[TeamId, ...] = ()
     budgets: tuple[BudgetRule, ...] = ()
+    team_budgets: tuple[TeamBudgetRule, ...] = ()
     limits: Limits = Limits()
     usage: UsagePolicy = UsagePolicy()
 

@@ -71,8 +71,8 @@ async def test_usage_equals_what_sacct_recorded_for_two_jobs_and_the_csv_sums_ba
         rows = list(csv.DictReader(io.StringIO((tmp_path / "usage.csv").read_text())))
         assert sorted(r["launch_id"] for r in rows) == sorted(ids)
         by_launch = {r["launch_id"]: float(r["gpu_hours"]) for r in rows}
-        for launch, hours in zip(launches, real, strict=True):
-            assert by_launch[launch.id] == pytest.approx(hours), (launch.id, hours)
+        for launch, used in zip(launches, real, strict=True):
+            assert by_launch[launch.id] == pytest.approx(used), (launch.id, used)
         assert sum(by_launch.values()) == pytest.approx(sum(real))
 
         # Policy: another person may not see alice's use; an admin may, and a cluster's.
