@@ -17,7 +17,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bot.store import DAY_S, Retention
 from cluster.errors import ConfigError
@@ -50,6 +50,31 @@ class Alerts(BaseModel):
     oncall_channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,}$")
     oncall_usergroup: str | None = Field(default=None, pattern=r"^S[A-Z0-9]{2,}$")
     webhook: Webhook | None = None
+
+
+class Report(BaseModel):
+    """The usage report posted to ``channel`` on ``cron`` (crontab, UTC; six fields put
+    seconds first), covering the ``days`` before it; once across all bot processes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    channel: str = Field(pattern=r"^[CG][A-Z0-9]{2,}$")
+    cron: str = "0 9 * * mon"
+    days: int = Field(default=7, ge=1, le=92)
+    top: int = Field(default=5, ge=1, le=50)
+
+    @field_validator("cron")
+    @classmethod
+    def _check_cron(cls, value: str) -> str:
+        from bot.report import cron_trigger
+
+        try:
+            cron_trigger(value)
+        except ValueError as exc:
+            raise ValueError(
+                f"not a crontab schedule ({exc}); e.g. '0 9 * * mon' (Mondays 09:00 UTC)"
+            ) from None
+        return value
 
 
 class Watch(BaseModel):
@@ -139,6 +164,7 @@ class Config(BaseModel):
     # The failure catalog's site entries: new causes, or changes to built-in ones.
     failures: tuple[FailureRule, ...] = ()
     delivery: Delivery = Field(default_factory=Delivery)
+    report: Report | None = None
 
     @model_validator(mode="before")
     @classmethod

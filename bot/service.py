@@ -38,6 +38,7 @@ from bot.redact import (
     install_log_filter,
     remove_log_filter,
 )
+from bot.report import Reporter
 from bot.settings import Settings
 from bot.slack_front import observe_slack_errors
 from bot.store import Store
@@ -248,6 +249,14 @@ async def running(
         if "poller" in parts:
             bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))
             bot.poller.start()
+        if "poller" in parts and config.report is not None:
+            report = config.report
+            reporter = Reporter(
+                store, front, channel=report.channel, cron=report.cron, days=report.days,
+                top=report.top, owner=owner,
+            )  # fmt: skip
+            reporter.start()
+            stack.callback(reporter.shutdown)
 
         async def shutdown() -> None:
             stop.set()

@@ -172,6 +172,7 @@ class Charge(BaseModel):
     gpu_hours: float
     ended_at: float
     outcome: str = ""
+    cause: str = ""  # the failure catalog's key of its last attempt ("": none known)
 
 
 class OverBudget(Exception):
@@ -687,6 +688,7 @@ class Store:
                         gpu_hours=gpu_hours,
                         ended_at=ended,
                         outcome=launch.outcome,
+                        cause=launch.attempts[-1].cause_key if launch.attempts else "",
                     )
                     pipe.zadd(keys.CHARGES, {record.model_dump_json(): ended})
                     for team in teams:
@@ -959,6 +961,16 @@ class Store:
 
     async def was_posted(self, event_id: str) -> bool:
         return bool(await self.redis.exists(keys.posted(event_id)))
+
+    async def mark_once(self, name: str, owner: str, ttl_s: int) -> bool:
+        """True for the one caller (of any process) that set the report mark ``name``."""
+        return bool(await self.redis.set(keys.report_posted(name), owner, nx=True, ex=ttl_s))
+
+    async def unmark(self, name: str, owner: str) -> None:
+        """Let go of the report mark ``name`` when ``owner`` set it (its post failed)."""
+        key = keys.report_posted(name)
+        if await self.redis.get(key) == owner:
+            await self.redis.delete(key)
 
     async def first_seen(self, name: str, ttl_s: int) -> bool:
         """True the first time ``name`` is seen within ``ttl_s`` (shared by every process)."""
