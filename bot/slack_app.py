@@ -42,7 +42,7 @@ from bot.slack_text import ACTION_PREFIX, MESSAGE_TEXT_MAX, cut_text, escape, fi
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("/train", "/attach", "/jobs", "/cancel", "/logs", "/clusters")
+COMMANDS = ("/train", "/attach", "/jobs", "/cancel", "/logs", "/clusters", "/usage")
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (
     "Something went wrong on my side while answering that; it is logged. Please try again."

@@ -91,10 +91,13 @@ REJECTED = [
     ("/clusters a44", "Unknown cluster 'a44'. Known clusters: a3m, a3u, a4, a3h. Did you mean a4?"),
     (
         "/trian sft",
-        "Unknown command '/trian'. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters. "
-        "Did you mean /train?",
+        "Unknown command '/trian'. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, "
+        "/usage. Did you mean /train?",
     ),
-    ("", "Unknown command ''. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters."),
+    (
+        "",
+        "Unknown command ''. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, /usage.",
+    ),
 ]
 
 
