@@ -26,7 +26,7 @@ from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
 from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.context import CommandContext
-from commands.policy import ANY, BudgetRule, Policy, PolicyRule
+from commands.policy import ANY, BudgetRule, Policy, PolicyRule, TeamBudgetRule
 from commands.suggest import closest
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
@@ -199,13 +199,18 @@ class Config(BaseModel):
                 f"default_cluster: {self.default_cluster!r} is not a cluster (known: {known})"
             )
         sections: dict[
-            str, tuple[PolicyRule | ApproverRule | ViewerRule | ImageRule | BudgetRule, ...]
+            str,
+            tuple[
+                PolicyRule | ApproverRule | ViewerRule | ImageRule | BudgetRule | TeamBudgetRule,
+                ...,
+            ],
         ] = {
             "rules": self.policy.rules,
             "approvers": self.policy.approvers,
             "log_viewers": self.policy.log_viewers,
             "custom_images": self.policy.custom_images,
             "budgets": self.policy.budgets,
+            "team_budgets": self.policy.team_budgets,
         }
         for section, rules in sections.items():
             for number, rule in enumerate(rules):

@@ -57,7 +57,8 @@ def may_see(
     if policy.is_admin(user.id, user.groups):
         return
     led = policy.usage.led_by(user.id)
-    if request.scope == "person" and (request.target == user.id or request.target in members):
+    own = request.target in (user.id, user.name)
+    if request.scope == "person" and (own or request.target in members):
         return
     if request.scope == "team" and request.target in led:
         return
@@ -195,7 +196,8 @@ async def answer(
     since, when = window(request, now)
     rows = select(await store.charges(since, now), request, team)
     prices = {name: price(policy, profiles, name) for name in profiles}
-    who = {"person": "Your" if request.target == user.id else f"{request.target}'s"}.get(
+    mine = request.target in (user.id, user.name)
+    who = {"person": "Your" if mine else f"{request.target}'s"}.get(
         request.scope, f"{request.scope.capitalize()} {request.target}'s"
     )
     title = f"{who} GPU-hours, {when}"
@@ -227,7 +229,7 @@ async def budget_lines(
     asker's teams' when they ask for their own usage."""
     if request.scope == "team":
         rules = [r for r in policy.team_budgets if r.group == request.target]
-    elif request.scope == "person" and request.target == user.id:
+    elif request.scope == "person" and request.target in (user.id, user.name):
         rules = [r for r in policy.team_budgets if r.group in user.groups]
     else:
         return []

@@ -336,3 +336,31 @@ def test_a_misspelt_key_is_named_with_the_closest_known_one(text: str, message: 
     with pytest.raises(ConfigError) as raised:
         parse_config(text, source="trainbot.yaml")
     assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            BASE + "policy: {team_budgets: [{gpu_hours: 10}]}\n",
+            "give one of group (a Slack user group id) or account (Slurm)",
+        ),
+        (
+            BASE + "policy: {team_budgets: [{group: S0ML, gpu_hours: 10, clusters: [a9]}]}\n",
+            "policy.team_budgets[0].clusters: 'a9' is not a cluster (known: a4",
+        ),
+        (
+            BASE + "policy: {team_budgets: [{group: S0ML, gpu_hours: 10, window: day}]}\n",
+            "policy.team_budgets[0].window",
+        ),
+        (
+            BASE + "report: {channel: C0USAGE, cron: 'every monday'}\n",
+            "not a crontab schedule",
+        ),
+        (BASE + "report: {channel: general}\n", "report.channel"),
+    ],
+)
+def test_team_budget_and_report_errors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="trainbot.yaml")
+    assert message in str(caught.value)
