@@ -146,10 +146,14 @@ def chart_png(rows: Sequence[Charge], title: str, since: float, now: float) -> b
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     for x, total in enumerate(bottom):
         if total > 0:
-            axes.annotate(hours(total), (x, total), ha="center", va="bottom", fontsize=8)
+            label = f"{total:,.0f}" if total >= 100 else hours(total)
+            axes.annotate(label, (x, total), ha="center", va="bottom", fontsize=8)
     axes.set_title(title, fontsize=10)
     axes.set_ylabel("GPU-hours")
     axes.set_ylim(0, max(bottom + [0.0]) * 1.15 or 1.0)
+    if len(days) > 8:  # month-day under each bar, the year in the axis label
+        axes.set_xticks(range(len(days)), [d[5:] for d in days])
+        axes.set_xlabel(f"day (UTC), {days[0][:4]}")
     axes.tick_params(axis="x", labelrotation=45 if len(days) > 8 else 0, labelsize=8)
     axes.grid(True, axis="y", color="#e0e0e0", linewidth=0.6)
     if per:
