@@ -111,15 +111,20 @@ def csv_bytes(rows: Sequence[Charge], prices: dict[str, float | None]) -> bytes:
             (
                 day(c.ended_at),
                 c.user_id,
-                c.user_name,
+                _cell(c.user_name),
                 c.cluster,
                 c.launch_id,
-                c.outcome,
+                _cell(c.outcome),
                 repr(c.gpu_hours),
                 cost,
-            )  # fmt: skip
+            )
         )
     return out.getvalue().encode()
+
+
+def _cell(text: str) -> str:
+    """A text cell a spreadsheet will not run as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def chart_png(rows: Sequence[Charge], title: str, since: float, now: float) -> bytes:
