@@ -80,11 +80,19 @@ async def test_a_team_over_its_monthly_budget_is_refused_and_told_once_at_80_per
         assert out.getvalue().count("is at 80%") == 1
         assert out.getvalue().count("(to @") == 1
 
+        # Half an hour of 8 GPUs (4 GPU-hours) fits exactly: 100%, told to owner and lead.
+        exact = await handle_line(f"{train} time=30", bot.core, front, user="alice")
+        assert exact is not None and not exact.error, exact
+        told = out.getvalue()
+        assert told.count("is at 100%: 0.0 GPU-hours used, 20.0 GPU-hours held") == 2, told
+        assert "(to @alice) The monthly GPU-hour budget of team @S0ML is at 100%" in told
+        assert told.count("is at 80%") == 1
+
         # A dry run is not held, so it is not refused; it shows what it would use.
         dry = await handle_line(f"{train} dry_run=true", bot.core, front, user="alice")
         assert dry is not None and not dry.error, dry
 
-        ids = [LAUNCH_RE.search(r.text).group(0) for r in (first, second)]  # type: ignore[union-attr]
+        ids = [LAUNCH_RE.search(r.text).group(0) for r in (first, second, exact)]  # type: ignore[union-attr]
         for launch_id in ids:
             assert (await wait_for_launch(bot.store, launch_id)).outcome == "COMPLETED"
         used = sum([(await wait_charged(bot.store, i)).gpu_hours for i in ids])
