@@ -84,3 +84,18 @@ def test_no_estimate_under_a_budget_asks_for_a_time_limit() -> None:
     assert check_budget(
         budget=100, charged=0, active=0, estimate=None, cluster="a4", override=True
     ).allowed
+
+
+def test_team_budgets_cover_a_group_or_a_slurm_account_on_their_clusters() -> None:
+    from commands.budget import budget_window, team_budgets_for
+    from commands.policy import Policy, TeamBudgetRule
+
+    group = TeamBudgetRule(group="S0ML", gpu_hours=10, window="month")
+    account = TeamBudgetRule(account="proj-a", clusters=("a4",), gpu_hours=5)
+    policy = Policy(team_budgets=(group, account))
+    assert team_budgets_for(policy, {"S0ML"}, "proj-a", "a4") == [group, account]
+    assert team_budgets_for(policy, {"S0ML"}, "proj-a", "a3m") == [group]
+    assert team_budgets_for(policy, set(), "proj-b", "a4") == []
+    assert (group.team, account.team) == ("group:S0ML", "account:proj-a")
+    when = 1796342400.0  # 2026-12-04 00:00 UTC, a Friday
+    assert (budget_window("month", when), budget_window("week", when)) == ("2026-12", "2026-W49")
