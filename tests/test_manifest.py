@@ -25,14 +25,14 @@ from bot import slack_text
 from bot.front import Incoming, Reply
 from bot.http import SlackService, run_slack
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
-from tests.bot.conftest import standin_params
-from tests.slack_standin import (
+from support.slack_standin import (
     SlackStandin,
     block_action_payload,
     event_envelope,
     post_signed,
     slash_command_fields,
 )
+from tests.bot.conftest import standin_params
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Web API methods trainbot calls (slack_sdk's snake_case names) and the bot scopes

@@ -50,6 +50,16 @@ from cluster.launch import plan_launch
 from commands.access import AccountRule, ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
+from support.slack_standin import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    TEAM_ID,
+    SlackStandin,
+    block_action_payload,
+    event_envelope,
+    post_signed,
+    slash_command_fields,
+)
 from tests.bot.botkit import (
     TEST_REDIS,
     bot_settings,
@@ -62,16 +72,6 @@ from tests.bot.botkit import (
 )
 from tests.bot.conftest import standin_params
 from tests.cluster.test_injection import hostile_values
-from tests.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    TEAM_ID,
-    SlackStandin,
-    block_action_payload,
-    event_envelope,
-    post_signed,
-    slash_command_fields,
-)
 
 pytestmark = pytest.mark.devcluster
 
