@@ -2,7 +2,7 @@
 # Secrets (Slack tokens, routing keys) come from the environment or from files
 # (NAME_FILE, e.g. Docker secrets) at run time; the SSH key and config are
 # mounted read-only; nothing secret is baked in.
-# See docker-compose.yml and README.md "Running in production".
+# See docker-compose.yml and docs/operations.md "Running in production".
 
 # The base image, pinned by digest: python:3.11-slim-bookworm (the multi-platform
 # index digest, Python 3.11.16). To refresh it: `docker buildx imagetools inspect

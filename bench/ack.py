@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.common import BotProcess, Row, free_port, ms, percentile, ratio
-from tests.slack_standin import SIGNING_SECRET, SlackStandin, signed_headers, slash_command_body
+from support.slack_standin import SIGNING_SECRET, SlackStandin, signed_headers, slash_command_body
 
 BUDGET_S = 3.0
 GOAL = "p99 ≤ 2x bare at 100/s; 0 errors; no ack over 3 s at 300/s"
@@ -94,7 +94,7 @@ async def serve_bare(port: int, api_url: str) -> None:
     from slack_bolt.app.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from tests.slack_standin import BOT_TOKEN
+    from support.slack_standin import BOT_TOKEN
 
     app = AsyncApp(
         client=AsyncWebClient(token=BOT_TOKEN, base_url=api_url),

@@ -44,7 +44,7 @@ from bench.fleet import Fleet, Window, clusters_for, nemo_run_window, window
 from bot.config import load_config
 from bot.store import Store
 from cluster.ssh import SSHPool
-from tests.slack_standin import SlackStandin
+from support.slack_standin import SlackStandin
 
 ALL_ROWS = frozenset(f"P{i}" for i in range(1, 7))
 RESULTS = PROJECT / "bench" / "RESULTS.md"

@@ -1,12 +1,13 @@
 """``trainbot demo``: the main job on the embedded default.
 
-Brings up the local dev cluster and Redis (devcluster/up, as root), then runs
-a real /train in the console and follows it to its final state.
+The dev cluster is not part of the product: its scripts live in trainbot's checkout
+(``devcluster/``, and ``scripts/devcluster-ensure`` which brings it and Redis up when
+needed). The demo finds that checkout beside the package or in the current directory,
+runs the script, then runs a real /train in the console and follows it to its final state.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -19,28 +20,40 @@ from bot.service import running
 from bot.settings import Settings
 from cluster.errors import TrainbotError
 
-PROJECT = Path(__file__).resolve().parents[1]
-UP = PROJECT / "devcluster" / "up"
-DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"
+ENSURE = Path("scripts") / "devcluster-ensure"
+DEV_CONFIG = Path(".devcluster") / "trainbot.yaml"
 USER = "demo"
 TIMEOUT_S = 900.0
 
 
-def bring_up() -> None:
-    if os.geteuid() == 0:
-        print(f"demo: bringing up the dev cluster ({UP.relative_to(PROJECT)})", flush=True)
-        proc = subprocess.run([str(UP)], stdout=sys.stdout, stderr=sys.stderr)
-        if proc.returncode != 0:
-            raise TrainbotError(f"devcluster/up failed (exit {proc.returncode})")
-    elif not DEV_CONFIG.exists():
-        raise TrainbotError(
-            "the dev cluster is not up and bringing it up needs root: sudo devcluster/up"
-        )
+def find_checkout(*candidates: Path) -> Path:
+    """The first of ``candidates`` that holds the dev cluster's scripts (default: the
+    directory above this package, then the current directory)."""
+    places = candidates or (Path(__file__).resolve().parents[1], Path.cwd())
+    for place in places:
+        if (place / ENSURE).is_file() and (place / "devcluster" / "up").is_file():
+            return place
+    looked = ", ".join(str(p) for p in dict.fromkeys(places))
+    raise TrainbotError(
+        f"trainbot demo needs a checkout of trainbot's repository (it holds the dev "
+        f"cluster's scripts, {ENSURE} and devcluster/up); none found in {looked}. "
+        "Run it from the checkout (scripts/demo), or use trainbot console with your own config"
+    )
+
+
+def bring_up(checkout: Path) -> Path:
+    """Run the checkout's ``scripts/devcluster-ensure``; the dev cluster's config file."""
+    proc = subprocess.run([str(checkout / ENSURE)], stdout=sys.stdout, stderr=sys.stderr)
+    if proc.returncode != 0:
+        raise TrainbotError(f"{ENSURE} failed (exit {proc.returncode}): see above")
+    config = checkout / DEV_CONFIG
+    if not config.is_file():
+        raise TrainbotError(f"{config} is missing after {ENSURE}: run sudo devcluster/up")
+    return config
 
 
 async def run_demo(settings: Settings, train: str) -> int:
-    bring_up()
-    config = load_config(DEV_CONFIG)
+    config = load_config(bring_up(find_checkout()))
     front = ConsoleFront()
     async with running(settings, config, front) as bot:
         for line in ("/clusters", f"/train {train}"):

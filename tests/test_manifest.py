@@ -4,7 +4,7 @@ setting and scope the code needs is in the manifest, and nothing more.
 Commands, events and buttons are checked against the bolt app the service builds
 (``bot.http.run_slack``): each is sent to it as Slack sends it, signed, and must
 reach the core (or, for a mention, be answered), and what the core knows that the
-manifest lacks must not be handled. The README's scope list is checked too.
+manifest lacks must not be handled. The scope list of docs/operations.md is checked too.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from bot import slack_text
 from bot.front import Incoming, Reply
 from bot.http import SlackService, run_slack
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
-from tests.bot.conftest import standin_params
-from tests.slack_standin import (
+from support.slack_standin import (
     SlackStandin,
     block_action_payload,
     event_envelope,
     post_signed,
     slash_command_fields,
 )
+from tests.bot.conftest import standin_params
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Web API methods trainbot calls (slack_sdk's snake_case names) and the bot scopes
@@ -196,12 +196,12 @@ def test_every_method_called_is_known_and_its_scopes_granted(manifest: dict[str,
     assert sorted(manifest["oauth_config"]["scopes"]["bot"]) == sorted(needed)
 
 
-def test_the_readme_lists_the_manifest_scopes(manifest: dict[str, Any]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Slack app\n") :]
+def test_the_docs_list_the_manifest_scopes(manifest: dict[str, Any]) -> None:
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page[page.index("\n## Slack app\n") :]
     section = section[: section.index("\n## ", 1)]
     listed = re.search(r"the bot scopes \(`([^`]+)`", section)
-    assert listed is not None, "the README's Slack app section lists the bot scopes"
+    assert listed is not None, "docs/operations.md's Slack app section lists the bot scopes"
     assert sorted(listed[1].split()) == sorted(manifest["oauth_config"]["scopes"]["bot"])
 
 

@@ -195,6 +195,24 @@ def test_dockerignore_keeps_secrets_out() -> None:
     assert not needed & ignored
 
 
+def test_support_code_stays_out_of_the_product() -> None:
+    """support/ (the Slack stand-in) serves tests/ and bench/: it is not shipped, and
+    bench/ reaches it directly, never through tests/."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    include = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not [p for p in include if p.split("*")[0] in {"support", "tests", "bench"}]
+    offenders = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "tests"]
+    assert offenders == []
+
+
 def test_env_example_names_known_variables() -> None:
     names = set()
     for line in (ROOT / ".env.example").read_text(encoding="utf-8").splitlines():

@@ -13,8 +13,8 @@ import pytest
 from bot.front import Incoming, Reply
 from bot.http import MetricsText, SlackParams, SlackService, run_slack
 from bot.slack_front import SlackFront, open_front
+from support.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
 from tests.bot import botkit
-from tests.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
 
 
 @dataclass

@@ -128,7 +128,7 @@ async def test_cold_two_node_launches_meet_the_race_and_the_thread_names_it(uniq
 
 async def test_the_first_run_completes_even_when_srun_cuts_the_traceback(unique: str) -> None:
     """Rank 0 exits the moment it has printed (``teardown_s=0``), so srun often drops the
-    race's traceback (the README's dev-cluster section says why). Named or not, the
+    race's traceback (docs/devcluster.md says why). Named or not, the
     cold first run on 2 nodes is retried and completes."""
     causes = []
     for run in range(2):

@@ -12,6 +12,12 @@ from bot.config import Config
 from bot.http import SlackService, run_slack
 from bot.service import Bot, running
 from bot.slack_front import open_front
+from support.slack_standin import (
+    BOT_TOKEN,
+    SlackStandin,
+    post_signed,
+    slash_command_body,
+)
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
@@ -24,12 +30,6 @@ from tests.bot.botkit import (
     wait_for_launch,
 )
 from tests.bot.conftest import standin_params
-from tests.slack_standin import (
-    BOT_TOKEN,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
-)
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

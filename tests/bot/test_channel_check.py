@@ -18,15 +18,15 @@ from bot.http import SlackService, run_slack
 from bot.slack_front import SlackError, SlackFront
 from bot.store import Store
 from cluster.ssh import SSHPool
-from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, flush_test_redis, open_test_store
-from tests.bot.conftest import healthy, standin_params
-from tests.slack_standin import (
+from support.slack_standin import (
     BOT_SCOPES,
     Answer,
     SlackStandin,
     post_signed,
     slash_command_body,
 )
+from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, flush_test_redis, open_test_store
+from tests.bot.conftest import healthy, standin_params
 
 TRAIN = "sft llama3p1_8b nodes=2 cluster=a4"
 

@@ -19,9 +19,9 @@ from bot.slack_front import SlackFront
 from bot.store import Event, Store
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
+from support.slack_standin import SlackStandin, event_envelope, post_signed
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
 from tests.bot.conftest import healthy, standin_params
-from tests.slack_standin import SlackStandin, event_envelope, post_signed
 
 pytestmark = pytest.mark.devcluster
 

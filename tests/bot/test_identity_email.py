@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from support.slack_standin import SlackStandin, post_signed, slash_command_body
 from tests.bot.botkit import (
     LAUNCH_RE,
     dev_config,
@@ -17,7 +18,6 @@ from tests.bot.botkit import (
     wait_for_launch,
 )
 from tests.bot.test_bot_slack_e2e import slack_bot, thread_texts
-from tests.slack_standin import SlackStandin, post_signed, slash_command_body
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

@@ -21,6 +21,8 @@ from bot.logs import configure_logging, launch_fields, log_context
 from bot.redact import Redactor, install_log_filter, remove_log_filter
 from bot.settings import Settings
 from bot.worker import Worker
+from support.slack_standin import SlackStandin, post_signed
+from support.slack_standin import slash_command_body as slash
 from tests.bot.botkit import (
     LAUNCH_RE,
     dev_config,
@@ -31,8 +33,6 @@ from tests.bot.botkit import (
     wait_for_launch,
 )
 from tests.bot.test_serve_process import start_serve, wait_healthy
-from tests.slack_standin import SlackStandin, post_signed
-from tests.slack_standin import slash_command_body as slash
 
 
 @pytest.fixture

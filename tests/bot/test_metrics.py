@@ -22,9 +22,9 @@ from bot.service import Bot, running
 from bot.slack_front import SlackError, open_front
 from bot.store import Event
 from commands.requests import TrainRequest
+from support.slack_standin import BOT_TOKEN, SIGNING_SECRET, SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
 from tests.bot.conftest import Serve
-from tests.slack_standin import BOT_TOKEN, SIGNING_SECRET, SlackStandin
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

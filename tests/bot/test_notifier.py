@@ -27,8 +27,8 @@ from bot.service import running
 from bot.slack_front import SlackFront
 from bot.store import Event, Store
 from commands.requests import TrainRequest
+from support.slack_standin import Call, SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
-from tests.slack_standin import Call, SlackStandin
 
 OUT = "C0OUT"  # a channel the bot was never invited to
 TRAIN = "C0TRAIN"

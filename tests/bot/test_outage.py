@@ -30,6 +30,7 @@ from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
+from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     bot_settings,
     dev_config,
@@ -38,7 +39,6 @@ from tests.bot.botkit import (
     wait_for_launch,
 )
 from tests.bot.test_worker_durability import ScriptedClusters, queued
-from tests.slack_standin import SlackStandin
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
 

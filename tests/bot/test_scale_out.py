@@ -29,6 +29,13 @@ import redis.asyncio as aioredis
 from bot import keys
 from bot.launches import Phase
 from bot.poller import lease_name
+from support.slack_standin import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    SlackStandin,
+    post_signed,
+    slash_command_body,
+)
 from tests.bot.botkit import (
     DEV,
     LAUNCH_RE,
@@ -44,13 +51,6 @@ from tests.bot.botkit import (
     wait_until,
 )
 from tests.bot.test_serve_process import free_port
-from tests.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
-)
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

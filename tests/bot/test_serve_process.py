@@ -15,6 +15,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from support.slack_standin import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    SlackStandin,
+    post_signed,
+    slash_command_body,
+)
 from tests.bot.botkit import (
     DEV,
     LAUNCH_RE,
@@ -27,13 +34,6 @@ from tests.bot.botkit import (
     open_test_store,
     wait_delivered,
     wait_for_launch,
-)
-from tests.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
 )
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]

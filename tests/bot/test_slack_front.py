@@ -25,15 +25,15 @@ from bot.slack_front import SlackError, SlackFront, open_front
 from bot.slack_text import section
 from bot.store import Store
 from cluster.ssh import SSHPool
-from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
-from tests.bot.conftest import standin_params
-from tests.slack_standin import (
+from support.slack_standin import (
     BOT_TOKEN,
     SlackStandin,
     block_action_body,
     post_signed,
     slash_command_body,
 )
+from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
+from tests.bot.conftest import standin_params
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
 

@@ -17,14 +17,14 @@ from bot.http import SlackParams
 from bot.slack_app import WORKING_TEXT
 from bot.slack_text import escape
 from cluster.errors import ConfigError
-from tests.bot.conftest import FakeHandler, Serve, events_url
-from tests.slack_standin import (
+from support.slack_standin import (
     SlackStandin,
     block_action_body,
     event_envelope,
     post_signed,
     slash_command_body,
 )
+from tests.bot.conftest import FakeHandler, Serve, events_url
 
 
 async def test_signed_slash_command_reaches_handler_and_is_answered(

@@ -9,8 +9,8 @@ import pytest
 from bot.front import Reply
 from bot.slack_app import WORKING_TEXT
 from cluster.errors import ConfigError
+from support.slack_standin import APP_TOKEN, SlackStandin
 from tests.bot.conftest import FakeHandler, Serve
-from tests.slack_standin import APP_TOKEN, SlackStandin
 
 
 async def test_slash_command_over_socket_mode(

@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin, sign
+from support.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin, sign
 
 
 async def _call(

@@ -85,7 +85,7 @@ def test_without_kill_on_bad_exit_the_traceback_always_reaches_the_log(
     ``--kill-on-bad-exit=0``: the other rank ends on its own (exit code 1, no
     signal), srun reads every connection to its end, and the traceback is in the
     log every time. With ``--kill-on-bad-exit=1`` the same runs lost it about one
-    time in three (see the README): the kill, not the file, loses it."""
+    time in three (see docs/devcluster.md): the kill, not the file, loses it."""
     d = f"{HOME}/.cache/tests/{unique}"
     script = BATCH.format(d=d, name=unique, runs=RUNS, recipes=RECIPES)
     login.run(f"mkdir -p {d} && cat > {d}/job.sh", stdin=script)
