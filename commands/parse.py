@@ -24,7 +24,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from commands.errors import CommandError
-from commands.suggest import quote
+from commands.suggest import printable, quote
 
 MAX_TEXT_CHARS = 1000
 MAX_WORDS = 40
@@ -156,8 +156,9 @@ def parse_args(text: str) -> Args:
             continue
         key, value = _split_pair(word)
         if key in pairs:
+            first, second = printable(pairs[key]), printable(value)
             raise CommandError(
-                f"{key} is given twice ({key}={pairs[key]} and {key}={value}). Give each key once.",
+                f"{key} is given twice ({key}={first} and {key}={second}). Give each key once.",
                 field=key,
             )
         pairs[key] = value
@@ -178,7 +179,7 @@ def _split_pair(word: str) -> tuple[str, str]:
     if key.startswith("-"):
         raise CommandError(
             f"{quote(word)} looks like a command-line option. "
-            f"Write keys without dashes: {_dashless(key)}={value}",
+            f"Write keys without dashes: {_dashless(key)}={printable(value)[:40]}",
             field=_dashless(key),
         )
     if not _KEY_RE.fullmatch(key):

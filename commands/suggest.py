@@ -24,10 +24,15 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
     return f" Did you mean {match}?" if match else ""
 
 
+def printable(value: str) -> str:
+    """``value`` with a newline, tab or other unprintable character shown as its escape."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in value)
+
+
 def quote(value: str, limit: int = 40) -> str:
     """``'value'`` for messages, cut to ``limit`` characters; a newline, tab or other
     unprintable character shown as its escape (``\\n``), so the message stays one line."""
-    value = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in value)
+    value = printable(value)
     if len(value) > limit:
         value = value[: limit - 1] + "…"
     return f"'{value}'"

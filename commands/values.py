@@ -19,7 +19,7 @@ from cluster.profiles import (
     slurm_time_seconds,
 )
 from commands.errors import CommandError
-from commands.suggest import did_you_mean, join_names, quote
+from commands.suggest import did_you_mean, join_names, printable, quote
 
 NAME_MAX_CHARS = 48
 NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{NAME_MAX_CHARS - 1}}}$"
@@ -35,8 +35,8 @@ _FALSE = ("false", "no", "0")
 def _digits(key: str, raw: str, low: int, high: int, example: int) -> int:
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
         raise CommandError(
-            f"{key}={raw} is not a whole number. Give a number from {low} to {high}, "
-            f"for example {key}={example}.",
+            f"{key}={printable(raw)[:40]} is not a whole number. "
+            f"Give a number from {low} to {high}, for example {key}={example}.",
             field=key,
         )
     return int(raw)

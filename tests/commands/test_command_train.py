@@ -12,6 +12,7 @@ from commands import (
     TrainRequest,
     User,
 )
+from commands.parse import parse_args
 from tests.commands.lines import parse_line
 
 ACCEPTED = [
@@ -346,3 +347,17 @@ def test_custom_images_can_be_switched_off(make_context, make_profile, user: Use
     assert str(caught.value) == (
         "image='/x/y.sqsh' is not an image of a4. Images there: nemo, nemo-rl."
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['nodes=2 nodes="a\nb"', '--nodes="a\tb"'],
+)
+def test_a_quoted_value_with_a_newline_or_tab_is_echoed_on_one_line(text: str) -> None:
+    """An error that echoes what was typed shows a newline or tab as its escape, so the
+    message stays one line (found by the parser's property test)."""
+    with pytest.raises(CommandError) as caught:
+        parse_args(text)
+    message = str(caught.value)
+    assert "\n" not in message and "\t" not in message, message
+    assert "\\n" in message or "\\t" in message, message
