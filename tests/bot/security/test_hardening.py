@@ -32,9 +32,7 @@ from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis
 from tests.bot.conftest import FakeHandler, healthy, some_metrics, standin_params
-from tests.bot.test_security import REFUSED_LOGS, secure_bot, seed
-from tests.bot.test_security import log_file as log_file  # the fixture
-from tests.bot.test_security import standin as standin  # the fixture, with the groups
+from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed
 from tests.bot.test_tracking import PROFILE, launch, snapshot, threads
 
 CONFIG = """
