@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
@@ -52,6 +52,31 @@ class Alerts(BaseModel):
     webhook: Webhook | None = None
 
 
+class Health(BaseModel):
+    """A running run's health read from its progress lines (docs/health.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A NaN or inf training loss: "stop" cancels the run (final, never retried), "flag"
+    # tells the owner and leaves it running; per cluster in nan_action_clusters.
+    nan_action: Literal["stop", "flag"] = "stop"
+    nan_action_clusters: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
+    # A loss above spike_factor x the median of the last spike_window losses is a spike
+    # (once the run has spike_min_points of them).
+    spike_factor: float = Field(default=3.0, gt=1, le=1000)
+    spike_window: int = Field(default=20, ge=3, le=1000)
+    spike_min_points: int = Field(default=5, ge=2, le=1000)
+    # Validation loss rising at val_rising validations in a row while training loss falls.
+    val_rising: int = Field(default=3, ge=2, le=100)
+    # Step time above slow_factor x the run's median for slow_steps steps in a row.
+    slow_factor: float = Field(default=2.0, gt=1, le=1000)
+    slow_steps: int = Field(default=3, ge=1, le=10_000)
+    slow_min_points: int = Field(default=5, ge=2, le=1000)
+
+    def nan_action_for(self, cluster: str) -> str:
+        return self.nan_action_clusters.get(cluster, self.nan_action)
+
+
 class Watch(BaseModel):
     """How runs are babysat: automatic retries and hang detection."""
 
@@ -72,6 +97,7 @@ class Watch(BaseModel):
     # Hosts whose links trainbot posts from job output (W&B run pages): a link to any
     # other host (or a subdomain of none of these) is not posted; a job writes its log.
     link_hosts: tuple[Annotated[str, Field(pattern=LINK_HOST_PATTERN)], ...] = ("wandb.ai",)
+    health: Health = Field(default_factory=Health)
 
     def link_allowed(self, url: str) -> bool:
         """Whether ``url`` is https to one of ``link_hosts`` (or a subdomain of one)."""

@@ -26,6 +26,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.charging import charge_ended
 from bot.clusters import Clusters
+from bot.health import TRAINBOT
 from bot.launches import Launch
 from bot.logs import log_context
 from bot.store import Event, Store
@@ -262,15 +263,19 @@ class Poller:
 
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
-        await self.store.mutate(launch.id, change)
+        stored, _ = await self.store.mutate(launch.id, change)
+        if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
+            await self._finish_cancel(stored, job.job_id, grace_s=0.0)
 
-    async def _finish_cancel(self, launch: Launch, job_id: str) -> None:
+    async def _finish_cancel(
+        self, launch: Launch, job_id: str, grace_s: float = CANCEL_GRACE_S
+    ) -> None:
         """A cancelled launch whose job Slurm still runs: ``scancel`` it as its person. The
         process that took the cancel may hold no key to act as people (the web role), or
         its ``scancel`` failed; the poller then sends it, again every
         ``RESEND_SCANCEL_S`` while the job lives."""
         now = time.time()
-        if now - (launch.cancelled_at or 0) < CANCEL_GRACE_S:
+        if now - (launch.cancelled_at or 0) < grace_s:
             return  # the process that took the cancel is sending it now
         if now - self.scancel_sent.get(job_id, 0.0) < RESEND_SCANCEL_S:
             return

@@ -1,0 +1,110 @@
+"""Run health from parsed progress (bot/health.py), through apply_snapshot's read of a log
+chunk: each episode said once, also across a restart (the launch record is re-read)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from bot.config import Health, Watch
+from bot.health import TRAINBOT, observe
+from bot.launches import Launch
+from cluster.progress import Point, Progress, parse_nemo
+from commands.requests import TrainRequest
+
+
+def nemo_line(it: int, loss: str, took: float = 1.0, last: int = 99) -> str:
+    """NeMo's progress printer's line (see cluster/progress.py for the upstream source)."""
+    return (
+        f"Training epoch 0, iteration {it}/{last} | lr: 3e-05 | global_step: {it} | "
+        f"reduced_train_loss: {loss} | train_step_timing in s: {took}\n"
+    )
+
+
+def launch() -> Launch:
+    request = TrainRequest(workload="sft", model="llama3p1_2b", framework="nemo", cluster="a3m")
+    return Launch(request=request, user_id="U0ALICE", channel="C1")
+
+
+def feed(
+    record: Launch, text: str, rules: Health | None = None, saved: tuple[int, ...] = ()
+) -> list[str]:
+    """One poll's new log text: health first, then the histories (as tracking does); the
+    record goes through JSON as the store keeps it."""
+    progress = parse_nemo(text)
+    said = observe(record, progress, rules or Health(), ended=False, saved_steps=saved, now=100.0)
+    record.progress_history.extend(
+        (q.step, q.loss)
+        for q in progress.points
+        if q.loss is not None and q.loss == q.loss and abs(q.loss) != float("inf")
+    )
+    record.progress.recent_step_times_s.extend(
+        q.step_time_s for q in progress.points if q.step_time_s
+    )
+    record.validation_history.extend(progress.validation)
+    restored = Launch.model_validate_json(record.model_dump_json())
+    record.__dict__.update(restored.__dict__)
+    return said
+
+
+def test_a_negative_inf_loss_is_read_as_inf_not_dropped() -> None:
+    assert parse_nemo(nemo_line(3, "-inf")).points[0].loss == float("-inf")
+
+
+def test_nan_is_said_once_and_stops_the_run_by_default() -> None:
+    record = launch()
+    said = feed(record, "".join(nemo_line(i, "2.0") for i in range(5)) + nemo_line(5, "nan"))
+    assert len(said) == 1 and "<@U0ALICE> the training loss is nan at step 6" in said[0]
+    assert record.cancelled_by == TRAINBOT and record.cancelled_at == 100.0
+    assert feed(record, nemo_line(6, "nan") + nemo_line(7, "nan")) == []
+
+
+def test_nan_under_flag_leaves_the_run_running_per_cluster() -> None:
+    record = launch()
+    rules = Health(nan_action="stop", nan_action_clusters={"a3m": "flag"})
+    said = feed(record, nemo_line(0, "nan"), rules)
+    assert "The run goes on" in said[0] and not record.cancelled_by
+
+
+def test_a_spike_is_said_once_per_episode() -> None:
+    record = launch()
+    assert feed(record, "".join(nemo_line(i, "2.0") for i in range(6))) == []
+    said = feed(record, nemo_line(6, "9.5") + nemo_line(7, "9.0"))
+    assert len(said) == 1 and "Loss spike at step 7: 9.5" in said[0], said
+    assert feed(record, nemo_line(8, "9.1")) == []  # the same episode, after a restart
+    assert feed(record, nemo_line(9, "2.0")) == []  # back: the episode ends
+    assert len(feed(record, nemo_line(10, "8.0"))) == 1  # a new one
+
+
+def test_slow_steps_name_a_checkpoint_save_and_recovery_is_said_once() -> None:
+    record = launch()
+    assert feed(record, "".join(nemo_line(i, "2.0", 1.0) for i in range(6))) == []
+    assert feed(record, nemo_line(6, "2.0", 5.0) + nemo_line(7, "2.0", 5.0)) == []
+    said = feed(record, nemo_line(8, "2.0", 5.0), saved=(7,))
+    assert len(said) == 1 and "Steps are slow since step 7" in said[0], said
+    assert "checkpoint saves at step 7" in said[0], said
+    assert feed(record, nemo_line(9, "2.0", 5.0)) == []
+    back = feed(record, nemo_line(10, "2.0", 1.0) + nemo_line(11, "2.0", 1.0))
+    assert len(back) == 1 and "back to normal at step 11" in back[0], back
+
+
+def test_validation_rising_while_training_falls_is_one_note() -> None:
+    record = launch()
+    rules = Health(val_rising=3)
+    points = [Point(step=s, total=100, loss=3.0 - s / 10) for s in range(1, 20)]
+    vals = ((5, 1.0), (10, 1.1), (15, 1.2))
+    said = observe(
+        record, Progress(tuple(points), False, vals), rules, ended=False, saved_steps=(), now=1.0
+    )
+    assert len(said) == 1 and "Validation loss rose over the last 3 validations" in said[0]
+    record.validation_history.extend(vals)
+    record.progress_history.extend((q.step, q.loss or 0.0) for q in points)
+    more = Progress((Point(step=21, total=100, loss=0.9),), False, ((20, 1.3),))
+    assert observe(record, more, rules, ended=False, saved_steps=(), now=2.0) == []
+
+
+def test_bad_health_config_says_what_would_be_right() -> None:
+    with pytest.raises(ValidationError, match="nan_action"):
+        Watch.model_validate({"health": {"nan_action": "pause"}})
+    with pytest.raises(ValidationError, match="greater than 1"):
+        Health(spike_factor=0.5)
