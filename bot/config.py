@@ -72,9 +72,21 @@ class Health(BaseModel):
     slow_factor: float = Field(default=2.0, gt=1, le=1000)
     slow_steps: int = Field(default=3, ge=1, le=10_000)
     slow_min_points: int = Field(default=5, ge=2, le=1000)
+    # GPU utilisation and memory of running jobs, sampled on their nodes every gpu_sample_s
+    # (per cluster in gpu_sample_clusters; 0: not sampled). GPUs at or under idle_util_pct
+    # busy for idle_window_s are idle: the owner is warned once.
+    gpu_sample_s: float = Field(default=300.0, ge=0, le=86400)
+    gpu_sample_clusters: dict[str, Annotated[float, Field(ge=0, le=86400)]] = Field(
+        default_factory=dict
+    )
+    idle_util_pct: float = Field(default=10.0, ge=0, le=100)
+    idle_window_s: float = Field(default=900.0, ge=0, le=7 * 86400)
 
     def nan_action_for(self, cluster: str) -> str:
         return self.nan_action_clusters.get(cluster, self.nan_action)
+
+    def gpu_sample_for(self, cluster: str) -> float:
+        return self.gpu_sample_clusters.get(cluster, self.gpu_sample_s)
 
 
 class Watch(BaseModel):

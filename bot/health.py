@@ -18,6 +18,7 @@ from statistics import median
 from bot.config import Health as Rules
 from bot.launches import Launch
 from bot.slack_text import escape
+from cluster.gpu import GpuSample
 from cluster.progress import Progress
 
 TRAINBOT = "trainbot"  # cancelled_by of a run trainbot stopped itself (its loss went NaN)
@@ -193,3 +194,31 @@ def completed_text(launch: Launch, summary: str) -> str:
         "the model it saved after that is likely unusable."
     )
     return note + ("\n" + rest if rest else "")
+
+
+def gpu_sampled(launch: Launch, sample: GpuSample, rules: Rules, now: float) -> list[str]:
+    """One GPU sample of ``launch``'s running job: kept for the status line; GPUs at or
+    under ``idle_util_pct`` for ``idle_window_s`` are warned of once per idle stretch."""
+    h = launch.health
+    h.gpu_util_pct, h.gpu_sampled_at = sample.util_pct, now
+    h.gpu_mem_used_mib, h.gpu_mem_total_mib = sample.mem_used_mib, sample.mem_total_mib
+    if sample.util_pct > rules.idle_util_pct:
+        h.gpu_idle_since, h.gpu_idle_said = None, False
+        return []
+    if h.gpu_idle_since is None:
+        h.gpu_idle_since = now
+    if h.gpu_idle_said or now - h.gpu_idle_since < rules.idle_window_s:
+        return []
+    h.gpu_idle_said = True
+    minutes = (now - h.gpu_idle_since) / 60
+    return [
+        f"🪫 <@{launch.user_id}> the {sample.gpus} GPUs of job {launch.job_id} have been nearly "
+        f"idle for {minutes:.0f} min: {sample.describe()}. A starved data loader, I/O waits "
+        "or a stuck rank are the usual causes."
+    ]
+
+
+def gpu_text(launch: Launch) -> str:
+    """The status line's GPU figure ("GPU 93%"), while the job runs and has been sampled."""
+    util = launch.health.gpu_util_pct
+    return f"GPU {util:.0f}%" if util is not None and launch.active else ""

@@ -26,6 +26,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.charging import charge_ended
 from bot.clusters import Clusters
+from bot.gpuwatch import sample_running
 from bot.health import TRAINBOT
 from bot.launches import Launch
 from bot.logs import log_context
@@ -119,7 +120,30 @@ class Poller:
                 coalesce=True,
                 misfire_grace_time=None,
             )
+            if (every_s := self.clusters.config.watch.health.gpu_sample_for(name)) > 0:
+                self.scheduler.add_job(
+                    self.sample_gpus,
+                    "interval",
+                    seconds=every_s,
+                    args=[name],
+                    id=f"gpu-{name}",
+                    max_instances=1,
+                    coalesce=True,
+                    misfire_grace_time=None,
+                )
         self.scheduler.start()
+
+    async def sample_gpus(self, cluster: str) -> int:
+        """GPU figures of ``cluster``'s running jobs (:mod:`bot.gpuwatch`), while this
+        poller holds the cluster's lease."""
+        if cluster not in self.held or self.stopping:
+            return 0
+        with log_context(cluster=cluster):
+            try:
+                return await sample_running(self.store, self.clusters, cluster)
+            except Exception:  # Redis away, say: the next run tries again
+                log.exception("GPU sample of %s failed", cluster)
+                return 0
 
     async def charge(self, cluster: str) -> int:
         """Charge the ended launches of ``cluster`` what sacct recorded (:mod:`bot.charging`),

@@ -10,21 +10,28 @@ import re
 
 import pytest
 
+from bot.clusters import Clusters
 from bot.config import Config, Health
 from bot.console import ConsoleFront, handle_line
+from bot.gpuwatch import sample_running
 from bot.health import TRAINBOT
-from bot.launches import Launch, Phase
+from bot.launches import Attempt, Launch, Phase
 from bot.service import running
+from cluster.ssh import SSHPool
+from commands.requests import TrainRequest
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    login_run,
+    open_test_store,
     sacct_rows,
     slurm_jobs_named,
     wait_delivered,
     wait_for_launch,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
@@ -118,3 +125,94 @@ async def test_a_loss_spike_and_a_slow_step_window_are_each_said_once(
     assert len(re.findall(r"Steps are slow", text)) == 1, text
     assert len(re.findall(r"Step time is back to normal at step 24\b", text)) == 1, text
     assert "NaN" not in text.replace("NaN/inf", ""), text
+
+
+async def test_gpus_idle_for_the_window_get_one_warning_and_busy_ones_none(
+    unique: str, cancel_jobs: list[str]
+) -> None:
+    """The nodes' stand-in nvidia-smi reads 2% for one job and 90% for another (knob
+    gpu_util per job); sampled every second, idle for 3 s is a warning, said once."""
+    await flush_test_redis()
+    front = ConsoleFront(io.StringIO(), color=False)
+    config = with_health(dev_config(), gpu_sample_s=1, idle_window_s=3, idle_util_pct=10)
+    idle, busy = f"{unique}i", f"{unique}b"
+    async with (
+        knobs(idle, tokenizer_race="off", steps=400, step_time_s=0.5, gpu_util=2),
+        knobs(busy, tokenizer_race="off", steps=400, step_time_s=0.5, gpu_util=90),
+        running(bot_settings(), config, front) as bot,
+    ):
+        ids = []
+        for name in (idle, busy):
+            reply = await handle_line(
+                f"/train sft llama3p1_2b cluster=a3m name={name}", bot.core, front, user="alice"
+            )
+            assert reply is not None and not reply.error, reply
+            ids.append(LAUNCH_RE.search(reply.text).group(0))  # type: ignore[union-attr]
+        try:
+            for launch_id in ids:
+                launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
+                cancel_jobs.append(launch.job_id)
+
+            async def both_sampled_past_the_window() -> bool:
+                launches = [await bot.store.get(i) for i in ids]
+                return all(
+                    x is not None and x.health.gpu_util_pct is not None for x in launches
+                ) and any("nearly idle" in line for line in front.lines)
+
+            await wait_until(both_sampled_past_the_window, "an idle warning", 120, 0.5)
+            await asyncio.sleep(5.0)  # five more samples: no second warning
+            await wait_delivered(bot.store)
+            idle_launch, busy_launch = [await bot.store.get(i) for i in ids]
+        finally:
+            for launch_id in ids:
+                jobs = await asyncio.to_thread(slurm_jobs_named, launch_id)
+                cancel_jobs.extend(j for j in jobs if j not in cancel_jobs)
+    text = "\n".join(front.lines)
+    assert idle_launch is not None and busy_launch is not None
+    warnings = [line for line in front.lines if "nearly idle" in line]
+    assert len(warnings) == 1, text
+    assert f"GPUs of job {idle_launch.job_id} have been nearly idle" in warnings[0], text
+    assert "2% busy, 60.0/80 GiB memory" in warnings[0] and "@alice" in warnings[0], text
+    assert busy_launch.health.gpu_util_pct == 90 and not busy_launch.health.gpu_idle_said
+    assert idle_launch.health.gpu_util_pct == 2 and idle_launch.health.gpu_idle_said
+    assert re.search(r"GPU 90%", text) and re.search(r"GPU 2%", text), text
+
+
+async def test_sampling_fifty_running_jobs_costs_one_round_trip(
+    unique: str, cancel_jobs: list[str]
+) -> None:
+    """Fifty RUNNING launches of one cluster, sampled: one SSH command at the pool. The dev
+    cluster (32 cores, shared) runs two of their jobs for real; the other 48 name jobs
+    Slurm does not have, whose srun fails inside the same command."""
+    await flush_test_redis()
+    submit = f"sbatch --parsable -J {unique}g -p a3m -c1 --gres=gpu:2 --wrap 'sleep 300'"
+    real = [login_run(submit).strip().split(";")[0] for _ in range(2)]
+    cancel_jobs.extend(real)
+
+    async def both_running() -> bool:
+        out = await asyncio.to_thread(login_run, f"squeue -h -o %T -j {','.join(real)}")
+        return out.split() == ["RUNNING", "RUNNING"]
+
+    await wait_until(both_running, "two sleep jobs to run", 120, 0.5)
+    config = dev_config()
+    job_ids = [*real, *(str(9_000_000 + i) for i in range(48))]
+    async with open_test_store() as store, SSHPool() as pool:
+        clusters = Clusters(config, bot_settings(), pool)
+        for number, job_id in enumerate(job_ids):
+            request = TrainRequest(
+                workload="sft", model="llama3p1_2b", framework="nemo", cluster="a3m"
+            )
+            launch = Launch(
+                request=request, user_id="alice", channel="console", phase=Phase.RUNNING
+            )
+            launch.attempts.append(Attempt(number=1, job_id=job_id))
+            assert await store.create(launch, [], enqueue=False), number
+        before = pool.stats.round_trips
+        read = await sample_running(store, clusters, "a3m")
+        trips = pool.stats.round_trips - before
+        stored = [x for x in await store.get_many(await store.tracked_ids("a3m")) if x]
+    assert trips == 1, trips
+    assert read == 2, read
+    sampled = {x.job_id: x.health for x in stored if x.health.gpu_util_pct is not None}
+    assert sorted(sampled) == sorted(real), sampled
+    assert all(h.gpu_util_pct == 95 and h.gpu_mem_total_mib == 81559 for h in sampled.values())
