@@ -11,7 +11,7 @@ import time
 
 from bot.clusters import Clusters
 from bot.config import Health
-from bot.health import gpu_sampled
+from bot.health import gpu_sampled, gpu_text
 from bot.launches import Launch, Phase
 from bot.store import Event, Store
 from cluster.errors import ClusterError
@@ -58,7 +58,12 @@ async def _apply(store: Store, launch: Launch, found: GpuSample, rules: Health, 
     def change(stored: Launch) -> list[Event]:
         if stored.phase != Phase.RUNNING or stored.job_id != job_id:
             return []  # ended or moved on since it was read
-        said = gpu_sampled(stored, found, rules, now)
-        return [*(Event("thread", stored.id, text) for text in said), Event("update", stored.id)]
+        shown = gpu_text(stored)
+        events = [
+            Event("thread", stored.id, text) for text in gpu_sampled(stored, found, rules, now)
+        ]
+        if events or gpu_text(stored) != shown:  # the status line's figure changed
+            events.append(Event("update", stored.id))
+        return events
 
     await store.mutate(launch.id, change)
