@@ -61,6 +61,9 @@ class Health(BaseModel):
     # tells the owner and leaves it running; per cluster in nan_action_clusters.
     nan_action: Literal["stop", "flag"] = "stop"
     nan_action_clusters: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
+    # per team, by the Slurm account a launch is charged to (policy.accounts); a team's
+    # rule wins over its cluster's
+    nan_action_accounts: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
     # A loss above spike_factor x the median of the last spike_window losses is a spike
     # (once the run has spike_min_points of them).
     spike_factor: float = Field(default=3.0, gt=1, le=1000)
@@ -82,7 +85,9 @@ class Health(BaseModel):
     idle_util_pct: float = Field(default=10.0, ge=0, le=100)
     idle_window_s: float = Field(default=900.0, ge=0, le=7 * 86400)
 
-    def nan_action_for(self, cluster: str) -> str:
+    def nan_action_for(self, cluster: str, account: str = "") -> str:
+        if account and account in self.nan_action_accounts:
+            return self.nan_action_accounts[account]
         return self.nan_action_clusters.get(cluster, self.nan_action)
 
     def gpu_sample_for(self, cluster: str) -> float:

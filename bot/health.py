@@ -94,7 +94,10 @@ def _nan_text(
     what = f"🛑 {owner} the training loss is {loss} at step {step:,}"
     if ended:
         return f"{what}; the job has already ended."
-    if rules.nan_action_for(launch.cluster) == "stop" and not launch.cancelled_by:
+    if (
+        rules.nan_action_for(launch.cluster, launch.slurm_account) == "stop"
+        and not launch.cancelled_by
+    ):
         launch.cancelled_by, launch.cancelled_at = TRAINBOT, now
         return (
             f"{what}: trainbot is stopping the run (health policy: stop on NaN). "

@@ -66,6 +66,14 @@ def test_nan_under_flag_leaves_the_run_running_per_cluster() -> None:
     assert "The run goes on" in said[0] and not record.cancelled_by
 
 
+def test_a_teams_nan_policy_wins_over_its_clusters() -> None:
+    record = launch()
+    record.slurm_account = "nlp"
+    rules = Health(nan_action_clusters={"a3m": "flag"}, nan_action_accounts={"nlp": "stop"})
+    said = feed(record, nemo_line(0, "inf"), rules)
+    assert "trainbot is stopping the run" in said[0] and record.cancelled_by == TRAINBOT
+
+
 def test_a_spike_is_said_once_per_episode() -> None:
     record = launch()
     assert feed(record, "".join(nemo_line(i, "2.0") for i in range(6))) == []
