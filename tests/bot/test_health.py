@@ -8,9 +8,11 @@ from pydantic import ValidationError
 
 from bot.config import Health, Watch
 from bot.health import TRAINBOT, observe
-from bot.launches import Launch
+from bot.launches import Launch, Phase
+from bot.tracking import apply_snapshot
 from cluster.progress import Point, Progress, parse_nemo
-from commands.requests import TrainRequest
+from tests.bot.test_tracking import PROFILE, snapshot, threads
+from tests.bot.test_tracking import launch as tracked_launch
 
 
 def nemo_line(it: int, loss: str, took: float = 1.0, last: int = 99) -> str:
@@ -22,29 +24,23 @@ def nemo_line(it: int, loss: str, took: float = 1.0, last: int = 99) -> str:
 
 
 def launch() -> Launch:
-    request = TrainRequest(workload="sft", model="llama3p1_2b", framework="nemo", cluster="a3m")
-    return Launch(request=request, user_id="U0ALICE", channel="C1")
+    return tracked_launch(Phase.RUNNING)
 
 
 def feed(
     record: Launch, text: str, rules: Health | None = None, saved: tuple[int, ...] = ()
 ) -> list[str]:
-    """One poll's new log text: health first, then the histories (as tracking does); the
-    record goes through JSON as the store keeps it."""
-    progress = parse_nemo(text)
-    said = observe(record, progress, rules or Health(), ended=False, saved_steps=saved, now=100.0)
-    record.progress_history.extend(
-        (q.step, q.loss)
-        for q in progress.points
-        if q.loss is not None and q.loss == q.loss and abs(q.loss) != float("inf")
-    )
-    record.progress.recent_step_times_s.extend(
-        q.step_time_s for q in progress.points if q.step_time_s
-    )
-    record.validation_history.extend(progress.validation)
+    """One poll whose log chunk is ``text``, through apply_snapshot as the poller applies
+    it; the record then goes through JSON as the store keeps it. The health lines said."""
+    tracking = record.attempts[-1].tracking
+    offset = tracking.log_offset if tracking is not None else 0
+    ckpts = tuple(f"model_name=0--val_loss=0.00-step={s}-consumed_samples=1.0" for s in saved)
+    snap = snapshot("RUNNING", text, offset=offset, ckpts=ckpts)
+    watch = Watch(health=rules or Health())
+    events = apply_snapshot(record, snap, PROFILE, watch, now=100.0)
     restored = Launch.model_validate_json(record.model_dump_json())
     record.__dict__.update(restored.__dict__)
-    return said
+    return [t for t in threads(events) if not t.startswith(("Running", "💾"))]
 
 
 def test_a_negative_inf_loss_is_read_as_inf_not_dropped() -> None:
@@ -61,7 +57,7 @@ def test_nan_is_said_once_and_stops_the_run_by_default() -> None:
 
 def test_nan_under_flag_leaves_the_run_running_per_cluster() -> None:
     record = launch()
-    rules = Health(nan_action="stop", nan_action_clusters={"a3m": "flag"})
+    rules = Health(nan_action="stop", nan_action_clusters={"a4": "flag"})
     said = feed(record, nemo_line(0, "nan"), rules)
     assert "The run goes on" in said[0] and not record.cancelled_by
 
@@ -69,7 +65,7 @@ def test_nan_under_flag_leaves_the_run_running_per_cluster() -> None:
 def test_a_teams_nan_policy_wins_over_its_clusters() -> None:
     record = launch()
     record.slurm_account = "nlp"
-    rules = Health(nan_action_clusters={"a3m": "flag"}, nan_action_accounts={"nlp": "stop"})
+    rules = Health(nan_action_clusters={"a4": "flag"}, nan_action_accounts={"nlp": "stop"})
     said = feed(record, nemo_line(0, "inf"), rules)
     assert "trainbot is stopping the run" in said[0] and record.cancelled_by == TRAINBOT
 
