@@ -143,7 +143,7 @@ def _speed_checks(
     launch: Launch, progress: Progress, rules: Rules, saved_steps: Iterable[int]
 ) -> list[str]:
     h, said = launch.health, []
-    times = list(launch.progress.recent_step_times_s)
+    times = h.usual_step_times_s  # slow steps stay out: a long slow window moves no median
     saved = set(saved_steps) | {
         int(m.group(1)) for name in launch.checkpoints if (m := STEP_RE.search(name))
     }
@@ -167,7 +167,8 @@ def _speed_checks(
                         f"median {typical:.3g} s)."
                     )
                 h.slow_run, h.slow_since = 0, None
-        times = [*times, t][-BASELINE_KEPT:]
+        if h.slow_run == 0:
+            times[:] = [*times, t][-BASELINE_KEPT:]
     return said
 
 

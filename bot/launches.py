@@ -122,6 +122,7 @@ class Health(BaseModel):
     slow_run: int = 0  # steps in a row above the slow threshold
     slow_from: int = 0  # the first of them
     slow_since: int | None = None  # the open slow-step episode (said; ends on recovery)
+    usual_step_times_s: list[float] = Field(default_factory=list)  # the baseline: not slow ones
     gpu_util_pct: float | None = None  # the last GPU sample: mean utilisation over the job's GPUs
     gpu_mem_used_mib: float = 0.0
     gpu_mem_total_mib: float = 0.0

@@ -92,6 +92,16 @@ def test_slow_steps_name_a_checkpoint_save_and_recovery_is_said_once() -> None:
     assert len(back) == 1 and "back to normal at step 11" in back[0], back
 
 
+def test_a_long_slow_window_does_not_become_the_median() -> None:
+    record = launch()
+    assert feed(record, "".join(nemo_line(i, "2.0", 1.0) for i in range(6))) == []
+    slow = feed(record, "".join(nemo_line(i, "2.0", 5.0) for i in range(6, 66)))
+    assert len(slow) == 1 and "Steps are slow since step 7" in slow[0], slow
+    assert feed(record, nemo_line(66, "2.0", 5.0)) == []  # still slow, 61 steps on
+    back = feed(record, nemo_line(67, "2.0", 1.0))
+    assert len(back) == 1 and "back to normal at step 68" in back[0], back
+
+
 def test_validation_rising_while_training_falls_is_one_note() -> None:
     record = launch()
     rules = Health(val_rising=3)
