@@ -3,13 +3,18 @@ chunk: each episode said once, also across a restart (the launch record is re-re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
+from bot import render
 from bot.config import Health, Watch
-from bot.health import TRAINBOT, observe
+from bot.health import TRAINBOT, gpu_sampled, observe
+from bot.home import home_blocks
 from bot.launches import Launch, Phase
 from bot.tracking import apply_snapshot
+from cluster.gpu import GpuSample, parse_samples, sample_script
 from cluster.progress import Point, Progress, parse_nemo
 from tests.bot.test_tracking import PROFILE, snapshot, threads
 from tests.bot.test_tracking import launch as tracked_launch
@@ -122,3 +127,29 @@ def test_bad_health_config_says_what_would_be_right() -> None:
         Watch.model_validate({"health": {"nan_action": "pause"}})
     with pytest.raises(ValidationError, match="greater than 1"):
         Health(spike_factor=0.5)
+
+
+def test_gpu_figures_show_on_the_status_line_and_app_home_and_idle_is_said_once() -> None:
+    record = launch()
+    rules = Health(idle_util_pct=10, idle_window_s=600)
+    idle = GpuSample(gpus=16, util_pct=2.0, mem_used_mib=1024.0, mem_total_mib=81559.0)
+    assert gpu_sampled(record, idle, rules, now=1000.0) == []  # the window starts
+    assert "GPU 2%" in render.progress_line(record)
+    blocks = json.dumps(home_blocks([record], [], {}, {}, now=1000.0))
+    assert "GPU 2%" in blocks
+    said = gpu_sampled(record, idle, rules, now=1600.0)
+    assert len(said) == 1 and "16 GPUs of job 7 have been nearly idle for 10 min" in said[0]
+    assert "2% busy, 1.0/80 GiB memory" in said[0] and "<@U0ALICE>" in said[0]
+    assert gpu_sampled(record, idle, rules, now=1900.0) == []
+    busy = GpuSample(gpus=16, util_pct=90.0, mem_used_mib=60000.0, mem_total_mib=81559.0)
+    assert gpu_sampled(record, busy, rules, now=2000.0) == []
+    assert "GPU 90%" in render.progress_line(record)
+
+
+def test_gpu_samples_are_parsed_per_job_and_bad_job_ids_refused() -> None:
+    text = "12|2, 100, 81559\n12|4, 300, 81559\n13|srun: error: Invalid job id specified\n"
+    samples = parse_samples(text)
+    assert list(samples) == ["12"] and samples["12"].util_pct == 3.0
+    assert samples["12"].gpus == 2 and samples["12"].mem_used_mib == 200.0
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        sample_script(["12; rm -rf ~"])
