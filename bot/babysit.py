@@ -7,7 +7,7 @@ retry rules live in cluster.diagnosis; this module applies them to a launch.
 
 from __future__ import annotations
 
-from bot import render
+from bot import health, render
 from bot.alerts import dedup_key
 from bot.config import Watch
 from bot.launches import Attempt, Launch, Phase
@@ -60,8 +60,9 @@ def on_failure(
     attempt = launch.attempts[-1]
     if launch.cancelled_by:  # a cancel is final: whatever the log shows, nothing is retried
         job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
-        launch.detail = f"Cancelled by <@{launch.cancelled_by}>."
-        text = f"🚫 {job} ended ({state}) after <@{launch.cancelled_by}> cancelled it; not retried."
+        who = health.canceller(launch)
+        launch.detail = f"Cancelled by {who}."
+        text = f"🚫 {job} ended ({state}) after {who} cancelled it; not retried."
         return [Event("thread", launch.id, text)], False
     if diagnosis is None:
         return [], False

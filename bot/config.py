@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
@@ -77,6 +77,48 @@ class Report(BaseModel):
         return value
 
 
+class Health(BaseModel):
+    """A running run's health read from its progress lines (docs/health.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A NaN or inf training loss: "stop" cancels the run (final, never retried), "flag"
+    # tells the owner and leaves it running; per cluster in nan_action_clusters.
+    nan_action: Literal["stop", "flag"] = "stop"
+    nan_action_clusters: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
+    # per team, by the Slurm account a launch is charged to (policy.accounts); a team's
+    # rule wins over its cluster's
+    nan_action_accounts: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
+    # A loss above spike_factor x the median of the last spike_window losses is a spike
+    # (once the run has spike_min_points of them).
+    spike_factor: float = Field(default=3.0, gt=1, le=1000)
+    spike_window: int = Field(default=20, ge=3, le=1000)
+    spike_min_points: int = Field(default=5, ge=2, le=1000)
+    # Validation loss rising at val_rising validations in a row while training loss falls.
+    val_rising: int = Field(default=3, ge=2, le=100)
+    # Step time above slow_factor x the run's median for slow_steps steps in a row.
+    slow_factor: float = Field(default=2.0, gt=1, le=1000)
+    slow_steps: int = Field(default=3, ge=1, le=10_000)
+    slow_min_points: int = Field(default=5, ge=2, le=1000)
+    # GPU utilisation and memory of running jobs, sampled on their nodes every gpu_sample_s
+    # (per cluster in gpu_sample_clusters; 0: not sampled). GPUs at or under idle_util_pct
+    # busy for idle_window_s are idle: the owner is warned once.
+    gpu_sample_s: float = Field(default=300.0, ge=0, le=86400)
+    gpu_sample_clusters: dict[str, Annotated[float, Field(ge=0, le=86400)]] = Field(
+        default_factory=dict
+    )
+    idle_util_pct: float = Field(default=10.0, ge=0, le=100)
+    idle_window_s: float = Field(default=900.0, ge=0, le=7 * 86400)
+
+    def nan_action_for(self, cluster: str, account: str = "") -> str:
+        if account and account in self.nan_action_accounts:
+            return self.nan_action_accounts[account]
+        return self.nan_action_clusters.get(cluster, self.nan_action)
+
+    def gpu_sample_for(self, cluster: str) -> float:
+        return self.gpu_sample_clusters.get(cluster, self.gpu_sample_s)
+
+
 class Watch(BaseModel):
     """How runs are babysat: automatic retries and hang detection."""
 
@@ -97,6 +139,7 @@ class Watch(BaseModel):
     # Hosts whose links trainbot posts from job output (W&B run pages): a link to any
     # other host (or a subdomain of none of these) is not posted; a job writes its log.
     link_hosts: tuple[Annotated[str, Field(pattern=LINK_HOST_PATTERN)], ...] = ("wandb.ai",)
+    health: Health = Field(default_factory=Health)
 
     def link_allowed(self, url: str) -> bool:
         """Whether ``url`` is https to one of ``link_hosts`` (or a subdomain of one)."""

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, home, render, usage
+from bot import answers, health, home, render, usage
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -682,7 +682,7 @@ class Core:
         """Cancel the current attempt (a hang, say), confirm it is gone, then queue a new
         one, resuming. When the old job cannot be cancelled, nothing new is queued."""
         if launch.cancelled_by:
-            return Reply(f"{launch.id} was cancelled by <@{launch.cancelled_by}>.", error=True)
+            return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(
                 f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot import render
+from bot import health, render
 from bot.launches import HistoryEntry, Launch
 from bot.slack_text import context, escape, section
 from bot.store import DeadLetter
@@ -62,9 +62,10 @@ def _active_line(launch: Launch, link: str, now: float) -> str:
     step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
     job = f" · job {launch.job_id}" if launch.job_id else ""
     age = render.duration(now - launch.created_at)
+    gpu = f" · {text}" if (text := health.gpu_text(launch)) else ""
     return (
-        f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step} · "
-        f"{age}{_thread(link)}"
+        f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
+        f"{gpu} · {age}{_thread(link)}"
     )
 
 

@@ -110,6 +110,27 @@ class Progress(BaseModel):
     updated_at: float = 0.0
 
 
+class Health(BaseModel):
+    """What trainbot said about a run's health (bot/health.py): each episode once, kept on
+    the record so a restarted bot does not say it again."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    nan_step: int | None = None  # the first step whose loss was NaN or inf (said)
+    spike_step: int | None = None  # the open loss-spike episode (said; ends when loss is back)
+    val_rising_step: int | None = None  # the open "validation loss rising" episode (said)
+    slow_run: int = 0  # steps in a row above the slow threshold
+    slow_from: int = 0  # the first of them
+    slow_since: int | None = None  # the open slow-step episode (said; ends on recovery)
+    usual_step_times_s: list[float] = Field(default_factory=list)  # the baseline: not slow ones
+    gpu_util_pct: float | None = None  # the last GPU sample: mean utilisation over the job's GPUs
+    gpu_mem_used_mib: float = 0.0
+    gpu_mem_total_mib: float = 0.0
+    gpu_sampled_at: float = 0.0
+    gpu_idle_since: float | None = None  # the first sample of the current idle stretch
+    gpu_idle_said: bool = False  # the idle warning of that stretch was said
+
+
 class Launch(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -145,6 +166,7 @@ class Launch(BaseModel):
     fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
     cancelled_by: str = ""  # who cancelled it (a Slack user id), written before any scancel:
     cancelled_at: float = 0.0  # from then on it ends CANCELLED and is never retried
+    health: Health = Field(default_factory=Health)
 
     @property
     def cluster(self) -> str:

@@ -26,6 +26,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.charging import charge_ended
 from bot.clusters import Clusters
+from bot.gpuwatch import sample_running
+from bot.health import TRAINBOT
 from bot.launches import Launch
 from bot.logs import log_context
 from bot.store import Event, Store
@@ -118,7 +120,30 @@ class Poller:
                 coalesce=True,
                 misfire_grace_time=None,
             )
+            if (every_s := self.clusters.config.watch.health.gpu_sample_for(name)) > 0:
+                self.scheduler.add_job(
+                    self.sample_gpus,
+                    "interval",
+                    seconds=every_s,
+                    args=[name],
+                    id=f"gpu-{name}",
+                    max_instances=1,
+                    coalesce=True,
+                    misfire_grace_time=None,
+                )
         self.scheduler.start()
+
+    async def sample_gpus(self, cluster: str) -> int:
+        """GPU figures of ``cluster``'s running jobs (:mod:`bot.gpuwatch`), while this
+        poller holds the cluster's lease."""
+        if cluster not in self.held or self.stopping:
+            return 0
+        with log_context(cluster=cluster):
+            try:
+                return await sample_running(self.store, self.clusters, cluster)
+            except Exception:  # Redis away, say: the next run tries again
+                log.exception("GPU sample of %s failed", cluster)
+                return 0
 
     async def charge(self, cluster: str) -> int:
         """Charge the ended launches of ``cluster`` what sacct recorded (:mod:`bot.charging`),
@@ -262,15 +287,19 @@ class Poller:
 
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
-        await self.store.mutate(launch.id, change)
+        stored, _ = await self.store.mutate(launch.id, change)
+        if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
+            await self._finish_cancel(stored, job.job_id, grace_s=0.0)
 
-    async def _finish_cancel(self, launch: Launch, job_id: str) -> None:
+    async def _finish_cancel(
+        self, launch: Launch, job_id: str, grace_s: float = CANCEL_GRACE_S
+    ) -> None:
         """A cancelled launch whose job Slurm still runs: ``scancel`` it as its person. The
         process that took the cancel may hold no key to act as people (the web role), or
         its ``scancel`` failed; the poller then sends it, again every
         ``RESEND_SCANCEL_S`` while the job lives."""
         now = time.time()
-        if now - (launch.cancelled_at or 0) < CANCEL_GRACE_S:
+        if now - (launch.cancelled_at or 0) < grace_s:
             return  # the process that took the cancel is sending it now
         if now - self.scancel_sent.get(job_id, 0.0) < RESEND_SCANCEL_S:
             return

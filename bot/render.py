@@ -10,6 +10,7 @@ import re
 import time
 from typing import Any
 
+from bot import health
 from bot import slack_text as st
 from bot.launches import Launch, Phase
 from bot.plot import Marks, render_loss_png
@@ -89,6 +90,8 @@ def progress_line(launch: Launch) -> str:
             parts.append(f"{p.step_time_s:.2g} s/step")
             if launch.phase == Phase.RUNNING and p.total > p.step:
                 parts.append(f"ETA {duration((p.total - p.step) * p.step_time_s)}")
+    if gpu := health.gpu_text(launch):
+        parts.append(gpu)
     if launch.attempts:
         parts.append(f"attempt {len(launch.attempts)}")
     return " · ".join(parts)

@@ -11,7 +11,7 @@ import logging
 import re
 import time
 
-from bot import babysit, render
+from bot import babysit, health, render
 from bot.config import Watch
 from bot.launches import Launch, Phase
 from bot.plot import reduce_per_column
@@ -90,13 +90,24 @@ class _Step:
         last = progress.last
         if last is None:
             return False
+        saved = (c.step for c in self.snap.new_checkpoints)
+        ended = is_terminal(self.snap.state or "")
+        rules = self.watch.health
+        for text in health.observe(
+            launch, progress, rules, ended=ended, saved_steps=saved, now=self.now
+        ):
+            self.say(text)
         p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
-        p.loss = last.loss if last.loss is not None else p.loss
+        p.loss = last.loss if health.finite(last.loss) else p.loss
         p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
         p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)
         del p.recent_step_times_s[:-STEP_TIMES_KEPT]
         history = launch.progress_history
-        history.extend((q.step, q.loss) for q in progress.points if q.loss is not None)
+        history.extend(
+            (q.step, q.loss)
+            for q in progress.points
+            if q.loss is not None and health.finite(q.loss)
+        )
         launch.validation_history.extend(progress.validation)
         for kept in (history, launch.validation_history):
             if len(kept) > HISTORY_MAX:  # the whole run at half the resolution, spikes kept
@@ -240,6 +251,8 @@ class _Step:
         launch.phase = Phase.DONE
         launch.outcome = "CANCELLED" if launch.cancelled_by and state != "COMPLETED" else state
         summary = final_summary(launch, self.profile, self.now)
+        if state == "COMPLETED":  # a run whose loss went NaN is no plain success
+            summary = health.completed_text(launch, summary)
         launch.detail = launch.detail or summary.split("\n", 1)[0]
         if (
             state != "COMPLETED"

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, replace
 
 NEMO_STEP_RE = re.compile(r"Training epoch \d+, iteration (?P<it>\d+)/(?P<last>\d+)\b")
-NEMO_LOSS_RE = re.compile(r"\breduced_train_loss: (?P<loss>[-+0-9.eE]+|nan|inf)")
+NEMO_LOSS_RE = re.compile(r"\breduced_train_loss: (?P<loss>[-+]?(?:nan|inf)|[-+0-9.eE]+)")
 NEMO_TIME_RE = re.compile(r"\btrain_step_timing in s: (?P<time>[0-9.eE+-]+)")
 NEMO_DONE_RE = re.compile(r"`Trainer\.fit` stopped: `max_steps=(\d+)` reached\.")
 RL_STEP_RE = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+\s*$")

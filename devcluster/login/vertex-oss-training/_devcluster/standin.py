@@ -29,6 +29,11 @@ Each file holds KEY=VALUE lines. Keys:
   epochs          NeMo-RL: epochs (as <algorithm>.max_num_epochs; default 1)
   epoch_steps     NeMo-RL: batches per epoch, len(dataloader) (default: steps)
   val_every       NeMo: validate every N steps and carry val_loss on later lines (default 0: never)
+  nan_at          NeMo: from this step on the loss prints as nan (as NeMo's progress printer
+                  formats a NaN: "reduced_train_loss: nan"); nan_value=inf prints inf instead
+  spike_at        NeMo: this step's loss is spike_factor (default 10) times the usual one
+  slow_at         NeMo: from this step, slow_steps steps (default 5) take slow_factor
+                  (default 4) times step_time_s, and print that as their step timing
   rl_layout       NeMo-RL launch.sh: seed (default: <job id>/nemo_rl_output.log, ray-logs/) or
                   ray.sub (upstream: <job id>[-<restart>]-logs/ray-driver.log, <job id>-attach.sh);
                   rl_layout_<cluster type> (e.g. rl_layout_hcc-a3h=ray.sub) picks it per cluster
@@ -294,3 +299,21 @@ def job_summary() -> str:
             "restart": os.environ.get("SLURM_RESTART_COUNT", "0"),
         }
     )
+
+
+def health_loss(k: dict[str, str], step: int, loss: float) -> float:
+    """The loss a step prints, with the health knobs applied (nan_at, spike_at)."""
+    nan_at = int_knob(k, "nan_at", -1)
+    if 0 <= nan_at <= step:
+        return float(k.get("nan_value", "nan"))
+    if int_knob(k, "spike_at", -1) == step:
+        return loss * float_knob(k, "spike_factor", 10.0)
+    return loss
+
+
+def slow_factor_at(k: dict[str, str], step: int) -> float:
+    """How many times the usual step time this step takes (slow_at, slow_steps, slow_factor)."""
+    slow_at = int_knob(k, "slow_at", -1)
+    if 0 <= slow_at <= step < slow_at + int_knob(k, "slow_steps", 5):
+        return float_knob(k, "slow_factor", 4.0)
+    return 1.0
