@@ -9,16 +9,19 @@ import asyncio
 import io
 import shutil
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from bench.soak_infra import OwnRedis
 from bot.console import ConsoleFront, handle_line
+from bot.front import Incoming
 from bot.launches import Phase
 from bot.service import Bot, running
 from bot.settings import Settings
+from bot.slack_front import SlackFront
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
@@ -31,6 +34,7 @@ from tests.bot.botkit import (
     wait_for_launch,
     wait_until,
 )
+from tests.slack_standin import SlackStandin
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
@@ -151,9 +155,7 @@ async def test_refusals_cancel_and_jobs_while_waiting(unique: str) -> None:
     assert slurm_jobs_named(bobs) == []
 
 
-def _incoming(user: str):  # type: ignore[no-untyped-def]
-    from bot.front import Incoming
-
+def _incoming(user: str) -> Incoming:
     return Incoming(user_id=user, user_name=user, channel_id="console", command="/cancel")
 
 
@@ -198,3 +200,30 @@ async def test_at_starts_after_its_time_once_across_bot_and_redis_restarts(
     assert slurm_jobs_named(launch_id) == [launch.job_id]  # once
     text = "\n".join(front.lines)
     assert text.count("Pre-flight ok") == 1, text
+
+
+async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
+    standin: SlackStandin, front: SlackFront
+) -> None:
+    standin.timezones["U0ALICE"] = "Asia/Tokyo"
+    async with running(bot_settings(), dev_config(), front) as bot:
+        incoming = Incoming(
+            user_id="U0ALICE",
+            channel_id="C0TRAIN",
+            command="/train",
+            text="sft llama3p1_2b cluster=a3u at=tomorrow 06:30",
+        )
+        reply = await bot.core(incoming)
+        assert not reply.error, reply
+        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch = await bot.store.get(launch_id)
+        assert launch is not None and launch.tz == "Asia/Tokyo"
+        tokyo = datetime.now(ZoneInfo("Asia/Tokyo")).date() + timedelta(days=1)
+        assert f"starts at {tokyo.isoformat()} 06:30 Asia/Tokyo" in reply.text, reply.text
+        assert launch.request.at == (
+            datetime.combine(tokyo, datetime.min.time().replace(hour=6, minute=30))
+            .replace(tzinfo=ZoneInfo("Asia/Tokyo"))
+            .astimezone(UTC)
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+        await bot.core.cancel(launch, await bot.core.user(incoming))
