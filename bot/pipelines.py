@@ -50,8 +50,9 @@ def parent_ok(outcome: str, any_end: bool) -> bool:
 
 async def must_wait(store: Store, item: Launch, mutate: Callable[..., Awaitable[object]]) -> bool:
     """True when ``item`` may not go yet (put back for later) or has ended here because
-    its parent ended for good without completing."""
-    if item.phase != Phase.QUEUED or item.attempts:
+    its parent ended for good without completing. A dry run goes at once: it submits
+    nothing, and its answer already said what the launch would wait for."""
+    if item.phase != Phase.QUEUED or item.attempts or item.request.dry_run:
         return False
     now = time.time()
     if item.request.at and (due := at_epoch(item.request.at)) > now:

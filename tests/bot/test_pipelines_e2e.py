@@ -227,3 +227,26 @@ async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
             .strftime("%Y-%m-%dT%H:%M:%SZ")
         )
         await bot.core.cancel(launch, await bot.core.user(incoming))
+
+
+async def test_child_follows_its_parent_across_a_retry(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    fault = {"fault": "nccl", "fault_at_step": 2, "fault_once": 1, "ckpt_every": 1}
+    async with (
+        knobs(unique, **{**QUICK, "steps": 4, "step_time_s": 0.3}, **fault),
+        running(bot_settings(), dev_config(retry_backoff_s=0), front) as bot,
+    ):
+        parent = await train(bot, front, f"grpo llama3p1_8b cluster=a3h name={unique}")
+        child = await train(bot, front, f"sft llama3p1_2b cluster=a3u after={parent}")
+        dry = await train(bot, front, f"sft llama3p1_2b cluster=a3u after={parent} dry_run=true")
+        assert (await wait_for_launch(bot.store, dry, timeout_s=60)).phase == Phase.DRY_RUN
+        retried = await wait_for_launch(bot.store, parent, timeout_s=300)
+        done = await wait_for_launch(bot.store, child, timeout_s=300)
+        await wait_delivered(bot.store)
+    assert retried.outcome == "COMPLETED" and len(retried.attempts) == 2, front.lines
+    assert retried.attempts[0].cause_key == "nccl_timeout"
+    assert done.outcome == "COMPLETED"
+    _, first_end = start_end(retried.attempts[0].job_id)
+    _, last_end = start_end(retried.attempts[1].job_id)
+    child_start, _ = start_end(done.job_id)
+    assert first_end < last_end <= child_start  # it waited for the retry, not the first job
