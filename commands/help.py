@@ -36,7 +36,7 @@ _DETAILS: dict[HelpTopic, str] = {
         "  framework=F      {frameworks}\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
         "  over_budget=true admins only: launch even past the weekly GPU-hour budget\n"
-        "  at=T             start at a time in your time zone: at=22:00, at=\"tomorrow 06:30\"\n"
+        '  at=T             start at a time in your time zone: at=22:00, at="tomorrow 06:30"\n'
         "                   or at=2026-12-24T08:00; pre-flight runs when it is due\n"
         "  after=J[:ok|:any] start when launch (or Slurm job) J has ended for good, retries\n"
         "                   included: :ok (default) only if it completed, :any whatever its end\n"

@@ -42,6 +42,7 @@ SUBCOMMANDS = ("interactive", "help", "recipes")
 
 def parse_train(args: Args, user: User, context: CommandContext) -> Request:
     """``/train ...`` text (already split) to a request."""
+    args = join_at_words(args)
     if not args.words:
         if args.pairs:
             raise CommandError(
@@ -49,8 +50,7 @@ def parse_train(args: Args, user: User, context: CommandContext) -> Request:
                 "/train sft llama3p1_8b nodes=2. /train help lists everything."
             )
         return HelpRequest()
-    args = join_at_words(args)
-    first = args.words[0].lower() if args.words else "help"
+    first = args.words[0].lower()
     if first == "help":
         return _parse_help(args)
     if first == "recipes":

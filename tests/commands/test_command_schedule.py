@@ -120,3 +120,9 @@ def test_train_line_keeps_at_and_after(context: CommandContext) -> None:
         parse_line("/train sft llama3p1_8b at=soon", user=user, context=context)
     with pytest.raises(CommandError, match="Unexpected '06:30'"):  # only after today/tomorrow
         parse_line("/train sft llama3p1_8b at=22:00 06:30", user=user, context=context)
+
+
+def test_a_lone_time_is_not_taken_for_a_workload(context: CommandContext) -> None:
+    user = User(id="U0ALICE", tz="UTC")
+    with pytest.raises(CommandError, match="Say what to train first"):
+        parse_line("/train at=tomorrow 06:30", user=user, context=context)
