@@ -1,0 +1,89 @@
+"""bot.pipelines against real Redis: what a waiting launch does when a worker takes it
+(put back for its time or its parent's next look, or ended with its parent's reason)."""
+
+from __future__ import annotations
+
+import time
+
+from bot import keys
+from bot.launches import Launch, Phase
+from bot.pipelines import PARENT_LOOK_S, must_wait
+from bot.store import Event, Store
+from commands.requests import TrainRequest
+from tests.bot.botkit import flush_test_redis, open_test_store
+
+
+def request(**fields: object) -> TrainRequest:
+    return TrainRequest(
+        workload="sft",
+        model="llama3p1_8b",
+        framework="nemo",
+        cluster="a4",
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+async def stored(store: Store, launch: Launch) -> Launch:
+    await store.create(launch, [], enqueue=False)
+    return launch
+
+
+async def thread_texts(store: Store, launch_id: str) -> list[str]:
+    entries = await store.redis.xrange(keys.OUTBOX)
+    decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
+    return [e.text for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
+
+
+async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        parent = await stored(store, Launch(request=request(), user_id="U0BOB", channel="C1"))
+        child = Launch(request=request(after=parent.id), user_id="U0ALICE", channel="C1")
+        child.waits_for = parent.id
+        await stored(store, child)
+
+        # The parent still runs: the child goes back for the next look, nothing else.
+        before = time.time()
+        assert await must_wait(store, child, store.mutate)
+        due = await store.redis.zscore(keys.DEFERRED, child.id)
+        assert due is not None and before + PARENT_LOOK_S - 1 <= due <= time.time() + PARENT_LOOK_S
+
+        def cancelled(launch: Launch) -> list[Event]:
+            launch.phase, launch.outcome = Phase.DONE, "CANCELLED"
+            launch.detail = "🚫 Cancelled by <@U0BOB>."
+            return []
+
+        await store.mutate(parent.id, cancelled)
+        assert await must_wait(store, child, store.mutate)
+        ended = await store.get(child.id)
+        assert ended is not None and ended.phase == Phase.DONE
+        assert ended.outcome == "PARENT_FAILED" and ended.detail == f"{parent.id} ended CANCELLED"
+        (text,) = await thread_texts(store, child.id)
+        assert text.startswith(f"⛔ <@U0ALICE>: not started, because {parent.id}")
+        assert "ended CANCELLED (🚫 Cancelled by <@U0BOB>.)" in text  # mrkdwn kept as is
+        assert f"after={parent.id}:any" in text
+        assert not await store.active_ids("U0ALICE")
+
+
+async def test_any_end_lets_the_child_go_and_a_time_holds_it_until_then() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        parent = Launch(request=request(), user_id="U0ALICE", channel="C1")
+        parent.phase, parent.outcome = Phase.DONE, "FAILED"
+        await stored(store, parent)
+        child = Launch(
+            request=request(after=parent.id, after_any=True), user_id="U0ALICE", channel="C1"
+        )
+        child.waits_for = parent.id
+        assert not await must_wait(store, await stored(store, child), store.mutate)
+
+        later = time.time() + 3600
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(later))
+        timed = await stored(
+            store, Launch(request=request(at=stamp), user_id="U0ALICE", channel="C1")
+        )
+        assert await must_wait(store, timed, store.mutate)
+        due = await store.redis.zscore(keys.DEFERRED, timed.id)
+        assert due is not None and abs(due - int(later)) < 2
+        dry = Launch(request=request(at=stamp, dry_run=True), user_id="U0ALICE", channel="C1")
+        assert not await must_wait(store, await stored(store, dry), store.mutate)
