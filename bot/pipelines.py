@@ -72,7 +72,7 @@ async def must_wait(store: Store, item: Launch, mutate: Callable[..., Awaitable[
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any):
         return False
-    why = f" ({detail})" if detail else ""  # a launch's detail is mrkdwn already
+    why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
         f"⛔ <@{item.user_id}>: not started, because {item.waits_for}, which this launch "
         f"waited for, ended {escape(outcome)}{why}. Nothing was submitted. "

@@ -60,7 +60,7 @@ async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
         assert ended.outcome == "PARENT_FAILED" and ended.detail == f"{parent.id} ended CANCELLED"
         (text,) = await thread_texts(store, child.id)
         assert text.startswith(f"⛔ <@U0ALICE>: not started, because {parent.id}")
-        assert "ended CANCELLED (🚫 Cancelled by <@U0BOB>.)" in text  # mrkdwn kept as is
+        assert "ended CANCELLED (🚫 Cancelled by <@U0BOB>). Nothing" in text  # mrkdwn kept as is
         assert f"after={parent.id}:any" in text
         assert not await store.active_ids("U0ALICE")
 
