@@ -466,6 +466,8 @@ class Core:
     async def waits(self, launch: Launch, user: User) -> str:
         """at= and after=: noted on the launch; what it waits for, as a line ("": nothing)."""
         launch.tz = user.tz
+        if launch.request.at or launch.request.after:  # its budget is checked again then
+            launch.groups = sorted(user.groups)
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
         text = pipelines.waits_text(launch)

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from bot.launches import Launch, Phase
 from bot.slack_text import escape
 from bot.store import Event, Store
+from commands.budget import budget_for, check_budget, iso_week
+from commands.policy import Policy
 from commands.schedule import at_epoch, show
 
 PARENT_LOOK_S = 5.0  # a child looks at its parent this often (a Redis read, no SSH)
@@ -48,7 +50,12 @@ def parent_ok(outcome: str, any_end: bool) -> bool:
     return any_end or outcome == "COMPLETED"
 
 
-async def must_wait(store: Store, item: Launch, mutate: Callable[..., Awaitable[object]]) -> bool:
+async def must_wait(
+    store: Store,
+    item: Launch,
+    mutate: Callable[..., Awaitable[object]],
+    policy: Policy | None = None,
+) -> bool:
     """True when ``item`` may not go yet (put back for later) or has ended here because
     its parent ended for good without completing. A dry run goes at once: it submits
     nothing, and its answer already said what the launch would wait for."""
@@ -59,7 +66,7 @@ async def must_wait(store: Store, item: Launch, mutate: Callable[..., Awaitable[
         await store.requeue(item.id, after_s=max(due - now, 0.05))
         return True
     if not item.waits_for:
-        return False
+        return await _over_budget(store, item, mutate, policy)
     parent = await store.get(item.waits_for)
     if parent is not None and parent.active:
         await store.requeue(item.id, after_s=PARENT_LOOK_S)
@@ -71,7 +78,7 @@ async def must_wait(store: Store, item: Launch, mutate: Callable[..., Awaitable[
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any):
-        return False
+        return await _over_budget(store, item, mutate, policy)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
         f"⛔ <@{item.user_id}>: not started, because {item.waits_for}, which this launch "
@@ -84,6 +91,44 @@ async def must_wait(store: Store, item: Launch, mutate: Callable[..., Awaitable[
             return []  # cancelled meanwhile
         stored.phase, stored.outcome = Phase.DONE, "PARENT_FAILED"
         stored.detail = f"{stored.waits_for} ended {outcome}"
+        return [Event("thread", stored.id, text), Event("update", stored.id)]
+
+    await mutate(item.id, ended)
+    return True
+
+
+async def _over_budget(
+    store: Store, item: Launch, mutate: Callable[..., Awaitable[object]], policy: Policy | None
+) -> bool:
+    """A launch that waited is checked against its owner's budget again when it goes:
+    the week and what was charged since may differ from when it was asked for. Its own
+    estimate, held since then, is not counted twice. True when it ended here."""
+    if policy is None or not (item.request.at or item.waits_for):
+        return False
+    if item.request.over_budget or item.request.dry_run:
+        return False
+    budget = budget_for(policy, item.user_id, item.groups, item.cluster)
+    if budget is None:
+        return False
+    charged, held = await store.budget_use(item.user_id, item.cluster, iso_week(time.time()))
+    estimate = item.estimate_gpu_hours
+    decision = check_budget(
+        budget=budget,
+        charged=charged,
+        active=max(held - (estimate or 0.0), 0.0),
+        estimate=estimate,
+        cluster=item.cluster,
+        override=False,
+    )
+    if decision.allowed:
+        return False
+    text = f"⛔ <@{item.user_id}>: not started now that it is due: {escape(decision.reason)}"
+
+    def ended(stored: Launch) -> list[Event]:
+        if stored.phase != Phase.QUEUED:
+            return []  # cancelled meanwhile
+        stored.phase, stored.outcome = Phase.DONE, "OVER_BUDGET"
+        stored.detail = "Over the GPU-hour budget when it was due."
         return [Event("thread", stored.id, text), Event("update", stored.id)]
 
     await mutate(item.id, ended)

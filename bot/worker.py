@@ -373,7 +373,7 @@ class Worker:
         """A retry's old job is gone, and a launch that already waited for its thread
         looks at it first: no pre-flight over SSH on each look while it waits. A launch
         waiting for a time or for another launch (at=, after=) goes back until then."""
-        if await pipelines.must_wait(self.store, item, self._mutate):
+        if await pipelines.must_wait(self.store, item, self._mutate, self.clusters.config.policy):
             return False
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return False

@@ -9,6 +9,8 @@ from bot import keys
 from bot.launches import Launch, Phase
 from bot.pipelines import PARENT_LOOK_S, must_wait
 from bot.store import Event, Store
+from commands.budget import iso_week
+from commands.policy import BudgetRule, Policy
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
@@ -87,3 +89,26 @@ async def test_any_end_lets_the_child_go_and_a_time_holds_it_until_then() -> Non
         assert due is not None and abs(due - int(later)) < 2
         dry = Launch(request=request(at=stamp, dry_run=True), user_id="U0ALICE", channel="C1")
         assert not await must_wait(store, await stored(store, dry), store.mutate)
+
+
+async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> None:
+    await flush_test_redis()
+    policy = Policy(budgets=(BudgetRule(users=("U0ALICE",), gpu_hours_per_week=10),))
+    async with open_test_store() as store:
+        past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+        fits = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
+        fits.estimate_gpu_hours = 8.0  # its own hold is not counted twice
+        assert not await must_wait(store, await stored(store, fits), store.mutate, policy)
+
+        # Charged meanwhile (another run ended this week): no longer fits when due.
+        await store.redis.hset(keys.usage("a4", iso_week(time.time())), "U0ALICE", 5.0)
+        assert await must_wait(store, fits, store.mutate, policy)
+        ended = await store.get(fits.id)
+        assert ended is not None and ended.outcome == "OVER_BUDGET"
+        (text,) = await thread_texts(store, fits.id)
+        assert text.startswith("⛔ <@U0ALICE>: not started now that it is due: This launch needs")
+
+        # A launch that never waited is not checked here (/train did).
+        plain = Launch(request=request(), user_id="U0ALICE", channel="C1")
+        plain.estimate_gpu_hours = 8.0
+        assert not await must_wait(store, await stored(store, plain), store.mutate, policy)
