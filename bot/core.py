@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, health, home, render, usage
+from bot import answers, health, home, pipelines, render, usage
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -202,6 +202,8 @@ class Core:
             id=incoming.user_id,
             name=incoming.user_name,
             groups=frozenset(await self.groups_of(incoming.user_id)),
+            # at= is read in the person's time zone (asked of the front only then)
+            tz=await self.people_tz(incoming.user_id) if "at=" in incoming.text.lower() else "",
         )
 
     async def groups_of(self, user_id: str) -> set[str]:
@@ -411,6 +413,7 @@ class Core:
         launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
+        waits = await self.waits(launch, user)
         limits = self.context.policy.limits
         limit = limits.dry_runs_at_once if request.dry_run else decision.max_concurrent
         guard = (
@@ -450,7 +453,8 @@ class Core:
                 f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
                 f"asked in its thread.{before}"
             )
-        queued = f"Queued by <@{user.id}>: {render.request_text(launch)}"
+        queued = f"Queued by <@{user.id}>: {render.request_text(launch)}{waits}"
+        before += waits
         if refused := await create(
             [Event("parent", launch.id), Event("thread", launch.id, queued)]
         ):
@@ -464,6 +468,49 @@ class Core:
         )
         profile = self.clusters.profiles.get(launch.cluster)
         return Reply(render.queued_reply(launch, profile) + before)
+
+    async def people_tz(self, user_id: str) -> str:
+        """The person's time zone (Slack's users.info ``tz``); "": this machine's own."""
+        ask = getattr(self.front, "user_tz", None)
+        if ask is None:
+            return ""
+        try:
+            return str(await ask(user_id) or "")
+        except Exception:  # said back with the zone used, so a wrong guess shows
+            log.warning("could not read the time zone of %s", user_id)
+            return ""
+
+    async def waits(self, launch: Launch, user: User) -> str:
+        """at= and after=: noted on the launch; what it waits for, as a line ("": nothing)."""
+        launch.tz = user.tz
+        if launch.request.at or launch.request.after:  # its budget is checked again then
+            launch.groups = sorted(user.groups)
+        if launch.request.after:
+            launch.waits_for = await self.parent_of(launch.request, user)
+        text = pipelines.waits_text(launch)
+        return f"\n⏳ It {text}." if text else ""
+
+    async def parent_of(self, request: TrainRequest | InteractiveRequest, user: User) -> str:
+        """after=: the launch id of the parent the person may see, or CommandError."""
+        ref = parse_job_ref(str(request.after), request.cluster, self.context)
+        if not ref.is_launch_id:
+            ref = JobRef(id=ref.id)  # a Slurm job id: on whichever cluster has it
+        try:
+            parent = await pipelines.resolve_parent(
+                lambda: self.readable(ref, user), self.store.get
+            )
+        except ValueError as exc:
+            raise CommandError(f"after={request.after}: {exc}", field="after") from None
+        except CommandError as exc:
+            raise CommandError(f"after={request.after}: {exc}", field="after") from None
+        if not parent.active and not pipelines.parent_ok(parent.outcome, request.after_any):
+            raise CommandError(
+                f"after={request.after}: {parent.id} already ended "
+                f"{parent.outcome or parent.phase.value}, so this launch would never start. "
+                f"Use after={parent.id}:any to start it anyway, or leave after= out.",
+                field="after",
+            )
+        return parent.id
 
     async def cluster_user(self, cluster: str, user: User) -> str:
         """The Unix user ``user``'s launches run as on ``cluster`` ("": the shared account);

@@ -159,6 +159,9 @@ class Launch(BaseModel):
     parent_rendered_at: float = 0.0
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
+    waits_for: str = ""  # after=: the launch this one starts after (bot.pipelines)
+    tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
+    groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)
     estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
     submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it

@@ -377,6 +377,12 @@ class SlackFront:
             return None
         return str(email)
 
+    async def user_tz(self, user_id: str) -> str:
+        """The person's time zone: ``tz`` of the user object of ``users.info``, an IANA
+        name such as ``Europe/Amsterdam`` (https://docs.slack.dev/reference/objects/user-object)."""
+        data = await self._call("users.info", self.client.users_info(user=user_id))
+        return str((data.get("user") or {}).get("tz") or "")
+
 
 def _message_args(text: str, blocks: Blocks | None) -> dict[str, Any]:
     args: dict[str, Any] = {"text": cut_text(text, MESSAGE_TEXT_MAX)}

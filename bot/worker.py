@@ -32,7 +32,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from bot import babysit, keys, render
+from bot import babysit, keys, pipelines, render
 from bot.clusters import Clusters
 from bot.launches import Attempt, Launch, Phase
 from bot.logs import log_context, set_job_id
@@ -371,7 +371,10 @@ class Worker:
 
     async def _ready(self, item: Launch) -> bool:
         """A retry's old job is gone, and a launch that already waited for its thread
-        looks at it first: no pre-flight over SSH on each look while it waits."""
+        looks at it first: no pre-flight over SSH on each look while it waits. A launch
+        waiting for a time or for another launch (at=, after=) goes back until then."""
+        if await pipelines.must_wait(self.store, item, self._mutate, self.clusters.config.policy):
+            return False
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return False
         return not await self.store.thread_waits(item.id) or await self._thread_is_up(item)

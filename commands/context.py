@@ -19,6 +19,7 @@ class User(BaseModel):
     id: str
     name: str = ""
     groups: frozenset[str] = frozenset()
+    tz: str = ""  # IANA time zone (Slack's users.info ``tz``); "": this machine's zone
 
 
 class CommandContext(BaseModel):

@@ -37,6 +37,10 @@ _DETAILS: dict[HelpTopic, str] = {
         "  framework=F      {frameworks}\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
         "  over_budget=true admins only: launch even past the weekly GPU-hour budget\n"
+        '  at=T             start at a time in your time zone: at=22:00, at="tomorrow 06:30"\n'
+        "                   or at=2026-12-24T08:00; pre-flight runs when it is due\n"
+        "  after=J[:ok|:any] start when launch (or Slurm job) J has ended for good, retries\n"
+        "                   included: :ok (default) only if it completed, :any whatever its end\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
@@ -44,15 +48,16 @@ _DETAILS: dict[HelpTopic, str] = {
     ),
     "interactive": (
         "Allocate nodes for an interactive {interactive} session; /attach shows how to get in.\n"
-        "Keys: cluster, nodes, partition, time, name, image, dry_run, over_budget "
+        "Keys: cluster, nodes, partition, time, name, image, dry_run, over_budget, at, after "
         "(as for /train).\n"
         "Example: /train interactive nodes=1 cluster={default}"
     ),
     "recipes": "List what /train can launch, with the overrides each recipe allows.",
     "attach": "How to attach to your interactive job (only you see it). " + _JOB,
     "jobs": (
-        "Your active launches, one line each; /jobs all for everyone's; /jobs history "
-        "[days=N] for your finished ones (admins: /jobs all history)."
+        "Your active launches, one line each, with what a waiting one waits for (at=, "
+        "after=); /jobs all for everyone's; /jobs history [days=N] for your finished ones "
+        "(admins: /jobs all history)."
     ),
     "cancel": "Cancel a job after you confirm. " + _JOB,
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,

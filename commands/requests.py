@@ -21,6 +21,7 @@ from cluster.profiles import (
     slurm_time_seconds,
 )
 from cluster.recipes import MODEL_PATTERN, OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
+from commands.schedule import AFTER_PATTERN, AT_PATTERN
 from commands.values import (
     IMAGE_PATH_PATTERN,
     LAUNCH_ID_PATTERN,
@@ -105,6 +106,9 @@ class _LaunchFields(_Request):
     image: Image = None
     dry_run: bool = False
     over_budget: bool = False  # an admin launches past the GPU-hour budget
+    at: str | None = Field(default=None, pattern=AT_PATTERN)  # not before (UTC)
+    after: str | None = Field(default=None, pattern=AFTER_PATTERN)  # a launch or Slurm job
+    after_any: bool = False  # go whatever the end of ``after`` (else: only if it completed)
 
     def _launch_pairs(self) -> list[str]:
         pairs = _pairs(
@@ -114,6 +118,8 @@ class _LaunchFields(_Request):
             time=self.time,
             name=self.name,
             image=self.image,
+            at=self.at,
+            after=self.after and f"{self.after}:{'any' if self.after_any else 'ok'}",
         )
         flags = [f"{key}=true" for key in ("dry_run", "over_budget") if getattr(self, key)]
         return [*pairs, *flags]

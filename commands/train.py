@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time as clock
 from collections.abc import Callable
 
 from cluster.frameworks import default_framework, workloads
@@ -19,6 +20,7 @@ from commands.requests import (
     Request,
     TrainRequest,
 )
+from commands.schedule import join_at_words, parse_after, parse_at
 from commands.suggest import did_you_mean, join_names, quote
 from commands.values import (
     check_image,
@@ -31,7 +33,8 @@ from commands.values import (
 )
 
 LAUNCH_KEYS = (
-    "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget"
+    "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget",
+    "at", "after",
 )  # fmt: skip
 TRAIN_KEYS = (*LAUNCH_KEYS, "framework")
 SUBCOMMANDS = ("interactive", "help", "recipes")
@@ -39,6 +42,7 @@ SUBCOMMANDS = ("interactive", "help", "recipes")
 
 def parse_train(args: Args, user: User, context: CommandContext) -> Request:
     """``/train ...`` text (already split) to a request."""
+    args = join_at_words(args)
     if not args.words:
         if args.pairs:
             raise CommandError(
@@ -184,6 +188,8 @@ def _launch_fields(
     user_max = context.policy.max_nodes_for(user.id, user.groups, profile.name)
     nodes = parse_nodes(pairs.get("nodes", str(default_nodes)), profile, user_max)
     image = pairs.get("image")
+    after = None if pairs.get("after") is None else parse_after(pairs["after"])
+    at = pairs.get("at")
     return InteractiveRequest(
         cluster=profile.name,
         nodes=nodes,
@@ -193,6 +199,9 @@ def _launch_fields(
         image=None if image is None else check_image(image, profile),
         dry_run=parse_bool("dry_run", pairs.get("dry_run", "false")),
         over_budget=parse_bool("over_budget", pairs.get("over_budget", "false")),
+        at=None if at is None else parse_at(at, tz=user.tz, now=clock.time()),
+        after=None if after is None else after[0],
+        after_any=after is not None and after[1] == "any",
     )
 
 

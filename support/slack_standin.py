@@ -74,6 +74,7 @@ class SlackStandin:
     usergroups: dict[str, list[str]] = field(default_factory=dict)
     emails: dict[str, str] = field(default_factory=dict)  # user id -> profile email
     unconfirmed: set[str] = field(default_factory=set)  # user ids whose email is unconfirmed
+    timezones: dict[str, str] = field(default_factory=dict)  # user id -> users.info tz
     calls: list[Call] = field(default_factory=list)
     uploads: dict[str, bytes] = field(default_factory=dict)
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -289,6 +290,7 @@ class SlackStandin:
                 "is_bot": False,
                 "is_email_confirmed": user in self.emails and user not in self.unconfirmed,
                 "profile": {"email": self.emails.get(user, "")},
+                "tz": self.timezones.get(user, "America/Los_Angeles"),
             }
         }
 

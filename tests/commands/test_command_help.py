@@ -39,3 +39,10 @@ def test_recipes_lists_scripts_and_overrides(context: CommandContext) -> None:
 def test_recipes_filtered_by_workload(context: CommandContext) -> None:
     text = recipes_text(context, "rm")
     assert "*rm*" in text and "*sft*" not in text
+
+
+def test_train_help_names_at_and_after(context: CommandContext) -> None:
+    text = help_text(context, "train")
+    assert 'at="tomorrow 06:30"' in text and "at=2026-12-24T08:00" in text
+    assert "after=J[:ok|:any]" in text
+    assert "at, after" in help_text(context, "interactive")
