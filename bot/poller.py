@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -91,30 +91,30 @@ class Poller:
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
             self.scheduler.add_job(
-                self.hold,
+                self.scheduled,
                 "interval",
                 seconds=lease_ttl_ms(profile.poll_interval_s) / 1000 / RENEWALS_PER_INTERVAL,
-                args=[name],
+                args=[self.hold, name],
                 id=f"lease-{name}",
                 max_instances=1,
                 coalesce=True,
                 misfire_grace_time=None,
             )
             self.scheduler.add_job(
-                self.poll,
+                self.scheduled,
                 "interval",
                 seconds=profile.poll_interval_s,
-                args=[name],
+                args=[self.poll, name],
                 id=f"poll-{name}",
                 max_instances=1,
                 coalesce=True,
                 misfire_grace_time=None,
             )
             self.scheduler.add_job(
-                self.charge,
+                self.scheduled,
                 "interval",
                 seconds=max(profile.poll_interval_s, MIN_CHARGE_INTERVAL_S),
-                args=[name],
+                args=[self.charge, name],
                 id=f"charge-{name}",
                 max_instances=1,
                 coalesce=True,
@@ -122,16 +122,25 @@ class Poller:
             )
             if (every_s := self.clusters.config.watch.health.gpu_sample_for(name)) > 0:
                 self.scheduler.add_job(
-                    self.sample_gpus,
+                    self.scheduled,
                     "interval",
                     seconds=every_s,
-                    args=[name],
+                    args=[self.sample_gpus, name],
                     id=f"gpu-{name}",
                     max_instances=1,
                     coalesce=True,
                     misfire_grace_time=None,
                 )
         self.scheduler.start()
+
+    async def scheduled(self, job: Callable[[str], Awaitable[object]], cluster: str) -> None:
+        """Run one of ``cluster``'s scheduled jobs. One that :meth:`shutdown` cuts short ends
+        quietly: it is not a failure, and the next process (or this one's next run) does it."""
+        try:
+            await job(cluster)
+        except asyncio.CancelledError:
+            if not self.stopping:
+                raise
 
     async def sample_gpus(self, cluster: str) -> int:
         """GPU figures of ``cluster``'s running jobs (:mod:`bot.gpuwatch`), while this

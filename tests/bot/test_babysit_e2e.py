@@ -49,6 +49,8 @@ async def clean_redis() -> None:
 async def console_bot(**config: object) -> AsyncIterator[tuple[Bot, ConsoleFront]]:
     front = ConsoleFront(io.StringIO(), color=False)
     settings = bot_settings(TRAINBOT_PAGERDUTY_KEY=ROUTING_KEY)
+    if config.get("cache_dir"):  # made as a person would: pre-flight checks mounts exist
+        await asyncio.to_thread(login_run, f"mkdir -p {config['cache_dir']}")
     async with running(settings, dev_config(**config), front) as bot:  # type: ignore[arg-type]
         yield bot, front
 

@@ -145,7 +145,7 @@ async def test_names_and_lines_from_the_cluster_never_ping_anyone(
         body = (
             f"log={root}/log-x_${{SLURM_JOB_ID}}_0.out\n"
             f"echo {shlex.quote('step 1: ' + hostile)} >> $log\n"
-            f"mkdir -p {shlex.quote(checkpoints + '/checkpoints/<!channel>-step=1-')}\n"
+            f"mkdir -p {shlex.quote(checkpoints + '/default/checkpoints/<!channel>-step=1-')}\n"
             "sleep 4\n"
             f"echo {shlex.quote('RuntimeError: ' + hostile)} >> $log\n"
             "exit 1\n"
