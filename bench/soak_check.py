@@ -288,7 +288,8 @@ def step_of(label: str) -> int | None:
 def checkpoint_on_disk(plan: Plan, jobs: list[JobRow], step: int, dirs: dict[str, Path]) -> str:
     """ "" when a complete checkpoint of ``step`` is on disk, else what is wrong."""
     if plan.framework == "nemo":
-        ckpts = dirs["nemo_logs"] / f"{plan.tag}-{plan.launch_id}" / "checkpoints"
+        # NeMo's logger puts them under its name, "default" (nemo/lightning/nemo_logger.py)
+        ckpts = dirs["nemo_logs"] / f"{plan.tag}-{plan.launch_id}" / "default" / "checkpoints"
         if not ckpts.is_dir():
             return f"no {ckpts}"
         found = [

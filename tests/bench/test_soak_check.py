@@ -175,3 +175,17 @@ def test_a_requeued_job_is_charged_every_incarnation() -> None:
     assert check_charges([view], {LAUNCH: 16 + 20 * 16 / 3600}, 16 + 20 * 16 / 3600, rows) == []
     (wrong,) = check_charges([view], {LAUNCH: 16.0}, 16 + 20 * 16 / 3600, rows)
     assert wrong.kind == "charge_mismatch" and "jobs 501" in wrong.detail
+
+
+def test_a_nemo_checkpoint_is_looked_for_under_the_loggers_default_directory(
+    dirs: dict[str, Path],
+) -> None:
+    view = clean()
+    view.plan = replace(view.plan, framework="nemo")
+    run = dirs["nemo_logs"] / f"soak-0-{LAUNCH}"
+    (run / "checkpoints" / "model-step=10-last").mkdir(parents=True)  # not where NeMo saves
+    assert kinds(view, dirs) == ["checkpoint_missing"]
+    (run / "default" / "checkpoints" / "model-step=10-last" / "weights").mkdir(parents=True)
+    assert kinds(view, dirs) == []
+    (run / "default" / "checkpoints" / "model-step=10-last-unfinished").touch()
+    assert kinds(view, dirs) == ["checkpoint_missing"]

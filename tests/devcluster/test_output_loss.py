@@ -53,6 +53,31 @@ def only_the_tail_is_missing(log: str) -> bool:
     return tuple(present) == ORDER[: len(present)] and positions == sorted(positions) and once
 
 
+# srun reports tasks that ended alike on one node together, as a Slurm range list:
+# "srun: error: dev0: task 0: Exited with exit code 1" or, with other ranks exiting the
+# same way, "srun: error: dev0: tasks 0,5-7: Exited with exit code 1".
+EXITED_1 = re.compile(r"^srun: error: dev\d: tasks? ([\d,-]+): Exited with exit code 1$", re.M)
+
+
+def tasks_exited_1(sbatch_log: str) -> set[int]:
+    tasks: set[int] = set()
+    for ranges in EXITED_1.findall(sbatch_log):
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            tasks.update(range(int(first), int(last or first) + 1))
+    return tasks
+
+
+def test_tasks_exited_1_reads_srun_range_lists() -> None:
+    log = (
+        "srun: error: dev0: tasks 0,5-7: Exited with exit code 1\n"
+        "srun: error: dev1: task 9: Terminated\n"
+        "srun: error: dev1: task 12: Exited with exit code 1\n"
+    )
+    assert tasks_exited_1(log) == {0, 5, 6, 7, 12}
+    assert tasks_exited_1("srun: error: dev0: tasks 1-4: Terminated\n") == set()
+
+
 def test_the_race_traceback_reaches_the_log_of_every_cold_two_node_run(
     login: Login, unique: str
 ) -> None:
@@ -63,7 +88,10 @@ def test_the_race_traceback_reaches_the_log_of_every_cold_two_node_run(
         assert login.wait_for_state(job)["State"] == "FAILED"
         log = nemo_log(login, status["dir"], job)
         sbatch_log = login.run(f"cat {status['dir']}/sbatch_*_{job}.out").stdout
-        assert re.search(r"^srun: error: dev\d: task 0: Exited with exit code 1$", sbatch_log, re.M)
+        srun_lines = "\n".join(ln for ln in sbatch_log.splitlines() if ln.startswith("srun:"))
+        assert 0 in tasks_exited_1(sbatch_log), (
+            f"job {job}: srun did not say task 0 exited 1:\n{srun_lines}"
+        )
         assert TRACEBACK in log, f"job {job} (run {i + 1} of {RUNS}) lost the traceback:\n{log}"
         assert only_the_tail_is_missing(log), f"job {job}: log is not a clean prefix:\n{log}"
 
