@@ -149,6 +149,47 @@ class TrainRequest(_LaunchFields):
         return " ".join(words)
 
 
+class SweepRequest(_Request):
+    """``/train ...`` with a comma list (or ``seeds=N``): one launch per combination.
+    ``axes`` are the keys that vary with their values, in product order; ``seed_key``
+    is the recipe's seed override when ``seeds=N`` was given (its axis is last)."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["sweep"] = "sweep"
+    members: tuple[TrainRequest, ...] = Field(min_length=1)
+    axes: tuple[tuple[Annotated[str, Field(pattern=OVERRIDE_KEY_PATTERN)], tuple[str, ...]], ...]
+    seed_key: str | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        return self.members[0].dry_run
+
+    @property
+    def cluster(self) -> str:
+        return self.members[0].cluster
+
+    def values_of(self, index: int) -> tuple[tuple[str, str], ...]:
+        """The varied values of member ``index`` (its place in the product)."""
+        chosen = []
+        for key, values in reversed(self.axes):
+            index, at = divmod(index, len(values))
+            chosen.append((key, values[at]))
+        return tuple(reversed(chosen))
+
+    def to_text(self) -> str:
+        lists = {key: ",".join(values) for key, values in self.axes}
+        words = []
+        for word in self.members[0].to_text().split(" "):
+            key = word.split("=", 1)[0]
+            if key == self.seed_key:
+                words.append(f"seeds={len(dict(self.axes)[key])}")
+            elif key in lists:
+                words.append(f"{key}={lists[key]}")
+            else:
+                words.append(word)
+        return " ".join(words)
+
+
 class InteractiveRequest(_LaunchFields):
     """``/train interactive [nodes=N] [cluster=C] ...``: an interactive NeMo-RL allocation."""
 
@@ -275,6 +316,7 @@ class RecipesRequest(_Request):
 
 Request = Annotated[
     TrainRequest
+    | SweepRequest
     | InteractiveRequest
     | AttachRequest
     | CancelRequest
