@@ -22,6 +22,7 @@ from cluster.profiles import (
 )
 from cluster.recipes import MODEL_PATTERN, OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
 from commands.schedule import AFTER_PATTERN, AT_PATTERN
+from commands.sweep import SWEEP_ID_PATTERN
 from commands.values import (
     IMAGE_PATH_PATTERN,
     LAUNCH_ID_PATTERN,
@@ -69,12 +70,16 @@ class JobRef(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=f"{LAUNCH_ID_PATTERN}|{SLURM_JOB_ID_PATTERN}")
+    id: str = Field(pattern=f"{LAUNCH_ID_PATTERN}|{SLURM_JOB_ID_PATTERN}|{SWEEP_ID_PATTERN}")
     cluster: ClusterName | None = None
 
     @property
     def is_launch_id(self) -> bool:
         return self.id.startswith("L-")
+
+    @property
+    def is_sweep_id(self) -> bool:
+        return self.id.startswith("S-")
 
     def to_text(self) -> str:
         return self.id if self.cluster is None else f"{self.id} cluster={self.cluster}"
