@@ -283,7 +283,8 @@ class Core:
         if isinstance(request, ClustersRequest):
             return await self.cluster_list(request.cluster, user)
         if isinstance(request, CancelRequest) and request.job.is_sweep_id:
-            return sweep_answers.confirm_cancel(*await self.sweep_members(request.job.id, user))
+            members = await self.sweep_members(request.job.id, user, "cancel")
+            return sweep_answers.confirm_cancel(*members)
         if isinstance(request, CancelRequest):
             launch = await self.actable(request.job, user, "cancel")
             return answers.confirm_cancel(launch)
@@ -355,7 +356,8 @@ class Core:
 
     async def on_sweep_action(self, action_id: str, sweep_id: str, user: User) -> Reply:
         """Cancel a whole sweep (after its confirm dialog), or approve or reject it whole."""
-        sweep, members = await self.sweep_members(sweep_id, user)
+        verb = "cancel" if action_id == ACTION_CANCEL else ""  # approvers: checked per member
+        sweep, members = await self.sweep_members(sweep_id, user, verb)
         live = [m for m in members if m is not None and m.active]
         if action_id == ACTION_CANCEL:
             for member in live:
@@ -377,15 +379,18 @@ class Core:
             return Reply(f"{word} sweep {sweep.id} ({len(waiting)} launches).")
         return Reply(f"That button does not apply to sweep {sweep.id}.", error=True)
 
-    async def sweep_members(self, sweep_id: str, user: User) -> tuple[Sweep, list[Launch | None]]:
-        """The sweep and its members' records; CommandError when it is unknown or not
-        the person's to see (as for a launch)."""
+    async def sweep_members(
+        self, sweep_id: str, user: User, verb: str = ""
+    ) -> tuple[Sweep, list[Launch | None]]:
+        """The sweep and its members' records; CommandError when it is unknown, or (with
+        ``verb``) not the person's to act on, as for one of its launches."""
         sweep = await self.store.get_sweep(sweep_id)
         members = [] if sweep is None else await self.store.get_many(sweep.members)
         first = next((m for m in members if m is not None), None)
         if sweep is None or first is None:
             raise CommandError(f"No sweep {sweep_id} (it may have expired). /jobs lists yours.")
-        await self.readable(JobRef(id=first.id), user)
+        if verb:
+            await self.actable(JobRef(id=first.id), user, verb)
         return sweep, members
 
     async def slow_down(self, user_id: str, kind: Literal["launches", "commands"]) -> None:
