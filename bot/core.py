@@ -18,12 +18,12 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, health, home, pipelines, render, usage
+from bot import answers, health, home, pipelines, render, sweep_answers, sweeps, usage
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.identity import NoUser, People
-from bot.launches import Attempt, Launch, Phase
+from bot.launches import Attempt, Launch, Phase, Sweep
 from bot.logs import launch_fields
 from bot.redact import Redactor
 from bot.slack_text import (
@@ -37,6 +37,7 @@ from bot.slack_text import (
     escape,
 )
 from bot.store import BudgetGuard, Event, OverBudget, OverTeamBudget, Store
+from bot.sweeps import ACTION_CANCEL_MEMBER
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, TrainbotError
 from commands.access import (
@@ -64,6 +65,7 @@ from commands.requests import (
     JobsRequest,
     LogsRequest,
     RecipesRequest,
+    SweepRequest,
     TrainRequest,
     UsageRequest,
 )
@@ -99,6 +101,22 @@ def _at_limit(limit: int, *, dry_run: bool) -> str:
         f"You already have {limit} active launch{'es' if limit != 1 else ''} "
         f"(your limit is {limit}). Wait for one to finish or /cancel one."
     )
+
+
+def _sweep_first_events(sweep: Sweep, first_id: str, approval: str | None) -> list[Event]:
+    """The sweep's parent and first thread line: queued, or the one approval it asks."""
+    if approval is None:
+        said = f"Queued by <@{sweep.user_id}>: `{escape(sweep.text)}`"
+        return [Event("parent", first_id), Event("thread", first_id, said)]
+    ask = (
+        f"✋ <@{sweep.user_id}> asks for sweep {sweep.id} ({len(sweep.members)} launches): "
+        f"`{escape(sweep.text)}`. {escape(approval)} A trainbot admin or an approver can "
+        "approve the whole sweep."
+    )
+    return [
+        Event("parent", first_id),
+        Event("thread", first_id, ask, data={"buttons": ["approve", "reject"], "sweep": sweep.id}),
+    ]
 
 
 class Core:
@@ -240,6 +258,8 @@ class Core:
         request = parse_command(incoming.command, incoming.text, user=user, context=self.context)
         if isinstance(request, TrainRequest | InteractiveRequest):
             return await self.train(request, incoming, user)
+        if isinstance(request, SweepRequest):
+            return await self.sweep(request, incoming, user)
         if isinstance(request, HelpRequest):
             return Reply(help_text(self.context, request.topic))
         if isinstance(request, RecipesRequest):
@@ -262,6 +282,9 @@ class Core:
             )
         if isinstance(request, ClustersRequest):
             return await self.cluster_list(request.cluster, user)
+        if isinstance(request, CancelRequest) and request.job.is_sweep_id:
+            members = await self.sweep_members(request.job.id, user, "cancel")
+            return sweep_answers.confirm_cancel(*members)
         if isinstance(request, CancelRequest):
             launch = await self.actable(request.job, user, "cancel")
             return answers.confirm_cancel(launch)
@@ -309,6 +332,10 @@ class Core:
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.use_partition(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
+        if ref.is_sweep_id:
+            return await self.on_sweep_action(incoming.action_id, ref.id, user)
+        if incoming.action_id == ACTION_CANCEL_MEMBER:
+            return answers.confirm_cancel(await self.actable(ref, user, "cancel"))
         if incoming.action_id == ACTION_CANCEL:
             return await self.cancel(await self.actable(ref, user, "cancel"), user)
         if incoming.action_id == ACTION_LOGS:
@@ -326,6 +353,45 @@ class Core:
             await self.slow_down(user.id, "launches")
             return await self.retry(launch, user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)
+
+    async def on_sweep_action(self, action_id: str, sweep_id: str, user: User) -> Reply:
+        """Cancel a whole sweep (after its confirm dialog), or approve or reject it whole."""
+        verb = "cancel" if action_id == ACTION_CANCEL else ""  # approvers: checked per member
+        sweep, members = await self.sweep_members(sweep_id, user, verb)
+        live = [m for m in members if m is not None and m.active]
+        if action_id == ACTION_CANCEL:
+            for member in live:
+                await self.actable(JobRef(id=member.id), user, "cancel")
+            replies = [await self.cancel(member, user) for member in live]
+            failed = [r.text for r in replies if r.error]
+            said = f"Cancelled sweep {sweep.id}: {len(live)} active member(s), one cancel each."
+            return Reply("\n".join([said, *failed]), error=bool(failed))
+        if action_id in (ACTION_APPROVE, ACTION_REJECT):
+            waiting = [m for m in live if m.phase == Phase.AWAITING_APPROVAL]
+            if not waiting:
+                return Reply(f"Sweep {sweep.id} is not waiting for approval any more.", error=True)
+            approved = action_id == ACTION_APPROVE
+            for member in waiting:
+                reply = await self.approve(member, user, approved)
+                if reply.error:
+                    return reply
+            word = "Approved" if approved else "Rejected"
+            return Reply(f"{word} sweep {sweep.id} ({len(waiting)} launches).")
+        return Reply(f"That button does not apply to sweep {sweep.id}.", error=True)
+
+    async def sweep_members(
+        self, sweep_id: str, user: User, verb: str = ""
+    ) -> tuple[Sweep, list[Launch | None]]:
+        """The sweep and its members' records; CommandError when it is unknown, or (with
+        ``verb``) not the person's to act on, as for one of its launches."""
+        sweep = await self.store.get_sweep(sweep_id)
+        members = [] if sweep is None else await self.store.get_many(sweep.members)
+        first = next((m for m in members if m is not None), None)
+        if sweep is None or first is None:
+            raise CommandError(f"No sweep {sweep_id} (it may have expired). /jobs lists yours.")
+        if verb:
+            await self.actable(JobRef(id=first.id), user, verb)
+        return sweep, members
 
     async def slow_down(self, user_id: str, kind: Literal["launches", "commands"]) -> None:
         """Count a costly request against the person's limit (policy ``limits``), or refuse
@@ -469,6 +535,109 @@ class Core:
         profile = self.clusters.profiles.get(launch.cluster)
         return Reply(render.queued_reply(launch, profile) + before)
 
+    async def sweep(self, request: SweepRequest, incoming: Incoming, user: User) -> Reply:
+        """A sweep: every member checked as its own launch, one approval, one budget check
+        of the total, all members written at once; those past the person's room under
+        ``max_concurrent`` each wait for an earlier member to end, in order."""
+        policy = self.context.policy
+        members = request.members
+        first = members[0]
+        active, _ = await self.store.active_counts(user.id)
+        decisions = [
+            decide(policy, m, user_id=user.id, group_ids=user.groups, active_launches=active)
+            for m in members
+        ]
+        if refused := next((d for d in decisions if not d.allowed), None):
+            return Reply(refused.reason, error=True)
+        await self.slow_down(user.id, "launches")
+        image_secrets = self.check_image(first, user)
+        cluster_user = await self.cluster_user(first.cluster, user)
+        problem = await self.front.can_post(incoming.channel_id) if self.front else ""
+        if problem:
+            return Reply(problem, error=True)
+        account = slurm_account(
+            policy, user_id=user.id, group_ids=user.groups, cluster=first.cluster
+        )
+        if first.over_budget and not policy.is_admin(user.id, user.groups):
+            raise CommandError(
+                "over_budget=true is for trainbot admins only; leave it out (the sweep is "
+                "then checked against your weekly GPU-hour budget) or ask an admin.",
+                field="over_budget",
+            )
+        appraisals = [
+            await appraise(
+                self.store, self.clusters, policy, member, user, account=account,
+                estimates=self.start_estimates, cluster_user=cluster_user,
+                timeout_s=self.start_estimate_timeout_s,
+            )
+            for member in members
+        ]  # fmt: skip
+        known = [a.cost.gpu_hours for a in appraisals if a.cost.gpu_hours is not None]
+        total = sum(known) if len(known) == len(appraisals) else None
+        whole = replace(
+            appraisals[0], cost=replace(appraisals[0].cost, gpu_hours=total, basis="all members")
+        )
+        sweep = Sweep(
+            user_id=user.id,
+            channel=incoming.channel_id,
+            title=f"{first.workload} · {first.model}",
+            text=request.to_text(),
+            where=sweeps.where(request),
+            keys=[key for key, _ in request.axes],
+            values=[[v for _, v in request.values_of(i)] for i in range(len(members))],
+            estimate_gpu_hours=total,
+        )
+        each = "" if total is None else f", about {total:,.1f} GPU-hours in all"
+        said = (
+            f"Sweep {sweep.id}: {len(members)} launches of {escape(sweep.title)} on "
+            f"{escape(sweep.where)}{each}.\n{escape(appraisals[0].start)}"
+        )
+        budget = None
+        if whole.budget_total and total is not None and not first.over_budget:
+            charged, held = await self.store.budget_use(user.id, first.cluster, whole.week)
+            if charged + held + total > whole.budget_total:
+                return Reply(f"{said}\n{escape(whole.refusal(charged, held))}", error=True)
+            budget = BudgetGuard(first.cluster, whole.week, whole.budget_total)
+        if request.dry_run:
+            lines = [f"{i + 1}. {escape(sweep.label(i))}" for i in range(len(members))]
+            return Reply(f"{said}\nMembers:\n" + "\n".join(lines) + "\nNothing was launched.")
+        approval = next((d for d in decisions if d.needs_approval), None)
+        room = max(1, (decisions[0].max_concurrent or len(members)) - active)
+        launches = [
+            Launch(request=m, user_id=user.id, user_name=user.name, channel=incoming.channel_id)
+            for m in members
+        ]
+        for index, (launch, appraisal) in enumerate(zip(launches, appraisals, strict=True)):
+            launch.sweep = sweep.id
+            launch.image_secrets, launch.cluster_user = image_secrets, cluster_user
+            launch.slurm_account = account or ""
+            launch.estimate_gpu_hours = appraisal.cost.gpu_hours
+            launch.tz, launch.groups = user.tz, sorted(user.groups)
+            if index >= room:  # max_concurrent: each waits for the member ``room`` before it
+                launch.waits_for = launches[index - room].id
+            if approval is not None:
+                launch.phase = Phase.AWAITING_APPROVAL
+        sweep.members = [launch.id for launch in launches]
+        events = _sweep_first_events(
+            sweep, launches[0].id, None if approval is None else approval.reason
+        )
+        teams = usage.team_guards(policy, user, account or "", first, time.time())
+        try:
+            await self.store.create_sweep(
+                sweep, launches, events, enqueue=approval is None, budget=budget, teams=teams
+            )
+        except (OverBudget, OverTeamBudget) as exc:  # another launch took the room
+            return Reply(usage.refused(exc, whole, policy, launches[0]) + "\n" + said, error=True)
+        log.info("sweep %s queued by %s: %s", sweep.id, user.id, sweep.text)
+        if approval is not None:
+            return Reply(f"{said}\nIt needs a second person's approval; asked in its thread.")
+        waits = (
+            f" {len(members) - room} wait their turn (your max_concurrent)."
+            if len(members) > room
+            else ""
+        )
+        return Reply(f"{said}\nQueued; the table in its thread follows every member.{waits}")
+
     async def people_tz(self, user_id: str) -> str:
         """The person's time zone (Slack's users.info ``tz``); "": this machine's own."""
         ask = getattr(self.front, "user_tz", None)
@@ -564,6 +733,11 @@ class Core:
         return await self.owned(ref, user, verb)
 
     async def find(self, ref: JobRef) -> Launch:
+        if ref.is_sweep_id:
+            raise CommandError(
+                f"{ref.id} is a sweep: give one of its launch ids here (its table and "
+                "/jobs list them); /cancel takes the whole sweep."
+            )
         if ref.is_launch_id:
             launch = await self.store.get(ref.id)
             if launch is None:

@@ -146,3 +146,8 @@ def launch_teams(launch_id: str) -> str:
 def report_posted(period: str) -> str:
     """Set (if absent) by the bot process that posts the usage report of ``period``."""
     return f"{PREFIX}:report:{period}"
+
+
+def sweep(sweep_id: str) -> str:
+    """A sweep's record (JSON): its members in order, their values, its parent message."""
+    return f"{PREFIX}:sweep:{sweep_id}"

@@ -160,6 +160,7 @@ class Launch(BaseModel):
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
     waits_for: str = ""  # after=: the launch this one starts after (bot.pipelines)
+    sweep: str = ""  # the sweep this launch is a member of (bot.sweeps), if any
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
     groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)
@@ -275,3 +276,36 @@ class HistoryEntry(BaseModel):
             gpu_hours=launch.gpu_hours,
             permalink=launch.permalink,
         )
+
+
+def new_sweep_id() -> str:
+    return f"S-{secrets.token_hex(3)}"
+
+
+class Sweep(BaseModel):
+    """The record of one sweep."""
+
+    id: str = Field(default_factory=new_sweep_id)
+    user_id: str
+    channel: str
+    title: str  # sft · llama3p1_8b
+    text: str  # the /train line, canonical
+    where: str  # 2 nodes × a4
+    keys: list[str]  # the keys that vary, in product order
+    members: list[str] = Field(default_factory=list)  # launch ids, in product order
+    values: list[list[str]] = Field(default_factory=list)  # each member's values of ``keys``
+    estimate_gpu_hours: float | None = None
+    parent_ts: str = ""
+    created_at: float = Field(default_factory=time.time)
+
+    def label(self, index: int) -> str:
+        """``lr=3e-5, max_steps=100``: a member by the values that differ."""
+        return ", ".join(
+            f"{short_key(key)}={value}"
+            for key, value in zip(self.keys, self.values[index], strict=True)
+        )
+
+
+def short_key(key: str) -> str:
+    """``optim.config.lr`` -> ``lr``: the last part of a dotted key."""
+    return key.rsplit(".", 1)[-1]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
-from bot import keys, render
+from bot import keys, render, sweep_notes
 from bot.front import Front, FrontError, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import PAGE_KINDS, Pager
@@ -55,6 +55,8 @@ PARALLEL = 16  # deliveries in flight at once, across lanes
 LANE_READ = 50  # entries of a lane looked at together (to skip superseded updates)
 SLEEP_IN_LANE_MAX_S = 5.0  # longer backoffs hand the lane back to the scheduler
 STOP_GRACE_S = 10.0
+SWEEP_KINDS = ("parent", "update")  # a sweep member's events that go to the sweep's table
+SWEEP_MEMO_MAX = 10_000  # launch -> sweep remembered by the notifier, at most
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,13 @@ class Retry:
         return min(self.dead_cap_s, max(self.cap_s, self.first_s) * 2.0**late)
 
 
-def lane_of(event: Event) -> str:
+def lane_of(event: Event, sweep: str = "") -> str:
     """A launch's thread is one lane and its pages another, so a page never waits
-    for a thread the bot cannot post in."""
+    for a thread the bot cannot post in. The parent updates of a sweep's members
+    share one lane, the sweep's, where a newer update replaces those before it: the
+    table is edited once per round, however many members moved."""
+    if sweep and event.kind in SWEEP_KINDS:
+        return f"sweep:{sweep}"
     kind = "page" if event.kind in PAGE_KINDS else "thread"
     return f"{kind}:{event.launch_id}"
 
@@ -112,6 +118,8 @@ class Notifier:
         self._slots = asyncio.Semaphore(PARALLEL)
         self._halt = asyncio.Event()
         self.on_delivered: list[Callable[[str], None]] = []  # told each delivered entry's id
+        self._sweep_of: dict[str, str] = {}  # launch id -> its sweep id ("": none)
+        self._sweep_locks: dict[str, asyncio.Lock] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -161,7 +169,8 @@ class Notifier:
                 log.warning("notifier: outbox entry %s dropped: %s", entry_id, exc)
                 await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, entry_id)
         if events:
-            await self.store.hold([(lane_of(event), event) for event in events])
+            lanes = [lane_of(event, await self._sweep_lane(event)) for event in events]
+            await self.store.hold(list(zip(lanes, events, strict=True)))
         self._halt.clear()
         for lane in await self.store.due_lanes(time.time()):
             if lane not in self._lanes:
@@ -169,6 +178,17 @@ class Notifier:
                 self._lanes[lane] = task
                 task.add_done_callback(self._lane_ended)
         return len(events)
+
+    async def _sweep_lane(self, event: Event) -> str:
+        """The sweep of a parent or update event's launch ("": none), remembered."""
+        if event.kind not in SWEEP_KINDS:
+            return ""
+        if event.launch_id not in self._sweep_of:
+            if len(self._sweep_of) >= SWEEP_MEMO_MAX:
+                self._sweep_of.clear()
+            launch = await self.store.get(event.launch_id)
+            self._sweep_of[event.launch_id] = launch.sweep if launch else ""
+        return self._sweep_of[event.launch_id]
 
     def _lane_ended(self, task: asyncio.Task[None]) -> None:
         lane = task.get_name().removeprefix("notify ")
@@ -330,6 +350,11 @@ class Notifier:
         if event.kind == "enqueue":  # the store puts these on the queue, never in the outbox
             log.warning("notifier: enqueue event for %s is not a message; dropped", launch.id)
             return
+        if launch.sweep:
+            await sweep_notes.deliver(
+                self.store, self.front, self._sweep_locks, event, launch, thread_blocks
+            )
+            return
         if not launch.parent_ts:
             launch = await self._post_parent(launch)
         match event.kind:
@@ -453,7 +478,8 @@ def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))
     if launch.phase == Phase.AWAITING_APPROVAL and "approve" in wanted:
-        buttons += [approve_button(launch.id), reject_button(launch.id)]
+        target = str(event.data.get("sweep") or launch.id)  # a sweep is approved whole
+        buttons += [approve_button(target), reject_button(target)]
     if not buttons:
         return None
     return [section(event.text), actions(*buttons)]

@@ -40,7 +40,7 @@ def waits_text(launch: Launch, parent: Launch | None = None) -> str:
     if request.at:
         parts.append(f"starts at {show(at_epoch(request.at), launch.tz)}")
     if launch.waits_for:
-        cond = "ends" if request.after_any else "completes"
+        cond = "ends" if request.after_any or launch.sweep else "completes"
         now = f" (now {parent.phase.value})" if parent is not None and parent.active else ""
         parts.append(f"waits until {launch.waits_for} {cond}{now}")
     return "; ".join(parts)
@@ -77,7 +77,7 @@ async def must_wait(
         entry = await store.finished(item.waits_for)
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
-    if parent_ok(outcome, item.request.after_any):
+    if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
         return await _over_budget(store, item, mutate, policy)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (

@@ -144,3 +144,49 @@ def _finite(value: float) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+def render_overlay_png(
+    curves: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    *,
+    title: str,
+    width_px: int = WIDTH_PX,
+    height_px: int = HEIGHT_PX + 100,
+) -> bytes:
+    """Several loss curves on one chart, each smoothed and labelled (a sweep's members);
+    ValueError when no curve has two finite points."""
+    kept = []
+    for label, history in curves:
+        points = sorted((float(s), float(v)) for s, v in history if _finite(s) and _finite(v))
+        if len(points) >= 2:
+            kept.append((label, points))
+    if not kept:
+        raise ValueError("no member has two loss values")
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    palette = colormaps["tab10" if len(kept) <= 10 else "tab20"]
+    values: list[float] = []
+    for number, (label, points) in enumerate(kept):
+        line = smoothed(points) if len(points) > 20 else points
+        axes.plot([s for s, _ in line], [v for _, v in line], linewidth=1.6,
+                  color=palette(number % palette.N), label=label)  # fmt: skip
+        values += [v for _, v in points]
+    low, high = _limits(values)
+    axes.set_ylim(low, high)
+    axes.set_title(title, fontsize=10)
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (smoothed)")
+    axes.grid(True, color="#e0e0e0", linewidth=0.6)
+    shown = min(len(kept), 20)
+    handles, labels = axes.get_legend_handles_labels()
+    axes.legend(handles[:shown], labels[:shown], loc="upper right", frameon=False,
+                fontsize=8 if shown <= 8 else 6, ncol=1 if shown <= 10 else 2)  # fmt: skip
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()

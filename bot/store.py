@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from bot import keys
-from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun, new_launch_id
+from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
 from cluster.errors import TrainbotError
 from commands.budget import iso_week
 
@@ -496,6 +496,74 @@ class Store:
                     return True
                 except WatchError:
                     continue
+
+    async def create_sweep(
+        self,
+        sweep: Sweep,
+        launches: list[Launch],
+        events: list[Event],
+        *,
+        enqueue: bool = True,
+        budget: BudgetGuard | None = None,
+        teams: tuple[TeamGuard, ...] = (),
+    ) -> None:
+        """Store a sweep and all its members at once, queue them, write ``events``.
+
+        With ``budget`` (and ``teams``), only while the members' estimates together fit
+        what is left: one transaction, watched like :meth:`create`, so the sweep is
+        refused whole (OverBudget, OverTeamBudget) before any member exists."""
+        total = sum(launch.estimate_gpu_hours or 0.0 for launch in launches)
+        whole = launches[0].model_copy(update={"estimate_gpu_hours": total})
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    usage = [keys.usage(budget.cluster, budget.week)] if budget else []
+                    usage += [keys.uncharged(budget.cluster)] if budget else []
+                    for team in teams:
+                        usage += [keys.team_used(team.team, team.window)]
+                        usage += [keys.team_launches(team.team, team.window)]
+                    taken = [keys.sweep(sweep.id)]
+                    taken += [keys.launch(launch.id) for launch in launches]
+                    taken += [keys.summary(launch.id) for launch in launches]
+                    await pipe.watch(keys.user_active(sweep.user_id), *usage, *taken)
+                    if await pipe.exists(*taken):
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        raise StoreError(f"sweep {sweep.id} or one of its launch ids is taken")
+                    if budget is not None:
+                        charged, held = await self._budget_use(
+                            pipe, sweep.user_id, budget.cluster, budget.week
+                        )
+                        if charged + held + total > budget.limit:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            raise OverBudget(charged, held)
+                    await self._check_teams(pipe, whole, teams)
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(
+                        keys.sweep(sweep.id), sweep.model_dump_json(), ex=self.retention.launch_s
+                    )
+                    for launch in launches:
+                        pipe.set(keys.launch(launch.id), self._record(launch))
+                        self._hold_teams(pipe, launch.id, teams)
+                        self._index(pipe, launch)
+                    for event in events:
+                        pipe.xadd(keys.OUTBOX, self._entry(event))
+                    for launch in launches if enqueue else []:
+                        pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                    await pipe.execute()
+                    return
+                except WatchError:
+                    continue
+
+    async def get_sweep(self, sweep_id: str) -> Sweep | None:
+        raw = await self.redis.get(keys.sweep(sweep_id))
+        return Sweep.model_validate_json(raw) if raw else None
+
+    async def save_sweep(self, sweep: Sweep) -> None:
+        """Write the sweep's record back (its parent message, once posted); it is kept as
+        long as a finished launch's record."""
+        await self.redis.set(
+            keys.sweep(sweep.id), sweep.model_dump_json(), ex=self.retention.launch_s
+        )
 
     async def _check_teams(self, pipe: Any, launch: Launch, teams: tuple[TeamGuard, ...]) -> None:
         """OverTeamBudget (the watch let go) for the first team budget without room."""

@@ -19,7 +19,8 @@ USAGE: dict[HelpTopic, str] = {
 }
 
 _JOB = (
-    "<job> is a launch id such as L-7f3a9c or a Slurm job id such as 4187; "
+    "<job> is a launch id such as L-7f3a9c, a sweep id such as S-41c2aa (/cancel: every "
+    "member, after one confirm) or a Slurm job id such as 4187; "
     "add cluster=C when a Slurm job id could be on more than one cluster."
 )
 
@@ -44,6 +45,12 @@ _DETAILS: dict[HelpTopic, str] = {
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
+        "A sweep: a comma list in nodes or a recipe override launches every combination,\n"
+        "  optim.config.lr=1e-5,3e-5 trainer.max_steps=100,200 is 4 launches (at most\n"
+        "  {max_sweep}); seeds=N repeats each with N seeds where the recipe has a seed\n"
+        "  override. The answer gives the count and total GPU-hours first; with dry_run=true\n"
+        "  it lists the members. One thread holds a table of them and, at the end, a\n"
+        "  comparison by final loss and their loss curves in one picture.\n"
         "Example: /train sft llama3p1_8b nodes=2 cluster={default}"
     ),
     "interactive": (
@@ -56,7 +63,8 @@ _DETAILS: dict[HelpTopic, str] = {
     "attach": "How to attach to your interactive job (only you see it). " + _JOB,
     "jobs": (
         "Your active launches, one line each, with what a waiting one waits for (at=, "
-        "after=); /jobs all for everyone's; /jobs history [days=N] for your finished ones "
+        "after=), a sweep's members grouped under it; /jobs all for everyone's; "
+        "/jobs history [days=N] for your finished ones "
         "(admins: /jobs all history)."
     ),
     "cancel": "Cancel a job after you confirm. " + _JOB,
@@ -94,6 +102,7 @@ def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
             workloads=_workloads_text(),
             frameworks=" or ".join(FRAMEWORKS),
             interactive=interactive_framework().label,
+            max_sweep=context.policy.max_sweep,
         )
         return f"`{USAGE[topic]}`\n{details}"
     lines = ["trainbot commands:"]

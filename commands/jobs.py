@@ -18,6 +18,7 @@ from commands.requests import (
     LogsRequest,
 )
 from commands.suggest import did_you_mean, quote
+from commands.sweep import SWEEP_ID_PATTERN
 from commands.train import check_keys
 from commands.values import LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, parse_days, parse_lines
 
@@ -25,12 +26,14 @@ from commands.values import LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, parse_days,
 def parse_job_ref(raw: str, cluster: str | None, context: CommandContext) -> JobRef:
     """A launch id (any case) or a Slurm job id, with an optional known cluster."""
     value = raw.lower()
-    if value.startswith("l-"):
-        value = "L-" + value[2:]
-    if not (re.fullmatch(LAUNCH_ID_PATTERN, value) or re.fullmatch(SLURM_JOB_ID_PATTERN, value)):
+    if value.startswith(("l-", "s-")):
+        value = value[0].upper() + value[1:]
+    if not any(
+        re.fullmatch(p, value) for p in (LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, SWEEP_ID_PATTERN)
+    ):
         raise CommandError(
-            f"{quote(raw)} is not a job: give a launch id such as L-7f3a9c "
-            "or a Slurm job id such as 4187.",
+            f"{quote(raw)} is not a job: give a launch id such as L-7f3a9c, "
+            "a sweep id such as S-41c2aa or a Slurm job id such as 4187.",
             field="job",
         )
     profile = None if cluster is None else context.profile(cluster)

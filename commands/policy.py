@@ -173,6 +173,7 @@ class Policy(BaseModel):
     team_budgets: tuple[TeamBudgetRule, ...] = ()
     limits: Limits = Limits()
     usage: UsagePolicy = UsagePolicy()
+    max_sweep: int = Field(default=8, ge=1, le=256)  # members of one sweep, at most
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)

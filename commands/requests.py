@@ -22,6 +22,7 @@ from cluster.profiles import (
 )
 from cluster.recipes import MODEL_PATTERN, OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
 from commands.schedule import AFTER_PATTERN, AT_PATTERN
+from commands.sweep import SWEEP_ID_PATTERN
 from commands.values import (
     IMAGE_PATH_PATTERN,
     LAUNCH_ID_PATTERN,
@@ -69,12 +70,16 @@ class JobRef(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=f"{LAUNCH_ID_PATTERN}|{SLURM_JOB_ID_PATTERN}")
+    id: str = Field(pattern=f"{LAUNCH_ID_PATTERN}|{SLURM_JOB_ID_PATTERN}|{SWEEP_ID_PATTERN}")
     cluster: ClusterName | None = None
 
     @property
     def is_launch_id(self) -> bool:
         return self.id.startswith("L-")
+
+    @property
+    def is_sweep_id(self) -> bool:
+        return self.id.startswith("S-")
 
     def to_text(self) -> str:
         return self.id if self.cluster is None else f"{self.id} cluster={self.cluster}"
@@ -146,6 +151,47 @@ class TrainRequest(_LaunchFields):
         words = [self.command, self.workload, self.model, f"framework={self.framework}"]
         words += self._launch_pairs()
         words += [f"{key}={value}" for key, value in self.overrides]
+        return " ".join(words)
+
+
+class SweepRequest(_Request):
+    """``/train ...`` with a comma list (or ``seeds=N``): one launch per combination.
+    ``axes`` are the keys that vary with their values, in product order; ``seed_key``
+    is the recipe's seed override when ``seeds=N`` was given (its axis is last)."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["sweep"] = "sweep"
+    members: tuple[TrainRequest, ...] = Field(min_length=1)
+    axes: tuple[tuple[Annotated[str, Field(pattern=OVERRIDE_KEY_PATTERN)], tuple[str, ...]], ...]
+    seed_key: str | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        return self.members[0].dry_run
+
+    @property
+    def cluster(self) -> str:
+        return self.members[0].cluster
+
+    def values_of(self, index: int) -> tuple[tuple[str, str], ...]:
+        """The varied values of member ``index`` (its place in the product)."""
+        chosen = []
+        for key, values in reversed(self.axes):
+            index, at = divmod(index, len(values))
+            chosen.append((key, values[at]))
+        return tuple(reversed(chosen))
+
+    def to_text(self) -> str:
+        lists = {key: ",".join(values) for key, values in self.axes}
+        words = []
+        for word in self.members[0].to_text().split(" "):
+            key = word.split("=", 1)[0]
+            if key == self.seed_key:
+                words.append(f"seeds={len(dict(self.axes)[key])}")
+            elif key in lists:
+                words.append(f"{key}={lists[key]}")
+            else:
+                words.append(word)
         return " ".join(words)
 
 
@@ -275,6 +321,7 @@ class RecipesRequest(_Request):
 
 Request = Annotated[
     TrainRequest
+    | SweepRequest
     | InteractiveRequest
     | AttachRequest
     | CancelRequest

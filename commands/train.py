@@ -18,10 +18,12 @@ from commands.requests import (
     InteractiveRequest,
     RecipesRequest,
     Request,
+    SweepRequest,
     TrainRequest,
 )
 from commands.schedule import join_at_words, parse_after, parse_at
 from commands.suggest import did_you_mean, join_names, quote
+from commands.sweep import SEEDS_KEY, expand, parse_seeds, sweep_axes
 from commands.values import (
     check_image,
     check_name,
@@ -36,7 +38,7 @@ LAUNCH_KEYS = (
     "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget",
     "at", "after",
 )  # fmt: skip
-TRAIN_KEYS = (*LAUNCH_KEYS, "framework")
+TRAIN_KEYS = (*LAUNCH_KEYS, "framework", SEEDS_KEY)
 SUBCOMMANDS = ("interactive", "help", "recipes")
 
 
@@ -121,7 +123,30 @@ def _workload(raw: str) -> str:
     )
 
 
-def _parse_launch(args: Args, user: User, context: CommandContext) -> TrainRequest:
+def _parse_launch(args: Args, user: User, context: CommandContext) -> TrainRequest | SweepRequest:
+    """One launch, or a sweep when a value is a comma list or ``seeds=N`` is given."""
+    entry = _entry(args, context)
+    axes = sweep_axes(args, entry, TRAIN_KEYS)
+    seeds = parse_seeds(args, entry)
+    if not axes and seeds is None:
+        return _parse_one(args, user, context, entry)
+    check_keys(args, TRAIN_KEYS, f"{entry.workload} {entry.model}", tuple(entry.overrides))
+    if "after" in args.pairs:
+        raise CommandError(
+            "after= does not go with a sweep: its members already start in turn. "
+            "Leave after= out, or launch the sweep once the job it waits for has ended.",
+            field="after",
+        )
+    limit = context.policy.max_sweep
+    members = expand(args, axes, seeds, max_members=limit, describe=lambda: "policy max_sweep")
+    requests = tuple(_parse_one(member, user, context, entry) for _, member in members)
+    all_axes = [*axes, *([(seeds[0], tuple(map(str, range(1, seeds[1] + 1))))] if seeds else [])]
+    return SweepRequest(
+        members=requests, axes=tuple(all_axes), seed_key=seeds[0] if seeds else None
+    )
+
+
+def _entry(args: Args, context: CommandContext) -> RecipeEntry:
     workload = _workload(args.words[0])
     catalog = context.catalog
     if len(args.words) < 2:
@@ -131,7 +156,11 @@ def _parse_launch(args: Args, user: User, context: CommandContext) -> TrainReque
             field="model",
         )
     _no_more_words(args.words[2:], "train")
-    entry = _recipe(context, workload, args.words[1].lower(), args.pairs.get("framework"))
+    return _recipe(context, workload, args.words[1].lower(), args.pairs.get("framework"))
+
+
+def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEntry) -> TrainRequest:
+    workload = entry.workload
     check_keys(args, TRAIN_KEYS, f"{workload} {entry.model}", tuple(entry.overrides))
     base = _launch_fields(args, user, context, default_nodes=entry.default_nodes)
     pairs = sorted((k, v) for k, v in args.pairs.items() if k not in TRAIN_KEYS)

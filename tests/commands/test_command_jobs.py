@@ -49,7 +49,8 @@ REJECTED = [
     ("/attach", "Which job? Usage: /attach <job> [cluster=C]. /jobs lists yours."),
     (
         "/attach job42",
-        "'job42' is not a job: give a launch id such as L-7f3a9c or a Slurm job id such as 4187.",
+        "'job42' is not a job: give a launch id such as L-7f3a9c, a sweep id such as "
+        "S-41c2aa or a Slurm job id such as 4187.",
     ),
     ("/attach 0", "'0' is not a job"),
     ("/attach 12345678901", "'12345678901' is not a job"),
