@@ -146,3 +146,9 @@ def launch_teams(launch_id: str) -> str:
 def report_posted(period: str) -> str:
     """Set (if absent) by the bot process that posts the usage report of ``period``."""
     return f"{PREFIX}:report:{period}"
+
+
+def store_op(op_id: str) -> str:
+    """A store write's done-mark, written in the write's own transaction: a retry after a
+    failover that finds it knows the write was applied and does not apply it again."""
+    return f"{PREFIX}:op:{op_id}"
