@@ -234,7 +234,9 @@ async def test_wait_holds_a_queued_launch_until_the_replica_has_it() -> None:
             if (await replica_client.info("replication"))["master_link_status"] == "up":
                 break
             await asyncio.sleep(0.05)
-        target = Target(url=f"redis://127.0.0.1:{primary}/0", wait_replicas=1)
+        target = Target(
+            url=f"redis://127.0.0.1:{primary}/0", wait_replicas=1, wait_timeout_ms=10_000
+        )
         async with Store.connect(target) as store:
             assert await store.replicas() == 1
             for _ in range(20):
