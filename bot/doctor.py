@@ -18,7 +18,7 @@ from bot.clusters import Clusters
 from bot.config import Config
 from bot.keys import NOTIFY_DEAD_LETTERS
 from bot.settings import Settings
-from bot.store import DeadLetter, Store
+from bot.store import DeadLetter, Store, Target
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
 from cluster.launch import LaunchSpec
@@ -122,23 +122,42 @@ def delivery_text(held: int, dead_total: int, newest: list[DeadLetter]) -> str:
     return text
 
 
+def replicas_text(target: Target, replicas: int) -> str:
+    """The replicas the primary has, against what ``REDIS_WAIT_REPLICAS`` asks for."""
+    text = f"{replicas} replica{'' if replicas == 1 else 's'} connected"
+    if target.wait_replicas > replicas:
+        text += (
+            f"; REDIS_WAIT_REPLICAS={target.wait_replicas} is more: every durable write "
+            f"waits {target.wait_timeout_ms} ms"
+        )
+    return text
+
+
 async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = None) -> int:
     report = Report(out or sys.stdout)
     report.line(True, f"config {settings.config_path}", f"{len(config.clusters)} clusters")
     redis_ok = False
     try:
-        async with Store.connect(settings.redis_url) as store:
+        target = settings.redis_target()
+        async with Store.connect(target) as store:
             await store.ping()
             held, dead = await store.held_count(), await store.dead_letter_count()
             newest = await store.dead_letters(limit=1)
-        report.line(True, f"redis {settings.redis_url.split('@')[-1]}")
+            replicas = await store.replicas()
+        report.line(
+            replicas >= target.wait_replicas,
+            f"redis {target.describe()}",
+            replicas_text(target, replicas),
+        )
         report.line(True, "messages", delivery_text(held, dead, newest))
         redis_ok = True
     except TrainbotError as exc:
         report.line(False, "redis", str(exc))
     async with SSHPool() as pool, AsyncExitStack() as stack:
         kept = (
-            await stack.enter_async_context(Store.connect(settings.redis_url)) if redis_ok else None
+            await stack.enter_async_context(Store.connect(settings.redis_target()))
+            if redis_ok
+            else None
         )
         clusters = Clusters(config, settings, pool, kept)
         for profile in config.clusters.values():

@@ -151,3 +151,9 @@ def report_posted(period: str) -> str:
 def sweep(sweep_id: str) -> str:
     """A sweep's record (JSON): its members in order, their values, its parent message."""
     return f"{PREFIX}:sweep:{sweep_id}"
+
+
+def store_op(op_id: str) -> str:
+    """A store write's done-mark, written in the write's own transaction: a retry after a
+    failover that finds it knows the write was applied and does not apply it again."""
+    return f"{PREFIX}:op:{op_id}"

@@ -120,6 +120,19 @@ class Metrics:
             buckets=DELIVERY_BUCKETS_S,
             registry=reg,
         )
+        self.store_retries = Counter(
+            "trainbot_store_retries",
+            "Redis calls tried again while the store rode through a failover, by reason "
+            "(connection, timeout, readonly, masterdown, loading, noreplicas).",
+            ["reason"],
+            registry=reg,
+        )
+        self.store_failovers = Counter(
+            "trainbot_store_failovers",
+            "Episodes of the store riding through a failover (from the first retry until a "
+            "call succeeds again).",
+            registry=reg,
+        )
         reg.register(_ScrapeCollector(self))
 
     # -- hooks --------------------------------------------------------------
@@ -128,6 +141,12 @@ class Metrics:
         """A place that keeps dead letters (``queue``; the notifier's own, ...), read at
         scrape time as ``trainbot_dead_letters{source=...}``."""
         self._dead_letters[source] = count
+
+    def observe_store_retry(self, reason: str, episode: bool) -> None:
+        """A store call tried again (``episode``: the first retry since the store worked)."""
+        self.store_retries.labels(reason).inc()
+        if episode:
+            self.store_failovers.inc()
 
     def observe_change(self, change: Change) -> None:
         """A launch written by this process: count its end, a new attempt, its pages."""

@@ -99,6 +99,7 @@ class Bot:
         )
         meters = Metrics(self.store.backlog, counts)
         self.store.observers.append(meters.observe_change)
+        self.store.retry_observers.append(meters.observe_store_retry)
         stats.observers.append(meters.observe_ssh)
         self.poller.observers.append(meters.observe_poll)
         self.notifier.on_delivered.append(meters.observe_delivery)
@@ -113,6 +114,9 @@ class Bot:
     async def healthy(self) -> tuple[bool, str]:
         """(True, "ok"), or False and which part is broken: redis, queue groups, poller
         lease, or a stopped task. (Socket Mode is checked where it runs: bot.http.)"""
+        failing_over = self.store.failing_over()
+        if failing_over:
+            return False, f"redis: {failing_over}"
         try:
             await self.store.ping()
             groups = await self.store.groups_ok()
@@ -199,7 +203,9 @@ async def running(
         stack.callback(remove_log_filter, log_filter)
         front = RedactingFront(front, redactor)
         store = await stack.enter_async_context(
-            Store.connect(settings.redis_url, redact=redactor, retention=config.retention.store())
+            Store.connect(
+                settings.redis_target(), redact=redactor, retention=config.retention.store()
+            )
         )
         people = acts_as_people(parts)
         if people:

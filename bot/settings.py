@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from bot.store import Target
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
@@ -44,6 +45,19 @@ class Settings(BaseSettings):
 
     config_path: Path = Field(default=Path("./trainbot.yaml"), alias="TRAINBOT_CONFIG")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="REDIS_URL")
+    # Redis through Sentinel (docs/sentinel.md): the sentinels, the primary's name there
+    redis_sentinels: tuple[tuple[str, int], ...] = Field(default=(), alias="REDIS_SENTINELS")
+    redis_sentinel_service: str = Field(
+        default="mymaster", alias="REDIS_SENTINEL_SERVICE", min_length=1
+    )
+    redis_password: SecretStr | None = Field(default=None, alias="REDIS_PASSWORD")
+    redis_db: int = Field(default=0, alias="REDIS_DB", ge=0, le=15)  # with Sentinel
+    # replicas a queued launch, a job id or a cancel must reach (WAIT); default 1 with
+    # Sentinel, 0 with a plain URL
+    redis_wait_replicas: int | None = Field(default=None, alias="REDIS_WAIT_REPLICAS", ge=0)
+    redis_wait_timeout_ms: int = Field(default=500, alias="REDIS_WAIT_TIMEOUT_MS", ge=1, le=60_000)
+    # how long one store call rides through a failover; default 30 with Sentinel, 2 without
+    redis_retry_for_s: float | None = Field(default=None, alias="REDIS_RETRY_FOR_S", ge=0, le=600)
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
@@ -101,6 +115,38 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
+
+    @field_validator("redis_sentinels", mode="before")
+    @classmethod
+    def _parse_sentinels(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        found: list[tuple[str, int]] = []
+        for item in value.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"{item.strip()!r} is not host:port; give the sentinels as "
+                    "host:port,host:port,... (e.g. 10.0.0.5:26379,10.0.0.6:26379)"
+                )
+            found.append((host.strip("[]"), int(port)))
+        return tuple(found)
+
+    def redis_target(self) -> Target:
+        """Where the store connects: the sentinels when given, else ``REDIS_URL``."""
+        sentinel = bool(self.redis_sentinels)
+        wait = self.redis_wait_replicas
+        retry = self.redis_retry_for_s
+        return Target(
+            url=self.redis_url,
+            sentinels=self.redis_sentinels,
+            service=self.redis_sentinel_service,
+            password=self.redis_password,
+            db=self.redis_db,
+            wait_replicas=(1 if sentinel else 0) if wait is None else wait,
+            wait_timeout_ms=self.redis_wait_timeout_ms,
+            retry_for_s=(30.0 if sentinel else 2.0) if retry is None else retry,
+        )
 
     @field_validator("slack_api_url")
     @classmethod

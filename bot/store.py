@@ -16,12 +16,16 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, ParamSpec, TypeGuard, TypeVar, get_args
+from typing import Any, Concatenate, Literal, ParamSpec, TypeGuard, TypeVar, get_args
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict
-from redis.exceptions import RedisError, ResponseError, WatchError
+from pydantic import BaseModel, ConfigDict, SecretStr
+from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError, ResponseError, WatchError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot import keys
 from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
@@ -58,6 +62,9 @@ redis.call('zadd', KEYS[1], now, ARGV[4])
 redis.call('pexpire', KEYS[1], math.ceil(window * 1000))
 return '0'
 """
+
+# Write the done-mark KEYS[2] holding KEYS[1]'s value (a counter just incremented), kept ARGV[1] s.
+_MARK_WITH = "redis.call('set', KEYS[2], redis.call('get', KEYS[1]), 'EX', ARGV[1]) return 1"
 
 # Queue dead letters that are due (ARGV[1]) go back on the queue with the fields that
 # count their replays; their dead-letter entries are removed (they are queued again).
@@ -238,15 +245,67 @@ class Event:
         )
 
 
-def _translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Redis and connection errors leave the store as StoreError (the edge where they enter)."""
+# -- riding through a failover ----------------------------------------------
+# Every public coroutine of Store goes through _translated: a dropped connection, a
+# timeout, or a write refused by a demoted or lagging primary (READONLY, MASTERDOWN,
+# LOADING, NOREPLICAS) is retried with bounded exponential back-off against whatever
+# primary Redis (or Sentinel) names now; anything else, or a failover longer than the
+# bound, leaves as StoreError. The writes a lost reply could double carry a done-mark
+# (keys.store_op, written in the write's own MULTI and checked before a retry redoes it):
+# create, create_sweep, mutate, requeue, hold, count, note_failure, dead_letter; the SET NX marks
+# (mark_posted, mark_once, first_seen, mark_bad_channel) keep the call's op id as their
+# value, so a retry recognises its own mark. The other writes are idempotent as they are.
+
+FAILOVER_CODES = ("READONLY", "MASTERDOWN", "LOADING", "NOREPLICAS")
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 2.0
+OP_DONE_S = 86400  # how long a done-mark is kept (far longer than any retry)
+
+
+@dataclass
+class _Op:
+    """One public store call: its id (for done-marks) and how many tries it has had."""
+
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    attempt: int = 0
+
+
+_current_op: ContextVar[_Op | None] = ContextVar("store_op", default=None)
+
+
+def failover_reason(exc: BaseException) -> str:
+    """Why ``exc`` is worth a retry against the next primary ("" when it is not)."""
+    if isinstance(exc, ReadOnlyError):
+        return "readonly"
+    if isinstance(exc, ResponseError):
+        text = str(exc)
+        for code in FAILOVER_CODES:
+            if text.startswith(code) or f"caused error: {code}" in text:
+                return code.lower()
+        return ""
+    if isinstance(exc, RedisTimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(exc, RedisConnectionError | OSError):
+        return "connection"
+    return ""
+
+
+def _translated(
+    method: Callable[Concatenate[Store, P], Awaitable[T]],
+) -> Callable[Concatenate[Store, P], Awaitable[T]]:
+    """Redis and connection errors leave the store as StoreError (the edge where they
+    enter), after a failover has been ridden through where it can be."""
 
     @functools.wraps(method)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+    async def wrapper(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if _current_op.get() is not None:  # called by another store method: it retries
+            return await method(store, *args, **kwargs)
+        op = _Op()
+        token = _current_op.set(op)
         try:
-            return await method(*args, **kwargs)
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis is unreachable or failed: {exc}") from exc
+            return await store.ride(lambda: method(store, *args, **kwargs), op)
+        finally:
+            _current_op.reset(token)
 
     return wrapper
 
@@ -327,6 +386,45 @@ class DeadLetter:
 
 REDIS_MAX_CONNECTIONS = 100
 REDIS_POOL_WAIT_S = 10.0
+REDIS_CONNECT_TIMEOUT_S = 5.0
+REDIS_SOCKET_TIMEOUT_S = 10.0  # longer than any blocking read (1 s) the bot does
+SENTINEL_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where Redis is: a URL, or the sentinels that name the primary of ``service``.
+
+    ``wait_replicas`` > 0: after a write that must survive a failover (a queued launch,
+    a recorded job id, a cancel) the store asks Redis to ``WAIT`` until that many
+    replicas have it, at most ``wait_timeout_ms``. ``retry_for_s``: how long one call
+    rides through a failover before it fails.
+    """
+
+    url: str = "redis://127.0.0.1:6379/0"
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = "mymaster"
+    password: SecretStr | None = None
+    db: int = 0
+    wait_replicas: int = 0
+    wait_timeout_ms: int = 500
+    retry_for_s: float = 2.0
+
+    def describe(self) -> str:
+        """Where, for logs and ``doctor`` (never the password)."""
+        if self.sentinels:
+            where = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+            return f"sentinel {self.service} via {where}"
+        return self.url.split("@")[-1]
+
+
+@dataclass
+class Failover:
+    """The store's view of a failover in progress (while a call is retrying)."""
+
+    since: float | None = None  # monotonic time of the first retry of this episode
+    reason: str = ""
+    retries: int = 0
 
 
 class Store:
@@ -339,35 +437,65 @@ class Store:
         *,
         redact: Callable[[str], str] | None = None,
         retention: Retention | None = None,
+        target: Target | None = None,
     ) -> None:
         self.redis = client
         self._redact = redact or (lambda text: text)
         self.retention = retention or Retention()
+        self.target = target or Target()
         self.observers: list[Callable[[Change], None]] = []  # told of each mutate, after it
+        self.failover = Failover()
+        self.retry_observers: list[Callable[[str, bool], None]] = []  # (reason, new episode)
 
     @classmethod
     @asynccontextmanager
     async def connect(
         cls,
-        url: str,
+        target: Target | str,
         *,
         redact: Callable[[str], str] | None = None,
         retention: Retention | None = None,
     ) -> AsyncIterator[Store]:
         """``redact`` is applied to every launch record and outbox entry before it is
         written, so a secret that reached a log tail or an error is never stored.
-        ``retention`` says how long finished launches and their history are kept."""
-        # A blocking pool: when every connection is busy (a burst of slash commands), a
-        # caller waits for one instead of failing with "Too many connections".
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            decode_responses=True,
-            health_check_interval=30,
-            max_connections=REDIS_MAX_CONNECTIONS,
-            timeout=REDIS_POOL_WAIT_S,
-        )
-        client = aioredis.Redis.from_pool(pool)
-        store = cls(client, redact=redact, retention=retention)
+        ``retention`` says how long finished launches and their history are kept.
+        ``target`` is a :class:`Target` or a plain ``redis://`` URL."""
+        target = Target(url=target) if isinstance(target, str) else target
+        password = target.password.get_secret_value() if target.password else None
+        sentinel: Sentinel | None = None
+        if target.sentinels:
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(target.sentinels),
+                sentinel_kwargs={
+                    "socket_timeout": SENTINEL_TIMEOUT_S,
+                    "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+                },
+                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+                socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+            )
+            client: aioredis.Redis = sentinel.master_for(
+                target.service,
+                redis_class=aioredis.Redis,
+                decode_responses=True,
+                health_check_interval=30,
+                password=password,
+                db=target.db,
+            )
+        else:
+            # A blocking pool: when every connection is busy (a burst of slash commands), a
+            # caller waits for one instead of failing with "Too many connections".
+            pool = aioredis.BlockingConnectionPool.from_url(
+                target.url,
+                decode_responses=True,
+                health_check_interval=30,
+                max_connections=REDIS_MAX_CONNECTIONS,
+                timeout=REDIS_POOL_WAIT_S,
+                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+                socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+                **({"password": password} if password else {}),
+            )
+            client = aioredis.Redis.from_pool(pool)
+        store = cls(client, redact=redact, retention=retention, target=target)
         try:
             await store.ping()
             await store.ensure_groups()
@@ -375,12 +503,126 @@ class Store:
             yield store
         finally:
             await client.aclose()
+            await client.connection_pool.disconnect()
+            for each in sentinel.sentinels if sentinel else []:
+                await each.aclose()
 
     async def ping(self) -> None:
+        """One round trip, not retried (a health probe must answer at once)."""
         try:
             await self.redis.ping()
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis is unreachable: {exc}") from exc
+
+    def failing_over(self) -> str:
+        """ "" while the store works; else what it is riding through, for ``/healthz``."""
+        if self.failover.since is None:
+            return ""
+        for_s = time.monotonic() - self.failover.since
+        return (
+            f"store failing over for {for_s:.1f} s ({self.failover.reason}, "
+            f"{self.failover.retries} retries so far)"
+        )
+
+    async def ride(self, call: Callable[[], Awaitable[T]], op: _Op) -> T:
+        """``call``, tried again with exponential back-off while Redis fails over, for at
+        most ``target.retry_for_s``; StoreError when it fails otherwise or for longer."""
+        deadline = time.monotonic() + self.target.retry_for_s
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                result = await call()
+            except (RedisError, OSError) as exc:
+                reason = failover_reason(exc)
+                if not reason:
+                    raise StoreError(f"Redis is unreachable or failed: {exc}") from exc
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"Redis is unreachable: not back within {self.target.retry_for_s:g} s "
+                        f"({self.target.describe()}; last error: {exc}); check that a "
+                        "primary is up and, with Sentinel, that the sentinels agree on it"
+                    ) from exc
+                self._note_retry(reason)
+                op.attempt += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            else:
+                if self.failover.since is not None:
+                    took = time.monotonic() - self.failover.since
+                    log.warning("redis: back after %.1f s (%s)", took, self.target.describe())
+                    self.failover = Failover()
+                return result
+
+    def _note_retry(self, reason: str) -> None:
+        episode = self.failover.since is None
+        if episode:
+            self.failover = Failover(since=time.monotonic())
+            log.warning("redis: %s; retrying (%s)", reason, self.target.describe())
+        self.failover.reason = reason
+        self.failover.retries += 1
+        for observer in self.retry_observers:
+            observer(reason, episode)
+
+    # -- done-marks and WAIT (see the note above _translated) ------------------
+
+    @staticmethod
+    def _op() -> _Op:
+        return _current_op.get() or _Op()
+
+    async def _redone(self, op: _Op, *, lost: bool = False) -> str | None:
+        """The done-mark's value when this call's write was applied by an earlier try
+        (looked up on a retry, or when the connection was ``lost`` mid-transaction:
+        redis-py reports that as a WatchError)."""
+        if op.attempt == 0 and not lost:
+            return None
+        found = await self.redis.get(keys.store_op(op.id))
+        return None if found is None else str(found)
+
+    async def _replayed(self, launch_id: str, op: _Op) -> tuple[Launch, list[Event]]:
+        """What a change whose reply was lost wrote: the launch now, and its events (kept
+        in the done-mark)."""
+        done = await self.redis.get(keys.store_op(op.id))
+        stored = await self.get(launch_id)
+        if stored is None or done is None:
+            raise StoreError(f"launch {launch_id} does not exist")
+        return stored, [Event.decode("", fields) for fields in json.loads(done)]
+
+    @staticmethod
+    def _mark_done(pipe: Any, op: _Op, value: str = "1") -> None:
+        pipe.set(keys.store_op(op.id), value, ex=OP_DONE_S)
+
+    async def _wait_replicas(self, op: _Op) -> None:
+        """Ask Redis to hold the reply until ``wait_replicas`` replicas have every write so
+        far. WAIT counts a connection's own writes, so the done-mark is written again on
+        the connection that waits: its offset is past the write's."""
+        wanted = self.target.wait_replicas
+        if wanted <= 0:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(keys.store_op(op.id), "1", ex=OP_DONE_S)
+            pipe.execute_command("WAIT", wanted, self.target.wait_timeout_ms)
+            _, acked = await pipe.execute()
+        if int(acked) < wanted:
+            log.warning(
+                "redis: a write reached %s of %s replicas within %s ms",
+                acked,
+                wanted,
+                self.target.wait_timeout_ms,
+            )
+
+    async def _set_once(self, key: str, value: str | None, ex: int) -> bool:
+        """SET NX that a retry recognises as its own: True for the call that set it.
+        ``value`` None: the call's op id (a mark whose value nobody reads)."""
+        op = self._op()
+        mine = op.id if value is None else value
+        if await self.redis.set(key, mine, nx=True, ex=ex):
+            return True
+        return op.attempt > 0 and await self.redis.get(key) == mine
+
+    async def replicas(self) -> int:
+        """How many replicas the primary has connected now (``INFO replication``)."""
+        info: Any = await self.redis.info("replication")
+        return int(info.get("connected_slaves", 0))
 
     async def _regroup(self, exc: ResponseError) -> None:
         """A stream or its group vanished (Redis restarted without them): make them again."""
@@ -453,14 +695,13 @@ class Store:
         """
         active_key = keys.user_active(launch.user_id)
         draws = 0
+        op = self._op()
+        if await self._redone(op) is not None:  # a lost reply: it was written
+            return True
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    usage = [keys.usage(budget.cluster, budget.week)] if budget else []
-                    usage += [keys.uncharged(budget.cluster)] if budget else []
-                    for team in teams:
-                        usage += [keys.team_used(team.team, team.window)]
-                        usage += [keys.team_launches(team.team, team.window)]
+                    usage = self._guard_keys(budget, teams)
                     taken = [keys.launch(launch.id), keys.summary(launch.id)]
                     await pipe.watch(active_key, *usage, *taken)
                     if await pipe.exists(*taken):  # the id is another launch's: draw again
@@ -470,12 +711,8 @@ class Store:
                             raise StoreError(f"no free launch id after {ID_DRAWS} draws")
                         self._renumber(launch, events, new_id())
                         continue
-                    if max_active is not None:
-                        real, dry = await self._active_counts(pipe, launch.user_id)
-                        mine = dry if launch.request.dry_run else real
-                        if mine >= max_active:
-                            await pipe.reset()  # type: ignore[no-untyped-call]
-                            return False
+                    if not await self._has_room(pipe, launch, max_active):
+                        return False
                     if budget is not None:
                         charged, held = await self._budget_use(
                             pipe, launch.user_id, budget.cluster, budget.week
@@ -492,9 +729,13 @@ class Store:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
                     if enqueue:
                         pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                    self._mark_done(pipe, op)
                     await pipe.execute()
+                    await self._wait_replicas(op)  # a queued launch must survive a failover
                     return True
-                except WatchError:
+                except WatchError:  # another writer, or a connection lost mid-transaction
+                    if await self._redone(op, lost=True) is not None:
+                        return True
                     continue
 
     async def create_sweep(
@@ -514,14 +755,13 @@ class Store:
         refused whole (OverBudget, OverTeamBudget) before any member exists."""
         total = sum(launch.estimate_gpu_hours or 0.0 for launch in launches)
         whole = launches[0].model_copy(update={"estimate_gpu_hours": total})
+        op = self._op()
+        if await self._redone(op) is not None:  # a lost reply: it was written
+            return
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    usage = [keys.usage(budget.cluster, budget.week)] if budget else []
-                    usage += [keys.uncharged(budget.cluster)] if budget else []
-                    for team in teams:
-                        usage += [keys.team_used(team.team, team.window)]
-                        usage += [keys.team_launches(team.team, team.window)]
+                    usage = self._guard_keys(budget, teams)
                     taken = [keys.sweep(sweep.id)]
                     taken += [keys.launch(launch.id) for launch in launches]
                     taken += [keys.summary(launch.id) for launch in launches]
@@ -549,9 +789,13 @@ class Store:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
                     for launch in launches if enqueue else []:
                         pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                    self._mark_done(pipe, op)
                     await pipe.execute()
+                    await self._wait_replicas(op)  # queued launches must survive a failover
                     return
-                except WatchError:
+                except WatchError:  # another writer, or a connection lost mid-transaction
+                    if await self._redone(op, lost=True) is not None:
+                        return
                     continue
 
     async def get_sweep(self, sweep_id: str) -> Sweep | None:
@@ -564,6 +808,28 @@ class Store:
         await self.redis.set(
             keys.sweep(sweep.id), sweep.model_dump_json(), ex=self.retention.launch_s
         )
+
+    async def _has_room(self, pipe: Any, launch: Launch, max_active: int | None) -> bool:
+        """Whether the owner has fewer than ``max_active`` launches (or dry runs) in flight;
+        when not, the watch is let go."""
+        if max_active is None:
+            return True
+        real, dry = await self._active_counts(pipe, launch.user_id)
+        if (dry if launch.request.dry_run else real) < max_active:
+            return True
+        await pipe.reset()
+        return False
+
+    @staticmethod
+    def _guard_keys(budget: BudgetGuard | None, teams: tuple[TeamGuard, ...]) -> list[str]:
+        """The keys a new launch's budget checks read (watched with the write)."""
+        found = []
+        if budget is not None:
+            found += [keys.usage(budget.cluster, budget.week), keys.uncharged(budget.cluster)]
+        for team in teams:
+            found += [keys.team_used(team.team, team.window)]
+            found += [keys.team_launches(team.team, team.window)]
+        return found
 
     async def _check_teams(self, pipe: Any, launch: Launch, teams: tuple[TeamGuard, ...]) -> None:
         """OverTeamBudget (the watch let go) for the first team budget without room."""
@@ -624,6 +890,9 @@ class Store:
         another process writes the same launch meanwhile); it must not do I/O.
         """
         key = keys.launch(launch_id)
+        op = self._op()
+        if await self._redone(op) is not None:  # a lost reply: the change was written
+            return await self._replayed(launch_id, op)
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
@@ -633,6 +902,7 @@ class Store:
                         raise StoreError(f"launch {launch_id} does not exist")
                     launch = Launch.model_validate_json(raw)
                     was_active, attempts_before = launch.active, len(launch.attempts)
+                    job_before, cancelled_before = launch.job_id, launch.cancelled_at
                     events = change(launch)
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
@@ -649,10 +919,15 @@ class Store:
                                 pipe.xadd(keys.QUEUE, {"launch": launch.id})
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
+                    self._mark_done(pipe, op, json.dumps([e.encode() for e in events]))
                     await pipe.execute()
+                    if launch.job_id != job_before or launch.cancelled_at != cancelled_before:
+                        await self._wait_replicas(op)  # a job id or a cancel must survive
                     self._tell(Change(launch, events, was_active, attempts_before))
                     return launch, events
-                except WatchError:
+                except WatchError:  # another writer, or a connection lost mid-transaction
+                    if await self._redone(op, lost=True) is not None:
+                        return await self._replayed(launch_id, op)
                     continue
 
     def _tell(self, change: Change) -> None:
@@ -956,8 +1231,14 @@ class Store:
         """Back on the queue, now or (``after_s``) as a deferred entry any worker takes when due."""
         if after_s > 0:
             await self.redis.zadd(keys.DEFERRED, {launch_id: time.time() + after_s})
-        else:
-            await self.redis.xadd(keys.QUEUE, {"launch": launch_id})
+            return
+        op = self._op()
+        if await self._redone(op) is not None:
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(keys.QUEUE, {"launch": launch_id})
+            self._mark_done(pipe, op)
+            await pipe.execute()
 
     async def promote_due(self) -> int:
         """Move deferred launches that are due onto the queue; how many moved."""
@@ -1023,16 +1304,16 @@ class Store:
     async def queue_dead_letter_count(self) -> int:
         return int(await self.redis.xlen(keys.DEAD_LETTERS))
 
-    async def mark_posted(self, event_id: str, value: str = "1") -> bool:
+    async def mark_posted(self, event_id: str) -> bool:
         """True the first time; False when this outbox entry was already posted."""
-        return bool(await self.redis.set(keys.posted(event_id), value, nx=True, ex=7 * 86400))
+        return await self._set_once(keys.posted(event_id), None, 7 * 86400)
 
     async def was_posted(self, event_id: str) -> bool:
         return bool(await self.redis.exists(keys.posted(event_id)))
 
     async def mark_once(self, name: str, owner: str, ttl_s: int) -> bool:
         """True for the one caller (of any process) that set the report mark ``name``."""
-        return bool(await self.redis.set(keys.report_posted(name), owner, nx=True, ex=ttl_s))
+        return await self._set_once(keys.report_posted(name), owner, ttl_s)
 
     async def unmark(self, name: str, owner: str) -> None:
         """Let go of the report mark ``name`` when ``owner`` set it (its post failed)."""
@@ -1042,14 +1323,19 @@ class Store:
 
     async def first_seen(self, name: str, ttl_s: int) -> bool:
         """True the first time ``name`` is seen within ``ttl_s`` (shared by every process)."""
-        return bool(await self.redis.set(keys.seen(name), "1", nx=True, ex=ttl_s))
+        return await self._set_once(keys.seen(name), None, ttl_s)
 
     async def count(self, name: str, ttl_s: int = 86400) -> int:
         """Increment and return the counter ``name`` (kept ``ttl_s``)."""
+        op = self._op()
+        done = await self._redone(op)
+        if done is not None:
+            return int(done)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.incr(keys.dedupe(name))
             pipe.expire(keys.dedupe(name), ttl_s)
-            value, _ = await pipe.execute()
+            pipe.eval(_MARK_WITH, 2, keys.dedupe(name), keys.store_op(op.id), str(OP_DONE_S))
+            value, _, _ = await pipe.execute()
         return int(value)
 
     # -- leases ------------------------------------------------
@@ -1073,7 +1359,11 @@ class Store:
     async def hold(self, entries: list[tuple[str, Event]]) -> None:
         """Move outbox entries to their lanes, ``(lane, event)`` in outbox order."""
         now = time.time()
+        op = self._op()
+        if await self._redone(op) is not None:
+            return
         async with self.redis.pipeline(transaction=True) as pipe:
+            self._mark_done(pipe, op)
             for lane, event in entries:
                 body = json.dumps({"id": event.id, **event.encode()})
                 pipe.hset(keys.NOTIFY_HELD, event.id, body)
@@ -1120,18 +1410,30 @@ class Store:
 
     async def note_failure(self, event_id: str, now: float) -> tuple[int, float]:
         """Count a failed delivery of an entry: its failures so far, and when it first failed."""
+        op = self._op()
+        if await self._redone(op) is not None:  # counted already: read what it came to
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hget(keys.NOTIFY_TRIES, event_id)
+                pipe.hget(keys.NOTIFY_FIRST_FAILED, event_id)
+                tries, first = await pipe.execute()
+            return int(tries or 1), float(first or now)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(keys.NOTIFY_TRIES, event_id, 1)
             pipe.hsetnx(keys.NOTIFY_FIRST_FAILED, event_id, str(now))
             pipe.hget(keys.NOTIFY_FIRST_FAILED, event_id)
-            tries, _, first = await pipe.execute()
+            self._mark_done(pipe, op)
+            tries, _, first, _ = await pipe.execute()
         return int(tries), float(first or now)
 
     async def dead_letter(self, letter: DeadLetter, *, no_thread: bool = False) -> None:
         """Record an entry that kept failing among the dead letters; it stays first in its
         lane, tried again now and then, until delivered or given up. ``no_thread``: it is
         a launch's parent message, so its worker ends the launch instead of waiting."""
+        op = self._op()
+        if await self._redone(op) is not None:
+            return
         async with self.redis.pipeline(transaction=True) as pipe:
+            self._mark_done(pipe, op)
             pipe.rpush(keys.NOTIFY_DEAD_LETTERS, letter.encode())
             pipe.ltrim(keys.NOTIFY_DEAD_LETTERS, -DEAD_LETTERS_KEPT, -1)
             pipe.hset(keys.NOTIFY_RETRYING, letter.event.id, letter.encode())
@@ -1194,9 +1496,7 @@ class Store:
 
     async def mark_bad_channel(self, launch_id: str, reason: str) -> bool:
         """Note that a launch's channel refuses the bot; True the first time."""
-        return bool(
-            await self.redis.set(keys.bad_channel(launch_id), reason, nx=True, ex=7 * 86400)
-        )
+        return await self._set_once(keys.bad_channel(launch_id), reason, 7 * 86400)
 
     async def bad_channel(self, launch_id: str) -> str:
         """Why a launch's channel refuses the bot, or "" while it is not known to."""
@@ -1207,5 +1507,9 @@ class Store:
 
 
 for _name, _method in list(vars(Store).items()):
-    if not _name.startswith("_") and asyncio.iscoroutinefunction(_method):
+    if (
+        _name not in ("ping", "ride")
+        and not _name.startswith("_")
+        and asyncio.iscoroutinefunction(_method)
+    ):
         setattr(Store, _name, _translated(_method))

@@ -117,3 +117,20 @@ def test_secret_file_errors_name_the_variable_never_the_content(tmp_path: Path) 
     lazy = Settings.from_environ({"HF_FILE": str(tmp_path / "gone")})
     with pytest.raises(ConfigError, match="HF_FILE"):
         lazy.env_secret("HF")
+
+
+def test_sentinels_make_a_sentinel_target_that_waits_for_a_replica() -> None:
+    settings = Settings.from_environ(
+        {"REDIS_SENTINELS": "10.0.0.5:26379, sentinel-b:26380", "REDIS_PASSWORD": "pw-1"}
+    )
+    target = settings.redis_target()
+    assert target.sentinels == (("10.0.0.5", 26379), ("sentinel-b", 26380))
+    assert (target.service, target.wait_replicas, target.retry_for_s) == ("mymaster", 1, 30.0)
+    assert "pw-1" not in repr(settings) and "pw-1" not in target.describe()
+    plain = Settings.from_environ({}).redis_target()
+    assert (plain.sentinels, plain.wait_replicas, plain.retry_for_s) == ((), 0, 2.0)
+
+
+def test_a_sentinel_that_is_not_host_port_is_named() -> None:
+    with pytest.raises(ConfigError, match="REDIS_SENTINELS: 'sentinel-a' is not host:port"):
+        Settings.from_environ({"REDIS_SENTINELS": "sentinel-a,10.0.0.6:26379"})

@@ -1,0 +1,93 @@
+"""A real failover: devcluster/sentinel's primary, replica and three sentinels; the
+primary is SIGKILLed while launches are written and changed through the store. Every
+launch acknowledged is on the new primary once (one queue entry, one parent message),
+and a cancel written during the failover is kept."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bot.launches import Launch
+from bot.store import Event, Store, Target
+from commands.requests import TrainRequest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "devcluster" / "sentinel"
+SENTINELS = (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
+    reason="redis-server and redis-cli are needed for a primary, a replica and sentinels",
+)
+
+
+def sentinel(command: str) -> str:
+    return subprocess.run(
+        [str(SCRIPT), command], check=True, capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+
+
+@pytest.fixture
+def sentinel_set() -> Iterator[None]:
+    sentinel("down")
+    sentinel("up")
+    try:
+        yield
+    finally:
+        sentinel("down")
+
+
+def a_launch() -> Launch:
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    return Launch(request=request, user_id="U1", channel="C1")
+
+
+@pytest.mark.timeout(120)
+async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
+    sentinel_set: None,
+) -> None:
+    target = Target(sentinels=SENTINELS, wait_replicas=1, wait_timeout_ms=200, retry_for_s=30)
+    async with Store.connect(target) as store:
+        await store.redis.flushdb()
+        await store.ensure_groups()
+        episodes: list[bool] = []
+        store.retry_observers.append(lambda _reason, episode: episodes.append(episode))
+        first = a_launch()
+        assert await store.create(first, [Event("parent", first.id)])
+        before = sentinel("primary")
+        written: list[str] = []
+
+        async def keep_writing() -> None:
+            for _ in range(40):
+                item = a_launch()
+                assert await store.create(item, [Event("parent", item.id)])
+                written.append(item.id)
+                await asyncio.sleep(0.05)
+
+        def cancelled(stored: Launch) -> list[Event]:
+            stored.cancelled_by, stored.cancelled_at = "U1", time.time()
+            return [Event("thread", stored.id, "Cancelled by <@U1>.")]
+
+        writing = asyncio.create_task(keep_writing())
+        await asyncio.sleep(0.3)
+        killed_at = time.monotonic()
+        sentinel("kill")
+        _, events = await store.mutate(first.id, cancelled)  # during the failover
+        back_s = time.monotonic() - killed_at
+        await writing
+        assert [e.kind for e in events] == ["thread"]
+        assert sentinel("primary") != before
+        assert True in episodes  # it rode through at least one failover episode
+        assert back_s < 30
+        stored = await store.get(first.id)
+        assert stored is not None and stored.cancelled_by == "U1"
+        ids = [first.id, *written]
+        assert len(set(ids)) == 41 and all(await store.get_many(ids))
+        assert await store.stream_length("trainbot:queue") == 41  # one entry per launch
+        assert await store.stream_length("trainbot:outbox") == 42  # 41 parents, 1 cancel line
