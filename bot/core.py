@@ -189,7 +189,10 @@ class Core:
         links = {item.id: item.permalink for item in active}
         links |= {entry.id: entry.permalink for entry in recent}
         capacity = await self._capacity(now)
-        blocks = home.home_blocks(active, recent, capacity, links, now=now)
+        sweep_ids = sorted({item.sweep for item in active if item.sweep})
+        found_sweeps = await asyncio.gather(*(self.store.get_sweep(i) for i in sweep_ids))
+        in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
+        blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)
         if self.context.policy.is_admin(user_id, await self.groups_of(user_id)):
             retrying = await self.store.retrying_letters()
             owed = home.dead_letter_text(retrying, await self.store.given_up_count())
@@ -371,6 +374,15 @@ class Core:
             if not waiting:
                 return Reply(f"Sweep {sweep.id} is not waiting for approval any more.", error=True)
             approved = action_id == ACTION_APPROVE
+            if approved:  # all or none: one member past the approver's limit stops the sweep
+                for member in waiting:
+                    decision = may_approve(
+                        self.context.policy, user_id=user.id, group_ids=user.groups,
+                        owner_id=member.user_id, cluster=member.cluster,
+                        nodes=member.request.nodes,
+                    )  # fmt: skip
+                    if not decision.allowed:
+                        return Reply(escape(decision.reason), error=True)
             for member in waiting:
                 reply = await self.approve(member, user, approved)
                 if reply.error:

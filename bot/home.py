@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot import health, render
-from bot.launches import HistoryEntry, Launch
-from bot.slack_text import context, escape, section
+from bot.launches import HistoryEntry, Launch, Sweep
+from bot.slack_text import SECTION_TEXT_MAX, context, escape, section
 from bot.store import DeadLetter
 from cluster.discovery import ClusterCapacity
 
@@ -26,16 +26,28 @@ def home_blocks(
     capacity: Mapping[str, ClusterCapacity | str],
     links: Mapping[str, str],
     *,
+    sweeps: Mapping[str, Sweep] | None = None,
     now: float | None = None,
 ) -> list[dict[str, Any]]:
     """``capacity`` holds each cluster's answer, or why it could not be asked;
-    ``links`` the permalinks of launch threads, by launch id."""
+    ``links`` the permalinks of launch threads, by launch id; ``sweeps`` the records
+    of the sweeps active launches belong to (their members are grouped under them)."""
     now = time.time() if now is None else now
     blocks: list[dict[str, Any]] = [section("*Your launches*")]
     if active:
-        blocks += [
-            section(_active_line(launch, links.get(launch.id, ""), now)) for launch in active
-        ]
+        grouped: dict[str, list[Launch]] = {}
+        for launch in active:
+            if launch.sweep:
+                if launch.sweep not in grouped:
+                    grouped[launch.sweep] = []
+                    blocks.append(section(launch.sweep))  # the sweep's block goes here
+                grouped[launch.sweep].append(launch)
+            else:
+                blocks.append(section(_active_line(launch, links.get(launch.id, ""), now)))
+        for sweep_id, members in grouped.items():
+            at = blocks.index(section(sweep_id))
+            text = _sweep_text(sweep_id, (sweeps or {}).get(sweep_id), members, links, now)
+            blocks[at] = section(text)
     else:
         blocks.append(context("Nothing running. `/train help` shows how to start a run."))
     blocks.append(section("*Recently finished*"))
@@ -67,6 +79,39 @@ def _active_line(launch: Launch, link: str, now: float) -> str:
         f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
         f"{gpu} · {age}{_thread(link)}"
     )
+
+
+def _sweep_text(
+    sweep_id: str, sweep: Sweep | None, members: list[Launch], links: Mapping[str, str], now: float
+) -> str:
+    """A sweep's head line and its active members under it, each with its values, in one
+    section (a 64-member sweep stays one block); lines past the section's limit are
+    counted, not shown."""
+    first = members[0]
+    total = len(sweep.members) if sweep else len(members)
+    head = (
+        f"🧪 `{sweep_id}` sweep · {escape(first.words)} · {first.cluster} · "
+        f"{len(members)} of {total} members active{_thread(links.get(first.id, ''))}"
+    )
+    lines = [head]
+    for shown, member in enumerate(members):
+        index = sweep.members.index(member.id) if sweep and member.id in sweep.members else -1
+        values = f" #{index + 1} ({escape(sweep.label(index))})" if sweep and index >= 0 else ""
+        line = f"    ↳{values} {_member_line(member, now)}"
+        rest = f"    … and {len(members) - shown} more"
+        if sum(len(x) + 1 for x in lines) + len(line) + len(rest) + 2 > SECTION_TEXT_MAX:
+            lines.append(rest)
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _member_line(launch: Launch, now: float) -> str:
+    icon, word = render.status_label(launch)
+    progress = launch.progress
+    step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
+    job = f" · job {launch.job_id}" if launch.job_id else ""
+    return f"{icon} `{launch.id}`{job} · {word}{step} · {render.duration(now - launch.created_at)}"
 
 
 def _recent_line(entry: HistoryEntry, link: str) -> str:

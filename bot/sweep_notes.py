@@ -2,10 +2,11 @@
 
 The first message of any member posts the sweep's parent (once, under a lock per
 sweep: one notifier delivers at a time) and every member takes that thread as its
-own. A member's parent update re-renders the whole table (those updates share one
-notifier lane, so they coalesce); its thread lines are replies prefixed with the
-member's number and values. When the last member ends, the comparison and the
-overlaid loss curves are posted once.
+own at once (a worker submits a launch only once its thread is up). A member's
+parent update re-renders the whole table (those updates share one notifier lane,
+so they coalesce); its thread lines are replies prefixed with the member's number
+and values. When the last member ends, the comparison and the overlaid loss
+curves are posted once.
 """
 
 from __future__ import annotations
@@ -69,12 +70,21 @@ async def _parent(
         ref = await front.post(sweep.channel, text, blocks=blocks)
         sweep.parent_ts = ref.ts
         await store.save_sweep(sweep)
+        try:  # for links from App Home and /jobs history; the thread works without it
+            link = await front.permalink(ref)
+        except Exception as exc:
+            log.info("sweep %s: no permalink for its thread: %s", sweep.id, exc)
+            link = ""
+        for member in members:  # every member's thread is up now: its worker may submit
+            if member is not None:
+                await _join_thread(store, member, sweep, link)
         return sweep
 
 
-async def _join_thread(store: Store, launch: Launch, sweep: Sweep) -> Launch:
+async def _join_thread(store: Store, launch: Launch, sweep: Sweep, link: str = "") -> Launch:
     def join(stored: Launch) -> list[Event]:
         stored.parent_ts = sweep.parent_ts
+        stored.permalink = stored.permalink or link
         return []
 
     stored, _ = await store.mutate(launch.id, join)

@@ -14,7 +14,7 @@ import pytest
 from bot.clusters import Clusters
 from bot.core import Core
 from bot.http import SlackService, run_slack
-from bot.launches import Launch, Phase
+from bot.launches import Launch, Phase, Sweep
 from bot.slack_front import SlackFront
 from bot.store import Event, Store
 from cluster.ssh import SSHPool
@@ -91,3 +91,57 @@ async def test_app_home_shows_the_persons_launches_and_the_clusters(
         await open_home(slack, "U0BOB")
         await standin.wait_for("views.publish", lambda c: c.params["user_id"] == "U0BOB")
     assert len(standin.calls_to("views.publish")) == 2
+
+
+async def test_app_home_groups_a_sweeps_members_under_the_sweep(
+    standin: SlackStandin, front: SlackFront
+) -> None:
+    async with home_app(standin, front) as (store, slack):
+        request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+        alone = Launch(request=request, user_id="U0ALICE", channel="C1", phase=Phase.RUNNING)
+        await store.create(alone, [], enqueue=False)
+        sweep = Sweep(
+            user_id="U0ALICE", channel="C1", title="sft · llama3p1_8b",
+            text="/train sft llama3p1_8b cluster=a4 optim.config.lr=1e-5,3e-5,5e-5",
+            where="1 node × a4", keys=["optim.config.lr"], values=[["1e-5"], ["3e-5"], ["5e-5"]],
+        )  # fmt: skip
+        members = []
+        for (lr,) in sweep.values:
+            member = Launch(
+                request=request.model_copy(update={"overrides": (("optim.config.lr", lr),)}),
+                user_id="U0ALICE",
+                channel="C1",
+                phase=Phase.RUNNING,
+                permalink="https://standin.slack.com/archives/C1/p1700000000000042",
+            )
+            member.sweep = sweep.id
+            members.append(member)
+        sweep.members = [m.id for m in members]
+        await store.create_sweep(sweep, members, [], enqueue=False)
+
+        def finish(stored: Launch) -> list[Event]:
+            stored.phase, stored.outcome = Phase.DONE, "COMPLETED"
+            return []
+
+        await store.mutate(members[1].id, finish)  # #2 ended: not among the active
+        await open_home(slack, "U0ALICE")
+        call = await standin.wait_for("views.publish", lambda c: c.params["user_id"] == "U0ALICE")
+    view = (
+        json.loads(call.params["view"])
+        if isinstance(call.params["view"], str)
+        else call.params["view"]
+    )
+    shown = [str((b.get("text") or {}).get("text", "")) for b in view["blocks"]]
+    grouped = next(text for text in shown if f"`{sweep.id}` sweep" in text)
+    lines = grouped.splitlines()
+    assert (
+        lines[0].startswith(f"🧪 `{sweep.id}` sweep · sft llama3p1_8b")
+        and "2 of 3 members active" in lines[0]
+    )
+    assert "<https://standin.slack.com/archives/C1/p1700000000000042|thread>" in lines[0]
+    assert lines[1].startswith(f"    ↳ #1 (lr=1e-5) 🟢 `{members[0].id}`"), lines[1]
+    assert lines[2].startswith(f"    ↳ #3 (lr=5e-5) 🟢 `{members[2].id}`"), lines[2]
+    assert len(lines) == 3 and members[1].id not in grouped
+    active = (members[0], members[2])  # #2 shows under "Recently finished" only
+    assert not any(m.id in text for m in active for text in shown if text != grouped)
+    assert any(alone.id in text for text in shown if text != grouped)  # on its own line
