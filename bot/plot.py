@@ -171,10 +171,17 @@ def render_overlay_png(
     axes = figure.add_subplot()
     palette = colormaps["tab10" if len(kept) <= 10 else "tab20"]
     values: list[float] = []
+    # Members whose curves coincide (the same recipe, a value that did not change the
+    # loss) stay visible: each one a line style and a marker of its own too.
+    styles = ("-", "--", ":", "-.")
+    markers = ("o", "s", "^", "D", "v", "P", "X", "*")
     for number, (label, points) in enumerate(kept):
         line = smoothed(points) if len(points) > 20 else points
         axes.plot([s for s, _ in line], [v for _, v in line], linewidth=1.6,
-                  color=palette(number % palette.N), label=label)  # fmt: skip
+                  color=palette(number % palette.N), label=label,
+                  linestyle=styles[number % len(styles)],
+                  marker=markers[number % len(markers)], markersize=4,
+                  markevery=max(1, len(line) // 12))  # fmt: skip
         values += [v for _, v in points]
     low, high = _limits(values)
     axes.set_ylim(low, high)
