@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, health, home, pipelines, render, usage
+from bot import answers, health, home, pipelines, placement, render, usage
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -53,6 +53,7 @@ from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
 from commands.jobs import parse_job_ref
+from commands.placement import AUTO
 from commands.policy import decide, may_manage
 from commands.requests import (
     AttachRequest,
@@ -364,6 +365,8 @@ class Core:
         self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
     ) -> Reply:
         active, _ = await self.store.active_counts(user.id)
+        await self.slow_down(user.id, "launches")
+        request, placed = await self.auto_place(request, user)
         decision = decide(
             self.context.policy,
             request,
@@ -373,7 +376,6 @@ class Core:
         )
         if not decision.allowed:
             return Reply(decision.reason, error=True)
-        await self.slow_down(user.id, "launches")
         image_secrets = self.check_image(request, user)
         cluster_user = await self.cluster_user(request.cluster, user)
         # Its thread goes where /train was typed: refuse now if no one could see it there.
@@ -413,6 +415,7 @@ class Core:
         launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
+        launch.placed = placed
         waits = await self.waits(launch, user)
         limits = self.context.policy.limits
         limit = limits.dry_runs_at_once if request.dry_run else decision.max_concurrent
@@ -469,6 +472,24 @@ class Core:
         profile = self.clusters.profiles.get(launch.cluster)
         return Reply(render.queued_reply(launch, profile) + before)
 
+    async def auto_place(
+        self, request: TrainRequest | InteractiveRequest, user: User
+    ) -> tuple[TrainRequest | InteractiveRequest, str]:
+        """``cluster=auto``: the request on the cluster where Slurm starts it first, and
+        why ("" and the request as it is for a named cluster)."""
+        if request.cluster != AUTO:
+            return request, ""
+        name, why = await placement.place(
+            self.clusters,
+            self.context,
+            self.start_estimates,
+            request,
+            user,
+            self.cluster_user,
+            timeout_s=max(self.start_estimate_timeout_s, placement.PLACE_TIMEOUT_S),
+        )
+        return request.model_copy(update={"cluster": name}), f"{name} ({why})"
+
     async def people_tz(self, user_id: str) -> str:
         """The person's time zone (Slack's users.info ``tz``); "": this machine's own."""
         ask = getattr(self.front, "user_tz", None)
@@ -488,7 +509,12 @@ class Core:
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
         text = pipelines.waits_text(launch)
-        return f"\n⏳ It {text}." if text else ""
+        where = (
+            f"\n📍 cluster=auto chose {escape(launch.placed)}: Slurm starts it there first."
+            if launch.placed
+            else ""
+        )
+        return where + (f"\n⏳ It {text}." if text else "")
 
     async def parent_of(self, request: TrainRequest | InteractiveRequest, user: User) -> str:
         """after=: the launch id of the parent the person may see, or CommandError."""

@@ -160,6 +160,7 @@ class Launch(BaseModel):
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
     waits_for: str = ""  # after=: the launch this one starts after (bot.pipelines)
+    placed: str = ""  # cluster=auto: the cluster chosen and Slurm's start estimates then
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
     groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)

@@ -27,7 +27,8 @@ _DETAILS: dict[HelpTopic, str] = {
     "train": (
         "Launch a recipe. Workloads: {workloads}.\n"
         "Keys:\n"
-        "  cluster=C        where to run (default: {default})\n"
+        "  cluster=C        where to run (default: {default}); cluster=auto: of the clusters\n"
+        "                   you may use that fit, where Slurm says it starts first\n"
         "  nodes=N          nodes of 8 GPUs (default 1)\n"
         "  partition=P      Slurm partition (default: the cluster's)\n"
         "  time=T           time limit: MM, HH:MM:SS or D-HH:MM:SS\n"
