@@ -11,7 +11,7 @@ from bot import pipelines, render
 from bot.clusters import Clusters
 from bot.cost import wait_words
 from bot.front import Reply
-from bot.launches import Launch, Phase
+from bot.launches import Launch
 from bot.slack_text import actions, cancel_button, code_block, escape, section
 from bot.store import Store
 from cluster.discovery import ClusterCapacity
@@ -44,8 +44,7 @@ async def jobs(store: Store, user: User, *, all_users: bool, cluster: str | None
         )
         job = f" · job {launch.job_id}" if launch.job_id else ""
         who = f" · <@{launch.user_id}>" if all_users else ""
-        waits = pipelines.waits_text(launch) if launch.phase == Phase.QUEUED else ""
-        chain = f" · ⏳ {waits}" if waits else ""
+        chain = escape(pipelines.chain_text(launch, launches))
         lines.append(
             f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step}{chain} · "
             f"{render.duration(now - launch.created_at)} old{who}"

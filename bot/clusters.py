@@ -129,6 +129,8 @@ class Clusters:
                 secrets=secrets,
                 comment=job_comment(item),
             )
+            if item.start_key and not item.checkpoints:  # from=, until it saved its own
+                spec = dataclasses.replace(spec, start_from=(item.start_key, item.start_path))
         else:
             spec = launch.LaunchSpec(
                 profile=profile,

@@ -366,7 +366,7 @@ class Core:
     ) -> Reply:
         active, _ = await self.store.active_counts(user.id)
         await self.slow_down(user.id, "launches")
-        request, placed = await self.auto_place(request, user)
+        request, placed, starts_from = await self.auto_place(request, user)
         decision = decide(
             self.context.policy,
             request,
@@ -415,7 +415,7 @@ class Core:
         launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
-        launch.placed = placed
+        launch.placed, launch.starts_from = placed, starts_from
         waits = await self.waits(launch, user)
         limits = self.context.policy.limits
         limit = limits.dry_runs_at_once if request.dry_run else decision.max_concurrent
@@ -474,21 +474,58 @@ class Core:
 
     async def auto_place(
         self, request: TrainRequest | InteractiveRequest, user: User
-    ) -> tuple[TrainRequest | InteractiveRequest, str]:
+    ) -> tuple[TrainRequest | InteractiveRequest, str, str]:
         """``cluster=auto``: the request on the cluster where Slurm starts it first, and
-        why ("" and the request as it is for a named cluster)."""
-        if request.cluster != AUTO:
-            return request, ""
-        name, why = await placement.place(
-            self.clusters,
-            self.context,
-            self.start_estimates,
-            request,
-            user,
-            self.cluster_user,
-            timeout_s=max(self.start_estimate_timeout_s, placement.PLACE_TIMEOUT_S),
-        )
-        return request.model_copy(update={"cluster": name}), f"{name} ({why})"
+        why ("" and the request as it is for a named cluster); ``from=``: the parent it
+        starts from, which holds it to the parent's cluster ("": none)."""
+        parent = await self.start_parent(request, user)
+        placed = ""
+        if request.cluster == AUTO:
+            name, why = await placement.place(
+                self.clusters,
+                self.context,
+                self.start_estimates,
+                request,
+                user,
+                self.cluster_user,
+                only=None if parent is None else (parent.cluster,),
+                timeout_s=max(self.start_estimate_timeout_s, placement.PLACE_TIMEOUT_S),
+            )
+            request, placed = request.model_copy(update={"cluster": name}), f"{name} ({why})"
+        if parent is not None and parent.cluster != request.cluster:
+            raise CommandError(
+                f"from={parent.id}: its checkpoints are on {parent.cluster}, so a launch "
+                f"starting from them runs there. Give cluster={parent.cluster}.",
+                field="cluster",
+            )
+        return request, placed, "" if parent is None else parent.id
+
+    async def start_parent(
+        self, request: TrainRequest | InteractiveRequest, user: User
+    ) -> Launch | None:
+        """``from=``: the launch to start from, which the person may see, whose framework
+        and workload this one can start from, and which has (or, still running, may yet
+        have) a complete checkpoint; else CommandError saying why."""
+        if not isinstance(request, TrainRequest) or request.start_from is None:
+            return None
+        known = None if request.cluster == AUTO else request.cluster
+        ref = parse_job_ref(request.start_from, known, self.context)
+        if not ref.is_launch_id:
+            ref = JobRef(id=ref.id)  # a Slurm job id: on whichever cluster has it
+        try:
+            parent = await self.readable(ref, user)
+            pipelines.start_key(request, parent)
+        except (CommandError, ValueError) as exc:
+            raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
+        if not parent.active and pipelines.newest_checkpoint(parent) is None:
+            raise CommandError(
+                f"from={request.start_from}: {parent.id} ended "
+                f"{parent.outcome or parent.phase.value} without a complete checkpoint "
+                "(NO_CHECKPOINT), so there is nothing to start from. Leave from= out to start "
+                "from the recipe's own weights, or give a launch that saved one.",
+                field="from",
+            )
+        return parent
 
     async def people_tz(self, user_id: str) -> str:
         """The person's time zone (Slack's users.info ``tz``); "": this machine's own."""
@@ -514,6 +551,11 @@ class Core:
             if launch.placed
             else ""
         )
+        if launch.starts_from:
+            where += (
+                f"\n▶️ It starts from {launch.starts_from}'s newest complete checkpoint; its "
+                "thread says which when it goes."
+            )
         return where + (f"\n⏳ It {text}." if text else "")
 
     async def parent_of(self, request: TrainRequest | InteractiveRequest, user: User) -> str:

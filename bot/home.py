@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot import health, render
+from bot import health, pipelines, render
 from bot.launches import HistoryEntry, Launch
 from bot.slack_text import context, escape, section
 from bot.store import DeadLetter
@@ -34,7 +34,8 @@ def home_blocks(
     blocks: list[dict[str, Any]] = [section("*Your launches*")]
     if active:
         blocks += [
-            section(_active_line(launch, links.get(launch.id, ""), now)) for launch in active
+            section(_active_line(launch, links.get(launch.id, ""), now, active))
+            for launch in active
         ]
     else:
         blocks.append(context("Nothing running. `/train help` shows how to start a run."))
@@ -56,7 +57,7 @@ def _thread(link: str) -> str:
     return f" · <{link}|thread>" if link.startswith("https://") else ""
 
 
-def _active_line(launch: Launch, link: str, now: float) -> str:
+def _active_line(launch: Launch, link: str, now: float, active: Sequence[Launch]) -> str:
     icon, word = render.status_label(launch)
     progress = launch.progress
     step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
@@ -65,7 +66,7 @@ def _active_line(launch: Launch, link: str, now: float) -> str:
     gpu = f" · {text}" if (text := health.gpu_text(launch)) else ""
     return (
         f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
-        f"{gpu} · {age}{_thread(link)}"
+        f"{gpu}{escape(pipelines.chain_text(launch, active))} · {age}{_thread(link)}"
     )
 
 

@@ -161,6 +161,9 @@ class Launch(BaseModel):
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
     waits_for: str = ""  # after=: the launch this one starts after (bot.pipelines)
     placed: str = ""  # cluster=auto: the cluster chosen and Slurm's start estimates then
+    starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from
+    start_key: str = ""  # from=: the recipe key and checkpoint path, noted before its first job
+    start_path: str = ""
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
     groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)

@@ -314,6 +314,11 @@ class Worker:
             return  # found and recorded, or the cluster did not answer: looked up again later
         if not await self._ready(item):
             return
+        profile = self.clusters.profile_for(item)
+        started = await pipelines.start_point(self.store, item, self._mutate, profile)
+        if started is None:
+            return  # from=: the parent has no checkpoint to start from
+        item = started
         built = self.clusters.spec_for(item)
         spec = built.spec
         item, _ = await self._mutate(item.id, _to_preflight)

@@ -23,7 +23,7 @@ from commands.requests import (
     Request,
     TrainRequest,
 )
-from commands.schedule import join_at_words, parse_after, parse_at
+from commands.schedule import join_at_words, parse_after, parse_at, parse_from
 from commands.suggest import did_you_mean, join_names, quote
 from commands.values import (
     check_image,
@@ -39,7 +39,7 @@ LAUNCH_KEYS = (
     "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget",
     "at", "after",
 )  # fmt: skip
-TRAIN_KEYS = (*LAUNCH_KEYS, "framework")
+TRAIN_KEYS = (*LAUNCH_KEYS, "framework", "from")
 SUBCOMMANDS = ("interactive", "help", "recipes")
 
 
@@ -145,11 +145,13 @@ def _parse_launch(args: Args, user: User, context: CommandContext) -> TrainReque
                 f"the value must match {entry.overrides[key]}.",
                 field=key,
             )
+    start_from = args.pairs.get("from")
     return TrainRequest(
         workload=workload,
         model=entry.model,
         framework=entry.framework,
         overrides=tuple(pairs),
+        start_from=None if start_from is None else parse_from(start_from),
         **base.model_dump(exclude={"kind"}),
     )
 
