@@ -15,15 +15,28 @@ import re
 
 import pytest
 
+from bot import pipelines
 from bot.console import ConsoleFront, handle_line
-from bot.service import running
-from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, login_run, wait_until
+from bot.service import Bot, running
+from tests.bot.botkit import (
+    LAUNCH_RE,
+    bot_settings,
+    dev_config,
+    flush_test_redis,
+    knobs,
+    login_run,
+    slurm_jobs_named,
+    wait_delivered,
+    wait_for_launch,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
 NODES = 4
 FILL_S = 90
 ESTIMATE_TIMEOUT_S = 15.0  # this machine is shared and slow
+QUICK = {"steps": 4, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +101,51 @@ async def test_auto_picks_a_cluster_that_starts_now_and_says_why(unique: str) ->
     finally:
         if fill:
             await asyncio.to_thread(login_run, f"scancel {' '.join(fill)}", check=False)
+
+
+async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:
+    reply = await handle_line(f"/train {text}", bot.core, front, user=user)
+    assert reply is not None and not reply.error, reply
+    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+
+
+async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
+    unique: str,
+) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with knobs(unique, **QUICK), running(bot_settings(), dev_config(), front) as bot:
+        parent = await train(bot, front, f"pretrain llama3p1_2b cluster=a3u name={unique}a")
+        child = await train(
+            bot,
+            front,
+            f"sft llama3p1_2b cluster=a3u name={unique}b after={parent} from={parent}",
+        )
+        jobs = await handle_line("/jobs", bot.core, front, user="alice")
+        first = await wait_for_launch(bot.store, parent, timeout_s=300)
+        second = await wait_for_launch(bot.store, child, timeout_s=300)
+        await wait_delivered(bot.store)
+    assert jobs is not None and f"chain: {parent} -&gt; {child}" in jobs.text, jobs.text
+    assert f"from {parent}'s checkpoint" in jobs.text
+    assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", front.lines
+    found = pipelines.newest_checkpoint(first)
+    assert found is not None
+    tracking, name, step = found
+    # The newest complete checkpoint on disk is the one the bot chose.
+    listed = login_run(f"ls {tracking.checkpoint_dir}").split()
+    steps = sorted(
+        int(m.group(1))
+        for n in listed
+        if not n.endswith("-unfinished") and (m := re.search(r"-step=(\d+)", n))
+    )
+    assert steps and steps[-1] == step, (listed, name)
+    said = "\n".join(front.lines)
+    assert f"Starts from {parent}'s newest complete checkpoint, step {step}" in said, said
+    # The child's job ran with NeMo's weights-only restore pointing at that checkpoint.
+    script = login_run(
+        f"grep -rh -o 'resume.restore_config.path=[^ ]*' "
+        f"~/vertex-oss-training/nemo/experiments/{unique}b-{child}/ | sort -u"
+    ).split()
+    home = login_run("echo $HOME").strip()
+    path = f"{tracking.checkpoint_dir}/{name}".replace("~", home, 1)
+    assert any(path in line.replace("'", "").replace('"', "") for line in script), (script, path)
+    assert slurm_jobs_named(child) == [second.job_id]
