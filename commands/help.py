@@ -42,6 +42,8 @@ _DETAILS: dict[HelpTopic, str] = {
         "                   or at=2026-12-24T08:00; pre-flight runs when it is due\n"
         "  after=J[:ok|:any] start when launch (or Slurm job) J has ended for good, retries\n"
         "                   included: :ok (default) only if it completed, :any whatever its end\n"
+        "  from=J           start from launch J's newest complete checkpoint (same cluster;\n"
+        "                   NeMo: weights for another workload, the whole state for the same)\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
