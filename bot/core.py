@@ -82,7 +82,6 @@ UNCONFIRMED_GROUPS = (
 )
 
 
-CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
 HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
 HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
 CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
@@ -481,7 +480,7 @@ class Core:
         parent = await self.start_parent(request, user)
         placed = ""
         if request.cluster == AUTO:
-            name, why = await placement.place(
+            name, why, _ = await placement.place(
                 self.clusters,
                 self.context,
                 self.start_estimates,
@@ -541,7 +540,7 @@ class Core:
     async def waits(self, launch: Launch, user: User) -> str:
         """at= and after=: noted on the launch; what it waits for, as a line ("": nothing)."""
         launch.tz = user.tz
-        if launch.request.at or launch.request.after:  # its budget is checked again then
+        if launch.request.at or launch.request.after or launch.placed:  # checked again then
             launch.groups = sorted(user.groups)
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
@@ -864,13 +863,4 @@ class Core:
 
     async def _cancel_and_confirm(self, launch: Launch, job_id: str) -> str:
         """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
-        try:
-            await self.clusters.cancel(launch, [job_id])
-            for _ in range(CANCEL_CONFIRM_TRIES):
-                jobs = {j.job_id: j for j in await self.clusters.find(launch)}
-                if job_id not in jobs or not jobs[job_id].active:
-                    return ""
-                await asyncio.sleep(1.0)
-        except ClusterError as exc:
-            return str(exc)
-        return f"Slurm still shows it running after {CANCEL_CONFIRM_TRIES} s"
+        return await self.clusters.cancel_and_confirm(launch, job_id)

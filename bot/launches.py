@@ -81,6 +81,7 @@ class Attempt(BaseModel):
     from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
+    cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
     log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
     tail: str = ""  # the last lines of the main log, for the failure message
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
@@ -164,6 +165,7 @@ class Launch(BaseModel):
     starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from
     start_key: str = ""  # from=: the recipe key and checkpoint path, noted before its first job
     start_path: str = ""
+    rerouted: bool = False  # policy.placement.reroute_after_s moved it (once at most)
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
     groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)

@@ -48,11 +48,14 @@ class PlacementDefault(BaseModel):
 class Placement(BaseModel):
     """``policy.placement``: per-team defaults for ``cluster=`` (a cluster's name, or
     ``auto``); the first entry that covers the person wins, and a launch that names its
-    cluster keeps it."""
+    cluster keeps it. ``reroute_after_s`` (null: never, the default): a launch placed by
+    ``cluster=auto`` still pending in Slurm this many seconds after its submit, while
+    another cluster that fits would start it now, is moved there, once."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     defaults: tuple[PlacementDefault, ...] = ()
+    reroute_after_s: float | None = Field(default=None, ge=10, le=7 * 86400)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -131,7 +134,8 @@ def choose(answers: Sequence[Answer]) -> tuple[str, str] | None:
     placed = [(a.wait_s, i, a) for i, a in enumerate(answers) if a.wait_s is not None]
     if not placed:
         return None
-    # Waits within the tolerance count as equal, so "now" on two clusters ties.
+    # Waits said the same way tie ("now", "in 25 min"): each cluster's clock is read
+    # to the second when asked, so the same start can come back a second apart.
     best = min(placed, key=lambda p: (_bucket(p[0]), p[1]))[2]
     why = "; ".join(f"{a.cluster}: {wait_words(a)}" for a in answers)
     return best.cluster, why
@@ -140,7 +144,7 @@ def choose(answers: Sequence[Answer]) -> tuple[str, str] | None:
 def _bucket(wait_s: float | None) -> float:
     if wait_s is None:
         return math.inf
-    return 0.0 if wait_s <= NOW_TOLERANCE_S else wait_s
+    return 0.0 if wait_s <= NOW_TOLERANCE_S else float(max(1, math.ceil(wait_s / 60)))
 
 
 def _duration(seconds: float) -> str:

@@ -149,3 +149,84 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
     path = f"{tracking.checkpoint_dir}/{name}".replace("~", home, 1)
     assert any(path in line.replace("'", "").replace('"', "") for line in script), (script, path)
     assert slurm_jobs_named(child) == [second.job_id]
+
+
+def reroute_config(text: str) -> str:
+    """a4 before a3u in the config (ties go to a4), a3u of 4-GPU nodes, everyone allowed
+    on those two only, and a launch pending 10 s moved."""
+    text = small_a3u(text)
+    a3u, a4, a3h = (text.index(f"  {name}:\n    type:") for name in ("a3u", "a4", "a3h"))
+    text = text[:a3u] + text[a4:a3h] + text[a3u:a4] + text[a3h:]
+    rule = '      clusters: ["*"]\n      max_nodes: 4\n'
+    assert rule in text
+    text = text.replace(rule, "      clusters: [a4, a3u]\n      max_nodes: 4\n")
+    found = "  approval_above_nodes: null\n"
+    assert found in text
+    return text.replace(found, found + "  placement: {reroute_after_s: 10}\n")
+
+
+async def fill(tag: str, gpus: int, hold_s: int, *, wait: bool, limit: int, ids: list[str]) -> None:
+    """A job of other people on each node taking ``gpus`` GPUs for ``hold_s``; their ids
+    go into ``ids`` as they are submitted (so the caller cancels them whatever happens)."""
+    mine: list[str] = []
+    for i in range(NODES):
+        out = await asyncio.to_thread(
+            login_run,
+            f"sbatch --parsable -J {tag}-fill{gpus}x{i} -o /dev/null -N 1 -w dev{i} -p a4 "
+            f"-t {limit} --gres=gpu:{gpus} --wrap='sleep {hold_s}'",
+        )
+        mine.append(out.strip().split(";")[0])
+        ids.append(mine[-1])
+
+    async def all_running() -> bool:
+        out = await asyncio.to_thread(login_run, f"squeue -h -o %T -j {','.join(mine)}")
+        return out.split() == ["RUNNING"] * NODES
+
+    if wait:
+        await wait_until(all_running, "the filling jobs to run", timeout_s=240, interval_s=1)
+
+
+async def test_a_pending_launch_moves_once_and_only_one_of_its_jobs_runs(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    taken: list[str] = []
+    config = dev_config(edit=reroute_config)
+    try:
+        async with knobs(unique, **QUICK):
+            # Placed while both clusters are free (a tie: a4, first in the config), and
+            # queued by a bot without workers; before a worker submits it, other jobs
+            # take half of every node: an 8-GPU-per-node job (a4) must wait for them,
+            # a 4-GPU-per-node one (a3u) could start now.
+            async with running(bot_settings(), config, front, workers=0) as bot:
+                bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+                reply = await handle_line(
+                    f"/train sft llama3p1_2b cluster=auto name={unique}",
+                    bot.core,
+                    front,
+                    user="alice",
+                )
+            assert reply is not None and not reply.error, reply
+            launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            assert "cluster=auto chose a4 (a4: " in reply.text, reply.text
+            await fill(unique, 4, 150, wait=True, limit=3, ids=taken)
+            async with running(bot_settings(), config, front) as bot:
+                done = await wait_for_launch(bot.store, launch_id, timeout_s=420)
+                await wait_delivered(bot.store)
+        said = "\n".join(front.lines)
+        assert done.outcome == "COMPLETED", said
+        assert done.cluster == "a3u" and done.rerouted
+        assert said.count("🔀 Still pending on a4 after 10 s while a3u would start it now") == 1
+        assert [a.cluster for a in done.attempts] == ["a4", "a3u"]
+        first, second = done.attempts
+        assert "cancelled job " + first.job_id in said
+        jobs = slurm_jobs_named(launch_id)
+        assert jobs == sorted([first.job_id, second.job_id]), jobs  # one submit each
+        states = {
+            j: login_run(f"sacct -X -P -n -o State,Start -j {j}").strip().splitlines()[-1]
+            for j in jobs
+        }
+        assert states[first.job_id].startswith("CANCELLED"), states
+        assert states[first.job_id].split("|")[1] in ("None", "Unknown"), states  # never ran
+        assert states[second.job_id].startswith("COMPLETED"), states
+    finally:
+        if taken:
+            await asyncio.to_thread(login_run, f"scancel {' '.join(taken)}", check=False)

@@ -32,7 +32,10 @@ def test_ties_go_to_the_config_order_and_a_second_of_clock_skew_is_a_tie() -> No
         "a4",
         "a4: in 10 min; a3u: in 10 min",
     )
+    # The same start read a second apart ties too; a minute apart does not.
     assert choose([Answer("a4", 601.0), Answer("a3u", 600.0)])[0] == "a3u"  # type: ignore[index]
+    assert choose([Answer("a4", 599.0), Answer("a3u", 598.0)])[0] == "a4"  # type: ignore[index]
+    assert choose([Answer("a4", 661.0), Answer("a3u", 600.0)])[0] == "a3u"  # type: ignore[index]
 
 
 def test_no_cluster_slurm_can_place_it_on_gives_none() -> None:
