@@ -18,9 +18,11 @@ from bot.store import Event, Store
 from cluster.errors import ClusterError, CommandTimeout
 from cluster.profiles import cert_key_id
 from commands.access import slurm_account
+from commands.budget import budget_for, check_budget, iso_week
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.placement import NOW_TOLERANCE_S, Answer, choose
+from commands.policy import Policy
 from commands.requests import InteractiveRequest, TrainRequest
 from commands.train import auto_fits
 
@@ -187,9 +189,31 @@ async def reroute(
             continue  # no other cluster can take it: it stays
         if not now_there:
             continue  # nowhere would start it now either
+        if not await _fits_budget(store, policy, launch, target):
+            continue  # the person's budget there has no room for its estimate
         if await _move(store, clusters, launch, target, why, after_s):
             moved += 1
     return moved
+
+
+async def _fits_budget(store: Store, policy: Policy, launch: Launch, target: str) -> bool:
+    """Whether the launch's GPU-hour estimate fits its owner's budget on ``target``
+    this week, with what is charged and held there now."""
+    if launch.request.over_budget:
+        return True
+    groups = frozenset(launch.groups)
+    budget = budget_for(policy, launch.user_id, groups, target)
+    if budget is None:
+        return True
+    charged, held = await store.budget_use(launch.user_id, target, iso_week(time.time()))
+    return check_budget(
+        budget=budget,
+        charged=charged,
+        active=held,
+        estimate=launch.estimate_gpu_hours,
+        cluster=target,
+        override=False,
+    ).allowed
 
 
 async def _move(

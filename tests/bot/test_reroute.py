@@ -11,6 +11,7 @@ import time
 from bot import placement
 from bot.launches import Attempt, Launch, Phase
 from bot.store import Event
+from commands.policy import BudgetRule, Policy
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
@@ -86,3 +87,15 @@ def test_settle_move_gives_earlier_attempts_their_cluster() -> None:
     assert item.cluster == "a3u"
     assert [a.cluster for a in item.attempts] == ["a4", "a3u"]
     assert placement.settle_move(item) == ""  # already there
+
+
+async def test_a_move_needs_room_in_the_budget_there() -> None:
+    await flush_test_redis()
+    policy = Policy(budgets=(BudgetRule(users=("U1",), clusters=("a3u",), gpu_hours_per_week=10),))
+    async with open_test_store() as store:
+        item = pending("4190")
+        item.estimate_gpu_hours = 16.0
+        assert not await placement._fits_budget(store, policy, item, "a3u")
+        assert await placement._fits_budget(store, policy, item, "a3m")  # no budget there
+        item.estimate_gpu_hours = 4.0
+        assert await placement._fits_budget(store, policy, item, "a3u")
