@@ -185,11 +185,16 @@ async def reroute(
                 only=others,
                 timeout_s=timeout_s,
             )
-        except CommandError:
+        except CommandError as exc:
+            log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, exc)
             continue  # no other cluster can take it: it stays
         if not now_there:
+            log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, why)
             continue  # nowhere would start it now either
         if not await _fits_budget(store, policy, launch, target):
+            log.info(
+                "launch %s pending on %s, not moved: over budget on %s", launch.id, cluster, target
+            )
             continue  # the person's budget there has no room for its estimate
         if await _move(store, clusters, launch, target, why, after_s):
             moved += 1

@@ -214,7 +214,7 @@ async def test_a_pending_launch_moves_once_and_only_one_of_its_jobs_runs(unique:
                 await wait_delivered(bot.store)
         said = "\n".join(front.lines)
         assert done.outcome == "COMPLETED", said
-        assert done.cluster == "a3u" and done.rerouted
+        assert done.cluster == "a3u" and done.rerouted, said
         assert said.count("🔀 Still pending on a4 after 10 s while a3u would start it now") == 1
         assert [a.cluster for a in done.attempts] == ["a4", "a3u"]
         first, second = done.attempts
