@@ -488,6 +488,7 @@ class Core:
                 user,
                 self.cluster_user,
                 only=None if parent is None else (parent.cluster,),
+                left_out="from= needs the cluster of the launch it starts from",
                 timeout_s=max(self.start_estimate_timeout_s, placement.PLACE_TIMEOUT_S),
             )
             request, placed = request.model_copy(update={"cluster": name}), f"{name} ({why})"

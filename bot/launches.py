@@ -167,7 +167,8 @@ class Launch(BaseModel):
     start_path: str = ""
     rerouted: bool = False  # policy.placement.reroute_after_s moved it (once at most)
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
-    groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
+    # The owner's policy groups then: the budget of a launch that waited, a reroute's policy
+    groups: list[str] = Field(default_factory=list)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)
     estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
     submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it

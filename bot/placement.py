@@ -85,15 +85,17 @@ async def place(
     cluster_user: ClusterUser,
     *,
     only: Collection[str] | None = None,
+    left_out: str = "",
     timeout_s: float = PLACE_TIMEOUT_S,
 ) -> tuple[str, str, bool]:
     """The cluster ``cluster=auto`` picks for ``request``, why ("a3u: now; a4: in
     2 h 10 min") and whether Slurm would start it there now; CommandError saying why
-    none. ``only``: the clusters it may pick from (``from=`` needs its parent's)."""
+    none. ``only``: the clusters it may pick from, ``left_out`` saying why the others
+    are not (``from=`` needs its parent's; a reroute, another)."""
     found = auto_fits(context, user, nodes=request.nodes, image=request.image)
     names = [f.cluster for f in found if not f.why and (only is None or f.cluster in only)]
     if not names:
-        why = "; ".join(f"{f.cluster}: {f.why or 'not the parent launch cluster'}" for f in found)
+        why = "; ".join(f"{f.cluster}: {f.why or left_out}" for f in found)
         raise CommandError(
             f"cluster=auto: no cluster can take this launch ({why}). Give cluster=<name>.",
             field="cluster",
@@ -183,6 +185,7 @@ async def reroute(
                 user,
                 people,
                 only=others,
+                left_out="where it waits now",
                 timeout_s=timeout_s,
             )
         except CommandError as exc:

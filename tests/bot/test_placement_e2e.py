@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+import time
+from datetime import UTC, datetime
 
 import pytest
 
 from bot import pipelines
 from bot.console import ConsoleFront, handle_line
+from bot.front import Incoming
 from bot.service import Bot, running
 from tests.bot.botkit import (
     LAUNCH_RE,
@@ -231,3 +234,60 @@ async def test_a_pending_launch_moves_once_and_only_one_of_its_jobs_runs(unique:
     finally:
         if taken:
             await asyncio.to_thread(login_run, f"scancel {' '.join(taken)}", check=False)
+
+
+async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    at = datetime.fromtimestamp(time.time() + 3600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    async def refused(text: str, user: str = "alice") -> str:
+        reply = await handle_line(f"/train {text}", bot.core, front, user=user)
+        assert reply is not None and reply.error, reply
+        return reply.text
+
+    async with running(bot_settings(), dev_config(), front) as bot:
+        bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        bobs = await train(
+            bot, front, f"pretrain llama3p1_2b cluster=a3u name={unique} at={at}", "bob"
+        )
+        mine = await train(bot, front, f"pretrain llama3p1_2b cluster=a3u name={unique} at={at}")
+        assert (await refused(f"sft llama3p1_2b cluster=a3u from={bobs}")).startswith(
+            f"from={bobs}: "
+        )  # alice may not see bob's launch
+        assert await refused(f"sft llama3p1_2b cluster=a4 from={mine}") == (
+            f"from={mine}: its checkpoints are on a3u, so a launch starting from them runs "
+            "there. Give cluster=a3u."
+        )
+        text = await refused(f"dpo llama3p1_8b cluster=a3u from={mine}")
+        assert text.startswith(
+            f"from={mine}: dpo on nemo-rl cannot start from {mine} (pretrain on nemo): "
+            "NeMo-RL starts only from a run of the same algorithm"
+        ), text
+        # cluster=auto with from= asks only the parent's cluster.
+        reply = await handle_line(
+            f"/train sft llama3p1_2b cluster=auto after={mine} from={mine}",
+            bot.core,
+            front,
+            user="alice",
+        )
+        assert reply is not None and not reply.error, reply
+        assert re.search(r"cluster=auto chose a3u \(a3u: [^;]*\): Slurm", reply.text), reply.text
+        assert f"It starts from {mine}'s newest complete checkpoint" in reply.text
+        child = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        alice = await bot.core.user(
+            Incoming(user_id="alice", user_name="alice", channel_id="console", command="/cancel")
+        )
+        await bot.core.cancel(await bot.store.get(mine), alice)  # type: ignore[arg-type]
+        text = await refused(f"sft llama3p1_2b cluster=a3u from={mine}")
+        assert text == (
+            f"from={mine}: {mine} ended CANCELLED without a complete checkpoint (NO_CHECKPOINT), "
+            "so there is nothing to start from. Leave from= out to start from the recipe's "
+            "own weights, or give a launch that saved one."
+        )
+        ended = await wait_for_launch(bot.store, child, timeout_s=60)  # its parent ended
+        bob = await bot.core.user(
+            Incoming(user_id="bob", user_name="bob", channel_id="console", command="/cancel")
+        )
+        await bot.core.cancel(await bot.store.get(bobs), bob)  # type: ignore[arg-type]
+    assert ended.outcome == "PARENT_FAILED"
+    assert slurm_jobs_named(mine) == [] and slurm_jobs_named(child) == []
