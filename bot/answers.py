@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from bot import pipelines, render
 from bot.clusters import Clusters
 from bot.cost import wait_words
 from bot.front import Reply
-from bot.launches import Launch, Phase, Sweep
+from bot.launches import Launch, Sweep
 from bot.slack_text import actions, cancel_button, code_block, escape, section
 from bot.store import Store
 from cluster.discovery import ClusterCapacity
@@ -43,23 +43,22 @@ async def jobs(store: Store, user: User, *, all_users: bool, cluster: str | None
                 lines.append(launch.sweep)  # the sweep's lines go here, grouped
             sweeps_seen[launch.sweep].append(launch)
             continue
-        lines.append(_job_line(launch, now, all_users))
+        lines.append(_job_line(launch, now, all_users, launches))
     for sweep_id, members in sweeps_seen.items():
         sweep = await store.get_sweep(sweep_id)
         at = lines.index(sweep_id)
-        lines[at : at + 1] = sweep_lines(sweep_id, sweep, members, now, all_users)
+        lines[at : at + 1] = sweep_lines(sweep_id, sweep, members, now, all_users, launches)
     return Reply("\n".join(lines))
 
 
-def _job_line(launch: Launch, now: float, all_users: bool) -> str:
+def _job_line(launch: Launch, now: float, all_users: bool, others: Sequence[Launch]) -> str:
     _, word = render.status_label(launch)
     step = (
         f" · step {launch.progress.step}/{launch.progress.total}" if launch.progress.total else ""
     )
     job = f" · job {launch.job_id}" if launch.job_id else ""
     who = f" · <@{launch.user_id}>" if all_users else ""
-    waits = pipelines.waits_text(launch) if launch.phase == Phase.QUEUED else ""
-    chain = f" · ⏳ {waits}" if waits else ""
+    chain = escape(pipelines.chain_text(launch, others))
     return (
         f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step}{chain} · "
         f"{render.duration(now - launch.created_at)} old{who}"
@@ -67,7 +66,12 @@ def _job_line(launch: Launch, now: float, all_users: bool) -> str:
 
 
 def sweep_lines(
-    sweep_id: str, sweep: Sweep | None, members: list[Launch], now: float, all_users: bool
+    sweep_id: str,
+    sweep: Sweep | None,
+    members: list[Launch],
+    now: float,
+    all_users: bool,
+    others: Sequence[Launch] = (),
 ) -> list[str]:
     """A sweep's active members under one line for the sweep, each with its values."""
     first = members[0]
@@ -80,7 +84,7 @@ def sweep_lines(
     for member in members:
         index = sweep.members.index(member.id) if sweep and member.id in sweep.members else -1
         values = f" #{index + 1} ({escape(sweep.label(index))})" if sweep and index >= 0 else ""
-        lines.append(f"    ↳{values} {_job_line(member, now, all_users)}")
+        lines.append(f"    ↳{values} {_job_line(member, now, all_users, others)}")
     return lines
 
 

@@ -6,6 +6,7 @@ the catalog, secrets from the settings) and holds the shared SSH pool.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -44,6 +45,9 @@ def job_comment(item: Launch) -> str:
     """What Slurm's ``--comment`` says about a launch: which launch, and whose."""
     who = re.sub(r"[^A-Za-z0-9._@-]", "", item.user_id)[:40] or "unknown"
     return f"trainbot {item.id} by {who}"
+
+
+CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
 
 
 class Clusters:
@@ -129,6 +133,8 @@ class Clusters:
                 secrets=secrets,
                 comment=job_comment(item),
             )
+            if item.start_key and not item.checkpoints:  # from=, until it saved its own
+                spec = dataclasses.replace(spec, start_from=(item.start_key, item.start_path))
         else:
             spec = launch.LaunchSpec(
                 profile=profile,
@@ -209,14 +215,31 @@ class Clusters:
     async def find(self, item: Launch) -> list[jobs.FoundJob]:
         return await jobs.find_jobs_for_launch(self.pool, self.profile_for(item), item.id)
 
-    async def cancel(self, item: Launch, job_ids: list[str]) -> None:
-        """``scancel`` as the launch's person: Slurm itself refuses anyone else's job."""
-        await jobs.cancel(self.pool, self.profile_for(item), job_ids)
+    async def cancel(self, item: Launch, job_ids: list[str], *, pending_only: bool = False) -> None:
+        """``scancel`` as the launch's person: Slurm itself refuses anyone else's job;
+        ``pending_only``: Slurm leaves a job that has started alone."""
+        await jobs.cancel(self.pool, self.profile_for(item), job_ids, pending_only=pending_only)
+
+    async def cancel_and_confirm(
+        self, item: Launch, job_id: str, *, pending_only: bool = False
+    ) -> str:
+        """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
+        try:
+            await self.cancel(item, [job_id], pending_only=pending_only)
+            for _ in range(CANCEL_CONFIRM_TRIES):
+                found = {j.job_id: j for j in await self.find(item)}
+                if job_id not in found or not found[job_id].active:
+                    return ""
+                await asyncio.sleep(1.0)
+        except ClusterError as exc:
+            return str(exc)
+        return f"Slurm still shows it running after {CANCEL_CONFIRM_TRIES} s"
 
     async def usage(self, item: Launch) -> Usage:
         """What ``sacct`` recorded for every job of the launch: those its attempts recorded
         and any other Slurm has under its id (as the launch's person)."""
-        job_ids = [a.job_id for a in item.attempts if a.job_id]
+        here = ("", item.cluster)  # a job left behind on another cluster never started
+        job_ids = [a.job_id for a in item.attempts if a.job_id and a.cluster in here]
         return await jobs.launch_usage(self.pool, self.profile_for(item), item.id, job_ids)
 
     async def tail(self, item: Launch, path: str, lines: int) -> str:

@@ -263,6 +263,7 @@ class Config(BaseModel):
                             f"policy.{section}[{number}].clusters: {name!r} is not a cluster "
                             f'(known: {known}, or "*")'
                         )
+        problems += self._placement_problems()
         problems += self._image_dir_problems()
         try:
             self.failure_catalog  # noqa: B018 - builds and checks the site's entries
@@ -272,6 +273,20 @@ class Config(BaseModel):
             self.catalog  # noqa: B018 - builds and checks the merged catalog
         except ValidationError as exc:
             problems.append(f"recipes: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+        return problems
+
+    def _placement_problems(self) -> list[str]:
+        """``auto`` is ``cluster=auto``, never a cluster; ``policy.placement.defaults``
+        name clusters that exist."""
+        problems = []
+        if "auto" in self.clusters:
+            problems.append('clusters.auto: "auto" means cluster=auto; name the cluster otherwise')
+        for number, entry in enumerate(self.policy.placement.defaults):
+            if entry.cluster != "auto" and entry.cluster not in self.clusters:
+                problems.append(
+                    f"policy.placement.defaults[{number}].cluster: {entry.cluster!r} is not a "
+                    f'cluster (known: {", ".join(self.clusters)}, or "auto")'
+                )
         return problems
 
     def _image_dir_problems(self) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, health, home, pipelines, render, sweep_answers, sweeps, usage
+from bot import answers, health, home, pipelines, placement, render, sweep_answers, sweeps, usage
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -54,6 +54,7 @@ from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
 from commands.jobs import parse_job_ref
+from commands.placement import AUTO
 from commands.policy import decide, may_manage
 from commands.requests import (
     AttachRequest,
@@ -83,7 +84,6 @@ UNCONFIRMED_GROUPS = (
 )
 
 
-CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
 HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
 HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
 CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
@@ -442,6 +442,8 @@ class Core:
         self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
     ) -> Reply:
         active, _ = await self.store.active_counts(user.id)
+        await self.slow_down(user.id, "launches")
+        request, placed, starts_from = await self.auto_place(request, user)
         decision = decide(
             self.context.policy,
             request,
@@ -451,7 +453,6 @@ class Core:
         )
         if not decision.allowed:
             return Reply(decision.reason, error=True)
-        await self.slow_down(user.id, "launches")
         image_secrets = self.check_image(request, user)
         cluster_user = await self.cluster_user(request.cluster, user)
         # Its thread goes where /train was typed: refuse now if no one could see it there.
@@ -491,6 +492,7 @@ class Core:
         launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
+        launch.placed, launch.starts_from = placed, starts_from
         waits = await self.waits(launch, user)
         limits = self.context.policy.limits
         limit = limits.dry_runs_at_once if request.dry_run else decision.max_concurrent
@@ -554,6 +556,7 @@ class Core:
         policy = self.context.policy
         members = request.members
         first = members[0]
+        _one_launch_keys(first)
         active, _ = await self.store.active_counts(user.id)
         decisions = [
             decide(policy, m, user_id=user.id, group_ids=user.groups, active_launches=active)
@@ -650,6 +653,62 @@ class Core:
         )
         return Reply(f"{said}\nQueued; the table in its thread follows every member.{waits}")
 
+    async def auto_place(
+        self, request: TrainRequest | InteractiveRequest, user: User
+    ) -> tuple[TrainRequest | InteractiveRequest, str, str]:
+        """``cluster=auto``: the request on the cluster where Slurm starts it first, and
+        why ("" and the request as it is for a named cluster); ``from=``: the parent it
+        starts from, which holds it to the parent's cluster ("": none)."""
+        parent = await self.start_parent(request, user)
+        placed = ""
+        if request.cluster == AUTO:
+            name, why, _ = await placement.place(
+                self.clusters,
+                self.context,
+                self.start_estimates,
+                request,
+                user,
+                self.cluster_user,
+                only=None if parent is None else (parent.cluster,),
+                left_out="from= needs the cluster of the launch it starts from",
+                timeout_s=max(self.start_estimate_timeout_s, placement.PLACE_TIMEOUT_S),
+            )
+            request, placed = request.model_copy(update={"cluster": name}), f"{name} ({why})"
+        if parent is not None and parent.cluster != request.cluster:
+            raise CommandError(
+                f"from={parent.id}: its checkpoints are on {parent.cluster}, so a launch "
+                f"starting from them runs there. Give cluster={parent.cluster}.",
+                field="cluster",
+            )
+        return request, placed, "" if parent is None else parent.id
+
+    async def start_parent(
+        self, request: TrainRequest | InteractiveRequest, user: User
+    ) -> Launch | None:
+        """``from=``: the launch to start from, which the person may see, whose framework
+        and workload this one can start from, and which has (or, still running, may yet
+        have) a complete checkpoint; else CommandError saying why."""
+        if not isinstance(request, TrainRequest) or request.start_from is None:
+            return None
+        known = None if request.cluster == AUTO else request.cluster
+        ref = parse_job_ref(request.start_from, known, self.context)
+        if not ref.is_launch_id:
+            ref = JobRef(id=ref.id)  # a Slurm job id: on whichever cluster has it
+        try:
+            parent = await self.readable(ref, user)
+            pipelines.start_key(request, parent)
+        except (CommandError, ValueError) as exc:
+            raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
+        if not parent.active and pipelines.newest_checkpoint(parent) is None:
+            raise CommandError(
+                f"from={request.start_from}: {parent.id} ended "
+                f"{parent.outcome or parent.phase.value} without a complete checkpoint "
+                "(NO_CHECKPOINT), so there is nothing to start from. Leave from= out to start "
+                "from the recipe's own weights, or give a launch that saved one.",
+                field="from",
+            )
+        return parent
+
     async def people_tz(self, user_id: str) -> str:
         """The person's time zone (Slack's users.info ``tz``); "": this machine's own."""
         ask = getattr(self.front, "user_tz", None)
@@ -664,12 +723,22 @@ class Core:
     async def waits(self, launch: Launch, user: User) -> str:
         """at= and after=: noted on the launch; what it waits for, as a line ("": nothing)."""
         launch.tz = user.tz
-        if launch.request.at or launch.request.after:  # its budget is checked again then
+        if launch.request.at or launch.request.after or launch.placed:  # checked again then
             launch.groups = sorted(user.groups)
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
         text = pipelines.waits_text(launch)
-        return f"\n⏳ It {text}." if text else ""
+        where = (
+            f"\n📍 cluster=auto chose {escape(launch.placed)}: Slurm starts it there first."
+            if launch.placed
+            else ""
+        )
+        if launch.starts_from:
+            where += (
+                f"\n▶️ It starts from {launch.starts_from}'s newest complete checkpoint; its "
+                "thread says which when it goes."
+            )
+        return where + (f"\n⏳ It {text}." if text else "")
 
     async def parent_of(self, request: TrainRequest | InteractiveRequest, user: User) -> str:
         """after=: the launch id of the parent the person may see, or CommandError."""
@@ -982,13 +1051,20 @@ class Core:
 
     async def _cancel_and_confirm(self, launch: Launch, job_id: str) -> str:
         """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
-        try:
-            await self.clusters.cancel(launch, [job_id])
-            for _ in range(CANCEL_CONFIRM_TRIES):
-                jobs = {j.job_id: j for j in await self.clusters.find(launch)}
-                if job_id not in jobs or not jobs[job_id].active:
-                    return ""
-                await asyncio.sleep(1.0)
-        except ClusterError as exc:
-            return str(exc)
-        return f"Slurm still shows it running after {CANCEL_CONFIRM_TRIES} s"
+        return await self.clusters.cancel_and_confirm(launch, job_id)
+
+
+def _one_launch_keys(first: TrainRequest) -> None:
+    """CommandError for a key that makes sense for one launch only, given to a sweep."""
+    if first.cluster == AUTO:
+        raise CommandError(
+            "cluster=auto places one launch, not a sweep: give the sweep a cluster "
+            "(cluster=a4), or start its members one by one with cluster=auto.",
+            field="cluster",
+        )
+    if first.start_from is not None:
+        raise CommandError(
+            f"from={first.start_from} starts one launch from a checkpoint, not a sweep: "
+            "leave from= out, or start each value as a launch of its own.",
+            field="from",
+        )

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot import health, render
+from bot import health, pipelines, render
 from bot.launches import HistoryEntry, Launch, Sweep
 from bot.slack_text import SECTION_TEXT_MAX, context, escape, section
 from bot.store import DeadLetter
@@ -43,7 +43,7 @@ def home_blocks(
                     blocks.append(section(launch.sweep))  # the sweep's block goes here
                 grouped[launch.sweep].append(launch)
             else:
-                blocks.append(section(_active_line(launch, links.get(launch.id, ""), now)))
+                blocks.append(section(_active_line(launch, links.get(launch.id, ""), now, active)))
         for sweep_id, members in grouped.items():
             at = blocks.index(section(sweep_id))
             text = _sweep_text(sweep_id, (sweeps or {}).get(sweep_id), members, links, now)
@@ -68,7 +68,7 @@ def _thread(link: str) -> str:
     return f" · <{link}|thread>" if link.startswith("https://") else ""
 
 
-def _active_line(launch: Launch, link: str, now: float) -> str:
+def _active_line(launch: Launch, link: str, now: float, active: Sequence[Launch]) -> str:
     icon, word = render.status_label(launch)
     progress = launch.progress
     step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
@@ -77,7 +77,7 @@ def _active_line(launch: Launch, link: str, now: float) -> str:
     gpu = f" · {text}" if (text := health.gpu_text(launch)) else ""
     return (
         f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
-        f"{gpu} · {age}{_thread(link)}"
+        f"{gpu}{escape(pipelines.chain_text(launch, active))} · {age}{_thread(link)}"
     )
 
 

@@ -81,6 +81,7 @@ class Attempt(BaseModel):
     from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
+    cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
     log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
     tail: str = ""  # the last lines of the main log, for the failure message
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
@@ -161,8 +162,14 @@ class Launch(BaseModel):
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
     waits_for: str = ""  # after=: the launch this one starts after (bot.pipelines)
     sweep: str = ""  # the sweep this launch is a member of (bot.sweeps), if any
+    placed: str = ""  # cluster=auto: the cluster chosen and Slurm's start estimates then
+    starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from
+    start_key: str = ""  # from=: the recipe key and checkpoint path, noted before its first job
+    start_path: str = ""
+    rerouted: bool = False  # policy.placement.reroute_after_s moved it (once at most)
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
-    groups: list[str] = Field(default_factory=list)  # the owner's policy groups then (budget)
+    # The owner's policy groups then: the budget of a launch that waited, a reroute's policy
+    groups: list[str] = Field(default_factory=list)
     charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)
     estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
     submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it

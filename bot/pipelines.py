@@ -19,18 +19,22 @@ queues in Slurm from then on.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
+from bot import render
 from bot.launches import Launch, Phase
 from bot.slack_text import escape
 from bot.store import Event, Store
+from cluster.frameworks import Tracking, framework
+from cluster.profiles import ClusterProfile
 from commands.budget import budget_for, check_budget, iso_week
 from commands.policy import Policy
+from commands.requests import TrainRequest
 from commands.schedule import at_epoch, show
 
 PARENT_LOOK_S = 5.0  # a child looks at its parent this often (a Redis read, no SSH)
 MAX_CHAIN = 20  # steps of a chain looked through for a cycle
-Mutate = Callable[[Launch, Callable[[Launch], list[Event]]], Awaitable[object]]
+Mutate = Callable[[str, Callable[[Launch], list[Event]]], Awaitable[tuple[Launch, list[Event]]]]
 
 
 def waits_text(launch: Launch, parent: Launch | None = None) -> str:
@@ -44,6 +48,24 @@ def waits_text(launch: Launch, parent: Launch | None = None) -> str:
         now = f" (now {parent.phase.value})" if parent is not None and parent.active else ""
         parts.append(f"waits until {launch.waits_for} {cond}{now}")
     return "; ".join(parts)
+
+
+def chain_text(launch: Launch, others: Sequence[Launch]) -> str:
+    """What /jobs and App Home add to a launch's line: when and for what it waits, the
+    launch it starts from, and the launches among ``others`` that wait for it or start
+    from it (``chain: L-a -> L-b``); "" when none."""
+    parts = []
+    waits = waits_text(launch) if launch.phase == Phase.QUEUED else ""
+    if waits:
+        parts.append(f"⏳ {waits}")
+    elif launch.waits_for:
+        parts.append(f"after {launch.waits_for}")
+    if launch.starts_from:
+        parts.append(f"from {launch.starts_from}'s checkpoint")
+    children = [o.id for o in others if launch.id in (o.waits_for, o.starts_from)]
+    if children:
+        parts.append(f"chain: {launch.id} -> {', '.join(children)}")
+    return "".join(f" · {part}" for part in parts)
 
 
 def parent_ok(outcome: str, any_end: bool) -> bool:
@@ -157,3 +179,90 @@ async def resolve_parent(
             break
         step = found
     return parent
+
+
+def newest_checkpoint(launch: Launch) -> tuple[Tracking, str, int] | None:
+    """``from=``: the launch's newest complete checkpoint (the poller lists only those whose
+    save finished) as (the tracking of the attempt that knows its directory, its name,
+    its step); None when it has none."""
+    known = [a.tracking for a in launch.attempts if a.tracking and a.tracking.checkpoint_dir]
+    if not known or not launch.checkpoints:
+        return None
+    ranked = [
+        (render.checkpoint_step(launch, name) or -1, order, name)
+        for order, name in enumerate(launch.checkpoints)
+    ]
+    step, _, name = max(ranked)
+    return known[-1], name, step
+
+
+def start_key(request: TrainRequest, parent: Launch) -> str:
+    """The recipe key ``request`` starts from ``parent``'s checkpoint with; ValueError
+    saying why when the pair cannot."""
+    theirs = parent.request
+    if not isinstance(theirs, TrainRequest):
+        raise ValueError(
+            f"{parent.id} is an interactive allocation, whose checkpoints trainbot "
+            "does not know; give a training launch"
+        )
+    try:
+        return framework(request.framework).start_key(
+            theirs.framework, theirs.workload == request.workload
+        )
+    except ValueError as exc:
+        raise ValueError(
+            f"{request.workload} on {request.framework} cannot start from {parent.id} "
+            f"({theirs.workload} on {theirs.framework}): {exc}"
+        ) from None
+
+
+async def start_point(
+    store: Store, item: Launch, mutate: Mutate, profile: ClusterProfile
+) -> Launch | None:
+    """``from=``: before its first attempt, the launch notes its parent's newest complete
+    checkpoint (its thread says which) and goes on; None when it ended here (the parent
+    has none: NO_CHECKPOINT). A retry keeps what the first attempt started from."""
+    request = item.request
+    if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
+        return item
+    parent = await store.get(item.starts_from)
+    found = newest_checkpoint(parent) if parent is not None else None
+    key, why = "", "it saved no complete checkpoint"
+    if parent is None:
+        why = "its record has expired, and with it where its checkpoints are"
+    elif found is not None:
+        try:
+            key = start_key(request, parent)
+        except ValueError as exc:
+            why = str(exc)
+    if parent is None or found is None or not key:
+        text = (
+            f"⛔ <@{item.user_id}>: not started (NO_CHECKPOINT): from={item.starts_from}, but "
+            f"{escape(why)}. Nothing was submitted. `/train` again without from= to start "
+            "from the recipe's own weights, or from a launch that saved a checkpoint."
+        )
+
+        def ended(stored: Launch) -> list[Event]:
+            if stored.phase != Phase.QUEUED:
+                return []
+            stored.phase, stored.outcome = Phase.DONE, "NO_CHECKPOINT"
+            stored.detail = f"{stored.starts_from} has no checkpoint to start from"
+            return [Event("thread", stored.id, text), Event("update", stored.id)]
+
+        await mutate(item.id, ended)
+        return None
+    tracking, name, step = found
+    value = framework(request.framework).start_value(tracking, name, profile)
+    text = (
+        f"▶️ Starts from {parent.id}'s newest complete checkpoint, step {step:,} "
+        f"(`{escape(name)}`): `{escape(key)}={escape(value)}`."
+    )
+
+    def noted(stored: Launch) -> list[Event]:
+        if stored.phase != Phase.QUEUED or stored.start_key:
+            return []
+        stored.start_key, stored.start_path = key, value
+        return [Event("thread", stored.id, text)]
+
+    stored, _ = await mutate(item.id, noted)
+    return stored if stored.start_key else None

@@ -24,10 +24,13 @@ from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from bot import placement
 from bot.charging import charge_ended
 from bot.clusters import Clusters
+from bot.cost import StartEstimates
 from bot.gpuwatch import sample_running
 from bot.health import TRAINBOT
+from bot.identity import People
 from bot.launches import Launch
 from bot.logs import log_context
 from bot.store import Event, Store
@@ -43,6 +46,7 @@ from cluster.slurm import is_terminal
 log = logging.getLogger(__name__)
 
 MIN_LEASE_S = 1.0
+MIN_REROUTE_INTERVAL_S = 5.0  # pending launches are looked at for a move at most this often
 MIN_CHARGE_INTERVAL_S = 2.0  # ended launches are charged at most this often per cluster
 RENEWALS_PER_INTERVAL = 3
 
@@ -87,6 +91,8 @@ class Poller:
         self.stopping = False
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
+        self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
+        self.people = People(clusters, None)  # reroute: each person's Unix user per cluster
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -120,6 +126,17 @@ class Poller:
                 coalesce=True,
                 misfire_grace_time=None,
             )
+            if self.clusters.config.policy.placement.reroute_after_s is not None:
+                self.scheduler.add_job(
+                    self.scheduled,
+                    "interval",
+                    seconds=max(profile.poll_interval_s, MIN_REROUTE_INTERVAL_S),
+                    args=[self.reroute, name],
+                    id=f"reroute-{name}",
+                    max_instances=1,
+                    coalesce=True,
+                    misfire_grace_time=None,
+                )
             if (every_s := self.clusters.config.watch.health.gpu_sample_for(name)) > 0:
                 self.scheduler.add_job(
                     self.scheduled,
@@ -164,6 +181,21 @@ class Poller:
                 return await charge_ended(self.store, self.clusters, cluster)
             except Exception:  # Redis away, say: the next run tries again
                 log.exception("charging ended launches of %s failed", cluster)
+                return 0
+
+    async def reroute(self, cluster: str) -> int:
+        """Move launches still pending on ``cluster`` where another cluster would start
+        them now (policy ``placement.reroute_after_s``; :func:`bot.placement.reroute`),
+        while this poller holds the cluster's lease."""
+        if cluster not in self.held or self.stopping:
+            return 0
+        with log_context(cluster=cluster):
+            try:
+                return await placement.reroute(
+                    self.store, self.clusters, cluster, self.estimates, self.people.cluster_user
+                )
+            except Exception:  # Redis away, say: the next run tries again
+                log.exception("rerouting pending launches of %s failed", cluster)
                 return 0
 
     def shutdown(self) -> None:

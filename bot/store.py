@@ -951,7 +951,7 @@ class Store:
         for attempt in launch.attempts:
             if attempt.job_id:
                 index = keys.job_index(attempt.job_id)
-                pipe.hset(index, launch.cluster, launch.id)
+                pipe.hset(index, attempt.cluster or launch.cluster, launch.id)
                 if launch.active:
                     pipe.persist(index)
                 else:

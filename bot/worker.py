@@ -32,7 +32,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from bot import babysit, keys, pipelines, render
+from bot import babysit, keys, pipelines, placement, render
 from bot.clusters import Clusters
 from bot.launches import Attempt, Launch, Phase
 from bot.logs import log_context, set_job_id
@@ -314,6 +314,11 @@ class Worker:
             return  # found and recorded, or the cluster did not answer: looked up again later
         if not await self._ready(item):
             return
+        profile = self.clusters.profile_for(item)
+        started = await pipelines.start_point(self.store, item, self._mutate, profile)
+        if started is None:
+            return  # from=: the parent has no checkpoint to start from
+        item = started
         built = self.clusters.spec_for(item)
         spec = built.spec
         item, _ = await self._mutate(item.id, _to_preflight)
@@ -597,12 +602,18 @@ class Worker:
         jobs = {j.job_id: j for j in await self.clusters.find(item)}
         gone = old not in jobs or not jobs[old].active
 
+        moved = []
+
         def settle(stored: Launch) -> list[Event]:
             if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
                 return []
             if gone:
                 stored.attempts[-1].held = False
                 stored.attempts[-2].close(time.time())
+                if left := placement.settle_move(stored):  # a reroute cut short
+                    moved.append(left)
+                    text = f"🔀 Job {old} on {left} is gone; moved to {stored.cluster}."
+                    return [thread(stored.id, text), update(stored.id)]
                 return []
             stored.attempts.pop()
             stored.phase = Phase.RUNNING if stored.attempts[-1].started_at else Phase.SUBMITTED
@@ -610,6 +621,9 @@ class Worker:
             return [thread(stored.id, text), update(stored.id)]
 
         await self._mutate(item.id, settle)
+        if moved:  # taken up again on its new cluster, from the record as it is now
+            await self.store.requeue(item.id, after_s=0.05)
+            return False
         return gone
 
     async def _reject(

@@ -122,9 +122,12 @@ async def launch_usage(
     return parse_usage(result.stdout, launch_id, job_ids)
 
 
-async def cancel(pool: SSHPool, profile: ClusterProfile, job_ids: Sequence[str]) -> None:
-    """``scancel`` the jobs (one round trip)."""
-    await pool.run(profile.login, build_scancel(job_ids), timeout_s=30.0, cluster=profile.name)
+async def cancel(
+    pool: SSHPool, profile: ClusterProfile, job_ids: Sequence[str], *, pending_only: bool = False
+) -> None:
+    """``scancel`` the jobs (one round trip); ``pending_only``: only those not started."""
+    command = build_scancel(job_ids, pending_only=pending_only)
+    await pool.run(profile.login, command, timeout_s=30.0, cluster=profile.name)
     for job_id in job_ids:
         log.info("job=%s cluster=%s cancelled", job_id, profile.name)
 

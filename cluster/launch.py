@@ -39,6 +39,8 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")
 NODELIST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,199}")
 COMMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 :._@-]{0,127}")
+# A checkpoint as a job reads it: ~/..., /... or relative to the work dir; NeMo's names hold "=".
+START_PATH_RE = re.compile(r"(~/|/)?[A-Za-z0-9._+@=-][A-Za-z0-9._+@=/-]{0,499}")
 SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 REMOTE_SHELL = "bash -l -s"
 SUBMIT_TIMEOUT_S = 120.0
@@ -75,6 +77,8 @@ class LaunchSpec:
     # What the site's launcher accepts (its --help), when known: argv leaves out what it lacks.
     launcher: LauncherOptions | None = None
     submit_by: int = 0  # epoch seconds: the launcher neither starts nor runs past it (0: no bound)
+    # from=: (recipe key, another launch's checkpoint as the job reads it), after the overrides
+    start_from: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         framework(self.framework)  # ValueError naming the known frameworks
@@ -105,6 +109,7 @@ class LaunchSpec:
             _check(OVERRIDE_KEY_PATTERN, key, "override key")
             _check(OVERRIDE_VALUE_PATTERN, value, f"value for {key}")
         check_remote_path(self.image_path)
+        _check_start(self.start_from)
 
     @classmethod
     def from_recipe(
@@ -179,6 +184,16 @@ class LaunchSpec:
 
     def secret_files(self) -> dict[str, str]:
         return {k: v.file for k, v in self.profile.job_secrets.items() if v.file is not None}
+
+
+def _check_start(start_from: tuple[str, str] | None) -> None:
+    if start_from is None:
+        return
+    key, path = start_from
+    _check(OVERRIDE_KEY_PATTERN, key, "start key")
+    _check(START_PATH_RE, path, "checkpoint path")
+    if ".." in path.split("/"):
+        raise ValueError(f"invalid checkpoint path: {path!r}")
 
 
 @dataclass(frozen=True)

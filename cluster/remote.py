@@ -116,9 +116,23 @@ class RPath(str):
     """A login-node path inside an argv: quoted with :func:`quote_path` (``~`` kept)."""
 
 
-RemoteArg = str | RPath
+class RSetting(str):
+    """``key=<login-node path>`` inside an argv: the key shlex-quoted, the path with
+    :func:`quote_path` (``~`` kept), so ``key="$HOME"/'dir'``."""
+
+
+RemoteArg = str | RPath | RSetting
 
 
 def join_argv(argv: Iterable[RemoteArg]) -> str:
     """A command line from argv words: paths with :func:`quote_path`, the rest shlex-quoted."""
-    return " ".join(quote_path(w) if isinstance(w, RPath) else shlex.quote(w) for w in argv)
+    return " ".join(_quote_word(w) for w in argv)
+
+
+def _quote_word(word: RemoteArg) -> str:
+    if isinstance(word, RPath):
+        return quote_path(word)
+    if isinstance(word, RSetting):
+        key, _, path = word.partition("=")
+        return f"{shlex.quote(key)}={quote_path(path)}"
+    return shlex.quote(word)

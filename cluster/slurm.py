@@ -554,8 +554,11 @@ def parse_test_only(output: str) -> StartEstimate:
 # --- scancel ------------------------------------------------------------------------------
 
 
-def build_scancel(job_ids: Sequence[str]) -> str:
-    return shlex.join(["scancel", *(check_job_id(j) for j in job_ids)])
+def build_scancel(job_ids: Sequence[str], *, pending_only: bool = False) -> str:
+    """``scancel``; ``pending_only``: Slurm cancels only those still PENDING, so a job that
+    started meanwhile keeps running."""
+    state = ["--state=PENDING"] if pending_only else []
+    return shlex.join(["scancel", *state, *(check_job_id(j) for j in job_ids)])
 
 
 def _int(text: str) -> int:

@@ -28,7 +28,8 @@ _DETAILS: dict[HelpTopic, str] = {
     "train": (
         "Launch a recipe. Workloads: {workloads}.\n"
         "Keys:\n"
-        "  cluster=C        where to run (default: {default})\n"
+        "  cluster=C        where to run (default: {default}); cluster=auto: of the clusters\n"
+        "                   you may use that fit, where Slurm says it starts first\n"
         "  nodes=N          nodes of 8 GPUs (default 1)\n"
         "  partition=P      Slurm partition (default: the cluster's)\n"
         "  time=T           time limit: MM, HH:MM:SS or D-HH:MM:SS\n"
@@ -42,6 +43,8 @@ _DETAILS: dict[HelpTopic, str] = {
         "                   or at=2026-12-24T08:00; pre-flight runs when it is due\n"
         "  after=J[:ok|:any] start when launch (or Slurm job) J has ended for good, retries\n"
         "                   included: :ok (default) only if it completed, :any whatever its end\n"
+        "  from=J           start from launch J's newest complete checkpoint (same cluster;\n"
+        "                   NeMo: weights for another workload, the whole state for the same)\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"

@@ -179,7 +179,7 @@ def _split_pair(word: str) -> tuple[str, str]:
     if key.startswith("-"):
         raise CommandError(
             f"{quote(word)} looks like a command-line option. "
-            f"Write keys without dashes: {_dashless(key)}={printable(value)[:40]}",
+            f"Write keys without dashes: {_dashless(key)}={printable(value)[:40] or 'value'}.",
             field=_dashless(key),
         )
     if not _KEY_RE.fullmatch(key):

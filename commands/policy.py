@@ -26,6 +26,7 @@ from commands.access import (
 )
 from commands.access import may_approve as may_approve  # re-exported
 from commands.access import may_reject as may_reject  # re-exported
+from commands.placement import Placement
 from commands.requests import InteractiveRequest, Request, TrainRequest
 
 ANY = "*"
@@ -174,6 +175,7 @@ class Policy(BaseModel):
     limits: Limits = Limits()
     usage: UsagePolicy = UsagePolicy()
     max_sweep: int = Field(default=8, ge=1, le=256)  # members of one sweep, at most
+    placement: Placement = Placement()
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)

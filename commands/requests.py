@@ -139,6 +139,7 @@ class TrainRequest(_LaunchFields):
     model: str = Field(pattern=MODEL_PATTERN)
     framework: FrameworkName
     overrides: tuple[Override, ...] = ()
+    start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -150,6 +151,7 @@ class TrainRequest(_LaunchFields):
     def to_text(self) -> str:
         words = [self.command, self.workload, self.model, f"framework={self.framework}"]
         words += self._launch_pairs()
+        words += [f"from={self.start_from}"] if self.start_from else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

@@ -168,6 +168,21 @@ def parse_after(raw: str) -> tuple[str, Literal["ok", "any"]]:
     )
 
 
+def parse_from(raw: str) -> str:
+    """``from=<job>``: a launch id or a Slurm job id."""
+    value = raw.lower()
+    if value.startswith("l-"):
+        value = "L-" + value[2:]
+    if not re.fullmatch(AFTER_PATTERN, value):
+        raise CommandError(
+            f"from={quote(raw)} is not a job. Give the launch whose newest checkpoint to "
+            "start from: a launch id such as from=L-7f3a9c2b41 or a Slurm job id such as "
+            "from=4187.",
+            field="from",
+        )
+    return value
+
+
 def join_at_words(args: Args) -> Args:
     """``at=tomorrow 06:30`` typed without quotes splits in two: the lone ``HH:MM`` word
     that follows ``at=today`` or ``at=tomorrow`` joins it again."""

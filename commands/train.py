@@ -6,11 +6,14 @@ import time as clock
 from collections.abc import Callable
 
 from cluster.frameworks import default_framework, workloads
+from cluster.profiles import ClusterProfile
 from cluster.recipes import RecipeEntry
+from commands.access import may_use_image
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.help import USAGE
 from commands.parse import Args
+from commands.placement import AUTO, Fit, fits
 from commands.requests import (
     HELP_TOPICS,
     HelpRequest,
@@ -21,7 +24,7 @@ from commands.requests import (
     SweepRequest,
     TrainRequest,
 )
-from commands.schedule import join_at_words, parse_after, parse_at
+from commands.schedule import join_at_words, parse_after, parse_at, parse_from
 from commands.suggest import did_you_mean, join_names, quote
 from commands.sweep import SEEDS_KEY, expand, parse_seeds, sweep_axes
 from commands.values import (
@@ -38,7 +41,7 @@ LAUNCH_KEYS = (
     "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget",
     "at", "after",
 )  # fmt: skip
-TRAIN_KEYS = (*LAUNCH_KEYS, "framework", SEEDS_KEY)
+TRAIN_KEYS = (*LAUNCH_KEYS, "framework", "from", SEEDS_KEY)
 SUBCOMMANDS = ("interactive", "help", "recipes")
 
 
@@ -171,11 +174,13 @@ def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEnt
                 f"the value must match {entry.overrides[key]}.",
                 field=key,
             )
+    start_from = args.pairs.get("from")
     return TrainRequest(
         workload=workload,
         model=entry.model,
         framework=entry.framework,
         overrides=tuple(pairs),
+        start_from=None if start_from is None else parse_from(start_from),
         **base.model_dump(exclude={"kind"}),
     )
 
@@ -213,14 +218,20 @@ def _launch_fields(
 ) -> InteractiveRequest:
     """The checked fields shared by launches and interactive allocations."""
     pairs = args.pairs
-    profile = context.profile(pairs.get("cluster"))
+    wanted = pairs.get("cluster") or context.policy.placement.default_for(user.id, user.groups)
+    if wanted is not None and wanted.lower() == AUTO:
+        profile = _auto_profile(pairs, user, context, default_nodes)
+        cluster = AUTO
+    else:
+        profile = context.profile(wanted)
+        cluster = profile.name
     user_max = context.policy.max_nodes_for(user.id, user.groups, profile.name)
     nodes = parse_nodes(pairs.get("nodes", str(default_nodes)), profile, user_max)
     image = pairs.get("image")
     after = None if pairs.get("after") is None else parse_after(pairs["after"])
     at = pairs.get("at")
     return InteractiveRequest(
-        cluster=profile.name,
+        cluster=cluster,
         nodes=nodes,
         partition=_maybe(check_partition, pairs.get("partition")),
         time=_maybe(check_time, pairs.get("time")),
@@ -231,6 +242,64 @@ def _launch_fields(
         at=None if at is None else parse_at(at, tz=user.tz, now=clock.time()),
         after=None if after is None else after[0],
         after_any=after is not None and after[1] == "any",
+    )
+
+
+def auto_fits(context: CommandContext, user: User, *, nodes: int, image: str | None) -> list[Fit]:
+    """``cluster=auto``: every cluster, in config order, with why it cannot take a launch
+    of this shape and image by ``user`` ("" when it can)."""
+    policy = context.policy
+    profiles = list(context.clusters.values())
+    admin = policy.is_admin(user.id, user.groups)
+    allowed = [p.name for p in profiles if admin or policy.rule_for(user.id, user.groups, p.name)]
+    custom = [
+        p.name
+        for p in profiles
+        if image is not None
+        and p.allow_custom_images
+        and may_use_image(
+            policy,
+            user_id=user.id,
+            group_ids=user.groups,
+            cluster=p.name,
+            image=image,
+            cluster_images=list(p.images),
+        )[0].allowed
+    ]
+    return fits(
+        profiles,
+        allowed=allowed,
+        nodes=nodes,
+        user_max={p.name: policy.max_nodes_for(user.id, user.groups, p.name) for p in profiles},
+        image=image,
+        custom_image_ok=custom,
+    )
+
+
+def _auto_profile(
+    pairs: dict[str, str], user: User, context: CommandContext, default_nodes: int
+) -> ClusterProfile:
+    """``cluster=auto``: the first cluster that could take the launch, to check its keys
+    against (the choice among them is made when Slurm is asked), or CommandError."""
+    if "partition" in pairs:
+        raise CommandError(
+            "partition= names a partition of one cluster; with cluster=auto leave it out "
+            "(each cluster's own partition is used), or give cluster=<name>.",
+            field="partition",
+        )
+    if not context.clusters:
+        return context.default_profile()  # "No clusters are configured"
+    biggest = max(context.clusters.values(), key=lambda p: p.max_nodes)
+    nodes = parse_nodes(pairs.get("nodes", str(default_nodes)), biggest)
+    found = auto_fits(context, user, nodes=nodes, image=pairs.get("image"))
+    for fit in found:
+        if not fit.why:
+            return context.clusters[fit.cluster]
+    why = "; ".join(f"{f.cluster}: {f.why}" for f in found)
+    raise CommandError(
+        f"cluster=auto: no cluster can take this launch ({why}). "
+        "Ask for fewer nodes or another image, or give cluster=<name>.",
+        field="cluster",
     )
 
 

@@ -245,6 +245,17 @@ class Framework(ABC):
         """What a person runs on the login node to attach (None: not interactive)."""
         return None
 
+    def start_key(self, parent_framework: str, same_workload: bool) -> str:
+        """The recipe key that starts a run from another launch's checkpoint (``from=``),
+        given the parent's framework and whether it ran the same workload; ValueError
+        saying why when this framework cannot."""
+        raise ValueError(f"{self.name} has no way to start from another launch's checkpoint")
+
+    def start_value(self, parent: Tracking, checkpoint: str, profile: ClusterProfile) -> str:
+        """The value for :meth:`start_key`: the parent's ``checkpoint`` (a name in its
+        ``parent.checkpoint_dir``) as this framework's job reads it."""
+        return join_remote(parent.checkpoint_dir, checkpoint)
+
     def retry_overrides(
         self, overrides: tuple[tuple[str, str], ...], previous: Tracking, profile: ClusterProfile
     ) -> tuple[tuple[str, str], ...]:

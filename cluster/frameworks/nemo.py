@@ -29,7 +29,7 @@ from cluster.frameworks.base import (
     register,
 )
 from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
-from cluster.remote import RemoteArg, RPath, join_remote
+from cluster.remote import RemoteArg, RPath, RSetting, join_remote
 
 if TYPE_CHECKING:
     from cluster.launch import LaunchSpec
@@ -164,7 +164,7 @@ class NeMo(Framework):
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
         has = _has(spec)
-        return nemo_run_argv(
+        argv = nemo_run_argv(
             cluster_type=profile.type,
             partition=spec.slurm_partition,
             work_dir=spec.work_dir,
@@ -180,6 +180,11 @@ class NeMo(Framework):
             exclude=spec.exclude if has("--exclude") else None,
             overrides=spec.overrides if spec.launcher is None or spec.launcher.positionals else (),
         )
+        if spec.start_from and (spec.launcher is None or spec.launcher.positionals):
+            if "--" not in argv:
+                argv.append("--")
+            argv.append(RSetting("=".join(spec.start_from)))
+        return argv
 
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
         env: dict[str, RemoteArg] = {"NEMORUN_HOME": RPath(spec.profile.nemorun_home)}
@@ -210,8 +215,9 @@ class NeMo(Framework):
                 f"run.py in {spec.work_dir} on {spec.cluster} has no {', '.join(missing)} "
                 "(from its --help), which every launch needs: is it the guide's launcher?"
             )
-        if spec.overrides and not options.positionals:
-            given = " ".join(f"{k}={v}" for k, v in spec.overrides)
+        if (spec.overrides or spec.start_from) and not options.positionals:
+            start = ["=".join(spec.start_from)] if spec.start_from else []
+            given = " ".join([*(f"{k}={v}" for k, v in spec.overrides), *start])
             problems.append(
                 f"run.py on {spec.cluster} takes no recipe overrides (its --help lists no "
                 f"positional arguments), so {given} cannot be applied. Launch without them, "
@@ -300,6 +306,17 @@ class NeMo(Framework):
             return None
         where = join_remote(found[-1], "checkpoints")
         return where if where != tracking.checkpoint_dir else None
+
+    def start_key(self, parent_framework: str, same_workload: bool) -> str:
+        if parent_framework != self.name:
+            raise ValueError(
+                f"a NeMo 2 recipe loads only NeMo 2 checkpoints, and that launch ran on "
+                f"{parent_framework}"
+            )
+        # NeMo 2's AutoResume (nemo/lightning/resume.py): resume_from_path restores the
+        # whole training state (a longer run of the same recipe); restore_config.path
+        # loads the weights only (SFT or CPT from a pretraining run).
+        return "resume.resume_from_path" if same_workload else "resume.restore_config.path"
 
     def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
         # The log names the logger's save_dir, shared by every experiment logged there; this

@@ -29,7 +29,7 @@ from cluster.frameworks.base import (
     register,
 )
 from cluster.progress import Point, Progress, parse_nemo_rl
-from cluster.remote import RemoteArg, RPath, join_remote
+from cluster.remote import RemoteArg, RPath, RSetting, join_remote
 from cluster.slurm import parse_sbatch_parsable
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class NeMoRL(Framework):
 
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
-        return sbatch_argv(
+        argv = sbatch_argv(
             nodes=spec.nodes,
             partition=spec.slurm_partition,
             job_name=spec.job_name,
@@ -143,6 +143,7 @@ class NeMoRL(Framework):
             args=spec.args,
             overrides=spec.overrides,
         )
+        return [*argv, RSetting("=".join(spec.start_from))] if spec.start_from else argv
 
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
         return {"CONTAINER": RPath(spec.image_path)}
@@ -213,6 +214,23 @@ class NeMoRL(Framework):
 
     def attach_command(self, tracking: Tracking) -> str | None:
         return f"bash {tracking.attach_path}" if tracking.attach_path else None
+
+    def start_key(self, parent_framework: str, same_workload: bool) -> str:
+        if parent_framework != self.name or not same_workload:
+            raise ValueError(
+                "NeMo-RL starts only from a run of the same algorithm, continuing in its "
+                "checkpoint directory (checkpointing.checkpoint_dir, from its highest step_N); "
+                "to start from another run, convert its checkpoint to Hugging Face format and "
+                "give it as policy.model_name"
+            )
+        return CHECKPOINT_DIR_KEY
+
+    def start_value(self, parent: Tracking, checkpoint: str, profile: ClusterProfile) -> str:
+        # The whole directory: NeMo-RL resumes from its highest complete step_N (relative
+        # to the submit directory, where the job runs, as for a retry).
+        base = self.work_dir(profile) + "/"
+        found = parent.checkpoint_dir
+        return found[len(base) :] if found.startswith(base) else found
 
     def retry_overrides(
         self, overrides: tuple[tuple[str, str], ...], previous: Tracking, profile: ClusterProfile

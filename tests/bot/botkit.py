@@ -44,13 +44,14 @@ def dev_config(
     email_domains: tuple[str, ...] = ("example.com",),
     hf_token_file: str = "",
     failures: str = "",
+    edit: Callable[[str], str] | None = None,
     **watch: float,
 ) -> Config:
     """The dev cluster's config, polled faster; ``cache_dir``, ``data_dir``, the recipes
     checkout (every path under it) and ``watch`` fields replaced.
     ``people`` maps users to Unix users (every cluster's ``identity``), ``hf_token_file``
     makes HF_TOKEN come from that file on the login node; ``failures`` is the YAML of the
-    failure catalog's site entries (``failures:``)."""
+    failure catalog's site entries (``failures:``); ``edit`` changes the YAML text last."""
     path = DEV / "trainbot.yaml"
     if not path.is_file():
         pytest.skip("the dev cluster is not up: run devcluster/up first")
@@ -89,6 +90,8 @@ def dev_config(
         assert count == 1, f"watch.{key} is not in the dev config (run devcluster/up again)"
     if failures:
         text += f"\nfailures: {failures}\n"
+    if edit is not None:
+        text = edit(text)
     return parse_config(text, source=str(path), base_dir=DEV)
 
 

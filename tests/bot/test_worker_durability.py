@@ -99,7 +99,7 @@ class ScriptedClusters(Clusters):
             raise self.find_error
         return list(self.jobs.get(item.id, []))
 
-    async def cancel(self, cluster: str, job_ids: list[str]) -> None:
+    async def cancel(self, cluster: str, job_ids: list[str], *, pending_only: bool = False) -> None:
         if self.cancel_error is not None:
             raise self.cancel_error
         self.cancelled += job_ids

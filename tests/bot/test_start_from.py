@@ -1,0 +1,161 @@
+"""from=<job>: the parse, which framework pairs can start from which, the override each
+framework gets, the newest complete checkpoint of a parent, and /jobs' chain text."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from bot import pipelines
+from bot.launches import Attempt, Launch, Phase
+from cluster.frameworks import Tracking, framework
+from cluster.launch import LaunchSpec, plan_launch
+from cluster.profiles import ClusterProfile
+from cluster.recipes import DEFAULT_CATALOG
+from cluster.remote import quote_path
+from commands import CommandError, TrainRequest, User
+from tests.commands.conftest import build_context
+from tests.commands.lines import parse_line
+
+ALICE = User(id="U0ALICE", name="alice")
+NEMO_DIR = "~/vertex-oss-training/nemo/logs/pretrain-L-0a1b2c3d4e/default/checkpoints"
+NEMO_CKPT = "model_name=0--val_loss=0.00-step={}-consumed_samples=1280.0-last"
+
+
+def profile() -> ClusterProfile:
+    return ClusterProfile(
+        name="a4",
+        type="hcc-a4",
+        login={"host": "127.0.0.1", "port": 2222, "user": "trainer"},
+        partition="a4",
+        max_nodes=4,
+    )
+
+
+def launch(request: TrainRequest, checkpoints: list[str], ckpt_dir: str) -> Launch:
+    item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+    tracking = Tracking(
+        framework=request.framework,
+        job_id="41",
+        checkpoint_dir=ckpt_dir,
+        checkpoint_pattern=r"-step=([0-9]+)(?:-|$)",
+    )
+    item.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
+    item.checkpoints = checkpoints
+    return item
+
+
+def train(workload: str, fw: str = "nemo", **extra: object) -> TrainRequest:
+    return TrainRequest(workload=workload, model="llama3p1_8b", framework=fw, cluster="a4", **extra)  # type: ignore[arg-type]
+
+
+def test_from_parses_and_round_trips() -> None:
+    context = build_context()
+    request = parse_line(
+        "/train sft llama3p1_8b cluster=a4 from=l-0A1b2c3d4e", user=ALICE, context=context
+    )
+    assert isinstance(request, TrainRequest) and request.start_from == "L-0a1b2c3d4e"
+    assert "from=L-0a1b2c3d4e" in request.to_text()
+    again = parse_line(request.to_text(), user=ALICE, context=context)
+    assert again == request
+    assert isinstance(
+        parse_line("/train sft llama3p1_8b from=4187", user=ALICE, context=context), TrainRequest
+    )
+    with pytest.raises(CommandError, match=r"^from='?x;y'? is not a job\. Give the launch whose"):
+        parse_line("/train sft llama3p1_8b from=x;y", user=ALICE, context=context)
+    with pytest.raises(CommandError, match=r"Unknown key 'from' for /train interactive"):
+        parse_line("/train interactive from=L-0a1b2c3d4e", user=ALICE, context=context)
+
+
+@pytest.mark.parametrize(
+    ("child", "parent", "key"),
+    [
+        (("sft", "nemo"), ("pretrain", "nemo"), "resume.restore_config.path"),
+        (("cpt", "nemo"), ("pretrain", "nemo"), "resume.restore_config.path"),
+        (("pretrain", "nemo"), ("pretrain", "nemo"), "resume.resume_from_path"),
+        (("dpo", "nemo-rl"), ("dpo", "nemo-rl"), "checkpointing.checkpoint_dir"),
+    ],
+)
+def test_the_override_for_each_pair_that_can(
+    child: tuple[str, str], parent: tuple[str, str], key: str
+) -> None:
+    request = train(*child)
+    ancestor = launch(train(*parent), [], NEMO_DIR)
+    assert pipelines.start_key(request, ancestor) == key
+
+
+@pytest.mark.parametrize(
+    ("child", "parent", "why"),
+    [
+        (
+            ("dpo", "nemo-rl"),
+            ("sft", "nemo-rl"),
+            "NeMo-RL starts only from a run of the same algorithm",
+        ),
+        (
+            ("dpo", "nemo-rl"),
+            ("pretrain", "nemo"),
+            "NeMo-RL starts only from a run of the same algorithm",
+        ),
+        (("sft", "nemo"), ("sft", "nemo-rl"), "a NeMo 2 recipe loads only NeMo 2 checkpoints"),
+    ],
+)
+def test_pairs_that_cannot_are_refused_with_the_reason(
+    child: tuple[str, str], parent: tuple[str, str], why: str
+) -> None:
+    ancestor = launch(train(*parent), [], NEMO_DIR)
+    with pytest.raises(ValueError) as raised:
+        pipelines.start_key(train(*child), ancestor)
+    text = str(raised.value)
+    assert text.startswith(f"{child[0]} on {child[1]} cannot start from {ancestor.id} ")
+    assert why in text
+
+
+def test_the_newest_complete_checkpoint_is_the_highest_step() -> None:
+    parent = launch(
+        train("pretrain"),
+        [NEMO_CKPT.format(9), NEMO_CKPT.format(29), NEMO_CKPT.format(19)],
+        NEMO_DIR,
+    )
+    tracking, name, step = pipelines.newest_checkpoint(parent) or (None, "", 0)
+    assert (name, step) == (NEMO_CKPT.format(29), 29)
+    assert tracking is not None and tracking.checkpoint_dir == NEMO_DIR
+    assert pipelines.newest_checkpoint(launch(train("pretrain"), [], NEMO_DIR)) is None
+
+
+def test_the_nemo_command_line_names_the_checkpoint_with_home_kept() -> None:
+    recipe = DEFAULT_CATALOG.find("sft", "llama3p1_8b", "nemo")
+    assert recipe is not None
+    spec = LaunchSpec.from_recipe(profile(), recipe, launch_id="L-0a1b2c3d4f", nodes=1)
+    path = f"{NEMO_DIR}/{NEMO_CKPT.format(29)}"
+    spec = dataclasses.replace(spec, start_from=("resume.restore_config.path", path))
+    line = plan_launch(spec).command_line
+    assert line.endswith(f" -- resume.restore_config.path={quote_path(path)}"), line
+    assert quote_path(path).startswith('"$HOME"/')
+    with pytest.raises(ValueError, match="checkpoint path"):
+        dataclasses.replace(spec, start_from=("resume.restore_config.path", "~/a;b"))
+    with pytest.raises(ValueError, match="checkpoint path"):
+        dataclasses.replace(spec, start_from=("resume.restore_config.path", "~/a/../b"))
+
+
+def test_nemo_rl_continues_in_the_parents_directory_relative_to_its_work_dir() -> None:
+    fw = framework("nemo-rl")
+    where = profile()
+    parent = Tracking(
+        framework="nemo-rl",
+        job_id="41",
+        checkpoint_dir=fw.work_dir(where) + "/41/checkpoints",
+    )
+    assert fw.start_value(parent, "step_30", where) == "41/checkpoints"
+
+
+def test_chains_show_in_jobs_lines() -> None:
+    first = launch(train("pretrain"), [], NEMO_DIR)
+    first.phase = Phase.RUNNING
+    second = launch(train("sft"), [], NEMO_DIR)
+    second.waits_for, second.starts_from = first.id, first.id
+    assert pipelines.chain_text(first, [first, second]) == f" · chain: {first.id} -> {second.id}"
+    assert pipelines.chain_text(second, [first, second]) == (
+        f" · ⏳ waits until {first.id} completes · from {first.id}'s checkpoint"
+    )
