@@ -15,7 +15,7 @@ from bot.launches import Launch, Phase
 from bot.slack_text import actions, cancel_button, code_block, escape, section
 from bot.store import Store
 from cluster.discovery import ClusterCapacity
-from cluster.frameworks import framework
+from cluster.spec import framework
 from commands.context import User
 
 INLINE_LOG_CHARS = 2800

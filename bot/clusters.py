@@ -1,6 +1,6 @@
 """The bot's view of its clusters: a launch in, cluster-layer calls out.
 
-Builds a :class:`~cluster.launch.LaunchSpec` from a stored launch (recipe from
+Builds a :class:`~cluster.LaunchSpec` from a stored launch (recipe from
 the catalog, secrets from the settings) and holds the shared SSH pool.
 """
 
@@ -22,10 +22,10 @@ from cluster import jobs, launch
 from cluster import preflight as checks
 from cluster.discovery import ClusterCapacity, cluster_capacity
 from cluster.errors import ClusterError
-from cluster.frameworks import interactive_framework
 from cluster.launcher_options import LauncherOptions
 from cluster.profiles import ClusterProfile, cert_key_id
 from cluster.slurm import Usage
+from cluster.spec import LaunchSpec, interactive_framework
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
@@ -36,7 +36,7 @@ LAUNCHER_TTL_S = 6 * 3600  # how long what a launcher's --help listed is trusted
 
 @dataclass
 class Spec:
-    spec: launch.LaunchSpec
+    spec: LaunchSpec
     notes: list[str] = field(default_factory=list)  # e.g. a secret that is not configured
 
 
@@ -116,7 +116,7 @@ class Clusters:
                     f"no recipe for {req.workload} {req.model} ({req.framework})",
                     cluster=profile.name,
                 )
-            spec = launch.LaunchSpec.from_recipe(
+            spec = LaunchSpec.from_recipe(
                 profile,
                 recipe,
                 launch_id=item.id,
@@ -130,7 +130,7 @@ class Clusters:
                 comment=job_comment(item),
             )
         else:
-            spec = launch.LaunchSpec(
+            spec = LaunchSpec(
                 profile=profile,
                 launch_id=item.id,
                 framework=interactive_framework().name,
@@ -145,7 +145,7 @@ class Clusters:
             )
         return Spec(self._for_attempt(item, spec), notes)
 
-    def _for_attempt(self, item: Launch, spec: launch.LaunchSpec) -> launch.LaunchSpec:
+    def _for_attempt(self, item: Launch, spec: LaunchSpec) -> LaunchSpec:
         """A retry keeps away from a failed node and resumes from the older checkpoints."""
         attempt = item.attempt
         if attempt is None or attempt.job_id:
@@ -160,26 +160,26 @@ class Clusters:
             )
         return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
 
-    async def preflight(self, spec: launch.LaunchSpec) -> checks.PreflightResult:
+    async def preflight(self, spec: LaunchSpec) -> checks.PreflightResult:
         spec = await self.fitted(spec)
         result = await checks.preflight(self.pool, spec)
         await self.remember(spec, result)
         return result
 
-    async def dry_run(self, spec: launch.LaunchSpec) -> checks.DryRun:
+    async def dry_run(self, spec: LaunchSpec) -> checks.DryRun:
         spec = await self.fitted(spec)
         dry = await checks.dry_run(self.pool, spec)
         await self.remember(spec, dry.preflight)
         return dry
 
-    async def submit(self, spec: launch.LaunchSpec) -> launch.Submission:
+    async def submit(self, spec: LaunchSpec) -> launch.Submission:
         return await launch.submit(self.pool, launch.plan_launch(await self.fitted(spec)))
 
     @staticmethod
-    def _launcher_key(spec: launch.LaunchSpec) -> tuple[str, str]:
+    def _launcher_key(spec: LaunchSpec) -> tuple[str, str]:
         return spec.cluster, f"{spec.framework}@{spec.profile.login.user}"
 
-    async def fitted(self, spec: launch.LaunchSpec) -> launch.LaunchSpec:
+    async def fitted(self, spec: LaunchSpec) -> LaunchSpec:
         """The spec with what its launcher accepts, when pre-flight or ``doctor`` learned it
         (kept here and in Redis for :data:`LAUNCHER_TTL_S`); as given while it is not known,
         so that pre-flight reads the launcher's ``--help`` in its round trip."""
@@ -195,7 +195,7 @@ class Clusters:
                 self._launchers[key] = (time.time(), options)
         return dataclasses.replace(spec, launcher=options) if options else spec
 
-    async def remember(self, spec: launch.LaunchSpec, result: checks.PreflightResult) -> None:
+    async def remember(self, spec: LaunchSpec, result: checks.PreflightResult) -> None:
         """Keep what pre-flight learned of the launcher (read from its ``--help``)."""
         if spec.launcher is not None or result.launcher is None:
             return

@@ -36,7 +36,7 @@ from cluster.collector import JobSnapshot, PollResult, collect
 from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
-from cluster.frameworks import Tracking
+from cluster.frameworks.base import Tracking
 from cluster.profiles import ClusterProfile, cert_key_id
 from cluster.slurm import is_terminal
 

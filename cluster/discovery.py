@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.frameworks import FRAMEWORKS
+from cluster.frameworks.registry import frameworks
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
 from cluster.slurm import (
@@ -38,7 +38,7 @@ def split_listing(
     cluster: str, recipes: list[str], images: list[str], exists: bool
 ) -> RecipeListing:
     scripts: dict[str, tuple[str, ...]] = {}
-    for fw in FRAMEWORKS.values():
+    for fw in frameworks().values():
         prefix = f"{fw.subdir}/"
         scripts[fw.name] = tuple(r.removeprefix(prefix) for r in recipes if r.startswith(prefix))
     return RecipeListing(cluster, scripts, tuple(images), exists)
@@ -46,11 +46,11 @@ def split_listing(
 
 async def discover_recipes(pool: SSHPool, profile: ClusterProfile) -> RecipeListing:
     """List every framework's scripts and images in the recipes dir (one round trip)."""
-    frameworks = FRAMEWORKS.values()
+    every = frameworks().values()
     payload = {
         "recipes_dir": profile.recipes_dir,
-        "recipe_globs": [f"{fw.subdir}/{g}" for fw in frameworks for g in fw.recipe_globs],
-        "image_globs": [f"{fw.subdir}/*.sqsh" for fw in frameworks],
+        "recipe_globs": [f"{fw.subdir}/{g}" for fw in every for g in fw.recipe_globs],
+        "image_globs": [f"{fw.subdir}/*.sqsh" for fw in every],
     }
     raw = await run_remote_python(
         pool,

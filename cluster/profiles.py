@@ -21,7 +21,7 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from cluster.frameworks import FRAMEWORKS
+from cluster.frameworks.registry import frameworks
 from cluster.remote import join_remote
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
@@ -412,7 +412,7 @@ class ClusterProfile(BaseModel):
         images = data.get("images", {})
         if isinstance(images, dict):
             images = dict(images)
-            for fw in FRAMEWORKS.values():
+            for fw in frameworks().values():
                 images.setdefault(fw.name, fw.default_image(recipes_dir))
             data["images"] = images
         return data

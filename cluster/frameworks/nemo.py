@@ -18,21 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import (
-    FLOAT_PATTERN,
-    STEPS_PATTERN,
-    Framework,
-    Mount,
-    RecipeFields,
-    Tracking,
-    check_job_id,
-    register,
-)
+from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.frameworks.registry import RecipeFields, register
 from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
 from cluster.remote import RemoteArg, RPath, join_remote
+from cluster.spec import Framework
 
 if TYPE_CHECKING:
-    from cluster.launch import LaunchSpec
+    from cluster.spec import LaunchSpec
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: The built-in recipes: ``<workload>/<model>_<suffix>.py`` for each model.

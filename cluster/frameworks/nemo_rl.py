@@ -18,23 +18,16 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import (
-    FLOAT_PATTERN,
-    STEPS_PATTERN,
-    Framework,
-    Mount,
-    RecipeFields,
-    Tracking,
-    check_job_id,
-    register,
-)
+from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.frameworks.registry import RecipeFields, register
 from cluster.progress import Point, Progress, parse_nemo_rl
 from cluster.remote import RemoteArg, RPath, join_remote
 from cluster.slurm import parse_sbatch_parsable
+from cluster.spec import Framework
 
 if TYPE_CHECKING:
-    from cluster.launch import LaunchSpec
     from cluster.profiles import ClusterProfile
+    from cluster.spec import LaunchSpec
 
 CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
 _REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")

@@ -30,8 +30,9 @@ from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.evidence import Evidence, EvidenceFile
 from cluster.jobs import FoundJob
-from cluster.launch import LaunchSpec, Submission
+from cluster.launch import Submission
 from cluster.preflight import PreflightResult
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from commands.context import User
 from commands.requests import TrainRequest

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cluster.launch import LaunchSpec, plan_launch
+from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
 from cluster.remote import quote_path
+from cluster.spec import LaunchSpec
 
 DATA = Path(__file__).parent / "data"
 

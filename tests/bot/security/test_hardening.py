@@ -26,7 +26,7 @@ from bot.service import running
 from bot.settings import Settings
 from bot.tracking import apply_snapshot
 from cluster.errors import ConfigError
-from cluster.frameworks import Tracking
+from cluster.frameworks.base import Tracking
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
