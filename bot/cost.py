@@ -23,7 +23,7 @@ from bot.store import Store
 from cluster.discovery import start_estimate
 from cluster.errors import ClusterError, CommandTimeout
 from cluster.profiles import ClusterProfile, cert_key_id, slurm_time_seconds
-from cluster.slurm import StartEstimate
+from cluster.slurm import JobShape, StartEstimate
 from commands.budget import budget_for, check_budget, iso_week
 from commands.context import User
 from commands.policy import Decision, Policy
@@ -172,34 +172,33 @@ class StartEstimates:
         self,
         clusters: Clusters,
         profile: ClusterProfile,
+        shape: JobShape,
         *,
-        nodes: int,
-        partition: str,
-        time_limit: str | None,
-        account: str | None,
         timeout_s: float,
     ) -> asyncio.Task[StartEstimate]:
         now = time.monotonic()
         self._asked = {k: v for k, v in self._asked.items() if now - v[0] < self.ttl_s}
-        key = (profile.name, profile.login.user, nodes, partition, time_limit, account)
+        key = (profile.name, profile.login.user, shape)
         found = self._asked.get(key)
         if found is not None:
             task = found[1]
             if not task.done() or (not task.cancelled() and task.exception() is None):
                 return task
         task = asyncio.create_task(
-            start_estimate(
-                clusters.pool,
-                profile,
-                nodes=nodes,
-                partition=partition,
-                time_limit=time_limit,
-                account=account,
-                timeout_s=timeout_s,
-            )
+            start_estimate(clusters.pool, profile, shape, timeout_s=timeout_s)
         )
         self._asked[key] = (now, task)
         return task
+
+
+def estimate_shape(
+    request: TrainRequest | InteractiveRequest, profile: ClusterProfile, account: str | None
+) -> JobShape:
+    """The shape the start estimate asks about: the one the launch will submit (the
+    person's Slurm ``account`` from ``policy.accounts``, else the cluster's)."""
+    return profile.job_shape(
+        request.nodes, partition=request.partition, time_limit=request.time, account=account
+    )
 
 
 async def appraise(
@@ -221,13 +220,7 @@ async def appraise(
     if clusters.pool.act_as_people:  # else (a web process) the shared account asks
         profile = profile.as_user(cluster_user, cert_key_id(user.id, cluster_user, "estimate"))
     task = estimates.ask(
-        clusters,
-        profile,
-        nodes=request.nodes,
-        partition=request.partition or profile.partition,
-        time_limit=request.time or profile.time_limit,
-        account=account or profile.account,
-        timeout_s=timeout_s,
+        clusters, profile, estimate_shape(request, profile, account), timeout_s=timeout_s
     )
     asking = asyncio.ensure_future(asyncio.shield(task))  # one asker leaving stops no one
     try:

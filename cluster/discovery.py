@@ -8,6 +8,7 @@ from cluster.frameworks.registry import frameworks
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
 from cluster.slurm import (
+    JobShape,
     PartitionInfo,
     StartEstimate,
     build_sinfo,
@@ -137,22 +138,13 @@ async def cluster_capacity(pool: SSHPool, profile: ClusterProfile) -> ClusterCap
 async def start_estimate(
     pool: SSHPool,
     profile: ClusterProfile,
+    shape: JobShape,
     *,
-    nodes: int,
-    partition: str,
-    time_limit: str | None,
-    account: str | None,
     timeout_s: float,
 ) -> StartEstimate:
     """When Slurm expects a job of this shape to start (``sbatch --test-only``, nothing
     submitted), with the login node's clock at asking: one round trip."""
-    test = build_test_only(
-        nodes=nodes,
-        partition=partition,
-        gpus_per_node=profile.gpus_per_node,
-        time_limit=time_limit,
-        account=account,
-    )
+    test = build_test_only(shape, gpus_per_node=profile.gpus_per_node)
     result = await pool.run(
         profile.login,
         f"date +%s; {test}",

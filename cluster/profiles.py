@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from cluster.frameworks.registry import frameworks
 from cluster.remote import join_remote
+from cluster.slurm import JobShape
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
 
@@ -432,6 +433,26 @@ class ClusterProfile(BaseModel):
     def image_for(self, framework: str) -> str:
         """The default image path for a framework (by default, its image in its directory)."""
         return self.images[framework]
+
+    def job_shape(
+        self,
+        nodes: int,
+        *,
+        partition: str | None = None,
+        time_limit: str | None = None,
+        account: str | None = None,
+        exclude: str | None = None,
+    ) -> JobShape:
+        """What a job of ``nodes`` asks Slurm for on this cluster: the partition, time
+        limit and account it names, else this cluster's. The start estimate and the
+        submit both take their sbatch options from it."""
+        return JobShape(
+            nodes=nodes,
+            partition=partition or self.partition,
+            time_limit=time_limit or self.time_limit,
+            account=account or self.account,
+            exclude=exclude,
+        )
 
     def resolve_image(self, image: str | None, framework: str) -> str:
         """The image path for a request's ``image=``: a name of ``images``, a path, or None."""

@@ -36,6 +36,7 @@ from cluster.profiles import (
 )
 from cluster.progress import Point, Progress
 from cluster.remote import RemoteArg, join_remote
+from cluster.slurm import JobShape
 
 if TYPE_CHECKING:
     from cluster.recipes import RecipeEntry
@@ -266,6 +267,13 @@ class LaunchSpec:
     @property
     def fw(self) -> Framework:
         return framework(self.framework)
+
+    @property
+    def shape(self) -> JobShape:
+        """What the job asks Slurm for (the options of its submit, and of its estimate)."""
+        return self.profile.job_shape(
+            self.nodes, partition=self.partition, time_limit=self.time_limit, exclude=self.exclude
+        )
 
     @property
     def cluster(self) -> str:
