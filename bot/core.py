@@ -81,8 +81,6 @@ UNCONFIRMED_GROUPS = (
 )
 
 
-CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
-HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
 HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
 CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
 RATE_WINDOW_S = 60.0  # the rate limits of policy ``limits`` count over this window
@@ -726,18 +724,20 @@ class Core:
         return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
 
     async def retry(self, launch: Launch, user: User) -> Reply:
-        """Cancel the current attempt (a hang, say), confirm it is gone, then queue a new
-        one, resuming. When the old job cannot be cancelled, nothing new is queued."""
+        """Hold the launch for a new attempt, resuming, and queue it: a worker cancels the
+        current attempt's job (a hang, say), and submits the new one once Slurm shows the
+        old one gone (the worker's one retry rule; when it cannot be
+        cancelled, the launch goes back to following it). Nothing here asks a cluster."""
         if launch.cancelled_by:
             return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(
                 f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
             )
-        old, before = launch.job_id, launch.phase
+        old = launch.job_id
 
         def hold(stored: Launch) -> list[Event]:
-            """A new attempt is on its way: stop following the old job (not queued yet)."""
+            """A new attempt is on its way: stop following the old job, and queue it."""
             running = stored.phase in (Phase.SUBMITTED, Phase.RUNNING)
             if stored.job_id != old or not running or stored.cancelled_by:  # a cancel is final
                 return []
@@ -748,61 +748,25 @@ class Core:
                     resume=True,
                     checkpoints_at_start=len(stored.checkpoints),
                     held=True,
+                    held_at=time.time(),
                     from_step=stored.progress.step,
                 )
             )
             stored.phase = Phase.RETRYING
-            # Should this process die before the old job is confirmed gone, a worker takes
-            # the launch up later and checks on the old job itself.
-            later = {"due": time.time() + HELD_RETRY_CHECK_S}
-            return [Event("update", stored.id), Event("enqueue", stored.id, data=later)]
+            text = (
+                f"🔁 Retry asked for by <@{user.id}>: cancelling job {old}; a new attempt is "
+                "submitted once Slurm shows it gone."
+            )
+            return [
+                Event("thread", stored.id, text),
+                Event("update", stored.id),
+                Event("enqueue", stored.id),
+            ]
 
         held, _ = await self.store.mutate(launch.id, hold)
         if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
             return Reply(f"{launch.id} is not running any more.", error=True)
-        why = await self._cancel_and_confirm(launch, old)
-        if why:
-
-            def revert(stored: Launch) -> list[Event]:
-                if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-                    return []
-                stored.attempts.pop()
-                stored.phase = before
-                text = (
-                    f"⚠️ Retry asked for by <@{user.id}>, but job {old} could not be cancelled "
-                    f"({escape(why)}); it keeps running and no second job was submitted."
-                )
-                return [Event("thread", stored.id, text), Event("update", stored.id)]
-
-            await self.store.mutate(launch.id, revert)
-            return Reply(
-                f"Job {old} could not be cancelled ({escape(why)}); not retried.", error=True
-            )
-
-        def go(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-                return []  # a cancel meanwhile made it DONE: no new attempt
-            stored.attempts[-1].held = False
-            stored.attempts[-2].close(time.time())  # billed until now, not until the launch ends
-            text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."
-            return [
-                Event("thread", stored.id, text),
-                Event("enqueue", stored.id),
-                Event("update", stored.id),
-            ]
-
-        await self.store.mutate(launch.id, go)
-        return Reply(f"Cancelled job {old}; a new attempt of {launch.id} is queued.")
-
-    async def _cancel_and_confirm(self, launch: Launch, job_id: str) -> str:
-        """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
-        try:
-            await self.clusters.cancel(launch, [job_id])
-            for _ in range(CANCEL_CONFIRM_TRIES):
-                jobs = {j.job_id: j for j in await self.clusters.find(launch)}
-                if job_id not in jobs or not jobs[job_id].active:
-                    return ""
-                await asyncio.sleep(1.0)
-        except ClusterError as exc:
-            return str(exc)
-        return f"Slurm still shows it running after {CANCEL_CONFIRM_TRIES} s"
+        return Reply(
+            f"Retrying {launch.id}: job {old} is being cancelled, and a new attempt follows "
+            "once it is gone. The thread shows each step."
+        )
