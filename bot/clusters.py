@@ -20,11 +20,11 @@ from bot.settings import Settings
 from bot.store import Store
 from cluster import jobs, launch
 from cluster import preflight as checks
-from cluster.discovery import ClusterCapacity, cluster_capacity
+from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError
 from cluster.launcher_options import LauncherOptions
 from cluster.profiles import ClusterProfile, cert_key_id
-from cluster.slurm import Usage
+from cluster.slurm import JobShape, StartEstimate, Usage
 from cluster.spec import LaunchSpec, interactive_framework
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
@@ -224,3 +224,18 @@ class Clusters:
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))
+
+    @property
+    def acts_as_people(self) -> bool:
+        """Whether this process logs in as people (it holds the user CA key)."""
+        return self.pool.act_as_people
+
+    async def start_estimate(
+        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+    ) -> StartEstimate:
+        """Slurm's start estimate for a job of ``shape``, asked as the person's Unix user
+        (``cluster_user``) where this process logs in as people, else as the shared account."""
+        profile = self.profile(cluster)
+        if self.pool.act_as_people:
+            profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, "estimate"))
+        return await start_estimate(self.pool, profile, shape, timeout_s=timeout_s)

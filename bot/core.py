@@ -3,8 +3,9 @@
 Fast paths only: parse, check policy, write to Redis and answer. Launching is
 the workers' job and watching the poller's. A /train asks Slurm only when its job
 would start (``sbatch --test-only``, one round trip, at most
-``start_estimate_timeout_s``); /cancel, /logs, /attach and /clusters make one SSH
-round trip.
+``start_estimate_timeout_s``); /cancel, /logs and /clusters make one SSH round trip.
+Each goes through ``calls`` (:class:`bot.asks.ClusterCalls`): this process's own keys,
+or in the web role, which holds none, a worker's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from bot import answers, health, home, pipelines, render, usage
+from bot.asks import ClusterCalls
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -101,10 +103,19 @@ def _at_limit(limit: int, *, dry_run: bool) -> str:
 
 class Core:
     def __init__(
-        self, store: Store, clusters: Clusters, context: CommandContext, front: Front | None = None
+        self,
+        store: Store,
+        clusters: Clusters,
+        context: CommandContext,
+        front: Front | None = None,
+        *,
+        calls: ClusterCalls | None = None,
     ) -> None:
+        """``calls``: how this process asks the clusters (by default itself, with its own
+        keys; the web role asks the workers: :class:`bot.asks.WorkerAsks`)."""
         self.store = store
         self.clusters = clusters
+        self.calls: ClusterCalls = calls or clusters
         self.context = context
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
@@ -184,7 +195,7 @@ class Core:
             if now - self._capacity_at.get(name, (0.0, ""))[0] >= CAPACITY_TTL_S
         ]
         answers_ = await asyncio.gather(
-            *(self.clusters.capacity(name) for name in stale), return_exceptions=True
+            *(self.calls.capacity(name) for name in stale), return_exceptions=True
         )
         for name, answer in zip(stale, answers_, strict=True):
             value: ClusterCapacity | str = (
@@ -268,7 +279,7 @@ class Core:
             await self.slow_down(user.id, "commands")
             if request.plot:
                 return await answers.plot(launch)
-            return await answers.logs(self.clusters, launch, request.lines or 50)
+            return await answers.logs(self.calls, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
         if isinstance(request, UsageRequest):
@@ -312,7 +323,7 @@ class Core:
         if incoming.action_id == ACTION_LOGS:
             launch = await self.readable(ref, user)
             await self.slow_down(user.id, "commands")
-            return await answers.logs(self.clusters, launch, 50)
+            return await answers.logs(self.calls, launch, 50)
         if incoming.action_id == ACTION_ATTACH:
             return answers.attach(self.clusters, await self.owned(ref, user, "attach to"))
         if incoming.action_id in (ACTION_APPROVE, ACTION_REJECT):
@@ -352,7 +363,7 @@ class Core:
         now = time.monotonic()
         asked = self._clusters_asked.get(name)
         if asked is None or (asked[1].done() and now - asked[0] >= ttl_s):
-            asked = (now, asyncio.ensure_future(self.clusters.capacity(name)))
+            asked = (now, asyncio.ensure_future(self.calls.capacity(name)))
             self._clusters_asked[name] = asked
         return await asyncio.shield(asked[1])
 
@@ -390,6 +401,7 @@ class Core:
         appraisal = await appraise(
             self.store,
             self.clusters,
+            self.calls,
             self.context.policy,
             request,
             user,
@@ -647,15 +659,8 @@ class Core:
             job_id = stored.attempts[-2].job_id  # a Retry was cancelling it: make sure
         if not job_id:
             return Reply(f"Cancelled {launch.id}. The thread will show the final state.")
-        if stored.cluster_user and not self.clusters.pool.act_as_people:
-            # This process holds no key to act as the person (the web role): the poller,
-            # which does, cancels the job at its next poll.
-            return Reply(
-                f"Cancelling Slurm job {job_id}: it is cancelled as {stored.cluster_user} at the "
-                "next poll. The thread will show the final state."
-            )
         try:
-            await self.clusters.cancel(stored, [job_id])
+            await self.calls.cancel(stored, [job_id])  # as its person, by a worker if need be
         except ClusterError as exc:
             text = (
                 f"⚠️ Could not cancel Slurm job {job_id} now ({escape(str(exc))}). The launch "

@@ -12,6 +12,7 @@ ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
 DEFERRED = f"{PREFIX}:deferred"  # sorted set: launch ids due back on the queue (score: when)
 DEAD_LETTERS = f"{PREFIX}:queue:dead"  # stream of queue entries that kept failing inside trainbot
 DEAD_LETTERS_DUE = f"{PREFIX}:queue:dead:due"  # sorted set: dead entry id -> when it is replayed
+ASKS = f"{PREFIX}:asks"  # list: cluster work a process without SSH keys asks of the workers
 CHARGES = f"{PREFIX}:charges"  # sorted set: one charge record (JSON) per launch -> when it ended
 
 
@@ -146,3 +147,8 @@ def launch_teams(launch_id: str) -> str:
 def report_posted(period: str) -> str:
     """Set (if absent) by the bot process that posts the usage report of ``period``."""
     return f"{PREFIX}:report:{period}"
+
+
+def answer(ask_id: str) -> str:
+    """List: a worker's answer to the ask ``ask_id`` (see bot.asks), kept briefly."""
+    return f"{PREFIX}:answer:{ask_id}"

@@ -304,9 +304,8 @@ class Poller:
         self, launch: Launch, job_id: str, grace_s: float = CANCEL_GRACE_S
     ) -> None:
         """A cancelled launch whose job Slurm still runs: ``scancel`` it as its person. The
-        process that took the cancel may hold no key to act as people (the web role), or
-        its ``scancel`` failed; the poller then sends it, again every
-        ``RESEND_SCANCEL_S`` while the job lives."""
+        cancel's own ``scancel`` failed (or no worker answered the web role's ask); the
+        poller then sends it, again every ``RESEND_SCANCEL_S`` while the job lives."""
         now = time.time()
         if now - (launch.cancelled_at or 0) < grace_s:
             return  # the process that took the cancel is sending it now

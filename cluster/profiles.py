@@ -359,12 +359,7 @@ class ClusterProfile(BaseModel):
     identity: Identity | None = None
 
     @model_validator(mode="after")
-    def _identity_needs_ca(self) -> ClusterProfile:
-        if self.identity is not None and self.login.user_ca_key_file is None:
-            raise ValueError(
-                "identity needs login.user_ca_key_file: the CA key the bot signs "
-                "each person's short-lived SSH certificate with"
-            )
+    def _identity_users(self) -> ClusterProfile:
         if self.identity is not None:
             wrong = sorted(
                 f"{who}: {name}"
