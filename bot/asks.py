@@ -1,7 +1,8 @@
 """Cluster work for a process that holds no SSH key: the web role, Slack's listener.
 
 The core speaks to the clusters through :class:`ClusterCalls`: a cluster's capacity
-(/clusters, App Home), a cancel, a log's tail (/logs) and a start estimate (/train).
+(/clusters, App Home), a cancel, a log's tail (/logs), a start estimate (/train) and
+what a login node says of a Unix user (``identity.from_email``).
 A process with keys (a worker, or ``--role all``) makes them itself
 (:class:`bot.clusters.Clusters`); the web role makes them through
 :class:`WorkerAsks`: each call is one entry on a Redis list that any worker takes
@@ -24,6 +25,7 @@ from pydantic import TypeAdapter
 from bot.clusters import Clusters
 from bot.launches import Launch
 from bot.store import Store
+from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.slurm import JobShape, StartEstimate
@@ -35,6 +37,7 @@ TAKE_WAIT_S = 1.0  # a worker looks for asks this often (and for its stop)
 _CAPACITY = TypeAdapter(ClusterCapacity)
 _ESTIMATE = TypeAdapter(StartEstimate)
 _SHAPE = TypeAdapter(JobShape)
+_ACCOUNT = TypeAdapter(Account)
 _ERRORS: dict[str, type[ClusterError]] = {
     kind.__name__: kind
     for kind in (ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed)
@@ -52,6 +55,8 @@ class ClusterCalls(Protocol):
     async def cancel(self, item: Launch, job_ids: list[str]) -> None: ...
 
     async def tail(self, item: Launch, path: str, lines: int) -> str: ...
+
+    async def account(self, cluster: str, name: str) -> Account: ...
 
     async def start_estimate(
         self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
@@ -93,6 +98,11 @@ class WorkerAsks:
     async def tail(self, item: Launch, path: str, lines: int) -> str:
         args = {"launch": item.id, "path": path, "lines": lines}
         return str(await self._ask("tail", args, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
+
+    async def account(self, cluster: str, name: str) -> Account:
+        args = {"cluster": cluster, "name": name}
+        value = await self._ask("account", args, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
+        return _ACCOUNT.validate_python(value)
 
     async def start_estimate(
         self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
@@ -145,6 +155,9 @@ async def _answer(store: Store, clusters: Clusters, ask: dict[str, Any]) -> None
 async def _run(store: Store, clusters: Clusters, kind: str, args: dict[str, Any]) -> Any:
     if kind == "capacity":
         return _CAPACITY.dump_python(await clusters.capacity(str(args["cluster"])), mode="json")
+    if kind == "account":
+        account = await clusters.account(str(args["cluster"]), str(args["name"]))
+        return _ACCOUNT.dump_python(account, mode="json")
     if kind == "estimate":
         found = await clusters.start_estimate(
             str(args["cluster"]),

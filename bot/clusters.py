@@ -20,6 +20,7 @@ from bot.settings import Settings
 from bot.store import Store
 from cluster import jobs, launch
 from cluster import preflight as checks
+from cluster.accounts import Account, lookup_account
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError
 from cluster.launcher_options import LauncherOptions
@@ -224,6 +225,10 @@ class Clusters:
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))
+
+    async def account(self, cluster: str, name: str) -> Account:
+        """What the login node says of the Unix user ``name`` (asked as the shared account)."""
+        return await lookup_account(self.pool, self.profile(cluster), name)
 
     @property
     def acts_as_people(self) -> bool:

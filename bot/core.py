@@ -126,7 +126,7 @@ class Core:
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         self.start_estimates = StartEstimates()
-        self.people = People(clusters, front)
+        self.people = People(clusters, front, self.calls)
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
