@@ -1,21 +1,28 @@
-"""The web role, Slack's listener, holds no SSH key and no user CA: /train (with its
-start estimate), /jobs, /logs and /cancel answered there, the cluster work done by a
-worker that holds the keys (bot.asks). The web process itself never logs in anywhere."""
+"""The web role, Slack's listener, holds no SSH key and no user CA: signed /train (with
+its start estimate), /jobs, /logs and /cancel (and the Cancel button) answered there
+over HTTP, the cluster work done by a worker that holds the keys (bot.asks). The web
+process itself never logs in anywhere."""
 
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 
 import pytest
 
 from bot.asks import WorkerAsks
 from bot.config import Config
-from bot.console import ConsoleFront, handle_line
-from bot.front import Incoming
+from bot.http import run_slack
 from bot.launches import Phase
 from bot.service import running
+from bot.slack_front import open_front
+from support.slack_standin import (
+    BOT_TOKEN,
+    SlackStandin,
+    block_action_body,
+    post_signed,
+    slash_command_body,
+)
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
@@ -27,6 +34,7 @@ from tests.bot.botkit import (
     wait_for_launch,
     wait_until,
 )
+from tests.bot.conftest import standin_params
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
@@ -47,58 +55,61 @@ def without_keys(config: Config) -> Config:
 
 
 async def test_the_web_role_answers_train_jobs_logs_and_cancel_with_no_key_or_ca(
-    unique: str, cancel_jobs: list[str]
+    standin: SlackStandin, unique: str, cancel_jobs: list[str]
 ) -> None:
     await flush_test_redis()
-    front = ConsoleFront(io.StringIO(), color=False)
     config = dev_config(people={"U0ALICE": "alice"}, unmapped="refuse", retry_backoff_s=0)
     bare = without_keys(config)
     assert all(p.login.key_file is None and p.identity for p in bare.clusters.values())
     async with (
         knobs(unique, steps=400, step_time_s=0.5, tokenizer_race="off", users=("alice",)),
+        open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
         running(bot_settings(), config, front, role="worker", instance="worker"),
         running(bot_settings(), config, front, role="poller", instance="poller") as poller,
         running(bot_settings(), bare, front, role="web", instance="web") as web,
+        run_slack(
+            standin_params(standin), web.core, health=web.healthy, metrics=web.metrics, front=front
+        ) as slack,
     ):
         assert isinstance(web.core.calls, WorkerAsks) and not web.workers
+        url = f"http://127.0.0.1:{slack.http_port}/slack/events"
+
+        async def command(name: str, text: str) -> str:
+            answer = await post_signed(url, slash_command_body(name, text))
+            assert answer.status == 200 and answer.elapsed_s < 3.0, answer
+            return str(answer.json()["text"])
+
+        train = f"sft llama3p1_2b cluster=a3m name={unique}"
         asked = time.monotonic()
-        reply = await handle_line(
-            f"/train sft llama3p1_2b cluster=a3m name={unique}", web.core, front, user="U0ALICE"
-        )
-        answered_s = time.monotonic() - asked
-        assert reply is not None and not reply.error, reply
-        assert answered_s < 3.0, answered_s  # inside Slack's 3 s, estimate included
-        assert "Expected start: " in reply.text and "no worker answered" not in reply.text, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        ack = await command("/train", train)
+        assert time.monotonic() - asked < 3.0  # inside Slack's 3 s, the estimate included
+        launch_id = LAUNCH_RE.search(ack).group(0)  # type: ignore[union-attr]
+        assert ack.startswith(f"Queued {launch_id}"), ack
+        assert "Expected start: " in ack and "no worker answered" not in ack, ack
         launch = await wait_for_launch(poller.store, launch_id, done=Phase.RUNNING, timeout_s=180)
         cancel_jobs.append(launch.job_id)
         assert launch.cluster_user == "alice", launch
 
-        jobs = await handle_line("/jobs", web.core, front, user="U0ALICE")
-        assert jobs is not None and not jobs.error and launch_id in jobs.text, jobs
+        assert launch_id in await command("/jobs", "")
 
         async def logged() -> str:
-            answer = await handle_line(f"/logs {launch_id}", web.core, front, user="U0ALICE")
-            assert answer is not None
-            return "" if answer.error else answer.text
+            text = await command("/logs", launch_id)
+            return text if text.startswith("Last ") else ""  # no log yet, or later
 
         text = await wait_until(logged, "a log tail through the web role", 60, 1.0)
-        assert f"of job {launch.job_id}" in text and "as the poller last read it" not in text
+        assert f"of job {launch.job_id}" in text, text
 
-        confirm = await handle_line(f"/cancel {launch_id}", web.core, front, user="U0ALICE")
-        assert confirm is not None and not confirm.error, confirm
-        done = await web.core(  # the confirm's Cancel button, as the web role takes it
-            Incoming(
-                user_id="U0ALICE",
-                channel_id="console",
-                action_id="trainbot_cancel",
-                action_value=launch_id,
-            )
+        assert "Cancel" in await command("/cancel", launch_id)
+        clicked = await post_signed(url, block_action_body("trainbot_cancel", launch_id))
+        assert clicked.status == 200 and clicked.elapsed_s < 3.0
+        said = await standin.wait_for(
+            "chat.postEphemeral",
+            lambda c: str(c.params.get("text", "")).startswith("Cancelled Slurm job"),
+            timeout_s=60,
         )
-        assert (
-            done.text
-            == f"Cancelled Slurm job {launch.job_id}. The thread will show the final state."
-        ), done
+        assert said.params["text"] == (
+            f"Cancelled Slurm job {launch.job_id}. The thread will show the final state."
+        )
         final = await wait_for_launch(poller.store, launch_id, timeout_s=120)
         await wait_delivered(poller.store)
         found = await asyncio.to_thread(slurm_jobs_named, launch_id)
