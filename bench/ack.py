@@ -2,11 +2,12 @@
 slack-bolt app on the same server stack, at fixed request rates.
 
 trainbot is ``python -m bot serve --role web`` (signature check, replay guard in
-Redis, bolt, the core: parse, policy, channel check, the launch written and queued
-in Redis); the anchor is a slack-bolt ``AsyncApp`` whose ``/train`` listener acks a
-constant, served the same way (aiohttp ``AppRunner`` and ``TCPSite``, bolt's own
-signature check) in its own process. The load is open-loop: requests leave at the
-given rate whatever the answers do, each with its own user (the policy counts
+Redis, bolt, the core: parse, policy, channel check, the start estimate asked of a
+``--role worker`` process beside it, the launch written and queued in Redis); the
+anchor is a slack-bolt ``AsyncApp`` whose ``/train`` listener acks a constant,
+served the same way (aiohttp ``AppRunner`` and ``TCPSite``, bolt's own signature
+check) in its own process. The load is open-loop: requests leave at the given rate
+whatever the answers do, each with its own user (the policy counts
 launches per user), signed as Slack signs them.
 
     python -m bench.ack serve-bare PORT API_URL   # the anchor app (bench/run starts it)
@@ -141,6 +142,8 @@ async def measure(
         f"ack latency, signed HTTP, {'/'.join(map(str, rates))} req/s for {duration_s:g} s"
     )
     bot = BotProcess(standin.api_url, config, workdir / "bot-web.log", role="web")
+    # The web role asks a worker for each /train's start estimate (it holds no SSH key).
+    worker = BotProcess(standin.api_url, config, workdir / "bot-worker.log", role="worker")
     port = free_port()
     bare = subprocess.Popen(
         [sys.executable, "-m", "bench.ack", "serve-bare", str(port), standin.api_url],
@@ -150,6 +153,7 @@ async def measure(
     bare_url = f"http://127.0.0.1:{port}/slack/events"
     results: dict[int, tuple[Load, Load]] = {}
     try:
+        await worker.start()
         await bot.start()
         await _wait_up(bare_url, bare, BARE_TEXT)
         await load(bot.events_url, 20, 1.0, tag=f"{tag}w", expect="Queued")  # warm up
@@ -161,6 +165,7 @@ async def measure(
             results[rate] = (ours, anchor)
     finally:
         bot.stop()
+        worker.stop()
         bare.terminate()
         bare.wait(timeout=20)
     figure = "; ".join(

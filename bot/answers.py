@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from bot import pipelines, render
+from bot.asks import ClusterCalls
 from bot.clusters import Clusters
 from bot.cost import wait_words
 from bot.front import Reply
@@ -15,7 +16,7 @@ from bot.launches import Launch, Sweep
 from bot.slack_text import actions, cancel_button, code_block, escape, section
 from bot.store import Store
 from cluster.discovery import ClusterCapacity
-from cluster.frameworks import framework
+from cluster.spec import framework
 from commands.context import User
 
 INLINE_LOG_CHARS = 2800
@@ -168,7 +169,7 @@ def confirm_cancel(launch: Launch) -> Reply:
     return Reply(text, blocks=blocks)
 
 
-async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
+async def logs(calls: ClusterCalls, launch: Launch, lines: int) -> Reply:
     """/logs: the tail, escaped in a code block, or a file when long."""
     attempt = launch.attempt
     if attempt is None or not attempt.job_id:
@@ -178,17 +179,11 @@ async def logs(clusters: Clusters, launch: Launch, lines: int) -> Reply:
     log_path = attempt.tracking.log_path if attempt.tracking else ""
     if not log_path:
         return Reply(f"Job {attempt.job_id} has not written a log yet.", error=True)
-    kept = ""
-    if launch.cluster_user and not clusters.pool.act_as_people:
-        # This process (the web role) never logs in as people: the poller's rolling tail.
-        text = "\n".join(attempt.tail.splitlines()[-lines:])
-        kept = ", as the poller last read it"
-    else:
-        text = await clusters.tail(launch, log_path, lines)
+    text = await calls.tail(launch, log_path, lines)  # as its person, by a worker if need be
     if not text.strip():
         return Reply(f"The log of job {attempt.job_id} is empty so far (`{escape(log_path)}`).")
     count = len(text.splitlines())
-    head = f"Last {count} lines of job {attempt.job_id} (`{escape(log_path)}`{kept}):"
+    head = f"Last {count} lines of job {attempt.job_id} (`{escape(log_path)}`):"
     if len(text) <= INLINE_LOG_CHARS:
         return Reply(f"{head}\n{code_block(text)}")
     return Reply(

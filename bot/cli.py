@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--role",
         choices=ROLES,
         default="all",
-        help="which part to run: web (Slack), worker (the launch queue), poller (cluster "
+        help="which part to run: web (Slack; it holds no SSH key and asks the workers "
+        "for cluster work), worker (the launch queue and that work), poller (cluster "
         "polling and message delivery), or all of them (default: %(default)s); every role "
         "serves /healthz and /metrics",
     )

@@ -1,6 +1,6 @@
 """The bot's view of its clusters: a launch in, cluster-layer calls out.
 
-Builds a :class:`~cluster.launch.LaunchSpec` from a stored launch (recipe from
+Builds a :class:`~cluster.LaunchSpec` from a stored launch (recipe from
 the catalog, secrets from the settings) and holds the shared SSH pool.
 """
 
@@ -21,12 +21,13 @@ from bot.settings import Settings
 from bot.store import Store
 from cluster import jobs, launch
 from cluster import preflight as checks
-from cluster.discovery import ClusterCapacity, cluster_capacity
+from cluster.accounts import Account, lookup_account
+from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError
-from cluster.frameworks import interactive_framework
 from cluster.launcher_options import LauncherOptions
 from cluster.profiles import ClusterProfile, cert_key_id
-from cluster.slurm import Usage
+from cluster.slurm import JobShape, StartEstimate, Usage
+from cluster.spec import LaunchSpec, interactive_framework
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
@@ -37,7 +38,7 @@ LAUNCHER_TTL_S = 6 * 3600  # how long what a launcher's --help listed is trusted
 
 @dataclass
 class Spec:
-    spec: launch.LaunchSpec
+    spec: LaunchSpec
     notes: list[str] = field(default_factory=list)  # e.g. a secret that is not configured
 
 
@@ -120,7 +121,7 @@ class Clusters:
                     f"no recipe for {req.workload} {req.model} ({req.framework})",
                     cluster=profile.name,
                 )
-            spec = launch.LaunchSpec.from_recipe(
+            spec = LaunchSpec.from_recipe(
                 profile,
                 recipe,
                 launch_id=item.id,
@@ -136,7 +137,7 @@ class Clusters:
             if item.start_key and not item.checkpoints:  # from=, until it saved its own
                 spec = dataclasses.replace(spec, start_from=(item.start_key, item.start_path))
         else:
-            spec = launch.LaunchSpec(
+            spec = LaunchSpec(
                 profile=profile,
                 launch_id=item.id,
                 framework=interactive_framework().name,
@@ -151,7 +152,7 @@ class Clusters:
             )
         return Spec(self._for_attempt(item, spec), notes)
 
-    def _for_attempt(self, item: Launch, spec: launch.LaunchSpec) -> launch.LaunchSpec:
+    def _for_attempt(self, item: Launch, spec: LaunchSpec) -> LaunchSpec:
         """A retry keeps away from a failed node and resumes from the older checkpoints."""
         attempt = item.attempt
         if attempt is None or attempt.job_id:
@@ -166,26 +167,26 @@ class Clusters:
             )
         return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
 
-    async def preflight(self, spec: launch.LaunchSpec) -> checks.PreflightResult:
+    async def preflight(self, spec: LaunchSpec) -> checks.PreflightResult:
         spec = await self.fitted(spec)
         result = await checks.preflight(self.pool, spec)
         await self.remember(spec, result)
         return result
 
-    async def dry_run(self, spec: launch.LaunchSpec) -> checks.DryRun:
+    async def dry_run(self, spec: LaunchSpec) -> checks.DryRun:
         spec = await self.fitted(spec)
         dry = await checks.dry_run(self.pool, spec)
         await self.remember(spec, dry.preflight)
         return dry
 
-    async def submit(self, spec: launch.LaunchSpec) -> launch.Submission:
+    async def submit(self, spec: LaunchSpec) -> launch.Submission:
         return await launch.submit(self.pool, launch.plan_launch(await self.fitted(spec)))
 
     @staticmethod
-    def _launcher_key(spec: launch.LaunchSpec) -> tuple[str, str]:
+    def _launcher_key(spec: LaunchSpec) -> tuple[str, str]:
         return spec.cluster, f"{spec.framework}@{spec.profile.login.user}"
 
-    async def fitted(self, spec: launch.LaunchSpec) -> launch.LaunchSpec:
+    async def fitted(self, spec: LaunchSpec) -> LaunchSpec:
         """The spec with what its launcher accepts, when pre-flight or ``doctor`` learned it
         (kept here and in Redis for :data:`LAUNCHER_TTL_S`); as given while it is not known,
         so that pre-flight reads the launcher's ``--help`` in its round trip."""
@@ -201,7 +202,7 @@ class Clusters:
                 self._launchers[key] = (time.time(), options)
         return dataclasses.replace(spec, launcher=options) if options else spec
 
-    async def remember(self, spec: launch.LaunchSpec, result: checks.PreflightResult) -> None:
+    async def remember(self, spec: LaunchSpec, result: checks.PreflightResult) -> None:
         """Keep what pre-flight learned of the launcher (read from its ``--help``)."""
         if spec.launcher is not None or result.launcher is None:
             return
@@ -247,3 +248,22 @@ class Clusters:
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))
+
+    async def account(self, cluster: str, name: str) -> Account:
+        """What the login node says of the Unix user ``name`` (asked as the shared account)."""
+        return await lookup_account(self.pool, self.profile(cluster), name)
+
+    @property
+    def acts_as_people(self) -> bool:
+        """Whether this process logs in as people (it holds the user CA key)."""
+        return self.pool.act_as_people
+
+    async def start_estimate(
+        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+    ) -> StartEstimate:
+        """Slurm's start estimate for a job of ``shape``, asked as the person's Unix user
+        (``cluster_user``) where this process logs in as people, else as the shared account."""
+        profile = self.profile(cluster)
+        if self.pool.act_as_people:
+            profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, "estimate"))
+        return await start_estimate(self.pool, profile, shape, timeout_s=timeout_s)

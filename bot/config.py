@@ -19,14 +19,15 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bot.cron import cron_trigger
 from bot.store import DAY_S, Retention
 from cluster.errors import ConfigError
 from cluster.failures import FailureKind, FailureRule, build_catalog
 from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
-from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.context import CommandContext
-from commands.policy import ANY, BudgetRule, Policy, PolicyRule, TeamBudgetRule
+from commands.policy import BudgetRule, Policy, PolicyRule, TeamBudgetRule
+from commands.rules import ANY, ApproverRule, ImageRule, ViewerRule
 from commands.suggest import closest
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
@@ -66,8 +67,6 @@ class Report(BaseModel):
     @field_validator("cron")
     @classmethod
     def _check_cron(cls, value: str) -> str:
-        from bot.report import cron_trigger
-
         try:
             cron_trigger(value)
         except ValueError as exc:

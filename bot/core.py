@@ -3,8 +3,9 @@
 Fast paths only: parse, check policy, write to Redis and answer. Launching is
 the workers' job and watching the poller's. A /train asks Slurm only when its job
 would start (``sbatch --test-only``, one round trip, at most
-``start_estimate_timeout_s``); /cancel, /logs, /attach and /clusters make one SSH
-round trip.
+``start_estimate_timeout_s``); /cancel, /logs and /clusters make one SSH round trip.
+Each goes through ``calls`` (:class:`bot.asks.ClusterCalls`): this process's own keys,
+or in the web role, which holds none, a worker's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from bot import answers, health, home, pipelines, placement, render, sweep_answers, sweeps, usage
+from bot.asks import ClusterCalls
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -84,7 +86,6 @@ UNCONFIRMED_GROUPS = (
 )
 
 
-HELD_RETRY_CHECK_S = 120.0  # a Retry interrupted before its old job was confirmed gone
 HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
 CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
 RATE_WINDOW_S = 60.0  # the rate limits of policy ``limits`` count over this window
@@ -121,10 +122,19 @@ def _sweep_first_events(sweep: Sweep, first_id: str, approval: str | None) -> li
 
 class Core:
     def __init__(
-        self, store: Store, clusters: Clusters, context: CommandContext, front: Front | None = None
+        self,
+        store: Store,
+        clusters: Clusters,
+        context: CommandContext,
+        front: Front | None = None,
+        *,
+        calls: ClusterCalls | None = None,
     ) -> None:
+        """``calls``: how this process asks the clusters (by default itself, with its own
+        keys; the web role asks the workers: :class:`bot.asks.WorkerAsks`)."""
         self.store = store
         self.clusters = clusters
+        self.calls: ClusterCalls = calls or clusters
         self.context = context
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
@@ -135,7 +145,7 @@ class Core:
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         self.start_estimates = StartEstimates()
-        self.people = People(clusters, front)
+        self.people = People(clusters, front, self.calls)
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
@@ -207,7 +217,7 @@ class Core:
             if now - self._capacity_at.get(name, (0.0, ""))[0] >= CAPACITY_TTL_S
         ]
         answers_ = await asyncio.gather(
-            *(self.clusters.capacity(name) for name in stale), return_exceptions=True
+            *(self.calls.capacity(name) for name in stale), return_exceptions=True
         )
         for name, answer in zip(stale, answers_, strict=True):
             value: ClusterCapacity | str = (
@@ -296,7 +306,7 @@ class Core:
             await self.slow_down(user.id, "commands")
             if request.plot:
                 return await answers.plot(launch)
-            return await answers.logs(self.clusters, launch, request.lines or 50)
+            return await answers.logs(self.calls, launch, request.lines or 50)
         if isinstance(request, AttachRequest):
             return answers.attach(self.clusters, await self.owned(request.job, user, "attach to"))
         if isinstance(request, UsageRequest):
@@ -344,7 +354,7 @@ class Core:
         if incoming.action_id == ACTION_LOGS:
             launch = await self.readable(ref, user)
             await self.slow_down(user.id, "commands")
-            return await answers.logs(self.clusters, launch, 50)
+            return await answers.logs(self.calls, launch, 50)
         if incoming.action_id == ACTION_ATTACH:
             return answers.attach(self.clusters, await self.owned(ref, user, "attach to"))
         if incoming.action_id in (ACTION_APPROVE, ACTION_REJECT):
@@ -432,7 +442,7 @@ class Core:
         now = time.monotonic()
         asked = self._clusters_asked.get(name)
         if asked is None or (asked[1].done() and now - asked[0] >= ttl_s):
-            asked = (now, asyncio.ensure_future(self.clusters.capacity(name)))
+            asked = (now, asyncio.ensure_future(self.calls.capacity(name)))
             self._clusters_asked[name] = asked
         return await asyncio.shield(asked[1])
 
@@ -471,6 +481,7 @@ class Core:
         appraisal = await appraise(
             self.store,
             self.clusters,
+            self.calls,
             self.context.policy,
             request,
             user,
@@ -581,7 +592,7 @@ class Core:
             )
         appraisals = [
             await appraise(
-                self.store, self.clusters, policy, member, user, account=account,
+                self.store, self.clusters, self.calls, policy, member, user, account=account,
                 estimates=self.start_estimates, cluster_user=cluster_user,
                 timeout_s=self.start_estimate_timeout_s,
             )
@@ -664,6 +675,7 @@ class Core:
         if request.cluster == AUTO:
             name, why, _ = await placement.place(
                 self.clusters,
+                self.calls,
                 self.context,
                 self.start_estimates,
                 request,
@@ -904,15 +916,8 @@ class Core:
             job_id = stored.attempts[-2].job_id  # a Retry was cancelling it: make sure
         if not job_id:
             return Reply(f"Cancelled {launch.id}. The thread will show the final state.")
-        if stored.cluster_user and not self.clusters.pool.act_as_people:
-            # This process holds no key to act as the person (the web role): the poller,
-            # which does, cancels the job at its next poll.
-            return Reply(
-                f"Cancelling Slurm job {job_id}: it is cancelled as {stored.cluster_user} at the "
-                "next poll. The thread will show the final state."
-            )
         try:
-            await self.clusters.cancel(stored, [job_id])
+            await self.calls.cancel(stored, [job_id])  # as its person, by a worker if need be
         except ClusterError as exc:
             text = (
                 f"⚠️ Could not cancel Slurm job {job_id} now ({escape(str(exc))}). The launch "
@@ -981,18 +986,20 @@ class Core:
         return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
 
     async def retry(self, launch: Launch, user: User) -> Reply:
-        """Cancel the current attempt (a hang, say), confirm it is gone, then queue a new
-        one, resuming. When the old job cannot be cancelled, nothing new is queued."""
+        """Hold the launch for a new attempt, resuming, and queue it: a worker cancels the
+        current attempt's job (a hang, say), and submits the new one once Slurm shows the
+        old one gone (the worker's one retry rule; when it cannot be
+        cancelled, the launch goes back to following it). Nothing here asks a cluster."""
         if launch.cancelled_by:
             return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(
                 f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
             )
-        old, before = launch.job_id, launch.phase
+        old = launch.job_id
 
         def hold(stored: Launch) -> list[Event]:
-            """A new attempt is on its way: stop following the old job (not queued yet)."""
+            """A new attempt is on its way: stop following the old job, and queue it."""
             running = stored.phase in (Phase.SUBMITTED, Phase.RUNNING)
             if stored.job_id != old or not running or stored.cancelled_by:  # a cancel is final
                 return []
@@ -1003,55 +1010,28 @@ class Core:
                     resume=True,
                     checkpoints_at_start=len(stored.checkpoints),
                     held=True,
+                    held_at=time.time(),
                     from_step=stored.progress.step,
                 )
             )
             stored.phase = Phase.RETRYING
-            # Should this process die before the old job is confirmed gone, a worker takes
-            # the launch up later and checks on the old job itself.
-            later = {"due": time.time() + HELD_RETRY_CHECK_S}
-            return [Event("update", stored.id), Event("enqueue", stored.id, data=later)]
+            text = (
+                f"🔁 Retry asked for by <@{user.id}>: cancelling job {old}; a new attempt is "
+                "submitted once Slurm shows it gone."
+            )
+            return [
+                Event("thread", stored.id, text),
+                Event("update", stored.id),
+                Event("enqueue", stored.id),
+            ]
 
         held, _ = await self.store.mutate(launch.id, hold)
         if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
             return Reply(f"{launch.id} is not running any more.", error=True)
-        why = await self._cancel_and_confirm(launch, old)
-        if why:
-
-            def revert(stored: Launch) -> list[Event]:
-                if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-                    return []
-                stored.attempts.pop()
-                stored.phase = before
-                text = (
-                    f"⚠️ Retry asked for by <@{user.id}>, but job {old} could not be cancelled "
-                    f"({escape(why)}); it keeps running and no second job was submitted."
-                )
-                return [Event("thread", stored.id, text), Event("update", stored.id)]
-
-            await self.store.mutate(launch.id, revert)
-            return Reply(
-                f"Job {old} could not be cancelled ({escape(why)}); not retried.", error=True
-            )
-
-        def go(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-                return []  # a cancel meanwhile made it DONE: no new attempt
-            stored.attempts[-1].held = False
-            stored.attempts[-2].close(time.time())  # billed until now, not until the launch ends
-            text = f"🔁 Retry asked for by <@{user.id}>: cancelled job {old}, submitting a new one."
-            return [
-                Event("thread", stored.id, text),
-                Event("enqueue", stored.id),
-                Event("update", stored.id),
-            ]
-
-        await self.store.mutate(launch.id, go)
-        return Reply(f"Cancelled job {old}; a new attempt of {launch.id} is queued.")
-
-    async def _cancel_and_confirm(self, launch: Launch, job_id: str) -> str:
-        """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
-        return await self.clusters.cancel_and_confirm(launch, job_id)
+        return Reply(
+            f"Retrying {launch.id}: job {old} is being cancelled, and a new attempt follows "
+            "once it is gone. The thread shows each step."
+        )
 
 
 def _one_launch_keys(first: TrainRequest) -> None:

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot import render
+from bot.asks import ClusterCalls
 from bot.clusters import Clusters
 from bot.launches import StepRun, recipe_key
 from bot.store import Store
-from cluster.discovery import start_estimate
 from cluster.errors import ClusterError, CommandTimeout
-from cluster.profiles import ClusterProfile, cert_key_id, slurm_time_seconds
-from cluster.slurm import StartEstimate
+from cluster.profiles import ClusterProfile, slurm_time_seconds
+from cluster.slurm import JobShape, StartEstimate
 from commands.budget import budget_for, check_budget, iso_week
 from commands.context import User
 from commands.policy import Decision, Policy
@@ -170,41 +170,48 @@ class StartEstimates:
 
     def ask(
         self,
-        clusters: Clusters,
-        profile: ClusterProfile,
+        calls: ClusterCalls,
+        cluster: str,
+        shape: JobShape,
         *,
-        nodes: int,
-        partition: str,
-        time_limit: str | None,
-        account: str | None,
+        user_id: str,
+        cluster_user: str,
         timeout_s: float,
     ) -> asyncio.Task[StartEstimate]:
+        """The estimate for ``shape`` on ``cluster``, asked as ``cluster_user`` where
+        ``calls`` logs in as people (else as the shared account, for everyone)."""
         now = time.monotonic()
         self._asked = {k: v for k, v in self._asked.items() if now - v[0] < self.ttl_s}
-        key = (profile.name, profile.login.user, nodes, partition, time_limit, account)
+        as_user = cluster_user if calls.acts_as_people else ""
+        key = (cluster, as_user, shape)
         found = self._asked.get(key)
         if found is not None:
             task = found[1]
             if not task.done() or (not task.cancelled() and task.exception() is None):
                 return task
         task = asyncio.create_task(
-            start_estimate(
-                clusters.pool,
-                profile,
-                nodes=nodes,
-                partition=partition,
-                time_limit=time_limit,
-                account=account,
-                timeout_s=timeout_s,
+            calls.start_estimate(
+                cluster, shape, user_id=user_id, cluster_user=as_user, timeout_s=timeout_s
             )
         )
         self._asked[key] = (now, task)
         return task
 
 
+def estimate_shape(
+    request: TrainRequest | InteractiveRequest, profile: ClusterProfile, account: str | None
+) -> JobShape:
+    """The shape the start estimate asks about: the one the launch will submit (the
+    person's Slurm ``account`` from ``policy.accounts``, else the cluster's)."""
+    return profile.job_shape(
+        request.nodes, partition=request.partition, time_limit=request.time, account=account
+    )
+
+
 async def appraise(
     store: Store,
     clusters: Clusters,
+    calls: ClusterCalls,
     policy: Policy,
     request: TrainRequest | InteractiveRequest,
     user: User,
@@ -214,19 +221,17 @@ async def appraise(
     cluster_user: str = "",
     timeout_s: float = START_ESTIMATE_TIMEOUT_S,
 ) -> Appraisal:
-    """Start estimate (one SSH round trip as the person's Unix user, ``cluster_user``,
-    at most ``timeout_s``, shared by the same shape for a few seconds), GPU-hour estimate
-    and budget check for ``request`` by ``user``."""
+    """Start estimate (one SSH round trip by ``calls``, as the person's Unix user,
+    ``cluster_user``, where it logs in as people; at most ``timeout_s``; shared by the
+    same shape for a few seconds), GPU-hour estimate and budget check for ``request``
+    by ``user``."""
     profile = clusters.profile(request.cluster)
-    if clusters.pool.act_as_people:  # else (a web process) the shared account asks
-        profile = profile.as_user(cluster_user, cert_key_id(user.id, cluster_user, "estimate"))
     task = estimates.ask(
-        clusters,
-        profile,
-        nodes=request.nodes,
-        partition=request.partition or profile.partition,
-        time_limit=request.time or profile.time_limit,
-        account=account or profile.account,
+        calls,
+        request.cluster,
+        estimate_shape(request, profile, account),
+        user_id=user.id,
+        cluster_user=cluster_user,
         timeout_s=timeout_s,
     )
     asking = asyncio.ensure_future(asyncio.shield(task))  # one asker leaving stops no one

@@ -21,9 +21,9 @@ from bot.settings import Settings
 from bot.store import DeadLetter, Store, Target
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
-from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult, preflight
 from cluster.profiles import ClusterProfile, LoginNode, cert_key_id
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import time
 
+from bot.asks import ClusterCalls
 from bot.clusters import Clusters
 from bot.front import Front
 from bot.slack_text import escape
-from cluster.accounts import lookup_account
 from cluster.errors import ClusterError
 from commands.context import User
 from commands.errors import CommandError
@@ -39,8 +39,9 @@ class NoUser(CommandError):
 class People:
     """Maps people to Unix users per cluster; remembers the login nodes' answers."""
 
-    def __init__(self, clusters: Clusters, front: Front | None) -> None:
+    def __init__(self, clusters: Clusters, front: Front | None, calls: ClusterCalls) -> None:
         self.clusters = clusters
+        self.calls = calls  # how this process asks a login node (see bot.asks)
         self.front = front
         self._accounts: dict[tuple[str, str], tuple[float, str]] = {}
 
@@ -101,7 +102,7 @@ class People:
         if known is not None and now - known[0] < ACCOUNT_TTL_S:
             return known[1]
         try:
-            account = await lookup_account(self.clusters.pool, self.clusters.profile(cluster), name)
+            account = await self.calls.account(cluster, name)
         except ClusterError as exc:  # not remembered: asked again next time
             log.warning("could not look up %s on %s: %s", name, cluster, exc)
             return f"trainbot could not check that {name} is a person's account there, try again"

@@ -12,6 +12,7 @@ ACTIVE = f"{PREFIX}:active"  # set of active launch ids (all users)
 DEFERRED = f"{PREFIX}:deferred"  # sorted set: launch ids due back on the queue (score: when)
 DEAD_LETTERS = f"{PREFIX}:queue:dead"  # stream of queue entries that kept failing inside trainbot
 DEAD_LETTERS_DUE = f"{PREFIX}:queue:dead:due"  # sorted set: dead entry id -> when it is replayed
+ASKS = f"{PREFIX}:asks"  # list: cluster work a process without SSH keys asks of the workers
 CHARGES = f"{PREFIX}:charges"  # sorted set: one charge record (JSON) per launch -> when it ended
 
 
@@ -157,3 +158,8 @@ def store_op(op_id: str) -> str:
     """A store write's done-mark, written in the write's own transaction: a retry after a
     failover that finds it knows the write was applied and does not apply it again."""
     return f"{PREFIX}:op:{op_id}"
+
+
+def answer(ask_id: str) -> str:
+    """List: a worker's answer to the ask ``ask_id`` (see bot.asks), kept briefly."""
+    return f"{PREFIX}:answer:{ask_id}"

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.frameworks import Tracking
+from cluster.frameworks.base import Tracking
 from commands.requests import InteractiveRequest, TrainRequest
 
 
@@ -78,6 +78,7 @@ class Attempt(BaseModel):
     resume: bool = False
     not_before: float = 0.0  # retry backoff: not submitted before this time
     held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
+    held_at: float = 0.0  # when the Retry held it (a worker waits for the old job from then)
     from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False

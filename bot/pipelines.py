@@ -25,8 +25,9 @@ from bot import render
 from bot.launches import Launch, Phase
 from bot.slack_text import escape
 from bot.store import Event, Store
-from cluster.frameworks import Tracking, framework
+from cluster.frameworks.base import Tracking
 from cluster.profiles import ClusterProfile
+from cluster.spec import framework
 from commands.budget import budget_for, check_budget, iso_week
 from commands.policy import Policy
 from commands.requests import TrainRequest

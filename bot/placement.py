@@ -9,14 +9,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 
+from bot.asks import ClusterCalls
 from bot.clusters import Clusters
-from bot.cost import StartEstimates
+from bot.cost import StartEstimates, estimate_shape
 from bot.launches import Attempt, Launch, Phase
 from bot.render import duration
 from bot.slack_text import escape
 from bot.store import Event, Store
 from cluster.errors import ClusterError, CommandTimeout
-from cluster.profiles import cert_key_id
 from commands.access import slurm_account
 from commands.budget import budget_for, check_budget, iso_week
 from commands.context import CommandContext, User
@@ -36,6 +36,7 @@ ClusterUser = Callable[[str, User], Awaitable[str]]
 
 async def ask(
     clusters: Clusters,
+    calls: ClusterCalls,
     context: CommandContext,
     estimates: StartEstimates,
     request: TrainRequest | InteractiveRequest,
@@ -46,22 +47,20 @@ async def ask(
     timeout_s: float = PLACE_TIMEOUT_S,
 ) -> Answer:
     """When Slurm would start ``request`` on cluster ``name`` (as the person's Unix
-    user there, with their Slurm account), or why it cannot say."""
+    user there, with their Slurm account), or why it cannot say; ``calls`` asks (the
+    clusters themselves, or a worker for a process without SSH keys)."""
     try:
         unix_user = await cluster_user(name, user)
     except CommandError as exc:
         return Answer(name, None, str(exc).rstrip("."))
     profile = clusters.profile(name)
-    if clusters.pool.act_as_people:
-        profile = profile.as_user(unix_user, cert_key_id(user.id, unix_user, "estimate"))
     account = slurm_account(context.policy, user_id=user.id, group_ids=user.groups, cluster=name)
     task = estimates.ask(
-        clusters,
-        profile,
-        nodes=request.nodes,
-        partition=profile.partition,
-        time_limit=request.time or profile.time_limit,
-        account=account or profile.account,
+        calls,
+        name,
+        estimate_shape(request, profile, account),
+        user_id=user.id,
+        cluster_user=unix_user,
         timeout_s=timeout_s,
     )
     try:
@@ -78,6 +77,7 @@ async def ask(
 
 async def place(
     clusters: Clusters,
+    calls: ClusterCalls,
     context: CommandContext,
     estimates: StartEstimates,
     request: TrainRequest | InteractiveRequest,
@@ -102,7 +102,17 @@ async def place(
         )
     answers = await asyncio.gather(
         *(
-            ask(clusters, context, estimates, request, user, n, cluster_user, timeout_s=timeout_s)
+            ask(
+                clusters,
+                calls,
+                context,
+                estimates,
+                request,
+                user,
+                n,
+                cluster_user,
+                timeout_s=timeout_s,
+            )  # fmt: skip
             for n in names
         )
     )
@@ -178,6 +188,7 @@ async def reroute(
         others = [name for name in clusters.profiles if name != cluster]
         try:
             target, why, now_there = await place(
+                clusters,
                 clusters,
                 context,
                 estimates,

@@ -39,7 +39,7 @@ from cluster.collector import JobSnapshot, PollResult, collect
 from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
-from cluster.frameworks import Tracking
+from cluster.frameworks.base import Tracking
 from cluster.profiles import ClusterProfile, cert_key_id
 from cluster.slurm import is_terminal
 
@@ -92,7 +92,9 @@ class Poller:
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
         self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
-        self.people = People(clusters, None)  # reroute: each person's Unix user per cluster
+        self.people = People(
+            clusters, None, clusters
+        )  # reroute: each person's Unix user per cluster
 
     def start(self) -> None:
         for name, profile in self.clusters.profiles.items():
@@ -336,9 +338,8 @@ class Poller:
         self, launch: Launch, job_id: str, grace_s: float = CANCEL_GRACE_S
     ) -> None:
         """A cancelled launch whose job Slurm still runs: ``scancel`` it as its person. The
-        process that took the cancel may hold no key to act as people (the web role), or
-        its ``scancel`` failed; the poller then sends it, again every
-        ``RESEND_SCANCEL_S`` while the job lives."""
+        cancel's own ``scancel`` failed (or no worker answered the web role's ask); the
+        poller then sends it, again every ``RESEND_SCANCEL_S`` while the job lives."""
         now = time.time()
         if now - (launch.cancelled_at or 0) < grace_s:
             return  # the process that took the cancel is sending it now

@@ -14,9 +14,9 @@ from bot import health
 from bot import slack_text as st
 from bot.launches import Launch, Phase
 from bot.plot import Marks, render_loss_png
-from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
+from cluster.spec import LaunchSpec
 
 OUTCOME_ICONS = {
     "COMPLETED": "✅",

@@ -4,7 +4,9 @@ A process runs some of the bot's parts, by role (``trainbot serve --role``):
 ``web`` answers Slack (the core), ``worker`` takes launches off the queue,
 ``poller`` polls the clusters and delivers the outbox (the notifier: like the
 poller it works under a Redis lease, so any number of poller processes can run
-and one of them does the work); ``all`` is all three in one process.
+and one of them does the work); ``all`` is all three in one process. The web
+role holds no SSH key and no user CA: the cluster work of its commands (start
+estimates, /logs, /clusters, cancels) is asked of the workers (bot.asks).
 
 Start-up and shutdown live in one AsyncExitStack, closed in reverse: on stop,
 the workers finish what they hold (an unfinished queue entry stays pending
@@ -22,6 +24,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from bot.alerts import PagerDuty
+from bot.asks import WorkerAsks, serve_asks
 from bot.clusters import Clusters
 from bot.config import Config
 from bot.core import Core
@@ -43,6 +46,7 @@ from bot.settings import Settings
 from bot.slack_front import observe_slack_errors
 from bot.store import Store
 from bot.worker import Worker, worker_name
+from cluster.errors import ConfigError
 from cluster.ssh import SSHPool, check_ca_key
 
 log = logging.getLogger(__name__)
@@ -57,8 +61,20 @@ def acts_as_people(parts: frozenset[str]) -> bool:
     return bool(parts & {"worker", "poller"})
 
 
-def check_ca_keys(config: Config) -> None:
-    """Refuse to start with a user CA key that is not owner-only (see check_ca_key)."""
+def check_role_config(config: Config, parts: frozenset[str]) -> None:
+    """What a process running ``parts`` needs of the config, checked before it connects
+    to anything. One that logs in as people (a worker, a poller) needs the user CA key of
+    every cluster with ``identity``, owner-only (see check_ca_key). The web role needs
+    neither a CA nor an SSH key: it asks the workers for cluster work (bot.asks)."""
+    if not acts_as_people(parts):
+        return
+    for name, profile in config.clusters.items():
+        if profile.identity is not None and profile.login.user_ca_key_file is None:
+            raise ConfigError(
+                f"clusters.{name}: identity needs login.user_ca_key_file (the CA key the bot "
+                "signs each person's short-lived SSH certificate with) in the worker and "
+                "poller roles; only --role web runs without it"
+            )
     paths = {p.login.user_ca_key_file for p in config.clusters.values()}
     for path in sorted(path for path in paths if path is not None):
         check_ca_key(path)
@@ -208,13 +224,14 @@ async def running(
             )
         )
         people = acts_as_people(parts)
-        if people:
-            check_ca_keys(config)
+        check_role_config(config, parts)
         pool = await stack.enter_async_context(
             SSHPool(act_as_people=people, person_idle_s=settings.ssh_person_idle_s)
         )
         clusters = Clusters(config, settings, pool, store)
-        core = Core(store, clusters, config.command_context(), front)
+        # A process without the workers' keys (the web role) asks them for cluster work.
+        calls = None if parts & {"worker", "poller"} else WorkerAsks(store)
+        core = Core(store, clusters, config.command_context(), front, calls=calls)
         core.redactor = redactor
         pagerduty = None
         webhook = config.alerts.webhook
@@ -252,6 +269,9 @@ async def running(
         )
         for worker in bot.workers:
             bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))
+        if bot.workers:  # the cluster work a web process asks for
+            asks = serve_asks(store, clusters, stop)
+            bot.tasks.append(asyncio.create_task(asks, name="asks"))
         if "poller" in parts:
             bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))
             bot.poller.start()

@@ -19,11 +19,12 @@ from bot.slack_text import code_block, escape
 from bot.store import Event
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
-from cluster.frameworks import Tracking, framework
+from cluster.frameworks.base import Tracking
 from cluster.profiles import ClusterProfile, slurm_time_seconds
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
 from cluster.remote import quote_path
 from cluster.slurm import is_terminal
+from cluster.spec import framework
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from cluster.profiles import ClusterProfile
 from commands.budget import budget_window, team_alert, team_budgets_for, team_refusal
 from commands.context import User
 from commands.errors import CommandError
-from commands.policy import ANY, Policy, TeamBudgetRule
+from commands.policy import Policy, TeamBudgetRule
 from commands.requests import InteractiveRequest, TrainRequest, UsageRequest
+from commands.rules import ANY
 
 log = logging.getLogger(__name__)
 CSV_FIELDS = ("day", "user_id", "user_name", "cluster", "launch_id", "outcome", "gpu_hours", "cost")

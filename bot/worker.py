@@ -62,6 +62,8 @@ SUBMIT_SETTLE_S = 30.0  # after a submit whose outcome is unknown, before lookin
 THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
 THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
 LAUNCH_LOCK_MS = 30_000
+RETRY_CANCEL_WAIT_S = 15.0  # a Retry's old job must be gone this long after the Retry,
+RETRY_CANCEL_LOOK_S = 1.0  # looked at this far apart
 LOCK_RENEW_S = 10.0
 MAX_DELIVERIES = 3  # of one queue entry that fails inside trainbot, before the dead letters
 DEAD_REPLAY_FIRST_S = 60.0  # a dead letter is replayed after this, then twice as long each time
@@ -596,11 +598,27 @@ class Worker:
         return True
 
     async def _held_retry_may_go(self, item: Launch) -> bool:
-        """A Retry whose old job was never confirmed gone (the asking process died): go on
-        only if Slurm shows that job ended; else the launch goes back to following it."""
+        """Retry's one rule: the button holds the launch and queues it; here a worker
+        cancels the old job and looks again a second later, until Slurm shows it gone.
+        Gone: the new attempt goes on. Not cancelled (an error, or still there
+        ``RETRY_CANCEL_WAIT_S`` after the Retry): the launch goes back to following it."""
         old = next((a.job_id for a in reversed(item.attempts) if a.job_id), "")
-        jobs = {j.job_id: j for j in await self.clusters.find(item)}
-        gone = old not in jobs or not jobs[old].active
+        why = ""
+        try:
+            jobs = {j.job_id: j for j in await self.clusters.find(item)}
+            gone = old not in jobs or not jobs[old].active
+            if not gone and time.time() - item.attempts[-1].held_at < RETRY_CANCEL_WAIT_S:
+                # again each look: scancel is idempotent. A reroute's old job only while it
+                # is pending: one that started meanwhile keeps running (placement.settle_move)
+                moving = (
+                    bool(item.attempts[-1].cluster) and item.attempts[-1].cluster != item.cluster
+                )
+                await self.clusters.cancel(item, [old], pending_only=moving)
+                await self.store.requeue(item.id, after_s=RETRY_CANCEL_LOOK_S)
+                return False
+        except ClusterError as exc:
+            gone, why = False, str(exc)
+        why = why or f"Slurm still shows it {RETRY_CANCEL_WAIT_S:g} s later"
 
         moved = []
 
@@ -609,15 +627,18 @@ class Worker:
                 return []
             if gone:
                 stored.attempts[-1].held = False
-                stored.attempts[-2].close(time.time())
+                stored.attempts[-2].close(time.time())  # billed until now, not until the end
                 if left := placement.settle_move(stored):  # a reroute cut short
                     moved.append(left)
                     text = f"🔀 Job {old} on {left} is gone; moved to {stored.cluster}."
                     return [thread(stored.id, text), update(stored.id)]
-                return []
+                return [thread(stored.id, f"Job {old} is gone: submitting a new attempt.")]
             stored.attempts.pop()
             stored.phase = Phase.RUNNING if stored.attempts[-1].started_at else Phase.SUBMITTED
-            text = f"⚠️ The retry was interrupted before job {old} was cancelled; it still runs."
+            text = (
+                f"⚠️ Job {old} could not be cancelled ({escape(why)}); it keeps running and "
+                "no second job was submitted."
+            )
             return [thread(stored.id, text), update(stored.id)]
 
         await self._mutate(item.id, settle)

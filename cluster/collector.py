@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cluster.frameworks import Tracking
+from cluster.frameworks.base import Tracking
 from cluster.remote import run_remote_python
 from cluster.slurm import (
     AcctRecord,

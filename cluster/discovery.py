@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.frameworks import FRAMEWORKS
+from cluster.frameworks.registry import frameworks
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
 from cluster.slurm import (
+    JobShape,
     PartitionInfo,
     StartEstimate,
     build_sinfo,
@@ -38,7 +39,7 @@ def split_listing(
     cluster: str, recipes: list[str], images: list[str], exists: bool
 ) -> RecipeListing:
     scripts: dict[str, tuple[str, ...]] = {}
-    for fw in FRAMEWORKS.values():
+    for fw in frameworks().values():
         prefix = f"{fw.subdir}/"
         scripts[fw.name] = tuple(r.removeprefix(prefix) for r in recipes if r.startswith(prefix))
     return RecipeListing(cluster, scripts, tuple(images), exists)
@@ -46,11 +47,11 @@ def split_listing(
 
 async def discover_recipes(pool: SSHPool, profile: ClusterProfile) -> RecipeListing:
     """List every framework's scripts and images in the recipes dir (one round trip)."""
-    frameworks = FRAMEWORKS.values()
+    every = frameworks().values()
     payload = {
         "recipes_dir": profile.recipes_dir,
-        "recipe_globs": [f"{fw.subdir}/{g}" for fw in frameworks for g in fw.recipe_globs],
-        "image_globs": [f"{fw.subdir}/*.sqsh" for fw in frameworks],
+        "recipe_globs": [f"{fw.subdir}/{g}" for fw in every for g in fw.recipe_globs],
+        "image_globs": [f"{fw.subdir}/*.sqsh" for fw in every],
     }
     raw = await run_remote_python(
         pool,
@@ -137,22 +138,13 @@ async def cluster_capacity(pool: SSHPool, profile: ClusterProfile) -> ClusterCap
 async def start_estimate(
     pool: SSHPool,
     profile: ClusterProfile,
+    shape: JobShape,
     *,
-    nodes: int,
-    partition: str,
-    time_limit: str | None,
-    account: str | None,
     timeout_s: float,
 ) -> StartEstimate:
     """When Slurm expects a job of this shape to start (``sbatch --test-only``, nothing
     submitted), with the login node's clock at asking: one round trip."""
-    test = build_test_only(
-        nodes=nodes,
-        partition=partition,
-        gpus_per_node=profile.gpus_per_node,
-        time_limit=time_limit,
-        account=account,
-    )
+    test = build_test_only(shape, gpus_per_node=profile.gpus_per_node)
     result = await pool.run(
         profile.login,
         f"date +%s; {test}",

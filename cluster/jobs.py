@@ -15,7 +15,6 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.launch import LAUNCH_ID_RE
 from cluster.profiles import ClusterProfile
 from cluster.remote import quote_path
 from cluster.slurm import (
@@ -29,6 +28,7 @@ from cluster.slurm import (
     parse_squeue,
     usage_of,
 )
+from cluster.spec import LAUNCH_ID_RE
 from cluster.ssh import SSHPool
 
 log = logging.getLogger(__name__)

@@ -1,199 +1,30 @@
-"""Launch specs and plans: what both launchers produce, and how a plan is submitted.
+"""Launch plans: what both launchers produce, and how a plan is submitted.
 
-A :class:`LaunchSpec` is a checked request for one cluster (every field that
-reaches a remote command line matches a strict pattern). :func:`plan_launch`
-turns it into a :class:`LaunchPlan`: the script sent on stdin to ``bash -l -s``
-(so secrets, exported there, never appear in a command line), and the exact
-command it ends in. :func:`submit` runs it; :func:`dry_run` (in
-``cluster.preflight``) shows it and checks it, submitting nothing.
+:func:`plan_launch` turns a :class:`~cluster.spec.LaunchSpec` into a
+:class:`LaunchPlan`: the script sent on stdin to ``bash -l -s`` (so secrets,
+exported there, never appear in a command line), and the exact command it ends in.
+:func:`submit` runs it; :func:`dry_run` (in ``cluster.preflight``) shows it and
+checks it, submitting nothing.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-
-from pydantic import SecretStr
+from dataclasses import dataclass
 
 from cluster.errors import SlurmCommandFailed
-from cluster.frameworks import Framework, FrameworkName, Tracking, framework
-from cluster.launcher_options import LauncherOptions
-from cluster.profiles import (
-    SLURM_NAME_PATTERN,
-    ClusterProfile,
-    check_remote_path,
-    slurm_time_seconds,
-)
-from cluster.recipes import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, RecipeEntry
+from cluster.frameworks.base import Tracking
 from cluster.remote import RemoteArg, export_lines, join_argv, quote_path
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 
 log = logging.getLogger(__name__)
 
-LAUNCH_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,39}")
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")
-NODELIST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,199}")
-COMMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 :._@-]{0,127}")
-# A checkpoint as a job reads it: ~/..., /... or relative to the work dir; NeMo's names hold "=".
-START_PATH_RE = re.compile(r"(~/|/)?[A-Za-z0-9._+@=-][A-Za-z0-9._+@=/-]{0,499}")
-SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 REMOTE_SHELL = "bash -l -s"
 SUBMIT_TIMEOUT_S = 120.0
 SUBMIT_TOO_LATE = "the submit arrived after its deadline; nothing was submitted"
 SUBMIT_TOO_LATE_EXIT = 75  # EX_TEMPFAIL
-
-
-def _check(pattern: re.Pattern[str] | str, value: str, what: str) -> None:
-    if not re.fullmatch(pattern, value):
-        raise ValueError(f"invalid {what}: {value!r}")
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """One launch on one cluster. ``script`` is relative to the framework's directory
-    (:attr:`work_dir`); None for interactive jobs."""
-
-    profile: ClusterProfile
-    launch_id: str
-    framework: FrameworkName
-    nodes: int
-    script: str | None = None
-    partition: str | None = None
-    time_limit: str | None = None
-    name: str | None = None
-    image: str | None = None
-    args: tuple[str, ...] = ()
-    overrides: tuple[tuple[str, str], ...] = ()
-    interactive: bool = False
-    exclude: str | None = None  # Slurm node list to keep away from (a failed node)
-    comment: str | None = None  # Slurm's --comment, where the launcher takes one
-    env: Mapping[str, str] = field(default_factory=dict)
-    secrets: Mapping[str, SecretStr] = field(default_factory=dict, repr=False)
-    # What the site's launcher accepts (its --help), when known: argv leaves out what it lacks.
-    launcher: LauncherOptions | None = None
-    submit_by: int = 0  # epoch seconds: the launcher neither starts nor runs past it (0: no bound)
-    # from=: (recipe key, another launch's checkpoint as the job reads it), after the overrides
-    start_from: tuple[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        framework(self.framework)  # ValueError naming the known frameworks
-        _check(LAUNCH_ID_RE, self.launch_id, "launch id")
-        if not 1 <= self.nodes <= 4096:
-            raise ValueError(f"invalid node count: {self.nodes}")
-        if self.name is not None:
-            _check(NAME_RE, self.name, "name (letters, digits, _ and -)")
-        if self.partition is not None:
-            _check(SLURM_NAME_PATTERN, self.partition, "partition")
-        if self.time_limit is not None:
-            slurm_time_seconds(self.time_limit)
-        if self.script is not None and (
-            not SCRIPT_RE.fullmatch(self.script) or ".." in self.script.split("/")
-        ):
-            raise ValueError(f"invalid script path: {self.script!r}")
-        if self.interactive and not self.fw.interactive:
-            raise ValueError(f"{self.framework} has no interactive jobs")
-        if self.script is None and not self.interactive:
-            raise ValueError("a script is needed (only interactive jobs go without)")
-        if self.exclude is not None:
-            _check(NODELIST_RE, self.exclude, "node list")
-        if self.comment is not None:
-            _check(COMMENT_RE, self.comment, "comment")
-        for arg in self.args:
-            _check(ARG_RE, arg, "recipe argument")
-        for key, value in self.overrides:
-            _check(OVERRIDE_KEY_PATTERN, key, "override key")
-            _check(OVERRIDE_VALUE_PATTERN, value, f"value for {key}")
-        check_remote_path(self.image_path)
-        _check_start(self.start_from)
-
-    @classmethod
-    def from_recipe(
-        cls,
-        profile: ClusterProfile,
-        recipe: RecipeEntry,
-        *,
-        launch_id: str,
-        nodes: int,
-        partition: str | None = None,
-        time_limit: str | None = None,
-        name: str | None = None,
-        image: str | None = None,
-        overrides: tuple[tuple[str, str], ...] = (),
-        env: Mapping[str, str] | None = None,
-        secrets: Mapping[str, SecretStr] | None = None,
-        comment: str | None = None,
-    ) -> LaunchSpec:
-        """A spec for a catalog recipe: its framework, script or job script, and fixed args."""
-        return cls(
-            profile=profile,
-            launch_id=launch_id,
-            framework=recipe.framework,
-            nodes=nodes,
-            script=recipe.script_file,
-            partition=partition,
-            time_limit=time_limit,
-            name=name,
-            image=image,
-            args=recipe.args,
-            overrides=overrides,
-            env=dict(env or {}),
-            secrets=dict(secrets or {}),
-            comment=comment,
-        )
-
-    @property
-    def fw(self) -> Framework:
-        return framework(self.framework)
-
-    @property
-    def cluster(self) -> str:
-        return self.profile.name
-
-    @property
-    def slurm_partition(self) -> str:
-        return self.partition or self.profile.partition
-
-    @property
-    def slurm_time(self) -> str | None:
-        return self.time_limit or self.profile.time_limit
-
-    @property
-    def image_path(self) -> str:
-        return self.profile.resolve_image(self.image, self.framework)
-
-    @property
-    def work_dir(self) -> str:
-        """Where the launcher runs: the framework's directory in the recipes checkout."""
-        return self.fw.work_dir(self.profile)
-
-    @property
-    def job_name(self) -> str:
-        """``<name>-<launch id>``: the experiment name (NeMo) or ``-J`` (NeMo-RL)."""
-        if self.name:
-            base = self.name
-        elif self.interactive:
-            base = "interactive"
-        else:
-            base = PurePosixPath(self.script or "job").stem
-        return f"{base}-{self.launch_id}"
-
-    def secret_files(self) -> dict[str, str]:
-        return {k: v.file for k, v in self.profile.job_secrets.items() if v.file is not None}
-
-
-def _check_start(start_from: tuple[str, str] | None) -> None:
-    if start_from is None:
-        return
-    key, path = start_from
-    _check(OVERRIDE_KEY_PATTERN, key, "start key")
-    _check(START_PATH_RE, path, "checkpoint path")
-    if ".." in path.split("/"):
-        raise ValueError(f"invalid checkpoint path: {path!r}")
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.launch import REMOTE_SHELL, LaunchPlan, LaunchSpec, plan_launch
+from cluster.launch import REMOTE_SHELL, LaunchPlan, plan_launch
 from cluster.launcher_options import LauncherOptions, parse_help
 from cluster.remote import join_remote, run_remote_python
 from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 
 PREFLIGHT_TIMEOUT_S = 30.0

@@ -21,8 +21,9 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from cluster.frameworks import FRAMEWORKS
+from cluster.frameworks.registry import frameworks
 from cluster.remote import join_remote
+from cluster.slurm import JobShape
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
 
@@ -358,12 +359,7 @@ class ClusterProfile(BaseModel):
     identity: Identity | None = None
 
     @model_validator(mode="after")
-    def _identity_needs_ca(self) -> ClusterProfile:
-        if self.identity is not None and self.login.user_ca_key_file is None:
-            raise ValueError(
-                "identity needs login.user_ca_key_file: the CA key the bot signs "
-                "each person's short-lived SSH certificate with"
-            )
+    def _identity_users(self) -> ClusterProfile:
         if self.identity is not None:
             wrong = sorted(
                 f"{who}: {name}"
@@ -412,7 +408,7 @@ class ClusterProfile(BaseModel):
         images = data.get("images", {})
         if isinstance(images, dict):
             images = dict(images)
-            for fw in FRAMEWORKS.values():
+            for fw in frameworks().values():
                 images.setdefault(fw.name, fw.default_image(recipes_dir))
             data["images"] = images
         return data
@@ -432,6 +428,26 @@ class ClusterProfile(BaseModel):
     def image_for(self, framework: str) -> str:
         """The default image path for a framework (by default, its image in its directory)."""
         return self.images[framework]
+
+    def job_shape(
+        self,
+        nodes: int,
+        *,
+        partition: str | None = None,
+        time_limit: str | None = None,
+        account: str | None = None,
+        exclude: str | None = None,
+    ) -> JobShape:
+        """What a job of ``nodes`` asks Slurm for on this cluster: the partition, time
+        limit and account it names, else this cluster's. The start estimate and the
+        submit both take their sbatch options from it."""
+        return JobShape(
+            nodes=nodes,
+            partition=partition or self.partition,
+            time_limit=time_limit or self.time_limit,
+            account=account or self.account,
+            exclude=exclude,
+        )
 
     def resolve_image(self, image: str | None, framework: str) -> str:
         """The image path for a request's ``image=``: a name of ``images``, a path, or None."""

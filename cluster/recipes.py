@@ -17,12 +17,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from cluster.frameworks import FRAMEWORKS, FrameworkName, Workload, framework
+from cluster.frameworks.base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
+from cluster.frameworks.registry import FrameworkName, Workload, frameworks, registered
 
 MODEL_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-OVERRIDE_KEY_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){0,7}$"
-#: Every override value must also fit this, whatever the entry's own pattern says.
-OVERRIDE_VALUE_PATTERN = r"^[A-Za-z0-9._/:+,@-]{1,200}$"
 _ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")
 _SCRIPT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 
@@ -72,7 +70,7 @@ class RecipeEntry(BaseModel):
 
     @model_validator(mode="after")
     def _check_framework_fields(self) -> RecipeEntry:
-        fw = framework(self.framework)
+        fw = registered(self.framework)
         if self.workload not in fw.workloads:
             raise ValueError(
                 f"{self.framework} does not run {self.workload}; it runs {', '.join(fw.workloads)}"
@@ -86,7 +84,7 @@ class RecipeEntry(BaseModel):
     @property
     def script_file(self) -> str:
         """The script, relative to the framework's directory (``sft/llama3p1_8b_sft.py``)."""
-        return str(getattr(self, framework(self.framework).recipe_field))
+        return str(getattr(self, registered(self.framework).recipe_field))
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -95,7 +93,7 @@ class RecipeEntry(BaseModel):
     @property
     def script_path(self) -> str:
         """The script relative to ``<recipes_dir>``, e.g. ``nemo/sft/llama3p1_8b_sft.py``."""
-        return f"{framework(self.framework).subdir}/{self.script_file}"
+        return f"{registered(self.framework).subdir}/{self.script_file}"
 
     def check_override(self, key: str, value: str) -> bool:
         """Whether ``key=value`` is allowed for this recipe."""
@@ -157,7 +155,7 @@ def default_catalog() -> RecipeCatalog:
     return RecipeCatalog(
         entries=tuple(
             RecipeEntry.model_validate({**fields, "framework": fw.name})
-            for fw in FRAMEWORKS.values()
+            for fw in frameworks().values()
             for fields in fw.default_recipes()
         )
     )

@@ -440,6 +440,46 @@ def format_partitions(infos: Iterable[PartitionInfo]) -> str:
     return ", ".join(p.name + ("*" if p.default else "") for p in infos)
 
 
+# --- the shape of a job: the sbatch options of both the estimate and the submit -----------
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What a job asks Slurm for: ``nodes`` in ``partition``, for ``time_limit`` (None:
+    the partition's default), charged to ``account`` (None: the login's default), kept
+    away from the ``exclude`` node list."""
+
+    nodes: int
+    partition: str
+    time_limit: str | None = None
+    account: str | None = None
+    exclude: str | None = None
+
+
+def limit_options(shape: JobShape) -> list[str]:
+    """``[-t T] [--account A] [--exclude nodes]``: the shape's limits, in sbatch's words
+    (NeMo-Run's ``run.py`` takes them under the same flags and hands them to sbatch)."""
+    return _limits(shape.time_limit, shape.account, shape.exclude)
+
+
+def _limits(time_limit: str | None, account: str | None, exclude: str | None) -> list[str]:
+    words = []
+    if time_limit:
+        words += ["-t", time_limit]
+    if account:
+        words += ["--account", account]
+    if exclude:
+        words += ["--exclude", exclude]
+    return words
+
+
+def sbatch_options(shape: JobShape) -> list[str]:
+    """``-N n -p partition [-t T] [--account A] [--exclude nodes]``: what the start
+    estimate (:func:`build_test_only`) and the submit both give sbatch for this shape."""
+    where = ["-N", str(shape.nodes), "-p", shape.partition]
+    return where + limit_options(shape)
+
+
 # --- sbatch --test-only: when would a job start? --------------------------------------------
 
 TEST_ONLY_NAME = "trainbot-start-estimate"
@@ -470,34 +510,20 @@ class StartEstimate:
         return max(0.0, self.start - self.asked_at) if self.asked_at else None
 
 
-def _test_only_options(
-    gpus_per_node: int, time_limit: str | None, account: str | None, exclude: str | None
-) -> str:
-    words = ["-J", TEST_ONLY_NAME, "--ntasks-per-node=1", f"--gres=gpu:{gpus_per_node}"]
-    if time_limit:
-        words += ["-t", time_limit]
-    if account:
-        words += ["--account", account]
-    if exclude:
-        words += ["--exclude", exclude]
-    return shlex.join([*words, "--wrap=true"])
+def _probe_options(gpus_per_node: int) -> str:
+    """What an estimate adds to a job's own options: a name, one task per node, its GPUs."""
+    return shlex.join(
+        ["-J", TEST_ONLY_NAME, "--ntasks-per-node=1", f"--gres=gpu:{gpus_per_node}", "--wrap=true"]
+    )
 
 
-def build_test_only(
-    *,
-    nodes: int,
-    partition: str,
-    gpus_per_node: int,
-    time_limit: str | None = None,
-    account: str | None = None,
-    exclude: str | None = None,
-) -> str:
-    """``sbatch --test-only`` for a job of this shape (nothing is submitted). Times are
-    printed in UTC (``TZ=UTC0``) so :func:`parse_test_only` needs no time zone; the
-    answer, on stderr, goes to stdout."""
-    options = _test_only_options(gpus_per_node, time_limit, account, exclude)
-    where = shlex.join(["-N", str(nodes), "-p", partition])
-    return f"TZ=UTC0 sbatch --test-only {where} {options} 2>&1"
+def build_test_only(shape: JobShape, *, gpus_per_node: int) -> str:
+    """``sbatch --test-only`` for a job of this shape (nothing is submitted): the options
+    of :func:`sbatch_options`, as the submit gives them. Times are printed in UTC
+    (``TZ=UTC0``) so :func:`parse_test_only` needs no time zone; the answer, on stderr,
+    goes to stdout."""
+    options = shlex.join(sbatch_options(shape))
+    return f"TZ=UTC0 sbatch --test-only {options} {_probe_options(gpus_per_node)} 2>&1"
 
 
 WAIT_MARK = "@@trainbot-wait"
@@ -508,7 +534,8 @@ def build_wait_survey(
 ) -> str:
     """``sbatch --test-only`` for each partition (as ``sinfo`` lists them) and each node
     count in ``sizes``, each answer after a ``WAIT_MARK <partition> <nodes>`` line."""
-    options = _test_only_options(gpus_per_node, time_limit, account, None)
+    limits = shlex.join(_limits(time_limit, account, None))
+    options = f"{limits} {_probe_options(gpus_per_node)}".strip()
     counts = " ".join(str(int(n)) for n in sizes)
     return (
         f"for p in $(sinfo -h -o %R | sort -u); do for n in {counts}; do "

@@ -6,6 +6,7 @@ request model or raises :class:`CommandError` with the text to show.
 
 from __future__ import annotations
 
+from commands.access import may_approve
 from commands.context import CommandContext, User
 from commands.dispatch import COMMANDS, parse_command
 from commands.errors import CommandError
@@ -16,7 +17,6 @@ from commands.policy import (
     PolicyRule,
     Principals,
     decide,
-    may_approve,
     may_manage,
 )
 from commands.requests import (

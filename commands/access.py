@@ -1,5 +1,5 @@
-"""Who may see and act on a launch, and which images may run: the rule models and
-the pure decisions over them (no I/O).
+"""Who may see and act on a launch, and which images may run: the pure decisions over
+the rule models of :mod:`commands.rules` (no I/O).
 
 - ``approvers``: named users and user groups (never ``*``) who may approve
   launches that wait for a second person, each up to a size (``max_nodes``).
@@ -18,67 +18,9 @@ The decisions take a :class:`~commands.policy.Policy` and return a
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
-
-from cluster.profiles import SLURM_NAME_PATTERN, check_remote_path
-
-if TYPE_CHECKING:
-    from commands.policy import Decision, Policy
-
-ANY = "*"
-NamedId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
-ClusterPattern = Annotated[str, Field(pattern=r"^(\*|[a-z0-9][a-z0-9_-]{0,31})$")]
-ImageDir = Annotated[str, AfterValidator(check_remote_path)]
-TeamId = Annotated[str, Field(pattern=r"^[TE][A-Z0-9]{2,}$")]
-
-
-class _People(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    users: tuple[PrincipalId, ...] = ()
-    groups: tuple[PrincipalId, ...] = ()
-    clusters: tuple[ClusterPattern, ...] = (ANY,)
-
-    def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
-        in_cluster = ANY in self.clusters or cluster in self.clusters
-        person = (
-            ANY in self.users
-            or user_id in self.users
-            or ANY in self.groups
-            or any(group in self.groups for group in group_ids)
-        )
-        return in_cluster and person
-
-
-class ApproverRule(_People):
-    """Named users or user groups who may approve launches on ``clusters`` of up to
-    ``max_nodes`` nodes (any size when unset). ``*`` is refused: approving is a
-    second pair of eyes, not something everyone has."""
-
-    max_nodes: int | None = Field(default=None, ge=1)
-
-    @field_validator("users", "groups")
-    @classmethod
-    def _named(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if ANY in value:
-            raise ValueError(
-                'approvers must be named users or user groups, not "*" '
-                "(everyone approving is no second person)"
-            )
-        return value
-
-
-class ViewerRule(_People):
-    """Who may read the logs of other people's launches on ``clusters``."""
-
-
-class AccountRule(_People):
-    """People whose launches on ``clusters`` run under the Slurm ``account``."""
-
-    account: str = Field(pattern=SLURM_NAME_PATTERN)
+from commands.policy import Decision, Policy
+from commands.rules import ANY
 
 
 def slurm_account(
@@ -90,17 +32,6 @@ def slurm_account(
         if rule.covers(user_id, group_ids, cluster):
             return rule.account
     return None
-
-
-class ImageRule(_People):
-    """Who may run custom images (``image=<path>``) on ``clusters``, from which
-    directories on the login node, and whether those launches get the job secrets."""
-
-    dirs: tuple[ImageDir, ...] = Field(min_length=1)
-    job_secrets: bool = False
-
-    def holds(self, image: str) -> bool:
-        return any(image.startswith(d.rstrip("/") + "/") for d in self.dirs)
 
 
 def is_custom_image(image: str | None, known: Collection[str]) -> bool:
@@ -120,8 +51,6 @@ def may_approve(
 ) -> Decision:
     """Whether ``user_id`` may approve ``owner_id``'s launch of ``nodes`` on ``cluster``:
     someone else who is an admin, or an approver for that cluster and size."""
-    from commands.policy import Decision
-
     if user_id == owner_id:
         return Decision(
             allowed=False, reason="You cannot approve your own launch: a second person has to."
@@ -150,8 +79,6 @@ def may_reject(
     policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str, cluster: str
 ) -> Decision:
     """Whether ``user_id`` may reject (or, as its owner, withdraw) a waiting launch."""
-    from commands.policy import Decision
-
     if user_id == owner_id:
         return Decision(allowed=True, reason="Withdrawn: it is your launch.")
     if policy.is_admin(user_id, group_ids):
@@ -169,8 +96,6 @@ def may_view_logs(
     policy: Policy, *, user_id: str, group_ids: Collection[str], owner_id: str, cluster: str
 ) -> Decision:
     """Whether ``user_id`` may read the logs (and loss curve) of ``owner_id``'s launch."""
-    from commands.policy import Decision
-
     if user_id == owner_id:
         return Decision(allowed=True, reason="Allowed: it is your launch.")
     if policy.is_admin(user_id, group_ids):
@@ -206,8 +131,6 @@ def may_use_image(
 ) -> tuple[Decision, bool]:
     """Whether ``user_id`` may run the custom ``image`` on ``cluster``, and whether that
     launch gets the job secrets. ``cluster_images`` names the cluster's own images."""
-    from commands.policy import Decision
-
     admin = policy.is_admin(user_id, group_ids)
     mine = [
         r

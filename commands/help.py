@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cluster.frameworks import FRAMEWORKS, interactive_framework, workloads
+from cluster.frameworks.registry import frameworks, workloads
+from cluster.spec import interactive_framework
 from commands.context import CommandContext
 from commands.requests import HelpTopic
 
@@ -87,7 +88,7 @@ _DETAILS: dict[HelpTopic, str] = {
 
 def _workloads_text() -> str:
     """``pretrain, cpt, sft (NeMo); dpo, grpo, rm (NeMo-RL); sft on NeMo-RL with ...``."""
-    fws = FRAMEWORKS.values()
+    fws = frameworks().values()
     parts = [f"{', '.join(fw.default_for)} ({fw.label})" for fw in fws if fw.default_for]
     for fw in fws:
         others = [w for w in fw.workloads if w not in fw.default_for]
@@ -103,7 +104,7 @@ def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
         details = _DETAILS[topic].format(
             default=default,
             workloads=_workloads_text(),
-            frameworks=" or ".join(FRAMEWORKS),
+            frameworks=" or ".join(frameworks()),
             interactive=interactive_framework().label,
             max_sweep=context.policy.max_sweep,
         )

@@ -6,32 +6,30 @@ Admins pass every rule (the cluster's own ``max_nodes`` still applies, at
 parsing) and never need approval. ``max_concurrent`` counts the asking user's
 active launches. Launches with more nodes than ``approval_above_nodes`` (of the
 rule, else of the policy) wait for a second person's approval: an admin or one
-of ``approvers`` (see :mod:`commands.access` for approvers, log viewers, custom
-images and on-call). ``workspaces`` lists the Slack team ids served (empty: any).
+of ``approvers`` (:mod:`commands.rules` holds the rules for approvers, log viewers,
+custom images and on-call; :mod:`commands.access` decides over them).
+``workspaces`` lists the Slack team ids served (empty: any).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from commands.access import (
+from commands.placement import Placement
+from commands.requests import InteractiveRequest, Request, TrainRequest
+from commands.rules import (
+    ANY,
     AccountRule,
     ApproverRule,
+    ClusterPattern,
     ImageRule,
+    PrincipalId,
     TeamId,
     ViewerRule,
 )
-from commands.access import may_approve as may_approve  # re-exported
-from commands.access import may_reject as may_reject  # re-exported
-from commands.placement import Placement
-from commands.requests import InteractiveRequest, Request, TrainRequest
-
-ANY = "*"
-PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
-ClusterPattern = Annotated[str, Field(pattern=r"^(\*|[a-z0-9][a-z0-9_-]{0,31})$")]
 
 
 class Principals(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from cluster.frameworks import FRAMEWORKS
+from cluster.frameworks.registry import frameworks
 from cluster.profiles import (
     IMAGE_NAME_PATTERN,
     SLURM_NAME_PATTERN,
@@ -162,10 +162,11 @@ def parse_bool(key: str, raw: str) -> bool:
 def parse_framework(raw: str) -> str:
     """A framework's name, or one of its aliases (``nemo_rl`` is read as ``nemo-rl``)."""
     lowered = raw.lower()
-    for framework in FRAMEWORKS.values():
+    known = frameworks()
+    for framework in known.values():
         if lowered == framework.name or lowered in framework.aliases:
             return framework.name
-    names = list(FRAMEWORKS)
+    names = list(known)
     raise CommandError(
         f"framework={quote(raw)} is not known. Frameworks: {join_names(names)}."
         f"{did_you_mean(lowered, names)}",

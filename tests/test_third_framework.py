@@ -15,14 +15,16 @@ from bot.launches import Attempt, Launch, Phase
 from bot.tracking import apply_snapshot
 from cluster import collect_remote
 from cluster.collector import Checkpoint, parse_collect_output
-from cluster.frameworks import FRAMEWORKS, Framework, Tracking, register
-from cluster.frameworks.base import STEPS_PATTERN, RecipeFields, check_job_id
-from cluster.launch import LaunchSpec, plan_launch
+from cluster.frameworks import registry
+from cluster.frameworks.base import STEPS_PATTERN, Tracking, check_job_id
+from cluster.frameworks.registry import RecipeFields, register
+from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, Progress
 from cluster.recipes import default_catalog
 from cluster.remote import RemoteArg, RPath, join_remote
 from cluster.slurm import parse_sbatch_parsable
+from cluster.spec import Framework, LaunchSpec
 from commands import CommandContext, CommandError, TrainRequest, User, help_text
 from commands.requests import REQUEST_ADAPTER
 from tests.commands.lines import parse_line
@@ -92,7 +94,7 @@ class Toy(Framework):
 def toy() -> Iterator[Framework]:
     fw = register(Toy())
     yield fw
-    del FRAMEWORKS[fw.name]
+    del registry._REGISTERED[fw.name]
 
 
 def test_a_registered_framework_is_chosen_planned_and_tracked(

@@ -15,24 +15,18 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import (
-    FLOAT_PATTERN,
-    STEPS_PATTERN,
-    Framework,
-    Mount,
-    RecipeFields,
-    Tracking,
-    check_job_id,
-    register,
-)
+from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.frameworks.registry import RecipeFields, register
 from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
 from cluster.remote import RemoteArg, RPath, RSetting, join_remote
+from cluster.slurm import JobShape, limit_options
+from cluster.spec import Framework
 
 if TYPE_CHECKING:
-    from cluster.launch import LaunchSpec
+    from cluster.spec import LaunchSpec
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: The built-in recipes: ``<workload>/<model>_<suffix>.py`` for each model.
@@ -59,26 +53,24 @@ SBATCH_ENV = {"-t": "SBATCH_TIMELIMIT", "--account": "SBATCH_ACCOUNT"}
 
 
 def nemo_run_argv(
+    shape: JobShape,
     *,
     cluster_type: str,
-    partition: str,
     work_dir: str,
     image: str,
     script: str,
-    nodes: int,
     experiment_name: str,
     log_dir: str | None = None,
     cache_dir: str | None = None,
     data_dir: str | None = None,
-    time_limit: str | None = None,
-    account: str | None = None,
-    exclude: str | None = None,
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
-    """``python3 run.py -e slurm ...``; recipe overrides follow ``--``."""
+    """``python3 run.py -e slurm ...``; recipe overrides follow ``--``. The shape's limits
+    go under sbatch's own flags (:func:`cluster.slurm.limit_options`), which run.py hands
+    to sbatch; give a shape without those the site's run.py lacks."""
     argv: list[RemoteArg] = ["python3", "run.py", "-e", "slurm"]
-    argv += ["--slurm-type", cluster_type, "--partition", partition]
-    argv += ["-d", RPath(work_dir), "-i", RPath(image), "-s", script, "-n", str(nodes)]
+    argv += ["--slurm-type", cluster_type, "--partition", shape.partition]
+    argv += ["-d", RPath(work_dir), "-i", RPath(image), "-s", script, "-n", str(shape.nodes)]
     argv += ["--experiment-name", experiment_name]
     for flag, path in (
         ("--log-dir", log_dir),
@@ -87,12 +79,7 @@ def nemo_run_argv(
     ):
         if path:
             argv += [flag, RPath(path)]
-    if time_limit:
-        argv += ["-t", time_limit]
-    if account:
-        argv += ["--account", account]
-    if exclude:
-        argv += ["--exclude", exclude]
+    argv += limit_options(shape)
     if overrides:
         argv += ["--", *(f"{key}={value}" for key, value in overrides)]
     return argv
@@ -164,20 +151,22 @@ class NeMo(Framework):
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
         has = _has(spec)
+        shape = spec.shape
         argv = nemo_run_argv(
+            replace(
+                shape,
+                time_limit=shape.time_limit if has("-t") else None,
+                account=shape.account if has("--account") else None,
+                exclude=shape.exclude if has("--exclude") else None,
+            ),
             cluster_type=profile.type,
-            partition=spec.slurm_partition,
             work_dir=spec.work_dir,
             image=spec.image_path,
             script=spec.script or "",
-            nodes=spec.nodes,
             experiment_name=spec.job_name,
             log_dir=profile.log_dir if has("--log-dir") else None,
             cache_dir=profile.cache_dir if has("--cache-dir") else None,
             data_dir=profile.data_dir if has("--data-dir") else None,
-            time_limit=spec.slurm_time if has("-t") else None,
-            account=profile.account if has("--account") else None,
-            exclude=spec.exclude if has("--exclude") else None,
             overrides=spec.overrides if spec.launcher is None or spec.launcher.positionals else (),
         )
         if spec.start_from and (spec.launcher is None or spec.launcher.positionals):
@@ -189,7 +178,8 @@ class NeMo(Framework):
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
         env: dict[str, RemoteArg] = {"NEMORUN_HOME": RPath(spec.profile.nemorun_home)}
         has = _has(spec)
-        for flag, value in (("-t", spec.slurm_time), ("--account", spec.profile.account)):
+        shape = spec.shape
+        for flag, value in (("-t", shape.time_limit), ("--account", shape.account)):
             if value and not has(flag):
                 env[SBATCH_ENV[flag]] = value
         return env

@@ -18,23 +18,16 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import (
-    FLOAT_PATTERN,
-    STEPS_PATTERN,
-    Framework,
-    Mount,
-    RecipeFields,
-    Tracking,
-    check_job_id,
-    register,
-)
+from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.frameworks.registry import RecipeFields, register
 from cluster.progress import Point, Progress, parse_nemo_rl
 from cluster.remote import RemoteArg, RPath, RSetting, join_remote
-from cluster.slurm import parse_sbatch_parsable
+from cluster.slurm import JobShape, parse_sbatch_parsable, sbatch_options
+from cluster.spec import Framework
 
 if TYPE_CHECKING:
-    from cluster.launch import LaunchSpec
     from cluster.profiles import ClusterProfile
+    from cluster.spec import LaunchSpec
 
 CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
 _REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
@@ -65,29 +58,19 @@ ALGORITHM_OVERRIDES: dict[str, dict[str, str]] = {
 
 
 def sbatch_argv(
+    shape: JobShape,
     *,
-    nodes: int,
-    partition: str,
     job_name: str,
     cluster_type: str,
     job_script: str | None = None,
     interactive: bool = False,
-    time_limit: str | None = None,
-    account: str | None = None,
-    exclude: str | None = None,
     comment: str | None = None,
     args: tuple[str, ...] = (),
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
-    """``sbatch --parsable -N n -p part -J name [-t T] launch.sh --cluster_type ...``."""
-    argv: list[RemoteArg] = ["sbatch", "--parsable", "-N", str(nodes), "-p", partition]
-    argv += ["-J", job_name]
-    if time_limit:
-        argv += ["-t", time_limit]
-    if account:
-        argv += ["--account", account]
-    if exclude:
-        argv += ["--exclude", exclude]
+    """``sbatch --parsable -N n -p part [-t T] ... -J name launch.sh --cluster_type ...``:
+    the shape's options (:func:`cluster.slurm.sbatch_options`), as its estimate gives them."""
+    argv: list[RemoteArg] = ["sbatch", "--parsable", *sbatch_options(shape), "-J", job_name]
     if comment:
         argv += ["--comment", comment]
     argv += ["launch.sh", "--cluster_type", cluster_type]
@@ -130,15 +113,11 @@ class NeMoRL(Framework):
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
         profile = spec.profile
         argv = sbatch_argv(
-            nodes=spec.nodes,
-            partition=spec.slurm_partition,
+            spec.shape,
             job_name=spec.job_name,
             cluster_type=profile.type,
             job_script=spec.script,
             interactive=spec.interactive,
-            time_limit=spec.slurm_time,
-            account=profile.account,
-            exclude=spec.exclude,
             comment=spec.comment,
             args=spec.args,
             overrides=spec.overrides,

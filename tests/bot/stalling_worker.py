@@ -12,7 +12,8 @@ import signal
 from bot import worker
 from bot.cli import main
 from bot.clusters import Clusters
-from cluster.launch import LaunchSpec, Submission
+from cluster.launch import Submission
+from cluster.spec import LaunchSpec
 
 worker.LAUNCH_LOCK_MS = 3000
 worker.LOCK_RENEW_S = 1.0

@@ -243,7 +243,7 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
     from bot.front import Incoming
 
     front = ConsoleFront(io.StringIO(), color=False)
-    from commands.access import ApproverRule
+    from commands.rules import ApproverRule
 
     config = dev_config(approval_above_nodes=1)
     approvers = (ApproverRule(users=("bob",), clusters=("a3u",)),)

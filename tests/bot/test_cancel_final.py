@@ -92,13 +92,12 @@ async def test_a_cancel_of_a_job_whose_log_shows_an_nccl_timeout_is_final(
     assert "Retrying" not in text, text
 
 
-async def test_a_cancel_taken_by_the_web_role_is_carried_out_by_the_poller(
+async def test_a_cancel_taken_by_the_web_role_is_carried_out_by_a_worker(
     unique: str, cancel_jobs: list[str]
 ) -> None:
     """On a cluster with identity the web role holds no key to act as alice, so it cannot
-    ``scancel`` her job itself: it records the cancel, and the poller (which does act as
-    people) cancels the job at its next poll. Before, /cancel said it failed and the job ran
-    on, untracked by anything that would end it."""
+    ``scancel`` her job itself: it records the cancel and asks a worker (which does act as
+    people), which cancels the job as alice there and then."""
     await flush_test_redis()
     front = ConsoleFront(io.StringIO(), color=False)
     config = dev_config(people={"U0ALICE": "alice"}, unmapped="refuse", retry_backoff_s=0)
@@ -125,7 +124,7 @@ async def test_a_cancel_taken_by_the_web_role_is_carried_out_by_the_poller(
             )
         )
         assert not answer.error, answer.text
-        assert "at the next poll" in answer.text, answer.text
+        assert answer.text.startswith(f"Cancelled Slurm job {launch.job_id}."), answer.text
         final = await wait_for_launch(bot.store, launch_id, timeout_s=120)
         await wait_delivered(bot.store)
         jobs = await asyncio.to_thread(slurm_jobs_named, launch_id)

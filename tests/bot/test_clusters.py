@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+
+import pytest
 
 from bot.clusters import Clusters
 from bot.config import parse_config
+from bot.cost import estimate_shape
 from bot.launches import Launch
 from bot.settings import Settings
 from cluster.launch import plan_launch
+from cluster.slurm import build_test_only
 from cluster.ssh import SSHPool
 from commands.access import slurm_account
 from commands.requests import TrainRequest
@@ -68,3 +73,38 @@ policy:
     argv = [str(a) for a in plan_launch(clusters.spec_for(launch).spec).argv]
     assert argv[argv.index("--account") + 1] == "vision"
     assert argv[argv.index("--comment") + 1] == f"trainbot {launch.id} by U0BOB"
+
+
+@pytest.mark.parametrize(
+    ("framework", "account"), [("nemo-rl", "vision"), ("nemo-rl", None), ("nemo", "vision")]
+)
+def test_the_start_estimate_asks_about_the_options_the_submit_gives(
+    framework: str, account: str | None
+) -> None:
+    config = parse_config(
+        CONFIG.replace("max_nodes: 1", "max_nodes: 4\n    time_limit: '04:00:00'")
+    )
+    request = TrainRequest(
+        workload="sft", model="llama3p1_8b", framework=framework, cluster="a4", nodes=2,
+        time="01:30:00",
+    )  # fmt: skip
+    launch = Launch(request=request, user_id="U0BOB", channel="C1", slurm_account=account or "")
+    clusters = Clusters(config, Settings.from_environ({}), SSHPool())
+    profile = clusters.profile("a4")
+    estimate = shlex.split(
+        build_test_only(estimate_shape(request, profile, account), gpus_per_node=8)
+        .removeprefix("TZ=UTC0 ")
+        .removesuffix(" 2>&1")
+    )
+    asked = estimate[estimate.index("--test-only") + 1 : estimate.index("-J")]
+    expected = ["-N", "2", "-p", "a4", "-t", "01:30:00"] + (
+        ["--account", account] if account else []
+    )
+    assert asked == expected
+    argv = [str(a) for a in plan_launch(clusters.spec_for(launch).spec).argv]
+    if framework == "nemo-rl":  # sbatch itself: the very same words, in the same order
+        assert argv[argv.index("--parsable") + 1 : argv.index("-J")] == asked
+    else:  # run.py: -n and --partition, then sbatch's own limit flags, which it passes on
+        assert argv[argv.index("-n") + 1] == "2" and argv[argv.index("--partition") + 1] == "a4"
+        limits = argv[argv.index("-t") : argv.index("-t") + len(asked) - 4]
+        assert limits == asked[4:]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import Config, load_config, parse_config
+from bot.service import check_role_config, role_parts
 from cluster.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,11 +218,6 @@ clusters:
         ),
         (
             "max_nodes: 4",
-            "max_nodes: 4\n    identity: {users: {U1: alice}}",
-            "trainbot.yaml: clusters.a4: identity needs login.user_ca_key_file",
-        ),
-        (
-            "max_nodes: 4",
             "max_nodes: 4\n    identity: {users: {U1: Alice}}",
             "trainbot.yaml: clusters.a4.identity.users.U1: must match ^[a-z_]",
         ),
@@ -364,3 +360,20 @@ def test_team_budget_and_report_errors_say_what_is_wrong(text: str, message: str
     with pytest.raises(ConfigError) as caught:
         parse_config(text, source="trainbot.yaml")
     assert message in str(caught.value)
+
+
+def test_only_the_roles_that_log_in_as_people_need_the_user_ca() -> None:
+    """A cluster with identity: the worker and poller roles sign people's certificates
+    and need its CA key; the web role asks them for cluster work and starts without it."""
+    text = BASE.replace("max_nodes: 4", "max_nodes: 4\n    identity: {users: {U1: alice}}", 1)
+    config = parse_config(text, source="trainbot.yaml")
+    assert config.clusters["a4"].login.user_ca_key_file is None
+    check_role_config(config, role_parts("web"))  # no error: the web role needs no CA
+    for role in ("worker", "poller", "all"):
+        with pytest.raises(ConfigError) as caught:
+            check_role_config(config, role_parts(role))
+        assert str(caught.value) == (
+            "clusters.a4: identity needs login.user_ca_key_file (the CA key the bot signs each "
+            "person's short-lived SSH certificate with) in the worker and poller roles; only "
+            "--role web runs without it"
+        )

@@ -8,6 +8,7 @@ import asyncio
 import io
 import re
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -285,21 +286,26 @@ async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselv
     from bot.clusters import Clusters
     from bot.cost import StartEstimates
     from bot.settings import Settings
+    from cluster.slurm import JobShape, StartEstimate
     from cluster.ssh import SSHPool
 
     config = dev_config()
     async with SSHPool() as pool:
         clusters = Clusters(config, Settings.from_environ({}), pool)
         estimates = StartEstimates(ttl_s=30)
-        profile = clusters.profile("a4")
-        shape = {"nodes": 1, "partition": "a4", "time_limit": "00:10:00", "account": None}
+        shape = JobShape(nodes=1, partition="a4", time_limit="00:10:00")
+
+        def ask(nodes: int = 1, user: str = "") -> asyncio.Task[StartEstimate]:
+            return estimates.ask(
+                clusters, "a4", replace(shape, nodes=nodes), user_id="U0" + user.upper(),
+                cluster_user=user, timeout_s=20,
+            )  # fmt: skip
+
         before = pool.stats.round_trips
-        tasks = [estimates.ask(clusters, profile, **shape, timeout_s=20) for _ in range(20)]
+        tasks = [ask() for _ in range(20)]
         answers = await asyncio.gather(*tasks)
         assert pool.stats.round_trips - before == 1 and len({id(t) for t in tasks}) == 1
         assert answers[0].start is not None and answers[0].partition == "a4", answers[0]
-        other_size = estimates.ask(clusters, profile, **{**shape, "nodes": 2}, timeout_s=20)
-        as_alice = estimates.ask(clusters, profile.as_user("alice"), **shape, timeout_s=20)
-        await asyncio.gather(other_size, as_alice)
+        await asyncio.gather(ask(nodes=2), ask(user="alice"))
         assert pool.stats.round_trips - before == 3
-        assert estimates.ask(clusters, profile, **shape, timeout_s=20) is tasks[0]  # still fresh
+        assert ask() is tasks[0]  # still fresh

@@ -17,8 +17,9 @@ from bot.launches import Attempt, Launch, Phase
 from bot.store import Event
 from bot.tracking import apply_snapshot
 from cluster.collector import collect
-from cluster.launch import LaunchSpec, plan_launch, submit
+from cluster.launch import plan_launch, submit
 from cluster.profiles import ClusterProfile
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from commands.requests import InteractiveRequest, TrainRequest
 from tests.conftest import LoginShell

@@ -26,8 +26,8 @@ from bot.settings import Settings
 from bot.slack_front import SlackFront
 from bot.store import DeadLetter, Event, Store
 from bot.worker import Worker
-from cluster.launch import LaunchSpec
 from cluster.preflight import PreflightResult
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin

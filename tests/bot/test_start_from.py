@@ -9,11 +9,12 @@ import pytest
 
 from bot import pipelines
 from bot.launches import Attempt, Launch, Phase
-from cluster.frameworks import Tracking, framework
-from cluster.launch import LaunchSpec, plan_launch
+from cluster.frameworks.base import Tracking
+from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
 from cluster.remote import quote_path
+from cluster.spec import LaunchSpec, framework
 from commands import CommandError, TrainRequest, User
 from tests.commands.conftest import build_context
 from tests.commands.lines import parse_line

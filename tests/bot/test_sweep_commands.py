@@ -19,10 +19,10 @@ from bot.settings import Settings
 from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from bot.store import Event, Store
 from cluster.ssh import SSHPool
-from commands.access import ApproverRule
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from commands.requests import TrainRequest
+from commands.rules import ApproverRule
 from tests.bot.botkit import dev_config, flush_test_redis, open_test_store
 
 LINE = "sft llama3p1_8b cluster=a4 optim.config.lr=1e-5,3e-5 trainer.max_steps=10,20"

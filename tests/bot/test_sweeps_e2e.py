@@ -21,7 +21,7 @@ from bot.launches import Launch, Phase
 from bot.service import Bot, running
 from bot.slack_front import open_front
 from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL
-from commands.access import ApproverRule
+from commands.rules import ApproverRule
 from support.slack_standin import (
     BOT_TOKEN,
     SlackStandin,

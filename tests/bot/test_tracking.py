@@ -16,9 +16,9 @@ from bot.store import Event
 from bot.tracking import HISTORY_MAX, apply_snapshot
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
-from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile
 from cluster.slurm import AcctRecord, QueueRow, parse_sacct
+from cluster.spec import LaunchSpec
 from commands.requests import TrainRequest
 
 PROFILE = ClusterProfile(

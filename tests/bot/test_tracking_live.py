@@ -20,8 +20,8 @@ from bot.tracking import apply_snapshot
 from cluster.collector import collect
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import login_run

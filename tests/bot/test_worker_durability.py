@@ -30,8 +30,9 @@ from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.evidence import Evidence, EvidenceFile
 from cluster.jobs import FoundJob
-from cluster.launch import LaunchSpec, Submission
+from cluster.launch import Submission
 from cluster.preflight import PreflightResult
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from commands.context import User
 from commands.requests import TrainRequest
@@ -570,25 +571,39 @@ async def test_a_job_that_appears_after_cancel_is_cancelled_too(
     assert any(t == "Cancelled Slurm job 100." for t in texts)
 
 
-async def test_retry_cancels_first_and_queues_nothing_when_that_fails(
+async def test_retry_holds_and_queues_and_a_worker_reverts_it_when_the_old_job_stays(
     store: Store, clusters: ScriptedClusters
 ) -> None:
+    """Retry's one rule: the button holds the launch and queues it, asking no cluster; the
+    worker cancels the old job, and when that fails the launch goes back to following it
+    and nothing new is submitted."""
     launch = await queued(store)
     core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
-    assert await Worker(store, clusters, name="a").process(launch.id)
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id)
     running = await store.get(launch.id)
     assert running is not None and running.phase == Phase.SUBMITTED
     clusters.cancel_error = ClusterUnreachable("connection refused", cluster="a4")
     reply = await core.retry(running, ALICE)
-    assert reply.error and "could not be cancelled" in reply.text
+    assert not reply.error and "being cancelled" in reply.text, reply.text
+    assert clusters.cancelled == []  # the click asked no cluster
+    held = await store.get(launch.id)
+    assert held is not None and held.phase == Phase.RETRYING and held.attempts[-1].held
+    assert await store.stream_length(keys.QUEUE) == 2  # the first launch's entry and the Retry's
+    assert await w.process(launch.id)
     stored = await store.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED and len(stored.attempts) == 1
-    assert await store.stream_length(keys.QUEUE) == 1  # only the first, already handled entry
+    texts = await thread_texts(store, launch.id)
+    assert any("Job 100 could not be cancelled" in t for t in texts), texts[-1]
+    assert clusters.submits == ["100"]
     clusters.cancel_error = None
-    reply = await core.retry(stored, ALICE)
-    assert not reply.error and clusters.cancelled == ["100"]
+    assert not (await core.retry(stored, ALICE)).error
+    assert await w.process(launch.id)  # cancels job 100 and looks again a second later
+    assert clusters.cancelled == ["100"] and clusters.submits == ["100"]
+    assert await w.process(launch.id)  # gone: the new attempt goes
     stored = await store.get(launch.id)
-    assert stored is not None and stored.phase == Phase.RETRYING and len(stored.attempts) == 2
+    assert stored is not None and stored.job_id == "101" and len(stored.attempts) == 2
+    assert clusters.submits == ["100", "101"]
 
 
 async def test_an_entry_that_keeps_failing_inside_trainbot_goes_to_the_dead_letters(
@@ -624,19 +639,20 @@ async def test_queue_groups_come_back_after_redis_lost_them(store: Store) -> Non
 
 
 @pytest.mark.parametrize("old_job_gone", [False, True])
-async def test_a_retry_interrupted_before_its_cancel_was_confirmed(
+async def test_a_held_retry_whose_old_job_outlasts_the_wait_goes_back_to_it(
     store: Store, clusters: ScriptedClusters, old_job_gone: bool
 ) -> None:
-    """The process that took a Retry died between holding the launch and queueing the new
-    attempt: a worker picks it up from the safety entry and checks on the old job."""
+    """A held Retry that a worker takes up only after the wait (the workers were down, say):
+    if Slurm shows the old job gone, the new attempt goes; else the launch follows it."""
     launch = await queued(store)
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
     if old_job_gone:
         await clusters.cancel("a4", ["100"])
+    late = time.time() - worker.RETRY_CANCEL_WAIT_S - 1
 
-    def held(stored: Launch) -> list[Event]:  # what Core.retry's first step writes
-        stored.attempts.append(Attempt(number=2, resume=True, held=True))
+    def held(stored: Launch) -> list[Event]:  # what Core.retry writes, that long ago
+        stored.attempts.append(Attempt(number=2, resume=True, held=True, held_at=late))
         stored.phase = Phase.RETRYING
         return []
 
@@ -652,7 +668,7 @@ async def test_a_retry_interrupted_before_its_cancel_was_confirmed(
         assert stored.phase == Phase.SUBMITTED and stored.job_id == "100"
         assert clusters.submits == ["100"] and len(stored.attempts) == 1
         texts = await thread_texts(store, launch.id)
-        assert any("retry was interrupted before job 100 was cancelled" in t for t in texts)
+        assert any("Job 100 could not be cancelled (Slurm still shows it" in t for t in texts)
 
 
 async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedClusters) -> None:
@@ -671,6 +687,8 @@ async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedCl
     asked = time.time()
     reply = await core.retry(running, ALICE)
     assert not reply.error, reply.text
+    w = Worker(store, clusters, name="a")
+    assert await w.process(launch.id) and await w.process(launch.id)  # cancel; then gone
     stored = await store.get(launch.id)
     assert stored is not None and len(stored.attempts) == 2
     old, new = stored.attempts

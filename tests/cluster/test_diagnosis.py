@@ -32,13 +32,13 @@ from cluster.evidence import (
     gather,
 )
 from cluster.failures import FailureRule, build_catalog
-from cluster.frameworks import Tracking
+from cluster.frameworks.base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
 from cluster.slurm import STATES, AcctRecord, merge_acct, parse_sacct
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 
 DATA = Path(__file__).parent / "data" / "failures"

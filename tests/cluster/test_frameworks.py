@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from cluster import collect_remote
-from cluster.frameworks import FRAMEWORKS, framework
 from cluster.frameworks.nemo import NEMO, parse_status_block
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.launch import LaunchSpec, plan_launch
+from cluster.frameworks.registry import frameworks
+from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.progress import tensorboard_dirs
 from cluster.recipes import DEFAULT_CATALOG
+from cluster.spec import LaunchSpec, framework
 
 DATA = Path(__file__).parent / "data"
 
@@ -42,7 +43,7 @@ def spec_for(profile: ClusterProfile, workload: str, **changes: object) -> Launc
 
 
 def test_registry_names_every_framework_once() -> None:
-    assert sorted(FRAMEWORKS) == ["nemo", "nemo-rl"]
+    assert sorted(frameworks()) == ["nemo", "nemo-rl"]
     assert framework("nemo") is NEMO and framework("nemo-rl") is NEMO_RL
     with pytest.raises(ValueError, match="unknown framework 'jax'; known: nemo, nemo-rl"):
         framework("jax")

@@ -15,10 +15,11 @@ import pytest
 from pydantic import SecretStr
 
 from cluster.frameworks import nemo, nemo_rl
-from cluster.launch import LaunchSpec, plan_launch, render_script, submit
+from cluster.launch import plan_launch, render_script, submit
 from cluster.profiles import ClusterProfile
 from cluster.remote import RPath, export_lines
-from cluster.slurm import parse_sbatch_parsable
+from cluster.slurm import JobShape, parse_sbatch_parsable
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from tests.conftest import LoginShell
 
@@ -56,8 +57,8 @@ async def test_hostile_values_through_nemo_rl_builders(
         )
         # A hostile partition: sbatch must refuse it as a name, nothing else.
         argv = nemo_rl.sbatch_argv(
-            nodes=1, partition=value, job_name=value, cluster_type="hcc-a4",
-            job_script="algorithms/sft.sh", time_limit="5", args=(value,),
+            JobShape(nodes=1, partition=value, time_limit="5"), job_name=value,
+            cluster_type="hcc-a4", job_script="algorithms/sft.sh", args=(value,),
             overrides=(("sft.max_num_steps", value),),
         )  # fmt: skip
         script = render_script(nemo_rl.NEMO_RL.work_dir(dev_profile), exports, argv)
@@ -79,9 +80,10 @@ async def test_hostile_values_through_nemo_builders(
     marker = f"/tmp/trainbot-pwned-{unique}"
     for value in hostile_values(marker):
         argv = nemo.nemo_run_argv(
-            cluster_type="hcc-a4", partition=value, work_dir=f"~/{value}", image=f"~/{value}",
-            script=value, nodes=1, experiment_name="safe-name", log_dir=f"/tmp/{value}",
-            cache_dir=f"~/{value}", data_dir=value, time_limit=value, account=value,
+            JobShape(nodes=1, partition=value, time_limit=value, account=value),
+            cluster_type="hcc-a4", work_dir=f"~/{value}", image=f"~/{value}", script=value,
+            experiment_name="safe-name", log_dir=f"/tmp/{value}", cache_dir=f"~/{value}",
+            data_dir=value,
         )  # fmt: skip
         exports = export_lines({"X_ENV": value}, {"HF_TOKEN": SecretStr(value)}, {}, redact=False)
         script = render_script(
@@ -95,9 +97,9 @@ async def test_hostile_values_through_nemo_builders(
         assert result.returncode != 0  # run.py refuses the missing script or image
         # Real script and image: the hostile partition, time and account reach nemo-run.
         argv = nemo.nemo_run_argv(
-            cluster_type="hcc-a4", partition=value, work_dir=NEMO_DIR,
-            image=f"{NEMO_DIR}/nemo-20250721.sqsh", script="sft/llama3p1_8b_sft.py", nodes=1,
-            experiment_name=f"inj-{unique}", time_limit=value, account=value,
+            JobShape(nodes=1, partition=value, time_limit=value, account=value),
+            cluster_type="hcc-a4", work_dir=NEMO_DIR, image=f"{NEMO_DIR}/nemo-20250721.sqsh",
+            script="sft/llama3p1_8b_sft.py", experiment_name=f"inj-{unique}",
         )  # fmt: skip
         script = render_script(NEMO_DIR, exports, argv, env={"NEMORUN_HOME": RPath(NEMO_DIR)})
         result = await pool.run(dev_profile.login, "bash -l -s", input=script, timeout_s=60,

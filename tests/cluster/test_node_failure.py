@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from cluster.collector import collect
-from cluster.launch import LaunchSpec, plan_launch, submit
+from cluster.launch import plan_launch, submit
 from cluster.profiles import ClusterProfile
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from tests.conftest import PROJECT, LoginShell
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from cluster.launch import LaunchSpec, plan_launch, submit
+from cluster.launch import plan_launch, submit
 from cluster.preflight import preflight
 from cluster.profiles import ClusterProfile
+from cluster.spec import LaunchSpec
 from cluster.ssh import Result, SSHPool
 from tests.conftest import LoginShell
 from tests.devlogin import copy_recipes_command

@@ -58,15 +58,14 @@ def test_wait_is_measured_on_the_login_nodes_clock() -> None:
 
 
 def test_test_only_command_has_the_launch_shape_and_quotes_every_value() -> None:
-    command = slurm.build_test_only(
-        nodes=2, partition="a4", gpus_per_node=8, time_limit="01:00:00", account="vision"
-    )
+    shape = slurm.JobShape(nodes=2, partition="a4", time_limit="01:00:00", account="vision")
+    command = slurm.build_test_only(shape, gpus_per_node=8)
     assert command.startswith("TZ=UTC0 sbatch --test-only ") and command.endswith(" 2>&1")
     words = shlex.split(command.removeprefix("TZ=UTC0 ").removesuffix(" 2>&1"))
     assert words[words.index("-N") + 1] == "2" and words[words.index("-p") + 1] == "a4"
     assert "--gres=gpu:8" in words and words[words.index("-t") + 1] == "01:00:00"
     assert words[words.index("--account") + 1] == "vision" and words[-1] == "--wrap=true"
-    bare = shlex.split(slurm.build_test_only(nodes=1, partition="a3m", gpus_per_node=4))
+    bare = shlex.split(slurm.build_test_only(slurm.JobShape(1, "a3m"), gpus_per_node=4))
     assert "-t" not in bare and "--account" not in bare and "--gres=gpu:4" in bare
 
 

@@ -20,8 +20,8 @@ from cluster.diagnosis import diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
 from cluster.frameworks.nemo import NEMO
-from cluster.launch import LaunchSpec
 from cluster.profiles import ClusterProfile, TokenizerSeed
+from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 from cluster.tokenizer import (
     MERGES_NAME,

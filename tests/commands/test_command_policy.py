@@ -18,17 +18,13 @@ from commands import (
     may_manage,
 )
 from commands.access import (
-    ApproverRule,
-    ImageRule,
-    ViewerRule,
     may_act_as_oncall,
+    may_approve,
+    may_reject,
     may_use_image,
     may_view_logs,
 )
-from commands.policy import (
-    may_approve,
-    may_reject,
-)
+from commands.rules import ApproverRule, ImageRule, ViewerRule
 
 POLICY = Policy(
     admins=Principals(users=("U0ADMIN",), groups=("S0ADMINS",)),

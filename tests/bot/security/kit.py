@@ -27,9 +27,9 @@ from bot.service import Bot, running
 from bot.slack_app import WORKING_TEXT
 from bot.slack_front import open_front
 from cluster.frameworks.base import Tracking
-from commands.access import ApproverRule, ImageRule, ViewerRule
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
+from commands.rules import ApproverRule, ImageRule, ViewerRule
 from support.slack_standin import (
     BOT_TOKEN,
     SIGNING_SECRET,

@@ -6,7 +6,6 @@ while Slack cannot say they lost them, make the bot post a link to any site, or 
 from __future__ import annotations
 
 import asyncio
-import io
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,14 +18,13 @@ import pytest
 from bot import core
 from bot.clusters import Clusters
 from bot.config import Watch, parse_config
-from bot.console import ConsoleFront, handle_line
+from bot.console import ConsoleFront
 from bot.http import SlackParams, run_slack
-from bot.launches import Attempt, Launch, Phase
+from bot.launches import Launch
 from bot.service import running
 from bot.settings import Settings
 from bot.tracking import apply_snapshot
 from cluster.errors import ConfigError
-from cluster.frameworks import Tracking
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
@@ -128,28 +126,6 @@ async def test_a_loose_ca_key_stops_worker_and_poller_start_and_web_never_reads_
                 pass
     async with running(bot_settings(), config, front, role="web") as bot:
         assert not bot.clusters.pool.act_as_people  # it never signs: nothing to read
-
-
-@pytest.mark.devcluster
-async def test_a_web_process_shows_a_persons_log_from_the_pollers_tail(unique: str) -> None:
-    config = dev_config(people={"U0ALICE": "alice"}, unmapped="refuse")
-    front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(), config, front, role="web") as bot:
-        request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-        tracking = Tracking(framework="nemo", job_id="990002", log_path="/home/alice/x.log")
-        item = Launch(
-            request=request,
-            user_id="U0ALICE",
-            channel="console",
-            phase=Phase.RUNNING,
-            cluster_user="alice",
-            attempts=[Attempt(number=1, job_id="990002", tracking=tracking, tail="a\nb\nstep 7")],
-        )
-        await bot.store.create(item, [], enqueue=False)
-        reply = await handle_line(f"/logs {item.id}", bot.core, front, user="U0ALICE")
-    assert reply is not None and not reply.error, reply
-    assert "Last 3 lines of job 990002" in reply.text and "as the poller last read it" in reply.text
-    assert "step 7" in reply.text
 
 
 # -- stale privileged groups -----------------------------------------------------------

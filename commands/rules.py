@@ -1,0 +1,77 @@
+"""The rule models of who may approve, read logs, be charged to which account and run
+which images (plain data, validated; no I/O). :mod:`commands.policy` holds them in the
+:class:`~commands.policy.Policy`; :mod:`commands.access` decides over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from cluster.profiles import SLURM_NAME_PATTERN, check_remote_path
+
+ANY = "*"
+NamedId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
+ClusterPattern = Annotated[str, Field(pattern=r"^(\*|[a-z0-9][a-z0-9_-]{0,31})$")]
+ImageDir = Annotated[str, AfterValidator(check_remote_path)]
+TeamId = Annotated[str, Field(pattern=r"^[TE][A-Z0-9]{2,}$")]
+
+
+class _People(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    users: tuple[PrincipalId, ...] = ()
+    groups: tuple[PrincipalId, ...] = ()
+    clusters: tuple[ClusterPattern, ...] = (ANY,)
+
+    def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
+        in_cluster = ANY in self.clusters or cluster in self.clusters
+        person = (
+            ANY in self.users
+            or user_id in self.users
+            or ANY in self.groups
+            or any(group in self.groups for group in group_ids)
+        )
+        return in_cluster and person
+
+
+class ApproverRule(_People):
+    """Named users or user groups who may approve launches on ``clusters`` of up to
+    ``max_nodes`` nodes (any size when unset). ``*`` is refused: approving is a
+    second pair of eyes, not something everyone has."""
+
+    max_nodes: int | None = Field(default=None, ge=1)
+
+    @field_validator("users", "groups")
+    @classmethod
+    def _named(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if ANY in value:
+            raise ValueError(
+                'approvers must be named users or user groups, not "*" '
+                "(everyone approving is no second person)"
+            )
+        return value
+
+
+class ViewerRule(_People):
+    """Who may read the logs of other people's launches on ``clusters``."""
+
+
+class AccountRule(_People):
+    """People whose launches on ``clusters`` run under the Slurm ``account``."""
+
+    account: str = Field(pattern=SLURM_NAME_PATTERN)
+
+
+class ImageRule(_People):
+    """Who may run custom images (``image=<path>``) on ``clusters``, from which
+    directories on the login node, and whether those launches get the job secrets."""
+
+    dirs: tuple[ImageDir, ...] = Field(min_length=1)
+    job_secrets: bool = False
+
+    def holds(self, image: str) -> bool:
+        return any(image.startswith(d.rstrip("/") + "/") for d in self.dirs)

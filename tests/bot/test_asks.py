@@ -1,0 +1,138 @@
+"""Cluster work asked of the workers (bot.asks): what the web role's core gets back is
+what a worker's own call gave, errors keep their kind, and an ask no worker takes fails
+in its time saying so. Real Redis; the cluster side is scripted at trainbot's own seam
+(``Clusters``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.asks import WorkerAsks, serve_asks
+from bot.clusters import Clusters
+from bot.config import parse_config
+from bot.launches import Launch
+from bot.settings import Settings
+from bot.store import Store
+from cluster.accounts import Account
+from cluster.discovery import ClusterCapacity
+from cluster.errors import ClusterUnreachable, CommandTimeout
+from cluster.slurm import JobShape, PartitionInfo, StartEstimate
+from cluster.ssh import SSHPool
+from commands.requests import TrainRequest
+from tests.bot.botkit import flush_test_redis, open_test_store
+
+CONFIG = """
+clusters:
+  a4:
+    type: hcc-a4
+    login: {host: 127.0.0.1, port: 2222, user: trainer}
+    partition: a4
+    max_nodes: 4
+"""
+CAPACITY = ClusterCapacity(
+    "a4",
+    (PartitionInfo("a4", True, True, 4, 4, 32, 8, 8),),
+    (("a4", 1, 2),),
+    (("a4", 2, StartEstimate(1_800_000_000.0, "dev[0-1]", "a4", "", 1_799_999_000.0)),),
+)
+
+
+class ScriptedClusters(Clusters):
+    """The cluster calls as the test scripts them; what each was asked is kept."""
+
+    def __init__(self, pool: SSHPool) -> None:
+        super().__init__(parse_config(CONFIG), Settings.from_environ({}), pool)
+        self.asked: list[tuple[object, ...]] = []
+        self.error: Exception | None = None
+
+    async def capacity(self, cluster: str) -> ClusterCapacity:
+        self.asked.append(("capacity", cluster))
+        if self.error is not None:
+            raise self.error
+        return CAPACITY
+
+    async def tail(self, item: Launch, path: str, lines: int) -> str:
+        self.asked.append(("tail", item.id, path, lines))
+        return "step 1\nstep 2"
+
+    async def cancel(self, item: Launch, job_ids: list[str]) -> None:
+        self.asked.append(("cancel", item.id, tuple(job_ids)))
+
+    async def account(self, cluster: str, name: str) -> Account:
+        self.asked.append(("account", cluster, name))
+        return Account(name, 1500)
+
+    async def start_estimate(
+        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+    ) -> StartEstimate:
+        self.asked.append(("estimate", cluster, shape, user_id, cluster_user))
+        return StartEstimate(None, error="Requested node configuration is not available")
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    await flush_test_redis()
+    async with open_test_store() as opened:
+        yield opened
+
+
+async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) -> None:
+    async with SSHPool() as pool:
+        clusters = ScriptedClusters(pool)
+        stop = asyncio.Event()
+        worker = asyncio.create_task(serve_asks(store, clusters, stop))
+        try:
+            asks = WorkerAsks(store)
+            item = Launch(
+                request=TrainRequest(
+                    workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4"
+                ),
+                user_id="U0ALICE",
+                channel="C1",
+            )
+            await store.create(item, [], enqueue=False)
+            assert await asks.capacity("a4") == CAPACITY
+            assert await asks.tail(item, "~/x.log", 7) == "step 1\nstep 2"
+            await asks.cancel(item, ["42"])
+            assert await asks.account("a4", "alice") == Account("alice", 1500)
+            shape = JobShape(nodes=2, partition="a4", time_limit="01:00:00", account="vision")
+            estimate = await asks.start_estimate(
+                "a4", shape, user_id="U0ALICE", cluster_user="alice", timeout_s=5
+            )
+            assert estimate.start is None and "not available" in estimate.error
+            clusters.error = ClusterUnreachable("connection refused", cluster="a4")
+            with pytest.raises(ClusterUnreachable) as caught:
+                await asks.capacity("a4")
+            assert str(caught.value) == "a4: connection refused"
+        finally:
+            stop.set()
+            await worker
+    assert clusters.asked == [
+        ("capacity", "a4"),
+        ("tail", item.id, "~/x.log", 7),
+        ("cancel", item.id, ("42",)),
+        ("account", "a4", "alice"),
+        ("estimate", "a4", shape, "U0ALICE", "alice"),
+        ("capacity", "a4"),
+    ]
+
+
+async def test_an_ask_no_worker_takes_fails_in_its_time_saying_so(store: Store) -> None:
+    asks = WorkerAsks(store)
+    shape = JobShape(nodes=1, partition="a4")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(CommandTimeout) as caught:
+        await asks.start_estimate("a4", shape, user_id="U0", cluster_user="", timeout_s=0.3)
+    assert asyncio.get_running_loop().time() - started < 2.0
+    assert str(caught.value) == "a4: no worker answered within 0.3 s (is a worker running?)"
+    async with SSHPool() as pool:  # a worker that starts later drops the ask: its time is up
+        clusters = ScriptedClusters(pool)
+        stop = asyncio.Event()
+        worker = asyncio.create_task(serve_asks(store, clusters, stop))
+        await asyncio.sleep(1.5)
+        stop.set()
+        await worker
+    assert clusters.asked == []
