@@ -7,40 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from bench.soak_infra import SENTINELS, sentinel
 from bot.launches import Launch
 from bot.store import Event, Store, Target
 from commands.requests import TrainRequest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "devcluster" / "sentinel"
-SENTINELS = (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
     reason="redis-server and redis-cli are needed for a primary, a replica and sentinels",
 )
-
-
-def sentinel(command: str) -> str:
-    return subprocess.run(
-        [str(SCRIPT), command], check=True, capture_output=True, text=True, timeout=60
-    ).stdout.strip()
-
-
-@pytest.fixture
-def sentinel_set() -> Iterator[None]:
-    sentinel("down")
-    sentinel("up")
-    try:
-        yield
-    finally:
-        sentinel("down")
 
 
 def a_launch() -> Launch:
