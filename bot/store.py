@@ -90,6 +90,22 @@ return #due
 """
 
 
+# A queue entry set aside as a dead letter, with its done-mark, in one step: the dead
+# letter's id is the mark's value. KEYS: dead letters, due, queue, done-mark. ARGV:
+# the entry's id, the queue's group, when to replay ("" never), the mark's seconds,
+# then the dead letter's fields and values.
+_DEAD_ENTRY = """
+local id = redis.call('xadd', KEYS[1], 'MAXLEN', '~', '10000', '*', unpack(ARGV, 5))
+redis.call('set', KEYS[4], id, 'EX', ARGV[4])
+if ARGV[3] ~= '' then
+  redis.call('zadd', KEYS[2], ARGV[3], id)
+end
+redis.call('xack', KEYS[3], ARGV[2], ARGV[1])
+redis.call('xdel', KEYS[3], ARGV[1])
+return id
+"""
+
+
 def _fields(values: dict[str, str]) -> Any:
     """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
     return values
@@ -1280,16 +1296,16 @@ class Store:
     ) -> None:
         """Keep a queue entry that keeps failing where an admin can see it, and take it off
         the queue; with ``retry_at``, it goes back on the queue then (:meth:`replay_due`)."""
+        op = self._op()
+        if await self._redone(op) is not None:  # set aside already, its reply lost
+            return
         dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
-        dead_id = await self.redis.xadd(
-            keys.DEAD_LETTERS, _fields(dead), maxlen=10_000, approximate=True
+        keys_ = (keys.DEAD_LETTERS, keys.DEAD_LETTERS_DUE, keys.QUEUE, keys.store_op(op.id))
+        due = "" if retry_at is None else repr(retry_at)
+        args = [entry_id, keys.QUEUE_GROUP, due, str(OP_DONE_S)]
+        await self.redis.eval(
+            _DEAD_ENTRY, len(keys_), *keys_, *args, *(x for kv in dead.items() for x in kv)
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            if retry_at is not None:
-                pipe.zadd(keys.DEAD_LETTERS_DUE, {str(dead_id): retry_at})
-            pipe.xack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
-            pipe.xdel(keys.QUEUE, entry_id)
-            await pipe.execute()
 
     async def replay_due(self, now: float | None = None) -> int:
         """Put the queue's dead letters that are due back on the queue, atomically; how many."""
