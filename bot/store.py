@@ -22,7 +22,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeGuard, TypeVar, get
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, SecretStr
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -434,6 +434,12 @@ class Target:
         return self.url.split("@")[-1]
 
 
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """The primary's connections through Sentinel, bounded like a plain URL's: a burst
+    waits for a connection instead of opening one per caller (each new connection asks
+    the sentinels where the primary is first)."""
+
+
 @dataclass
 class Failover:
     """The store's view of a failover in progress (while a call is retrying)."""
@@ -492,6 +498,9 @@ class Store:
             client: aioredis.Redis = sentinel.master_for(
                 target.service,
                 redis_class=aioredis.Redis,
+                connection_pool_class=_BlockingSentinelPool,
+                max_connections=REDIS_MAX_CONNECTIONS,
+                timeout=REDIS_POOL_WAIT_S,
                 decode_responses=True,
                 health_check_interval=30,
                 password=password,

@@ -13,7 +13,7 @@ import pytest
 
 from bench.soak_infra import SENTINELS, sentinel
 from bot.launches import Launch
-from bot.store import Event, Store, Target
+from bot.store import REDIS_MAX_CONNECTIONS, Event, Store, Target
 from commands.requests import TrainRequest
 
 pytestmark = pytest.mark.skipif(
@@ -70,3 +70,16 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
         assert len(set(ids)) == 41 and all(await store.get_many(ids))
         assert await store.stream_length("trainbot:queue") == 41  # one entry per launch
         assert await store.stream_length("trainbot:outbox") == 42  # 41 parents, 1 cancel line
+
+
+@pytest.mark.timeout(60)
+async def test_a_burst_through_sentinel_waits_for_a_connection(sentinel_set: None) -> None:
+    """More callers at once than the pool has connections (a burst of slash commands):
+    each waits for a connection, as with a plain URL, and none fails."""
+    async with Store.connect(Target(sentinels=SENTINELS)) as store:
+        await store.redis.flushdb()
+        await asyncio.gather(*(store.count("burst") for _ in range(3 * REDIS_MAX_CONNECTIONS)))
+        assert await store.count("burst") == 3 * REDIS_MAX_CONNECTIONS + 1
+        pool = store.redis.connection_pool
+        opened = len(pool._available_connections) + len(pool._in_use_connections)
+        assert opened <= REDIS_MAX_CONNECTIONS
