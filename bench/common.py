@@ -29,6 +29,9 @@ DEV = PROJECT / ".devcluster"
 DEV_CONFIG = DEV / "trainbot.yaml"
 BENCH_DB = int(os.environ.get("TRAINBOT_BENCH_REDIS", "12"))
 REDIS_URL = f"redis://127.0.0.1:6379/{BENCH_DB}"
+# Where the bench's bot processes keep their store: REDIS_URL, unless bench/run
+# --sentinels points them at a Sentinel set (docs/sentinel.md) instead.
+BOT_REDIS_ENV: dict[str, str] = {"REDIS_URL": REDIS_URL}
 NEMO_VENV_PYTHON = Path("/opt/trainbot-devcluster/nemo-run/bin/python3")
 LOGIN_SSH = (
     "ssh",
@@ -267,7 +270,7 @@ class BotProcess:
         env = {k: v for k, v in os.environ.items() if k != "SLACK_APP_TOKEN"}
         env.update(
             TRAINBOT_CONFIG=str(self.config),
-            REDIS_URL=REDIS_URL,
+            **BOT_REDIS_ENV,
             SLACK_BOT_TOKEN=BOT_TOKEN,
             SLACK_SIGNING_SECRET=SIGNING_SECRET,
             SLACK_API_URL=self.api_url,

@@ -6,7 +6,11 @@ a3m a3u a4 a3h; 1 or 2 nodes) on the dev cluster through signed Slack requests t
 ``trainbot serve`` processes sharing the soak's own Redis (append-only, on a free port),
 while injecting at random: the stand-in's faults (oom, nccl, hang, gated, wandb, the
 tokenizer race) by knob files, a node failure, SIGKILL of a bot process (started again),
-a Redis restart and the login node's sshd stopped for 30 s. Hung launches and a few
+a Redis restart and the login node's sshd stopped for 30 s; with
+``--kill-redis-primary N``, Redis is devcluster/sentinel's primary, replica and three
+sentinels instead, and its primary is SIGKILLed N times (Sentinel promotes the replica;
+the killed server comes back as a replica), each time reporting how long until the
+promotion and until every bot's ``/healthz`` answered 200 again. Hung launches and a few
 others are cancelled with the Cancel button. Then, from the Slack stand-in's record,
 ``sacct`` and the disk (trainbot's Redis only for what it charged), it checks each
 launch's final state, checkpoints, message order and duplicates, one job per attempt, no
@@ -14,6 +18,7 @@ job after a cancel, on-call pages, and that the GPU-hours charged to budgets equ
 ``sacct`` reports for the soak's jobs; prints a table and exits 1 on any divergence.
 
     .venv/bin/python bench/soak.py [--launches 40] [--concurrency 4] [--seed N]
+                                   [--kill-redis-primary N]
 
 Needs the dev cluster up and root (node failures, the login node's sshd). Not part of
 ``.ci/run``: it disturbs the shared dev cluster (a node fails, sshd stops for 30 s).
@@ -53,7 +58,7 @@ from bench.soak_check import (  # noqa: E402
     check_launch,
 )
 from bench.soak_report import print_report  # noqa: E402
-from bot.store import Store  # noqa: E402
+from bot.store import Store, Target  # noqa: E402
 from commands.budget import iso_week  # noqa: E402
 from support.slack_standin import (  # noqa: E402
     BOT_TOKEN,
@@ -71,6 +76,17 @@ NEMO_RL = [(w, "llama3p1_8b") for w in ("sft", "dpo", "grpo", "rm")]
 FAULTS = ("none", "oom", "nccl", "hang", "gated", "wandb", "tokenizer", "none")
 FAULT_AT_STEP = 4
 CANCEL_ACTION = "trainbot_cancel"
+
+
+@dataclass
+class PrimaryKill:
+    """One SIGKILL of the Redis primary: what was in flight, and how long until it mended."""
+
+    at_s: float  # since the soak began
+    in_flight: str  # launches queued, submitting and running at the kill
+    promoted_s: float | None = None  # until the sentinels named a new primary
+    healthy_s: float | None = None  # until every bot's /healthz answered 200 after that
+    unhealthy_seen: bool = False  # some /healthz answered other than 200 in between
 
 
 @dataclass
@@ -131,7 +147,14 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.run_id = "sk" + secrets.token_hex(2)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"trainbot-soak-{self.run_id}-"))
+        self.sentinel = args.kill_redis_primary > 0
         self.redis = infra.OwnRedis(self.workdir / "redis")
+        self.target: str | Target = (
+            Target(sentinels=infra.SENTINELS, wait_replicas=1, retry_for_s=30)
+            if self.sentinel
+            else self.redis.url
+        )
+        self.primary_kills: list[PrimaryKill] = []
         self.standin = RecordingStandin(usergroups={"S0ONCALL": ["U0ONCALL"]})
         self.serves: list[infra.ServeProcess] = []
         self.plans = make_plans(
@@ -177,11 +200,21 @@ class Soak:
 
     async def start(self) -> None:
         await self.standin.start()
-        await self.redis.start()
-        env = {
-            **{k: v for k, v in os.environ.items() if k != "SLACK_APP_TOKEN"},
+        skip = {"SLACK_APP_TOKEN", "REDIS_URL", "REDIS_SENTINELS"}
+        env = {k: v for k, v in os.environ.items() if k not in skip}
+        if self.sentinel:
+            await asyncio.to_thread(infra.sentinel, "down")
+            await asyncio.to_thread(infra.sentinel, "up")
+            async with Store.connect(self.target) as store:
+                await store.redis.flushdb()
+            env["REDIS_SENTINELS"] = infra.SENTINELS_ENV
+            where = f"sentinels {infra.SENTINELS_ENV} (primary {infra.sentinel('primary')})"
+        else:
+            await self.redis.start()
+            env["REDIS_URL"] = self.redis.url
+            where = f"redis :{self.redis.port}"
+        env |= {
             "TRAINBOT_CONFIG": str(self.write_config()),
-            "REDIS_URL": self.redis.url,
             "SLACK_BOT_TOKEN": BOT_TOKEN,
             "SLACK_SIGNING_SECRET": SIGNING_SECRET,
             "SLACK_API_URL": self.standin.api_url,
@@ -193,7 +226,7 @@ class Soak:
             self.serves.append(serve)
             await serve.start()
         self.note(
-            f"run {self.run_id}: redis :{self.redis.port}, bots on "
+            f"run {self.run_id}: {where}, bots on "
             f"{', '.join(str(s.port) for s in self.serves)}, logs in {self.workdir}"
         )
 
@@ -352,6 +385,7 @@ class Soak:
             + ["kill"] * a.kills
             + ["redis"] * a.redis_restarts
             + ["sshd"] * a.sshd_stops
+            + ["primary"] * a.kill_redis_primary
         )
         self.rng.shuffle(kinds)
         for i, kind in enumerate(kinds):
@@ -423,6 +457,59 @@ class Soak:
             self.open.set()
         self.note("Redis back")
 
+    async def inject_primary(self) -> None:
+        """SIGKILL the Redis primary, preferably while a submit is in flight; then until
+        the sentinels promote the replica and every live bot's /healthz answers 200."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.submitting():
+            await asyncio.sleep(0.2)
+        submitting = {p.launch_id for p in self.submitting()}
+        running = {
+            m.group(0)
+            for r in await asyncio.to_thread(infra.squeue_rows, self.run_id)
+            if r.state == "RUNNING" and (m := LAUNCH_RE.search(r.name))
+        }
+        queued = {p.launch_id for p in self.active()} - submitting - running
+        before = await asyncio.to_thread(infra.sentinel, "primary")
+        killed_at = time.monotonic()
+        await asyncio.to_thread(infra.sentinel, "kill")
+        kill = PrimaryKill(
+            at_s=time.time() - self.started,
+            in_flight=f"{len(queued)} queued, {len(submitting)} submitting, {len(running)} running",
+        )
+        self.primary_kills.append(kill)
+        self.injected["Redis primary SIGKILL"] += 1
+        self.note(f"Redis primary {before} SIGKILLed; in flight: {kill.in_flight}")
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+
+            async def status(serve: infra.ServeProcess) -> int:
+                try:
+                    async with session.get(f"{serve.base_url}/healthz") as response:
+                        return response.status
+                except (aiohttp.ClientError, TimeoutError):
+                    return 0
+
+            while time.monotonic() - killed_at < 120:
+                now = time.monotonic() - killed_at
+                if kill.promoted_s is None:
+                    primary = await asyncio.to_thread(infra.sentinel, "primary")
+                    if primary != before:
+                        kill.promoted_s = now
+                        self.note(f"replica {primary} promoted {now:.1f} s after the kill")
+                codes = [await status(s) for s in self.serves if s.alive]
+                kill.unhealthy_seen |= any(code != 200 for code in codes)
+                if kill.promoted_s is not None and all(code == 200 for code in codes):
+                    kill.healthy_s = time.monotonic() - killed_at
+                    break
+                await asyncio.sleep(0.2)
+        self.note(
+            f"bots healthy again {kill.healthy_s or 0:.1f} s after the kill"
+            if kill.healthy_s
+            else "bots not healthy within 120 s of the kill"
+        )
+        await asyncio.to_thread(infra.sentinel, "revive")
+        self.note(f"old primary {before} revived as a replica")
+
     def submitting(self) -> list[Plan]:
         """Launches whose submit is in flight: pre-flight said ok, nothing since."""
         last = {p.launch_id: (self.thread(p) or [""])[-1] for p in self.active()}
@@ -473,7 +560,7 @@ class Soak:
         charge one once sacct shows all its jobs ended), bounded."""
         clusters = sorted({p.cluster for p in self.plans})
         waiting: list[str] = []
-        async with Store.connect(self.redis.url) as store:
+        async with Store.connect(self.target) as store:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 waiting = [i for c in clusters for i in await store.uncharged(c)]
@@ -486,7 +573,7 @@ class Soak:
         """What trainbot charged: each launch's figure, and every budget's usage in all
         (the soak's person, its clusters, the weeks it spanned)."""
         weeks = sorted({iso_week(self.started), iso_week(time.time())})
-        async with Store.connect(self.redis.url) as store:
+        async with Store.connect(self.target) as store:
             for plan in self.plans:
                 launch = await store.get(plan.launch_id) if plan.launch_id else None
                 if launch is not None:
@@ -561,7 +648,7 @@ class Soak:
             infra.start_sshd,
             *(s.stop for s in self.serves),
             lambda: infra.scancel([r.job_id for r in infra.squeue_rows(self.run_id)]),
-            self.redis.stop,
+            self.stop_redis,
             *(lambda t=p.tag: infra.remove_knobs(t) for p in self.plans),
             lambda: infra.remove_tree(self.cache_root),
             lambda: infra.remove_if_empty(self.cache_root.parent),
@@ -574,6 +661,25 @@ class Soak:
                     await asyncio.wait_for(result, 90)
             except Exception as exc:  # clean up the rest whatever happens
                 print(f"soak: cleanup step failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    async def stop_redis(self) -> None:
+        if self.sentinel:
+            await asyncio.to_thread(infra.sentinel, "down")
+        else:
+            await self.redis.stop()
+
+    def print_primary_kills(self) -> None:
+        if not self.primary_kills:
+            return
+        print("Redis primary SIGKILLs (time from the kill):")
+        for i, kill in enumerate(self.primary_kills, 1):
+            promoted = "never" if kill.promoted_s is None else f"{kill.promoted_s:.1f} s"
+            healthy = "not within 120 s" if kill.healthy_s is None else f"{kill.healthy_s:.1f} s"
+            seen = "a 503 seen before" if kill.unhealthy_seen else "no 503 seen"
+            print(
+                f"  {i}. at {kill.at_s:.0f} s ({kill.in_flight}): replica promoted {promoted}, "
+                f"every bot's /healthz 200 {healthy} ({seen})"
+            )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -595,6 +701,7 @@ async def main(args: argparse.Namespace) -> int:
         soak.dump(views)
         wall_s = time.time() - soak.started
         print_report(args, soak.run_id, views, divergences, soak.injected, soak.plans, wall_s)
+        soak.print_primary_kills()
     except asyncio.CancelledError:  # SIGTERM or Ctrl-C: clean up, no verdict
         interrupted = True
     finally:
@@ -614,7 +721,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cancels", type=int, default=None, help="random cancels (default N/20)")
     p.add_argument("--node-failures", type=int, default=1)
     p.add_argument("--kills", type=int, default=None, help="bot SIGKILLs (default 1, 2 from 20)")
-    p.add_argument("--redis-restarts", type=int, default=1)
+    p.add_argument(
+        "--redis-restarts", type=int, default=None, help="default 1; 0 with --kill-redis-primary"
+    )
+    p.add_argument(
+        "--kill-redis-primary",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run Redis through devcluster/sentinel and SIGKILL its primary N times",
+    )
     p.add_argument("--sshd-stops", type=int, default=1)
     p.add_argument("--sshd-down-s", type=float, default=30.0)
     p.add_argument("--steps", type=int, default=12)
@@ -630,6 +746,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.cancels = args.cancels if args.cancels is not None else max(1, args.launches // 20)
+    if args.kill_redis_primary < 0:
+        p.error(f"--kill-redis-primary {args.kill_redis_primary}: give 0 or more kills")
+    if args.redis_restarts is None:
+        args.redis_restarts = 0 if args.kill_redis_primary else 1
+    elif args.redis_restarts and args.kill_redis_primary:
+        p.error("--redis-restarts restarts the soak's own Redis; with --kill-redis-primary give 0")
     args.kills = args.kills if args.kills is not None else (2 if args.launches >= 20 else 1)
     if args.deadline_s is None:
         args.deadline_s = 600 + 60 * args.launches / max(1, args.concurrency) * 2

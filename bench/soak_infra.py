@@ -122,6 +122,21 @@ class OwnRedis:
             await asyncio.to_thread(self.proc.wait, 10)
 
 
+# -- Redis through Sentinel (devcluster/sentinel) -----------------------------
+
+SENTINEL_SCRIPT = PROJECT / "devcluster" / "sentinel"
+SENTINELS = (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))
+SENTINELS_ENV = ",".join(f"{host}:{port}" for host, port in SENTINELS)
+
+
+def sentinel(command: str, timeout_s: float = 60) -> str:
+    """``devcluster/sentinel <command>`` (up, down, primary, kill, revive); its output."""
+    return subprocess.run(
+        [str(SENTINEL_SCRIPT), command],
+        check=True, capture_output=True, text=True, timeout=timeout_s,
+    ).stdout.strip()  # fmt: skip
+
+
 # -- trainbot serve processes --------------------------------------------------
 
 

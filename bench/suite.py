@@ -26,6 +26,8 @@ from pathlib import Path
 
 from bench import ack, launch, notify, ssh_latency
 from bench.common import (
+    BENCH_DB,
+    BOT_REDIS_ENV,
     PROJECT,
     REDIS_URL,
     BotProcess,
@@ -331,10 +333,29 @@ def main(argv: list[str] | None = None) -> int:
         help="measure only these rows (P2, P5 and P6 share one fleet); a partial run "
         "writes no results file unless --results says where",
     )  # fmt: skip
+    parser.add_argument(
+        "--sentinels", default="", metavar="HOST:PORT,...",
+        help="P1 only: the bot keeps its store through these sentinels (e.g. "
+        "devcluster/sentinel's 127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--wait-replicas", type=int, default=None, metavar="N",
+        help="with --sentinels: REDIS_WAIT_REPLICAS for the bot (default 1; 0: no WAIT)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     only = frozenset(r.strip().upper() for r in args.rows.split(",") if r.strip())
     if not only <= ALL_ROWS:
         parser.error(f"--rows: unknown {', '.join(sorted(only - ALL_ROWS))}")
+    if args.sentinels:
+        if only != {"P1"}:
+            parser.error("--sentinels measures P1 only; add --rows P1")
+        BOT_REDIS_ENV.update(
+            REDIS_SENTINELS=args.sentinels,
+            REDIS_DB=str(BENCH_DB),
+            REDIS_WAIT_REPLICAS=str(1 if args.wait_replicas is None else args.wait_replicas),
+        )
+    elif args.wait_replicas is not None:
+        parser.error("--wait-replicas needs --sentinels")
     problem = dev_cluster_up()
     if problem:
         print(f"bench: the dev cluster is not usable: {problem}", file=sys.stderr)

@@ -22,7 +22,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeGuard, TypeVar, get
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, SecretStr
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -87,6 +87,22 @@ for _, id in ipairs(due) do
   end
 end
 return #due
+"""
+
+
+# A queue entry set aside as a dead letter, with its done-mark, in one step: the dead
+# letter's id is the mark's value. KEYS: dead letters, due, queue, done-mark. ARGV:
+# the entry's id, the queue's group, when to replay ("" never), the mark's seconds,
+# then the dead letter's fields and values.
+_DEAD_ENTRY = """
+local id = redis.call('xadd', KEYS[1], 'MAXLEN', '~', '10000', '*', unpack(ARGV, 5))
+redis.call('set', KEYS[4], id, 'EX', ARGV[4])
+if ARGV[3] ~= '' then
+  redis.call('zadd', KEYS[2], ARGV[3], id)
+end
+redis.call('xack', KEYS[3], ARGV[2], ARGV[1])
+redis.call('xdel', KEYS[3], ARGV[1])
+return id
 """
 
 
@@ -418,6 +434,12 @@ class Target:
         return self.url.split("@")[-1]
 
 
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """The primary's connections through Sentinel, bounded like a plain URL's: a burst
+    waits for a connection instead of opening one per caller (each new connection asks
+    the sentinels where the primary is first)."""
+
+
 @dataclass
 class Failover:
     """The store's view of a failover in progress (while a call is retrying)."""
@@ -476,6 +498,9 @@ class Store:
             client: aioredis.Redis = sentinel.master_for(
                 target.service,
                 redis_class=aioredis.Redis,
+                connection_pool_class=_BlockingSentinelPool,
+                max_connections=REDIS_MAX_CONNECTIONS,
+                timeout=REDIS_POOL_WAIT_S,
                 decode_responses=True,
                 health_check_interval=30,
                 password=password,
@@ -1280,16 +1305,16 @@ class Store:
     ) -> None:
         """Keep a queue entry that keeps failing where an admin can see it, and take it off
         the queue; with ``retry_at``, it goes back on the queue then (:meth:`replay_due`)."""
+        op = self._op()
+        if await self._redone(op) is not None:  # set aside already, its reply lost
+            return
         dead = {**fields, "entry": entry_id, "reason": reason[:2000], "at": str(time.time())}
-        dead_id = await self.redis.xadd(
-            keys.DEAD_LETTERS, _fields(dead), maxlen=10_000, approximate=True
+        keys_ = (keys.DEAD_LETTERS, keys.DEAD_LETTERS_DUE, keys.QUEUE, keys.store_op(op.id))
+        due = "" if retry_at is None else repr(retry_at)
+        args = [entry_id, keys.QUEUE_GROUP, due, str(OP_DONE_S)]
+        await self.redis.eval(
+            _DEAD_ENTRY, len(keys_), *keys_, *args, *(x for kv in dead.items() for x in kv)
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            if retry_at is not None:
-                pipe.zadd(keys.DEAD_LETTERS_DUE, {str(dead_id): retry_at})
-            pipe.xack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
-            pipe.xdel(keys.QUEUE, entry_id)
-            await pipe.execute()
 
     async def replay_due(self, now: float | None = None) -> int:
         """Put the queue's dead letters that are due back on the queue, atomically; how many."""

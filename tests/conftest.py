@@ -4,6 +4,7 @@ an SSH pool to its login node, cluster profiles from its generated config, uniqu
 from __future__ import annotations
 
 import shlex
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import hypothesis  # noqa: F401  (see below)
 import pytest
 import yaml
 
+from bench.soak_infra import sentinel
 from cluster.profiles import ClusterProfile
 from cluster.ssh import Result, SSHPool
 from tests import devlogin
@@ -94,3 +96,17 @@ def jobs_to_cancel(dev_profile: ClusterProfile) -> Iterator[list[str]]:
     yield jobs
     if jobs:
         devlogin.run("scancel " + " ".join(jobs), timeout_s=30)
+
+
+@pytest.fixture
+def sentinel_set() -> Iterator[None]:
+    """devcluster/sentinel's primary, replica and three sentinels, fresh for the test;
+    skipped when redis-server or redis-cli is absent."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server and redis-cli are needed for a primary, a replica and sentinels")
+    sentinel("down")
+    sentinel("up")
+    try:
+        yield
+    finally:
+        sentinel("down")

@@ -30,6 +30,8 @@ INTERFACE_ENV = {
     "SLACK_API_URL",
     "TRAINBOT_HTTP_HOST",
     "TRAINBOT_HTTP_PORT",
+    "REDIS_SENTINELS",
+    "REDIS_PASSWORD",
 }
 SECRET_ENV = {"SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN"}
 
@@ -65,12 +67,14 @@ SECRET_FILES = {
     "SLACK_SIGNING_SECRET_FILE": "slack_signing_secret",
     "SLACK_APP_TOKEN_FILE": "slack_app_token",
     "REDIS_URL_FILE": "redis_url",
+    "REDIS_PASSWORD_FILE": "redis_password",
 }
+SENTINEL_PROFILE = ("redis-replica", "sentinel-1", "sentinel-2", "sentinel-3")
 
 
 def test_compose_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"redis", *ROLES}
+    assert set(services) == {"redis", *ROLES, *SENTINEL_PROFILE}
     redis = services["redis"]
     assert str(redis["image"]).startswith("redis:7")
     command = " ".join(redis["command"])
@@ -108,6 +112,7 @@ def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
         assert env["TRAINBOT_HTTP_HOST"] == "0.0.0.0"  # /healthz for the healthcheck
         assert not SECRET_ENV & set(env), "secrets come from files, not the compose file"
         assert "REDIS_URL" not in env  # it carries the Redis password: a secret file
+        assert "REDIS_PASSWORD" not in env
         for variable, value in env.items():
             if variable.endswith("_FILE"):
                 secret = SECRET_FILES[variable]
@@ -116,8 +121,42 @@ def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
                 assert declared[secret]["file"] == f"./secrets/{secret}"
     # Each role holds only the Slack secrets it needs.
     assert "SLACK_SIGNING_SECRET_FILE" in compose["services"]["web"]["environment"]
-    assert set(compose["services"]["worker"]["secrets"]) == {"redis_url"}
-    assert set(compose["services"]["poller"]["secrets"]) == {"redis_url", "slack_bot_token"}
+    assert set(compose["services"]["worker"]["secrets"]) == {"redis_url", "redis_password"}
+    assert set(compose["services"]["poller"]["secrets"]) == {
+        "redis_url",
+        "redis_password",
+        "slack_bot_token",
+    }
+    # Every role goes through the sentinels when .env sets REDIS_SENTINELS, else REDIS_URL.
+    for role in ROLES:
+        assert compose["services"][role]["environment"]["REDIS_SENTINELS"] == (
+            "${REDIS_SENTINELS:-}"
+        )
+
+
+def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
+    """The optional profile: a replica of `redis` and three sentinels watching it, none
+    started without the profile, none published, the password only from the secret."""
+    services = compose["services"]
+    for name in ("redis", *ROLES):
+        assert "profiles" not in services[name]
+    for name in SENTINEL_PROFILE:
+        service = services[name]
+        assert service["profiles"] == ["sentinel"]
+        assert "ports" not in service
+        assert service["secrets"] == ["redis_password"]
+        assert service["volumes"][0].split(":")[0] in compose["volumes"]
+        assert service["restart"] == "unless-stopped"
+    replica = " ".join(services["redis-replica"]["command"])
+    assert "--replicaof redis 6379" in replica and "masterauth" in replica
+    assert "masterauth" in " ".join(services["redis"]["command"])  # once it is a replica
+    volumes = {services[f"sentinel-{i}"]["volumes"][0] for i in (1, 2, 3)}
+    assert len(volumes) == 3  # each sentinel rewrites its own configuration
+    for i in (1, 2, 3):
+        sentinel = " ".join(services[f"sentinel-{i}"]["command"])
+        assert "sentinel monitor mymaster redis 6379 2" in sentinel
+        assert "auth-pass mymaster" in sentinel and "/run/secrets/redis_password" in sentinel
+        assert sentinel.endswith("--sentinel")
 
 
 def test_compose_mounts_are_read_only_and_only_workers_and_pollers_get_the_ssh_key(

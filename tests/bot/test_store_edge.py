@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import pytest
 import redis.asyncio as aioredis
 
+from bot import keys
 from bot.launches import Launch
 from bot.store import Event, Store, StoreError, Target
 from commands.requests import TrainRequest
@@ -170,6 +171,20 @@ async def test_a_lost_reply_to_a_count_counts_once() -> None:
         assert await store.count("waits") == 2
         assert dropper.dropped == 1
         assert await store.count("waits") == 3
+
+
+async def test_a_lost_reply_to_a_dead_letter_sets_the_entry_aside_once() -> None:
+    async with dropper_store() as (store, dropper, _):
+        await store.ensure_groups()
+        item = a_launch()
+        await store.create(item, [])
+        [(entry_id, fields)] = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=100)
+        dropper.marker = b"EVAL"
+        await store.dead_letter_entry(entry_id, fields, "boom", retry_at=time.time() + 600)
+        assert dropper.dropped == 1
+        assert await store.queue_dead_letter_count() == 1  # not a second dead letter
+        assert await store.queue_retrying_count() == 1
+        assert await store.stream_length(keys.QUEUE) == 0
 
 
 @needs_server

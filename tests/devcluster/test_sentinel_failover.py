@@ -7,40 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from bench.soak_infra import SENTINELS, sentinel
 from bot.launches import Launch
-from bot.store import Event, Store, Target
+from bot.store import REDIS_MAX_CONNECTIONS, Event, Store, Target
 from commands.requests import TrainRequest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "devcluster" / "sentinel"
-SENTINELS = (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
     reason="redis-server and redis-cli are needed for a primary, a replica and sentinels",
 )
-
-
-def sentinel(command: str) -> str:
-    return subprocess.run(
-        [str(SCRIPT), command], check=True, capture_output=True, text=True, timeout=60
-    ).stdout.strip()
-
-
-@pytest.fixture
-def sentinel_set() -> Iterator[None]:
-    sentinel("down")
-    sentinel("up")
-    try:
-        yield
-    finally:
-        sentinel("down")
 
 
 def a_launch() -> Launch:
@@ -91,3 +70,16 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
         assert len(set(ids)) == 41 and all(await store.get_many(ids))
         assert await store.stream_length("trainbot:queue") == 41  # one entry per launch
         assert await store.stream_length("trainbot:outbox") == 42  # 41 parents, 1 cancel line
+
+
+@pytest.mark.timeout(60)
+async def test_a_burst_through_sentinel_waits_for_a_connection(sentinel_set: None) -> None:
+    """More callers at once than the pool has connections (a burst of slash commands):
+    each waits for a connection, as with a plain URL, and none fails."""
+    async with Store.connect(Target(sentinels=SENTINELS)) as store:
+        await store.redis.flushdb()
+        await asyncio.gather(*(store.count("burst") for _ in range(3 * REDIS_MAX_CONNECTIONS)))
+        assert await store.count("burst") == 3 * REDIS_MAX_CONNECTIONS + 1
+        pool = store.redis.connection_pool
+        opened = len(pool._available_connections) + len(pool._in_use_connections)
+        assert opened <= REDIS_MAX_CONNECTIONS
