@@ -439,7 +439,7 @@ class Core:
         if decision.needs_approval:
             launch.phase = Phase.AWAITING_APPROVAL
             ask = (
-                f"✋ <@{user.id}> asks for {render.request_text(launch)}. "
+                f"✋ asks for {render.request_text(launch)}. "
                 f"{escape(decision.reason)} A trainbot admin or an approver for "
                 f"{launch.cluster} can approve it."
             )

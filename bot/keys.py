@@ -146,3 +146,23 @@ def launch_teams(launch_id: str) -> str:
 def report_posted(period: str) -> str:
     """Set (if absent) by the bot process that posts the usage report of ``period``."""
     return f"{PREFIX}:report:{period}"
+
+
+def prefs(user_id: str) -> str:
+    """A person's notification preferences (JSON, :class:`bot.prefs.Prefs`)."""
+    return f"{PREFIX}:prefs:{user_id}"
+
+
+def watchers(launch_id: str) -> str:
+    """Set: who watches a launch (``/watch``), by Slack user id."""
+    return f"{PREFIX}:watchers:{launch_id}"
+
+
+def watching(user_id: str) -> str:
+    """Set: the launch ids a person watches."""
+    return f"{PREFIX}:watching:{user_id}"
+
+
+def dm_sent(event_id: str) -> str:
+    """Set once the DMs about a thread line (an outbox entry) were written."""
+    return f"{PREFIX}:notify:dm-sent:{event_id}"

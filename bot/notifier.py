@@ -30,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
-from bot import keys, render
+from bot import keys, notices, render
 from bot.front import Front, FrontError, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import PAGE_KINDS, Pager
+from bot.prefs import quiet_until
 from bot.slack_text import (
     actions,
     approve_button,
@@ -82,7 +83,11 @@ class Retry:
 
 def lane_of(event: Event) -> str:
     """A launch's thread is one lane and its pages another, so a page never waits
-    for a thread the bot cannot post in."""
+    for a thread the bot cannot post in. A person's DMs are a lane of their own (those
+    that break through quiet hours another), whatever launch they are about."""
+    if event.kind == "dm":
+        urgent = ":urgent" if event.data.get("urgent") else ""
+        return f"dm:{event.data.get('user', '')}{urgent}"
     kind = "page" if event.kind in PAGE_KINDS else "thread"
     return f"{kind}:{event.launch_id}"
 
@@ -199,9 +204,14 @@ class Notifier:
             if event.kind == "update" and any(e.kind == "update" for e in events[1:]):
                 await self.store.lane_done(lane, event.id)  # a newer one follows
                 continue
+            batch = await self._batch(lane, events)
+            if not batch:
+                return  # quiet hours: drain() starts the lane again when they end
             try:
                 async with self._slots:
-                    await self._deliver_once(event)
+                    await self._deliver_once(event, batch)
+                    if event.kind == "thread" and event.data.get("notices"):
+                        await self._write_dms(event)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -212,19 +222,77 @@ class Notifier:
                     return  # drain() starts the lane again when it is due
                 await _sleep(self._halt, delay_s)
                 continue
-            await self.store.lane_done(lane, event.id)
+            await self._delivered(lane, batch)
+
+    async def _batch(self, lane: str, events: list[Event]) -> list[Event]:
+        """What goes out next: the lane's first entry; of a DM lane, every DM waiting (one
+        message), or nothing while the person's quiet hours last."""
+        event = events[0]
+        if event.kind != "dm":
+            return [event]
+        if not lane.endswith(":urgent") and await self._quiet(lane, event):
+            return []
+        return events
+
+    async def _delivered(self, lane: str, batch: list[Event]) -> None:
+        for done in batch:
+            await self.store.lane_done(lane, done.id)
             self.delivered += 1
             for observer in self.on_delivered:
-                observer(event.id)
-            if lane.startswith("thread:") and event.kind != "update":
-                await self.store.clear_bad_channel(event.launch_id)
+                observer(done.id)
+        event = batch[0]
+        if lane.startswith("thread:") and event.kind != "update":
+            await self.store.clear_bad_channel(event.launch_id)
 
-    async def _deliver_once(self, event: Event) -> None:
+    async def _deliver_once(self, event: Event, batch: list[Event]) -> None:
+        if event.kind == "dm":
+            await self._send_dms(batch)
+            return
         if await self.store.was_posted(event.id):
             return
         await self.deliver(event)
         if event.kind != "update":
             await self.store.mark_posted(event.id)
+
+    async def _quiet(self, lane: str, event: Event) -> bool:
+        """Whether the person is in their quiet hours: then the lane waits until they end."""
+        until = quiet_until(await self.store.prefs(str(event.data.get("user", ""))), time.time())
+        if until is None:
+            return False
+        await self.store.retry_lane_at(lane, until)
+        log.info("%s: quiet hours until %.0f; %s waits", lane, until, event.id)
+        return True
+
+    async def _send_dms(self, batch: list[Event]) -> None:
+        """One direct message for the DMs of a lane not yet sent (a summary of several)."""
+        todo = [dm for dm in batch if not await self.store.was_posted(dm.id)]
+        if not todo:
+            return
+        await self.front.post_to_user(
+            str(todo[0].data.get("user", "")), notices.summary_text([dm.text for dm in todo])
+        )
+        for dm in todo:
+            await self.store.mark_posted(dm.id)
+
+    async def _write_dms(self, event: Event) -> None:
+        """After a thread line with notices is posted: a DM to its owner and each watcher
+        who wants one for it (their preferences), written once, each in their own lane."""
+        launch = await self.store.get(event.launch_id)
+        if launch is None:
+            return
+        people = dict.fromkeys([launch.user_id, *await self.store.watchers(launch.id)])
+        link = launch.permalink or await self._permalink(launch)
+        text = notices.dm_text(launch, event.text, link)
+        dms = []
+        for person in people:
+            prefs = await self.store.prefs(person)
+            wanted = [n for n in event.data["notices"] if prefs.wants(n)]
+            if wanted:
+                urgent = any(prefs.urgent(n) for n in wanted)
+                data = {"user": person, "notice": wanted[0], "urgent": urgent}
+                dms.append(Event("dm", launch.id, text, data=data))
+        if dms:
+            await self.store.write_dms(event.id, dms)
 
     async def _failed(self, lane: str, event: Event, exc: Exception) -> float | None:
         """Count a failed delivery; the delay before the next try, or None once the
@@ -341,14 +409,17 @@ class Notifier:
                     MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
                 )
             case "thread":
+                text = notices.thread_text(launch, event.text, event.data)
                 await self.front.post(
                     launch.channel,
-                    event.text,
-                    blocks=thread_blocks(launch, event),
+                    text,
+                    blocks=thread_blocks(launch, event, text),
                     thread_ts=launch.parent_ts,
                 )
             case "plot":
                 await self._plot(launch)
+            case "dm":
+                await self._send_dms([event])
             case "oncall" | "resolve" | "enqueue":
                 pass  # pages and queue entries are handled above
             case _:
@@ -439,7 +510,7 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
-def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
+def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
     Use <partition> (a refused partition)."""
     wanted = event.data.get("buttons") or []
@@ -456,4 +527,4 @@ def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
         buttons += [approve_button(launch.id), reject_button(launch.id)]
     if not buttons:
         return None
-    return [section(event.text), actions(*buttons)]
+    return [section(text or event.text), actions(*buttons)]
