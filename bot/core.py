@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, health, home, pipelines, render, usage
+from bot import answers, health, home, pipelines, render, usage, watching
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
 from bot.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -31,6 +31,7 @@ from bot.slack_text import (
     ACTION_ATTACH,
     ACTION_CANCEL,
     ACTION_LOGS,
+    ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
     ACTION_USE_PARTITION,
@@ -65,7 +66,9 @@ from commands.requests import (
     LogsRequest,
     RecipesRequest,
     TrainRequest,
+    UnwatchRequest,
     UsageRequest,
+    WatchRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -172,6 +175,7 @@ class Core:
         links |= {entry.id: entry.permalink for entry in recent}
         capacity = await self._capacity(now)
         blocks = home.home_blocks(active, recent, capacity, links, now=now)
+        blocks += home.prefs_blocks(await self.store.prefs(user_id))
         if self.context.policy.is_admin(user_id, await self.groups_of(user_id)):
             retrying = await self.store.retrying_letters()
             owed = home.dead_letter_text(retrying, await self.store.given_up_count())
@@ -244,6 +248,12 @@ class Core:
             return Reply(help_text(self.context, request.topic))
         if isinstance(request, RecipesRequest):
             return Reply(recipes_text(self.context, request.workload))
+        if isinstance(request, JobsRequest) and request.watching:
+            return await watching.listing(self.store, user)
+        if isinstance(request, WatchRequest):  # who may see its logs may watch it
+            return await watching.watch(self.store, await self.readable(request.job, user), user)
+        if isinstance(request, UnwatchRequest):
+            return await watching.unwatch(self.store, (await self.find(request.job)).id, user)
         if isinstance(request, JobsRequest) and request.history:
             if request.all_users and not self.context.policy.is_admin(user.id, user.groups):
                 raise CommandError(
@@ -308,6 +318,10 @@ class Core:
         user = await self.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.use_partition(incoming, user)
+        if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
+            self._home_shown.pop(user.id, None)
+            tz = await self.people_tz(user.id)
+            return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if incoming.action_id == ACTION_CANCEL:
             return await self.cancel(await self.actable(ref, user, "cancel"), user)
