@@ -95,6 +95,11 @@ def classify(before: Before | None, after: Launch) -> tuple[list[Notice], bool]:
     return found, mention
 
 
+def dm_lane(user_id: str, *, urgent: bool = False) -> str:
+    """The notifier's lane of a person's DMs (those that break through quiet hours apart)."""
+    return f"dm:{user_id}:urgent" if urgent else f"dm:{user_id}"
+
+
 def tag(events: list[Any], notices: list[Notice], mention: bool) -> None:
     """Put ``notices`` on the last thread line of ``events`` (in place; nothing when the
     change says nothing in the thread)."""

@@ -86,8 +86,8 @@ def lane_of(event: Event) -> str:
     for a thread the bot cannot post in. A person's DMs are a lane of their own (those
     that break through quiet hours another), whatever launch they are about."""
     if event.kind == "dm":
-        urgent = ":urgent" if event.data.get("urgent") else ""
-        return f"dm:{event.data.get('user', '')}{urgent}"
+        user, urgent = str(event.data.get("user", "")), bool(event.data.get("urgent"))
+        return notices.dm_lane(user, urgent=urgent)
     kind = "page" if event.kind in PAGE_KINDS else "thread"
     return f"{kind}:{event.launch_id}"
 

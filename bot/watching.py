@@ -6,9 +6,12 @@ the rule of ``/logs``); here the store is written and the answers worded.
 
 from __future__ import annotations
 
+import time
+
 from bot import render
 from bot.front import Reply
 from bot.launches import Launch
+from bot.notices import dm_lane
 from bot.prefs import EVENT_LABELS, Prefs, apply_choice, hours_text
 from bot.slack_text import escape
 from bot.store import Store
@@ -86,4 +89,6 @@ async def change_prefs(store: Store, user_id: str, choice: str, tz: str) -> Repl
     if tz:
         prefs = prefs.model_copy(update={"tz": tz})
     await store.set_prefs(user_id, prefs)
+    # DMs held for quiet hours are looked at again: they go now if the hours changed so.
+    await store.retry_lane_at(dm_lane(user_id), time.time())
     return Reply("")
