@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from bot.console import handle_line
 from bot.slack_text import ACTION_PREFS
 from commands.access import ViewerRule
 from support.slack_standin import (
@@ -25,6 +26,7 @@ from support.slack_standin import (
     slash_command_body,
 )
 from tests.bot.botkit import LAUNCH_RE, dev_config, in_dm, knobs, wait_for_launch, wait_until
+from tests.bot.test_babysit_e2e import console_bot, train
 from tests.bot.test_bot_slack_e2e import FAST, clean_redis, slack_bot
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
@@ -215,3 +217,25 @@ async def _held(bot: Any) -> float:
 def _at_end_of_quiet(when: float, start_hour: int) -> bool:
     local = datetime.fromtimestamp(when, ZoneInfo("Asia/Kolkata"))
     return (local.hour, local.minute) == ((start_hour + 2) % 24, 0) and when > time.time()
+
+
+async def test_the_console_has_the_same_commands_and_prints_the_dm(unique: str) -> None:
+    async with knobs(unique, **FAST), console_bot() as (bot, front):
+        launch_id = await train(bot, front, f"sft llama3p1_8b nodes=1 cluster=a4 name={unique}")
+        own = await handle_line(f"/watch {launch_id}", bot.core, front, user="alice")
+        assert own is not None and own.text.startswith(f"{launch_id} is your own launch")
+        other = await handle_line(f"/watch {launch_id}", bot.core, front, user="bob")
+        assert other is not None and other.error
+        assert "That launch belongs to someone else" in other.text
+        none = await handle_line("/jobs watching", bot.core, front, user="bob")
+        assert none is not None and none.text.startswith("You watch no launches")
+        await wait_for_launch(bot.store, launch_id)
+        await wait_until(lambda: _said(front, "(to @alice)"), "alice's DM in the console", 30)
+    lines = front.lines
+    final = next(i for i, line in enumerate(lines) if "@alice ✅ COMPLETED in" in line)
+    dm = next(i for i, line in enumerate(lines) if line.startswith("(to @alice)"))
+    assert final < dm and launch_id in lines[dm] and "COMPLETED" in lines[dm], lines[final:]
+
+
+async def _said(front: Any, start: str) -> bool:
+    return any(line.startswith(start) for line in front.lines)
