@@ -1,4 +1,4 @@
-"""The App Home tab: a person's active and recent launches, and each cluster's room.
+"""The App Home tab: a person's launches, each cluster's room, and their notification settings.
 
 Pure: launches, history entries, cluster capacity and thread links in, Block Kit
 blocks out. :meth:`bot.core.Core.home` gathers them (cheaply: capacity is shared

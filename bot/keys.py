@@ -163,6 +163,11 @@ def watching(user_id: str) -> str:
     return f"{PREFIX}:watching:{user_id}"
 
 
+def quiet_held(lane: str) -> str:
+    """Set while quiet hours hold a person's DM lane: what waited goes as one message."""
+    return f"{PREFIX}:notify:quiet-held:{lane}"
+
+
 def dm_sent(event_id: str) -> str:
     """Set once the DMs about a thread line (an outbox entry) were written."""
     return f"{PREFIX}:notify:dm-sent:{event_id}"

@@ -225,14 +225,14 @@ class Notifier:
             await self._delivered(lane, batch)
 
     async def _batch(self, lane: str, events: list[Event]) -> list[Event]:
-        """What goes out next: the lane's first entry; of a DM lane, every DM waiting (one
-        message), or nothing while the person's quiet hours last."""
+        """What goes out next: the lane's first entry; nothing while the person's quiet hours
+        last, and when they are over, every DM they held (one message)."""
         event = events[0]
-        if event.kind != "dm":
+        if event.kind != "dm" or lane.endswith(":urgent"):
             return [event]
-        if not lane.endswith(":urgent") and await self._quiet(lane, event):
+        if await self._quiet(lane, event):
             return []
-        return events
+        return events if await self.store.quiet_held(lane) else [event]
 
     async def _delivered(self, lane: str, batch: list[Event]) -> None:
         for done in batch:
@@ -241,6 +241,8 @@ class Notifier:
             for observer in self.on_delivered:
                 observer(done.id)
         event = batch[0]
+        if event.kind == "dm":  # what quiet hours held went with it
+            await self.store.quiet_over(lane)
         if lane.startswith("thread:") and event.kind != "update":
             await self.store.clear_bad_channel(event.launch_id)
 
@@ -259,7 +261,7 @@ class Notifier:
         until = quiet_until(await self.store.prefs(str(event.data.get("user", ""))), time.time())
         if until is None:
             return False
-        await self.store.retry_lane_at(lane, until)
+        await self.store.hold_for_quiet(lane, until)
         log.info("%s: quiet hours until %.0f; %s waits", lane, until, event.id)
         return True
 

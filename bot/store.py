@@ -1130,6 +1130,19 @@ class Store:
     async def watching(self, user_id: str) -> list[str]:
         return sorted(str(i) for i in await self.redis.smembers(keys.watching(user_id)))
 
+    async def hold_for_quiet(self, lane: str, until: float) -> None:
+        """Quiet hours hold a DM lane until ``until``; noted, so what waited goes as one."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(keys.NOTIFY_LANES, {lane: until}, xx=True)
+            pipe.set(keys.quiet_held(lane), "1", ex=7 * DAY_S)
+            await pipe.execute()
+
+    async def quiet_held(self, lane: str) -> bool:
+        return bool(await self.redis.exists(keys.quiet_held(lane)))
+
+    async def quiet_over(self, lane: str) -> None:
+        await self.redis.delete(keys.quiet_held(lane))
+
     async def write_dms(self, source_id: str, dms: list[Event]) -> bool:
         """Write the DMs about the posted outbox entry ``source_id`` to the outbox, once:
         False (nothing written) when they were written before."""
