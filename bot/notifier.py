@@ -329,7 +329,7 @@ class Notifier:
         channel = ""
         if launch is not None:
             channel = launch.channel if lane.startswith("thread:") else ""
-        if not channel and self.pager is not None and not lane.startswith("thread:"):
+        if not channel and self.pager is not None and lane.startswith("page:"):
             channel = self.pager.config.oncall_channel or ""
         return DeadLetter(event, lane, reason, tries, channel=channel, at=time.time())
 

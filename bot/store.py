@@ -627,6 +627,7 @@ class Store:
         """A finished launch: its record expires; its history entry is kept longer."""
         keep_s = self.retention.history_s
         pipe.expire(keys.launch(launch.id), self.retention.launch_s)
+        pipe.expire(keys.watchers(launch.id), self.retention.launch_s)  # goes with the record
         pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
         oldest = time.time() - keep_s
         for index in (
