@@ -56,6 +56,7 @@ from bench.soak_check import (  # noqa: E402
     View,
     check_charges,
     check_launch,
+    unmentioned,
 )
 from bench.soak_report import print_report  # noqa: E402
 from bot.store import Store, Target  # noqa: E402
@@ -246,7 +247,7 @@ class Soak:
     def view(self, plan: Plan, jobs: list[infra.JobRow], incarnations: list[infra.JobRow]) -> View:
         ts = self.parent_of(plan)
         first = [m.text for m in self.standin.messages if m.ts == ts] if ts else []
-        thread = [m.text for m in self.standin.messages if ts and m.thread_ts == ts]
+        thread = [unmentioned(m.text) for m in self.standin.messages if ts and m.thread_ts == ts]
         pages = [
             m.text
             for m in self.standin.messages

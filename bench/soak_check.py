@@ -48,6 +48,14 @@ REQUEUED_RE = re.compile(r"^⚠️ Slurm requeued job \d+|^Job \d+ is pending ag
 CHECKPOINT_RE = re.compile(r"^💾 Checkpoint (.+) saved\.$")
 FAILED_RE = re.compile(r"^⚠️ Job (\d+) failed \(([A-Z_]+)")
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
+MENTION_RE = re.compile(r"^<@[A-Z0-9]+> ")  # the owner's mention on lines that concern them
+
+
+def unmentioned(text: str) -> str:
+    """A thread line without the owner's mention it may start with."""
+    return MENTION_RE.sub("", text, count=1)
+
+
 PAGE_PREFIX = "<!subteam^"
 
 

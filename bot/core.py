@@ -19,7 +19,18 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from bot import answers, health, home, pipelines, placement, render, sweep_answers, sweeps, usage
+from bot import (
+    answers,
+    health,
+    home,
+    pipelines,
+    placement,
+    render,
+    sweep_answers,
+    sweeps,
+    usage,
+    watching,
+)
 from bot.asks import ClusterCalls
 from bot.clusters import Clusters
 from bot.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
@@ -33,6 +44,7 @@ from bot.slack_text import (
     ACTION_ATTACH,
     ACTION_CANCEL,
     ACTION_LOGS,
+    ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
     ACTION_USE_PARTITION,
@@ -70,7 +82,9 @@ from commands.requests import (
     RecipesRequest,
     SweepRequest,
     TrainRequest,
+    UnwatchRequest,
     UsageRequest,
+    WatchRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -203,6 +217,7 @@ class Core:
         found_sweeps = await asyncio.gather(*(self.store.get_sweep(i) for i in sweep_ids))
         in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
         blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)
+        blocks += home.prefs_blocks(await self.store.prefs(user_id))
         if self.context.policy.is_admin(user_id, await self.groups_of(user_id)):
             retrying = await self.store.retrying_letters()
             owed = home.dead_letter_text(retrying, await self.store.given_up_count())
@@ -277,6 +292,12 @@ class Core:
             return Reply(help_text(self.context, request.topic))
         if isinstance(request, RecipesRequest):
             return Reply(recipes_text(self.context, request.workload))
+        if isinstance(request, JobsRequest) and request.watching:
+            return await watching.listing(self.store, user)
+        if isinstance(request, WatchRequest):  # who may see its logs may watch it
+            return await watching.watch(self.store, await self.readable(request.job, user), user)
+        if isinstance(request, UnwatchRequest):
+            return await watching.unwatch(self.store, (await self.find(request.job)).id, user)
         if isinstance(request, JobsRequest) and request.history:
             if request.all_users and not self.context.policy.is_admin(user.id, user.groups):
                 raise CommandError(
@@ -344,6 +365,10 @@ class Core:
         user = await self.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.use_partition(incoming, user)
+        if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
+            self._home_shown.pop(user.id, None)
+            tz = await self.people_tz(user.id)
+            return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.on_sweep_action(incoming.action_id, ref.id, user)
@@ -530,7 +555,7 @@ class Core:
         if decision.needs_approval:
             launch.phase = Phase.AWAITING_APPROVAL
             ask = (
-                f"✋ <@{user.id}> asks for {render.request_text(launch)}. "
+                f"✋ asks for {render.request_text(launch)}. "
                 f"{escape(decision.reason)} A trainbot admin or an approver for "
                 f"{launch.cluster} can approve it."
             )

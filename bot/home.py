@@ -1,4 +1,4 @@
-"""The App Home tab: a person's active and recent launches, and each cluster's room.
+"""The App Home tab: a person's launches, each cluster's room, and their notification settings.
 
 Pure: launches, history entries, cluster capacity and thread links in, Block Kit
 blocks out. :meth:`bot.core.Core.home` gathers them (cheaply: capacity is shared
@@ -13,7 +13,19 @@ from typing import Any
 
 from bot import health, pipelines, render
 from bot.launches import HistoryEntry, Launch, Sweep
-from bot.slack_text import SECTION_TEXT_MAX, context, escape, section
+from bot.notices import DM_EVENTS
+from bot.prefs import EVENT_LABELS, Prefs
+from bot.prefs import hours_text as prefs_hours
+from bot.slack_text import (
+    ACTION_PREFS,
+    SECTION_TEXT_MAX,
+    actions,
+    button,
+    context,
+    escape,
+    hour_select,
+    section,
+)
 from bot.store import DeadLetter
 from cluster.discovery import ClusterCapacity
 
@@ -164,4 +176,48 @@ def dead_letter_blocks(text: str) -> list[dict[str, Any]]:
         section("*Undelivered messages* (you are a trainbot admin)"),
         section(escape(text)),
         context("`trainbot doctor` lists them; they are tried again for 24 h by default."),
+    ]
+
+
+def prefs_blocks(prefs: Prefs) -> list[dict[str, Any]]:
+    """The person's notification settings, each changed by a click (``trainbot_prefs_*``)."""
+    toggles = []
+    for event in DM_EVENTS:
+        on = event in prefs.dm
+        label = ("✓ " if on else "") + EVENT_LABELS[event]
+        value = f"dm:{event}:{'off' if on else 'on'}"
+        toggles.append(
+            button(label, f"{ACTION_PREFS}_dm_{event}", value, style="primary" if on else "")
+        )
+    if prefs.quiet:
+        quiet = f"Quiet hours {prefs_hours(prefs)}: DMs wait until they end"
+        quiet += (
+            "; failures and hangs come anyway."
+            if prefs.break_through
+            else ", failures and hangs too."
+        )
+    else:
+        quiet = "No quiet hours: DMs come at once."
+    return [
+        section("*Notifications*"),
+        context(
+            "You are mentioned in a launch's thread when it needs you or ends. "
+            "Also as a DM (your launches and those you `/watch`):"
+        ),
+        actions(*toggles),
+        section(escape(quiet)),
+        actions(
+            button(
+                "Quiet hours off" if prefs.quiet else "Quiet hours on",
+                f"{ACTION_PREFS}_quiet",
+                "quiet:off" if prefs.quiet else "quiet:on",
+            ),
+            hour_select(f"{ACTION_PREFS}_start", "start", prefs.quiet_start_h),
+            hour_select(f"{ACTION_PREFS}_end", "end", prefs.quiet_end_h),
+            button(
+                "Hold failures too" if prefs.break_through else "Let failures through",
+                f"{ACTION_PREFS}_break",
+                "break:off" if prefs.break_through else "break:on",
+            ),
+        ),
     ]

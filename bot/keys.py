@@ -163,3 +163,28 @@ def store_op(op_id: str) -> str:
 def answer(ask_id: str) -> str:
     """List: a worker's answer to the ask ``ask_id`` (see bot.asks), kept briefly."""
     return f"{PREFIX}:answer:{ask_id}"
+
+
+def prefs(user_id: str) -> str:
+    """A person's notification preferences (JSON, :class:`bot.prefs.Prefs`)."""
+    return f"{PREFIX}:prefs:{user_id}"
+
+
+def watchers(launch_id: str) -> str:
+    """Set: who watches a launch (``/watch``), by Slack user id."""
+    return f"{PREFIX}:watchers:{launch_id}"
+
+
+def watching(user_id: str) -> str:
+    """Set: the launch ids a person watches."""
+    return f"{PREFIX}:watching:{user_id}"
+
+
+def quiet_held(lane: str) -> str:
+    """Set while quiet hours hold a person's DM lane: what waited goes as one message."""
+    return f"{PREFIX}:notify:quiet-held:{lane}"
+
+
+def dm_sent(event_id: str) -> str:
+    """Set once the DMs about a thread line (an outbox entry) were written."""
+    return f"{PREFIX}:notify:dm-sent:{event_id}"

@@ -30,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
-from bot import keys, render, sweep_notes
+from bot import keys, notices, render, sweep_notes
 from bot.front import Front, FrontError, MessageRef
 from bot.launches import Launch, Phase
 from bot.paging import PAGE_KINDS, Pager
+from bot.prefs import quiet_until
 from bot.slack_text import (
     actions,
     approve_button,
@@ -86,7 +87,12 @@ def lane_of(event: Event, sweep: str = "") -> str:
     """A launch's thread is one lane and its pages another, so a page never waits
     for a thread the bot cannot post in. The parent updates of a sweep's members
     share one lane, the sweep's, where a newer update replaces those before it: the
-    table is edited once per round, however many members moved."""
+    table is edited once per round, however many members moved. A person's DMs are a
+    lane of their own (those that break through quiet hours another), whatever launch
+    they are about."""
+    if event.kind == "dm":
+        user, urgent = str(event.data.get("user", "")), bool(event.data.get("urgent"))
+        return notices.dm_lane(user, urgent=urgent)
     if sweep and event.kind in SWEEP_KINDS:
         return f"sweep:{sweep}"
     kind = "page" if event.kind in PAGE_KINDS else "thread"
@@ -219,9 +225,14 @@ class Notifier:
             if event.kind == "update" and any(e.kind == "update" for e in events[1:]):
                 await self.store.lane_done(lane, event.id)  # a newer one follows
                 continue
+            batch = await self._batch(lane, events)
+            if not batch:
+                return  # quiet hours: drain() starts the lane again when they end
             try:
                 async with self._slots:
-                    await self._deliver_once(event)
+                    await self._deliver_once(event, batch)
+                    if event.kind == "thread" and event.data.get("notices"):
+                        await self._write_dms(event)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -232,19 +243,79 @@ class Notifier:
                     return  # drain() starts the lane again when it is due
                 await _sleep(self._halt, delay_s)
                 continue
-            await self.store.lane_done(lane, event.id)
+            await self._delivered(lane, batch)
+
+    async def _batch(self, lane: str, events: list[Event]) -> list[Event]:
+        """What goes out next: the lane's first entry; nothing while the person's quiet hours
+        last, and when they are over, every DM they held (one message)."""
+        event = events[0]
+        if event.kind != "dm" or lane.endswith(":urgent"):
+            return [event]
+        if await self._quiet(lane, event):
+            return []
+        return events if await self.store.quiet_held(lane) else [event]
+
+    async def _delivered(self, lane: str, batch: list[Event]) -> None:
+        for done in batch:
+            await self.store.lane_done(lane, done.id)
             self.delivered += 1
             for observer in self.on_delivered:
-                observer(event.id)
-            if lane.startswith("thread:") and event.kind != "update":
-                await self.store.clear_bad_channel(event.launch_id)
+                observer(done.id)
+        event = batch[0]
+        if event.kind == "dm":  # what quiet hours held went with it
+            await self.store.quiet_over(lane)
+        if lane.startswith("thread:") and event.kind != "update":
+            await self.store.clear_bad_channel(event.launch_id)
 
-    async def _deliver_once(self, event: Event) -> None:
+    async def _deliver_once(self, event: Event, batch: list[Event]) -> None:
+        if event.kind == "dm":
+            await self._send_dms(batch)
+            return
         if await self.store.was_posted(event.id):
             return
         await self.deliver(event)
         if event.kind != "update":
             await self.store.mark_posted(event.id)
+
+    async def _quiet(self, lane: str, event: Event) -> bool:
+        """Whether the person is in their quiet hours: then the lane waits until they end."""
+        until = quiet_until(await self.store.prefs(str(event.data.get("user", ""))), time.time())
+        if until is None:
+            return False
+        await self.store.hold_for_quiet(lane, until)
+        log.info("%s: quiet hours until %.0f; %s waits", lane, until, event.id)
+        return True
+
+    async def _send_dms(self, batch: list[Event]) -> None:
+        """One direct message for the DMs of a lane not yet sent (a summary of several)."""
+        todo = [dm for dm in batch if not await self.store.was_posted(dm.id)]
+        if not todo:
+            return
+        await self.front.post_to_user(
+            str(todo[0].data.get("user", "")), notices.summary_text([dm.text for dm in todo])
+        )
+        for dm in todo:
+            await self.store.mark_posted(dm.id)
+
+    async def _write_dms(self, event: Event) -> None:
+        """After a thread line with notices is posted: a DM to its owner and each watcher
+        who wants one for it (their preferences), written once, each in their own lane."""
+        launch = await self.store.get(event.launch_id)
+        if launch is None:
+            return
+        people = dict.fromkeys([launch.user_id, *await self.store.watchers(launch.id)])
+        link = launch.permalink or await self._permalink(launch)
+        text = notices.dm_text(launch, event.text, link)
+        dms = []
+        for person in people:
+            prefs = await self.store.prefs(person)
+            wanted = [n for n in event.data["notices"] if prefs.wants(n)]
+            if wanted:
+                urgent = any(prefs.urgent(n) for n in wanted)
+                data = {"user": person, "notice": wanted[0], "urgent": urgent}
+                dms.append(Event("dm", launch.id, text, data=data))
+        if dms:
+            await self.store.write_dms(event.id, dms)
 
     async def _failed(self, lane: str, event: Event, exc: Exception) -> float | None:
         """Count a failed delivery; the delay before the next try, or None once the
@@ -279,7 +350,7 @@ class Notifier:
         channel = ""
         if launch is not None:
             channel = launch.channel if lane.startswith("thread:") else ""
-        if not channel and self.pager is not None and not lane.startswith("thread:"):
+        if not channel and self.pager is not None and lane.startswith("page:"):
             channel = self.pager.config.oncall_channel or ""
         return DeadLetter(event, lane, reason, tries, channel=channel, at=time.time())
 
@@ -366,14 +437,17 @@ class Notifier:
                     MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
                 )
             case "thread":
+                text = notices.thread_text(launch, event.text, event.data)
                 await self.front.post(
                     launch.channel,
-                    event.text,
-                    blocks=thread_blocks(launch, event),
+                    text,
+                    blocks=thread_blocks(launch, event, text),
                     thread_ts=launch.parent_ts,
                 )
             case "plot":
                 await self._plot(launch)
+            case "dm":
+                await self._send_dms([event])
             case "oncall" | "resolve" | "enqueue":
                 pass  # pages and queue entries are handled above
             case _:
@@ -464,7 +538,7 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
-def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
+def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
     Use <partition> (a refused partition)."""
     wanted = event.data.get("buttons") or []
@@ -482,4 +556,4 @@ def thread_blocks(launch: Launch, event: Event) -> list[dict[str, Any]] | None:
         buttons += [approve_button(target), reject_button(target)]
     if not buttons:
         return None
-    return [section(event.text), actions(*buttons)]
+    return [section(text or event.text), actions(*buttons)]

@@ -104,7 +104,7 @@ async def must_wait(
         return await _over_budget(store, item, mutate, policy)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
-        f"⛔ <@{item.user_id}>: not started, because {item.waits_for}, which this launch "
+        f"⛔ Not started, because {item.waits_for}, which this launch "
         f"waited for, ended {escape(outcome)}{why}. Nothing was submitted. "
         f"To run it whatever the end, `/train` again with after={item.waits_for}:any."
     )
@@ -145,7 +145,7 @@ async def _over_budget(
     )
     if decision.allowed:
         return False
-    text = f"⛔ <@{item.user_id}>: not started now that it is due: {escape(decision.reason)}"
+    text = f"⛔ Not started now that it is due: {escape(decision.reason)}"
 
     def ended(stored: Launch) -> list[Event]:
         if stored.phase != Phase.QUEUED:

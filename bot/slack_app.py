@@ -38,11 +38,29 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.slack_front import SlackError, SlackFront
-from bot.slack_text import ACTION_PREFIX, MESSAGE_TEXT_MAX, cut_text, escape, fit_blocks, unescape
+from bot.slack_text import (
+    ACTION_PREFIX,
+    ACTION_PREFS,
+    MESSAGE_TEXT_MAX,
+    cut_text,
+    escape,
+    fit_blocks,
+    unescape,
+)
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("/train", "/attach", "/jobs", "/cancel", "/logs", "/clusters", "/usage")
+COMMANDS = (
+    "/train",
+    "/attach",
+    "/jobs",
+    "/cancel",
+    "/logs",
+    "/clusters",
+    "/usage",
+    "/watch",
+    "/unwatch",
+)
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (
     "Something went wrong on my side while answering that; it is logged. Please try again."
@@ -175,7 +193,17 @@ class Listeners:
         incoming = incoming_from_action(body)
         log.info("%s from %s in %s", incoming.action_id, incoming.user_id, incoming.channel_id)
         answer = self._spawn(self._answer(incoming))
+        if incoming.action_id.startswith(ACTION_PREFS):  # a setting in the App Home
+            self._spawn(self._home_after(incoming, answer))
+            return
         self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
+
+    async def _home_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
+        """A setting changed in the App Home: the tab shows it (or why it did not work)."""
+        reply = await answer
+        if reply.error:
+            log.info("App Home setting of %s refused: %s", incoming.user_id, reply.text)
+        await self._publish_home(incoming.user_id)
 
     async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         command = escape(str(body.get("command", "")))

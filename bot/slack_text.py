@@ -27,6 +27,7 @@ ACTION_RETRY = "trainbot_retry"
 ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
+ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.
@@ -200,6 +201,17 @@ def retry_button(value: str) -> Block:
 
 def use_partition_button(partition: str, value: str) -> Block:
     return button(f"Use {partition}", ACTION_USE_PARTITION, value, style="primary")
+
+
+def hour_select(action_id: str, name: str, hour: int) -> Block:
+    """A choice of the 24 hours (values ``<name>:<hour>``), ``hour`` selected."""
+    options = [{"text": _plain(f"{h:02d}:00", 75), "value": f"{name}:{h}"} for h in range(24)]
+    return {
+        "type": "static_select",
+        "action_id": action_id,
+        "options": options,
+        "initial_option": options[hour],
+    }
 
 
 def actions(*elements: Block) -> Block:

@@ -27,8 +27,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bot import keys
+from bot import keys, notices
 from bot.launches import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
+from bot.prefs import Prefs
 from cluster.errors import TrainbotError
 from commands.budget import iso_week
 
@@ -206,7 +207,7 @@ class OverBudget(Exception):
         self.charged, self.held = charged, held
 
 
-EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "enqueue"]
+EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "enqueue", "dm"]
 """What an :class:`Event` asks for:
 
 - ``parent``: post the launch's parent message (the thread's head), once.
@@ -219,6 +220,9 @@ EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "
 - ``resolve``: resolve that page; ``data`` holds ``dedup_key`` and ``outcome``.
 - ``enqueue``: not a message: the store puts the launch back on the workers' queue
   (a retry, an approval) instead of in the outbox.
+- ``dm``: a direct message to ``data["user"]`` about the launch (``data["notice"]``),
+  written by the notifier once the thread line it refers to is posted; ``text`` is the
+  message.
 """
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
@@ -746,6 +750,7 @@ class Store:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             raise OverBudget(charged, held)
                     await self._check_teams(pipe, launch, teams)
+                    notices.tag(events, *notices.classify(None, launch))
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(keys.launch(launch.id), self._record(launch))
                     self._hold_teams(pipe, launch.id, teams)
@@ -928,7 +933,9 @@ class Store:
                     launch = Launch.model_validate_json(raw)
                     was_active, attempts_before = launch.active, len(launch.attempts)
                     job_before, cancelled_before = launch.job_id, launch.cancelled_at
+                    before = notices.Before.of(launch)
                     events = change(launch)
+                    notices.tag(events, *notices.classify(before, launch))
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(key, self._record(launch))
@@ -988,6 +995,7 @@ class Store:
         """A finished launch: its record expires; its history entry is kept longer."""
         keep_s = self.retention.history_s
         pipe.expire(keys.launch(launch.id), self.retention.launch_s)
+        pipe.expire(keys.watchers(launch.id), self.retention.launch_s)  # goes with the record
         pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
         oldest = time.time() - keep_s
         for index in (
@@ -1508,6 +1516,71 @@ class Store:
 
     async def given_up_count(self) -> int:
         return int(await self.redis.llen(keys.NOTIFY_GIVEN_UP))
+
+    # -- people: notification preferences and watched launches --------------------
+
+    async def prefs(self, user_id: str) -> Prefs:
+        """A person's preferences (the defaults until they change one)."""
+        raw = await self.redis.get(keys.prefs(user_id))
+        return Prefs.model_validate_json(raw) if raw else Prefs()
+
+    async def set_prefs(self, user_id: str, prefs: Prefs) -> None:
+        await self.redis.set(keys.prefs(user_id), prefs.model_dump_json())
+
+    async def watch(self, launch_id: str, user_id: str) -> bool:
+        """``user_id`` follows ``launch_id``; False when they already did."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(keys.watchers(launch_id), user_id)
+            pipe.sadd(keys.watching(user_id), launch_id)
+            added, _ = await pipe.execute()
+        return bool(added)
+
+    async def unwatch(self, launch_id: str, user_id: str) -> bool:
+        """``user_id`` stops following ``launch_id``; False when they did not follow it."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.srem(keys.watchers(launch_id), user_id)
+            pipe.srem(keys.watching(user_id), launch_id)
+            removed, _ = await pipe.execute()
+        return bool(removed)
+
+    async def watchers(self, launch_id: str) -> list[str]:
+        return sorted(str(u) for u in await self.redis.smembers(keys.watchers(launch_id)))
+
+    async def watching(self, user_id: str) -> list[str]:
+        return sorted(str(i) for i in await self.redis.smembers(keys.watching(user_id)))
+
+    async def hold_for_quiet(self, lane: str, until: float) -> None:
+        """Quiet hours hold a DM lane until ``until``; noted, so what waited goes as one."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(keys.NOTIFY_LANES, {lane: until}, xx=True)
+            pipe.set(keys.quiet_held(lane), "1", ex=7 * DAY_S)
+            await pipe.execute()
+
+    async def quiet_held(self, lane: str) -> bool:
+        return bool(await self.redis.exists(keys.quiet_held(lane)))
+
+    async def quiet_over(self, lane: str) -> None:
+        await self.redis.delete(keys.quiet_held(lane))
+
+    async def write_dms(self, source_id: str, dms: list[Event]) -> bool:
+        """Write the DMs about the posted outbox entry ``source_id`` to the outbox, once:
+        False (nothing written) when they were written before."""
+        mark = keys.dm_sent(source_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(mark)
+                    if await pipe.exists(mark):
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        return False
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    for dm in dms:
+                        pipe.xadd(keys.OUTBOX, self._entry(dm))
+                    pipe.set(mark, "1", ex=7 * DAY_S)
+                    await pipe.execute()
+                    return True
+                except WatchError:
+                    continue
 
     async def retry_lane_at(self, lane: str, when: float) -> None:
         """Try ``lane`` again no earlier than ``when`` (a time.time())."""

@@ -32,6 +32,8 @@ from commands.requests import (
     RecipesRequest,
     Request,
     TrainRequest,
+    UnwatchRequest,
+    WatchRequest,
 )
 
 __all__ = [
@@ -54,6 +56,8 @@ __all__ = [
     "RecipesRequest",
     "Request",
     "TrainRequest",
+    "UnwatchRequest",
+    "WatchRequest",
     "User",
     "decide",
     "help_text",

@@ -8,7 +8,15 @@ from pydantic import ValidationError
 
 from commands.context import CommandContext, User
 from commands.errors import CommandError
-from commands.jobs import parse_attach, parse_cancel, parse_clusters, parse_jobs, parse_logs
+from commands.jobs import (
+    parse_attach,
+    parse_cancel,
+    parse_clusters,
+    parse_jobs,
+    parse_logs,
+    parse_unwatch,
+    parse_watch,
+)
 from commands.parse import Args, normalise, parse_args
 from commands.requests import Request
 from commands.suggest import did_you_mean, join_names, quote
@@ -25,6 +33,8 @@ COMMANDS: dict[str, Parser] = {
     "/logs": parse_logs,
     "/clusters": parse_clusters,
     "/usage": parse_usage,
+    "/watch": parse_watch,
+    "/unwatch": parse_unwatch,
 }
 
 

@@ -12,11 +12,13 @@ USAGE: dict[HelpTopic, str] = {
     "interactive": "/train interactive [nodes=N] [cluster=C]",
     "recipes": "/train recipes [workload]",
     "attach": "/attach <job> [cluster=C]",
-    "jobs": "/jobs [all] [history [days=N]] [cluster=C]",
+    "jobs": "/jobs [all] [history [days=N]] [cluster=C] | /jobs watching",
     "cancel": "/cancel <job> [cluster=C]",
     "logs": "/logs <job> [lines=N] | /logs <job> plot",
     "clusters": "/clusters [cluster=C]",
     "usage": "/usage [me|@person|team=<group>|cluster=C] [week|month|days=N] [csv=true]",
+    "watch": "/watch <job> [cluster=C]",
+    "unwatch": "/unwatch <job> [cluster=C]",
 }
 
 _JOB = (
@@ -69,9 +71,15 @@ _DETAILS: dict[HelpTopic, str] = {
         "Your active launches, one line each, with what a waiting one waits for (at=, "
         "after=), a sweep's members grouped under it; /jobs all for everyone's; "
         "/jobs history [days=N] for your finished ones "
-        "(admins: /jobs all history)."
+        "(admins: /jobs all history); /jobs watching for the launches you watch."
     ),
     "cancel": "Cancel a job after you confirm. " + _JOB,
+    "watch": (
+        "Follow a launch you may see (as for /logs) by DM: its start, checkpoints, end, "
+        "failure or hang, as your App Home notification settings choose; quiet hours "
+        "hold them. /jobs watching lists what you watch. " + _JOB
+    ),
+    "unwatch": "Stop getting DMs about a launch you watch. " + _JOB,
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (
         "Each cluster's partitions with idle and total nodes, free GPUs, queue length, and "
@@ -112,6 +120,10 @@ def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
     lines = ["trainbot commands:"]
     lines += [f"• `{usage}`" for usage in USAGE.values()]
     lines.append(f"Clusters: {', '.join(context.cluster_names) or '(none)'} (default {default}).")
+    lines.append(
+        "You are mentioned in a launch's thread when it needs you or ends; which events "
+        "also come as DMs, and quiet hours, are set in the App Home."
+    )
     lines.append("More on one command: /train help <command>, e.g. /train help logs.")
     return "\n".join(lines)
 

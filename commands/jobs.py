@@ -16,6 +16,8 @@ from commands.requests import (
     JobRef,
     JobsRequest,
     LogsRequest,
+    UnwatchRequest,
+    WatchRequest,
 )
 from commands.suggest import did_you_mean, quote
 from commands.sweep import SWEEP_ID_PATTERN
@@ -48,6 +50,16 @@ def _one_job(args: Args, context: CommandContext, topic: HelpTopic) -> JobRef:
             f"Unexpected {quote(args.words[1])}. Usage: {USAGE[topic]}.", field=args.words[1]
         )
     return parse_job_ref(args.words[0], args.pairs.get("cluster"), context)
+
+
+def parse_watch(args: Args, user: User, context: CommandContext) -> WatchRequest:
+    check_keys(args, ("cluster",), "/watch")
+    return WatchRequest(job=_one_job(args, context, "watch"))
+
+
+def parse_unwatch(args: Args, user: User, context: CommandContext) -> UnwatchRequest:
+    check_keys(args, ("cluster",), "/unwatch")
+    return UnwatchRequest(job=_one_job(args, context, "unwatch"))
 
 
 def parse_attach(args: Args, user: User, context: CommandContext) -> AttachRequest:
@@ -86,6 +98,12 @@ def parse_logs(args: Args, user: User, context: CommandContext) -> LogsRequest:
 def parse_jobs(args: Args, user: User, context: CommandContext) -> JobsRequest:
     check_keys(args, ("cluster", "days"), "/jobs")
     everyone = history = False
+    if [w.lower() for w in args.words] == ["watching"]:
+        if args.pairs:
+            raise CommandError(
+                f"/jobs watching takes no keys. Usage: {USAGE['jobs']}.", field="watching"
+            )
+        return JobsRequest(watching=True)
     for word in args.words:
         lowered = word.lower()
         if lowered in ("all", "mine"):
@@ -96,7 +114,7 @@ def parse_jobs(args: Args, user: User, context: CommandContext) -> JobsRequest:
             continue
         raise CommandError(
             f"Unexpected {quote(word)}. Usage: {USAGE['jobs']}."
-            f"{did_you_mean(lowered, ['all', 'mine', 'history'])}",
+            f"{did_you_mean(lowered, ['all', 'mine', 'history', 'watching'])}",
             field=word,
         )
     days = args.pairs.get("days")

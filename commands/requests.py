@@ -34,7 +34,17 @@ from commands.values import (
 )
 
 HelpTopic = Literal[
-    "train", "interactive", "recipes", "attach", "jobs", "cancel", "logs", "clusters", "usage"
+    "train",
+    "interactive",
+    "recipes",
+    "attach",
+    "jobs",
+    "cancel",
+    "logs",
+    "clusters",
+    "usage",
+    "watch",
+    "unwatch",
 ]
 HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
 MAX_NODES = 4096
@@ -230,6 +240,28 @@ class CancelRequest(_Request):
         return f"{self.command} {self.job.to_text()}"
 
 
+class WatchRequest(_Request):
+    """``/watch <job>``: get a launch's events by DM (by your own preferences)."""
+
+    command: ClassVar[str] = "/watch"
+    kind: Literal["watch"] = "watch"
+    job: JobRef
+
+    def to_text(self) -> str:
+        return f"{self.command} {self.job.to_text()}"
+
+
+class UnwatchRequest(_Request):
+    """``/unwatch <job>``: stop getting a launch's events by DM."""
+
+    command: ClassVar[str] = "/unwatch"
+    kind: Literal["unwatch"] = "unwatch"
+    job: JobRef
+
+    def to_text(self) -> str:
+        return f"{self.command} {self.job.to_text()}"
+
+
 class LogsRequest(_Request):
     """``/logs <job> [lines=N]`` or ``/logs <job> plot``. ``lines=None`` means the default."""
 
@@ -253,7 +285,8 @@ class LogsRequest(_Request):
 
 class JobsRequest(_Request):
     """``/jobs [all] [history [days=N]] [cluster=C]``: your active launches, or everyone's;
-    with ``history``, the finished ones of the last N days (7)."""
+    with ``history``, the finished ones of the last N days (7); ``/jobs watching``: the
+    launches you watch."""
 
     command: ClassVar[str] = "/jobs"
     kind: Literal["jobs"] = "jobs"
@@ -261,8 +294,11 @@ class JobsRequest(_Request):
     cluster: ClusterName | None = None
     history: bool = False
     days: int = Field(default=7, ge=1, le=400)
+    watching: bool = False
 
     def to_text(self) -> str:
+        if self.watching:
+            return f"{self.command} watching"
         words = [self.command, *(["all"] if self.all_users else [])]
         if self.history:
             words += ["history", f"days={self.days}"]
@@ -328,6 +364,8 @@ Request = Annotated[
     | InteractiveRequest
     | AttachRequest
     | CancelRequest
+    | WatchRequest
+    | UnwatchRequest
     | LogsRequest
     | JobsRequest
     | ClustersRequest

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak_check import Divergence, Plan, View, check_charges, check_launch
+from bench.soak_check import Divergence, Plan, View, check_charges, check_launch, unmentioned
 from bench.soak_infra import JobRow
 
 LAUNCH = "L-0a1b2c"
@@ -51,6 +51,13 @@ def kinds(view: View, dirs: dict[str, Path]) -> list[str]:
 
 def test_a_clean_launch_shows_no_divergence(dirs: dict[str, Path]) -> None:
     assert kinds(clean(), dirs) == []
+
+
+def test_the_owners_mention_on_the_final_line_is_read_past(dirs: dict[str, Path]) -> None:
+    view = clean()
+    view.thread[-1] = unmentioned(f"<@U0SOAK> {DONE}")  # as bench/soak.py reads the thread
+    assert view.thread[-1] == DONE and kinds(view, dirs) == []
+    assert unmentioned(RUNNING) == RUNNING  # other lines are left alone
 
 
 def test_a_message_posted_twice(dirs: dict[str, Path]) -> None:

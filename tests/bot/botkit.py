@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio as aioredis
@@ -207,6 +207,11 @@ async def wait_delivered(store: Store, timeout_s: float = 30) -> None:
         return await store.undelivered() == 0
 
     await wait_until(empty, "the outbox to be delivered", timeout_s, interval_s=0.1)
+
+
+def in_dm(params: dict[str, Any]) -> bool:
+    """Whether a chat.postMessage went to a direct message (the stand-in's DM ids start D)."""
+    return str(params.get("channel", "")).startswith("D")
 
 
 def in_order(lines: list[str], *patterns: str) -> None:

@@ -248,7 +248,11 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
         await handle_line(f"/cancel {launch_id}", bot.core, front, user="alice")
         await wait_delivered(bot.store)
     text = thread(front)
-    assert text.count("No progress for") == 1, text
+    said = [line for line in front.lines if "No progress for" in line]
+    # Once in the thread, mentioning the owner, and once as her DM after it.
+    assert len(said) == 2, text
+    assert said[0].lstrip(" └").startswith("@alice ⚠️ No progress for"), said
+    assert said[1].startswith("(to @alice) rm llama3p1_8b on a4"), said
     assert re.search(r"No progress for .* \(last seen at step 1;", text)  # it hangs in step 2
     pages = [
         line for line in front.lines if line.startswith("<!subteam^S0ONCALL>") or "S0ONCALL" in line

@@ -280,7 +280,7 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
     assert launch.outcome == "COMPLETED"
     in_order(
         front.lines,
-        r"✋ @alice asks for",
+        r"@alice ✋ asks for",
         r"✅ Approved by @bob\. Queued\.",
         r"Submitted: Slurm job",
     )

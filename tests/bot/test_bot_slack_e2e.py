@@ -3,6 +3,7 @@ Mode (real slack-bolt) against the Web API stand-in, real Redis, the dev cluster
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -23,6 +24,7 @@ from tests.bot.botkit import (
     bot_settings,
     dev_config,
     flush_test_redis,
+    in_dm,
     knobs,
     login_run,
     sacct_rows,
@@ -78,7 +80,8 @@ async def test_slash_command_over_http_runs_a_dpo_launch_in_one_thread(
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED"
-    parents = [c for c in standin.calls_to("chat.postMessage") if not c.params.get("thread_ts")]
+    posts = standin.calls_to("chat.postMessage")
+    parents = [c for c in posts if not c.params.get("thread_ts") and not in_dm(c.params)]
     assert len(parents) == 1 and parents[0].params["channel"] == "C0TRAIN"
     parent_ts = launch.parent_ts
     texts = thread_texts(standin, parent_ts)
@@ -93,7 +96,16 @@ async def test_slash_command_over_http_runs_a_dpo_launch_in_one_thread(
     assert on_disk == ["step_2", "step_4"]
     posted = [t for t in texts if t.startswith("💾 Checkpoint")]
     assert posted == ["💾 Checkpoint step 2 saved.", "💾 Checkpoint step 4 saved."]
-    assert texts[-1].startswith("✅ COMPLETED in")
+    assert texts[-1].startswith("<@U0ALICE> ✅ COMPLETED in")  # the owner is told
+    # With the default preferences the owner also gets one DM, after the line, linking to it.
+    dms = [c for c in posts if in_dm(c.params)]
+    assert [c.params["users"] for c in standin.calls_to("conversations.open")] == ["U0ALICE"]
+    assert len(dms) == 1, dms
+    dm = str(dms[0].params["text"])
+    assert dm.startswith(f"dpo llama3p1_8b on a4 (`{launch_id}`): ✅ COMPLETED in"), dm
+    assert dm.endswith("|thread>") and "<https://" in dm, dm
+    final = [c for c in posts if "✅ COMPLETED in" in str(c.params.get("text"))]
+    assert final[0].params.get("thread_ts") == parent_ts and final[0].at < dms[0].at
     updates = standin.calls_to("chat.update")
     assert updates and all(u.params["ts"] == parent_ts for u in updates)
     assert (
@@ -138,7 +150,7 @@ async def test_rate_limited_slack_loses_no_message_and_keeps_order(
     assert texts[0].startswith("Queued by")
     kinds = [t.split(" ", 1)[0] for t in texts]
     assert kinds.index("Pre-flight") < kinds.index("Submitted:") < kinds.index("Running")
-    assert texts[-1].startswith("✅ COMPLETED")
+    assert re.match(r"<@U\w+> ✅ COMPLETED", texts[-1])
     assert len(texts) == len(set(texts))  # nothing posted twice
 
 

@@ -224,8 +224,8 @@ async def test_a_person_the_login_node_refuses_is_told_at_once_not_retried(uniqu
         launch = await wait_for_launch(bot.store, launch_id, timeout_s=60)
         await wait_delivered(bot.store)
     assert launch.outcome == "NOT_SUBMITTED" and not launch.job_id
-    said = [line for line in front.lines if line.startswith("  └ Not submitted")]
-    assert len(said) == 1, front.lines  # one message in the thread
+    said = [line for line in front.lines if re.match(r"  └ @\S+ Not submitted", line)]
+    assert len(said) == 1, front.lines  # one message in the thread, mentioning its owner
     assert "authentication refused by nosuchuser@127.0.0.1" in said[0]
     assert "there may be no user nosuchuser there" in said[0]
     assert "Tried" not in said[0]  # refused once, not retried as if the network were down

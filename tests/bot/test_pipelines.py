@@ -61,7 +61,7 @@ async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
         assert ended is not None and ended.phase == Phase.DONE
         assert ended.outcome == "PARENT_FAILED" and ended.detail == f"{parent.id} ended CANCELLED"
         (text,) = await thread_texts(store, child.id)
-        assert text.startswith(f"⛔ <@U0ALICE>: not started, because {parent.id}")
+        assert text.startswith(f"⛔ Not started, because {parent.id}")  # the mention: notices
         assert "ended CANCELLED (🚫 Cancelled by <@U0BOB>). Nothing" in text  # mrkdwn kept as is
         assert f"after={parent.id}:any" in text
         assert not await store.active_ids("U0ALICE")
@@ -106,7 +106,7 @@ async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> Non
         ended = await store.get(fits.id)
         assert ended is not None and ended.outcome == "OVER_BUDGET"
         (text,) = await thread_texts(store, fits.id)
-        assert text.startswith("⛔ <@U0ALICE>: not started now that it is due: This launch needs")
+        assert text.startswith("⛔ Not started now that it is due: This launch needs")
 
         # A launch that never waited is not checked here (/train did).
         plain = Launch(request=request(), user_id="U0ALICE", channel="C1")

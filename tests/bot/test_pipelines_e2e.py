@@ -112,11 +112,11 @@ async def test_child_ends_with_the_parents_reason_when_it_fails_for_good(unique:
     assert ended.detail == f"{parent} ended FAILED"
     said = "\n".join(front.lines)
     assert (
-        f"⛔ @alice: not started, because {parent}, which this launch waited for, ended FAILED"
+        f"@alice ⛔ Not started, because {parent}, which this launch waited for, ended FAILED"
         in said
     )
     assert f"after={parent}:any" in said
-    assert f"not started, because {parent}" in said
+    assert f"Not started, because {parent}" in said
     assert slurm_jobs_named(child) == []  # nothing was submitted
 
 

@@ -43,6 +43,7 @@ from tests.bot.botkit import (
     TEST_REDIS,
     dev_config,
     flush_test_redis,
+    in_dm,
     knobs,
     open_test_store,
     slurm_jobs_named,
@@ -242,8 +243,15 @@ async def test_two_of_each_role_survive_losing_one_of_each(
             assert await jobs_named(launch.id) == attempts, launch.id
 
         posts = standin.calls_to("chat.postMessage")
-        parents = Counter(launch_of(c.params) for c in posts if not c.params.get("thread_ts"))
+        parents = Counter(
+            launch_of(c.params)
+            for c in posts
+            if not c.params.get("thread_ts") and not in_dm(c.params)
+        )
         assert parents == Counter(dict.fromkeys(launch_ids, 1)), parents
+        # Each owner's DM about the end (the default preferences), once across notifiers.
+        dms = Counter(launch_of(c.params) for c in posts if in_dm(c.params))
+        assert dms == Counter(dict.fromkeys(launch_ids, 1)), dms
         thread = Counter(
             (c.params["thread_ts"], c.params["text"]) for c in posts if c.params.get("thread_ts")
         )
@@ -252,7 +260,7 @@ async def test_two_of_each_role_survive_losing_one_of_each(
             c.params.get("thread_ts") for c in standin.calls_to("files.completeUploadExternal")
         )
         assert all(n == 1 for n in uploads.values()), uploads
-        finals = [text for (_, text) in thread if text.startswith("✅ COMPLETED")]
+        finals = [text for (_, text) in thread if re.match(r"<@U\w+> ✅ COMPLETED", text)]
         assert len(finals) == len(launch_ids)
     finally:
         await client.aclose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from tests.bot.botkit import (
     TEST_REDIS,
     dev_config,
     flush_test_redis,
+    in_dm,
     knobs,
     login_run,
     open_test_store,
@@ -115,14 +117,15 @@ async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
         assert launch.outcome == "COMPLETED"
         assert "trainbot_launches_processed_total 1" in exposition
         assert 'trainbot_ssh_round_trips_total{cluster="a3h"}' in exposition
-        parents = [c for c in standin.calls_to("chat.postMessage") if not c.params.get("thread_ts")]
+        posts = standin.calls_to("chat.postMessage")
+        parents = [c for c in posts if not c.params.get("thread_ts") and not in_dm(c.params)]
         assert len(parents) == 1
         thread = [
             c.params["text"]
             for c in standin.calls_to("chat.postMessage")
             if c.params.get("thread_ts")
         ]
-        assert thread[-1].startswith("✅ COMPLETED")
+        assert re.match(r"<@U\w+> ✅ COMPLETED", thread[-1])
         # The job got the token (the stand-in prints its fingerprint), no command line did.
         digest = hashlib.sha256(b"hf_test_token_value").hexdigest()[:12]
         log = login_run(f"cat ~/vertex-oss-training/nemo_rl/{launch.job_id}/nemo_rl_output.log")

@@ -174,3 +174,24 @@ async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing
         names = [f"burst-{i}" for i in range(400)]
         seen = await asyncio.gather(*(store.first_seen(name, 60) for name in names))
         assert all(seen)
+
+
+async def test_watchers_preferences_and_dms_written_once() -> None:
+    await flush_test_redis()
+    async with open_test_store() as store:
+        item = Launch(request=request(), user_id="U1", channel="C1")
+        await store.create(item, [])
+        assert await store.watch(item.id, "U2") and not await store.watch(item.id, "U2")
+        assert await store.watchers(item.id) == ["U2"] and await store.watching("U2") == [item.id]
+        assert await store.unwatch(item.id, "U2") and not await store.unwatch(item.id, "U2")
+        assert await store.watchers(item.id) == [] and await store.watching("U2") == []
+
+        assert (await store.prefs("U2")).dm == ["finish", "failure", "hang"]  # the defaults
+        await store.set_prefs("U2", (await store.prefs("U2")).model_copy(update={"dm": []}))
+        assert (await store.prefs("U2")).dm == []
+
+        before = await store.stream_length("trainbot:outbox")
+        dm = Event("dm", item.id, "done", data={"user": "U2", "notice": "completed"})
+        assert await store.write_dms("1-0", [dm, dm])
+        assert not await store.write_dms("1-0", [dm])  # a redelivered line writes none again
+        assert await store.stream_length("trainbot:outbox") == before + 2

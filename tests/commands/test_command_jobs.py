@@ -12,6 +12,8 @@ from commands import (
     JobRef,
     JobsRequest,
     LogsRequest,
+    UnwatchRequest,
+    WatchRequest,
     parse_command,
 )
 
@@ -34,6 +36,11 @@ ACCEPTED = [
     ("/jobs history", JobsRequest(history=True)),
     ("/jobs history days=30 cluster=a4", JobsRequest(history=True, days=30, cluster="a4")),
     ("/jobs all history", JobsRequest(all_users=True, history=True)),
+    ("/jobs watching", JobsRequest(watching=True)),
+    ("/jobs WATCHING", JobsRequest(watching=True)),
+    ("/watch L-7f3a9c", WatchRequest(job=JobRef(id="L-7f3a9c"))),
+    ("/watch 4187 cluster=a4", WatchRequest(job=JobRef(id="4187", cluster="a4"))),
+    ("/unwatch l-7F3A", UnwatchRequest(job=JobRef(id="L-7f3a"))),
     ("/clusters", ClustersRequest()),
     ("/clusters a4", ClustersRequest(cluster="a4")),
     ("/clusters cluster=a3h", ClustersRequest(cluster="a3h")),
@@ -63,7 +70,10 @@ REJECTED = [
     ("/jobs days=3", "days= goes with history: /jobs history days='3'."),
     ("/jobs history days=0", "days=0 is out of range: give 1 to 400."),
     ("/jobs history days=٣", "days="),
-    ("/jobs histroy", "Unexpected 'histroy'. Usage: /jobs [all] [history [days=N]] [cluster=C]."),
+    (
+        "/jobs histroy",
+        "Unexpected 'histroy'. Usage: /jobs [all] [history [days=N]] [cluster=C] | /jobs watching.",
+    ),
     ("/cancel 4187;reboot", "'4187;reboot' is not a job"),
     (
         "/logs 4187 lines=0",
@@ -85,19 +95,32 @@ REJECTED = [
     ),
     ("/logs plot", "'plot' is not a job"),
     ("/logs", "Which job? Usage: /logs <job> [lines=N] | /logs <job> plot."),
-    ("/jobs everyone", "Unexpected 'everyone'. Usage: /jobs [all] [history [days=N]] [cluster=C]."),
+    (
+        "/jobs everyone",
+        "Unexpected 'everyone'. Usage: /jobs [all] [history [days=N]] [cluster=C] "
+        "| /jobs watching.",
+    ),
     ("/jobs al", "Did you mean all?"),
+    ("/jobs watchin", "Did you mean watching?"),
+    ("/jobs watching all", "Unexpected 'watching'."),
+    ("/jobs watching cluster=a4", "/jobs watching takes no keys."),
+    ("/watch", "Which job? Usage: /watch <job> [cluster=C]. /jobs lists yours."),
+    ("/watch 4187 4188", "Unexpected '4188'. Usage: /watch <job> [cluster=C]."),
+    ("/watch job42", "'job42' is not a job"),
+    ("/watch 4187 lines=5", "lines"),
+    ("/unwatch", "Which job? Usage: /unwatch <job> [cluster=C]."),
     ("/jobs cluster=b1", "Unknown cluster 'b1'."),
     ("/clusters a4 a3m", "Give one cluster at most. Usage: /clusters [cluster=C]."),
     ("/clusters a44", "Unknown cluster 'a44'. Known clusters: a3m, a3u, a4, a3h. Did you mean a4?"),
     (
         "/trian sft",
         "Unknown command '/trian'. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, "
-        "/usage. Did you mean /train?",
+        "/usage, /watch, /unwatch. Did you mean /train?",
     ),
     (
         "",
-        "Unknown command ''. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, /usage.",
+        "Unknown command ''. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, /usage, "
+        "/watch, /unwatch.",
     ),
 ]
 
