@@ -908,8 +908,12 @@ class Store:
     def _record(self, launch: Launch) -> str:
         return self._redact(launch.model_dump_json())
 
+    def _redacted(self, event: Event) -> dict[str, str]:
+        """The event as stored (the outbox, a change's done-mark): every field redacted."""
+        return {k: self._redact(v) for k, v in event.encode().items()}
+
     def _entry(self, event: Event) -> Any:
-        return _fields({k: self._redact(v) for k, v in event.encode().items()})
+        return _fields(self._redacted(event))
 
     async def mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
@@ -951,7 +955,7 @@ class Store:
                                 pipe.xadd(keys.QUEUE, {"launch": launch.id})
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
-                    self._mark_done(pipe, op, json.dumps([e.encode() for e in events]))
+                    self._mark_done(pipe, op, json.dumps([self._redacted(e) for e in events]))
                     await pipe.execute()
                     if launch.job_id != job_before or launch.cancelled_at != cancelled_before:
                         await self._wait_replicas(op)  # a job id or a cancel must survive
