@@ -32,6 +32,11 @@ DM_EVENT_OF: dict[str, DmEvent] = {
     "failed": "failure",
     "hung": "hang",
 }
+# What of a sweep member concerns its owner on its own: the start, checkpoints, approval
+# and the end of each member are told by the sweep's table, and its comparison at the end
+# mentions the owner once (bot.sweep_notes). A cancel concerns them only when it was
+# someone else's.
+SWEEP_MEMBER_NOTICES: frozenset[str] = frozenset({"failed", "hung", "cancelled"})
 URGENT: frozenset[str] = frozenset({"failed", "hung"})  # may break through quiet hours
 SHOWN_MAX = 300  # characters of the thread line a DM repeats
 
@@ -89,6 +94,8 @@ def classify(before: Before | None, after: Launch) -> tuple[list[Notice], bool]:
     if before is not None and hangs > before.hangs:
         found.append("hung")
     by_other = bool(after.cancelled_by) and after.cancelled_by != after.user_id
+    if after.sweep:  # a member: its sweep's thread tells the rest, and its end mentions once
+        found = [n for n in found if n in SWEEP_MEMBER_NOTICES and (n != "cancelled" or by_other)]
     mention = any(
         n in ("completed", "failed", "hung", "approval", "approved", "rejected") for n in found
     ) or ("cancelled" in found and by_other)

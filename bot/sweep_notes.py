@@ -99,7 +99,7 @@ async def _update(store: Store, front: Front, sweep: Sweep) -> None:
     if not sweeps.ended(members) or await store.was_posted(f"sweep-end:{sweep.id}"):
         return
     if not await store.was_posted(f"sweep-compared:{sweep.id}"):
-        text = sweeps.comparison_text(sweep, members, now)
+        text = f"<@{sweep.user_id}> {sweeps.comparison_text(sweep, members, now)}"
         await front.post(sweep.channel, text, thread_ts=sweep.parent_ts)
         await store.mark_posted(f"sweep-compared:{sweep.id}")
     try:

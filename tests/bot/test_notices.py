@@ -127,3 +127,29 @@ def test_dm_text_is_one_short_line_with_the_thread_link() -> None:
     assert (
         notices.summary_text(["a", "b"]) == "While your quiet hours lasted (2 updates):\n• a\n• b"
     )
+
+
+def test_a_sweep_member_concerns_its_owner_only_when_it_fails_hangs_or_another_cancels() -> None:
+    item = running()
+    item.sweep = "S-0a1b2c"
+    item.progress_history = [(1, 2.0), (2, 1.5)]
+    found, mention, _ = change(
+        item, lambda i: apply_snapshot(i, snapshot("COMPLETED"), PROFILE, Watch(), now=1600.0)
+    )
+    assert (found, mention) == ([], False)  # the sweep's table and comparison tell it
+    failing = running()
+    failing.sweep = "S-0a1b2c"
+    found, mention, _ = change(
+        failing, lambda i: apply_snapshot(i, snapshot("FAILED"), PROFILE, Watch(), now=1600.0)
+    )
+    assert "failed" in found and mention
+    for who, told in (("U0ALICE", False), ("U0BOB", True)):
+        member = running()
+        member.sweep = "S-0a1b2c"
+
+        def cancel(i: Launch, who: str = who) -> list[Event]:
+            i.cancelled_by, i.phase, i.outcome = who, Phase.DONE, "CANCELLED"
+            return [Event("thread", i.id, "🚫 Cancelled.")]
+
+        found, mention, _ = change(member, cancel)
+        assert (found == ["cancelled"], mention) == (told, told), who

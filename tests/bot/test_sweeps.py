@@ -168,7 +168,8 @@ async def test_the_end_posts_the_comparison_best_first_and_one_overlay(
         for c in standin.calls_to("chat.postMessage")
         if c.params.get("thread_ts")
     ]
-    comparison = next(r for r in replies if r.startswith("🏁"))
+    comparison = next(r for r in replies if "🏁" in r)
+    assert comparison.startswith(f"<@{sweep.user_id}> 🏁"), comparison  # the owner, once
     rows = [line.split()[1] for line in comparison.split("```")[1].splitlines()[1:]]
     assert rows == ["4", "2", "3", "1"]  # member numbers, best final loss first
     assert "Best: #4 (lr=3e-5, max_steps=200)" in comparison

@@ -129,7 +129,12 @@ async def test_a_2x2_sweep_runs_four_jobs_retries_one_and_ends_with_the_comparis
         )
     assert [d.outcome for d in done] == ["COMPLETED"] * 4, [d.detail for d in done]
     # One approval for the sweep, asked and answered once in its one thread.
-    parents = [c for c in standin.calls_to("chat.postMessage") if not c.params.get("thread_ts")]
+    posts = standin.calls_to("chat.postMessage")
+    parents = [
+        c for c in posts if c.params.get("channel") == "C0TRAIN" and not c.params.get("thread_ts")
+    ]
+    # Members that completed DM no one: the comparison mentions the owner once.
+    assert [c for c in posts if str(c.params.get("channel", "")).startswith("D")] == []
     assert len(parents) == 1, [p.params.get("text") for p in parents]
     parent_ts = done[0].parent_ts
     assert all(d.parent_ts == parent_ts for d in done)
@@ -162,8 +167,9 @@ async def test_a_2x2_sweep_runs_four_jobs_retries_one_and_ends_with_the_comparis
     assert sorted(final) == ["1", "2", "3", "4"] and all("COMPLETED" in r for r in final.values())
     assert "RETRY" in "".join(seen["2"]) and "RETRY" not in "".join(seen["1"] | seen["3"])
     # The end: the comparison, best first, and one picture of every member's curve.
-    comparison = [r for r in replies if r.startswith("🏁")]
+    comparison = [r for r in replies if "🏁" in r]
     assert len(comparison) == 1 and "Best: #" in comparison[0]
+    assert comparison[0].startswith(f"<@{members[0].user_id}> 🏁"), comparison[0]
     ranked = [line.split()[1] for line in comparison[0].split("```")[1].splitlines()[1:]]
     assert sorted(ranked) == ["1", "2", "3", "4"]
     uploads = standin.calls_to("files.completeUploadExternal")

@@ -39,6 +39,14 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
         store.retry_observers.append(lambda _reason, episode: episodes.append(episode))
         first = a_launch()
         assert await store.create(first, [Event("parent", first.id)])
+        # A failover keeps what the replica acknowledged: make sure it has the first launch
+        # (the create's own WAIT gives up after 200 ms, which a loaded machine can outlast).
+        # WAIT counts this connection's writes, and the replica applies writes in order.
+        async with store.redis.pipeline(transaction=False) as pipe:
+            pipe.set("trainbot:test:replicated", "1")
+            pipe.execute_command("WAIT", 1, 10_000)
+            _, acked = await pipe.execute()
+        assert int(acked) == 1
         before = sentinel("primary")
         written: list[str] = []
 
