@@ -97,60 +97,34 @@ class Poller:
         )  # reroute: each person's Unix user per cluster
 
     def start(self) -> None:
+        placement = self.clusters.config.policy.placement
         for name, profile in self.clusters.profiles.items():
-            self.scheduler.add_job(
-                self.scheduled,
-                "interval",
-                seconds=lease_ttl_ms(profile.poll_interval_s) / 1000 / RENEWALS_PER_INTERVAL,
-                args=[self.hold, name],
-                id=f"lease-{name}",
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=None,
+            interval = profile.poll_interval_s
+            self._every(
+                self.hold, name, "lease", lease_ttl_ms(interval) / 1000 / RENEWALS_PER_INTERVAL
             )
-            self.scheduler.add_job(
-                self.scheduled,
-                "interval",
-                seconds=profile.poll_interval_s,
-                args=[self.poll, name],
-                id=f"poll-{name}",
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=None,
-            )
-            self.scheduler.add_job(
-                self.scheduled,
-                "interval",
-                seconds=max(profile.poll_interval_s, MIN_CHARGE_INTERVAL_S),
-                args=[self.charge, name],
-                id=f"charge-{name}",
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=None,
-            )
-            if self.clusters.config.policy.placement.reroute_after_s is not None:
-                self.scheduler.add_job(
-                    self.scheduled,
-                    "interval",
-                    seconds=max(profile.poll_interval_s, MIN_REROUTE_INTERVAL_S),
-                    args=[self.reroute, name],
-                    id=f"reroute-{name}",
-                    max_instances=1,
-                    coalesce=True,
-                    misfire_grace_time=None,
-                )
+            self._every(self.poll, name, "poll", interval)
+            self._every(self.charge, name, "charge", max(interval, MIN_CHARGE_INTERVAL_S))
+            if placement.reroute_after_s is not None:
+                self._every(self.reroute, name, "reroute", max(interval, MIN_REROUTE_INTERVAL_S))
             if (every_s := self.clusters.config.watch.health.gpu_sample_for(name)) > 0:
-                self.scheduler.add_job(
-                    self.scheduled,
-                    "interval",
-                    seconds=every_s,
-                    args=[self.sample_gpus, name],
-                    id=f"gpu-{name}",
-                    max_instances=1,
-                    coalesce=True,
-                    misfire_grace_time=None,
-                )
+                self._every(self.sample_gpus, name, "gpu", every_s)
         self.scheduler.start()
+
+    def _every(
+        self, job: Callable[[str], Awaitable[object]], cluster: str, kind: str, seconds: float
+    ) -> None:
+        """Run ``job(cluster)`` every ``seconds``, one run at a time, missed runs coalesced."""
+        self.scheduler.add_job(
+            self.scheduled,
+            "interval",
+            seconds=seconds,
+            args=[job, cluster],
+            id=f"{kind}-{cluster}",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
 
     async def scheduled(self, job: Callable[[str], Awaitable[object]], cluster: str) -> None:
         """Run one of ``cluster``'s scheduled jobs. One that :meth:`shutdown` cuts short ends
