@@ -218,48 +218,41 @@ class InteractiveRequest(_LaunchFields):
         return " ".join([self.command, "interactive", *self._launch_pairs()])
 
 
-class AttachRequest(_Request):
+class _OneJob(_Request):
+    """A command about one job: ``/<command> <job>``."""
+
+    job: JobRef
+
+    def to_text(self) -> str:
+        return f"{self.command} {self.job.to_text()}"
+
+
+class AttachRequest(_OneJob):
     """``/attach <job>``: how to attach to an interactive job."""
 
     command: ClassVar[str] = "/attach"
     kind: Literal["attach"] = "attach"
-    job: JobRef
-
-    def to_text(self) -> str:
-        return f"{self.command} {self.job.to_text()}"
 
 
-class CancelRequest(_Request):
+class CancelRequest(_OneJob):
     """``/cancel <job>``: cancel a job (after confirmation)."""
 
     command: ClassVar[str] = "/cancel"
     kind: Literal["cancel"] = "cancel"
-    job: JobRef
-
-    def to_text(self) -> str:
-        return f"{self.command} {self.job.to_text()}"
 
 
-class WatchRequest(_Request):
+class WatchRequest(_OneJob):
     """``/watch <job>``: get a launch's events by DM (by your own preferences)."""
 
     command: ClassVar[str] = "/watch"
     kind: Literal["watch"] = "watch"
-    job: JobRef
-
-    def to_text(self) -> str:
-        return f"{self.command} {self.job.to_text()}"
 
 
-class UnwatchRequest(_Request):
+class UnwatchRequest(_OneJob):
     """``/unwatch <job>``: stop getting a launch's events by DM."""
 
     command: ClassVar[str] = "/unwatch"
     kind: Literal["unwatch"] = "unwatch"
-    job: JobRef
-
-    def to_text(self) -> str:
-        return f"{self.command} {self.job.to_text()}"
 
 
 class LogsRequest(_Request):
