@@ -146,10 +146,8 @@ def _local(naive: datetime, where: tzinfo, raw: str) -> datetime:
 def parse_after(raw: str) -> tuple[str, Literal["ok", "any"]]:
     """``after=<job>[:ok|:any]`` to (job, mode); the job is a launch id or a Slurm job id."""
     job, _, mode = raw.partition(":")
-    value = job.lower()
-    if value.startswith("l-"):
-        value = "L-" + value[2:]
-    if not re.fullmatch(AFTER_PATTERN, value):
+    value = _job_value(job)
+    if value is None:
         raise CommandError(
             f"after={quote(raw)}: {quote(job)} is not a job. Give a launch id such as "
             "after=L-7f3a9c2b41 or a Slurm job id such as after=4187, optionally with "
@@ -170,10 +168,8 @@ def parse_after(raw: str) -> tuple[str, Literal["ok", "any"]]:
 
 def parse_from(raw: str) -> str:
     """``from=<job>``: a launch id or a Slurm job id."""
-    value = raw.lower()
-    if value.startswith("l-"):
-        value = "L-" + value[2:]
-    if not re.fullmatch(AFTER_PATTERN, value):
+    value = _job_value(raw)
+    if value is None:
         raise CommandError(
             f"from={quote(raw)} is not a job. Give the launch whose newest checkpoint to "
             "start from: a launch id such as from=L-7f3a9c2b41 or a Slurm job id such as "
@@ -181,6 +177,15 @@ def parse_from(raw: str) -> str:
             field="from",
         )
     return value
+
+
+def _job_value(text: str) -> str | None:
+    """A launch id (its ``L-`` in upper case, the rest lower) or a Slurm job id; None
+    when ``text`` is neither."""
+    value = text.lower()
+    if value.startswith("l-"):
+        value = "L-" + value[2:]
+    return value if re.fullmatch(AFTER_PATTERN, value) else None
 
 
 def join_at_words(args: Args) -> Args:
