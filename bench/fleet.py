@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 
 from bench.common import job_info_rpcs, slurm_counters
-from bot.clusters import Clusters
-from bot.config import Config
-from bot.launches import Attempt, Launch, Phase
-from bot.settings import Settings
-from bot.store import Event, Store
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.settings.config import Config
+from bot.settings.env import Settings
+from bot.store.store import Event, Store
 from cluster.launch import LaunchPlan, plan_launch
 from commands.context import User
 from commands.dispatch import parse_command

@@ -6,7 +6,7 @@ the way the bot writes them (create, submitted, ended: each through Store.mutate
 so the indexes and expiries are the real ones), plus a few active ones, then
 times, with real Redis:
 
-- ``/jobs`` (active launches of one user, and of everyone) through bot.answers;
+- ``/jobs`` (active launches of one user, and of everyone) through bot.core.answers;
 - a user's and a cluster's history (the newest 20) and everyone's (the newest 50);
 - finding a launch by Slurm job id (the per-id hash) and by launch id;
 - for comparison, one full SCAN of the keyspace, which is what finding a job id
@@ -34,9 +34,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot import answers, keys  # noqa: E402
-from bot.launches import Attempt, Launch, Phase  # noqa: E402
-from bot.store import Event, Store  # noqa: E402
+from bot.core import answers
+from bot.lifecycle.launch import Attempt, Launch, Phase  # noqa: E402
+from bot.store.store import (  # noqa: E402
+    Event,
+    Store,
+    keys,  # noqa: E402
+)
 from commands.context import User  # noqa: E402
 from commands.requests import TrainRequest  # noqa: E402
 

@@ -23,9 +23,9 @@ import time
 
 from bench.common import LOGIN_SSH, Row, ms, scancel
 from bench.fleet import FLEET_USER, clusters_for
-from bot.config import Config
-from bot.launches import Launch
-from bot.store import Store
+from bot.lifecycle.launch import Launch
+from bot.settings.config import Config
+from bot.store.store import Store
 from cluster.launch import plan_launch
 from commands.context import User
 from commands.dispatch import parse_command

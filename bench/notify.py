@@ -22,8 +22,8 @@ import time
 from datetime import datetime
 
 from bench.common import LOGIN_SSH, Row, ms, percentile, scancel
-from bot.launches import Launch, Phase
-from bot.store import Store
+from bot.lifecycle.launch import Launch, Phase
+from bot.store.store import Store
 from support.slack_standin import SlackStandin, post_signed, slash_command_body
 
 LAUNCH_RE = re.compile(r"L-[0-9a-f]{4,12}")

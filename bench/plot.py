@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.anchors.bitmap_plot import render_loss_png as bitmap_png  # noqa: E402
-from bot.plot import render_loss_png  # noqa: E402
+from bot.text.plot import render_loss_png  # noqa: E402
 
 
 def noisy_loss(n: int, *, seed: int = 0) -> list[tuple[float, float]]:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from bench.common import REDIS_URL, bench_config, cancel_named, flush_bench_db, run_tag, scancel
 from bench.fleet import Fleet, clusters_for
-from bot.config import load_config
-from bot.poller import Poller
-from bot.store import Store
+from bot.engine.poller import Poller
+from bot.settings.config import load_config
+from bot.store.store import Store
 from cluster.ssh import SSHPool
 
 CLUSTER = "a4"

@@ -11,8 +11,8 @@ import asyncio
 import statistics
 import time
 
-from bot.launches import Launch
-from bot.store import Event, Store, Target
+from bot.lifecycle.launch import Launch
+from bot.store.store import Event, Store, Target
 from commands.requests import TrainRequest
 
 SENTINELS = (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))

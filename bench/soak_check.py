@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.soak_infra import JobRow
 
-# The parent's headline: "<icon> *<WORD>*  ..." (bot/render.py)
+# The parent's headline: "<icon> *<WORD>*  ..." (bot/lifecycle/render.py)
 PARENT_WORD_RE = re.compile(r"^\S+ \*([A-Z_ -]+)\*")
 # Words of a launch still under way (phases, and Slurm states that are not the end).
 ACTIVE_WORDS = {

@@ -43,8 +43,8 @@ from bench.common import (
     scancel,
 )
 from bench.fleet import Fleet, Window, clusters_for, nemo_run_window, window
-from bot.config import load_config
-from bot.store import Store
+from bot.settings.config import load_config
+from bot.store.store import Store
 from cluster.ssh import SSHPool
 from support.slack_standin import SlackStandin
 

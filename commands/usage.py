@@ -5,7 +5,7 @@
 ``@name`` as typed); ``team=`` a Slack user group id (``S...``); ``cluster=`` one
 cluster, everyone's use of it. ``week`` (the default) is the ISO week so far,
 ``month`` the calendar month so far (UTC), ``days=N`` the last N days. Pure: who may
-see what is decided in :mod:`bot.usage` with the policy's ``usage.teams``.
+see what is decided in :mod:`bot.core.usage` with the policy's ``usage.teams``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 setting and scope the code needs is in the manifest, and nothing more.
 
 Commands, events and buttons are checked against the bolt app the service builds
-(``bot.http.run_slack``): each is sent to it as Slack sends it, signed, and must
+(``bot.slack.http.run_slack``): each is sent to it as Slack sends it, signed, and must
 reach the core (or, for a mention, be answered), and what the core knows that the
 manifest lacks must not be handled. The scope list of docs/operations.md is checked too.
 """
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import slack_text
-from bot.front import Incoming, Reply
-from bot.http import SlackService, run_slack
+from bot.slack.http import SlackService, run_slack
+from bot.text import mrkdwn
+from bot.text.front import Incoming, Reply
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
 from support.slack_standin import (
     SlackStandin,
@@ -69,7 +69,7 @@ def manifest() -> dict[str, Any]:
 def methods_called() -> set[str]:
     """Every ``client.<method>(`` in the bot's code."""
     found: set[str] = set()
-    for path in (ROOT / "bot").glob("*.py"):
+    for path in (ROOT / "bot").rglob("*.py"):
         found |= set(re.findall(r"\bclient\.([a-z]+_[A-Za-z0-9_]+)\(", path.read_text()))
     return found
 
@@ -175,7 +175,7 @@ async def test_every_button_reaches_the_core(manifest: dict[str, Any], served: S
     assert manifest["settings"]["interactivity"]["is_enabled"]
     buttons = [
         value
-        for name, value in vars(slack_text).items()
+        for name, value in vars(mrkdwn).items()
         if name.startswith("ACTION_") and name != "ACTION_PREFIX"
     ]
     assert buttons

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.settings import Settings
+from bot.settings.env import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,7 +168,7 @@ def test_compose_mounts_are_read_only_and_only_workers_and_pollers_get_the_ssh_k
         targets = {mount.split(":")[1]: mount for mount in mounts}
         assert targets["/config/trainbot.yaml"].startswith("./trainbot.yaml:")
         assert all(mount.endswith(":ro") for mount in mounts), mounts
-        if role == "web":  # it asks the workers for cluster work (bot.asks)
+        if role == "web":  # it asks the workers for cluster work (bot.engine.asks)
             assert not set(key_files) & set(targets), mounts
         else:
             assert set(key_files) <= set(targets), mounts
@@ -222,7 +222,7 @@ def test_dockerfile_healthcheck_is_valid_python(dockerfile: list[tuple[str, str]
 
 def test_console_script_is_trainbot() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert project["project"]["scripts"]["trainbot"] == "bot.cli:main"
+    assert project["project"]["scripts"]["trainbot"] == "bot.runtime.cli:main"
 
 
 def test_dockerignore_keeps_secrets_out() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.launches import Attempt, Launch, Phase
-from bot.tracking import apply_snapshot
+from bot.engine.tracking import apply_snapshot
+from bot.lifecycle.launch import Attempt, Launch, Phase
 from cluster import collect_remote
 from cluster.collector import Checkpoint, parse_collect_output
 from cluster.frameworks import registry

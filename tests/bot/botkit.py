@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 import pytest
 import redis.asyncio as aioredis
 
-from bot.config import Config, parse_config
-from bot.launches import Launch
-from bot.settings import Settings
-from bot.store import Store
+from bot.lifecycle.launch import Launch
+from bot.settings.config import Config, parse_config
+from bot.settings.env import Settings
+from bot.store.store import Store
 from tests import devlogin
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bot.front import Incoming, Reply
-from bot.http import MetricsText, SlackParams, SlackService, run_slack
-from bot.slack_front import SlackFront, open_front
+from bot.slack.http import MetricsText, SlackParams, SlackService, run_slack
+from bot.slack.webapi import SlackFront, open_front
+from bot.text.front import Incoming, Reply
 from support.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
 from tests.bot import botkit
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import signal
 
-from bot import worker
-from bot.cli import main
-from bot.clusters import Clusters
+from bot.engine import worker
+from bot.engine.on_cluster import Clusters
+from bot.runtime.cli import main
 from cluster.launch import Submission
 from cluster.spec import LaunchSpec
 

@@ -1,4 +1,4 @@
-"""Cluster work asked of the workers (bot.asks): what the web role's core gets back is
+"""Cluster work asked of the workers (bot.engine.asks): what the web role's core gets back is
 what a worker's own call gave, errors keep their kind, and an ask no worker takes fails
 in its time saying so. Real Redis; the cluster side is scripted at trainbot's own seam
 (``Clusters``)."""
@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.asks import WorkerAsks, serve_asks
-from bot.clusters import Clusters
-from bot.config import parse_config
-from bot.launches import Launch
-from bot.settings import Settings
-from bot.store import Store
+from bot.engine.asks import WorkerAsks, serve_asks
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch
+from bot.settings.config import parse_config
+from bot.settings.env import Settings
+from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterUnreachable, CommandTimeout

@@ -15,10 +15,10 @@ from contextlib import asynccontextmanager
 import pytest
 from aiohttp import web
 
-from bot.console import ConsoleFront, handle_line
-from bot.front import Incoming
-from bot.launches import Launch, Phase
-from bot.service import Bot, running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Launch, Phase
+from bot.runtime.service import Bot, running
+from bot.text.front import Incoming
 from tests import devlogin
 from tests.bot.botkit import (
     LAUNCH_RE,

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.launches import Phase
-from bot.service import running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Phase
+from bot.runtime.service import running
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
@@ -105,7 +105,7 @@ async def test_dry_run_submits_nothing_and_shows_the_commands(unique: str) -> No
 
 
 async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) -> None:
-    from bot.front import Incoming
+    from bot.text.front import Incoming
 
     front = ConsoleFront(io.StringIO(), color=False)
     async with knobs(unique, **FAST), running(bot_settings(), dev_config(), front) as bot:
@@ -143,7 +143,7 @@ async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) ->
 
 
 async def test_cancel_from_the_button_stops_the_job(unique: str, cancel_jobs: list[str]) -> None:
-    from bot.front import Incoming
+    from bot.text.front import Incoming
 
     front = ConsoleFront(io.StringIO(), color=False)
     async with (
@@ -217,7 +217,10 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
     ):
         async with running(bot_settings(), dev_config(), front) as bot:
             reply = await handle_line(
-                "/train pretrain llama3p1_70b nodes=1 cluster=a3u", bot.core, front, user="alice"
+                "/train pretrain llama3p1_70b nodes=1 cluster=a3u",
+                bot.core,
+                front,
+                user="alice",
             )
             launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
             launch = await wait_for_launch(bot.store, launch_id)
@@ -240,7 +243,7 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
 
 
 async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
-    from bot.front import Incoming
+    from bot.text.front import Incoming
 
     front = ConsoleFront(io.StringIO(), color=False)
     from commands.rules import ApproverRule

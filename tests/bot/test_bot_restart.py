@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.launches import Launch, Phase
-from bot.service import running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Launch, Phase
+from bot.runtime.service import running
 from cluster import launch as cluster_launch
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
@@ -116,7 +116,7 @@ async def test_a_worker_adopts_a_job_submitted_before_it_died(unique: str) -> No
         spec = bot.clusters.spec_for(item).spec
         submitted = await cluster_launch.submit(bot.clusters.pool, cluster_launch.plan_launch(spec))
         await bot.store.create(item, [])  # queued for a worker, as the dead one left it
-        from bot.worker import Worker
+        from bot.engine.worker import Worker
 
         worker = Worker(bot.store, bot.clusters, name="replacement")
         stop = asyncio.Event()
@@ -139,7 +139,10 @@ async def test_restart_mid_run_picks_the_launch_up_without_repeating(unique: str
         front = ConsoleFront(io.StringIO(), color=False)
         async with running(bot_settings(), config, front) as bot:
             reply = await handle_line(
-                f"/train dpo llama3p1_8b cluster=a4 name={unique}", bot.core, front, user="alice"
+                f"/train dpo llama3p1_8b cluster=a4 name={unique}",
+                bot.core,
+                front,
+                user="alice",
             )
             launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
             await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)

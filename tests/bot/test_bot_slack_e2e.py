@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.config import Config
-from bot.http import SlackService, run_slack
-from bot.service import Bot, running
-from bot.slack_front import open_front
+from bot.runtime.service import Bot, running
+from bot.settings.config import Config
+from bot.slack.http import SlackService, run_slack
+from bot.slack.webapi import open_front
 from support.slack_standin import (
     BOT_TOKEN,
     SlackStandin,

@@ -11,10 +11,10 @@ import shlex
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.front import Incoming
-from bot.launches import Phase
-from bot.service import running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Phase
+from bot.runtime.service import running
+from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
@@ -108,7 +108,10 @@ async def test_a_cancel_taken_by_the_web_role_is_carried_out_by_a_worker(
     ):
         assert not web.clusters.pool.act_as_people
         reply = await handle_line(
-            f"/train sft llama3p1_2b cluster=a3m name={unique}", bot.core, front, user="U0ALICE"
+            f"/train sft llama3p1_2b cluster=a3m name={unique}",
+            bot.core,
+            front,
+            user="U0ALICE",
         )
         assert reply is not None and not reply.error, reply
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]

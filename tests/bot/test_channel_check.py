@@ -10,13 +10,13 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot import keys
-from bot.clusters import Clusters
-from bot.console import ConsoleFront, handle_line
-from bot.core import Core
-from bot.http import SlackService, run_slack
-from bot.slack_front import SlackError, SlackFront
-from bot.store import Store
+from bot.console.chat import ConsoleFront, handle_line
+from bot.core.core import Core
+from bot.engine.on_cluster import Clusters
+from bot.slack.http import SlackService, run_slack
+from bot.slack.webapi import SlackError, SlackFront
+from bot.store import keys
+from bot.store.store import Store
 from cluster.ssh import SSHPool
 from support.slack_standin import (
     BOT_SCOPES,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import build_parser, main
-from bot.http import SlackParams
-from bot.serve import check_slack_settings
-from bot.service import role_parts
+from bot.runtime.cli import build_parser, main
+from bot.runtime.serve import check_slack_settings
+from bot.runtime.service import role_parts
+from bot.slack.http import SlackParams
 from cluster.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.clusters import Clusters
-from bot.config import parse_config
-from bot.cost import estimate_shape
-from bot.launches import Launch
-from bot.settings import Settings
+from bot.engine.cost import estimate_shape
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch
+from bot.settings.config import parse_config
+from bot.settings.env import Settings
 from cluster.launch import plan_launch
 from cluster.slurm import build_test_only
 from cluster.ssh import SSHPool

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import Config, load_config, parse_config
-from bot.service import check_role_config, role_parts
+from bot.runtime.service import check_role_config, role_parts
+from bot.settings.config import Config, load_config, parse_config
 from cluster.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.clusters import Clusters
-from bot.config import load_config
-from bot.core import Core
-from bot.front import Incoming
-from bot.launches import Launch, Phase
-from bot.settings import Settings
-from bot.store import Event
+from bot.core.core import Core
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch, Phase
+from bot.settings.config import load_config
+from bot.settings.env import Settings
+from bot.store.store import Event
+from bot.text.front import Incoming
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

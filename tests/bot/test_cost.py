@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bot.clusters import Clusters
-from bot.config import load_config
-from bot.core import Core
-from bot.cost import estimate_cost, start_text
-from bot.front import Incoming
-from bot.launches import Attempt, Launch, Phase, StepRun
-from bot.settings import Settings
-from bot.store import BudgetGuard, Event, OverBudget, Store
-from bot.tracking import used_gpu_hours
+from bot.core.core import Core
+from bot.engine.cost import estimate_cost, start_text
+from bot.engine.on_cluster import Clusters
+from bot.engine.tracking import used_gpu_hours
+from bot.lifecycle.launch import Attempt, Launch, Phase, StepRun
+from bot.settings.config import load_config
+from bot.settings.env import Settings
+from bot.store.store import BudgetGuard, Event, OverBudget, Store
+from bot.text.front import Incoming
 from cluster.profiles import ClusterProfile
 from cluster.slurm import StartEstimate
 from cluster.ssh import SSHPool

@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.config import Config
-from bot.console import ConsoleFront, handle_line
-from bot.front import Incoming, Reply
-from bot.launches import Launch, Phase
-from bot.service import running
-from bot.store import Store
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Launch, Phase
+from bot.runtime.service import running
+from bot.settings.config import Config
+from bot.store.store import Store
+from bot.text.front import Incoming, Reply
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from tests.bot.botkit import (
@@ -283,9 +283,9 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
 async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselves() -> None:
     """Many /train of one shape within a few seconds share one ``sbatch --test-only``
     (the ack stays fast under load); another person, or another size, is asked anew."""
-    from bot.clusters import Clusters
-    from bot.cost import StartEstimates
-    from bot.settings import Settings
+    from bot.engine.cost import StartEstimates
+    from bot.engine.on_cluster import Clusters
+    from bot.settings.env import Settings
     from cluster.slurm import JobShape, StartEstimate
     from cluster.ssh import SSHPool
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.demo import DEV_CONFIG, ENSURE, bring_up, find_checkout
+from bot.runtime.demo import DEV_CONFIG, ENSURE, bring_up, find_checkout
 from cluster.errors import TrainbotError
 
 PROJECT = Path(__file__).resolve().parents[2]

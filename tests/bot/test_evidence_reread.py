@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.babysit import on_failure
-from bot.launches import Attempt, Launch, Phase
+from bot.engine.babysit import on_failure
+from bot.lifecycle.launch import Attempt, Launch, Phase
 from cluster.collector import JobSnapshot, LogChunk
 from cluster.frameworks.base import Tracking
 from commands.requests import TrainRequest

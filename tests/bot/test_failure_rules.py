@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import parse_config
+from bot.settings.config import parse_config
 from cluster.diagnosis import CATALOG, Diagnosis, Reaction, RetryDecision, retry_decision
 from cluster.errors import ConfigError
 from cluster.failures import CATALOG_FILE, FailureRule, build_catalog, builtin_rules

@@ -1,4 +1,4 @@
-"""Run health from parsed progress (bot/health.py), through apply_snapshot's read of a log
+"""Run health from parsed progress (bot/lifecycle/health.py), through apply_snapshot's read of a log
 chunk: each episode said once, also across a restart (the launch record is re-read)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from bot import render
-from bot.config import Health, Watch
-from bot.health import TRAINBOT, gpu_sampled, observe
-from bot.home import home_blocks
-from bot.launches import Launch, Phase
-from bot.tracking import apply_snapshot
+from bot.core.home import home_blocks
+from bot.engine.tracking import apply_snapshot
+from bot.lifecycle import render
+from bot.lifecycle.health import TRAINBOT, gpu_sampled, observe
+from bot.lifecycle.launch import Launch, Phase
+from bot.settings.config import Health, Watch
 from cluster.gpu import GpuSample, parse_samples, sample_script
 from cluster.progress import Point, Progress, parse_nemo
 from tests.bot.test_tracking import PROFILE, snapshot, threads

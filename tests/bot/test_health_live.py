@@ -10,13 +10,13 @@ import re
 
 import pytest
 
-from bot.clusters import Clusters
-from bot.config import Config, Health
-from bot.console import ConsoleFront, handle_line
-from bot.gpuwatch import sample_running
-from bot.health import TRAINBOT
-from bot.launches import Attempt, Launch, Phase
-from bot.service import running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.engine.gpuwatch import sample_running
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.health import TRAINBOT
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.runtime.service import running
+from bot.settings.config import Config, Health
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
@@ -144,7 +144,10 @@ async def test_gpus_idle_for_the_window_get_one_warning_and_busy_ones_none(
         ids = []
         for name in (idle, busy):
             reply = await handle_line(
-                f"/train sft llama3p1_2b cluster=a3m name={name}", bot.core, front, user="alice"
+                f"/train sft llama3p1_2b cluster=a3m name={name}",
+                bot.core,
+                front,
+                user="alice",
             )
             assert reply is not None and not reply.error, reply
             ids.append(LAUNCH_RE.search(reply.text).group(0))  # type: ignore[union-attr]

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from bot.clusters import Clusters
-from bot.core import Core
-from bot.http import SlackService, run_slack
-from bot.launches import Launch, Phase, Sweep
-from bot.slack_front import SlackFront
-from bot.store import Event, Store
+from bot.core.core import Core
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.slack.http import SlackService, run_slack
+from bot.slack.webapi import SlackFront
+from bot.store.store import Event, Store
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin, event_envelope, post_signed

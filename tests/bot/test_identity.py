@@ -17,11 +17,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.doctor import run_doctor
-from bot.front import Incoming
-from bot.launches import Launch, Phase
-from bot.service import Bot, running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Launch, Phase
+from bot.runtime.doctor import run_doctor
+from bot.runtime.service import Bot, running
+from bot.text.front import Incoming
 from tests import devlogin
 from tests.bot.botkit import (
     LAUNCH_RE,
@@ -106,7 +106,10 @@ async def test_two_people_run_attach_and_cancel_as_themselves(
         await attach_ready(bot, b_id)
 
         nobody = await handle_line(
-            f"/train interactive nodes=1 cluster=a3h name={unique}", bot.core, front, user="U0X"
+            f"/train interactive nodes=1 cluster=a3h name={unique}",
+            bot.core,
+            front,
+            user="U0X",
         )
         assert nobody is not None and nobody.error
         assert "You have no user on a3h" in nobody.text

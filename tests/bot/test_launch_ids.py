@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from bot import keys
-from bot.launches import Launch, Phase, new_launch_id
-from bot.store import Event, Store
+from bot.lifecycle.launch import Launch, Phase, new_launch_id
+from bot.store import keys
+from bot.store.store import Event, Store
 from commands.jobs import parse_job_ref
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
@@ -24,7 +24,7 @@ async def outbox_of(store: Store, launch_id: str) -> list[tuple[str, str]]:
 
 
 def test_new_ids_are_40_bits_typable_and_old_ones_still_parse() -> None:
-    from bot.config import load_config
+    from bot.settings.config import load_config
     from tests.bot.test_core import EXAMPLE
 
     ids = {new_launch_id() for _ in range(20_000)}

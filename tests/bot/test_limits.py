@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.clusters import Clusters
-from bot.config import Config, load_config
-from bot.core import Core
-from bot.front import Incoming
-from bot.settings import Settings
-from bot.store import Store
+from bot.core.core import Core
+from bot.engine.on_cluster import Clusters
+from bot.settings.config import Config, load_config
+from bot.settings.env import Settings
+from bot.store.store import Store
+from bot.text.front import Incoming
 from cluster.discovery import ClusterCapacity
 from cluster.ssh import SSHPool
 from commands.policy import Limits, PolicyRule

@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.cli import build_parser, log_level
-from bot.logs import configure_logging, launch_fields, log_context
-from bot.redact import Redactor, install_log_filter, remove_log_filter
-from bot.settings import Settings
-from bot.worker import Worker
+from bot.core.redact import Redactor, install_log_filter, remove_log_filter
+from bot.engine.worker import Worker
+from bot.runtime.cli import build_parser, log_level
+from bot.settings.env import Settings
+from bot.settings.logs import configure_logging, launch_fields, log_context
 from support.slack_standin import SlackStandin, post_signed
 from support.slack_standin import slash_command_body as slash
 from tests.bot.botkit import (
@@ -57,7 +57,7 @@ def lines(buffer: io.StringIO) -> list[dict[str, Any]]:
 def test_json_lines_carry_the_launch_fields_and_exc_info(restore_logging: None) -> None:
     out = io.StringIO()
     configure_logging("INFO", "json", stream=out)
-    log = logging.getLogger("bot.worker")
+    log = logging.getLogger("bot.engine.worker")
     log.debug("not shown at INFO")
     log.info("queued", extra=launch_fields("L-abc123", cluster="a4"))
     with log_context(launch_id="L-def456", cluster="a3m", job_id="4187"):
@@ -68,7 +68,11 @@ def test_json_lines_carry_the_launch_fields_and_exc_info(restore_logging: None) 
         log.exception("failed")
     first, second, third = lines(out)
     assert set(first) == {"time", "level", "logger", "message", "launch_id", "cluster"}
-    assert (first["level"], first["logger"], first["message"]) == ("INFO", "bot.worker", "queued")
+    assert (first["level"], first["logger"], first["message"]) == (
+        "INFO",
+        "bot.engine.worker",
+        "queued",
+    )
     assert (first["launch_id"], first["cluster"]) == ("L-abc123", "a4")
     assert first["time"].endswith("+00:00")
     assert second["launch_id"] == "L-def456" and second["job_id"] == "4187"
@@ -81,21 +85,23 @@ def test_text_lines_keep_the_fields_readable(restore_logging: None) -> None:
     out = io.StringIO()
     configure_logging("INFO", "text", stream=out)
     with log_context(launch_id="L-abc123", cluster="a4"):
-        logging.getLogger("bot.poller").info("job %s running", "4187", extra={"job_id": "4187"})
+        logging.getLogger("bot.engine.poller").info(
+            "job %s running", "4187", extra={"job_id": "4187"}
+        )
     assert (
         out.getvalue()
         .rstrip()
-        .endswith("INFO bot.poller: job 4187 running launch=L-abc123 job=4187 cluster=a4")
+        .endswith("INFO bot.engine.poller: job 4187 running launch=L-abc123 job=4187 cluster=a4")
     )
 
 
 def test_libraries_stay_quiet_unless_debug_is_asked(restore_logging: None) -> None:
     configure_logging("INFO", "json", stream=io.StringIO())
-    assert logging.getLogger("bot.core").isEnabledFor(logging.INFO)
+    assert logging.getLogger("bot.core.core").isEnabledFor(logging.INFO)
     for name in ("asyncssh", "slack_bolt", "apscheduler"):
         assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
     configure_logging("DEBUG", "json", stream=io.StringIO())
-    for name in ("bot.core", "asyncssh", "slack_bolt", "apscheduler"):
+    for name in ("bot.core.core", "asyncssh", "slack_bolt", "apscheduler"):
         assert logging.getLogger(name).isEnabledFor(logging.DEBUG), name
 
 
@@ -120,7 +126,7 @@ def test_the_json_handler_is_redacted(restore_logging: None) -> None:
     secret = "hf_secret_value_123456"
     flt = install_log_filter(Redactor([secret]))
     try:
-        log = logging.getLogger("bot.worker")
+        log = logging.getLogger("bot.engine.worker")
         log.warning("token %s leaked", secret, extra=launch_fields("L-abc123"))
         try:
             raise ValueError(f"bad {secret}")
@@ -141,7 +147,7 @@ async def test_a_worker_line_carries_its_launch(restore_logging: None) -> None:
     async with open_test_store() as store:
         worker = Worker(store, None, name="test-worker")  # type: ignore[arg-type]
         await worker.handle("1-0", {"launch": "L-0badid"})
-    [line] = [x for x in lines(out) if x["logger"] == "bot.worker"]
+    [line] = [x for x in lines(out) if x["logger"] == "bot.engine.worker"]
     assert line["launch_id"] == "L-0badid" and line["level"] == "WARNING"
 
 
@@ -174,7 +180,9 @@ async def test_serve_logs_a_launch_as_json_lines(
     assert not [r for r in records if r["logger"].split(".")[0] in ("asyncssh", "apscheduler")]
     mine = [r for r in records if r.get("launch_id") == launch_id]
     queued = [r for r in mine if "queued" in r["message"]]
-    submitted = [r for r in mine if r["logger"] == "bot.worker" and "submitted" in r["message"]]
+    submitted = [
+        r for r in mine if r["logger"] == "bot.engine.worker" and "submitted" in r["message"]
+    ]
     assert queued and queued[0]["cluster"] == "a3h"
     assert submitted and submitted[0]["job_id"] == launch.job_id
     assert submitted[0]["cluster"] == "a3h"

@@ -3,12 +3,12 @@ fed the launch edits the poll and the commands really make."""
 
 from __future__ import annotations
 
-from bot import notices
-from bot.config import Watch
-from bot.launches import Launch, Phase
-from bot.notices import Before, classify
-from bot.store import Event
-from bot.tracking import apply_snapshot
+from bot.engine.tracking import apply_snapshot
+from bot.lifecycle import notices
+from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.notices import Before, classify
+from bot.settings.config import Watch
+from bot.store.store import Event
 from tests.bot.test_tracking import PROFILE, launch, snapshot
 
 

@@ -17,15 +17,15 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from bot.alerts import PagerDuty
-from bot.config import Alerts
-from bot.front import Front
-from bot.launches import Launch
-from bot.notifier import Notifier, Retry
-from bot.paging import Pager
-from bot.service import running
-from bot.slack_front import SlackFront
-from bot.store import Event, Store
+from bot.lifecycle.launch import Launch
+from bot.notify.alerts import PagerDuty
+from bot.notify.notifier import Notifier, Retry
+from bot.notify.paging import Pager
+from bot.runtime.service import running
+from bot.settings.config import Alerts
+from bot.slack.webapi import SlackFront
+from bot.store.store import Event, Store
+from bot.text.front import Front
 from commands.requests import TrainRequest
 from support.slack_standin import Call, SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
@@ -132,7 +132,9 @@ async def test_a_thread_that_cannot_be_posted_holds_back_only_its_own_launch(
 async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_told(
     standin: SlackStandin, front: SlackFront, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from bot.doctor import delivery_text  # new here (as Retry): the other tests run on either
+    from bot.runtime.doctor import (
+        delivery_text,
+    )  # new here (as Retry): the other tests run on either
 
     caplog.set_level(logging.INFO)
     standin.refuse_posts(OUT)

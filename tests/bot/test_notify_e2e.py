@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bot.console import handle_line
-from bot.slack_text import ACTION_PREFS
+from bot.console.chat import handle_line
+from bot.text.mrkdwn import ACTION_PREFS
 from commands.rules import ViewerRule
 from support.slack_standin import (
     SlackStandin,

@@ -14,18 +14,19 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bot import keys, worker
-from bot.clusters import Clusters
-from bot.config import Delivery, load_config
-from bot.core import Core
-from bot.front import Incoming
-from bot.launches import Launch
-from bot.notifier import Retry
-from bot.service import running
-from bot.settings import Settings
-from bot.slack_front import SlackFront
-from bot.store import DeadLetter, Event, Store
-from bot.worker import Worker
+from bot.core.core import Core
+from bot.engine import worker
+from bot.engine.on_cluster import Clusters
+from bot.engine.worker import Worker
+from bot.lifecycle.launch import Launch
+from bot.notify.notifier import Retry
+from bot.runtime.service import running
+from bot.settings.config import Delivery, load_config
+from bot.settings.env import Settings
+from bot.slack.webapi import SlackFront
+from bot.store import keys
+from bot.store.store import DeadLetter, Event, Store
+from bot.text.front import Incoming
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool

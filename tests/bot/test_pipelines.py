@@ -1,14 +1,14 @@
-"""bot.pipelines against real Redis: what a waiting launch does when a worker takes it
+"""bot.engine.pipelines against real Redis: what a waiting launch does when a worker takes it
 (put back for its time or its parent's next look, or ended with its parent's reason)."""
 
 from __future__ import annotations
 
 import time
 
-from bot import keys
-from bot.launches import Launch, Phase
-from bot.pipelines import PARENT_LOOK_S, must_wait
-from bot.store import Event, Store
+from bot.engine.pipelines import PARENT_LOOK_S, must_wait
+from bot.lifecycle.launch import Launch, Phase
+from bot.store import keys
+from bot.store.store import Event, Store
 from commands.budget import iso_week
 from commands.policy import BudgetRule, Policy
 from commands.requests import TrainRequest

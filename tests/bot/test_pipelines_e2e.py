@@ -16,12 +16,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bench.soak_infra import OwnRedis
-from bot.console import ConsoleFront, handle_line
-from bot.front import Incoming
-from bot.launches import Phase
-from bot.service import Bot, running
-from bot.settings import Settings
-from bot.slack_front import SlackFront
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Phase
+from bot.runtime.service import Bot, running
+from bot.settings.env import Settings
+from bot.slack.webapi import SlackFront
+from bot.text.front import Incoming
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     LAUNCH_RE,

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot import pipelines
-from bot.console import ConsoleFront, handle_line
-from bot.front import Incoming
-from bot.service import Bot, running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.engine import pipelines
+from bot.runtime.service import Bot, running
+from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,

@@ -10,9 +10,9 @@ import math
 import pytest
 from PIL import Image
 
-from bot import render
-from bot.launches import Attempt, Launch
-from bot.plot import (
+from bot.lifecycle import render
+from bot.lifecycle.launch import Attempt, Launch
+from bot.text.plot import (
     CHECKPOINT,
     RETRY,
     SMOOTH,

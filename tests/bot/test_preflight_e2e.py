@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.doctor import run_doctor
-from bot.launches import Phase
-from bot.service import running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.lifecycle.launch import Phase
+from bot.runtime.doctor import run_doctor
+from bot.runtime.service import running
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,

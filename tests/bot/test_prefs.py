@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.prefs import Prefs, apply_choice, quiet_until
+from bot.lifecycle.prefs import Prefs, apply_choice, quiet_until
 
 
 def at(text: str) -> float:

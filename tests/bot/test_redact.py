@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from bot.redact import MASK, RedactingFilter, Redactor
+from bot.core.redact import MASK, RedactingFilter, Redactor
 
 SECRET = "hf_Ab+cD/eF=gH&iJ 42"
 REDACTOR = Redactor([SECRET, "short", ""])
@@ -61,7 +61,7 @@ def test_log_filter_redacts_message_arguments_and_tracebacks() -> None:
         import sys
 
         record = logging.LogRecord(
-            "bot.worker", logging.ERROR, __file__, 1, "failed: %s", (SECRET,), sys.exc_info()
+            "bot.engine.worker", logging.ERROR, __file__, 1, "failed: %s", (SECRET,), sys.exc_info()
         )
     assert RedactingFilter(REDACTOR).filter(record)
     assert record.getMessage() == f"failed: {MASK}"

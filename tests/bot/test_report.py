@@ -10,12 +10,12 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from bot.config import Config, Report
-from bot.console import ConsoleFront
-from bot.front import Blocks, MessageRef
-from bot.report import report_text
-from bot.service import running
-from bot.store import Charge
+from bot.console.chat import ConsoleFront
+from bot.notify.report import report_text
+from bot.runtime.service import running
+from bot.settings.config import Config, Report
+from bot.store.store import Charge
+from bot.text.front import Blocks, MessageRef
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis
 
 REPORT_CHANNEL = "C0REPORT"

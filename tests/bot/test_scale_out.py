@@ -26,9 +26,9 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from bot import keys
-from bot.launches import Phase
-from bot.poller import lease_name
+from bot.engine.poller import lease_name
+from bot.lifecycle.launch import Phase
+from bot.store import keys
 from support.slack_standin import (
     BOT_TOKEN,
     SIGNING_SECRET,

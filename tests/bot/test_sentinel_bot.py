@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from bench.soak_infra import SENTINELS, SENTINELS_ENV, sentinel
-from bot.launches import Launch, Phase
-from bot.store import Store, Target
+from bot.lifecycle.launch import Launch, Phase
+from bot.store.store import Store, Target
 from support.slack_standin import SlackStandin, block_action_body, post_signed, slash_command_body
 from tests.bot.botkit import (
     LAUNCH_RE,

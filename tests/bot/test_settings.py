@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from bot.settings import Settings
+from bot.settings.env import Settings
 from cluster.errors import ConfigError
 
 

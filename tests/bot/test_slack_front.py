@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from bot.clusters import Clusters
-from bot.config import parse_config
-from bot.core import Core
-from bot.front import MessageRef
-from bot.http import run_slack
-from bot.notifier import Notifier
-from bot.settings import Settings
-from bot.slack_front import SlackError, SlackFront, open_front
-from bot.slack_text import section
-from bot.store import Store
+from bot.core.core import Core
+from bot.engine.on_cluster import Clusters
+from bot.notify.notifier import Notifier
+from bot.settings.config import parse_config
+from bot.settings.env import Settings
+from bot.slack.http import run_slack
+from bot.slack.webapi import SlackError, SlackFront, open_front
+from bot.store.store import Store
+from bot.text.front import MessageRef
+from bot.text.mrkdwn import section
 from cluster.ssh import SSHPool
 from support.slack_standin import (
     BOT_TOKEN,

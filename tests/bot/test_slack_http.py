@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 
-from bot.front import Incoming, Reply
-from bot.http import SlackParams
-from bot.slack_app import WORKING_TEXT
-from bot.slack_text import escape
+from bot.slack.app import WORKING_TEXT
+from bot.slack.http import SlackParams
+from bot.text.front import Incoming, Reply
+from bot.text.mrkdwn import escape
 from cluster.errors import ConfigError
 from support.slack_standin import (
     SlackStandin,
@@ -170,7 +170,7 @@ async def test_file_reply_goes_to_a_dm(
 async def test_events_are_acked_and_retries_dropped(
     serve: Serve, handler: FakeHandler, standin: SlackStandin, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.slack_app")
+    caplog.set_level(logging.INFO, logger="bot.slack.app")
     event = event_envelope(
         {
             "type": "app_mention",

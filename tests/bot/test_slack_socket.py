@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from bot.front import Reply
-from bot.slack_app import WORKING_TEXT
+from bot.slack.app import WORKING_TEXT
+from bot.text.front import Reply
 from cluster.errors import ConfigError
 from support.slack_standin import APP_TOKEN, SlackStandin
 from tests.bot.conftest import FakeHandler, Serve

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot import slack_text as st
+from bot.text import mrkdwn as st
 
 
 @pytest.mark.parametrize(

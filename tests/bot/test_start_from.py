@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from bot import pipelines
-from bot.launches import Attempt, Launch, Phase
+from bot.engine import pipelines
+from bot.lifecycle.launch import Attempt, Launch, Phase
 from cluster.frameworks.base import Tracking
 from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from bot import keys
-from bot.clusters import Clusters
-from bot.config import load_config
-from bot.console import ConsoleFront
-from bot.core import Core
-from bot.front import Incoming
-from bot.launches import Launch, Phase
-from bot.notifier import Notifier
-from bot.settings import Settings
-from bot.store import EVENT_KINDS, Event, Store, StoreError
+from bot.console.chat import ConsoleFront
+from bot.core.core import Core
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch, Phase
+from bot.notify.notifier import Notifier
+from bot.settings.config import load_config
+from bot.settings.env import Settings
+from bot.store import keys
+from bot.store.store import EVENT_KINDS, Event, Store, StoreError
+from bot.text.front import Incoming
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store

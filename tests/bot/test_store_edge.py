@@ -18,9 +18,9 @@ from urllib.parse import urlparse
 import pytest
 import redis.asyncio as aioredis
 
-from bot import keys
-from bot.launches import Launch
-from bot.store import Event, Store, StoreError, Target
+from bot.lifecycle.launch import Launch
+from bot.store import keys
+from bot.store.store import Event, Store, StoreError, Target
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis
 

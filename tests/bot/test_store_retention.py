@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from bot import keys
-from bot.config import RetentionDays, parse_config
-from bot.console import ConsoleFront
-from bot.launches import Attempt, Launch, Phase
-from bot.service import running
-from bot.store import Event, Retention, Store
+from bot.console.chat import ConsoleFront
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.runtime.service import running
+from bot.settings.config import RetentionDays, parse_config
+from bot.store import keys
+from bot.store.store import Event, Retention, Store
 from cluster.errors import ConfigError
 from commands.errors import CommandError
 from commands.requests import JobRef, TrainRequest

@@ -9,15 +9,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from bot import keys, pipelines
-from bot.clusters import Clusters
-from bot.config import Config
-from bot.core import Core
-from bot.front import Incoming
-from bot.launches import Launch, Phase
-from bot.settings import Settings
-from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
-from bot.store import Event, Store
+from bot.core.core import Core
+from bot.engine import pipelines
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch, Phase
+from bot.settings.config import Config
+from bot.settings.env import Settings
+from bot.store import keys
+from bot.store.store import Event, Store
+from bot.text.front import Incoming
+from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from cluster.ssh import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule

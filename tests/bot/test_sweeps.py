@@ -14,11 +14,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot import keys, sweeps
-from bot.launches import Launch, Phase, Sweep
-from bot.notifier import Notifier
-from bot.slack_front import SlackFront
-from bot.store import BudgetGuard, Event, OverBudget, Store
+from bot.engine import sweeps
+from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.notify.notifier import Notifier
+from bot.slack.webapi import SlackFront
+from bot.store import keys
+from bot.store.store import BudgetGuard, Event, OverBudget, Store
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
@@ -187,7 +188,7 @@ def test_the_overlay_labels_each_member_by_its_values() -> None:
         "#1 lr=1e-5, max_steps=100", "#2 lr=1e-5, max_steps=200",
         "#3 lr=3e-5, max_steps=100", "#4 lr=3e-5, max_steps=200",
     ]  # fmt: skip
-    from bot.plot import render_overlay_png
+    from bot.text.plot import render_overlay_png
 
     png = render_overlay_png(curves, title=f"Sweep {sweep.id}")
     assert png.startswith(b"\x89PNG")

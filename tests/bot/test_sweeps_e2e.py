@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from bot.config import Config
-from bot.http import SlackService, run_slack
-from bot.launches import Launch, Phase
-from bot.service import Bot, running
-from bot.slack_front import open_front
-from bot.slack_text import ACTION_APPROVE, ACTION_CANCEL
+from bot.lifecycle.launch import Launch, Phase
+from bot.runtime.service import Bot, running
+from bot.settings.config import Config
+from bot.slack.http import SlackService, run_slack
+from bot.slack.webapi import open_front
+from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL
 from commands.rules import ApproverRule
 from support.slack_standin import (
     BOT_TOKEN,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.service import running
+from bot.console.chat import ConsoleFront, handle_line
+from bot.runtime.service import running
 from commands.policy import Team, TeamBudgetRule, UsagePolicy
 from tests.bot.botkit import (
     LAUNCH_RE,

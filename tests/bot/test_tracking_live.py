@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.config import Watch
-from bot.launches import Attempt, Launch, Phase
-from bot.tracking import apply_snapshot
+from bot.engine.tracking import apply_snapshot
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.settings.config import Watch
 from cluster.collector import collect
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.console import ConsoleFront, handle_line
-from bot.service import running
-from bot.usage import hours
+from bot.console.chat import ConsoleFront, handle_line
+from bot.core.usage import hours
+from bot.runtime.service import running
 from commands.policy import Principals, Team, UsagePolicy
 from tests.bot.botkit import (
     LAUNCH_RE,

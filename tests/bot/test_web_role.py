@@ -1,6 +1,6 @@
 """The web role, Slack's listener, holds no SSH key and no user CA: signed /train (with
 its start estimate), /jobs, /logs and /cancel (and the Cancel button) answered there
-over HTTP, the cluster work done by a worker that holds the keys (bot.asks). The web
+over HTTP, the cluster work done by a worker that holds the keys (bot.engine.asks). The web
 process itself never logs in anywhere."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from bot.asks import WorkerAsks
-from bot.config import Config
-from bot.http import run_slack
-from bot.launches import Phase
-from bot.service import running
-from bot.slack_front import open_front
+from bot.engine.asks import WorkerAsks
+from bot.lifecycle.launch import Phase
+from bot.runtime.service import running
+from bot.settings.config import Config
+from bot.slack.http import run_slack
+from bot.slack.webapi import open_front
 from support.slack_standin import (
     BOT_TOKEN,
     SlackStandin,

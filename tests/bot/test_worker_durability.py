@@ -16,15 +16,16 @@ from typing import Any
 
 import pytest
 
-from bot import keys, worker
-from bot.clusters import Clusters
-from bot.config import Watch, parse_config
-from bot.core import Core
-from bot.launches import Attempt, Launch, Phase
-from bot.settings import Settings
-from bot.store import Event, Store, StoreError
-from bot.tracking import apply_snapshot, used_gpu_hours
-from bot.worker import Worker, worker_name
+from bot.core.core import Core
+from bot.engine import worker
+from bot.engine.on_cluster import Clusters
+from bot.engine.tracking import apply_snapshot, used_gpu_hours
+from bot.engine.worker import Worker, worker_name
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.settings.config import Watch, parse_config
+from bot.settings.env import Settings
+from bot.store import keys
+from bot.store.store import Event, Store, StoreError
 from cluster.collector import JobSnapshot, LogChunk
 from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from bench.soak_infra import SENTINELS, sentinel
-from bot.launches import Launch
-from bot.store import REDIS_MAX_CONNECTIONS, Event, Store, Target
+from bot.lifecycle.launch import Launch
+from bot.store.store import REDIS_MAX_CONNECTIONS, Event, Store, Target
 from commands.requests import TrainRequest
 
 pytestmark = pytest.mark.skipif(

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.config import Config
-from bot.http import SlackService, run_slack
-from bot.launches import Attempt, Launch, Phase
-from bot.service import Bot, running
-from bot.slack_app import WORKING_TEXT
-from bot.slack_front import open_front
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.runtime.service import Bot, running
+from bot.settings.config import Config
+from bot.slack.app import WORKING_TEXT
+from bot.slack.http import SlackService, run_slack
+from bot.slack.webapi import open_front
 from cluster.frameworks.base import Tracking
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest

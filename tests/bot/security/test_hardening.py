@@ -15,15 +15,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot import core
-from bot.clusters import Clusters
-from bot.config import Watch, parse_config
-from bot.console import ConsoleFront
-from bot.http import SlackParams, run_slack
-from bot.launches import Launch
-from bot.service import running
-from bot.settings import Settings
-from bot.tracking import apply_snapshot
+from bot.console.chat import ConsoleFront
+from bot.core import core
+from bot.engine.on_cluster import Clusters
+from bot.engine.tracking import apply_snapshot
+from bot.lifecycle.launch import Launch
+from bot.runtime.service import running
+from bot.settings.config import Watch, parse_config
+from bot.settings.env import Settings
+from bot.slack.http import SlackParams, run_slack
 from cluster.errors import ConfigError
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest

@@ -9,8 +9,8 @@ import urllib.parse
 
 import pytest
 
-from bot.slack_app import WORKING_TEXT
-from bot.slack_text import ACTION_CANCEL, ACTION_LOGS, ACTION_RETRY, ACTION_USE_PARTITION
+from bot.slack.app import WORKING_TEXT
+from bot.text.mrkdwn import ACTION_CANCEL, ACTION_LOGS, ACTION_RETRY, ACTION_USE_PARTITION
 from commands.policy import PolicyRule
 from support.slack_standin import SlackStandin, post_signed, slash_command_fields
 from tests.bot.security.kit import new_trigger, secure_bot

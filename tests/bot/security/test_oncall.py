@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bot.launches import Phase
-from bot.slack_text import ACTION_CANCEL, ACTION_RETRY
+from bot.lifecycle.launch import Phase
+from bot.text.mrkdwn import ACTION_CANCEL, ACTION_RETRY
 from support.slack_standin import SlackStandin, event_envelope, post_signed
 from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed
 
@@ -65,7 +65,7 @@ async def test_privileged_groups_are_cached_briefly_then_asked_again(
     privileged groups' cache runs out (20 s here made 1 s; the unprivileged groups' much
     longer one must not apply), and not before: Slack is asked once per expiry, not at
     every request."""
-    from bot import core
+    from bot.core import core
 
     assert core.PRIVILEGED_GROUPS_TTL_S <= 30 < core.GROUPS_TTL_S  # the defaults' bound
     monkeypatch.setattr(core, "PRIVILEGED_GROUPS_TTL_S", 1.0)

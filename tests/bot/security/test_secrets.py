@@ -12,7 +12,7 @@ import urllib.parse
 import pytest
 import redis.asyncio as aioredis
 
-from bot.launches import Phase
+from bot.lifecycle.launch import Phase
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import TEST_REDIS, login_run, wait_delivered, wait_for_launch
 from tests.bot.security.kit import HF_TOKEN, WANDB_KEY, queued, secure_bot, seed

@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from bot.http import SlackParams, run_slack
-from bot.launches import Phase
-from bot.slack_text import ACTION_CANCEL
+from bot.lifecycle.launch import Phase
+from bot.slack.http import SlackParams, run_slack
+from bot.text.mrkdwn import ACTION_CANCEL
 from support.slack_standin import (
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -114,7 +114,7 @@ async def test_signed_requests_while_redis_is_down_get_a_clear_answer_not_a_500(
     assert said.startswith(":warning: That did not work: Redis is unreachable"), said
     assert (click.status, event.status) == (503, 503)
     assert stored is not None and stored.phase == Phase.QUEUED and active == 1
-    served = [r for r in caplog.records if r.name.startswith(("aiohttp", "bot.http"))]
+    served = [r for r in caplog.records if r.name.startswith(("aiohttp", "bot.slack.http"))]
     assert not [r for r in served if r.exc_info or r.levelno >= logging.ERROR], served
 
 

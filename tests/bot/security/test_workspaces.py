@@ -9,8 +9,8 @@ import urllib.parse
 
 import pytest
 
-from bot.launches import Phase
-from bot.slack_text import ACTION_CANCEL
+from bot.lifecycle.launch import Phase
+from bot.text.mrkdwn import ACTION_CANCEL
 from support.slack_standin import SlackStandin, block_action_payload, post_signed
 from tests.bot.security.kit import secure_bot, seed
 

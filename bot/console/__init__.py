@@ -1,0 +1,1 @@
+"""The console front end: the same conversation as Slack, in a terminal."""

@@ -1,0 +1,1 @@
+"""What each command and button does, and the answers that only read."""

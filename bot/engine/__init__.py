@@ -1,0 +1,2 @@
+"""What drives launches: workers, the poller, babysitting, placement,
+pipelines, sweeps and the calls to clusters."""

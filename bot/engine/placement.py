@@ -1,0 +1,298 @@
+"""``cluster=auto``: ask each cluster that could take a launch when Slurm would start it
+(``sbatch --test-only``, all at once, nothing submitted), and pick the first
+(:func:`commands.placement.choose`; ties go to the config's order)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+
+from bot.engine.asks import ClusterCalls
+from bot.engine.cost import StartEstimates, estimate_shape
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.lifecycle.render import duration
+from bot.store.store import Event, Store
+from bot.text.mrkdwn import escape
+from cluster.errors import ClusterError, CommandTimeout
+from commands.access import slurm_account
+from commands.budget import budget_for, check_budget, iso_week
+from commands.context import CommandContext, User
+from commands.errors import CommandError
+from commands.placement import NOW_TOLERANCE_S, Answer, choose
+from commands.policy import Policy
+from commands.requests import InteractiveRequest, TrainRequest
+from commands.train import auto_fits
+
+PLACE_TIMEOUT_S = 10.0  # each cluster's answer is waited for at most this long
+HELD_MOVE_CHECK_S = 60.0  # a move cut short: a worker checks on the old job after this
+
+log = logging.getLogger(__name__)
+
+ClusterUser = Callable[[str, User], Awaitable[str]]
+
+
+async def ask(
+    clusters: Clusters,
+    calls: ClusterCalls,
+    context: CommandContext,
+    estimates: StartEstimates,
+    request: TrainRequest | InteractiveRequest,
+    user: User,
+    name: str,
+    cluster_user: ClusterUser,
+    *,
+    timeout_s: float = PLACE_TIMEOUT_S,
+) -> Answer:
+    """When Slurm would start ``request`` on cluster ``name`` (as the person's Unix
+    user there, with their Slurm account), or why it cannot say; ``calls`` asks (the
+    clusters themselves, or a worker for a process without SSH keys)."""
+    try:
+        unix_user = await cluster_user(name, user)
+    except CommandError as exc:
+        return Answer(name, None, str(exc).rstrip("."))
+    profile = clusters.profile(name)
+    account = slurm_account(context.policy, user_id=user.id, group_ids=user.groups, cluster=name)
+    task = estimates.ask(
+        calls,
+        name,
+        estimate_shape(request, profile, account),
+        user_id=user.id,
+        cluster_user=unix_user,
+        timeout_s=timeout_s,
+    )
+    try:
+        estimate = await asyncio.shield(task)
+    except CommandTimeout:
+        return Answer(name, None, f"no answer within {timeout_s:g} s")
+    except ClusterError as exc:
+        return Answer(name, None, str(exc)[:200])
+    if estimate.start is None:
+        return Answer(name, None, estimate.error or "Slurm cannot place it")
+    wait = estimate.wait_s
+    return Answer(name, wait if wait is not None else max(0.0, estimate.start - time.time()))
+
+
+async def place(
+    clusters: Clusters,
+    calls: ClusterCalls,
+    context: CommandContext,
+    estimates: StartEstimates,
+    request: TrainRequest | InteractiveRequest,
+    user: User,
+    cluster_user: ClusterUser,
+    *,
+    only: Collection[str] | None = None,
+    left_out: str = "",
+    timeout_s: float = PLACE_TIMEOUT_S,
+) -> tuple[str, str, bool]:
+    """The cluster ``cluster=auto`` picks for ``request``, why ("a3u: now; a4: in
+    2 h 10 min") and whether Slurm would start it there now; CommandError saying why
+    none. ``only``: the clusters it may pick from, ``left_out`` saying why the others
+    are not (``from=`` needs its parent's; a reroute, another)."""
+    found = auto_fits(context, user, nodes=request.nodes, image=request.image)
+    names = [f.cluster for f in found if not f.why and (only is None or f.cluster in only)]
+    if not names:
+        why = "; ".join(f"{f.cluster}: {f.why or left_out}" for f in found)
+        raise CommandError(
+            f"cluster=auto: no cluster can take this launch ({why}). Give cluster=<name>.",
+            field="cluster",
+        )
+    answers = await asyncio.gather(
+        *(
+            ask(
+                clusters,
+                calls,
+                context,
+                estimates,
+                request,
+                user,
+                n,
+                cluster_user,
+                timeout_s=timeout_s,
+            )  # fmt: skip
+            for n in names
+        )
+    )
+    chosen = choose(answers)
+    if chosen is None:
+        why = "; ".join(f"{a.cluster}: {a.problem}" for a in answers)
+        raise CommandError(
+            f"cluster=auto: Slurm can place this launch on none of the clusters you may use "
+            f"({why}). Give cluster=<name> to queue it on one anyway.",
+            field="cluster",
+        )
+    name, why = chosen
+    best = next(a for a in answers if a.cluster == name)
+    return name, why, best.wait_s is not None and best.wait_s <= NOW_TOLERANCE_S
+
+
+def settle_move(stored: Launch) -> str:
+    """A rerouted launch whose old job is confirmed gone takes its new attempt's cluster:
+    the earlier attempts keep theirs (their jobs are not looked for on the new one).
+    Returns the cluster it left ("" when it does not move)."""
+    target = stored.attempts[-1].cluster if stored.attempts else ""
+    if not target or target == stored.cluster:
+        return ""
+    left = stored.cluster
+    for attempt in stored.attempts[:-1]:
+        attempt.cluster = attempt.cluster or left
+    stored.request = stored.request.model_copy(update={"cluster": target})
+    return left
+
+
+def _due(launch: Launch, after_s: float, now: float) -> bool:
+    """Placed by cluster=auto, not moved yet, and its job still pending ``after_s`` on."""
+    attempt = launch.attempt
+    return (
+        bool(launch.placed)
+        and not launch.rerouted
+        and not launch.cancelled_by
+        and launch.phase == Phase.SUBMITTED
+        and attempt is not None
+        and bool(attempt.job_id)
+        and not attempt.started_at
+        and 0 < attempt.submitted_at <= now - after_s
+    )
+
+
+async def reroute(
+    store: Store,
+    clusters: Clusters,
+    cluster: str,
+    estimates: StartEstimates,
+    people: ClusterUser,
+    *,
+    timeout_s: float = PLACE_TIMEOUT_S,
+) -> int:
+    """``policy.placement.reroute_after_s``: move each launch of ``cluster`` that is due
+    (:func:`_due`) to another cluster that fits it and where Slurm would start it now,
+    once: its job is cancelled only while still PENDING (``scancel --state=PENDING``),
+    and only once Slurm shows it gone is a new attempt queued there, which a worker
+    submits exactly once (the launch's lock, fence and look-up). Returns how many moved."""
+    policy = clusters.config.policy
+    after_s = policy.placement.reroute_after_s
+    if after_s is None:
+        return 0
+    context = CommandContext(
+        clusters=clusters.profiles, catalog=clusters.config.catalog, policy=policy
+    )
+    moved = 0
+    now = time.time()
+    for launch in await store.get_many(await store.tracked_ids(cluster)):
+        if launch is None or not _due(launch, after_s, now):
+            continue
+        user = User(id=launch.user_id, name=launch.user_name, groups=frozenset(launch.groups))
+        others = [name for name in clusters.profiles if name != cluster]
+        try:
+            target, why, now_there = await place(
+                clusters,
+                clusters,
+                context,
+                estimates,
+                launch.request,
+                user,
+                people,
+                only=others,
+                left_out="where it waits now",
+                timeout_s=timeout_s,
+            )
+        except CommandError as exc:
+            log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, exc)
+            continue  # no other cluster can take it: it stays
+        if not now_there:
+            log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, why)
+            continue  # nowhere would start it now either
+        if not await _fits_budget(store, policy, launch, target):
+            log.info(
+                "launch %s pending on %s, not moved: over budget on %s", launch.id, cluster, target
+            )
+            continue  # the person's budget there has no room for its estimate
+        if await _move(store, clusters, launch, target, why, after_s):
+            moved += 1
+    return moved
+
+
+async def _fits_budget(store: Store, policy: Policy, launch: Launch, target: str) -> bool:
+    """Whether the launch's GPU-hour estimate fits its owner's budget on ``target``
+    this week, with what is charged and held there now."""
+    if launch.request.over_budget:
+        return True
+    groups = frozenset(launch.groups)
+    budget = budget_for(policy, launch.user_id, groups, target)
+    if budget is None:
+        return True
+    charged, held = await store.budget_use(launch.user_id, target, iso_week(time.time()))
+    return check_budget(
+        budget=budget,
+        charged=charged,
+        active=held,
+        estimate=launch.estimate_gpu_hours,
+        cluster=target,
+        override=False,
+    ).allowed
+
+
+async def _move(
+    store: Store, clusters: Clusters, launch: Launch, target: str, why: str, after_s: float
+) -> bool:
+    old_job, left = launch.job_id, launch.cluster
+
+    def hold(stored: Launch) -> list[Event]:
+        if stored.job_id != old_job or stored.phase != Phase.SUBMITTED or stored.rerouted:
+            return []
+        if stored.cancelled_by:
+            return []
+        stored.rerouted = True
+        stored.attempts.append(
+            Attempt(
+                number=len(stored.attempts) + 1,
+                reason=f"moved from {left} to {target}",
+                held=True,
+                cluster=target,
+            )
+        )
+        stored.phase = Phase.RETRYING
+        # Should this process die before the old job is confirmed gone, a worker takes
+        # the launch up later and checks on the old job itself.
+        later = {"due": time.time() + HELD_MOVE_CHECK_S}
+        return [Event("update", stored.id), Event("enqueue", stored.id, data=later)]
+
+    held, _ = await store.mutate(launch.id, hold)
+    if held.phase != Phase.RETRYING or not held.attempts[-1].held:
+        return False
+    problem = await clusters.cancel_and_confirm(held, old_job, pending_only=True)
+    waited = duration(after_s)
+
+    def back(stored: Launch) -> list[Event]:
+        if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
+            return []
+        stored.attempts.pop()
+        stored.phase = Phase.RUNNING if stored.attempts[-1].started_at else Phase.SUBMITTED
+        return [Event("update", stored.id)]
+
+    def go(stored: Launch) -> list[Event]:
+        if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
+            return []  # a cancel meanwhile made it DONE: nothing new
+        stored.attempts[-1].held = False
+        stored.attempts[-2].close(time.time())
+        settle_move(stored)
+        text = (
+            f"🔀 Still pending on {left} after {waited} while {target} would start it now "
+            f"({escape(why)}): cancelled job {old_job} there before it started and moved "
+            f"the launch to {target}, once; its GPU-hour estimate counts on {target} now."
+        )
+        return [
+            Event("thread", stored.id, text),
+            Event("enqueue", stored.id),
+            Event("update", stored.id),
+        ]
+
+    if problem:  # it started meanwhile (scancel left it), or Slurm did not answer
+        log.info("launch %s not moved to %s: %s", launch.id, target, problem)
+        await store.mutate(launch.id, back)
+        return False
+    moved, _ = await store.mutate(launch.id, go)
+    return moved.cluster == target

@@ -1,0 +1,353 @@
+"""What one poll of a job means for its launch. Pure: snapshot in, launch edits and events out.
+
+Called inside :meth:`Store.mutate`, so a state change and its thread message
+are written together, and a restarted bot never announces the same change
+twice (the stored launch already has it).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+from bot.engine import babysit
+from bot.lifecycle import health, render
+from bot.lifecycle.launch import Launch, Phase
+from bot.settings.config import Watch
+from bot.store.store import Event
+from bot.text.mrkdwn import code_block, escape
+from bot.text.plot import reduce_per_column
+from cluster.collector import JobSnapshot
+from cluster.diagnosis import Diagnosis
+from cluster.frameworks.base import Tracking
+from cluster.profiles import ClusterProfile, slurm_time_seconds
+from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
+from cluster.remote import quote_path
+from cluster.slurm import is_terminal
+from cluster.spec import framework
+
+log = logging.getLogger(__name__)
+
+PARENT_REFRESH_S = 10.0
+FAILURE_TAIL_LINES = 8
+HISTORY_MAX = 5000
+STEP_TIMES_KEPT = 50
+TAIL_LINES = 60
+TAIL_CHARS = 16_000
+
+
+def tracked(launch: Launch) -> Tracking | None:
+    """The record the poller hands the collector: the current attempt's, once submitted."""
+    attempt = launch.attempt
+    if (
+        attempt is None
+        or not attempt.job_id
+        or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING)
+    ):
+        return None
+    return attempt.tracking
+
+
+class _Step:
+    """One poll applied to one launch: collects the thread lines it causes."""
+
+    def __init__(
+        self,
+        launch: Launch,
+        snap: JobSnapshot,
+        profile: ClusterProfile,
+        watch: Watch,
+        now: float,
+        diagnosis: Diagnosis | None,
+    ):
+        self.launch, self.snap, self.profile, self.now = launch, snap, profile, now
+        self.watch, self.diagnosis = watch, diagnosis
+        self.attempt = launch.attempts[-1]
+        self.events: list[Event] = []
+        self.visible = False
+
+    def say(self, text: str) -> None:
+        self.events.append(Event("thread", self.launch.id, text))
+        self.visible = True
+
+    def read_log(self) -> bool:
+        """New whole lines of the log: progress, and the rolling tail kept for diagnosis."""
+        attempt, chunk, launch = self.attempt, self.snap.log, self.launch
+        if attempt.tracking is None or not chunk.path:
+            return False
+        text, used = complete_lines(chunk.text)
+        attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
+        if text:
+            attempt.log_grew_at = self.now  # before the first step: start-up progress
+            lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
+            attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
+            self.trackers(text, attempt.tracking)
+        p, fw = launch.progress, framework(attempt.tracking.framework)
+        if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
+            attempt.tracking = attempt.tracking.model_copy(update={"checkpoint_dir": ckpt_dir})
+        val = launch.validation_history[-1][1] if launch.validation_history else None
+        carry = Point(p.step, p.total, p.loss, p.step_time_s, p.base, val) if p.total else None
+        progress = fw.parse_progress(text, carry)
+        last = progress.last
+        if last is None:
+            return False
+        saved = (c.step for c in self.snap.new_checkpoints)
+        ended = is_terminal(self.snap.state or "")
+        rules = self.watch.health
+        for text in health.observe(
+            launch, progress, rules, ended=ended, saved_steps=saved, now=self.now
+        ):
+            self.say(text)
+        p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
+        p.loss = last.loss if health.finite(last.loss) else p.loss
+        p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
+        p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)
+        del p.recent_step_times_s[:-STEP_TIMES_KEPT]
+        history = launch.progress_history
+        history.extend(
+            (q.step, q.loss)
+            for q in progress.points
+            if q.loss is not None and health.finite(q.loss)
+        )
+        launch.validation_history.extend(progress.validation)
+        for kept in (history, launch.validation_history):
+            if len(kept) > HISTORY_MAX:  # the whole run at half the resolution, spikes kept
+                kept[:] = reduce_per_column(kept, HISTORY_MAX // 4)
+        return True
+
+    def trackers(self, text: str, tracking: Tracking) -> None:
+        """Where the run logs its metrics (a W&B page, a TensorBoard directory): said once."""
+        launch = self.launch
+        for url in run_links(text):
+            if not self.watch.link_allowed(url):  # a job must not make the bot post any link
+                log.warning(
+                    "launch %s: not posting a link to %s (watch.link_hosts)", launch.id, url
+                )
+                continue
+            if url not in launch.run_links:
+                launch.run_links.append(url)
+                self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
+        for printed in tensorboard_dirs(text):
+            where = framework(tracking.framework).tensorboard_dir(
+                printed, tracking, self.snap.directory
+            )
+            if where not in launch.tensorboard_dirs:
+                launch.tensorboard_dirs.append(where)
+                self.say(tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
+
+    def checkpoints(self) -> None:
+        """Each saved step once: NeMo's ``-last`` copy (pretraining) or link (fine-tuning)
+        of a step already announced is the same checkpoint under a second name."""
+        tracking = self.attempt.tracking
+        pattern = tracking.checkpoint_pattern if tracking is not None else ""
+        steps = {
+            int(m.group(1))
+            for name in self.launch.checkpoints
+            if pattern and (m := re.search(pattern, name)) and m.group(1)
+        }
+        for ckpt in self.snap.new_checkpoints:
+            if ckpt.name not in self.launch.checkpoints and ckpt.step not in steps:
+                self.launch.checkpoints.append(ckpt.name)
+                steps.add(ckpt.step)
+                self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
+
+    def requeues(self) -> None:
+        """Slurm's own requeue (node failure, --requeue, scontrol requeue): same job id, a new
+        incarnation. Only ``sacct -D`` tells why the one before ended: a node failure is paged,
+        any other requeue is said in the thread alone."""
+        snap, attempt = self.snap, self.attempt
+        if snap.restarts <= attempt.restarts:
+            return
+        acct = snap.acct
+        if acct is None or acct.restarts < snap.restarts:
+            return  # accounting not read or not caught up yet: sacct -D is read again next poll
+        ended = acct.earlier[attempt.restarts : snap.restarts] or acct.earlier[-1:]
+        attempt.restarts = snap.restarts
+        failed = [r for r in ended if r.state.startswith("NODE_FAIL")]
+        if not failed:
+            before = ended[-1].state if ended else "REQUEUED"
+            self.say(
+                f"🔁 Slurm requeued job {snap.job_id} (restart {snap.restarts}; the run before "
+                f"ended {escape(before)}, not a node failure); it will run again from its newest "
+                "checkpoint. No second job was submitted."
+            )
+            return
+        self.say(
+            f"⚠️ Slurm requeued job {snap.job_id} (restart {snap.restarts}) after a node "
+            "failure; it will run again from its newest checkpoint. No second job was submitted."
+        )
+        nodes = f" on {escape(failed[-1].nodelist)}" if failed[-1].nodelist else ""
+        cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {snap.job_id}"
+        self.events += babysit.oncall(self.launch, "node_failure", cause, "Slurm runs it again.")
+
+    def attach(self) -> None:
+        tracking = self.attempt.tracking
+        if self.snap.attach_ready and not self.attempt.attach_ready and tracking is not None:
+            self.attempt.attach_ready = True
+            if self.snap.attach_found and self.snap.attach_found != tracking.attach_path:
+                tracking = tracking.model_copy(update={"attach_path": self.snap.attach_found})
+                self.attempt.tracking = tracking
+            command = framework(tracking.framework).attach_command(tracking) or ""
+            self.say(
+                f"🔌 Interactive job {self.snap.job_id} is ready to attach: "
+                f"`/attach {self.launch.id}` shows you how (`{escape(command)}`)."
+            )
+
+    def started(self) -> None:
+        """First sight of the job running (or already past it): say where, before anything else."""
+        state, attempt, launch = self.snap.state, self.attempt, self.launch
+        if launch.phase == Phase.RUNNING or not state or state in ("PENDING", "CONFIGURING"):
+            return
+        if state not in ("RUNNING", "COMPLETING") and not self.snap.log.path:
+            return  # ended without ever being seen to run: the final message says it all
+        launch.phase = Phase.RUNNING
+        if attempt.started_at:  # running again after a requeue: the wait was not a hang
+            launch.progress.updated_at = self.now
+        attempt.started_at = attempt.started_at or self.now
+        nodes = self.snap.queue.nodelist if self.snap.queue else ""
+        if not nodes and self.snap.acct is not None:
+            nodes = self.snap.acct.latest.nodelist
+        attempt.node_list = nodes or attempt.node_list
+        self.say(f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running.")
+
+    def state(self) -> None:
+        state, attempt, launch = self.snap.state, self.attempt, self.launch
+        if not state or state == attempt.slurm_state:
+            return
+        previous, attempt.slurm_state = attempt.slurm_state, state
+        self.visible = True
+        if state in ("RUNNING", "COMPLETING"):
+            return
+        if is_terminal(state):
+            self.terminal(state)
+        elif state == "PENDING" and previous in ("RUNNING", "COMPLETING"):
+            launch.phase = Phase.SUBMITTED
+            self.say(f"Job {self.snap.job_id} is pending again (requeued).")
+        elif previous and state not in ("PENDING", "CONFIGURING"):
+            self.say(f"Slurm state: {state}.")
+
+    def terminal(self, state: str) -> None:
+        attempt, launch = self.attempt, self.launch
+        attempt.ended_at = self.now
+        if self.snap.acct is not None:
+            latest = self.snap.acct.latest
+            attempt.exit_code = latest.exit_code
+            attempt.node_list = latest.nodelist or attempt.node_list
+            if self.snap.acct.gpu_hours > 0:  # ElapsedRaw x AllocTRES gres/gpu, per incarnation
+                attempt.gpu_hours = self.snap.acct.gpu_hours
+            try:  # Slurm's own run time beats when the poller first saw the job running
+                ran_s = slurm_time_seconds(latest.elapsed)
+            except ValueError:
+                ran_s = 0
+            if ran_s:
+                attempt.started_at = min(attempt.started_at or self.now, self.now - ran_s)
+        if state != "COMPLETED":
+            events, retrying = babysit.on_failure(
+                launch, self.watch, state=state, diagnosis=self.diagnosis, now=self.now
+            )
+            self.events += events
+            self.visible = True
+            if retrying:
+                return
+        launch.phase = Phase.DONE
+        launch.outcome = "CANCELLED" if launch.cancelled_by and state != "COMPLETED" else state
+        summary = final_summary(launch, self.profile, self.now)
+        if state == "COMPLETED":  # a run whose loss went NaN is no plain success
+            summary = health.completed_text(launch, summary)
+        launch.detail = launch.detail or summary.split("\n", 1)[0]
+        if (
+            state != "COMPLETED"
+            and not launch.cancelled_by
+            and not launch.attempts[-1].cause_key
+            and attempt.tail.strip()
+        ):
+            lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
+            summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
+        self.say(summary)
+        if state == "COMPLETED":  # recovered: close what was paged for it
+            self.events += babysit.resolve_alerts(launch, state)
+        if len(launch.progress_history) >= 2:
+            self.events.append(Event("plot", launch.id))
+
+
+def apply_snapshot(
+    launch: Launch,
+    snap: JobSnapshot,
+    profile: ClusterProfile,
+    watch: Watch | None = None,
+    now: float | None = None,
+    diagnosis: Diagnosis | None = None,
+) -> list[Event]:
+    """Edit ``launch`` for what ``snap`` shows; return the messages to post.
+
+    ``diagnosis`` is what the evidence of a failed job showed (the poller gathers it
+    when ``snap`` says the job ended other than COMPLETED)."""
+    attempt = launch.attempt
+    if attempt is None or attempt.job_id != snap.job_id:
+        return []
+    if launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
+        return []
+    clock = time.time() if now is None else now
+    step = _Step(launch, snap, profile, watch or Watch(), clock, diagnosis)
+    step.started()
+    progressed = step.read_log()
+    step.checkpoints()
+    step.requeues()
+    step.attach()
+    step.state()
+    step.events += babysit.check_hang(launch, step.watch, step.now)
+    stale = step.now - launch.parent_rendered_at >= PARENT_REFRESH_S
+    if step.visible or (progressed and stale):
+        launch.parent_rendered_at = step.now
+        step.events.append(Event("update", launch.id))
+    return step.events
+
+
+def tensorboard_text(profile: ClusterProfile, log_dir: str, job_id: str, launch_id: str) -> str:
+    """The thread line for a run that logs to TensorBoard in ``log_dir`` (a path from the
+    cluster): the cluster's link when it has one, else how to view it on the login node."""
+    url = profile.tensorboard_url(log_dir=log_dir, job_id=job_id, launch_id=launch_id)
+    if url is not None:
+        return f"📊 TensorBoard: <{escape(url)}|job {escape(job_id)}> (logs in `{escape(log_dir)}`)"
+    return (
+        f"📊 TensorBoard logs in `{escape(log_dir)}`. To view them, run "
+        f"`tensorboard --logdir {escape(quote_path(log_dir))}` on the login node "
+        f"({escape(profile.login.host)})."
+    )
+
+
+def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
+    """GPU-hours of every attempt that ran: what Slurm's accounting says (elapsed time x
+    allocated GPUs) where it was read, else run time x nodes x GPUs per node."""
+    total = 0.0
+    for a in launch.attempts:
+        if a.gpu_hours is not None:
+            total += a.gpu_hours
+        elif a.started_at:
+            ran_s = max(0.0, (a.ended_at or now) - a.started_at)
+            total += ran_s * launch.request.nodes * profile.gpus_per_node / 3600
+    return total
+
+
+def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
+    """The closing line; also records the launch's GPU-hours."""
+    icon, word = render.status_label(launch)
+    first = launch.attempts[0]
+    start = first.started_at or first.submitted_at or launch.created_at
+    elapsed = (launch.attempt.ended_at if launch.attempt else now) - start
+    gpu_hours = launch.gpu_hours = used_gpu_hours(launch, profile, now)
+    attempts = len(launch.attempts)
+    parts = [
+        f"in {render.duration(elapsed)}",
+        f"{attempts} attempt{'s' if attempts != 1 else ''}",
+        f"{gpu_hours:.2g} GPU-hours",
+    ]
+    if launch.checkpoints:
+        parts.append(
+            f"last checkpoint {escape(render.checkpoint_label(launch, launch.checkpoints[-1]))}"
+        )
+    exit_code = launch.attempt.exit_code if launch.attempt else ""
+    if word != "COMPLETED" and exit_code and exit_code != "0:0":
+        parts.append(f"exit code {exit_code}")
+    return f"{icon} {word} " + " · ".join(parts)

@@ -1,0 +1,228 @@
+"""A running run's health, read from the progress lines the poller already parses. Pure.
+
+Loss: a NaN or inf training loss (the owner is told at once; the run is stopped or left
+running as ``watch.health.nan_action`` says for its cluster), a spike well above the
+run's recent median, validation loss rising while training loss falls. Speed: step time
+well above the run's own median for several steps in a row, and its recovery. Each is
+said once per episode; what was said lives on the launch (:class:`bot.lifecycle.launch.Health`),
+so a restarted bot does not say it again. See docs/health.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from statistics import median
+
+from bot.lifecycle.launch import Launch
+from bot.settings.config import Health as Rules
+from bot.text.mrkdwn import escape
+from cluster.gpu import GpuSample
+from cluster.progress import Progress
+
+TRAINBOT = "trainbot"  # cancelled_by of a run trainbot stopped itself (its loss went NaN)
+STEP_RE = re.compile(r"step=(\d+)")
+BASELINE_KEPT = 50
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def canceller(launch: Launch) -> str:
+    """Who cancelled ``launch``, as the thread says it."""
+    if launch.cancelled_by == TRAINBOT:
+        return "trainbot (its loss went NaN)"
+    return f"<@{launch.cancelled_by}>"
+
+
+def _loss(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def observe(
+    launch: Launch,
+    progress: Progress,
+    rules: Rules,
+    *,
+    ended: bool,
+    saved_steps: Iterable[int],
+    now: float,
+) -> list[str]:
+    """The thread lines ``progress`` (new since the last poll) calls for; edits
+    ``launch.health`` (and, for a NaN loss under "stop", records trainbot's cancel:
+    the poller then sends ``scancel``). Call before the new points join the histories."""
+    said = _loss_checks(launch, progress, rules, ended=ended, now=now)
+    said += _validation_check(launch, progress, rules)
+    said += _speed_checks(launch, progress, rules, saved_steps)
+    return said
+
+
+def _loss_checks(
+    launch: Launch, progress: Progress, rules: Rules, *, ended: bool, now: float
+) -> list[str]:
+    h, said = launch.health, []
+    window = [loss for _, loss in launch.progress_history[-rules.spike_window :]]
+    for q in progress.points:
+        if q.loss is None:
+            continue
+        if not math.isfinite(q.loss):
+            if h.nan_step is None:
+                h.nan_step = q.step
+                said.append(_nan_text(launch, q.step, q.loss, rules, ended=ended, now=now))
+            continue
+        if len(window) >= rules.spike_min_points:
+            typical = median(window[-rules.spike_window :])
+            if typical > 0 and q.loss > rules.spike_factor * typical:
+                if h.spike_step is None:
+                    h.spike_step = q.step
+                    said.append(
+                        f"⚠️ Loss spike at step {q.step:,}: {_loss(q.loss)}, over "
+                        f"{rules.spike_factor:g}× the recent median ({_loss(typical)})."
+                    )
+            elif h.spike_step is not None:
+                h.spike_step = None  # back under the line: a later spike is a new episode
+        window.append(q.loss)
+    return said
+
+
+def _nan_text(
+    launch: Launch, step: int, loss: float, rules: Rules, *, ended: bool, now: float
+) -> str:
+    owner = f"<@{launch.user_id}>"
+    what = f"🛑 {owner} the training loss is {loss} at step {step:,}"
+    if ended:
+        return f"{what}; the job has already ended."
+    if (
+        rules.nan_action_for(launch.cluster, launch.slurm_account) == "stop"
+        and not launch.cancelled_by
+    ):
+        launch.cancelled_by, launch.cancelled_at = TRAINBOT, now
+        return (
+            f"{what}: trainbot is stopping the run (health policy: stop on NaN). "
+            "It will not be retried."
+        )
+    return (
+        f"{what}. The run goes on (health policy: flag); what it trains from here is "
+        "likely unusable: cancel it if it should not."
+    )
+
+
+def _validation_check(launch: Launch, progress: Progress, rules: Rules) -> list[str]:
+    """Validation loss higher at each of the last ``val_rising`` validations while the
+    training loss fell over the same steps: one note per episode."""
+    if not progress.validation:
+        return []
+    h = launch.health
+    vals = [*launch.validation_history, *progress.validation][-rules.val_rising :]
+    rising = len(vals) == rules.val_rising and all(
+        b[1] > a[1] for a, b in zip(vals, vals[1:], strict=False)
+    )
+    if not rising:
+        h.val_rising_step = None
+        return []
+    train = [
+        (s, loss)
+        for s, loss in [*launch.progress_history, *((q.step, q.loss) for q in progress.points)]
+        if loss is not None and math.isfinite(loss)
+    ]
+    before = [loss for s, loss in train if s <= vals[0][0]]
+    if not before or not train or train[-1][1] >= before[-1] or h.val_rising_step is not None:
+        return []
+    h.val_rising_step = vals[-1][0]
+    figures = " → ".join(_loss(v) for _, v in vals)
+    return [
+        f"📝 Validation loss rose over the last {len(vals)} validations ({figures}, up to "
+        f"step {vals[-1][0]:,}) while the training loss fell ({_loss(before[-1])} → "
+        f"{_loss(train[-1][1])}): the run may be overfitting."
+    ]
+
+
+def _speed_checks(
+    launch: Launch, progress: Progress, rules: Rules, saved_steps: Iterable[int]
+) -> list[str]:
+    h, said = launch.health, []
+    times = h.usual_step_times_s  # slow steps stay out: a long slow window moves no median
+    saved = set(saved_steps) | {
+        int(m.group(1)) for name in launch.checkpoints if (m := STEP_RE.search(name))
+    }
+    for q in progress.points:
+        t = q.step_time_s
+        if not t:
+            continue
+        if len(times) >= rules.slow_min_points:
+            typical = median(times)
+            if t > rules.slow_factor * typical:
+                if h.slow_run == 0:
+                    h.slow_from = q.step
+                h.slow_run += 1
+                if h.slow_run >= rules.slow_steps and h.slow_since is None:
+                    h.slow_since = h.slow_from
+                    said.append(_slow_text(h.slow_from, q.step, t, typical, saved))
+            else:
+                if h.slow_since is not None:
+                    said.append(
+                        f"✅ Step time is back to normal at step {q.step:,} ({t:.3g} s; "
+                        f"median {typical:.3g} s)."
+                    )
+                h.slow_run, h.slow_since = 0, None
+        if h.slow_run == 0:
+            times[:] = [*times, t][-BASELINE_KEPT:]
+    return said
+
+
+def _slow_text(first: int, step: int, t: float, typical: float, saved: set[int]) -> str:
+    in_window = sorted(s for s in saved if first - 1 <= s <= step)
+    if in_window:
+        cause = "Likely cause: checkpoint saves at step " + ", ".join(f"{s:,}" for s in in_window)
+    else:
+        cause = (
+            "No checkpoint save in that window; the usual causes are a node whose tasks "
+            "lag the others, I/O waits or a starved data loader"
+        )
+    return (
+        f"🐢 Steps are slow since step {first:,}: {t:.3g} s at step {step:,}, the run's "
+        f"median is {typical:.3g} s. {escape(cause)}."
+    )
+
+
+def completed_text(launch: Launch, summary: str) -> str:
+    """The closing line of a run that COMPLETED although its loss went NaN or inf: not a
+    plain success."""
+    if launch.health.nan_step is None:
+        return summary
+    first, _, rest = summary.partition("\n")
+    note = (
+        f"⚠️ {first} — but its loss went NaN/inf at step {launch.health.nan_step:,}: "
+        "the model it saved after that is likely unusable."
+    )
+    return note + ("\n" + rest if rest else "")
+
+
+def gpu_sampled(launch: Launch, sample: GpuSample, rules: Rules, now: float) -> list[str]:
+    """One GPU sample of ``launch``'s running job: kept for the status line; GPUs at or
+    under ``idle_util_pct`` for ``idle_window_s`` are warned of once per idle stretch."""
+    h = launch.health
+    h.gpu_util_pct, h.gpu_sampled_at = sample.util_pct, now
+    h.gpu_mem_used_mib, h.gpu_mem_total_mib = sample.mem_used_mib, sample.mem_total_mib
+    if sample.util_pct > rules.idle_util_pct:
+        h.gpu_idle_since, h.gpu_idle_said = None, False
+        return []
+    if h.gpu_idle_since is None:
+        h.gpu_idle_since = now
+    if h.gpu_idle_said or now - h.gpu_idle_since < rules.idle_window_s:
+        return []
+    h.gpu_idle_said = True
+    minutes = (now - h.gpu_idle_since) / 60
+    return [
+        f"🪫 <@{launch.user_id}> the {sample.gpus} GPUs of job {launch.job_id} have been nearly "
+        f"idle for {minutes:.0f} min: {sample.describe()}. A starved data loader, I/O waits "
+        "or a stuck rank are the usual causes."
+    ]
+
+
+def gpu_text(launch: Launch) -> str:
+    """The status line's GPU figure ("GPU 93%"), while the job runs and has been sampled."""
+    util = launch.health.gpu_util_pct
+    return f"GPU {util:.0f}%" if util is not None and launch.active else ""

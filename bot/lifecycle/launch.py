@@ -1,0 +1,319 @@
+"""A launch: one /train from queue to its final state, with every attempt.
+
+The record is what Redis keeps (as JSON) and what restarts pick up again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cluster.frameworks.base import Tracking
+from commands.requests import InteractiveRequest, TrainRequest
+
+
+class Phase(StrEnum):
+    """Where a launch is. Slurm's own words for a job live in ``Attempt.slurm_state``."""
+
+    AWAITING_APPROVAL = "awaiting_approval"  # above the policy's node threshold
+    QUEUED = "queued"
+    PREFLIGHT = "preflight"
+    SUBMITTING = "submitting"  # sbatch may have run: look the launch id up before retrying
+    SUBMITTED = "submitted"  # Slurm has it (PENDING)
+    RUNNING = "running"
+    RETRYING = "retrying"
+    DONE = "done"  # terminal: see ``outcome``
+    REJECTED = "rejected"  # pre-flight or submission refused; nothing ran
+    DRY_RUN = "dry_run"
+
+
+ACTIVE_PHASES = frozenset(
+    {
+        Phase.AWAITING_APPROVAL,
+        Phase.QUEUED,
+        Phase.PREFLIGHT,
+        Phase.SUBMITTING,
+        Phase.SUBMITTED,
+        Phase.RUNNING,
+        Phase.RETRYING,
+    }
+)
+TRACKED_PHASES = frozenset({Phase.SUBMITTED, Phase.RUNNING})
+
+
+LAUNCH_ID_HEX = 10  # 40 random bits: L-7f3a9c2b41, short enough to type
+
+
+def new_launch_id() -> str:
+    """A fresh launch id. With 40 random bits two of 100,000 launches share an id with
+    odds of about 1 in 200; :meth:`bot.store.store.Store.create` checks every new id against
+    the stored launches and history and draws again when one is taken. Ids of earlier
+    versions (``L-`` and 6 hex digits) keep resolving: 4 to 12 hex digits are accepted."""
+    return "L-" + secrets.token_hex(LAUNCH_ID_HEX // 2)
+
+
+class Attempt(BaseModel):
+    """One Slurm job of a launch. A retry is a new attempt (a new job)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    number: int
+    job_id: str = ""
+    reason: str = ""  # why this attempt was made (empty for the first)
+    submitted_at: float = 0.0
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    slurm_state: str = ""
+    exit_code: str = ""
+    node_list: str = ""
+    restarts: int = 0
+    tracking: Tracking | None = None  # where the job's files are: the framework's record
+    attach_ready: bool = False
+    checkpoints_at_start: int = 0
+    exclude: str = ""  # node(s) this attempt keeps away from
+    seed_tokenizer: bool = False  # seed the GPT-2 tokenizer cache before submitting
+    resume: bool = False
+    not_before: float = 0.0  # retry backoff: not submitted before this time
+    held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
+    held_at: float = 0.0  # when the Retry held it (a worker waits for the old job from then)
+    from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
+    cause_key: str = ""  # why it failed (cluster.diagnosis key)
+    hang_reported: bool = False
+    cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
+    log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
+    tail: str = ""  # the last lines of the main log, for the failure message
+    gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
+
+    def close(self, now: float) -> None:
+        """The attempt's job was cancelled for a retry and is gone: it ran until ``now`` at
+        the latest, not until the launch ends."""
+        self.ended_at = self.ended_at or now
+        self.slurm_state = self.slurm_state or "CANCELLED"
+
+
+class Progress(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = 0
+    total: int = 0
+    loss: float | None = None
+    step_time_s: float | None = None
+    base: int = 0  # NeMo-RL: the steps of earlier epochs (its step counter restarts each epoch)
+    recent_step_times_s: list[float] = Field(default_factory=list)  # the last few, for the median
+
+    @property
+    def median_step_time_s(self) -> float | None:
+        times = sorted(self.recent_step_times_s)
+        return times[len(times) // 2] if times else self.step_time_s
+
+    updated_at: float = 0.0
+
+
+class Health(BaseModel):
+    """What trainbot said about a run's health (bot/lifecycle/health.py): each episode once, kept on
+    the record so a restarted bot does not say it again."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    nan_step: int | None = None  # the first step whose loss was NaN or inf (said)
+    spike_step: int | None = None  # the open loss-spike episode (said; ends when loss is back)
+    val_rising_step: int | None = None  # the open "validation loss rising" episode (said)
+    slow_run: int = 0  # steps in a row above the slow threshold
+    slow_from: int = 0  # the first of them
+    slow_since: int | None = None  # the open slow-step episode (said; ends on recovery)
+    usual_step_times_s: list[float] = Field(default_factory=list)  # the baseline: not slow ones
+    gpu_util_pct: float | None = None  # the last GPU sample: mean utilisation over the job's GPUs
+    gpu_mem_used_mib: float = 0.0
+    gpu_mem_total_mib: float = 0.0
+    gpu_sampled_at: float = 0.0
+    gpu_idle_since: float | None = None  # the first sample of the current idle stretch
+    gpu_idle_said: bool = False  # the idle warning of that stretch was said
+
+
+class Launch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(default_factory=new_launch_id)
+    request: TrainRequest | InteractiveRequest = Field(discriminator="kind")
+    user_id: str
+    user_name: str = ""
+    channel: str
+    parent_ts: str = ""
+    phase: Phase = Phase.QUEUED
+    outcome: str = ""  # Slurm's final word (COMPLETED, FAILED, ...) or why it was rejected
+    detail: str = ""  # a short human sentence about the outcome
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    attempts: list[Attempt] = Field(default_factory=list)
+    progress: Progress = Field(default_factory=Progress)
+    checkpoints: list[str] = Field(default_factory=list)
+    progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
+    tensorboard_dirs: list[str] = Field(default_factory=list)  # said in the thread, once each
+    open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
+    slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
+    cluster_user: str = ""  # the Unix user the launch runs as ("": the shared login account)
+    image_secrets: bool = False  # a custom image= gets the job secrets only when policy says so
+    parent_rendered_at: float = 0.0
+    permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
+    gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
+    waits_for: str = ""  # after=: the launch this one starts after (bot.engine.pipelines)
+    sweep: str = ""  # the sweep this launch is a member of (bot.engine.sweeps), if any
+    placed: str = ""  # cluster=auto: the cluster chosen and Slurm's start estimates then
+    starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from
+    start_key: str = ""  # from=: the recipe key and checkpoint path, noted before its first job
+    start_path: str = ""
+    rerouted: bool = False  # policy.placement.reroute_after_s moved it (once at most)
+    tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
+    # The owner's policy groups then: the budget of a launch that waited, a reroute's policy
+    groups: list[str] = Field(default_factory=list)
+    charged: bool = False  # its GPU-hours were charged to its owner's budget (once, from sacct)
+    estimate_gpu_hours: float | None = None  # the estimate at /train: held against the budget
+    submit_started_at: float = 0.0  # a submit ran and Slurm has not yet said what came of it
+    preflight_said: int = -1  # len(attempts) when "Pre-flight ok" was posted: said once per attempt
+    fence: int = 0  # raised by each worker that takes the launch: an older holder's writes fail
+    cancelled_by: str = ""  # who cancelled it (a Slack user id), written before any scancel:
+    cancelled_at: float = 0.0  # from then on it ends CANCELLED and is never retried
+    health: Health = Field(default_factory=Health)
+
+    @property
+    def cluster(self) -> str:
+        return self.request.cluster
+
+    @property
+    def attempt(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def job_id(self) -> str:
+        return self.attempts[-1].job_id if self.attempts else ""
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE_PHASES
+
+    @property
+    def interactive(self) -> bool:
+        return isinstance(self.request, InteractiveRequest)
+
+    @property
+    def words(self) -> str:
+        """``sft llama3p1_8b``: the title as plain words, for sentences."""
+        return self.title.replace(" · ", " ")
+
+    @property
+    def recipe_key(self) -> str:
+        """``sft:llama3p1_8b:nemo``: which recipe ran ("" for interactive allocations)."""
+        return recipe_key(self.request)
+
+    @property
+    def title(self) -> str:
+        """``sft · llama3p1_8b`` or ``interactive``."""
+        req = self.request
+        if isinstance(req, TrainRequest):
+            return f"{req.workload} · {req.model}"
+        return "interactive"
+
+
+def recipe_key(request: TrainRequest | InteractiveRequest) -> str:
+    """The recipe a request runs, as ``workload:model:framework`` ("" when interactive)."""
+    if isinstance(request, TrainRequest):
+        return f"{request.workload}:{request.model}:{request.framework}"
+    return ""
+
+
+class StepRun(BaseModel):
+    """An earlier run of a recipe at one size on one cluster: its median step time and its
+    steps, for the GPU-hour estimate of the next one."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step_time_s: float
+    steps: int = 0
+    ended_at: float = 0.0
+
+
+class HistoryEntry(BaseModel):
+    """What ``/jobs history`` shows of a finished launch; kept after the launch record expires."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    user_id: str
+    user_name: str = ""
+    cluster: str
+    title: str
+    nodes: int = 1
+    job_id: str = ""
+    phase: str
+    outcome: str = ""
+    detail: str = ""
+    attempts: int = 0
+    created_at: float
+    ended_at: float
+    run_s: float = 0.0  # summed over attempts: from start (or submit) to end
+    gpu_hours: float = 0.0
+    permalink: str = ""  # the launch's thread
+
+    @classmethod
+    def of(cls, launch: Launch) -> HistoryEntry:
+        run_s = 0.0
+        for attempt in launch.attempts:
+            begun = attempt.started_at or attempt.submitted_at
+            if begun and attempt.ended_at > begun:
+                run_s += attempt.ended_at - begun
+        return cls(
+            id=launch.id,
+            user_id=launch.user_id,
+            user_name=launch.user_name,
+            cluster=launch.cluster,
+            title=launch.title,
+            nodes=launch.request.nodes,
+            job_id=launch.job_id,
+            phase=str(launch.phase),
+            outcome=launch.outcome,
+            detail=launch.detail[:300],
+            attempts=len(launch.attempts),
+            created_at=launch.created_at,
+            ended_at=launch.updated_at,
+            run_s=run_s,
+            gpu_hours=launch.gpu_hours,
+            permalink=launch.permalink,
+        )
+
+
+def new_sweep_id() -> str:
+    return f"S-{secrets.token_hex(3)}"
+
+
+class Sweep(BaseModel):
+    """The record of one sweep."""
+
+    id: str = Field(default_factory=new_sweep_id)
+    user_id: str
+    channel: str
+    title: str  # sft · llama3p1_8b
+    text: str  # the /train line, canonical
+    where: str  # 2 nodes × a4
+    keys: list[str]  # the keys that vary, in product order
+    members: list[str] = Field(default_factory=list)  # launch ids, in product order
+    values: list[list[str]] = Field(default_factory=list)  # each member's values of ``keys``
+    estimate_gpu_hours: float | None = None
+    parent_ts: str = ""
+    created_at: float = Field(default_factory=time.time)
+
+    def label(self, index: int) -> str:
+        """``lr=3e-5, max_steps=100``: a member by the values that differ."""
+        return ", ".join(
+            f"{short_key(key)}={value}"
+            for key, value in zip(self.keys, self.values[index], strict=True)
+        )
+
+
+def short_key(key: str) -> str:
+    """``optim.config.lr`` -> ``lr``: the last part of a dotted key."""
+    return key.rsplit(".", 1)[-1]

@@ -1,0 +1,561 @@
+"""Delivers the outbox to the front end: each thread in order, threads independently.
+
+One notifier at a time holds the lease. It moves each outbox entry into a
+*lane* in Redis (a launch's thread, or that launch's pages), acknowledging the
+entry in the same transaction, and delivers every lane on its own: a lane's
+entries go out in the order they were written, and an entry that fails holds
+back only the later entries of its own lane. A failed entry is tried again
+after a backoff that doubles up to a cap (:class:`Retry`); after
+``max_tries`` it is a dead letter, recorded in Redis with a WARNING (the
+``trainbot_dead_letters`` gauges, ``/healthz`` and the admins' App Home show
+them) and, when the launch's channel refuses the bot, a direct message to the
+launch's owner saying how to fix it. A dead letter keeps its place first in its
+lane and is tried again, less often, for ``give_up_after_s`` (24 h) from its
+first failure, so an outage of hours loses nothing and the lane's later
+messages still follow it in order; only then is the lane given up for good. A
+launch whose parent message became a dead letter is ended by its worker.
+
+Nothing owed lives only in memory: after a crash or restart the next notifier
+finds every lane (and its backoff) in Redis. An entry is taken off its lane
+only after the front end took it; one already marked posted is not posted
+again. A page is two steps (Slack, PagerDuty), each marked done on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, assert_never
+
+from bot.lifecycle import notices, render
+from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.prefs import quiet_until
+from bot.notify import sweep_notes
+from bot.notify.paging import PAGE_KINDS, Pager
+from bot.store import keys
+from bot.store.store import DeadLetter, Event, Store
+from bot.text.front import Front, FrontError, MessageRef
+from bot.text.mrkdwn import (
+    actions,
+    approve_button,
+    cancel_button,
+    reject_button,
+    retry_button,
+    section,
+    undeliverable_text,
+    use_partition_button,
+)
+from cluster.profiles import ClusterProfile
+
+log = logging.getLogger(__name__)
+
+LEASE = "notifier"
+LEASE_TTL_MS = 15_000
+PARALLEL = 16  # deliveries in flight at once, across lanes
+LANE_READ = 50  # entries of a lane looked at together (to skip superseded updates)
+SLEEP_IN_LANE_MAX_S = 5.0  # longer backoffs hand the lane back to the scheduler
+STOP_GRACE_S = 10.0
+SWEEP_KINDS = ("parent", "update")  # a sweep member's events that go to the sweep's table
+SWEEP_MEMO_MAX = 10_000  # launch -> sweep remembered by the notifier, at most
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed delivery is tried again after ``first_s``, then twice as long each
+    time up to ``cap_s``. After ``max_tries`` tries it is a dead letter: recorded
+    (and surfaced), but it keeps its place first in its lane, so its launch's later
+    messages still follow it in order, and it is tried again less often, the wait
+    doubling on up to ``dead_cap_s``, until ``give_up_after_s`` after its first
+    failure; only then is it (with the rest of its lane) given up for good."""
+
+    first_s: float = 2.0
+    cap_s: float = 120.0
+    max_tries: int = 8
+    dead_cap_s: float = 1800.0
+    give_up_after_s: float = 86400.0
+
+    def delay_s(self, tries: int) -> float:
+        """How long to wait after the ``tries``-th failure."""
+        if tries < self.max_tries:
+            return min(self.cap_s, self.first_s * 2.0 ** max(tries - 1, 0))
+        late = min(tries - self.max_tries, 30)
+        return min(self.dead_cap_s, max(self.cap_s, self.first_s) * 2.0**late)
+
+
+def lane_of(event: Event, sweep: str = "") -> str:
+    """A launch's thread is one lane and its pages another, so a page never waits
+    for a thread the bot cannot post in. The parent updates of a sweep's members
+    share one lane, the sweep's, where a newer update replaces those before it: the
+    table is edited once per round, however many members moved. A person's DMs are a
+    lane of their own (those that break through quiet hours another), whatever launch
+    they are about."""
+    if event.kind == "dm":
+        user, urgent = str(event.data.get("user", "")), bool(event.data.get("urgent"))
+        return notices.dm_lane(user, urgent=urgent)
+    if sweep and event.kind in SWEEP_KINDS:
+        return f"sweep:{sweep}"
+    kind = "page" if event.kind in PAGE_KINDS else "thread"
+    return f"{kind}:{event.launch_id}"
+
+
+class Notifier:
+    def __init__(
+        self,
+        store: Store,
+        front: Front,
+        profiles: dict[str, ClusterProfile],
+        *,
+        owner: str,
+        pager: Pager | None = None,
+        retry: Retry | None = None,
+    ) -> None:
+        self.store = store
+        self.front = front
+        self.profiles = profiles
+        self.owner = owner
+        self.pager = pager
+        self.retry = retry or Retry()
+        self.delivered = 0
+        self.retried = 0
+        self.dead_lettered = 0
+        self.given_up = 0
+        self._lanes: dict[str, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(PARALLEL)
+        self._halt = asyncio.Event()
+        self.on_delivered: list[Callable[[str], None]] = []  # told each delivered entry's id
+        self._sweep_of: dict[str, str] = {}  # launch id -> its sweep id ("": none)
+        self._sweep_locks: dict[str, asyncio.Lock] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    if not await self.store.acquire(LEASE, self.owner, LEASE_TTL_MS):
+                        await self._stop_lanes(0.0)  # another notifier delivers now
+                        await _sleep(stop, 2.0)
+                        continue
+                    await self.drain(block_ms=1000)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # Redis is down: keep going, slowly
+                    log.exception("notifier: reading the outbox failed; retrying")
+                    await _sleep(stop, 2.0)
+        finally:
+            await self._stop_lanes(STOP_GRACE_S)
+        try:
+            await self.store.release(LEASE, self.owner)
+        except Exception as exc:  # it expires on its own
+            log.warning("notifier: could not release its lease: %s", exc)
+
+    async def drained(self) -> bool:
+        """Whether every outbox entry has been delivered (or dead-lettered)."""
+        return await self.store.undelivered() == 0
+
+    async def drain(self, *, block_ms: int = 1) -> int:
+        """Move what is waiting in the outbox to its lanes (this consumer's unacknowledged
+        entries first, then a dead consumer's, then new ones, waiting up to ``block_ms``),
+        and start delivering every lane that is due. Returns how many entries moved."""
+        entries = await self.store.read(
+            keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms, pending=True
+        )
+        if not entries:
+            entries = await self.store.claim_stale(
+                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, min_idle_ms=LEASE_TTL_MS
+            )
+        if not entries:
+            entries = await self.store.read(
+                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=max(block_ms, 1)
+            )
+        events = []
+        for entry_id, fields in entries:
+            try:
+                events.append(Event.decode(entry_id, fields))
+            except ValueError as exc:  # written by another version of trainbot
+                log.warning("notifier: outbox entry %s dropped: %s", entry_id, exc)
+                await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, entry_id)
+        if events:
+            lanes = [lane_of(event, await self._sweep_lane(event)) for event in events]
+            await self.store.hold(list(zip(lanes, events, strict=True)))
+        self._halt.clear()
+        for lane in await self.store.due_lanes(time.time()):
+            if lane not in self._lanes:
+                task = asyncio.create_task(self._run_lane(lane), name=f"notify {lane}")
+                self._lanes[lane] = task
+                task.add_done_callback(self._lane_ended)
+        return len(events)
+
+    async def _sweep_lane(self, event: Event) -> str:
+        """The sweep of a parent or update event's launch ("": none), remembered."""
+        if event.kind not in SWEEP_KINDS:
+            return ""
+        if event.launch_id not in self._sweep_of:
+            if len(self._sweep_of) >= SWEEP_MEMO_MAX:
+                self._sweep_of.clear()
+            launch = await self.store.get(event.launch_id)
+            self._sweep_of[event.launch_id] = launch.sweep if launch else ""
+        return self._sweep_of[event.launch_id]
+
+    def _lane_ended(self, task: asyncio.Task[None]) -> None:
+        lane = task.get_name().removeprefix("notify ")
+        if self._lanes.get(lane) is task:
+            del self._lanes[lane]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("notifier: lane %s stopped: %s", lane, task.exception())
+
+    async def _stop_lanes(self, grace_s: float) -> None:
+        """Let deliveries in flight finish (up to ``grace_s``); what is left stays in Redis."""
+        self._halt.set()
+        tasks = list(self._lanes.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace_s) if grace_s else (set(), tasks)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run_lane(self, lane: str) -> None:
+        """Deliver ``lane`` in order until it is empty, or waits out a long backoff."""
+        while not self._halt.is_set():
+            events = await self.store.lane_events(lane, LANE_READ)
+            if not events:
+                await self.store.lane_done(lane, "")  # forget the empty lane
+                return
+            event = events[0]
+            if event.kind == "update" and any(e.kind == "update" for e in events[1:]):
+                await self.store.lane_done(lane, event.id)  # a newer one follows
+                continue
+            batch = await self._batch(lane, events)
+            if not batch:
+                return  # quiet hours: drain() starts the lane again when they end
+            try:
+                async with self._slots:
+                    await self._deliver_once(event, batch)
+                    if event.kind == "thread" and event.data.get("notices"):
+                        await self._write_dms(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay_s = await self._failed(lane, event, exc)
+                if delay_s is None:
+                    continue  # given up: whatever came into the lane since goes on
+                if delay_s > SLEEP_IN_LANE_MAX_S:
+                    return  # drain() starts the lane again when it is due
+                await _sleep(self._halt, delay_s)
+                continue
+            await self._delivered(lane, batch)
+
+    async def _batch(self, lane: str, events: list[Event]) -> list[Event]:
+        """What goes out next: the lane's first entry; nothing while the person's quiet hours
+        last, and when they are over, every DM they held (one message)."""
+        event = events[0]
+        if event.kind != "dm" or lane.endswith(":urgent"):
+            return [event]
+        if await self._quiet(lane, event):
+            return []
+        return events if await self.store.quiet_held(lane) else [event]
+
+    async def _delivered(self, lane: str, batch: list[Event]) -> None:
+        for done in batch:
+            await self.store.lane_done(lane, done.id)
+            self.delivered += 1
+            for observer in self.on_delivered:
+                observer(done.id)
+        event = batch[0]
+        if event.kind == "dm":  # what quiet hours held went with it
+            await self.store.quiet_over(lane)
+        if lane.startswith("thread:") and event.kind != "update":
+            await self.store.clear_bad_channel(event.launch_id)
+
+    async def _deliver_once(self, event: Event, batch: list[Event]) -> None:
+        if event.kind == "dm":
+            await self._send_dms(batch)
+            return
+        if await self.store.was_posted(event.id):
+            return
+        await self.deliver(event)
+        if event.kind != "update":
+            await self.store.mark_posted(event.id)
+
+    async def _quiet(self, lane: str, event: Event) -> bool:
+        """Whether the person is in their quiet hours: then the lane waits until they end."""
+        until = quiet_until(await self.store.prefs(str(event.data.get("user", ""))), time.time())
+        if until is None:
+            return False
+        await self.store.hold_for_quiet(lane, until)
+        log.info("%s: quiet hours until %.0f; %s waits", lane, until, event.id)
+        return True
+
+    async def _send_dms(self, batch: list[Event]) -> None:
+        """One direct message for the DMs of a lane not yet sent (a summary of several)."""
+        todo = [dm for dm in batch if not await self.store.was_posted(dm.id)]
+        if not todo:
+            return
+        await self.front.post_to_user(
+            str(todo[0].data.get("user", "")), notices.summary_text([dm.text for dm in todo])
+        )
+        for dm in todo:
+            await self.store.mark_posted(dm.id)
+
+    async def _write_dms(self, event: Event) -> None:
+        """After a thread line with notices is posted: a DM to its owner and each watcher
+        who wants one for it (their preferences), written once, each in their own lane."""
+        launch = await self.store.get(event.launch_id)
+        if launch is None:
+            return
+        people = dict.fromkeys([launch.user_id, *await self.store.watchers(launch.id)])
+        link = launch.permalink or await self._permalink(launch)
+        text = notices.dm_text(launch, event.text, link)
+        dms = []
+        for person in people:
+            prefs = await self.store.prefs(person)
+            wanted = [n for n in event.data["notices"] if prefs.wants(n)]
+            if wanted:
+                urgent = any(prefs.urgent(n) for n in wanted)
+                data = {"user": person, "notice": wanted[0], "urgent": urgent}
+                dms.append(Event("dm", launch.id, text, data=data))
+        if dms:
+            await self.store.write_dms(event.id, dms)
+
+    async def _failed(self, lane: str, event: Event, exc: Exception) -> float | None:
+        """Count a failed delivery; the delay before the next try, or None once the
+        lane was given up for good."""
+        reason = exc.reason if isinstance(exc, FrontError) else f"{type(exc).__name__}: {exc}"
+        channel_problem = isinstance(exc, FrontError) and exc.channel_problem
+        thread = lane.startswith("thread:")
+        now = time.time()
+        tries, first_failed = await self.store.note_failure(event.id, now)
+        if now - first_failed >= self.retry.give_up_after_s:
+            await self._give_up(lane, event, reason, tries)
+            return None
+        if tries == self.retry.max_tries:
+            await self._dead_letter(lane, event, reason, tries, told=thread and channel_problem)
+        delay_s = self.retry.delay_s(tries)
+        await self.store.retry_lane_at(lane, now + delay_s)
+        self.retried += 1
+        log.info(
+            "launch %s: %s message %s not delivered (%s); try %d in %.1f s%s",
+            event.launch_id,
+            event.kind,
+            event.id,
+            reason,
+            tries + 1,
+            delay_s,
+            " (a dead letter)" if tries >= self.retry.max_tries else "",
+        )
+        return delay_s
+
+    async def _letter(self, lane: str, event: Event, reason: str, tries: int) -> DeadLetter:
+        launch = await self.store.get(event.launch_id)
+        channel = ""
+        if launch is not None:
+            channel = launch.channel if lane.startswith("thread:") else ""
+        if not channel and self.pager is not None and lane.startswith("page:"):
+            channel = self.pager.config.oncall_channel or ""
+        return DeadLetter(event, lane, reason, tries, channel=channel, at=time.time())
+
+    async def _dead_letter(
+        self, lane: str, event: Event, reason: str, tries: int, *, told: bool
+    ) -> None:
+        """Record a message that kept failing (it stays first in its lane, tried again
+        less often); a launch whose parent message it is ends without a job."""
+        launch = await self.store.get(event.launch_id)
+        letter = await self._letter(lane, event, reason, tries)
+        no_thread = lane.startswith("thread:") and launch is not None and not launch.parent_ts
+        await self.store.dead_letter(letter, no_thread=no_thread)
+        self.dead_lettered += 1
+        log.warning(
+            "launch %s: %s message %s moved to the dead letters after %d tries: %s (channel %s); "
+            "tried again until %.0f h after its first failure",
+            event.launch_id,
+            event.kind,
+            event.id,
+            tries,
+            reason,
+            letter.channel or "-",
+            self.retry.give_up_after_s / 3600,
+        )
+        if told and launch is not None and await self.store.mark_bad_channel(launch.id, reason):
+            text = undeliverable_text(
+                channel=launch.channel, error=reason, launch_id=launch.id, title=launch.words
+            )
+            try:
+                await self.front.post_to_user(launch.user_id, text)
+            except Exception as exc:  # the dead letter and the log line remain
+                log.warning(
+                    "launch %s: could not tell %s that %s refuses the bot: %s",
+                    launch.id,
+                    launch.user_id,
+                    launch.channel,
+                    exc,
+                )
+
+    async def _give_up(self, lane: str, event: Event, reason: str, tries: int) -> None:
+        """Past ``give_up_after_s``: the whole lane is given up for good, in order."""
+        letter = await self._letter(lane, event, reason, tries)
+        given = 0
+        for pending in await self.store.lane_events(lane, LANE_READ):
+            letter = replace(letter, event=pending, tries=tries if pending.id == event.id else 0)
+            await self.store.lane_done(lane, pending.id, dead=letter)
+            given += 1
+        self.given_up += given
+        log.error(
+            "launch %s: %d message(s) of %s given up for good after %.0f h: %s",
+            event.launch_id,
+            given,
+            lane,
+            self.retry.give_up_after_s / 3600,
+            reason,
+        )
+
+    async def deliver(self, event: Event) -> None:
+        launch = await self.store.get(event.launch_id)
+        if launch is None:
+            log.warning(
+                "notifier: %s event for unknown launch %s dropped", event.kind, event.launch_id
+            )
+            return
+        if event.kind in PAGE_KINDS:
+            await self._page(event, launch)
+            return
+        if event.kind == "enqueue":  # the store puts these on the queue, never in the outbox
+            log.warning("notifier: enqueue event for %s is not a message; dropped", launch.id)
+            return
+        if launch.sweep:
+            await sweep_notes.deliver(
+                self.store, self.front, self._sweep_locks, event, launch, thread_blocks
+            )
+            return
+        if not launch.parent_ts:
+            launch = await self._post_parent(launch)
+        match event.kind:
+            case "parent":
+                pass  # posted just above, or earlier
+            case "update":
+                text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
+                await self.front.update(
+                    MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
+                )
+            case "thread":
+                text = notices.thread_text(launch, event.text, event.data)
+                await self.front.post(
+                    launch.channel,
+                    text,
+                    blocks=thread_blocks(launch, event, text),
+                    thread_ts=launch.parent_ts,
+                )
+            case "plot":
+                await self._plot(launch)
+            case "dm":
+                await self._send_dms([event])
+            case "oncall" | "resolve" | "enqueue":
+                pass  # pages and queue entries are handled above
+            case _:
+                assert_never(event.kind)
+
+    async def _page(self, event: Event, launch: Launch) -> None:
+        """Each step of a page not yet done, side by side; raises when one failed."""
+        if self.pager is None:
+            return
+        todo = {
+            name: step
+            for name, step in self.pager.steps().items()
+            if not await self.store.was_posted(f"{event.id}:{name}")
+        }
+        if not todo:
+            return
+        link = await self._permalink(launch)
+
+        async def run(name: str) -> None:
+            await todo[name](event.kind, launch, event.data, link)
+            await self.store.mark_posted(f"{event.id}:{name}")
+
+        results = await asyncio.gather(*(run(name) for name in todo), return_exceptions=True)
+        failed = [(n, r) for n, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
+        for name, error in failed:
+            log.warning("launch %s: the %s step of a page failed: %s", launch.id, name, error)
+        if failed:
+            raise failed[0][1]
+        if event.kind == "oncall" and await self.store.mark_posted(f"{event.id}:told"):
+            await self._say_paged(launch, list(self.pager.steps()))
+
+    async def _say_paged(self, launch: Launch, steps: list[str]) -> None:
+        """Once a page went out, say so in the launch's thread (after what caused it)."""
+        where = " and ".join(
+            {"slack": "in the on-call channel", "pagerduty": "through PagerDuty"}.get(n, n)
+            for n in steps
+        )
+        text = f"📟 On-call was paged {where}."
+        await self.store.mutate(launch.id, lambda stored: [Event("thread", stored.id, text)])
+
+    async def _permalink(self, launch: Launch) -> str:
+        """The thread's link, or "" (no parent yet, or Slack cannot say): a page goes
+        out without it rather than wait."""
+        if not launch.parent_ts:
+            return ""
+        try:
+            return await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
+        except Exception as exc:
+            log.warning("launch %s: no permalink for the page: %s", launch.id, exc)
+            return ""
+
+    async def _plot(self, launch: Launch) -> None:
+        try:
+            png = await asyncio.to_thread(render.loss_curve, launch)
+        except ValueError as exc:
+            log.info("launch %s: no loss curve: %s", launch.id, exc)
+            return
+        await self.front.upload(
+            launch.channel,
+            launch.parent_ts,
+            filename=f"{launch.id}-loss.png",
+            content=png,
+            title=f"Loss curve of {launch.id}",
+        )
+
+    async def _post_parent(self, launch: Launch) -> Launch:
+        text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
+        ref = await self.front.post(launch.channel, text, blocks=blocks)
+        try:  # for links from App Home and /jobs history; the thread works without it
+            link = await self.front.permalink(ref)
+        except Exception as exc:
+            log.info("launch %s: no permalink for its thread: %s", launch.id, exc)
+            link = ""
+
+        def keep_ts(stored: Launch) -> list[Event]:
+            stored.parent_ts = stored.parent_ts or ref.ts
+            stored.permalink = stored.permalink or link
+            return []
+
+        stored, _ = await self.store.mutate(launch.id, keep_ts)
+        return stored
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
+    """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
+    Use <partition> (a refused partition)."""
+    wanted = event.data.get("buttons") or []
+    label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
+    buttons = []
+    if "cancel" in wanted and launch.active:
+        buttons.append(cancel_button(launch.id, job_label=label))
+    if "retry" in wanted and launch.active:
+        buttons.append(retry_button(launch.id))
+    partition = str(event.data.get("partition", ""))
+    if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
+        buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))
+    if launch.phase == Phase.AWAITING_APPROVAL and "approve" in wanted:
+        target = str(event.data.get("sweep") or launch.id)  # a sweep is approved whole
+        buttons += [approve_button(target), reject_button(target)]
+    if not buttons:
+        return None
+    return [section(text or event.text), actions(*buttons)]

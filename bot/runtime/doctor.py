@@ -1,0 +1,172 @@
+"""``trainbot doctor``: check what the bot depends on, one line per check.
+
+Config (already loaded when this runs), Redis (with what the notifier still owes
+and its dead letters, which do not fail the check), and for every cluster: SSH with
+its host key, the partition, the images, the catalog's recipes, everything
+pre-flight checks (directories, mounts, NeMo-RL's auth.sh), and which flags the
+site's ``run.py`` lacks (read from its ``--help`` in the same round trip, and kept
+in Redis for the workers). Exit 0 when everything passes.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import AsyncExitStack
+from typing import IO
+
+from bot.engine.on_cluster import Clusters
+from bot.settings.config import Config
+from bot.settings.env import Settings
+from bot.store.keys import NOTIFY_DEAD_LETTERS
+from bot.store.store import DeadLetter, Store, Target
+from cluster.discovery import discover_recipes
+from cluster.errors import TrainbotError
+from cluster.preflight import PreflightResult, preflight
+from cluster.profiles import ClusterProfile, LoginNode, cert_key_id
+from cluster.spec import LaunchSpec
+from cluster.ssh import SSHPool
+
+
+class Report:
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.failed = 0
+
+    def line(self, ok: bool, what: str, detail: str = "") -> None:
+        self.failed += not ok
+        mark = "ok  " if ok else "FAIL"
+        print(f"{mark} {what}{': ' + detail if detail else ''}", file=self.out, flush=True)
+
+
+async def can_log_in(
+    report: Report, clusters: Clusters, login: LoginNode, cluster: str, what: str, ok: str = ""
+) -> bool:
+    """Run ``true`` on the login node as ``login`` says; one report line either way."""
+    try:
+        await clusters.pool.run(login, "true", timeout_s=20, cluster=cluster)
+    except TrainbotError as exc:
+        report.line(False, what, str(exc))
+        return False
+    report.line(True, what + ok)
+    return True
+
+
+async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
+    name = profile.name
+    login = profile.login
+    shared = f"{name}: ssh {login.user}@{login.host}:{login.port}"
+    if not await can_log_in(report, clusters, login, name, shared, " (host key verified)"):
+        return
+    for user in sorted(set(profile.identity.users.values()) if profile.identity else ()):
+        person = f"{name}: ssh {user}@{login.host} with a CA certificate"
+        login = profile.as_user(user, cert_key_id("doctor", user, "doctor")).login
+        await can_log_in(report, clusters, login, name, person)
+    listing = await discover_recipes(clusters.pool, profile)
+    entries = [e for e in clusters.config.catalog.entries]
+    missing = [
+        e.script_path for e in entries if e.script_file not in listing.scripts.get(e.framework, ())
+    ]
+    report.line(
+        not missing,
+        f"{name}: recipes in {profile.recipes_dir}",
+        f"missing {', '.join(sorted(set(missing)))}"
+        if missing
+        else f"{len(entries)} catalog entries found",
+    )
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.framework in seen:
+            continue
+        seen.add(entry.framework)
+        secrets, _ = clusters.secrets(profile)  # what a launch exports (auth.sh must keep them)
+        spec = LaunchSpec.from_recipe(
+            profile, entry, launch_id="L-doctor", nodes=1, secrets=secrets
+        )
+        result = await preflight(clusters.pool, spec)  # reads run.py --help afresh
+        for check in result.checks:
+            report.line(check.ok, f"{name}: {entry.framework} {check.name}", check.message)
+        if spec.fw.help_argv:
+            report.line(*launcher_line(spec, result))
+            await clusters.remember(spec, result)
+
+
+def launcher_line(spec: LaunchSpec, result: PreflightResult) -> tuple[bool, str, str]:
+    """What the site's launcher lacks of the flags trainbot may send (from its --help)."""
+    fw, options = spec.fw, result.launcher
+    what = f"{spec.cluster}: {fw.name} {fw.launcher} --help"
+    if options is None:
+        return False, what, "printed no usage; every launch sends all the flags trainbot knows"
+    lacks = [flag for flag in fw.launcher_flags if flag not in options.flags]
+    if not options.positionals:
+        lacks.append("-- overrides")
+    if not lacks:
+        return True, what, "has every flag trainbot sends"
+    return True, what, f"lacks {', '.join(lacks)}: launches leave them out and say so"
+
+
+def delivery_text(held: int, dead_total: int, newest: list[DeadLetter]) -> str:
+    """What the notifier still owes and what it gave up on, e.g.
+    ``2 waiting; 3 dead letters in trainbot:notify:dead, newest: L-7f3a thread in C0OUT:
+    not_in_channel (8 tries)``."""
+    text = f"{held} waiting"
+    if not dead_total:
+        return text + "; no dead letters"
+    text += f"; {dead_total} dead letter{'s' if dead_total != 1 else ''} in {NOTIFY_DEAD_LETTERS}"
+    if newest:
+        last = newest[-1]
+        where = f" in {last.channel}" if last.channel else ""
+        text += (
+            f", newest: {last.launch_id} {last.event.kind}{where}: {last.reason} "
+            f"({last.tries} {'try' if last.tries == 1 else 'tries'})"
+        )
+    return text
+
+
+def replicas_text(target: Target, replicas: int) -> str:
+    """The replicas the primary has, against what ``REDIS_WAIT_REPLICAS`` asks for."""
+    text = f"{replicas} replica{'' if replicas == 1 else 's'} connected"
+    if target.wait_replicas > replicas:
+        text += (
+            f"; REDIS_WAIT_REPLICAS={target.wait_replicas} is more: every durable write "
+            f"waits {target.wait_timeout_ms} ms"
+        )
+    return text
+
+
+async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = None) -> int:
+    report = Report(out or sys.stdout)
+    report.line(True, f"config {settings.config_path}", f"{len(config.clusters)} clusters")
+    redis_ok = False
+    try:
+        target = settings.redis_target()
+        async with Store.connect(target) as store:
+            await store.ping()
+            held, dead = await store.held_count(), await store.dead_letter_count()
+            newest = await store.dead_letters(limit=1)
+            replicas = await store.replicas()
+        report.line(
+            replicas >= target.wait_replicas,
+            f"redis {target.describe()}",
+            replicas_text(target, replicas),
+        )
+        report.line(True, "messages", delivery_text(held, dead, newest))
+        redis_ok = True
+    except TrainbotError as exc:
+        report.line(False, "redis", str(exc))
+    async with SSHPool() as pool, AsyncExitStack() as stack:
+        kept = (
+            await stack.enter_async_context(Store.connect(settings.redis_target()))
+            if redis_ok
+            else None
+        )
+        clusters = Clusters(config, settings, pool, kept)
+        for profile in config.clusters.values():
+            try:
+                await check_cluster(report, clusters, profile)
+            except TrainbotError as exc:
+                report.line(False, f"{profile.name}", str(exc))
+    print(
+        f"{report.failed} check(s) failed" if report.failed else "all checks passed",
+        file=report.out,
+    )
+    return 1 if report.failed else 0

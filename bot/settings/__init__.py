@@ -1,0 +1,1 @@
+"""Settings: the config file, the environment, schedules and log set-up."""

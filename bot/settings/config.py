@@ -1,0 +1,498 @@
+"""The config file (``trainbot.yaml``): clusters, recipes, policy and alerts.
+
+:func:`load_config` reads and checks it. Any problem is a ConfigError naming the
+file, the field path and what is wrong, e.g.
+``trainbot.yaml: clusters.a4.max_nodes: must be >= 1 (got 0)``.
+``trainbot.example.yaml`` documents every field. Secrets never live in the
+file: it names environment variables or login-node files that hold them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bot.settings.cron import cron_trigger
+from bot.store.store import DAY_S, Retention
+from cluster.errors import ConfigError
+from cluster.failures import FailureKind, FailureRule, build_catalog
+from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
+from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
+from commands.context import CommandContext
+from commands.policy import BudgetRule, Policy, PolicyRule, TeamBudgetRule
+from commands.rules import ANY, ApproverRule, ImageRule, ViewerRule
+from commands.suggest import closest
+
+ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
+LINK_HOST_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class Webhook(BaseModel):
+    """A PagerDuty Events API v2 endpoint for pages."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(pattern=r"^https?://[^\s]+$")
+    routing_key: EnvSecret | None = None
+
+
+class Alerts(BaseModel):
+    """Where on-call hears about trouble."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    oncall_channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,}$")
+    oncall_usergroup: str | None = Field(default=None, pattern=r"^S[A-Z0-9]{2,}$")
+    webhook: Webhook | None = None
+
+
+class Report(BaseModel):
+    """The usage report posted to ``channel`` on ``cron`` (crontab, UTC; six fields put
+    seconds first), covering the ``days`` before it; once across all bot processes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    channel: str = Field(pattern=r"^[CG][A-Z0-9]{2,}$")
+    cron: str = "0 9 * * mon"
+    days: int = Field(default=7, ge=1, le=92)
+    top: int = Field(default=5, ge=1, le=50)
+
+    @field_validator("cron")
+    @classmethod
+    def _check_cron(cls, value: str) -> str:
+        try:
+            cron_trigger(value)
+        except ValueError as exc:
+            raise ValueError(
+                f"not a crontab schedule ({exc}); e.g. '0 9 * * mon' (Mondays 09:00 UTC)"
+            ) from None
+        return value
+
+
+class Health(BaseModel):
+    """A running run's health read from its progress lines (docs/health.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A NaN or inf training loss: "stop" cancels the run (final, never retried), "flag"
+    # tells the owner and leaves it running; per cluster in nan_action_clusters.
+    nan_action: Literal["stop", "flag"] = "stop"
+    nan_action_clusters: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
+    # per team, by the Slurm account a launch is charged to (policy.accounts); a team's
+    # rule wins over its cluster's
+    nan_action_accounts: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
+    # A loss above spike_factor x the median of the last spike_window losses is a spike
+    # (once the run has spike_min_points of them).
+    spike_factor: float = Field(default=3.0, gt=1, le=1000)
+    spike_window: int = Field(default=20, ge=3, le=1000)
+    spike_min_points: int = Field(default=5, ge=2, le=1000)
+    # Validation loss rising at val_rising validations in a row while training loss falls.
+    val_rising: int = Field(default=3, ge=2, le=100)
+    # Step time above slow_factor x the run's median for slow_steps steps in a row.
+    slow_factor: float = Field(default=2.0, gt=1, le=1000)
+    slow_steps: int = Field(default=3, ge=1, le=10_000)
+    slow_min_points: int = Field(default=5, ge=2, le=1000)
+    # GPU utilisation and memory of running jobs, sampled on their nodes every gpu_sample_s
+    # (per cluster in gpu_sample_clusters; 0: not sampled). GPUs at or under idle_util_pct
+    # busy for idle_window_s are idle: the owner is warned once.
+    gpu_sample_s: float = Field(default=300.0, ge=0, le=86400)
+    gpu_sample_clusters: dict[str, Annotated[float, Field(ge=0, le=86400)]] = Field(
+        default_factory=dict
+    )
+    idle_util_pct: float = Field(default=10.0, ge=0, le=100)
+    idle_window_s: float = Field(default=900.0, ge=0, le=7 * 86400)
+
+    def nan_action_for(self, cluster: str, account: str = "") -> str:
+        if account and account in self.nan_action_accounts:
+            return self.nan_action_accounts[account]
+        return self.nan_action_clusters.get(cluster, self.nan_action)
+
+    def gpu_sample_for(self, cluster: str) -> float:
+        return self.gpu_sample_clusters.get(cluster, self.gpu_sample_s)
+
+
+class Watch(BaseModel):
+    """How runs are babysat: automatic retries and hang detection."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    retry_backoff_s: float = Field(default=30.0, ge=0, le=3600)
+    hang_min_s: float = Field(default=600.0, gt=0, le=7 * 86400)
+    hang_step_factor: float = Field(default=10.0, gt=0, le=1000)
+    # Before a job's first step, start-up (image import, model download, Ray, vLLM: often
+    # over 10 minutes on 70B runs) counts as progress while its log grows: hang_min_s is
+    # then the longest silence. A start-up longer than this is called a hang however much
+    # it prints.
+    startup_max_s: float = Field(default=7200.0, gt=0, le=7 * 86400)
+    # A failed job whose files name no known cause is read again this much later
+    # (shared file systems lag) before trainbot says the cause is unknown.
+    evidence_reread_s: float = Field(default=5.0, ge=0, le=600)
+    # Hosts whose links trainbot posts from job output (W&B run pages): a link to any
+    # other host (or a subdomain of none of these) is not posted; a job writes its log.
+    link_hosts: tuple[Annotated[str, Field(pattern=LINK_HOST_PATTERN)], ...] = ("wandb.ai",)
+    health: Health = Field(default_factory=Health)
+
+    def link_allowed(self, url: str) -> bool:
+        """Whether ``url`` is https to one of ``link_hosts`` (or a subdomain of one)."""
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if parts.scheme != "https" or parts.username or parts.password or not host:
+            return False
+        return any(host == h or host.endswith("." + h) for h in self.link_hosts)
+
+    def hang_after_s(self, step_time_s: float | None) -> float:
+        """No new progress line for this long means a silent hang (given the median step time)."""
+        return max(self.hang_min_s, self.hang_step_factor * (step_time_s or 0.0))
+
+
+class RetentionDays(BaseModel):
+    """How long finished launches stay in Redis, in days."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # the whole record (threads' state, /logs, buttons); /jobs history outlives it
+    launches_days: float = Field(default=90, gt=0, le=3650)
+    history_days: float = Field(default=400, gt=0, le=3650)
+
+    @model_validator(mode="after")
+    def _history_outlives_launches(self) -> RetentionDays:
+        if self.history_days < self.launches_days:
+            raise ValueError(
+                f"history_days must be >= launches_days ({self.launches_days:g}) "
+                f"(got {self.history_days:g})"
+            )
+        return self
+
+    def store(self) -> Retention:
+        return Retention(
+            launch_s=int(self.launches_days * DAY_S), history_s=int(self.history_days * DAY_S)
+        )
+
+
+class Delivery(BaseModel):
+    """How long what cannot be delivered is tried: a message the notifier could not post
+    (Slack or PagerDuty down, a channel that refuses the bot) and a queue entry that
+    kept failing inside trainbot. Past ``max_tries`` they are dead letters, tried again
+    less often (at most ``dead_letter_retry_max_s`` apart) until ``retry_for_h`` after
+    their first failure; then given up for good."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    retry_for_h: float = Field(default=24.0, ge=1, le=24 * 30)
+    dead_letter_retry_max_s: float = Field(default=1800.0, ge=10, le=86400)
+
+
+class Config(BaseModel):
+    """The whole config file. Cluster names come from the keys under ``clusters``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: dict[ClusterName, ClusterProfile] = Field(min_length=1)
+    default_cluster: str | None = None
+    recipes: tuple[RecipeEntry, ...] = ()
+    default_recipes: bool = True
+    policy: Policy = Field(default_factory=Policy)
+    alerts: Alerts = Field(default_factory=Alerts)
+    watch: Watch = Field(default_factory=Watch)
+    retention: RetentionDays = Field(default_factory=RetentionDays)
+    # The failure catalog's site entries: new causes, or changes to built-in ones.
+    failures: tuple[FailureRule, ...] = ()
+    delivery: Delivery = Field(default_factory=Delivery)
+    report: Report | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_clusters(cls, data: Any) -> Any:
+        """Give each cluster its key as ``name``; drop explicit nulls of optional sections."""
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v is not None or k == "default_cluster"}
+        clusters = data.get("clusters")
+        if isinstance(clusters, dict):
+            data["clusters"] = {
+                key: {"name": key, **value} if isinstance(value, dict) else value
+                for key, value in clusters.items()
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _check_links(self) -> Config:
+        problems = list(self._link_problems())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _link_problems(self) -> list[str]:
+        known = ", ".join(self.clusters)
+        problems: list[str] = []
+        for key, profile in self.clusters.items():
+            if profile.name != key:
+                problems.append(f"clusters.{key}.name: must be {key!r} (got {profile.name!r})")
+        if self.default_cluster is not None and self.default_cluster not in self.clusters:
+            problems.append(
+                f"default_cluster: {self.default_cluster!r} is not a cluster (known: {known})"
+            )
+        sections: dict[
+            str,
+            tuple[
+                PolicyRule | ApproverRule | ViewerRule | ImageRule | BudgetRule | TeamBudgetRule,
+                ...,
+            ],
+        ] = {
+            "rules": self.policy.rules,
+            "approvers": self.policy.approvers,
+            "log_viewers": self.policy.log_viewers,
+            "custom_images": self.policy.custom_images,
+            "budgets": self.policy.budgets,
+            "team_budgets": self.policy.team_budgets,
+        }
+        for section, rules in sections.items():
+            for number, rule in enumerate(rules):
+                for name in rule.clusters:
+                    if name != ANY and name not in self.clusters:
+                        problems.append(
+                            f"policy.{section}[{number}].clusters: {name!r} is not a cluster "
+                            f'(known: {known}, or "*")'
+                        )
+        problems += self._placement_problems()
+        problems += self._image_dir_problems()
+        try:
+            self.failure_catalog  # noqa: B018 - builds and checks the site's entries
+        except ValueError as exc:
+            problems.append(str(exc))
+        try:
+            self.catalog  # noqa: B018 - builds and checks the merged catalog
+        except ValidationError as exc:
+            problems.append(f"recipes: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+        return problems
+
+    def _placement_problems(self) -> list[str]:
+        """``auto`` is ``cluster=auto``, never a cluster; ``policy.placement.defaults``
+        name clusters that exist."""
+        problems = []
+        if "auto" in self.clusters:
+            problems.append('clusters.auto: "auto" means cluster=auto; name the cluster otherwise')
+        for number, entry in enumerate(self.policy.placement.defaults):
+            if entry.cluster != "auto" and entry.cluster not in self.clusters:
+                problems.append(
+                    f"policy.placement.defaults[{number}].cluster: {entry.cluster!r} is not a "
+                    f'cluster (known: {", ".join(self.clusters)}, or "auto")'
+                )
+        return problems
+
+    def _image_dir_problems(self) -> list[str]:
+        """``~/`` directories of ``policy.custom_images`` on clusters with ``identity``: there
+        ``~`` is the home of whoever launches, which they can write, so such a directory
+        reviews nothing."""
+        problems: list[str] = []
+        for number, rule in enumerate(self.policy.custom_images):
+            covered = self.clusters if ANY in rule.clusters else rule.clusters
+            personal = [c for c in covered if c in self.clusters and self.clusters[c].identity]
+            for place, folder in enumerate(rule.dirs):
+                if personal and folder.startswith("~"):
+                    problems.append(
+                        f"policy.custom_images[{number}].dirs[{place}]: {folder!r} is in the home "
+                        f"of whoever launches, and on {', '.join(personal)} (identity) each person "
+                        "launches as themselves and can write their own home; use an absolute "
+                        "directory only trainbot's admins can write (such as /shared/images/"
+                        "reviewed)"
+                    )
+        return problems
+
+    @cached_property
+    def catalog(self) -> RecipeCatalog:
+        """The built-in catalog with ``recipes`` replacing or adding entries."""
+        if self.default_recipes:
+            return DEFAULT_CATALOG.merged(self.recipes)
+        return RecipeCatalog(entries=self.recipes)
+
+    @cached_property
+    def failure_catalog(self) -> tuple[FailureKind, ...]:
+        """The built-in failure catalog with ``failures`` applied (cluster.failures)."""
+        return build_catalog(self.failures)
+
+    def command_context(self) -> CommandContext:
+        """What the command parser needs from this config."""
+        return CommandContext(
+            clusters=dict(self.clusters),
+            catalog=self.catalog,
+            policy=self.policy,
+            default_cluster=self.default_cluster,
+        )
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and check the config file at ``path``, or raise ConfigError."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            "file not found (set TRAINBOT_CONFIG or --config; trainbot.example.yaml "
+            "shows the format)",
+            source=source,
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read it ({exc})", source=source) from None
+    return parse_config(text, source=source, base_dir=Path(path).parent)
+
+
+def parse_config(text: str, *, source: str = "config", base_dir: Path | None = None) -> Config:
+    """Check config text; relative local paths (SSH key, known_hosts) start at ``base_dir``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}not valid YAML ({problem})", source=source) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "must be a mapping with clusters:, recipes:, policy: and alerts:", source=source
+        )
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, source) from None
+    return _resolve_local_paths(config, base_dir) if base_dir is not None else config
+
+
+def config_error(exc: ValidationError, source: str) -> ConfigError:
+    """The first problem of a validation error as a ConfigError (with a count of the rest).
+
+    A misspelt field (``clustrs:``) also makes the real one missing: the unknown name is
+    the cause, so it is reported first.
+    """
+    errors = _misspelling_first(exc.errors())
+    path, message = _describe(errors[0])
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return ConfigError(message, source=source, path=path)
+
+
+def _misspelling_first(errors: list[Any]) -> list[Any]:
+    """``errors`` with an unknown field that is close to a missing sibling moved first."""
+    missing = [e for e in errors if e["type"] == "missing"]
+    for error in errors:
+        if error["type"] != "extra_forbidden":
+            continue
+        parent, name = tuple(error["loc"][:-1]), str(error["loc"][-1])
+        siblings = [str(m["loc"][-1]) for m in missing if tuple(m["loc"][:-1]) == parent]
+        if closest(name, siblings):
+            return [error] + [e for e in errors if e is not error]
+    return errors
+
+
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+    parts: list[str] = []
+    for part in error["loc"]:
+        if isinstance(part, int):
+            parts[-1:] = [f"{parts[-1]}[{part}]" if parts else f"[{part}]"]
+        elif part == "[key]":
+            pattern = (error.get("ctx") or {}).get("pattern", "")
+            return ".".join(parts), f"{error['input']!r} is not a valid name (must match {pattern})"
+        else:
+            parts.append(str(part))
+    path = ".".join(parts)
+    kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
+    messages = {
+        "missing": "is required",
+        "greater_than_equal": f"must be >= {ctx.get('ge')} (got {got!r})",
+        "greater_than": f"must be > {ctx.get('gt')} (got {got!r})",
+        "less_than_equal": f"must be <= {ctx.get('le')} (got {got!r})",
+        "less_than": f"must be < {ctx.get('lt')} (got {got!r})",
+        "string_pattern_mismatch": f"must match {ctx.get('pattern')} (got {got!r})",
+        "literal_error": f"must be one of {ctx.get('expected')} (got {got!r})",
+        "too_short": "must not be empty",
+        "int_parsing": f"must be a whole number (got {got!r})",
+        "int_type": f"must be a whole number (got {got!r})",
+        "int_from_float": f"must be a whole number (got {got!r})",
+        "float_parsing": f"must be a number (got {got!r})",
+        "bool_parsing": f"must be true or false (got {got!r})",
+        "string_type": f"must be a string (got {got!r})",
+        "dict_type": f"must be a mapping (got {got!r})",
+        "model_type": f"must be a mapping (got {got!r})",
+        "tuple_type": f"must be a list (got {got!r})",
+        "enum": f"must be one of {ctx.get('expected')} (got {got!r})",
+    }
+    if kind == "extra_forbidden":
+        return path, _unknown_field(tuple(error["loc"]))
+    if kind == "value_error":
+        text = str(ctx.get("error", error["msg"]))
+        if path == "" and ": " in text:
+            path, _, text = text.partition(": ")
+        return path, text
+    return path, messages.get(kind, f"{error['msg'].lower()} (got {got!r})")
+
+
+def _unknown_field(loc: tuple[Any, ...]) -> str:
+    """``is not a known field``, with the closest known name at that place when one is close."""
+    known = _fields_at(loc[:-1])
+    match = closest(str(loc[-1]), known) if known else None
+    hint = f"; did you mean {match}?" if match else ""
+    return f"is not a known field{hint} (trainbot.example.yaml lists every field)"
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model found at ``loc`` under :class:`Config` (empty if unknown)."""
+    model: type[BaseModel] = Config
+    skip = False  # the part after a mapping or list field is its key or index
+    for part in loc:
+        if skip:
+            skip = False
+            continue
+        field = model.model_fields.get(str(part))
+        found = None if field is None else _model_in(field.annotation)
+        if field is None or found is None:
+            return []
+        model = found
+        skip = not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel))
+        skip = skip and get_origin(field.annotation) not in (Union, UnionType)
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (directly, or as a mapping value or list item)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in reversed(get_args(annotation)):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _resolve_local_paths(config: Config, base_dir: Path) -> Config:
+    """Key, CA key and known_hosts paths: ``~`` expanded, relative ones taken from ``base_dir``."""
+
+    def local(value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        value = value.expanduser()
+        return value if value.is_absolute() else (base_dir / value).resolve()
+
+    clusters = {
+        name: profile.model_copy(
+            update={
+                "login": profile.login.model_copy(
+                    update={
+                        "key_file": local(profile.login.key_file),
+                        "known_hosts_file": local(profile.login.known_hosts_file),
+                        "user_ca_key_file": local(profile.login.user_ca_key_file),
+                    }
+                )
+            }
+        )
+        for name, profile in config.clusters.items()
+    }
+    return config.model_copy(update={"clusters": clusters})

@@ -1,0 +1,235 @@
+"""Process settings from the environment (INTERFACE.md, "Environment").
+
+:meth:`Settings.from_environ` is the one place in trainbot that reads
+``os.environ``; tests pass their own mapping. Secrets are ``SecretStr``: their
+``repr`` and ``str`` show ``**********``. Job secrets and the PagerDuty routing
+key are referenced from the config by environment variable name; the values
+are kept here and handed out with :meth:`Settings.env_secret`.
+
+Any variable can instead be given as a file: ``NAME_FILE=/run/secrets/name``
+(Docker and Kubernetes secrets) stands for ``NAME`` with that file's content,
+one trailing newline dropped. The settings' own variables are read at start;
+a variable the config names (``{env: NAME}``) when the bot first asks for it,
+which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error. A
+file's content is never logged nor shown in an error, only its path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bot.store.store import Target
+from cluster.errors import ConfigError
+
+FILE_SUFFIX = "_FILE"
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+class Settings(BaseSettings):
+    """Everything the process takes from its environment."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    config_path: Path = Field(default=Path("./trainbot.yaml"), alias="TRAINBOT_CONFIG")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="REDIS_URL")
+    # Redis through Sentinel (docs/sentinel.md): the sentinels, the primary's name there
+    redis_sentinels: tuple[tuple[str, int], ...] = Field(default=(), alias="REDIS_SENTINELS")
+    redis_sentinel_service: str = Field(
+        default="mymaster", alias="REDIS_SENTINEL_SERVICE", min_length=1
+    )
+    redis_password: SecretStr | None = Field(default=None, alias="REDIS_PASSWORD")
+    redis_db: int = Field(default=0, alias="REDIS_DB", ge=0, le=15)  # with Sentinel
+    # replicas a queued launch, a job id or a cancel must reach (WAIT); default 1 with
+    # Sentinel, 0 with a plain URL
+    redis_wait_replicas: int | None = Field(default=None, alias="REDIS_WAIT_REPLICAS", ge=0)
+    redis_wait_timeout_ms: int = Field(default=500, alias="REDIS_WAIT_TIMEOUT_MS", ge=1, le=60_000)
+    # how long one store call rides through a failover; default 30 with Sentinel, 2 without
+    redis_retry_for_s: float | None = Field(default=None, alias="REDIS_RETRY_FOR_S", ge=0, le=600)
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
+    http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
+    # /metrics on a listener of its own (host and port both set); unset: on the HTTP port
+    metrics_host: str | None = Field(default=None, alias="TRAINBOT_METRICS_HOST", min_length=1)
+    metrics_port: int | None = Field(default=None, alias="TRAINBOT_METRICS_PORT", ge=1, le=65535)
+    # a connection as a person (a certificate from the user CA) unused this long is closed
+    ssh_person_idle_s: float = Field(
+        default=60.0, alias="TRAINBOT_SSH_PERSON_IDLE_S", gt=0, le=3600
+    )
+    # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
+    log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
+    log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
+
+    @model_validator(mode="after")
+    def _metrics_host_needs_port(self) -> Settings:
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise ValueError(
+                "TRAINBOT_METRICS_HOST needs TRAINBOT_METRICS_PORT (the port /metrics listens "
+                "on apart from the HTTP port); leave both unset to serve it on the HTTP port"
+            )
+        return self
+
+    _environ: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+    _from_files: set[str] = PrivateAttr(default_factory=set)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only explicit values: the environment comes in through :meth:`from_environ`."""
+        return (init_settings,)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("redis_sentinels", mode="before")
+    @classmethod
+    def _parse_sentinels(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        found: list[tuple[str, int]] = []
+        for item in value.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"{item.strip()!r} is not host:port; give the sentinels as "
+                    "host:port,host:port,... (e.g. 10.0.0.5:26379,10.0.0.6:26379)"
+                )
+            found.append((host.strip("[]"), int(port)))
+        return tuple(found)
+
+    def redis_target(self) -> Target:
+        """Where the store connects: the sentinels when given, else ``REDIS_URL``."""
+        sentinel = bool(self.redis_sentinels)
+        wait = self.redis_wait_replicas
+        retry = self.redis_retry_for_s
+        return Target(
+            url=self.redis_url,
+            sentinels=self.redis_sentinels,
+            service=self.redis_sentinel_service,
+            password=self.redis_password,
+            db=self.redis_db,
+            wait_replicas=(1 if sentinel else 0) if wait is None else wait,
+            wait_timeout_ms=self.redis_wait_timeout_ms,
+            retry_for_s=(30.0 if sentinel else 2.0) if retry is None else retry,
+        )
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _check_api_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value if value.endswith("/") else value + "/"
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``environ`` (default: the process environment).
+
+        An empty variable counts as unset. A bad value raises ConfigError
+        naming the variable.
+        """
+        env = dict(os.environ if environ is None else environ)
+        names = {field.alias for field in cls.model_fields.values() if field.alias}
+        from_files = {name for name in names if env.get(name + FILE_SUFFIX)}
+        for name in sorted(from_files):
+            env[name] = _read_secret_file(name, env)
+        values = {name: value for name, value in env.items() if name in names and value}
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else ""
+            got = values.get(name, "")
+            shown = "" if _is_secret(cls, name) else f" (got {got!r})"
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"{msg}{shown}", source="environment", path=name) from None
+        settings._environ = {name: SecretStr(value) for name, value in env.items() if value}
+        settings._from_files = from_files
+        return settings
+
+    def env_secret(self, name: str) -> SecretStr | None:
+        """The value of environment variable ``name`` (or of the file ``NAME_FILE`` names),
+        or None when unset or empty."""
+        value = self._environ.get(name)
+        path = self._environ.get(name + FILE_SUFFIX)
+        if path is not None and not name.endswith(FILE_SUFFIX):
+            if value is not None and name not in self._from_files:
+                raise ConfigError(
+                    f"set {name} or {name}{FILE_SUFFIX}, not both",
+                    source="environment",
+                    path=name,
+                )
+            if value is None:
+                env = {name + FILE_SUFFIX: path.get_secret_value()}
+                content = _read_secret_file(name, env)
+                value = SecretStr(content) if content else None
+                if value is not None:
+                    self._environ[name] = value
+                self._from_files.add(name)
+        return value
+
+    def require_env_secret(self, name: str, *, needed_by: str) -> SecretStr:
+        """Like :meth:`env_secret`, but a missing value is a ConfigError naming who needs it."""
+        value = self.env_secret(name)
+        if value is None:
+            raise ConfigError(
+                f"is not set (needed by {needed_by})", source="environment", path=name
+            )
+        return value
+
+
+def _read_secret_file(name: str, env: dict[str, str]) -> str:
+    """The content of the file ``NAME_FILE`` names, for ``NAME`` (which must not be set too)."""
+    variable = name + FILE_SUFFIX
+    if env.get(name):
+        raise ConfigError(f"set {name} or {variable}, not both", source="environment", path=name)
+    path = Path(env[variable])
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigError(
+            f"cannot read {path}: {reason}", source="environment", path=variable
+        ) from None
+    return content.removesuffix("\n").removesuffix("\r")
+
+
+def _is_secret(cls: type[Settings], alias: str) -> bool:
+    for field in cls.model_fields.values():
+        if field.alias == alias:
+            return "SecretStr" in repr(field.annotation)
+    return False

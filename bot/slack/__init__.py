@@ -1,0 +1,1 @@
+"""The Slack edge: the slack-bolt app, HTTP and Socket Mode serving, and the Web API front."""

@@ -1,0 +1,364 @@
+"""The slack-bolt app: slash commands and button clicks in, ``Incoming`` out.
+
+Listeners only acknowledge and hand off. Each request starts the ``Handler``
+and waits at most ``ack_budget_s`` (default 2 s, inside Slack's 3 s): an answer
+in time becomes the ack (shown only to the asker); otherwise the ack says
+"Working on it…" and the answer follows with ``chat.postEphemeral`` (or the
+request's ``response_url`` when the bot may not post in that channel).
+
+A ``Reply`` carrying a file is sent to the asker in a direct message with the
+bot (files cannot be ephemeral, and a log file is nobody else's business); the
+ephemeral text says so. Events are acknowledged and ignored, except a polite
+hint on ``app_mention`` and user group changes (``subteam_members_changed``),
+which make the core ask for that group's members again; Events API retries of
+an event already seen are dropped. With ``allowed_team_ids`` (the config's
+``policy.workspaces``), requests from any other workspace are refused first.
+
+The Slack app needs what slack-manifest.yml declares (tests/test_manifest.py sends
+its every command, event and button to the app ``build_app`` makes); optionally
+``chat:write.public``. Socket Mode also needs an app-level token with
+``connections:write``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from bot.slack.webapi import SlackError, SlackFront
+from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
+from bot.text.mrkdwn import (
+    ACTION_PREFIX,
+    ACTION_PREFS,
+    MESSAGE_TEXT_MAX,
+    cut_text,
+    escape,
+    fit_blocks,
+    unescape,
+)
+
+log = logging.getLogger(__name__)
+
+COMMANDS = (
+    "/train",
+    "/attach",
+    "/jobs",
+    "/cancel",
+    "/logs",
+    "/clusters",
+    "/usage",
+    "/watch",
+    "/unwatch",
+)
+WORKING_TEXT = "Working on it…"
+FAILED_TEXT = (
+    "Something went wrong on my side while answering that; it is logged. Please try again."
+)
+MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
+_SEEN_EVENTS_MAX = 1000
+T = TypeVar("T")
+
+
+def incoming_from_command(body: dict[str, Any]) -> Incoming:
+    """A slash command form (HTTP) or payload (Socket Mode) as ``Incoming``.
+
+    Slack sends typed ``&``, ``<``, ``>`` as entities; ``text`` is what was typed.
+    """
+    return Incoming(
+        user_id=str(body.get("user_id", "")),
+        channel_id=str(body.get("channel_id", "")),
+        command=str(body.get("command", "")),
+        text=unescape(str(body.get("text", ""))).strip(),
+        user_name=str(body.get("user_name", "")),
+        team_id=str(body.get("team_id", "")),
+        trigger_id=str(body.get("trigger_id", "")),
+    )
+
+
+def incoming_from_action(body: dict[str, Any]) -> Incoming:
+    """A ``block_actions`` payload (its first action) as ``Incoming``."""
+    action = (body.get("actions") or [{}])[0]
+    value = action.get("value") or (action.get("selected_option") or {}).get("value", "")
+    user = body.get("user") or {}
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
+    message_ts = container.get("message_ts") or (body.get("message") or {}).get("ts", "")
+    return Incoming(
+        user_id=str(user.get("id", "")),
+        channel_id=str(channel),
+        user_name=str(user.get("username") or user.get("name", "")),
+        team_id=str((body.get("team") or {}).get("id") or user.get("team_id", "")),
+        action_id=str(action.get("action_id", "")),
+        action_value=str(value),
+        thread_ts=str(message_ts),
+        trigger_id=str(body.get("trigger_id", "")),
+    )
+
+
+def _team_of(body: dict[str, Any]) -> str:
+    """The workspace a request comes from: slash commands, interactivity and events."""
+    team = body.get("team_id") or (body.get("team") or {}).get("id")
+    if not team:
+        team = (body.get("user") or {}).get("team_id", "")
+    return str(team or "")
+
+
+def _reply_args(reply: Reply, note: str = "") -> dict[str, Any]:
+    text = f":warning: {reply.text}" if reply.error and reply.text else reply.text
+    if note:
+        text = f"{text}\n{note}" if text else note
+    args: dict[str, Any] = {"text": cut_text(text, MESSAGE_TEXT_MAX)}
+    if reply.blocks:
+        args["blocks"] = fit_blocks(reply.blocks)
+    return args
+
+
+def _file_note(reply: Reply) -> str:
+    return f"_I sent {escape(reply.file_name or 'the file')} to you in a direct message._"
+
+
+def _file_failed_note(error: str) -> str:
+    return f":warning: _I could not send you the file ({escape(error)})._"
+
+
+def _is_empty(reply: Reply) -> bool:
+    return not (reply.text or reply.blocks or reply.file_content)
+
+
+class Listeners:
+    """The listener bodies, and the work still running after its ack (see ``drain``)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        front: SlackFront,
+        *,
+        ack_budget_s: float = 2.0,
+        allowed_team_ids: tuple[str, ...] = (),
+    ) -> None:
+        self.handler = handler
+        self.front = front
+        self.ack_budget_s = ack_budget_s
+        self.allowed_team_ids = frozenset(allowed_team_ids)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._seen_events: OrderedDict[str, None] = OrderedDict()
+
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _answer(self, incoming: Incoming) -> Reply:
+        try:
+            return await self.handler(incoming)
+        except Exception:
+            log.exception(
+                "handler failed on %s%s from %s",
+                incoming.command,
+                incoming.action_id,
+                incoming.user_id,
+            )
+            return Reply(text=FAILED_TEXT, error=True)
+
+    async def on_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        incoming = incoming_from_command(body)
+        log.info("%s from %s in %s", incoming.command, incoming.user_id, incoming.channel_id)
+        task = self._spawn(self._answer(incoming))
+        done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
+        if not done:
+            await ack(text=WORKING_TEXT, response_type="ephemeral")
+            self._spawn(self._deliver_later(incoming, task, str(body.get("response_url", ""))))
+            return
+        reply = task.result()
+        if reply.file_content:
+            await ack(response_type="ephemeral", **_reply_args(reply, _file_note(reply)))
+            self._spawn(self._send_file_or_say_why(incoming, reply))
+        else:
+            await ack(response_type="ephemeral", **_reply_args(reply))
+
+    async def on_action(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        incoming = incoming_from_action(body)
+        log.info("%s from %s in %s", incoming.action_id, incoming.user_id, incoming.channel_id)
+        answer = self._spawn(self._answer(incoming))
+        if incoming.action_id.startswith(ACTION_PREFS):  # a setting in the App Home
+            self._spawn(self._home_after(incoming, answer))
+            return
+        self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
+
+    async def _home_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
+        """A setting changed in the App Home: the tab shows it (or why it did not work)."""
+        reply = await answer
+        if reply.error:
+            log.info("App Home setting of %s refused: %s", incoming.user_id, reply.text)
+        await self._publish_home(incoming.user_id)
+
+    async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        command = escape(str(body.get("command", "")))
+        await ack(text=f"I don't know {command}. {MENTION_HINT}", response_type="ephemeral")
+
+    async def on_mention(self, ack: AsyncAck, event: dict[str, Any]) -> None:
+        await ack()
+        channel, user = str(event.get("channel", "")), str(event.get("user", ""))
+        if channel and user:
+            try:
+                await self.front.post_ephemeral(channel, user, MENTION_HINT)
+            except SlackError as error:
+                log.info("could not answer a mention in %s: %s", channel, error)
+
+    async def on_other_event(self, ack: AsyncAck, event: dict[str, Any]) -> None:
+        await ack()
+        kind = str(event.get("type", ""))
+        if kind == HOME_EVENT and event.get("tab", "home") == "home":
+            await self._publish_home(str(event.get("user", "")))
+            return
+        if kind in GROUP_EVENTS:
+            subteam = event.get("subteam") or {}
+            group = str(event.get("subteam_id") or subteam.get("id", ""))
+            await self._answer(Incoming(user_id="", channel_id="", event=kind, action_value=group))
+
+    async def _publish_home(self, user: str) -> None:
+        """The person opened the App Home tab: their launches and the clusters, fresh."""
+        if not user:
+            return
+        reply = await self._answer(Incoming(user_id=user, channel_id="", event=HOME_EVENT))
+        if reply.error or not reply.blocks:
+            return  # nothing new (opened again within seconds), or it failed (logged)
+        try:
+            await self.front.publish_home(user, reply.blocks)
+        except SlackError as error:
+            log.info("could not publish the App Home of %s: %s", user, error)
+
+    async def only_allowed_teams(
+        self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        """Requests from a Slack workspace not in ``policy.workspaces`` are refused."""
+        if self.allowed_team_ids:
+            team = _team_of(body)
+            if team not in self.allowed_team_ids:
+                log.warning("refused a request from workspace %r", team[:32])
+                text = "This trainbot serves another Slack workspace; ask your own admins."
+                if body.get("command"):
+                    return BoltResponse(
+                        status=200,
+                        body=json.dumps({"response_type": "ephemeral", "text": text}),
+                        headers={"content-type": "application/json"},
+                    )
+                return BoltResponse(status=200, body="")
+        await next()
+        return None
+
+    async def drop_event_retries(
+        self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        """Events API retries carry the same ``event_id``: acknowledge and drop them."""
+        event_id = str(body.get("event_id", "")) if body.get("type") == "event_callback" else ""
+        if event_id:
+            if event_id in self._seen_events:
+                log.info("dropping a retried delivery of event %s", event_id)
+                return BoltResponse(status=200, body="")
+            self._seen_events[event_id] = None
+            while len(self._seen_events) > _SEEN_EVENTS_MAX:
+                self._seen_events.popitem(last=False)
+        await next()
+        return None
+
+    async def _deliver_later(
+        self, incoming: Incoming, answer: asyncio.Task[Reply], response_url: str
+    ) -> None:
+        """An answer after the ack: ephemeral in the channel, else via ``response_url``."""
+        reply = await answer
+        if _is_empty(reply):
+            return
+        note = ""
+        if reply.file_content:
+            failure = await self._send_file(incoming, reply)
+            note = _file_failed_note(failure) if failure else _file_note(reply)
+        await self._say(incoming, _reply_args(reply, note), response_url)
+
+    async def _say(self, incoming: Incoming, args: dict[str, Any], response_url: str) -> None:
+        try:
+            await self.front.post_ephemeral(incoming.channel_id, incoming.user_id, **args)
+            return
+        except SlackError as error:
+            if not response_url:
+                log.error("could not deliver a reply to %s: %s", incoming.user_id, error)
+                return
+            log.info("chat.postEphemeral failed (%s); answering via response_url", error.error)
+        try:
+            webhook = AsyncWebhookClient(response_url)
+            sent = await webhook.send(response_type="ephemeral", replace_original=False, **args)
+        except Exception as error:  # the last way to reach the asker; never crash here
+            log.error("response_url failed for %s: %s", incoming.user_id, type(error).__name__)
+            return
+        if sent.status_code != 200:
+            log.error("response_url answered %d for %s", sent.status_code, incoming.user_id)
+
+    async def _send_file(self, incoming: Incoming, reply: Reply) -> str:
+        """Upload the reply's file to the asker's DM; the error text, or "" when sent."""
+        name = reply.file_name or "trainbot.txt"
+        try:
+            await self.front.upload_to_user(
+                incoming.user_id, filename=name, content=reply.file_content, title=name
+            )
+        except SlackError as error:
+            log.error("could not send %s to %s: %s", name, incoming.user_id, error)
+            return error.error
+        return ""
+
+    async def _send_file_or_say_why(self, incoming: Incoming, reply: Reply) -> None:
+        failure = await self._send_file(incoming, reply)
+        if failure:
+            await self._say(incoming, {"text": _file_failed_note(failure)}, "")
+
+    async def drain(self, timeout_s: float) -> None:
+        """Let answers in flight finish for up to ``timeout_s``, then cancel the rest."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        pending: set[asyncio.Task[Any]] = set()
+        while self._tasks:  # finishing one answer may start its delivery
+            left = deadline - asyncio.get_running_loop().time()
+            _, pending = await asyncio.wait(set(self._tasks), timeout=max(left, 0))
+            if pending:
+                break
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("cancelled %d unfinished request(s) at shutdown", len(pending))
+
+
+def build_app(
+    client: AsyncWebClient,
+    listeners: Listeners,
+    *,
+    signing_secret: str = "",
+) -> AsyncApp:
+    """The bolt app. Without ``signing_secret`` (Socket Mode) requests are not verified."""
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        request_verification_enabled=bool(signing_secret),
+        ssl_check_enabled=bool(signing_secret),
+        url_verification_enabled=bool(signing_secret),
+        logger=logging.getLogger("slack_bolt"),
+    )
+    app.middleware(listeners.only_allowed_teams)
+    app.middleware(listeners.drop_event_retries)
+    known = "|".join(re.escape(c) for c in COMMANDS)
+    app.command(re.compile(f"^({known})$"))(listeners.on_command)
+    app.command(re.compile(".*"))(listeners.on_unknown_command)
+    app.action(re.compile("^" + re.escape(ACTION_PREFIX)))(listeners.on_action)
+    app.event("app_mention")(listeners.on_mention)
+    app.event(re.compile(".*"))(listeners.on_other_event)
+    return app
