@@ -34,13 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.core import answers
+from bot.core import answers  # noqa: E402
+from bot.lifecycle.events import Event  # noqa: E402
 from bot.lifecycle.launch import Attempt, Launch, Phase  # noqa: E402
-from bot.store.store import (  # noqa: E402
-    Event,
-    Store,
-    keys,  # noqa: E402
-)
+from bot.store import keys  # noqa: E402
+from bot.store.store import Store  # noqa: E402
 from commands.context import User  # noqa: E402
 from commands.requests import TrainRequest  # noqa: E402
 

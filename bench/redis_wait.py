@@ -11,8 +11,10 @@ import asyncio
 import statistics
 import time
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.store.store import Event, Store, Target
+from bot.settings.env import Target
+from bot.store.store import Store
 from commands.requests import TrainRequest
 
 SENTINELS = (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))

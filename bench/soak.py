@@ -59,7 +59,8 @@ from bench.soak_check import (  # noqa: E402
     unmentioned,
 )
 from bench.soak_report import print_report  # noqa: E402
-from bot.store.store import Store, Target  # noqa: E402
+from bot.settings.env import Target
+from bot.store.store import Store  # noqa: E402
 from commands.budget import iso_week  # noqa: E402
 from support.slack_standin import (  # noqa: E402
     BOT_TOKEN,

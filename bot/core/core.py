@@ -28,9 +28,10 @@ from bot.engine.identity import NoUser, People
 from bot.engine.on_cluster import Clusters
 from bot.engine.sweeps import ACTION_CANCEL_MEMBER
 from bot.lifecycle import health, render
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, Sweep
 from bot.settings.logs import launch_fields
-from bot.store.store import BudgetGuard, Event, OverBudget, OverTeamBudget, Store
+from bot.store.store import BudgetGuard, OverBudget, OverTeamBudget, Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_APPROVE,

@@ -8,10 +8,9 @@ retry rules live in cluster.diagnosis; this module applies them to a launch.
 from __future__ import annotations
 
 from bot.lifecycle import health, render
+from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.notify.alerts import dedup_key
 from bot.settings.config import Watch
-from bot.store.store import Event
 from bot.text.mrkdwn import code_block, escape
 from cluster.diagnosis import Diagnosis, retry_decision
 

@@ -22,8 +22,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from bot.lifecycle import render
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.frameworks.base import Tracking
 from cluster.profiles import ClusterProfile

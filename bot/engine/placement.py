@@ -12,9 +12,10 @@ from collections.abc import Awaitable, Callable, Collection
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import StartEstimates, estimate_shape
 from bot.engine.on_cluster import Clusters
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.lifecycle.render import duration
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, CommandTimeout
 from commands.access import slurm_account

@@ -31,10 +31,11 @@ from bot.engine.gpuwatch import sample_running
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, tracked
+from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
 from bot.settings.logs import log_context
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from cluster.collector import JobSnapshot, PollResult, collect
 from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError

@@ -35,10 +35,11 @@ from collections.abc import Callable
 from bot.engine import babysit, pipelines, placement
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import render
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.logs import log_context, set_job_id
 from bot.store import keys
-from bot.store.store import Event, Store, StoreError
+from bot.store.store import Store, StoreError
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import (
     ClusterError,

@@ -14,7 +14,6 @@ up. The routing key never appears in logs or in the error text.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import random
@@ -35,12 +34,10 @@ log = logging.getLogger(__name__)
 Severity = Literal["critical", "error", "warning", "info"]
 SEVERITIES: tuple[str, ...] = ("critical", "error", "warning", "info")
 SUMMARY_MAX = 1024  # Events API v2 limit on payload.summary
-DEDUP_KEY_MAX = 255  # Events API v2 limit on dedup_key
 
 _USERGROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 _LINK_URL = re.compile(r"^https?://[^\s<>|]+$")
-_KEY_PART_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class AlertError(TrainbotError):
@@ -135,21 +132,6 @@ def resolved_text(
     return f"✅ Resolved: {label}{where}: {_sentence(outcome) or 'resolved.'}" + _thread_link(
         permalink
     )
-
-
-def dedup_key(cluster: str, launch_id: str, cause_key: str) -> str:
-    """One alert per launch and cause: ``trainbot/a4/L-7f3a/node_fail``.
-
-    Parts are reduced to ``[A-Za-z0-9._-]``; a key longer than PagerDuty's 255
-    characters keeps a readable prefix and a hash of the whole.
-    """
-    parts = [_KEY_PART_UNSAFE.sub("_", part).strip("_") or "-" for part in (cluster, launch_id)]
-    cause = _KEY_PART_UNSAFE.sub("_", cause_key.lower()).strip("_") or "-"
-    key = "/".join(["trainbot", *parts, cause])
-    if len(key) <= DEDUP_KEY_MAX:
-        return key
-    digest = hashlib.sha256("\0".join((cluster, launch_id, cause_key)).encode()).hexdigest()[:16]
-    return f"{key[: DEDUP_KEY_MAX - len(digest) - 1]}~{digest}"
 
 
 # ---------------------------------------------------------------------------

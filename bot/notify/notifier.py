@@ -31,12 +31,13 @@ from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
 from bot.lifecycle import notices, render
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.prefs import quiet_until
 from bot.notify import sweep_notes
 from bot.notify.paging import PAGE_KINDS, Pager
 from bot.store import keys
-from bot.store.store import DeadLetter, Event, Store
+from bot.store.store import DeadLetter, Store
 from bot.text.front import Front, FrontError, MessageRef
 from bot.text.mrkdwn import (
     actions,

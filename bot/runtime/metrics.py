@@ -27,8 +27,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.store.store import Backlog, Change, Event
+from bot.store.store import Backlog, Change
 
 log = logging.getLogger(__name__)
 

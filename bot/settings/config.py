@@ -10,6 +10,7 @@ file: it names environment variables or login-node files that hold them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import UnionType
@@ -20,7 +21,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bot.settings.cron import cron_trigger
-from bot.store.store import DAY_S, Retention
 from cluster.errors import ConfigError
 from cluster.failures import FailureKind, FailureRule, build_catalog
 from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile, EnvSecret
@@ -32,6 +32,18 @@ from commands.suggest import closest
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
 LINK_HOST_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+DAY_S = 86400
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a finished launch's record (``launch_s``) and its history entry
+    (``history_s``) stay in Redis."""
+
+    launch_s: int = 90 * DAY_S
+    history_s: int = 400 * DAY_S
 
 
 class Webhook(BaseModel):

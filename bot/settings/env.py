@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -31,11 +32,37 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from bot.store.store import Target
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where Redis is: a URL, or the sentinels that name the primary of ``service``.
+
+    ``wait_replicas`` > 0: after a write that must survive a failover (a queued launch,
+    a recorded job id, a cancel) the store asks Redis to ``WAIT`` until that many
+    replicas have it, at most ``wait_timeout_ms``. ``retry_for_s``: how long one call
+    rides through a failover before it fails.
+    """
+
+    url: str = "redis://127.0.0.1:6379/0"
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = "mymaster"
+    password: SecretStr | None = None
+    db: int = 0
+    wait_replicas: int = 0
+    wait_timeout_ms: int = 500
+    retry_for_s: float = 2.0
+
+    def describe(self) -> str:
+        """Where, for logs and ``doctor`` (never the password)."""
+        if self.sentinels:
+            where = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+            return f"sentinel {self.service} via {where}"
+        return self.url.split("@")[-1]
 
 
 class Settings(BaseSettings):

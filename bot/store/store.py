@@ -18,18 +18,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Literal, ParamSpec, TypeGuard, TypeVar, get_args
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.lifecycle import notices
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
 from bot.lifecycle.prefs import Prefs
+from bot.settings.config import DAY_S, Retention
+from bot.settings.env import Target
 from bot.store import keys
 from cluster.errors import TrainbotError
 from commands.budget import iso_week
@@ -113,17 +116,7 @@ def _fields(values: dict[str, str]) -> Any:
     return values
 
 
-DAY_S = 86400
 STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour estimate uses
-
-
-@dataclass(frozen=True)
-class Retention:
-    """How long a finished launch's record (``launch_s``) and its history entry
-    (``history_s``) stay in Redis."""
-
-    launch_s: int = 90 * DAY_S
-    history_s: int = 400 * DAY_S
 
 
 @dataclass(frozen=True)
@@ -206,64 +199,6 @@ class OverBudget(Exception):
     def __init__(self, charged: float, held: float) -> None:
         super().__init__(f"over budget: {charged:g} GPU-hours charged, {held:g} held")
         self.charged, self.held = charged, held
-
-
-EventKind = Literal["parent", "update", "thread", "plot", "oncall", "resolve", "enqueue", "dm"]
-"""What an :class:`Event` asks for:
-
-- ``parent``: post the launch's parent message (the thread's head), once.
-- ``update``: re-render the parent message from the stored launch.
-- ``thread``: a line in the thread; ``data["buttons"]`` may ask for buttons under it
-  (``cancel``, ``retry``, ``approve``/``reject``, ``use_partition`` with ``data["partition"]``).
-- ``plot``: upload the loss curve into the thread.
-- ``oncall``: page the on-call channel (and PagerDuty when configured); ``data`` holds
-  ``dedup_key``, ``cause_key``, ``cause`` and ``action``.
-- ``resolve``: resolve that page; ``data`` holds ``dedup_key`` and ``outcome``.
-- ``enqueue``: not a message: the store puts the launch back on the workers' queue
-  (a retry, an approval) instead of in the outbox.
-- ``dm``: a direct message to ``data["user"]`` about the launch (``data["notice"]``),
-  written by the notifier once the thread line it refers to is posted; ``text`` is the
-  message.
-"""
-EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-
-
-def is_event_kind(value: str) -> TypeGuard[EventKind]:
-    return value in EVENT_KINDS
-
-
-@dataclass
-class Event:
-    """An outbox entry: something to say in a launch's thread or about it (see
-    :data:`EventKind`), or, for ``enqueue``, the launch going back on the queue."""
-
-    kind: EventKind
-    launch_id: str
-    text: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    id: str = ""  # the stream entry id, once stored
-
-    def encode(self) -> dict[str, str]:
-        return {
-            "kind": self.kind,
-            "launch": self.launch_id,
-            "text": self.text,
-            "data": json.dumps(self.data),
-        }
-
-    @classmethod
-    def decode(cls, entry_id: str, fields: dict[str, str]) -> Event:
-        """The event of an outbox entry; ValueError for a kind this version does not know."""
-        kind = fields.get("kind", "")
-        if not is_event_kind(kind):
-            raise ValueError(f"unknown event kind {kind!r}")
-        return cls(
-            kind=kind,
-            launch_id=fields.get("launch", ""),
-            text=fields.get("text", ""),
-            data=json.loads(fields.get("data") or "{}"),
-            id=entry_id,
-        )
 
 
 # -- riding through a failover ----------------------------------------------
@@ -410,33 +345,6 @@ REDIS_POOL_WAIT_S = 10.0
 REDIS_CONNECT_TIMEOUT_S = 5.0
 REDIS_SOCKET_TIMEOUT_S = 10.0  # longer than any blocking read (1 s) the bot does
 SENTINEL_TIMEOUT_S = 1.0
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where Redis is: a URL, or the sentinels that name the primary of ``service``.
-
-    ``wait_replicas`` > 0: after a write that must survive a failover (a queued launch,
-    a recorded job id, a cancel) the store asks Redis to ``WAIT`` until that many
-    replicas have it, at most ``wait_timeout_ms``. ``retry_for_s``: how long one call
-    rides through a failover before it fails.
-    """
-
-    url: str = "redis://127.0.0.1:6379/0"
-    sentinels: tuple[tuple[str, int], ...] = ()
-    service: str = "mymaster"
-    password: SecretStr | None = None
-    db: int = 0
-    wait_replicas: int = 0
-    wait_timeout_ms: int = 500
-    retry_for_s: float = 2.0
-
-    def describe(self) -> str:
-        """Where, for logs and ``doctor`` (never the password)."""
-        if self.sentinels:
-            where = ",".join(f"{host}:{port}" for host, port in self.sentinels)
-            return f"sentinel {self.service} via {where}"
-        return self.url.split("@")[-1]
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from bot.notify.alerts import AlertError, PagerDuty, dedup_key, oncall_text, resolved_text
+from bot.lifecycle.events import dedup_key
+from bot.notify.alerts import AlertError, PagerDuty, oncall_text, resolved_text
 
 ROUTING_KEY = "R0UTINGKEYSECRET0123456789abcdef"
 LINK = "https://example.slack.com/archives/C0ONCALL/p1700000000000100?thread_ts=1.2&cid=C1"

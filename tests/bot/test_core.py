@@ -6,10 +6,10 @@ from pathlib import Path
 
 from bot.core.core import Core
 from bot.engine.on_cluster import Clusters
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import load_config
 from bot.settings.env import Settings
-from bot.store.store import Event
 from bot.text.front import Incoming
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest

@@ -11,10 +11,11 @@ from bot.core.core import Core
 from bot.engine.cost import estimate_cost, start_text
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import used_gpu_hours
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, StepRun
 from bot.settings.config import load_config
 from bot.settings.env import Settings
-from bot.store.store import BudgetGuard, Event, OverBudget, Store
+from bot.store.store import BudgetGuard, OverBudget, Store
 from bot.text.front import Incoming
 from cluster.profiles import ClusterProfile
 from cluster.slurm import StartEstimate

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from bot.engine.tracking import apply_snapshot
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Watch
-from bot.store.store import Event
 from cluster.collector import collect
 from cluster.launch import plan_launch, submit
 from cluster.profiles import ClusterProfile

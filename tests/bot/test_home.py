@@ -13,10 +13,11 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine.on_cluster import Clusters
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import SlackFront
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin, event_envelope, post_signed

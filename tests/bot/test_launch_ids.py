@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, new_launch_id
 from bot.store import keys
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from commands.jobs import parse_job_ref
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

@@ -14,13 +14,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.console.chat import ConsoleFront
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.metrics import Counts, Metrics
 from bot.runtime.service import Bot, running
 from bot.slack.http import SlackParams, run_slack
 from bot.slack.webapi import SlackError, open_front
 from bot.store import keys
-from bot.store.store import Event
 from commands.requests import TrainRequest
 from support.slack_standin import BOT_TOKEN, SIGNING_SECRET, SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store

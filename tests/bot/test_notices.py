@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle import notices
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.notices import Before, classify
 from bot.settings.config import Watch
-from bot.store.store import Event
 from tests.bot.test_tracking import PROFILE, launch, snapshot
 
 

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.alerts import PagerDuty
 from bot.notify.notifier import Notifier, Retry
@@ -24,7 +25,7 @@ from bot.notify.paging import Pager
 from bot.runtime.service import running
 from bot.settings.config import Alerts
 from bot.slack.webapi import SlackFront
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from bot.text.front import Front
 from commands.requests import TrainRequest
 from support.slack_standin import Call, SlackStandin

@@ -18,6 +18,7 @@ from bot.core.core import Core
 from bot.engine import worker
 from bot.engine.on_cluster import Clusters
 from bot.engine.worker import Worker
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.notifier import Retry
 from bot.runtime.service import running
@@ -25,7 +26,7 @@ from bot.settings.config import Delivery, load_config
 from bot.settings.env import Settings
 from bot.slack.webapi import SlackFront
 from bot.store import keys
-from bot.store.store import DeadLetter, Event, Store
+from bot.store.store import DeadLetter, Store
 from bot.text.front import Incoming
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 from bot.engine.pipelines import PARENT_LOOK_S, must_wait
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store import keys
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from commands.budget import iso_week
 from commands.policy import BudgetRule, Policy
 from commands.requests import TrainRequest

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from bench.soak_infra import OwnRedis
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store import keys
-from bot.store.store import Event, Store, StoreError
+from bot.store.store import Store, StoreError
 from commands.requests import TrainRequest
 
 pytestmark = pytest.mark.skipif(

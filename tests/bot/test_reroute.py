@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 from bot.engine import placement
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.store.store import Event
 from commands.policy import BudgetRule, Policy
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

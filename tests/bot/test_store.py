@@ -13,12 +13,13 @@ import redis.asyncio as aioredis
 from bot.console.chat import ConsoleFront
 from bot.core.core import Core
 from bot.engine.on_cluster import Clusters
+from bot.lifecycle.events import EVENT_KINDS, Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.notify.notifier import Notifier
 from bot.settings.config import load_config
 from bot.settings.env import Settings
 from bot.store import keys
-from bot.store.store import EVENT_KINDS, Event, Store, StoreError
+from bot.store.store import Store, StoreError
 from bot.text.front import Incoming
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest

@@ -18,9 +18,11 @@ from urllib.parse import urlparse
 import pytest
 import redis.asyncio as aioredis
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
+from bot.settings.env import Target
 from bot.store import keys
-from bot.store.store import Event, Store, StoreError, Target
+from bot.store.store import Store, StoreError
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis
 

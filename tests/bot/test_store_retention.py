@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from bot.console.chat import ConsoleFront
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.service import running
-from bot.settings.config import RetentionDays, parse_config
+from bot.settings.config import Retention, RetentionDays, parse_config
 from bot.store import keys
-from bot.store.store import Event, Retention, Store
+from bot.store.store import Store
 from cluster.errors import ConfigError
 from commands.errors import CommandError
 from commands.requests import JobRef, TrainRequest

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from bot.core.core import Core
 from bot.engine import pipelines
 from bot.engine.on_cluster import Clusters
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.store import keys
-from bot.store.store import Event, Store
+from bot.store.store import Store
 from bot.text.front import Incoming
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from cluster.ssh import SSHPool

@@ -15,11 +15,12 @@ from contextlib import asynccontextmanager
 import pytest
 
 from bot.engine import sweeps
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.notify.notifier import Notifier
 from bot.slack.webapi import SlackFront
 from bot.store import keys
-from bot.store.store import BudgetGuard, Event, OverBudget, Store
+from bot.store.store import BudgetGuard, OverBudget, Store
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin

@@ -10,10 +10,10 @@ from PIL import Image
 
 from bot.engine.tracking import HISTORY_MAX, apply_snapshot
 from bot.lifecycle import render
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.notify.notifier import thread_blocks
 from bot.settings.config import Watch
-from bot.store.store import Event
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile

@@ -21,11 +21,12 @@ from bot.engine import worker
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Watch, parse_config
 from bot.settings.env import Settings
 from bot.store import keys
-from bot.store.store import Event, Store, StoreError
+from bot.store.store import Store, StoreError
 from cluster.collector import JobSnapshot, LogChunk
 from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed

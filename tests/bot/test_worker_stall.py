@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
-from bot.store.store import Event
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
     DEV,

@@ -12,8 +12,10 @@ import time
 import pytest
 
 from bench.soak_infra import SENTINELS, sentinel
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.store.store import REDIS_MAX_CONNECTIONS, Event, Store, Target
+from bot.settings.env import Target
+from bot.store.store import REDIS_MAX_CONNECTIONS, Store
 from commands.requests import TrainRequest
 
 pytestmark = pytest.mark.skipif(

@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.store.store import Event
 from cluster.frameworks.base import Tracking
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import login_run, wait_delivered, wait_for_launch, wait_until
