@@ -23,7 +23,12 @@ from bot.core import answers, home, sweep_answers, usage, watching
 from bot.core.redact import Redactor
 from bot.engine import pipelines, placement, sweeps
 from bot.engine.asks import ClusterCalls
-from bot.engine.cost import START_ESTIMATE_TIMEOUT_S, StartEstimates, appraise
+from bot.engine.cost import (
+    START_ESTIMATE_STALE_S,
+    START_ESTIMATE_TIMEOUT_S,
+    StartEstimates,
+    appraise,
+)
 from bot.engine.identity import NoUser, People
 from bot.engine.on_cluster import Clusters
 from bot.engine.sweeps import ACTION_CANCEL_MEMBER
@@ -150,7 +155,8 @@ class Core:
         self._clusters_asked: dict[str, tuple[float, asyncio.Future[ClusterCapacity]]] = {}
         self.redactor = Redactor()  # set by the service: secret values out of replies
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
-        self.start_estimates = StartEstimates()
+        # a shape's estimate, once known, never holds up an ack while it is asked again
+        self.start_estimates = StartEstimates(stale_s=START_ESTIMATE_STALE_S)
         self.people = People(clusters, front, self.calls)
 
     async def __call__(self, incoming: Incoming) -> Reply:

@@ -15,6 +15,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bot.engine.asks import ClusterCalls
 from bot.engine.on_cluster import Clusters
@@ -31,6 +32,7 @@ from commands.requests import InteractiveRequest, TrainRequest
 
 START_ESTIMATE_TIMEOUT_S = 1.5  # the answer to /train waits at most this for Slurm
 START_ESTIMATE_TTL_S = 10.0  # one shape's estimate serves the /train answers this long
+START_ESTIMATE_STALE_S = 30.0  # then, while it is asked again, /train says the last one
 NOW_TOLERANCE_S = 2.0  # Slurm's start time has whole seconds, read after the clock was
 STEP_KEYS = ("max_steps", "max_num_steps")  # overrides that say how many steps a run takes
 
@@ -162,11 +164,19 @@ class Appraisal:
 class StartEstimates:
     """Slurm's start estimate per job shape and Unix user, asked once and shared for
     ``ttl_s``: a burst of /train of one shape costs one ``sbatch --test-only``, and every
-    answer in it says the same. An estimate that failed is asked again next time."""
+    answer in it says the same. An estimate that failed is asked again next time.
 
-    def __init__(self, ttl_s: float = START_ESTIMATE_TTL_S) -> None:
+    With ``stale_s``, once ``ttl_s`` has passed the next call asks again but nobody
+    waits for it: until the new answer comes, calls get the last estimate that came
+    (if it was asked less than ``stale_s`` ago). So only the first /train of a shape
+    waits for Slurm (through a worker, for the web role); the others are answered at
+    once instead of every /train in a refresh's round trip waiting for it."""
+
+    def __init__(self, ttl_s: float = START_ESTIMATE_TTL_S, stale_s: float = 0.0) -> None:
         self.ttl_s = ttl_s
+        self.stale_s = stale_s
         self._asked: dict[tuple[object, ...], tuple[float, asyncio.Task[StartEstimate]]] = {}
+        self._last: dict[tuple[object, ...], tuple[float, StartEstimate]] = {}
 
     def ask(
         self,
@@ -177,7 +187,7 @@ class StartEstimates:
         user_id: str,
         cluster_user: str,
         timeout_s: float,
-    ) -> asyncio.Task[StartEstimate]:
+    ) -> asyncio.Future[StartEstimate]:
         """The estimate for ``shape`` on ``cluster``, asked as ``cluster_user`` where
         ``calls`` logs in as people (else as the shared account, for everyone)."""
         now = time.monotonic()
@@ -188,14 +198,33 @@ class StartEstimates:
         if found is not None:
             task = found[1]
             if not task.done() or (not task.cancelled() and task.exception() is None):
-                return task
+                return task if task.done() else self._last_or(key, task, now)
         task = asyncio.create_task(
             calls.start_estimate(
                 cluster, shape, user_id=user_id, cluster_user=as_user, timeout_s=timeout_s
             )
         )
+        task.add_done_callback(lambda done: self._keep(key, now, done))
         self._asked[key] = (now, task)
-        return task
+        return self._last_or(key, task, now)
+
+    def _keep(self, key: tuple[object, ...], asked_at: float, task: asyncio.Task[Any]) -> None:
+        if self.stale_s > 0 and not task.cancelled() and task.exception() is None:
+            if asked_at >= self._last.get(key, (0.0, None))[0]:
+                self._last[key] = (asked_at, task.result())
+
+    def _last_or(
+        self, key: tuple[object, ...], task: asyncio.Task[StartEstimate], now: float
+    ) -> asyncio.Future[StartEstimate]:
+        """The last estimate of ``key`` as an answered future while ``task`` asks anew,
+        when it is recent enough; else ``task`` itself (to be waited for)."""
+        self._last = {k: v for k, v in self._last.items() if now - v[0] < self.stale_s}
+        last = self._last.get(key)
+        if last is None:
+            return task
+        answered: asyncio.Future[StartEstimate] = asyncio.get_running_loop().create_future()
+        answered.set_result(last[1])
+        return answered
 
 
 def estimate_shape(
