@@ -441,11 +441,30 @@ class Core:
     async def slow_down(self, user_id: str, kind: Literal["launches", "commands"]) -> None:
         """Count a costly request against the person's limit (policy ``limits``), or refuse
         it, saying how long to wait."""
-        limits = self.context.policy.limits
-        limit = limits.launches_per_minute if kind == "launches" else limits.commands_per_minute
+        limit = self._rate_limit(kind)
         if limit is None:
             return
         wait_s = await self.store.take_rate(kind, user_id, limit=limit, window_s=RATE_WINDOW_S)
+        self._too_fast(kind, limit, wait_s)
+
+    async def active_slowed_down(self, user_id: str) -> int:
+        """The person's active launches, and a launch counted against their limit (or
+        refused, as :meth:`slow_down`), in one round trip to the store."""
+        limit = self._rate_limit("launches")
+        active, _, wait_s = await self.store.active_counts_taking_rate(
+            user_id, "launches", limit=limit, window_s=RATE_WINDOW_S
+        )
+        if limit is not None:
+            self._too_fast("launches", limit, wait_s)
+        return active
+
+    def _rate_limit(self, kind: Literal["launches", "commands"]) -> int | None:
+        limits = self.context.policy.limits
+        return limits.launches_per_minute if kind == "launches" else limits.commands_per_minute
+
+    @staticmethod
+    def _too_fast(kind: Literal["launches", "commands"], limit: int, wait_s: float) -> None:
+        """The refusal of a request over its limit (``wait_s`` > 0: when one more fits)."""
         if wait_s <= 0:
             return
         plural = "" if limit == 1 else ("es" if kind == "launches" else "s")
@@ -474,8 +493,7 @@ class Core:
     async def train(
         self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
     ) -> Reply:
-        active, _ = await self.store.active_counts(user.id)
-        await self.slow_down(user.id, "launches")
+        active = await self.active_slowed_down(user.id)
         request, placed, starts_from = await self.auto_place(request, user)
         decision = decide(
             self.context.policy,

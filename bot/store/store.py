@@ -68,6 +68,12 @@ redis.call('pexpire', KEYS[1], math.ceil(window * 1000))
 return '0'
 """
 
+# A new launch's keys (KEYS[1], KEYS[2]): how many exist; and its owner's active launch
+# ids (the set KEYS[3]). Read under the create's WATCH, in one round trip.
+_TAKEN_AND_ACTIVE = """
+return {redis.call('exists', KEYS[1], KEYS[2]), redis.call('smembers', KEYS[3])}
+"""
+
 # Write the done-mark KEYS[2] holding KEYS[1]'s value (a counter just incremented), kept ARGV[1] s.
 _MARK_WITH = "redis.call('set', KEYS[2], redis.call('get', KEYS[1]), 'EX', ARGV[1]) return 1"
 
@@ -642,14 +648,16 @@ class Store:
                     usage = self._guard_keys(budget, teams)
                     taken = [keys.launch(launch.id), keys.summary(launch.id)]
                     await pipe.watch(active_key, *usage, *taken)
-                    if await pipe.exists(*taken):  # the id is another launch's: draw again
+                    # one round trip: whether the id is taken, and the owner's active ids
+                    found, members = await pipe.eval(_TAKEN_AND_ACTIVE, 3, *taken, active_key)
+                    if int(found):  # the id is another launch's: draw again
                         await pipe.reset()  # type: ignore[no-untyped-call]
                         draws += 1
                         if draws > ID_DRAWS:
                             raise StoreError(f"no free launch id after {ID_DRAWS} draws")
                         self._renumber(launch, events, new_id())
                         continue
-                    if not await self._has_room(pipe, launch, max_active):
+                    if not await self._has_room(pipe, launch, max_active, members):
                         return False
                     if budget is not None:
                         charged, held = await self._budget_use(
@@ -748,12 +756,18 @@ class Store:
             keys.sweep(sweep.id), sweep.model_dump_json(), ex=self.retention.launch_s
         )
 
-    async def _has_room(self, pipe: Any, launch: Launch, max_active: int | None) -> bool:
-        """Whether the owner has fewer than ``max_active`` launches (or dry runs) in flight;
-        when not, the watch is let go."""
+    async def _has_room(
+        self, pipe: Any, launch: Launch, max_active: int | None, members: Any = None
+    ) -> bool:
+        """Whether the owner has fewer than ``max_active`` launches (or dry runs) in flight
+        (``members``: their active launch ids, when already read); when not, the watch
+        is let go."""
         if max_active is None:
             return True
-        real, dry = await self._active_counts(pipe, launch.user_id)
+        if members is None:
+            real, dry = await self._active_counts(pipe, launch.user_id)
+        else:
+            real, dry = await self._count_active(pipe, members)
         if (dry if launch.request.dry_run else real) < max_active:
             return True
         await pipe.reset()
@@ -1046,9 +1060,31 @@ class Store:
         """(launches, dry runs) of ``user_id`` that are active."""
         return await self._active_counts(self.redis, user_id)
 
+    async def active_counts_taking_rate(
+        self, user_id: str, name: str, *, limit: int | None, window_s: float
+    ) -> tuple[int, int, float]:
+        """:meth:`active_counts` and :meth:`take_rate` (unless ``limit`` is None: 0.0) in
+        one round trip (a second only to read the active launches, when there are any)."""
+        now = time.time()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.smembers(keys.user_active(user_id))
+            if limit is not None:
+                member = f"{now:.6f}:{secrets.token_hex(4)}"
+                pipe.eval(
+                    _RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member
+                )
+            found = await pipe.execute()
+        real, dry = await self._count_active(self.redis, found[0])
+        return real, dry, max(float(found[1]), 0.0) if limit is not None else 0.0
+
     @staticmethod
     async def _active_counts(client: Any, user_id: str) -> tuple[int, int]:
-        ids = sorted(str(i) for i in await client.smembers(keys.user_active(user_id)))
+        return await Store._count_active(client, await client.smembers(keys.user_active(user_id)))
+
+    @staticmethod
+    async def _count_active(client: Any, members: Any) -> tuple[int, int]:
+        """(launches, dry runs) active among ``members`` (launch ids)."""
+        ids = sorted(str(i) for i in members)
         real = dry = 0
         for raw in await client.mget([keys.launch(i) for i in ids]) if ids else []:
             if raw:
