@@ -10,7 +10,7 @@ from bot.runtime.service import check_role_config, role_parts
 from bot.settings.config import Config, load_config, parse_config
 from cluster.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Exactly what devcluster/up writes into .devcluster/trainbot.yaml (one cluster shown
 # per type; paths are absolute there).

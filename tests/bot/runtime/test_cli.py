@@ -15,7 +15,7 @@ from bot.runtime.service import role_parts
 from bot.slack.http import SlackParams
 from cluster.errors import ConfigError
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
 
 def test_help_lists_the_interface_commands(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from tests.bot.botkit import (
     wait_delivered,
     wait_for_launch,
 )
-from tests.bot.test_bot_slack_e2e import slack_bot, thread_texts
+from tests.bot.e2e.test_bot_slack_e2e import slack_bot, thread_texts
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

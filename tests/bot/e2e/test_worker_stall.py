@@ -26,7 +26,7 @@ from tests.bot.botkit import (
     slurm_jobs_named,
     wait_until,
 )
-from tests.bot.test_serve_process import free_port
+from tests.bot.runtime.test_serve import free_port
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

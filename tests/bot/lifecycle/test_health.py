@@ -16,8 +16,8 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import Health, Watch
 from cluster.gpu import GpuSample, parse_samples, sample_script
 from cluster.progress import Point, Progress, parse_nemo
-from tests.bot.test_tracking import PROFILE, snapshot, threads
-from tests.bot.test_tracking import launch as tracked_launch
+from tests.bot.engine.test_tracking import PROFILE, snapshot, threads
+from tests.bot.engine.test_tracking import launch as tracked_launch
 
 
 def nemo_line(it: int, loss: str, took: float = 1.0, last: int = 99) -> str:

@@ -25,7 +25,7 @@ from commands.policy import BudgetRule
 from commands.requests import InteractiveRequest, TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 PROFILE = ClusterProfile(
     name="a4",
     type="hcc-a4",

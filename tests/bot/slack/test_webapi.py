@@ -35,7 +35,7 @@ from support.slack_standin import (
 from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
 from tests.bot.conftest import standin_params
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
 
 async def test_post_returns_ref_and_keeps_thread(front: SlackFront, standin: SlackStandin) -> None:

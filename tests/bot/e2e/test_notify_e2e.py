@@ -26,8 +26,8 @@ from support.slack_standin import (
     slash_command_body,
 )
 from tests.bot.botkit import LAUNCH_RE, dev_config, in_dm, knobs, wait_for_launch, wait_until
-from tests.bot.test_babysit_e2e import console_bot, train
-from tests.bot.test_bot_slack_e2e import FAST, clean_redis, slack_bot
+from tests.bot.e2e.test_babysit_e2e import console_bot, train
+from tests.bot.e2e.test_bot_slack_e2e import FAST, clean_redis, slack_bot
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 __all__ = ["clean_redis"]  # the fixture that empties the test Redis first

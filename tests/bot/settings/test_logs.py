@@ -32,7 +32,7 @@ from tests.bot.botkit import (
     wait_delivered,
     wait_for_launch,
 )
-from tests.bot.test_serve_process import start_serve, wait_healthy
+from tests.bot.runtime.test_serve import start_serve, wait_healthy
 
 
 @pytest.fixture

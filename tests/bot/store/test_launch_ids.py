@@ -26,7 +26,7 @@ async def outbox_of(store: Store, launch_id: str) -> list[tuple[str, str]]:
 
 def test_new_ids_are_40_bits_typable_and_old_ones_still_parse() -> None:
     from bot.settings.config import load_config
-    from tests.bot.test_core import EXAMPLE
+    from tests.bot.core.test_core import EXAMPLE
 
     ids = {new_launch_id() for _ in range(20_000)}
     assert len(ids) == 20_000

@@ -25,7 +25,7 @@ from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
 
 

@@ -624,7 +624,7 @@ async def test_an_entry_that_keeps_failing_inside_trainbot_goes_to_the_dead_lett
         await w.handle(*entries[0])
     assert await store.queue_dead_letter_count() == 1 and w.dead_letters == 1
     assert await store.stream_length(keys.QUEUE) == 0
-    stored = await store.get(launch.id)  # set aside, to be replayed (tests/bot/test_outage.py)
+    stored = await store.get(launch.id)  # set aside, to be replayed (tests/bot/e2e/test_outage.py)
     assert stored is not None and stored.active and await store.queue_retrying_count() == 1
     texts = await thread_texts(store, launch.id)
     assert any("failed inside trainbot" in t and "tried again" in t for t in texts), texts

@@ -12,7 +12,7 @@ import pytest
 from bot.runtime.demo import DEV_CONFIG, ENSURE, bring_up, find_checkout
 from cluster.errors import TrainbotError
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def fake_checkout(root: Path, script: str) -> Path:

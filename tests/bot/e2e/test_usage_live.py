@@ -23,7 +23,7 @@ from tests.bot.botkit import (
     knobs,
     wait_for_launch,
 )
-from tests.bot.test_cost_live import FAST, sacct_gpu_hours, wait_charged
+from tests.bot.e2e.test_cost_live import FAST, sacct_gpu_hours, wait_charged
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from cluster.ssh import SSHPool
 from commands.policy import Limits, PolicyRule
 from tests.bot.botkit import flush_test_redis, open_test_store
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
 
 def config_with(limits: Limits, *rules: PolicyRule) -> Config:

@@ -21,7 +21,7 @@ from tests.bot.botkit import (
     knobs,
     wait_for_launch,
 )
-from tests.bot.test_cost_live import wait_charged
+from tests.bot.e2e.test_cost_live import wait_charged
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

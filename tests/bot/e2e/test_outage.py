@@ -40,9 +40,9 @@ from tests.bot.botkit import (
     open_test_store,
     wait_for_launch,
 )
-from tests.bot.test_worker_durability import ScriptedClusters, queued
+from tests.bot.engine.test_worker import ScriptedClusters, queued
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
 
 async def test_a_launch_whose_parent_is_a_dead_letter_ends_once_without_preflight_each_look(

@@ -9,7 +9,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.notices import Before, classify
 from bot.settings.config import Watch
-from tests.bot.test_tracking import PROFILE, launch, snapshot
+from tests.bot.engine.test_tracking import PROFILE, launch, snapshot
 
 
 def change(item: Launch, edit: object) -> tuple[list[str], bool, list[Event]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bot.botkit import knobs, slurm_jobs_named, wait_delivered, wait_for_launch
-from tests.bot.test_babysit_e2e import QUICK, console_bot, thread, train
+from tests.bot.e2e.test_babysit_e2e import QUICK, console_bot, thread, train
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ from tests.bot.botkit import (
     wait_for_launch,
     wait_until,
 )
-from tests.bot.test_serve_process import start_serve, wait_healthy
+from tests.bot.runtime.test_serve import start_serve, wait_healthy
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "trainbot.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
 
 async def test_only_the_owner_or_an_admin_may_cancel_or_attach() -> None:
