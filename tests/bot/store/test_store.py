@@ -19,7 +19,8 @@ from bot.notify.notifier import Notifier
 from bot.settings.config import load_config
 from bot.settings.env import Settings
 from bot.store import keys
-from bot.store.store import Store, StoreError
+from bot.store.base import StoreError
+from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
