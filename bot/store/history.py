@@ -21,9 +21,6 @@ class History(StoreBase):
         key = keys.user_active(user_id) if user_id else keys.ACTIVE
         return sorted(str(m) for m in await self.redis.smembers(key))
 
-    async def active_count(self, user_id: str) -> int:
-        return int(await self.redis.scard(keys.user_active(user_id)))
-
     async def tracked_ids(self, cluster: str) -> list[str]:
         return sorted(str(m) for m in await self.redis.smembers(keys.tracked(cluster)))
 
