@@ -36,7 +36,8 @@ from bot.lifecycle import health, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, Sweep
 from bot.settings.logs import launch_fields
-from bot.store.store import BudgetGuard, OverBudget, OverTeamBudget, Store
+from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
+from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_APPROVE,
@@ -64,7 +65,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.jobs import parse_job_ref
+from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
 from commands.policy import decide, may_manage
 from commands.requests import (
