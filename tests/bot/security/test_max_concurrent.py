@@ -24,14 +24,16 @@ pytestmark = pytest.mark.devcluster
 async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStandin) -> None:
     rules = (PolicyRule(users=("*",), clusters=("*",), max_nodes=4, max_concurrent=1),)
     async with secure_bot(standin, rules=rules) as s:
-        counted = s.bot.store.active_counts  # what /train reads before it writes
+        counted = s.bot.store.active_counts_taking_rate  # what /train reads before it writes
 
-        async def slowly_counted(user_id: str) -> tuple[int, int]:  # widen the race's window
-            count = await counted(user_id)
+        async def slowly_counted(
+            user_id: str, name: str, *, limit: int | None, window_s: float
+        ) -> tuple[int, int, float]:  # widen the race's window
+            count = await counted(user_id, name, limit=limit, window_s=window_s)
             await asyncio.sleep(0.3)
             return count
 
-        s.bot.store.active_counts = slowly_counted  # type: ignore[method-assign]
+        s.bot.store.active_counts_taking_rate = slowly_counted  # type: ignore[method-assign]
 
         async def train(i: int) -> str:
             form = slash_command_fields(
