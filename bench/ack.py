@@ -2,15 +2,23 @@
 slack-bolt app on the same server stack, at fixed request rates.
 
 trainbot is ``python -m bot serve --role web`` (signature check, replay guard in
-Redis, bolt, the core: parse, policy, channel check, the start estimate asked of a
-``--role worker`` process beside it, the launch written and queued in Redis); the
-anchor is a slack-bolt ``AsyncApp`` whose ``/train`` listener acks a constant,
-served the same way (aiohttp ``AppRunner`` and ``TCPSite``, bolt's own signature
-check) in its own process. The load is open-loop: requests leave at the given rate
-whatever the answers do, each with its own user (the policy counts
-launches per user), signed as Slack signs them.
+Redis, bolt, the core: parse, policy, channel check, the start estimate asked of the
+workers through Redis, the launch written and queued in Redis); the anchor is a
+slack-bolt ``AsyncApp`` whose ``/train`` listener acks a constant, served the same way
+(aiohttp ``AppRunner`` and ``TCPSite``, bolt's own signature check) in its own
+process. The load is open-loop: requests leave at the given rate whatever the answers
+do, each with its own user (the policy counts launches per user), signed as Slack
+signs them.
+
+The web role's asks are answered by a process running the workers' own ask loop
+(``bot.engine.asks.serve_asks``, with the dev cluster's key: Slurm's estimate over
+SSH) and nothing else: a ``--role worker`` would also take every queued launch, and
+with no notifier in this row to post their threads it looks at each again and again
+(about twenty Redis commands a look), on the same two cores as the web role it is
+measuring. What the web role does per /train is the same either way.
 
     python -m bench.ack serve-bare PORT API_URL   # the anchor app (bench/run starts it)
+    python -m bench.ack serve-asks                # the asks (TRAINBOT_CONFIG, REDIS_URL)
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.common import BotProcess, Row, free_port, ms, percentile, ratio
+from bench.common import BOT_REDIS_ENV, BotProcess, Row, free_port, ms, percentile, ratio
 from support.slack_standin import SIGNING_SECRET, SlackStandin, signed_headers, slash_command_body
 
 BUDGET_S = 3.0
@@ -113,6 +121,46 @@ async def serve_bare(port: int, api_url: str) -> None:
     await asyncio.Event().wait()
 
 
+async def serve_asks() -> None:
+    """What a worker does for the web role, without taking launches: answer its asks."""
+    import os
+    import signal
+
+    from bot.engine.asks import serve_asks as answer_asks
+    from bot.engine.on_cluster import Clusters
+    from bot.settings.config import load_config
+    from bot.settings.env import Settings
+    from bot.store.store import Store
+    from cluster.ssh import SSHPool
+
+    settings = Settings.from_environ()
+    config = load_config(os.environ["TRAINBOT_CONFIG"])
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with Store.connect(settings.redis_target()) as store, SSHPool() as pool:
+        print("ready", flush=True)
+        await answer_asks(store, Clusters(config, settings, pool, store), stop)
+
+
+def start_asks(config: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """``serve-asks`` in its own process, on the bench's store; returns once it listens."""
+    import os
+
+    env = {**os.environ, **BOT_REDIS_ENV, "TRAINBOT_CONFIG": str(config)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.ack", "serve-asks"],
+        stdout=subprocess.PIPE,
+        stderr=log_path.open("ab"),
+        env=env,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        proc.kill()
+        raise RuntimeError(f"the asks process did not start; see {log_path}")
+    return proc
+
+
 async def _wait_up(url: str, proc: subprocess.Popen[bytes], expect: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -142,8 +190,6 @@ async def measure(
         f"ack latency, signed HTTP, {'/'.join(map(str, rates))} req/s for {duration_s:g} s"
     )
     bot = BotProcess(standin.api_url, config, workdir / "bot-web.log", role="web")
-    # The web role asks a worker for each /train's start estimate (it holds no SSH key).
-    worker = BotProcess(standin.api_url, config, workdir / "bot-worker.log", role="worker")
     port = free_port()
     bare = subprocess.Popen(
         [sys.executable, "-m", "bench.ack", "serve-bare", str(port), standin.api_url],
@@ -152,8 +198,9 @@ async def measure(
     )
     bare_url = f"http://127.0.0.1:{port}/slack/events"
     results: dict[int, tuple[Load, Load]] = {}
+    # The web role asks the workers for each /train's start estimate (it holds no SSH key).
+    asks = start_asks(config, workdir / "asks.log")
     try:
-        await worker.start()
         await bot.start()
         await _wait_up(bare_url, bare, BARE_TEXT)
         await load(bot.events_url, 20, 1.0, tag=f"{tag}w", expect="Queued")  # warm up
@@ -165,7 +212,8 @@ async def measure(
             results[rate] = (ours, anchor)
     finally:
         bot.stop()
-        worker.stop()
+        asks.terminate()
+        asks.wait(timeout=20)
         bare.terminate()
         bare.wait(timeout=20)
     figure = "; ".join(
@@ -211,5 +259,7 @@ async def measure(
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "serve-bare":
         asyncio.run(serve_bare(int(sys.argv[2]), sys.argv[3]))
+    elif sys.argv[1:] == ["serve-asks"]:
+        asyncio.run(serve_asks())
     else:
         sys.exit(__doc__)
