@@ -135,9 +135,11 @@ class Core:
         front: Front | None = None,
         *,
         calls: ClusterCalls | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         """``calls``: how this process asks the clusters (by default itself, with its own
-        keys; the web role asks the workers: :class:`bot.engine.asks.WorkerAsks`)."""
+        keys; the web role asks the workers: :class:`bot.engine.asks.WorkerAsks`).
+        ``redactor``: secret values taken out of every reply (none by default)."""
         self.store = store
         self.clusters = clusters
         self.calls: ClusterCalls = calls or clusters
@@ -148,7 +150,7 @@ class Core:
         self._home_shown: dict[str, float] = {}  # user -> when their App Home was last built
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self._clusters_asked: dict[str, tuple[float, asyncio.Future[ClusterCapacity]]] = {}
-        self.redactor = Redactor()  # set by the service: secret values out of replies
+        self.redactor = redactor or Redactor()
         self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         self.start_estimates = StartEstimates()
         self.people = People(clusters, front, self.calls)
