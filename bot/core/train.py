@@ -28,7 +28,7 @@ from bot.text.mrkdwn import escape
 from commands.access import is_custom_image, may_use_image, slurm_account
 from commands.context import CommandContext, User
 from commands.errors import CommandError
-from commands.jobs import parse_job_ref
+from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
 from commands.policy import decide
 from commands.requests import InteractiveRequest, JobRef, TrainRequest
