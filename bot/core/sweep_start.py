@@ -14,7 +14,7 @@ from bot.engine import sweeps
 from bot.engine.cost import appraise
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
-from bot.store.store import BudgetGuard, OverBudget, OverTeamBudget
+from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import escape
 from commands.access import slurm_account

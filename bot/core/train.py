@@ -22,7 +22,8 @@ from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import launch_fields
-from bot.store.store import BudgetGuard, OverBudget, OverTeamBudget, Store
+from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
+from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
 from commands.access import is_custom_image, may_use_image, slurm_account
