@@ -37,7 +37,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
 from bot.slack.app import Listeners, build_app
-from bot.slack.webapi import DEFAULT_API_URL, SlackError, SlackFront, open_front
+from bot.slack.web_client import DEFAULT_API_URL
+from bot.slack.webapi import SlackError, SlackFront, open_front
 from bot.text.front import Handler
 from bot.text.mrkdwn import escape
 from cluster.errors import ConfigError, TrainbotError
