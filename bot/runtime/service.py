@@ -37,7 +37,8 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
 from bot.notify.alerts import PagerDuty
-from bot.notify.notifier import Notifier, Retry
+from bot.notify.lanes import Retry
+from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.notify.report import Reporter
 from bot.runtime.metrics import Counts, Metrics

@@ -12,7 +12,7 @@ from bot.engine.tracking import HISTORY_MAX, apply_snapshot
 from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.notify.notifier import thread_blocks
+from bot.notify.poster import thread_blocks
 from bot.settings.config import Watch
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
