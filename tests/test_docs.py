@@ -46,7 +46,8 @@ def test_a_stale_configuration_reference_is_caught(tmp_path: Path) -> None:
 
 
 def test_every_config_key_is_in_the_reference() -> None:
-    from bot.settings.config import Config, Delivery, Watch
+    from bot.settings.config import Config
+    from bot.settings.sections import Delivery, Watch
     from cluster.profiles import ClusterProfile, Identity, LoginNode
 
     text = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")

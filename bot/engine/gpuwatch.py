@@ -13,7 +13,7 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import gpu_sampled, gpu_text
 from bot.lifecycle.launch import Launch, Phase
-from bot.settings.config import Health
+from bot.settings.sections import Health
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.gpu import GpuSample, sample

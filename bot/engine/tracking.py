@@ -15,7 +15,7 @@ from bot.engine import babysit
 from bot.lifecycle import health, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
 from cluster.collector import JobSnapshot

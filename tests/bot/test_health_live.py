@@ -16,7 +16,8 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.service import running
-from bot.settings.config import Config, Health
+from bot.settings.config import Config
+from bot.settings.sections import Health
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (

@@ -24,7 +24,7 @@ from bot.notify.lanes import Retry
 from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.runtime.service import running
-from bot.settings.config import Alerts
+from bot.settings.sections import Alerts
 from bot.slack.webapi import SlackFront
 from bot.store.store import Store
 from bot.text.front import Front

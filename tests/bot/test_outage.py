@@ -22,8 +22,9 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.lanes import Retry
 from bot.runtime.service import running
-from bot.settings.config import Delivery, load_config
+from bot.settings.config import load_config
 from bot.settings.env import Settings
+from bot.settings.sections import Delivery
 from bot.slack.webapi import SlackFront
 from bot.store import keys
 from bot.store.store import DeadLetter, Store

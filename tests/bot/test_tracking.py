@@ -13,7 +13,7 @@ from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.notify.poster import thread_blocks
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile

@@ -16,7 +16,7 @@ import pytest
 
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from cluster.collector import collect
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL

@@ -23,8 +23,9 @@ from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.config import Watch, parse_config
+from bot.settings.config import parse_config
 from bot.settings.env import Settings
+from bot.settings.sections import Watch
 from bot.store import keys
 from bot.store.store import Store, StoreError
 from cluster.collector import JobSnapshot, LogChunk

@@ -21,8 +21,9 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Launch
 from bot.runtime.service import running
-from bot.settings.config import Watch, parse_config
+from bot.settings.config import parse_config
 from bot.settings.env import Settings
+from bot.settings.sections import Watch
 from bot.slack.http import SlackParams, run_slack
 from cluster.errors import ConfigError
 from cluster.ssh import SSHPool
