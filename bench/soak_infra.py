@@ -22,7 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
-from cluster.slurm import tres_gpus
+from cluster.sacct import tres_gpus
 
 PROJECT = Path(__file__).resolve().parents[1]
 SSHD_PID = Path("/run/trainbot-devcluster-sshd.pid")

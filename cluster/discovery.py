@@ -7,18 +7,15 @@ from dataclasses import dataclass, replace
 from cluster.frameworks.registry import frameworks
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
-from cluster.slurm import (
+from cluster.sbatch import (
     JobShape,
-    PartitionInfo,
     StartEstimate,
-    build_sinfo,
     build_test_only,
     build_wait_survey,
-    parse_sinfo,
     parse_test_only,
     parse_wait_survey,
-    partitions,
 )
+from cluster.sinfo import PartitionInfo, build_sinfo, parse_sinfo, partitions
 from cluster.ssh import SSHPool
 
 DISCOVERY_TIMEOUT_S = 30.0

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from cluster.frameworks.registry import frameworks
 from cluster.remote import join_remote
-from cluster.slurm import JobShape
+from cluster.sbatch import JobShape
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
 

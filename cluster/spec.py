@@ -36,7 +36,7 @@ from cluster.profiles import (
 )
 from cluster.progress import Point, Progress
 from cluster.remote import RemoteArg, join_remote
-from cluster.slurm import JobShape
+from cluster.sbatch import JobShape
 
 if TYPE_CHECKING:
     from cluster.recipes import RecipeEntry

@@ -26,7 +26,8 @@ from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError
 from cluster.launcher_options import LauncherOptions
 from cluster.profiles import ClusterProfile, cert_key_id
-from cluster.slurm import JobShape, StartEstimate, Usage
+from cluster.sacct import Usage
+from cluster.sbatch import JobShape, StartEstimate
 from cluster.spec import LaunchSpec, interactive_framework
 from cluster.ssh import SSHPool
 from commands.access import is_custom_image

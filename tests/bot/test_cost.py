@@ -18,7 +18,7 @@ from bot.settings.env import Settings
 from bot.store.store import BudgetGuard, OverBudget, Store
 from bot.text.front import Incoming
 from cluster.profiles import ClusterProfile
-from cluster.slurm import StartEstimate
+from cluster.sbatch import StartEstimate
 from cluster.ssh import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule

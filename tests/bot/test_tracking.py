@@ -17,7 +17,8 @@ from bot.settings.sections import Watch
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile
-from cluster.slurm import AcctRecord, QueueRow, parse_sacct
+from cluster.sacct import AcctRecord, parse_sacct
+from cluster.slurm import QueueRow
 from cluster.spec import LaunchSpec
 from commands.requests import TrainRequest
 

@@ -37,7 +37,8 @@ from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
-from cluster.slurm import STATES, AcctRecord, merge_acct, parse_sacct
+from cluster.sacct import AcctRecord, merge_acct, parse_sacct
+from cluster.slurm import STATES
 from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 
