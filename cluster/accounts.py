@@ -14,7 +14,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from cluster.profiles import CLUSTER_USER_PATTERN, ClusterProfile
+from cluster.login import CLUSTER_USER_PATTERN
+from cluster.profiles import ClusterProfile
 from cluster.ssh import SSHPool
 
 # useradd's defaults when login.defs sets none: shadow-maint/shadow, lib/find_new_uid.c

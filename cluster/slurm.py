@@ -139,6 +139,46 @@ def to_int(text: str) -> int:
         return 0
 
 
+_SLURM_TIME_RE = re.compile(
+    r"(?:(?P<days>[0-9]{1,3})-(?P<dh>[0-9]{1,2})(?::(?P<dm>[0-9]{1,2})(?::(?P<ds>[0-9]{1,2}))?)?)"
+    r"|(?:(?P<h>[0-9]{1,2}):(?P<m>[0-9]{1,2}):(?P<s>[0-9]{1,2}))"
+    r"|(?:(?P<mm>[0-9]{1,6})(?::(?P<ss>[0-9]{1,2}))?)"
+)
+SLURM_TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+MAX_TIME_S = 365 * 86400
+
+
+def slurm_time_seconds(value: str) -> int:
+    """Seconds in a Slurm time limit (``--time``), or ValueError with a short reason.
+
+    Accepts Slurm's own formats: minutes, minutes:seconds, hours:minutes:seconds,
+    days-hours, days-hours:minutes and days-hours:minutes:seconds. Zero and
+    "UNLIMITED" are refused: every launch gets a limit.
+    """
+    match = _SLURM_TIME_RE.fullmatch(value)
+    if match is None:
+        raise ValueError("not a Slurm time")
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    if "days" in g:
+        days, hours, minutes, seconds = g["days"], g["dh"], g.get("dm", 0), g.get("ds", 0)
+    elif "h" in g:
+        days, hours, minutes, seconds = 0, g["h"], g["m"], g["s"]
+    else:
+        days, hours, minutes, seconds = 0, 0, g["mm"], g.get("ss", 0)
+    if "days" in g and hours >= 24:
+        raise ValueError("hours after 'D-' must be 0 to 23")
+    if minutes >= 60 and "mm" not in g:
+        raise ValueError("minutes must be 0 to 59")
+    if seconds >= 60:
+        raise ValueError("seconds must be 0 to 59")
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError("zero means no limit; give a positive time")
+    if total > MAX_TIME_S:
+        raise ValueError("more than 365 days")
+    return total
+
+
 # --- squeue -------------------------------------------------------------------------------
 
 

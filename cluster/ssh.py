@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 
 class LoginLike(Protocol):
-    """What the pool needs to know about a login node (``profiles.LoginNode`` fits)."""
+    """What the pool needs to know about a login node (``cluster.login.LoginNode`` fits)."""
 
     @property
     def host(self) -> str: ...

@@ -20,7 +20,8 @@ import shlex
 from dataclasses import dataclass
 
 from cluster.errors import ClusterError
-from cluster.profiles import ClusterProfile, TokenizerSeed, check_remote_path
+from cluster.profile_fields import TokenizerSeed, check_remote_path
+from cluster.profiles import ClusterProfile
 from cluster.remote import join_remote, quote_path
 from cluster.ssh import SSHPool
 

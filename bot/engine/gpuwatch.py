@@ -17,7 +17,7 @@ from bot.settings.sections import Health
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.gpu import GpuSample, sample
-from cluster.profiles import cert_key_id
+from cluster.login import cert_key_id
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,9 @@ from bot.store.keys import NOTIFY_DEAD_LETTERS
 from bot.store.store import DeadLetter, Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
+from cluster.login import LoginNode, cert_key_id
 from cluster.preflight import PreflightResult, preflight
-from cluster.profiles import ClusterProfile, LoginNode, cert_key_id
+from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
 from cluster.ssh import SSHPool
 

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bot.settings.sections import Alerts, Delivery, Report, Watch
 from cluster.errors import ConfigError
 from cluster.failures import FailureKind, FailureRule, build_catalog
-from cluster.profiles import CLUSTER_NAME_PATTERN, ClusterProfile
+from cluster.profile_fields import CLUSTER_NAME_PATTERN
+from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
 from commands.context import CommandContext
 from commands.policy import BudgetRule, Policy, PolicyRule, TeamBudgetRule

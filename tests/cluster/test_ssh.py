@@ -22,7 +22,8 @@ from cluster.errors import (
     PersonRefused,
     SlurmCommandFailed,
 )
-from cluster.profiles import ClusterProfile, cert_key_id
+from cluster.login import cert_key_id
+from cluster.profiles import ClusterProfile
 from cluster.ssh import CERT_SKEW_S, SSHPool, check_ca_key, user_certificate
 from tests.conftest import SSHD_CONFIG, SSHD_PID
 
