@@ -23,7 +23,7 @@ from bot.notify.alerts import PagerDuty
 from bot.notify.lanes import Retry
 from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.sections import Alerts
 from bot.slack.webapi import SlackFront
 from bot.store.store import Store
