@@ -45,7 +45,7 @@ from bench.common import (
 from bench.fleet import Fleet, Window, clusters_for, nemo_run_window, window
 from bot.settings.config import load_config
 from bot.store.store import Store
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from support.slack_standin import SlackStandin
 
 ALL_ROWS = frozenset(f"P{i}" for i in range(1, 7))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from cluster.login import CLUSTER_USER_PATTERN
 from cluster.profiles import ClusterProfile
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 # useradd's defaults when login.defs sets none: shadow-maint/shadow, lib/find_new_uid.c
 # (commit 81078c57fb8aa38d3c49817abf8375d70b5943b5), getdef_ulong ("UID_MIN", 1000UL)

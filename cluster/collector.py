@@ -19,7 +19,8 @@ from cluster.frameworks.base import Tracking
 from cluster.remote import run_remote_python
 from cluster.sacct import AcctRecord, build_sacct, merge_acct, parse_sacct
 from cluster.slurm import QueueRow, build_squeue, parse_squeue
-from cluster.ssh import LoginLike, SSHPool
+from cluster.ssh.connect import LoginLike
+from cluster.ssh.pool import SSHPool
 
 log = logging.getLogger(__name__)
 

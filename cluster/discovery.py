@@ -16,7 +16,7 @@ from cluster.sbatch import (
     parse_wait_survey,
 )
 from cluster.sinfo import PartitionInfo, build_sinfo, parse_sinfo, partitions
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 DISCOVERY_TIMEOUT_S = 30.0
 WAIT_SIZES = (1, 2, 4)  # node counts of the "typical jobs" whose wait /clusters shows

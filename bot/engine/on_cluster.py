@@ -30,7 +30,7 @@ from cluster.profiles import ClusterProfile
 from cluster.sacct import Usage
 from cluster.sbatch import JobShape, StartEstimate
 from cluster.spec import LaunchSpec, interactive_framework
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
 

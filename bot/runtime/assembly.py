@@ -48,7 +48,8 @@ from bot.slack.webapi import observe_slack_errors
 from bot.store.store import Store
 from bot.text.front import Front
 from cluster.errors import ConfigError
-from cluster.ssh import SSHPool, check_ca_key
+from cluster.ssh.connect import check_ca_key
+from cluster.ssh.pool import SSHPool
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from cluster.login import LoginNode, cert_key_id
 from cluster.preflight import PreflightResult, preflight
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 
 class Report:

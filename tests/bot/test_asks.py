@@ -21,7 +21,7 @@ from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterUnreachable, CommandTimeout
 from cluster.sbatch import JobShape, StartEstimate
 from cluster.sinfo import PartitionInfo
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 

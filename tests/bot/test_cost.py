@@ -19,7 +19,7 @@ from bot.store.store import BudgetGuard, OverBudget, Store
 from bot.text.front import Incoming
 from cluster.profiles import ClusterProfile
 from cluster.sbatch import StartEstimate
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from commands.requests import InteractiveRequest, TrainRequest

@@ -18,7 +18,7 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.assembly import running
 from bot.settings.config import Config
 from bot.settings.sections import Health
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
     LAUNCH_RE,

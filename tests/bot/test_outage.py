@@ -31,7 +31,7 @@ from bot.store.store import DeadLetter, Store
 from bot.text.front import Incoming
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (

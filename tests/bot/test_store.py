@@ -21,7 +21,7 @@ from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store, StoreError
 from bot.text.front import Incoming
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
 

@@ -36,7 +36,7 @@ from cluster.jobs import FoundJob
 from cluster.launch import Submission
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.context import User
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

@@ -40,7 +40,7 @@ from cluster.recipes import DEFAULT_CATALOG
 from cluster.sacct import AcctRecord, merge_acct, parse_sacct
 from cluster.slurm import STATES
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 DATA = Path(__file__).parent / "data" / "failures"
 # The dev cluster's login node is this machine: a job's files laid out here are read there.

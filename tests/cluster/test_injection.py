@@ -20,7 +20,7 @@ from cluster.profiles import ClusterProfile
 from cluster.remote import RPath, export_lines
 from cluster.sbatch import JobShape, parse_sbatch_parsable
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster

@@ -24,7 +24,8 @@ from cluster.errors import (
 )
 from cluster.login import cert_key_id
 from cluster.profiles import ClusterProfile
-from cluster.ssh import CERT_SKEW_S, SSHPool, check_ca_key, user_certificate
+from cluster.ssh.connect import CERT_SKEW_S, check_ca_key, user_certificate
+from cluster.ssh.pool import SSHPool
 from tests.conftest import SSHD_CONFIG, SSHD_PID
 
 pytestmark = pytest.mark.devcluster

@@ -23,7 +23,7 @@ from cluster.frameworks.nemo import NEMO
 from cluster.profile_fields import TokenizerSeed
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from cluster.tokenizer import (
     MERGES_NAME,
     VOCAB_NAME,
