@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.soak_infra import JobRow
+from bench.soak_slurm import JobRow
 
 # The parent's headline: "<icon> *<WORD>*  ..." (bot/lifecycle/render.py)
 PARENT_WORD_RE = re.compile(r"^\S+ \*([A-Z_ -]+)\*")
