@@ -49,17 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import soak_infra as infra  # noqa: E402
 from bench import soak_slurm  # noqa: E402
-from bench.soak_check import (  # noqa: E402
-    LAUNCH_RE,
-    PAGE_PREFIX,
-    Divergence,
-    Plan,
-    View,
-    check_charges,
-    check_launch,
-    unmentioned,
-)
+from bench.soak_check import Divergence, check_charges, check_launch  # noqa: E402
 from bench.soak_report import print_report  # noqa: E402
+from bench.soak_thread import LAUNCH_RE, PAGE_PREFIX, Plan, View, unmentioned  # noqa: E402
 from bot.settings.env import Target
 from bot.store.store import Store  # noqa: E402
 from commands.budget import iso_week  # noqa: E402
