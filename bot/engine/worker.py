@@ -39,7 +39,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.logs import log_context, set_job_id
 from bot.store import keys
-from bot.store.store import Store, StoreError
+from bot.store.base import StoreError
+from bot.store.store import Store
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import (
     ClusterError,

@@ -38,7 +38,8 @@ from bot.notify.lanes import SWEEP_KINDS, Retry, lane_of
 from bot.notify.paging import Pager
 from bot.notify.poster import Poster
 from bot.store import keys
-from bot.store.store import DeadLetter, Store
+from bot.store.lanes import DeadLetter
+from bot.store.store import Store
 from bot.text.front import Front, FrontError
 from bot.text.mrkdwn import undeliverable_text
 from cluster.profiles import ClusterProfile
