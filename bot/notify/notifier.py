@@ -19,7 +19,7 @@ Nothing owed lives only in memory: after a crash or restart the next notifier
 finds every lane (and its backoff) in Redis. An entry is taken off its lane
 only after the front end took it; one already marked posted is not posted
 again. Which lane an entry joins and when a failed one is tried again are
-``bot.notify.lanes``'s rules; what an entry posts is ``bot.notify.poster``'s (a
+``bot.notify.lane_rules``'s rules; what an entry posts is ``bot.notify.poster``'s (a
 page is two steps, Slack and PagerDuty, each marked done on its own).
 """
 
@@ -34,7 +34,7 @@ from dataclasses import replace
 from bot.lifecycle import notices
 from bot.lifecycle.events import Event
 from bot.lifecycle.prefs import quiet_until
-from bot.notify.lanes import SWEEP_KINDS, Retry, lane_of
+from bot.notify.lane_rules import SWEEP_KINDS, Retry, lane_of
 from bot.notify.paging import Pager
 from bot.notify.poster import Poster
 from bot.store import keys

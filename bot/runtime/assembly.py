@@ -37,7 +37,7 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
 from bot.notify.alerts import PagerDuty
-from bot.notify.lanes import Retry
+from bot.notify.lane_rules import Retry
 from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.notify.report import Reporter

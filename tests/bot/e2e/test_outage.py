@@ -20,7 +20,7 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.worker import Worker
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.notify.lanes import Retry
+from bot.notify.lane_rules import Retry
 from bot.runtime.assembly import running
 from bot.settings.config import load_config
 from bot.settings.env import Settings

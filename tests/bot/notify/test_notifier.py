@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.alerts import PagerDuty
-from bot.notify.lanes import Retry
+from bot.notify.lane_rules import Retry
 from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.runtime.assembly import running
