@@ -17,7 +17,7 @@ from cluster.errors import SlurmCommandFailed
 from cluster.frameworks.base import Tracking
 from cluster.remote import RemoteArg, export_lines, join_argv, quote_path
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 log = logging.getLogger(__name__)
 

@@ -28,15 +28,12 @@ from pydantic import SecretStr
 from cluster.frameworks.base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, Mount, Tracking
 from cluster.frameworks.registry import FrameworkName, RecipeFields, frameworks, registered
 from cluster.launcher_options import LauncherOptions
-from cluster.profiles import (
-    SLURM_NAME_PATTERN,
-    ClusterProfile,
-    check_remote_path,
-    slurm_time_seconds,
-)
+from cluster.profile_fields import SLURM_NAME_PATTERN, check_remote_path
+from cluster.profiles import ClusterProfile
 from cluster.progress import Point, Progress
 from cluster.remote import RemoteArg, join_remote
-from cluster.slurm import JobShape
+from cluster.sbatch import JobShape
+from cluster.slurm import slurm_time_seconds
 
 if TYPE_CHECKING:
     from cluster.recipes import RecipeEntry

@@ -23,7 +23,7 @@ from cluster.profiles import ClusterProfile
 from cluster.progress import Point, Progress
 from cluster.recipes import default_catalog
 from cluster.remote import RemoteArg, RPath, join_remote
-from cluster.slurm import parse_sbatch_parsable
+from cluster.sbatch import parse_sbatch_parsable
 from cluster.spec import Framework, LaunchSpec
 from commands import CommandContext, CommandError, TrainRequest, User, help_text
 from commands.requests import REQUEST_ADAPTER

@@ -18,7 +18,7 @@ from cluster.preflight import dry_run, preflight
 from cluster.profiles import ClusterProfile
 from cluster.slurm import is_terminal
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster
