@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.remote import run_remote_python
 from cluster.sacct import AcctRecord, build_sacct, merge_acct, parse_sacct
 from cluster.slurm import QueueRow, build_squeue, parse_squeue

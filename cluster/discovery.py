@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.frameworks.registry import frameworks
+from cluster.framework_registry import frameworks
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
 from cluster.sbatch import (

@@ -22,7 +22,7 @@ from typing import Any
 
 from cluster.collect_remote import GENERIC_ERROR_RE
 from cluster.failures import FailureKind, builtin_catalog
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.keywords import keywords
 from cluster.remote import run_remote_python
 from cluster.sacct import NO_NODES, AcctRecord, build_sacct, merge_acct, parse_sacct

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from cluster.frameworks.registry import frameworks
+from cluster.framework_registry import frameworks
 from cluster.login import RESERVED_USERS, Identity, LoginNode
 from cluster.profile_fields import (
     CLUSTER_NAME_PATTERN,

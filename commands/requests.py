@@ -14,8 +14,8 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from cluster.frameworks.base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
-from cluster.frameworks.registry import FrameworkName, Workload
+from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
+from cluster.framework_registry import FrameworkName, Workload
 from cluster.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
 from cluster.recipes import MODEL_PATTERN
 from cluster.slurm import slurm_time_seconds

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from cluster.frameworks.registry import frameworks
+from cluster.framework_registry import frameworks
 from cluster.profile_fields import IMAGE_NAME_PATTERN, SLURM_NAME_PATTERN
 from cluster.profiles import ClusterProfile
 from cluster.slurm import SLURM_TIME_FORMATS, slurm_time_seconds

@@ -20,7 +20,7 @@ from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
 from cluster.remote import quote_path

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.frameworks.registry import RecipeFields, register
+from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.framework_registry import RecipeFields, register
 from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
 from cluster.remote import RemoteArg, RPath, RSetting, join_remote
 from cluster.sbatch import JobShape, limit_options

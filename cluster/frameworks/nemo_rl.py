@@ -18,8 +18,8 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.frameworks.registry import RecipeFields, register
+from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.framework_registry import RecipeFields, register
 from cluster.progress import Point, Progress, parse_nemo_rl
 from cluster.remote import RemoteArg, RPath, RSetting, join_remote
 from cluster.sbatch import JobShape, parse_sbatch_parsable, sbatch_options

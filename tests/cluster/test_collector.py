@@ -8,7 +8,7 @@ import pytest
 
 from cluster import collect_remote
 from cluster.collector import collect, parse_collect_output
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.profiles import ClusterProfile

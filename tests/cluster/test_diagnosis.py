@@ -32,7 +32,7 @@ from cluster.evidence import (
     gather,
 )
 from cluster.failures import FailureRule, build_catalog
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.profiles import ClusterProfile

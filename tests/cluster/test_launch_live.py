@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from cluster.collector import JobSnapshot, collect
 from cluster.errors import SlurmCommandFailed
 from cluster.evidence import gather
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.jobs import cancel, find_jobs_for_launch, tail_log
 from cluster.launch import plan_launch, submit
 from cluster.preflight import dry_run, preflight
