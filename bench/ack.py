@@ -131,7 +131,7 @@ async def serve_asks() -> None:
     from bot.settings.config import load_config
     from bot.settings.env import Settings
     from bot.store.store import Store
-    from cluster.ssh import SSHPool
+    from cluster.ssh.pool import SSHPool
 
     settings = Settings.from_environ()
     config = load_config(os.environ["TRAINBOT_CONFIG"])

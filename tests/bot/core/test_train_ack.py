@@ -19,8 +19,8 @@ from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.slurm import JobShape, StartEstimate
-from cluster.ssh import SSHPool
+from cluster.sbatch import JobShape, StartEstimate
+from cluster.ssh.pool import SSHPool
 from tests.bot.botkit import flush_test_redis, open_test_store
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
@@ -112,7 +112,7 @@ async def test_a_train_does_not_wait_for_an_estimate_being_asked_again(store: St
     async with SSHPool() as pool:
         workers = Workers()
         core = core_for(store, pool, workers)
-        core.start_estimates = StartEstimates(ttl_s=0.0, stale_s=3600.0)  # always asked again
+        core.launcher.start_estimates = StartEstimates(ttl_s=0.0, stale_s=3600.0)  # asked anew
         assert "answer 1" in await train(core, "U0A")
         workers.answer.clear()  # the workers are slow now: nothing answers
         answers = [

@@ -20,10 +20,11 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.worker import Worker
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.notify.notifier import Retry
+from bot.notify.lane_rules import Retry
 from bot.runtime.assembly import running
-from bot.settings.config import Delivery, load_config
+from bot.settings.config import load_config
 from bot.settings.env import Settings
+from bot.settings.sections import Delivery
 from bot.slack.webapi import SlackFront
 from bot.store import keys
 from bot.store.lanes import DeadLetter
@@ -31,7 +32,7 @@ from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
@@ -98,7 +99,7 @@ async def test_admins_see_dead_letters_on_their_app_home_and_others_do_not() -> 
         await store.dead_letter(letter)
 
         async def home_text(user: str) -> str:
-            core._home_shown.clear()
+            core.app_home.forget(user)
             reply = await core(Incoming(user_id=user, channel_id="", event="app_home_opened"))
             return str(reply.blocks)
 
