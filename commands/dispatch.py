@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from commands.context import CommandContext, User
 from commands.errors import CommandError
-from commands.jobs import (
+from commands.job_commands import (
     parse_attach,
     parse_cancel,
     parse_clusters,

@@ -59,7 +59,7 @@ from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
-from commands.jobs import parse_job_ref
+from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
 from commands.policy import decide, may_manage
 from commands.requests import (

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
-from bot.runtime.service import ROLES
+from bot.runtime.assembly import ROLES
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
 from bot.settings.logs import configure_logging

@@ -8,7 +8,7 @@ import sys
 from typing import IO
 
 from bot.console.chat import ConsoleFront, handle_line, read_lines
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.settings.config import Config
 from bot.settings.env import Settings
 

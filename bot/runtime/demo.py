@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from bot.console.chat import ConsoleFront, handle_line
+from bot.runtime.assembly import running
 from bot.runtime.console_main import wait_until_idle
-from bot.runtime.service import running
 from bot.settings.config import load_config
 from bot.settings.env import Settings
 from cluster.errors import TrainbotError

@@ -8,7 +8,7 @@ delivers the outbox to Slack (so it needs the bot token, not the signing secret
 or app token). Every role serves ``GET /healthz`` and ``GET /metrics`` on that
 HTTP address (``/metrics`` on ``TRAINBOT_METRICS_HOST:TRAINBOT_METRICS_PORT`` instead
 when that port is set). Runs until SIGTERM or SIGINT, then shuts down in order (see
-bot.runtime.service).
+bot.runtime.assembly).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from bot.runtime.service import role_parts, running
+from bot.runtime.assembly import role_parts, running
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.slack.http import SlackParams, run_slack, serve_health

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Launch, Phase
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests import devlogin
 from tests.bot.botkit import (

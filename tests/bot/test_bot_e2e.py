@@ -12,7 +12,7 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Phase
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.settings.config import Config
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import open_front

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.runtime.assembly import role_parts
 from bot.runtime.cli import build_parser, main
 from bot.runtime.serve import check_slack_settings
-from bot.runtime.service import role_parts
 from bot.slack.http import SlackParams
 from cluster.errors import ConfigError
 

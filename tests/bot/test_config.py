@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.runtime.service import check_role_config, role_parts
+from bot.runtime.assembly import check_role_config, role_parts
 from bot.settings.config import Config, load_config, parse_config
 from cluster.errors import ConfigError
 

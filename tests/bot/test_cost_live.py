@@ -15,7 +15,7 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Launch, Phase
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Config
 from bot.store.store import Store
 from bot.text.front import Incoming, Reply

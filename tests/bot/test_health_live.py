@@ -15,7 +15,7 @@ from bot.engine.gpuwatch import sample_running
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Config, Health
 from cluster.ssh import SSHPool
 from commands.requests import TrainRequest

@@ -10,7 +10,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, new_launch_id
 from bot.store import keys
 from bot.store.store import Store
-from commands.jobs import parse_job_ref
+from commands.job_commands import parse_job_ref
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.console.chat import ConsoleFront
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.runtime.assembly import Bot, running
 from bot.runtime.metrics import Counts, Metrics
-from bot.runtime.service import Bot, running
 from bot.slack.http import SlackParams, run_slack
 from bot.slack.webapi import SlackError, open_front
 from bot.store import keys

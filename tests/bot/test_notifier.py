@@ -22,7 +22,7 @@ from bot.lifecycle.launch import Launch
 from bot.notify.alerts import PagerDuty
 from bot.notify.notifier import Notifier, Retry
 from bot.notify.paging import Pager
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Alerts
 from bot.slack.webapi import SlackFront
 from bot.store.store import Store

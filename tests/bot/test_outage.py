@@ -21,7 +21,7 @@ from bot.engine.worker import Worker
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.notifier import Retry
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Delivery, load_config
 from bot.settings.env import Settings
 from bot.slack.webapi import SlackFront

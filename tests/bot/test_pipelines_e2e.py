@@ -18,7 +18,7 @@ import pytest
 from bench.soak_infra import OwnRedis
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Phase
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.settings.env import Settings
 from bot.slack.webapi import SlackFront
 from bot.text.front import Incoming

@@ -19,7 +19,7 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.engine import pipelines
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from bot.console.chat import ConsoleFront
 from bot.notify.report import report_text
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Config, Report
 from bot.store.store import Charge
 from bot.text.front import Blocks, MessageRef

@@ -13,7 +13,7 @@ import pytest
 from bot.console.chat import ConsoleFront
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Retention, RetentionDays, parse_config
 from bot.store import keys
 from bot.store.store import Store

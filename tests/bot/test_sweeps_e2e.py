@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bot.lifecycle.launch import Launch, Phase
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.settings.config import Config
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import open_front

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from commands.policy import Team, TeamBudgetRule, UsagePolicy
 from tests.bot.botkit import (
     LAUNCH_RE,

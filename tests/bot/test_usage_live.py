@@ -13,7 +13,7 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.core.usage import hours
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from commands.policy import Principals, Team, UsagePolicy
 from tests.bot.botkit import (
     LAUNCH_RE,

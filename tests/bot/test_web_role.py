@@ -12,7 +12,7 @@ import pytest
 
 from bot.engine.asks import WorkerAsks
 from bot.lifecycle.launch import Phase
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Config
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front

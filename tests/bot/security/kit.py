@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.runtime.service import Bot, running
+from bot.runtime.assembly import Bot, running
 from bot.settings.config import Config
 from bot.slack.app import WORKING_TEXT
 from bot.slack.http import SlackService, run_slack

@@ -20,7 +20,7 @@ from bot.core import core
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Launch
-from bot.runtime.service import running
+from bot.runtime.assembly import running
 from bot.settings.config import Watch, parse_config
 from bot.settings.env import Settings
 from bot.slack.http import SlackParams, run_slack
