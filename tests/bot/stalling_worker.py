@@ -1,4 +1,4 @@
-"""``trainbot serve --role worker`` for tests/bot/test_worker_stall.py: the worker's timings
+"""``trainbot serve --role worker`` for tests/bot/e2e/test_worker_stall.py: the worker's timings
 shortened (lock, claim, submit bound) so a takeover happens in seconds, and, with
 ``STALL_BEFORE_SUBMIT=1``, the process stops itself (SIGSTOP) once, right before its
 first submit reaches the login node: after every check a worker makes, the worst place

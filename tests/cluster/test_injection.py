@@ -1,6 +1,6 @@
 """Hostile values in every user-controlled field run nothing on the login node.
 
-Two layers: :class:`LaunchSpec` refuses them (see test_launch_plan), and, bypassing
+Two layers: :class:`LaunchSpec` refuses them (see test_launch), and, bypassing
 that check, the builders quote them so the login node's shell, sbatch and launch.sh
 see them as plain words. Seen on the dev cluster with nemo-run 0.11.1: it puts the
 experiment name and the task arguments unquoted into shell commands, so those two

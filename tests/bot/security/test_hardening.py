@@ -30,8 +30,8 @@ from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis
 from tests.bot.conftest import FakeHandler, healthy, some_metrics, standin_params
+from tests.bot.engine.test_tracking import PROFILE, launch, snapshot, threads
 from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed
-from tests.bot.test_tracking import PROFILE, launch, snapshot, threads
 
 CONFIG = """
 clusters:
