@@ -512,33 +512,3 @@ def cancel(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         events.append(_enqueue(launch))
     line = _line(launch, "cancel", text, by=facts.by, job=launch.job_id)
     return launch, [line, _update(launch), *events]
-
-
-ALL: dict[str, Move] = {
-    move.__name__: move
-    for move in (
-        queue,
-        ask_approval,
-        approve,
-        reject,
-        preflight,
-        submitting,
-        submitted,
-        not_submitted,
-        dry_run,
-        not_started,
-        given_up,
-        running,
-        requeued,
-        ended,
-        retry_failure,
-        retry,
-        reroute,
-        old_job_gone,
-        moved,
-        old_job_stays,
-        retry_failed,
-        cancel,
-    )
-}
-"""Each move of :data:`TABLE`, by its name."""
