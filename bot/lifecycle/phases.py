@@ -63,7 +63,7 @@ TABLE: tuple[Edge, ...] = (
     Edge("submitted", P.SUBMITTING, P.SUBMITTED),
     Edge("submitted", P.DONE, P.DONE),  # the job appeared after a cancel: recorded, cancelled
     *_edges("not_submitted", _WAITING, P.REJECTED),
-    Edge("not_started", P.QUEUED, P.DONE),  # due, but its parent failed, or over budget
+    Edge("not_started", P.QUEUED, P.DONE),  # due, but its parent failed, no budget, no checkpoint
     *_edges("given_up", ACTIVE_PHASES, P.DONE),  # failed inside trainbot, for good
     # the poller: Slurm's word on the job
     Edge("running", P.SUBMITTED, P.RUNNING),
