@@ -31,7 +31,8 @@ from bot.lifecycle import health, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, Sweep
 from bot.settings.logs import launch_fields
-from bot.store.store import BudgetGuard, OverBudget, OverTeamBudget, Store
+from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
+from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_APPROVE,

@@ -17,7 +17,7 @@ from bot.lifecycle.launch import HistoryEntry, Launch, Sweep
 from bot.lifecycle.notices import DM_EVENTS
 from bot.lifecycle.prefs import EVENT_LABELS, Prefs
 from bot.lifecycle.prefs import hours_text as prefs_hours
-from bot.store.store import DeadLetter
+from bot.store.lanes import DeadLetter
 from bot.text.mrkdwn import (
     ACTION_PREFS,
     SECTION_TEXT_MAX,

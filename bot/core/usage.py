@@ -20,7 +20,8 @@ from datetime import UTC, datetime, timedelta
 
 from bot.engine.cost import Appraisal
 from bot.lifecycle.launch import Launch
-from bot.store.store import Charge, OverBudget, OverTeamBudget, Store, TeamGuard
+from bot.store.budgets import Charge, OverBudget, OverTeamBudget, TeamGuard
+from bot.store.store import Store
 from bot.text.front import Front, FrontError, Reply
 from bot.text.mrkdwn import escape
 from cluster.profiles import ClusterProfile

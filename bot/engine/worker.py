@@ -36,7 +36,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import log_context
 from bot.store import keys
-from bot.store.store import Store, StoreError
+from bot.store.base import StoreError
+from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, ClusterUnreachable, PersonRefused
 

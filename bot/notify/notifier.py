@@ -37,7 +37,8 @@ from bot.lifecycle.prefs import quiet_until
 from bot.notify import sweep_notes
 from bot.notify.paging import PAGE_KINDS, Pager
 from bot.store import keys
-from bot.store.store import DeadLetter, Store
+from bot.store.lanes import DeadLetter
+from bot.store.store import Store
 from bot.text.front import Front, FrontError, MessageRef
 from bot.text.mrkdwn import (
     actions,

@@ -20,7 +20,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.core.usage import hours
 from bot.settings.cron import cron_trigger, slot_of
-from bot.store.store import Charge, Store
+from bot.store.budgets import Charge
+from bot.store.store import Store
 from bot.text.front import Front
 from bot.text.mrkdwn import escape
 

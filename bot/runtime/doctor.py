@@ -18,7 +18,8 @@ from bot.engine.on_cluster import Clusters
 from bot.settings.config import Config
 from bot.settings.env import Settings, Target
 from bot.store.keys import NOTIFY_DEAD_LETTERS
-from bot.store.store import DeadLetter, Store
+from bot.store.lanes import DeadLetter
+from bot.store.store import Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
 from cluster.preflight import PreflightResult, preflight

@@ -29,7 +29,8 @@ from prometheus_client.registry import Collector
 
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.store.store import Backlog, Change
+from bot.store.base import Change
+from bot.store.streams import Backlog
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from bench.soak_infra import SENTINELS, sentinel
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.settings.env import Target
-from bot.store.store import REDIS_MAX_CONNECTIONS, Store
+from bot.store.connection import REDIS_MAX_CONNECTIONS
+from bot.store.store import Store
 from commands.requests import TrainRequest
 
 pytestmark = pytest.mark.skipif(

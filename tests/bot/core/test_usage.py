@@ -8,7 +8,7 @@ import io
 import pytest
 
 from bot.core.usage import csv_bytes, may_see
-from bot.store.store import Charge
+from bot.store.budgets import Charge
 from commands.context import User
 from commands.errors import CommandError
 from commands.policy import Policy, Principals, Team, UsagePolicy

@@ -180,7 +180,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
             "5.0 GPU-hours weekly budget on a4 are left"
         ), big.text
         assert "Expected start: " in big.text and "Estimated use: about 8.0" in big.text
-        assert await bot.store.active_count("alice") == 0
+        assert sum(await bot.store.active_counts("alice")) == 0
         forced = await handle_line(
             f"{train} nodes=2 over_budget=true", bot.core, front, user="alice"
         )

@@ -26,7 +26,8 @@ from bot.settings.config import Delivery, load_config
 from bot.settings.env import Settings
 from bot.slack.webapi import SlackFront
 from bot.store import keys
-from bot.store.store import DeadLetter, Store
+from bot.store.lanes import DeadLetter
+from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec

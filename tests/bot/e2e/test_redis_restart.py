@@ -13,7 +13,8 @@ from bench.soak_infra import OwnRedis
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store import keys
-from bot.store.store import Store, StoreError
+from bot.store.base import StoreError
+from bot.store.store import Store
 from commands.requests import TrainRequest
 
 pytestmark = pytest.mark.skipif(

@@ -15,7 +15,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, StepRun
 from bot.settings.config import load_config
 from bot.settings.env import Settings
-from bot.store.store import BudgetGuard, OverBudget, Store
+from bot.store.budgets import BudgetGuard, OverBudget
+from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.profiles import ClusterProfile
 from cluster.slurm import StartEstimate

@@ -20,7 +20,8 @@ from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.notify.notifier import Notifier
 from bot.slack.webapi import SlackFront
 from bot.store import keys
-from bot.store.store import BudgetGuard, OverBudget, Store
+from bot.store.budgets import BudgetGuard, OverBudget
+from bot.store.store import Store
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin

@@ -26,7 +26,8 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Watch, parse_config
 from bot.settings.env import Settings
 from bot.store import keys
-from bot.store.store import Store, StoreError
+from bot.store.base import StoreError
+from bot.store.store import Store
 from cluster.collector import JobSnapshot, LogChunk
 from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed

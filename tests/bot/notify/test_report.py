@@ -14,7 +14,7 @@ from bot.console.chat import ConsoleFront
 from bot.notify.report import report_text
 from bot.runtime.assembly import running
 from bot.settings.config import Config, Report
-from bot.store.store import Charge
+from bot.store.budgets import Charge
 from bot.text.front import Blocks, MessageRef
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis
 

@@ -22,7 +22,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.settings.env import Target
 from bot.store import keys
-from bot.store.store import Store, StoreError
+from bot.store.base import StoreError
+from bot.store.store import Store
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis
 

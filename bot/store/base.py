@@ -1,0 +1,272 @@
+"""What every section of the store shares: its client and settings, riding through a
+failover, done-marks and WAIT, the consumer groups, and redacting what it writes.
+
+Each section of :class:`bot.store.store.Store` is a :class:`StoreBase`; ``Store``
+puts every public coroutine of theirs through :func:`translated`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Launch
+from bot.settings.config import Retention
+from bot.settings.env import Target
+from bot.store import keys
+from bot.store.connection import failover_reason
+from cluster.errors import TrainbotError
+
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _fields(values: dict[str, str]) -> Any:
+    """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
+    return values
+
+
+@dataclass
+class Change:
+    """A launch this process wrote with :meth:`Store.mutate`, for observers (metrics)."""
+
+    launch: Launch
+    events: list[Event]
+    was_active: bool
+    attempts_before: int
+
+
+class StoreError(TrainbotError):
+    """Redis is unreachable or answered with an error."""
+
+
+# -- riding through a failover ----------------------------------------------
+# Every public coroutine of Store goes through translated: a dropped connection, a
+# timeout, or a write refused by a demoted or lagging primary (READONLY, MASTERDOWN,
+# LOADING, NOREPLICAS) is retried with bounded exponential back-off against whatever
+# primary Redis (or Sentinel) names now; anything else, or a failover longer than the
+# bound, leaves as StoreError. The writes a lost reply could double carry a done-mark
+# (keys.store_op, written in the write's own MULTI and checked before a retry redoes it):
+# create, create_sweep, mutate, requeue, hold, count, note_failure, dead_letter; the SET NX marks
+# (mark_posted, mark_once, first_seen, mark_bad_channel) keep the call's op id as their
+# value, so a retry recognises its own mark. The other writes are idempotent as they are.
+
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 2.0
+OP_DONE_S = 86400  # how long a done-mark is kept (far longer than any retry)
+
+
+@dataclass
+class _Op:
+    """One public store call: its id (for done-marks) and how many tries it has had."""
+
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    attempt: int = 0
+
+
+_current_op: ContextVar[_Op | None] = ContextVar("store_op", default=None)
+
+
+def translated(
+    method: Callable[Concatenate[StoreBase, P], Awaitable[T]],
+) -> Callable[Concatenate[StoreBase, P], Awaitable[T]]:
+    """Redis and connection errors leave the store as StoreError (the edge where they
+    enter), after a failover has been ridden through where it can be."""
+
+    @functools.wraps(method)
+    async def wrapper(store: StoreBase, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if _current_op.get() is not None:  # called by another store method: it retries
+            return await method(store, *args, **kwargs)
+        op = _Op()
+        token = _current_op.set(op)
+        try:
+            return await store.ride(lambda: method(store, *args, **kwargs), op)
+        finally:
+            _current_op.reset(token)
+
+    return wrapper
+
+
+@dataclass
+class Failover:
+    """The store's view of a failover in progress (while a call is retrying)."""
+
+    since: float | None = None  # monotonic time of the first retry of this episode
+    reason: str = ""
+    retries: int = 0
+
+
+class StoreBase:
+    """The client, the settings and the helpers every section of the store uses."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        redact: Callable[[str], str] | None = None,
+        retention: Retention | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self.redis = client
+        self._redact = redact or (lambda text: text)
+        self.retention = retention or Retention()
+        self.target = target or Target()
+        self.observers: list[Callable[[Change], None]] = []  # told of each mutate, after it
+        self.failover = Failover()
+        self.retry_observers: list[Callable[[str, bool], None]] = []  # (reason, new episode)
+
+    async def ping(self) -> None:
+        """One round trip, not retried (a health probe must answer at once)."""
+        try:
+            await self.redis.ping()
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis is unreachable: {exc}") from exc
+
+    def failing_over(self) -> str:
+        """ "" while the store works; else what it is riding through, for ``/healthz``."""
+        if self.failover.since is None:
+            return ""
+        for_s = time.monotonic() - self.failover.since
+        return (
+            f"store failing over for {for_s:.1f} s ({self.failover.reason}, "
+            f"{self.failover.retries} retries so far)"
+        )
+
+    async def ride(self, call: Callable[[], Awaitable[T]], op: _Op) -> T:
+        """``call``, tried again with exponential back-off while Redis fails over, for at
+        most ``target.retry_for_s``; StoreError when it fails otherwise or for longer."""
+        deadline = time.monotonic() + self.target.retry_for_s
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                result = await call()
+            except (RedisError, OSError) as exc:
+                reason = failover_reason(exc)
+                if not reason:
+                    raise StoreError(f"Redis is unreachable or failed: {exc}") from exc
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"Redis is unreachable: not back within {self.target.retry_for_s:g} s "
+                        f"({self.target.describe()}; last error: {exc}); check that a "
+                        "primary is up and, with Sentinel, that the sentinels agree on it"
+                    ) from exc
+                self._note_retry(reason)
+                op.attempt += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            else:
+                if self.failover.since is not None:
+                    took = time.monotonic() - self.failover.since
+                    log.warning("redis: back after %.1f s (%s)", took, self.target.describe())
+                    self.failover = Failover()
+                return result
+
+    def _note_retry(self, reason: str) -> None:
+        episode = self.failover.since is None
+        if episode:
+            self.failover = Failover(since=time.monotonic())
+            log.warning("redis: %s; retrying (%s)", reason, self.target.describe())
+        self.failover.reason = reason
+        self.failover.retries += 1
+        for observer in self.retry_observers:
+            observer(reason, episode)
+
+    # -- done-marks and WAIT (see the note above translated) -------------------
+
+    @staticmethod
+    def _op() -> _Op:
+        return _current_op.get() or _Op()
+
+    async def _redone(self, op: _Op, *, lost: bool = False) -> str | None:
+        """The done-mark's value when this call's write was applied by an earlier try
+        (looked up on a retry, or when the connection was ``lost`` mid-transaction:
+        redis-py reports that as a WatchError)."""
+        if op.attempt == 0 and not lost:
+            return None
+        found = await self.redis.get(keys.store_op(op.id))
+        return None if found is None else str(found)
+
+    @staticmethod
+    def _mark_done(pipe: Any, op: _Op, value: str = "1") -> None:
+        pipe.set(keys.store_op(op.id), value, ex=OP_DONE_S)
+
+    async def _wait_replicas(self, op: _Op) -> None:
+        """Ask Redis to hold the reply until ``wait_replicas`` replicas have every write so
+        far. WAIT counts a connection's own writes, so the done-mark is written again on
+        the connection that waits: its offset is past the write's."""
+        wanted = self.target.wait_replicas
+        if wanted <= 0:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(keys.store_op(op.id), "1", ex=OP_DONE_S)
+            pipe.execute_command("WAIT", wanted, self.target.wait_timeout_ms)
+            _, acked = await pipe.execute()
+        if int(acked) < wanted:
+            log.warning(
+                "redis: a write reached %s of %s replicas within %s ms",
+                acked,
+                wanted,
+                self.target.wait_timeout_ms,
+            )
+
+    async def _set_once(self, key: str, value: str | None, ex: int) -> bool:
+        """SET NX that a retry recognises as its own: True for the call that set it.
+        ``value`` None: the call's op id (a mark whose value nobody reads)."""
+        op = self._op()
+        mine = op.id if value is None else value
+        if await self.redis.set(key, mine, nx=True, ex=ex):
+            return True
+        return op.attempt > 0 and await self.redis.get(key) == mine
+
+    async def replicas(self) -> int:
+        """How many replicas the primary has connected now (``INFO replication``)."""
+        info: Any = await self.redis.info("replication")
+        return int(info.get("connected_slaves", 0))
+
+    async def _regroup(self, exc: ResponseError) -> None:
+        """A stream or its group vanished (Redis restarted without them): make them again."""
+        if "NOGROUP" not in str(exc):
+            raise exc
+        log.warning("redis: %s; creating the consumer groups again", exc)
+        await self.ensure_groups()
+
+    async def groups_ok(self) -> bool:
+        """Whether the queue's and the outbox's consumer groups exist."""
+        for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
+            try:
+                groups: Any = await self.redis.xinfo_groups(stream)
+            except ResponseError:
+                return False
+            if not any(g.get("name") == group for g in groups):
+                return False
+        return True
+
+    async def ensure_groups(self) -> None:
+        for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
+            try:
+                await self.redis.xgroup_create(stream, group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    def _record(self, launch: Launch) -> str:
+        return self._redact(launch.model_dump_json())
+
+    def _redacted(self, event: Event) -> dict[str, str]:
+        """The event as stored (the outbox, a change's done-mark): every field redacted."""
+        return {k: self._redact(v) for k, v in event.encode().items()}
+
+    def _entry(self, event: Event) -> Any:
+        return _fields(self._redacted(event))

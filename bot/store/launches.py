@@ -1,0 +1,331 @@
+"""Launch records and sweeps: reading them, creating them (with the limits and budgets a
+new launch must fit) and changing them.
+
+Every change to a launch goes through :meth:`Launches.mutate`, which writes the
+record, its indexes and the outbox entries it produced in one transaction, so
+a crash never leaves a state change without its message, or a message without
+its state change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import WatchError
+
+from bot.lifecycle import notices
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
+from bot.store import keys
+from bot.store.base import Change, StoreBase, StoreError, _Op
+from bot.store.budgets import (
+    BudgetGuard,
+    OverBudget,
+    TeamGuard,
+    check_teams,
+    guard_keys,
+    has_room,
+    hold_teams,
+    read_budget_use,
+)
+from commands.budget import iso_week
+
+log = logging.getLogger(__name__)
+
+STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour estimate uses
+ID_DRAWS = 20  # fresh ids tried for a new launch whose id is taken, before giving up
+
+
+class Launches(StoreBase):
+    """Launch records and sweeps."""
+
+    async def get(self, launch_id: str) -> Launch | None:
+        raw = await self.redis.get(keys.launch(launch_id))
+        return Launch.model_validate_json(raw) if raw else None
+
+    async def get_many(self, launch_ids: list[str], chunk: int = 500) -> list[Launch | None]:
+        """The launches, in order (None for one that is gone): one MGET per ``chunk``."""
+        found: list[Launch | None] = []
+        for start in range(0, len(launch_ids), chunk):
+            names = [keys.launch(i) for i in launch_ids[start : start + chunk]]
+            for raw in await self.redis.mget(names):
+                found.append(Launch.model_validate_json(raw) if raw else None)
+        return found
+
+    async def create(
+        self,
+        launch: Launch,
+        events: list[Event],
+        *,
+        enqueue: bool = True,
+        max_active: int | None = None,
+        budget: BudgetGuard | None = None,
+        teams: tuple[TeamGuard, ...] = (),
+        new_id: Callable[[], str] = new_launch_id,
+    ) -> bool:
+        """Store a new launch, queue it for a worker and write its first messages.
+
+        The launch's id must be free: when a stored launch or history entry has it
+        already, the launch and its events get a fresh id from ``new_id`` (checked
+        again, in the same transaction as the write), so a new launch never writes
+        into another's record or thread.
+
+        With ``max_active``, only while its owner has fewer active launches (of a
+        dry run: fewer dry runs in flight; of a launch: fewer launches, dry runs not
+        counted): the count and the write are one transaction (WATCH on the owner's active set),
+        so simultaneous requests, from any number of bot processes, cannot both
+        pass the limit. False when the limit was reached and nothing was written.
+        With ``budget``, likewise only while the launch's estimate fits what is left
+        of its owner's week there (WATCH on the usage too); OverBudget when not.
+        With ``teams``, likewise for each team budget (WATCH on its usage and launches):
+        OverTeamBudget for the first that has no room; the launch is then held by each.
+        """
+        active_key = keys.user_active(launch.user_id)
+        draws = 0
+        op = self._op()
+        if await self._redone(op) is not None:  # a lost reply: it was written
+            return True
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    usage = guard_keys(budget, teams)
+                    taken = [keys.launch(launch.id), keys.summary(launch.id)]
+                    await pipe.watch(active_key, *usage, *taken)
+                    if await pipe.exists(*taken):  # the id is another launch's: draw again
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        draws += 1
+                        if draws > ID_DRAWS:
+                            raise StoreError(f"no free launch id after {ID_DRAWS} draws")
+                        self._renumber(launch, events, new_id())
+                        continue
+                    if not await has_room(pipe, launch, max_active):
+                        return False
+                    if budget is not None:
+                        charged, held = await read_budget_use(
+                            pipe, launch.user_id, budget.cluster, budget.week
+                        )
+                        if charged + held + (launch.estimate_gpu_hours or 0.0) > budget.limit:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            raise OverBudget(charged, held)
+                    await check_teams(pipe, launch, teams)
+                    notices.tag(events, *notices.classify(None, launch))
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(keys.launch(launch.id), self._record(launch))
+                    hold_teams(pipe, launch.id, teams, self.retention.history_s)
+                    self._index(pipe, launch)
+                    for event in events:
+                        pipe.xadd(keys.OUTBOX, self._entry(event))
+                    if enqueue:
+                        pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                    self._mark_done(pipe, op)
+                    await pipe.execute()
+                    await self._wait_replicas(op)  # a queued launch must survive a failover
+                    return True
+                except WatchError:  # another writer, or a connection lost mid-transaction
+                    if await self._redone(op, lost=True) is not None:
+                        return True
+                    continue
+
+    async def create_sweep(
+        self,
+        sweep: Sweep,
+        launches: list[Launch],
+        events: list[Event],
+        *,
+        enqueue: bool = True,
+        budget: BudgetGuard | None = None,
+        teams: tuple[TeamGuard, ...] = (),
+    ) -> None:
+        """Store a sweep and all its members at once, queue them, write ``events``.
+
+        With ``budget`` (and ``teams``), only while the members' estimates together fit
+        what is left: one transaction, watched like :meth:`create`, so the sweep is
+        refused whole (OverBudget, OverTeamBudget) before any member exists."""
+        total = sum(launch.estimate_gpu_hours or 0.0 for launch in launches)
+        whole = launches[0].model_copy(update={"estimate_gpu_hours": total})
+        op = self._op()
+        if await self._redone(op) is not None:  # a lost reply: it was written
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    usage = guard_keys(budget, teams)
+                    taken = [keys.sweep(sweep.id)]
+                    taken += [keys.launch(launch.id) for launch in launches]
+                    taken += [keys.summary(launch.id) for launch in launches]
+                    await pipe.watch(keys.user_active(sweep.user_id), *usage, *taken)
+                    if await pipe.exists(*taken):
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        raise StoreError(f"sweep {sweep.id} or one of its launch ids is taken")
+                    if budget is not None:
+                        charged, held = await read_budget_use(
+                            pipe, sweep.user_id, budget.cluster, budget.week
+                        )
+                        if charged + held + total > budget.limit:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            raise OverBudget(charged, held)
+                    await check_teams(pipe, whole, teams)
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(
+                        keys.sweep(sweep.id), sweep.model_dump_json(), ex=self.retention.launch_s
+                    )
+                    for launch in launches:
+                        pipe.set(keys.launch(launch.id), self._record(launch))
+                        hold_teams(pipe, launch.id, teams, self.retention.history_s)
+                        self._index(pipe, launch)
+                    for event in events:
+                        pipe.xadd(keys.OUTBOX, self._entry(event))
+                    for launch in launches if enqueue else []:
+                        pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                    self._mark_done(pipe, op)
+                    await pipe.execute()
+                    await self._wait_replicas(op)  # queued launches must survive a failover
+                    return
+                except WatchError:  # another writer, or a connection lost mid-transaction
+                    if await self._redone(op, lost=True) is not None:
+                        return
+                    continue
+
+    async def get_sweep(self, sweep_id: str) -> Sweep | None:
+        raw = await self.redis.get(keys.sweep(sweep_id))
+        return Sweep.model_validate_json(raw) if raw else None
+
+    async def save_sweep(self, sweep: Sweep) -> None:
+        """Write the sweep's record back (its parent message, once posted); it is kept as
+        long as a finished launch's record."""
+        await self.redis.set(
+            keys.sweep(sweep.id), sweep.model_dump_json(), ex=self.retention.launch_s
+        )
+
+    @staticmethod
+    def _renumber(launch: Launch, events: list[Event], launch_id: str) -> None:
+        """Give a new launch (not stored yet) and its first events another id."""
+        old = launch.id
+        launch.id = launch_id
+        for event in events:
+            if event.launch_id == old:
+                event.launch_id = launch_id
+
+    async def mutate(
+        self, launch_id: str, change: Callable[[Launch], list[Event]]
+    ) -> tuple[Launch, list[Event]]:
+        """Apply ``change`` to the stored launch and write it with the events it returns.
+
+        ``change`` edits the launch in place and may run more than once (when
+        another process writes the same launch meanwhile); it must not do I/O.
+        """
+        key = keys.launch(launch_id)
+        op = self._op()
+        if await self._redone(op) is not None:  # a lost reply: the change was written
+            return await self._replayed(launch_id, op)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    raw = await pipe.get(key)
+                    if raw is None:
+                        raise StoreError(f"launch {launch_id} does not exist")
+                    launch = Launch.model_validate_json(raw)
+                    was_active, attempts_before = launch.active, len(launch.attempts)
+                    job_before, cancelled_before = launch.job_id, launch.cancelled_at
+                    before = notices.Before.of(launch)
+                    events = change(launch)
+                    notices.tag(events, *notices.classify(before, launch))
+                    launch.updated_at = time.time()
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(key, self._record(launch))
+                    self._index(pipe, launch)
+                    if was_active and not launch.active:
+                        self._ran(pipe, launch)
+                    for event in events:
+                        if event.kind == "enqueue":  # back to the workers (a retry)
+                            due = float(event.data.get("due", 0) or 0)
+                            if due > time.time():  # backoff: a deferred entry, not a sleep
+                                pipe.zadd(keys.DEFERRED, {launch.id: due})
+                            else:
+                                pipe.xadd(keys.QUEUE, {"launch": launch.id})
+                        else:
+                            pipe.xadd(keys.OUTBOX, self._entry(event))
+                    self._mark_done(pipe, op, json.dumps([self._redacted(e) for e in events]))
+                    await pipe.execute()
+                    if launch.job_id != job_before or launch.cancelled_at != cancelled_before:
+                        await self._wait_replicas(op)  # a job id or a cancel must survive
+                    self._tell(Change(launch, events, was_active, attempts_before))
+                    return launch, events
+                except WatchError:  # another writer, or a connection lost mid-transaction
+                    if await self._redone(op, lost=True) is not None:
+                        return await self._replayed(launch_id, op)
+                    continue
+
+    async def _replayed(self, launch_id: str, op: _Op) -> tuple[Launch, list[Event]]:
+        """What a change whose reply was lost wrote: the launch now, and its events (kept
+        in the done-mark)."""
+        done = await self.redis.get(keys.store_op(op.id))
+        stored = await self.get(launch_id)
+        if stored is None or done is None:
+            raise StoreError(f"launch {launch_id} does not exist")
+        return stored, [Event.decode("", fields) for fields in json.loads(done)]
+
+    def _tell(self, change: Change) -> None:
+        for observer in self.observers:
+            try:
+                observer(change)
+            except Exception:  # an observer's bug never undoes a write
+                log.exception("store observer failed")
+
+    def _index(self, pipe: Any, launch: Launch) -> None:
+        if launch.active:
+            pipe.sadd(keys.ACTIVE, launch.id)
+            pipe.sadd(keys.user_active(launch.user_id), launch.id)
+        else:
+            pipe.srem(keys.ACTIVE, launch.id)
+            pipe.srem(keys.user_active(launch.user_id), launch.id)
+        if launch.phase in TRACKED_PHASES:
+            pipe.sadd(keys.tracked(launch.cluster), launch.id)
+        else:
+            pipe.srem(keys.tracked(launch.cluster), launch.id)
+        for attempt in launch.attempts:
+            if attempt.job_id:
+                index = keys.job_index(attempt.job_id)
+                pipe.hset(index, attempt.cluster or launch.cluster, launch.id)
+                if launch.active:
+                    pipe.persist(index)
+                else:
+                    pipe.expire(index, self.retention.launch_s)
+        if not launch.active:
+            self._finished(pipe, launch)
+
+    def _finished(self, pipe: Any, launch: Launch) -> None:
+        """A finished launch: its record expires; its history entry is kept longer."""
+        keep_s = self.retention.history_s
+        pipe.expire(keys.launch(launch.id), self.retention.launch_s)
+        pipe.expire(keys.watchers(launch.id), self.retention.launch_s)  # goes with the record
+        pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
+        oldest = time.time() - keep_s
+        for index in (
+            keys.history(),
+            keys.history(user_id=launch.user_id),
+            keys.history(cluster=launch.cluster),
+        ):
+            pipe.zadd(index, {launch.id: launch.updated_at})
+            pipe.zremrangebyscore(index, "-inf", oldest)
+
+    def _ran(self, pipe: Any, launch: Launch) -> None:
+        """A launch just ended (in the transaction that ended it, whichever way it ended):
+        it waits to be charged what Slurm recorded for its jobs (:meth:`Budgets.charge`, once its
+        jobs have ended), in its owner's ISO week of now; keep its step time for later
+        estimates."""
+        now, keep_s = time.time(), self.retention.history_s
+        if not launch.charged:
+            pipe.hset(keys.uncharged(launch.cluster), launch.id, f"{iso_week(now)} {now:.3f}")
+        step_time = launch.progress.median_step_time_s
+        if launch.recipe_key and step_time and launch.progress.total:
+            run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)
+            runs = keys.step_runs(launch.cluster, launch.recipe_key, launch.request.nodes)
+            pipe.lpush(runs, run.model_dump_json())
+            pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
+            pipe.expire(runs, keep_s)
