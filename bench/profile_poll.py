@@ -22,7 +22,7 @@ from bench.fleet import Fleet, clusters_for
 from bot.engine.poller import Poller
 from bot.settings.config import load_config
 from bot.store.store import Store
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 CLUSTER = "a4"
 

@@ -48,17 +48,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import soak_infra as infra  # noqa: E402
-from bench.soak_check import (  # noqa: E402
-    LAUNCH_RE,
-    PAGE_PREFIX,
-    Divergence,
-    Plan,
-    View,
-    check_charges,
-    check_launch,
-    unmentioned,
-)
+from bench import soak_slurm  # noqa: E402
+from bench.soak_check import Divergence, check_charges, check_launch  # noqa: E402
 from bench.soak_report import print_report  # noqa: E402
+from bench.soak_thread import LAUNCH_RE, PAGE_PREFIX, Plan, View, unmentioned  # noqa: E402
 from bot.settings.env import Target
 from bot.store.store import Store  # noqa: E402
 from commands.budget import iso_week  # noqa: E402
@@ -245,7 +238,9 @@ class Soak:
                     break
         return self.parents.get(plan.launch_id, "")
 
-    def view(self, plan: Plan, jobs: list[infra.JobRow], incarnations: list[infra.JobRow]) -> View:
+    def view(
+        self, plan: Plan, jobs: list[soak_slurm.JobRow], incarnations: list[soak_slurm.JobRow]
+    ) -> View:
         ts = self.parent_of(plan)
         first = [m.text for m in self.standin.messages if m.ts == ts] if ts else []
         thread = [unmentioned(m.text) for m in self.standin.messages if ts and m.thread_ts == ts]
@@ -358,7 +353,7 @@ class Soak:
         """Cancel hung launches (when the thread says so, or when long overdue) and the
         launches picked for a random cancel."""
         now = time.time()
-        queue = await asyncio.to_thread(infra.squeue_rows, self.run_id)
+        queue = await asyncio.to_thread(soak_slurm.squeue_rows, self.run_id)
         for row in queue:
             if row.state == "RUNNING" and (match := LAUNCH_RE.search(row.name)):
                 self.running_since.setdefault(match.group(0), now)
@@ -402,9 +397,9 @@ class Soak:
 
     async def inject_node(self) -> None:
         deadline = time.monotonic() + 300
-        running: list[infra.QueueRow] = []
+        running: list[soak_slurm.QueueRow] = []
         while time.monotonic() < deadline and not running:
-            rows = await asyncio.to_thread(infra.squeue_rows, self.run_id)
+            rows = await asyncio.to_thread(soak_slurm.squeue_rows, self.run_id)
             # A job that has just started and fails by no fault of its own: it still runs
             # when Slurm declares the node dead (only slurmd dies; see devcluster/node).
             running = [
@@ -434,7 +429,7 @@ class Soak:
             self.failed_nodes.discard(node)
             self.note(f"{node} restored")
 
-    def steady(self, row: infra.QueueRow) -> bool:
+    def steady(self, row: soak_slurm.QueueRow) -> bool:
         """Whether the job belongs to a launch that runs long, to the end."""
         return any(p.launch_id and p.launch_id in row.name and p.long_run for p in self.plans)
 
@@ -468,7 +463,7 @@ class Soak:
         submitting = {p.launch_id for p in self.submitting()}
         running = {
             m.group(0)
-            for r in await asyncio.to_thread(infra.squeue_rows, self.run_id)
+            for r in await asyncio.to_thread(soak_slurm.squeue_rows, self.run_id)
             if r.state == "RUNNING" and (m := LAUNCH_RE.search(r.name))
         }
         queued = {p.launch_id for p in self.active()} - submitting - running
@@ -591,18 +586,18 @@ class Soak:
         try:
             await infra.wait_until(
                 "the soak's jobs to leave the queue",
-                lambda: not infra.squeue_rows(self.run_id),
+                lambda: not soak_slurm.squeue_rows(self.run_id),
                 90,
                 every_s=3,
             )
         except TimeoutError:
-            left = infra.squeue_rows(self.run_id)
+            left = soak_slurm.squeue_rows(self.run_id)
             self.note(f"still queued at the end, cancelled: {[r.job_id for r in left]}")
         await asyncio.sleep(3)  # slurmdbd catches up
 
     def check(self) -> tuple[list[View], list[Divergence]]:
-        rows = infra.sacct_rows(self.started, self.run_id)
-        incarnations = infra.sacct_rows(self.started, self.run_id, duplicates=True)
+        rows = soak_slurm.sacct_rows(self.started, self.run_id)
+        incarnations = soak_slurm.sacct_rows(self.started, self.run_id, duplicates=True)
         home = infra.trainer_home()
         dirs = {
             "nemo_logs": home / "vertex-oss-training" / "nemo" / "logs",
@@ -649,7 +644,7 @@ class Soak:
             *(lambda n=n: infra.node_restore(n) for n in sorted(self.failed_nodes)),
             infra.start_sshd,
             *(s.stop for s in self.serves),
-            lambda: infra.scancel([r.job_id for r in infra.squeue_rows(self.run_id)]),
+            lambda: soak_slurm.scancel([r.job_id for r in soak_slurm.squeue_rows(self.run_id)]),
             self.stop_redis,
             *(lambda t=p.tag: infra.remove_knobs(t) for p in self.plans),
             lambda: infra.remove_tree(self.cache_root),

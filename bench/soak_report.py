@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from bench.soak_check import Divergence, Plan, View
+from bench.soak_check import Divergence
+from bench.soak_thread import Plan, View
 
 KNOB_FAULTS = ("oom", "nccl", "hang", "gated", "wandb", "tokenizer")
 

@@ -43,9 +43,10 @@ from bench.common import (
     scancel,
 )
 from bench.fleet import Fleet, Window, clusters_for, nemo_run_window, window
+from bench.results import notes, render_results, table
 from bot.settings.config import load_config
 from bot.store.store import Store
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from support.slack_standin import SlackStandin
 
 ALL_ROWS = frozenset(f"P{i}" for i in range(1, 7))
@@ -307,19 +308,6 @@ def _p5_row(results: list[SizeResult], sizes: Sizes) -> Row:
                P5_GOAL, "pass" if ok else "short", notes)  # fmt: skip
 
 
-def table(rows: list[Row]) -> str:
-    head = "| id | measure | figure | anchor (same run) | ratio | goal | result |\n"
-    head += "|---|---|---|---|---|---|---|\n"
-    return head + "".join(
-        f"| {r.id} | {r.measure} | {r.figure} | {r.anchor} | {r.ratio} | {r.goal} | {r.verdict} |\n"
-        for r in rows
-    )
-
-
-def notes(rows: list[Row]) -> str:
-    return "".join(f"- {r.id}: {note}\n" for r in rows for note in r.notes)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smallest sizes (about a minute)")
@@ -391,34 +379,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"bench: wrote {out}")
     return 0
-
-
-def render_results(
-    rows: list[Row], method: list[str], machine: str, started: datetime, command: str
-) -> str:
-    from bench import fleet as fleet_doc
-
-    parts = [
-        "# trainbot performance, side by side\n\n",
-        f"`{command}`, started {started:%Y-%m-%d %H:%M} UTC.\n\n",
-        f"Machine: {machine}.\n\n",
-        "Every anchor was measured in the same run, on the same machine, right beside the "
-        "figure it is compared with. The machine is shared: other work may have run "
-        "meanwhile.\n\n",
-        table(rows),
-        "\n## Notes\n\n",
-        notes(rows),
-        "\n## How each row is measured\n\n",
-    ]
-    for module in (ack, fleet_doc, ssh_latency, launch, notify):
-        doc = (module.__doc__ or "").strip()
-        parts.append(f"### `bench/{module.__name__.rsplit('.', 1)[-1]}.py`\n\n{doc}\n\n")
-    parts.extend(f"{line}\n" for line in method)
-    parts.append(
-        "\nWhere one poll's time goes: `.venv/bin/python -m bench.profile_poll --jobs N` "
-        "makes N held launches the same way and prints cProfile's top functions of a poll.\n"
-    )
-    return "".join(parts)
 
 
 if __name__ == "__main__":

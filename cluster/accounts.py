@@ -14,8 +14,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from cluster.profiles import CLUSTER_USER_PATTERN, ClusterProfile
-from cluster.ssh import SSHPool
+from cluster.login import CLUSTER_USER_PATTERN
+from cluster.profiles import ClusterProfile
+from cluster.ssh.pool import SSHPool
 
 # useradd's defaults when login.defs sets none: shadow-maint/shadow, lib/find_new_uid.c
 # (commit 81078c57fb8aa38d3c49817abf8375d70b5943b5), getdef_ulong ("UID_MIN", 1000UL)

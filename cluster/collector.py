@@ -3,7 +3,7 @@
 The caller keeps each job's :class:`~cluster.frameworks.Tracking` record (where its
 files are, how far its log was read) and feeds it back after each poll with
 :meth:`JobSnapshot.advance`. The remote half is ``collect_remote.py``; the Slurm
-text it returns is parsed here with :mod:`cluster.slurm`.
+text it returns is parsed here with :mod:`cluster.slurm` and :mod:`cluster.sacct`.
 """
 
 from __future__ import annotations
@@ -15,18 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.remote import run_remote_python
-from cluster.slurm import (
-    AcctRecord,
-    QueueRow,
-    build_sacct,
-    build_squeue,
-    merge_acct,
-    parse_sacct,
-    parse_squeue,
-)
-from cluster.ssh import LoginLike, SSHPool
+from cluster.sacct import AcctRecord, build_sacct, merge_acct, parse_sacct
+from cluster.slurm import QueueRow, build_squeue, parse_squeue
+from cluster.ssh.connect import LoginLike
+from cluster.ssh.pool import SSHPool
 
 log = logging.getLogger(__name__)
 

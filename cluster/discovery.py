@@ -4,22 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.frameworks.registry import frameworks
+from cluster.framework_registry import frameworks
 from cluster.profiles import ClusterProfile
 from cluster.remote import run_remote_python
-from cluster.slurm import (
+from cluster.sbatch import (
     JobShape,
-    PartitionInfo,
     StartEstimate,
-    build_sinfo,
     build_test_only,
     build_wait_survey,
-    parse_sinfo,
     parse_test_only,
     parse_wait_survey,
-    partitions,
 )
-from cluster.ssh import SSHPool
+from cluster.sinfo import PartitionInfo, build_sinfo, parse_sinfo, partitions
+from cluster.ssh.pool import SSHPool
 
 DISCOVERY_TIMEOUT_S = 30.0
 WAIT_SIZES = (1, 2, 4)  # node counts of the "typical jobs" whose wait /clusters shows

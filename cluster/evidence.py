@@ -22,18 +22,13 @@ from typing import Any
 
 from cluster.collect_remote import GENERIC_ERROR_RE
 from cluster.failures import FailureKind, builtin_catalog
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.keywords import keywords
 from cluster.remote import run_remote_python
-from cluster.slurm import (
-    NO_NODES,
-    AcctRecord,
-    build_sacct,
-    expand_hostlist,
-    merge_acct,
-    parse_sacct,
-)
-from cluster.ssh import LoginLike, SSHPool
+from cluster.sacct import NO_NODES, AcctRecord, build_sacct, merge_acct, parse_sacct
+from cluster.slurm import expand_hostlist
+from cluster.ssh.connect import LoginLike
+from cluster.ssh.pool import SSHPool
 
 EVIDENCE_TIMEOUT_S = 45.0
 MAX_BYTES_PER_FILE = 32 * 1024

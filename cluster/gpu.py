@@ -16,7 +16,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.ssh import LoginLike, SSHPool
+from cluster.ssh.connect import LoginLike
+from cluster.ssh.pool import SSHPool
 
 QUERY = (
     "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"

@@ -17,19 +17,10 @@ from dataclasses import dataclass
 
 from cluster.profiles import ClusterProfile
 from cluster.remote import quote_path
-from cluster.slurm import (
-    Usage,
-    build_sacct,
-    build_scancel,
-    build_squeue,
-    is_terminal,
-    merge_acct,
-    parse_sacct,
-    parse_squeue,
-    usage_of,
-)
+from cluster.sacct import Usage, build_sacct, merge_acct, parse_sacct, usage_of
+from cluster.slurm import build_scancel, build_squeue, is_terminal, parse_squeue
 from cluster.spec import LAUNCH_ID_RE
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 log = logging.getLogger(__name__)
 

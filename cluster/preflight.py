@@ -22,9 +22,9 @@ from typing import Any
 from cluster.launch import REMOTE_SHELL, LaunchPlan, plan_launch
 from cluster.launcher_options import LauncherOptions, parse_help
 from cluster.remote import join_remote, run_remote_python
-from cluster.slurm import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
+from cluster.sinfo import PartitionInfo, build_sinfo, format_partitions, parse_sinfo, partitions
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 PREFLIGHT_TIMEOUT_S = 30.0
 #: At most this long for the launcher's --help (a run.py that imports NeMo first is slow);

@@ -17,8 +17,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from cluster.frameworks.base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
-from cluster.frameworks.registry import FrameworkName, Workload, frameworks, registered
+from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
+from cluster.framework_registry import FrameworkName, Workload, frameworks, registered
 
 MODEL_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 _ARG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+,@=-]{0,299}")

@@ -19,7 +19,8 @@ from pydantic import SecretStr
 from cluster.errors import ClusterError
 
 if TYPE_CHECKING:
-    from cluster.ssh import LoginLike, SSHPool
+    from cluster.ssh.connect import LoginLike
+    from cluster.ssh.pool import SSHPool
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 REDACTED = "'<redacted>'"

@@ -1,4 +1,7 @@
-"""Pure builders and parsers for Slurm's command-line tools (no I/O here).
+"""Pure builders and parsers for Slurm's command-line tools (no I/O here): the words
+they all share (states, host lists, job ids, piped records), ``squeue`` and ``scancel``.
+``sacct``, ``sinfo`` and ``sbatch`` have modules of their own (:mod:`cluster.sacct`,
+:mod:`cluster.sinfo`, :mod:`cluster.sbatch`).
 
 Formats are pipe-separated (``-P`` / ``-O 'Field:|'``), which do not change
 between Slurm versions the way ``--json`` does. States are mapped once, by
@@ -9,9 +12,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 STATES = (
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED",
@@ -30,16 +32,9 @@ HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}")
 _HOSTLIST_SPLIT_RE = re.compile(r"[\s,]+(?![^\[]*\])")  # commas and blanks outside brackets
 _BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
 MAX_HOSTS = 65536
-NO_NODES = "None assigned"  # sacct's NodeList of an incarnation that never ran
 
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NumNodes", "ReasonList", "RestartCnt")
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in (*SQUEUE_FIELDS, "Name"))
-SACCT_FIELDS = (
-    "JobID,JobName%60,State,ExitCode,DerivedExitCode,Reason,Elapsed,NodeList,ElapsedRaw,AllocTRES"
-)
-_SACCT_TAIL = 8  # fields after the job name (the only free text)
-SINFO_FORMAT = "NodeList:|,Partition:|,Available:|,StateCompact:|,Gres:|,GresUsed:|"
-_GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)")
 
 
 def normalize_state(raw: str) -> str:
@@ -114,26 +109,74 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-def _ids(job_ids: Iterable[str]) -> str:
+def job_id_list(job_ids: Iterable[str]) -> str:
     ids = [check_job_id(j) for j in job_ids]
     if not ids:
         raise ValueError("no job ids given")
     return ",".join(ids)
 
 
-@dataclass(frozen=True)
-class Submitted:
-    job_id: str
-    cluster: str | None = None
+def records(stdout: str, pipes: int) -> Iterator[str]:
+    """Lines of piped output joined back into records of at least ``pipes`` separators.
+
+    A job name may hold newlines (sbatch -J accepts them); such a name splits its
+    record over several lines, which are rejoined here.
+    """
+    buffer: str | None = None
+    for line in stdout.splitlines():
+        buffer = line if buffer is None else f"{buffer}\n{line}"
+        if buffer.count("|") >= pipes:
+            yield buffer
+            buffer = None
+    if buffer is not None:
+        yield buffer
 
 
-def parse_sbatch_parsable(stdout: str) -> Submitted:
-    """``sbatch --parsable`` prints ``jobid`` or ``jobid;cluster`` (last line wins)."""
-    for line in reversed(stdout.strip().splitlines()):
-        match = re.fullmatch(r"\s*([0-9]+)(?:;(\S+))?\s*", line, re.ASCII)
-        if match:
-            return Submitted(job_id=match.group(1), cluster=match.group(2))
-    raise ValueError(f"no job id in sbatch output: {stdout.strip()[:200]!r}")
+def to_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+_SLURM_TIME_RE = re.compile(
+    r"(?:(?P<days>[0-9]{1,3})-(?P<dh>[0-9]{1,2})(?::(?P<dm>[0-9]{1,2})(?::(?P<ds>[0-9]{1,2}))?)?)"
+    r"|(?:(?P<h>[0-9]{1,2}):(?P<m>[0-9]{1,2}):(?P<s>[0-9]{1,2}))"
+    r"|(?:(?P<mm>[0-9]{1,6})(?::(?P<ss>[0-9]{1,2}))?)"
+)
+SLURM_TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+MAX_TIME_S = 365 * 86400
+
+
+def slurm_time_seconds(value: str) -> int:
+    """Seconds in a Slurm time limit (``--time``), or ValueError with a short reason.
+
+    Accepts Slurm's own formats: minutes, minutes:seconds, hours:minutes:seconds,
+    days-hours, days-hours:minutes and days-hours:minutes:seconds. Zero and
+    "UNLIMITED" are refused: every launch gets a limit.
+    """
+    match = _SLURM_TIME_RE.fullmatch(value)
+    if match is None:
+        raise ValueError("not a Slurm time")
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    if "days" in g:
+        days, hours, minutes, seconds = g["days"], g["dh"], g.get("dm", 0), g.get("ds", 0)
+    elif "h" in g:
+        days, hours, minutes, seconds = 0, g["h"], g["m"], g["s"]
+    else:
+        days, hours, minutes, seconds = 0, 0, g["mm"], g.get("ss", 0)
+    if "days" in g and hours >= 24:
+        raise ValueError("hours after 'D-' must be 0 to 23")
+    if minutes >= 60 and "mm" not in g:
+        raise ValueError("minutes must be 0 to 59")
+    if seconds >= 60:
+        raise ValueError("seconds must be 0 to 59")
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError("zero means no limit; give a positive time")
+    if total > MAX_TIME_S:
+        raise ValueError("more than 365 days")
+    return total
 
 
 # --- squeue -------------------------------------------------------------------------------
@@ -163,26 +206,10 @@ def build_squeue(
     if all_states:
         words += ["-t", "all"]
     if job_ids:
-        words += ["-j", _ids(job_ids)]
+        words += ["-j", job_id_list(job_ids)]
     if user:
         words += ["-u", user]
     return shlex.join(words)
-
-
-def records(stdout: str, pipes: int) -> Iterator[str]:
-    """Lines of piped output joined back into records of at least ``pipes`` separators.
-
-    A job name may hold newlines (sbatch -J accepts them); such a name splits its
-    record over several lines, which are rejoined here.
-    """
-    buffer: str | None = None
-    for line in stdout.splitlines():
-        buffer = line if buffer is None else f"{buffer}\n{line}"
-        if buffer.count("|") >= pipes:
-            yield buffer
-            buffer = None
-    if buffer is not None:
-        yield buffer
 
 
 def parse_squeue(stdout: str) -> list[QueueRow]:
@@ -200,382 +227,13 @@ def parse_squeue(stdout: str) -> list[QueueRow]:
                 raw_state=raw,
                 reason=reason,
                 time_used=used,
-                nodes=_int(nodes),
+                nodes=to_int(nodes),
                 nodelist=nodelist,
-                restarts=_int(restarts),
+                restarts=to_int(restarts),
                 name=name,
             )
         )
     return rows
-
-
-# --- sacct --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AcctRow:
-    job_id: str
-    name: str
-    state: str
-    raw_state: str
-    exit_code: str
-    elapsed: str
-    nodelist: str
-    derived_exit_code: str = ""  # the highest exit code of the job's steps
-    reason: str = ""
-    elapsed_s: int = 0  # ElapsedRaw
-    alloc_tres: str = ""  # AllocTRES, e.g. billing=2,cpu=2,gres/gpu=16,node=2
-
-    @property
-    def gpu_hours(self) -> float:
-        """What this allocation used: its run time times its allocated GPUs."""
-        return self.elapsed_s * tres_gpus(self.alloc_tres) / 3600
-
-
-@dataclass(frozen=True)
-class AcctRecord:
-    """A job's accounting: its newest incarnation, and what happened to the earlier ones."""
-
-    latest: AcctRow
-    earlier: tuple[AcctRow, ...] = ()
-
-    @property
-    def restarts(self) -> int:
-        return len(self.earlier)
-
-    @property
-    def gpu_hours(self) -> float:
-        """GPU-hours of every incarnation (a requeued job ran more than once)."""
-        return sum(row.gpu_hours for row in (*self.earlier, self.latest))
-
-
-def build_sacct(
-    job_ids: Sequence[str] = (), *, duplicates: bool = True, since: str | None = None
-) -> str:
-    """``sacct`` allocation rows; ``duplicates`` adds ``-D`` (requeued incarnations)."""
-    words = ["sacct", "-X", "-P", "-n"]
-    if duplicates:
-        words.append("-D")
-    if since:
-        words += ["-S", since]
-    words += ["-o", SACCT_FIELDS]
-    if job_ids:
-        words += ["-j", _ids(job_ids)]
-    return shlex.join(words)
-
-
-def parse_sacct(stdout: str) -> list[AcctRow]:
-    rows: list[AcctRow] = []
-    for line in records(stdout, _SACCT_TAIL + 1):
-        parts = line.split("|")
-        if len(parts) < _SACCT_TAIL + 2 or not JOB_ID_RE.fullmatch(parts[0].strip()):
-            continue
-        name = "|".join(parts[1:-_SACCT_TAIL]).strip()  # the only free text: may hold | or \n
-        raw, exit_code, derived, reason, elapsed, nodelist, elapsed_raw, tres = (
-            p.strip() for p in parts[-_SACCT_TAIL:]
-        )
-        rows.append(
-            AcctRow(
-                parts[0].strip(),
-                name,
-                normalize_state(raw),
-                raw,
-                exit_code,
-                elapsed,
-                nodelist,
-                derived_exit_code=derived,
-                reason="" if reason == "None" else reason,
-                elapsed_s=_int(elapsed_raw),
-                alloc_tres=tres,
-            )
-        )
-    return rows
-
-
-def tres_gpus(tres: str) -> int:
-    """GPUs in a TRES string (``AllocTRES``): ``gres/gpu=16``, or the sum of typed
-    ``gres/gpu:h100=8`` entries when there is no untyped one; 0 when none."""
-    plain, typed = None, 0
-    for item in tres.split(","):
-        key, _, value = item.strip().partition("=")
-        if not value.isdigit():
-            continue
-        if key == "gres/gpu":
-            plain = int(value)
-        elif key.startswith("gres/gpu:"):
-            typed += int(value)
-    return plain if plain is not None else typed
-
-
-def merge_acct(rows: Iterable[AcctRow]) -> dict[str, AcctRecord]:
-    """Group ``sacct -D`` rows by job id, in output order (oldest incarnation first)."""
-    grouped: dict[str, list[AcctRow]] = {}
-    for row in rows:
-        grouped.setdefault(row.job_id, []).append(row)
-    return {jid: AcctRecord(latest=rs[-1], earlier=tuple(rs[:-1])) for jid, rs in grouped.items()}
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What Slurm's accounting says a set of jobs used: GPU-hours over every incarnation
-    of every job found, which jobs were found, which expected ones sacct does not have
-    (yet: slurmdbd lags), and which have not ended."""
-
-    gpu_hours: float
-    jobs: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()
-    running: tuple[str, ...] = ()
-
-    @property
-    def final(self) -> bool:
-        """Every expected job is recorded and has ended: the figure will not change."""
-        return not self.missing and not self.running
-
-
-def usage_of(records: Mapping[str, AcctRecord], expected: Iterable[str] = ()) -> Usage:
-    """The :class:`Usage` of ``records`` (from :func:`merge_acct`); ``expected`` job ids
-    that are not among them are ``missing``. A job ``running`` is one whose newest
-    incarnation is not in a terminal state (pending, running, requeued ...)."""
-    found = tuple(records)
-    return Usage(
-        gpu_hours=sum(record.gpu_hours for record in records.values()),
-        jobs=found,
-        missing=tuple(j for j in dict.fromkeys(expected) if j not in records),
-        running=tuple(j for j, r in records.items() if not is_terminal(r.latest.state)),
-    )
-
-
-# --- sinfo --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    node: str
-    partition: str
-    default: bool
-    available: str
-    state: str
-    gpus_total: int
-    gpus_used: int
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    name: str
-    default: bool
-    up: bool
-    nodes: int
-    nodes_usable: int
-    gpus_total: int
-    gpus_used: int
-    gpus_per_node: int
-
-    @property
-    def gpus_idle(self) -> int:
-        return max(self.gpus_total - self.gpus_used, 0)
-
-
-USABLE_NODE_STATES = ("idle", "mix", "alloc", "comp", "plnd")
-UNUSABLE_FLAGS = "*$%!"  # not responding, maintenance, powering down, to be powered down
-
-
-def node_usable(state: str) -> bool:
-    """Whether a node in this ``sinfo`` compact state can run jobs (now or once freed)."""
-    if any(flag in state for flag in UNUSABLE_FLAGS):
-        return False
-    return state.rstrip("~#@^-").startswith(USABLE_NODE_STATES)
-
-
-def build_sinfo() -> str:
-    """One row per (node, partition) with availability, state and GPUs total/used."""
-    return shlex.join(["sinfo", "-h", "-N", "-S", "#P,N", "-O", SINFO_FORMAT])
-
-
-def parse_sinfo(stdout: str) -> list[NodeRow]:
-    rows: list[NodeRow] = []
-    for line in stdout.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) < 6 or not parts[0]:
-            continue
-        node, partition, available, state, gres, used = parts[:6]
-        rows.append(
-            NodeRow(
-                node=node,
-                partition=partition.rstrip("*"),
-                default=partition.endswith("*"),
-                available=available,
-                state=state,
-                gpus_total=_gpus(gres),
-                gpus_used=_gpus(used),
-            )
-        )
-    return rows
-
-
-def partitions(rows: Iterable[NodeRow]) -> list[PartitionInfo]:
-    """Per-partition capacity, in sinfo's order. Down or drained nodes count as not usable."""
-    grouped: dict[str, list[NodeRow]] = {}
-    for row in rows:
-        grouped.setdefault(row.partition, []).append(row)
-    infos = []
-    for name, nodes in grouped.items():
-        usable = [n for n in nodes if node_usable(n.state)]
-        infos.append(
-            PartitionInfo(
-                name=name,
-                default=any(n.default for n in nodes),
-                up=all(n.available == "up" for n in nodes),
-                nodes=len({n.node for n in nodes}),
-                nodes_usable=len({n.node for n in usable}),
-                gpus_total=sum(n.gpus_total for n in usable),
-                gpus_used=sum(n.gpus_used for n in usable),
-                gpus_per_node=max((n.gpus_total for n in nodes), default=0),
-            )
-        )
-    return infos
-
-
-def format_partitions(infos: Iterable[PartitionInfo]) -> str:
-    """``a3m*, a3u, a4, a3h``: the default marked with ``*``, as sinfo does."""
-    return ", ".join(p.name + ("*" if p.default else "") for p in infos)
-
-
-# --- the shape of a job: the sbatch options of both the estimate and the submit -----------
-
-
-@dataclass(frozen=True)
-class JobShape:
-    """What a job asks Slurm for: ``nodes`` in ``partition``, for ``time_limit`` (None:
-    the partition's default), charged to ``account`` (None: the login's default), kept
-    away from the ``exclude`` node list."""
-
-    nodes: int
-    partition: str
-    time_limit: str | None = None
-    account: str | None = None
-    exclude: str | None = None
-
-
-def limit_options(shape: JobShape) -> list[str]:
-    """``[-t T] [--account A] [--exclude nodes]``: the shape's limits, in sbatch's words
-    (NeMo-Run's ``run.py`` takes them under the same flags and hands them to sbatch)."""
-    return _limits(shape.time_limit, shape.account, shape.exclude)
-
-
-def _limits(time_limit: str | None, account: str | None, exclude: str | None) -> list[str]:
-    words = []
-    if time_limit:
-        words += ["-t", time_limit]
-    if account:
-        words += ["--account", account]
-    if exclude:
-        words += ["--exclude", exclude]
-    return words
-
-
-def sbatch_options(shape: JobShape) -> list[str]:
-    """``-N n -p partition [-t T] [--account A] [--exclude nodes]``: what the start
-    estimate (:func:`build_test_only`) and the submit both give sbatch for this shape."""
-    where = ["-N", str(shape.nodes), "-p", shape.partition]
-    return where + limit_options(shape)
-
-
-# --- sbatch --test-only: when would a job start? --------------------------------------------
-
-TEST_ONLY_NAME = "trainbot-start-estimate"
-_TEST_ONLY_RE = re.compile(
-    r"Job \S+ to start at (?P<start>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})"
-    r"(?: using (?P<cpus>[0-9]+) processors)?(?: on nodes (?P<nodes>\S+))?"
-    r"(?: in partition (?P<partition>\S+))?"
-)
-
-
-@dataclass(frozen=True)
-class StartEstimate:
-    """Slurm's answer to ``sbatch --test-only``: when the job would start (epoch seconds,
-    None when Slurm gave no time), on which nodes, or why it could not say. ``asked_at``
-    is the login node's clock when it was asked (0: not known)."""
-
-    start: float | None
-    nodes: str = ""
-    partition: str = ""
-    error: str = ""
-    asked_at: float = 0.0
-
-    @property
-    def wait_s(self) -> float | None:
-        """Seconds from asking to the expected start (0: it would start now)."""
-        if self.start is None:
-            return None
-        return max(0.0, self.start - self.asked_at) if self.asked_at else None
-
-
-def _probe_options(gpus_per_node: int) -> str:
-    """What an estimate adds to a job's own options: a name, one task per node, its GPUs."""
-    return shlex.join(
-        ["-J", TEST_ONLY_NAME, "--ntasks-per-node=1", f"--gres=gpu:{gpus_per_node}", "--wrap=true"]
-    )
-
-
-def build_test_only(shape: JobShape, *, gpus_per_node: int) -> str:
-    """``sbatch --test-only`` for a job of this shape (nothing is submitted): the options
-    of :func:`sbatch_options`, as the submit gives them. Times are printed in UTC
-    (``TZ=UTC0``) so :func:`parse_test_only` needs no time zone; the answer, on stderr,
-    goes to stdout."""
-    options = shlex.join(sbatch_options(shape))
-    return f"TZ=UTC0 sbatch --test-only {options} {_probe_options(gpus_per_node)} 2>&1"
-
-
-WAIT_MARK = "@@trainbot-wait"
-
-
-def build_wait_survey(
-    sizes: Sequence[int], *, gpus_per_node: int, time_limit: str | None, account: str | None
-) -> str:
-    """``sbatch --test-only`` for each partition (as ``sinfo`` lists them) and each node
-    count in ``sizes``, each answer after a ``WAIT_MARK <partition> <nodes>`` line."""
-    limits = shlex.join(_limits(time_limit, account, None))
-    options = f"{limits} {_probe_options(gpus_per_node)}".strip()
-    counts = " ".join(str(int(n)) for n in sizes)
-    return (
-        f"for p in $(sinfo -h -o %R | sort -u); do for n in {counts}; do "
-        f'echo "{WAIT_MARK} $p $n"; '
-        f'TZ=UTC0 sbatch --test-only -N "$n" -p "$p" {options} 2>&1; done; done'
-    )
-
-
-def parse_wait_survey(output: str, asked_at: float) -> dict[tuple[str, int], StartEstimate]:
-    """(partition, nodes) -> Slurm's estimate, from :func:`build_wait_survey`'s output."""
-    found: dict[tuple[str, int], list[str]] = {}
-    current: list[str] | None = None
-    for line in output.splitlines():
-        if line.startswith(WAIT_MARK):
-            _, partition, nodes = (line.split() + ["", ""])[:3]
-            current = found.setdefault((partition, _int(nodes)), []) if partition else None
-        elif current is not None:
-            current.append(line)
-    return {
-        key: replace(parse_test_only("\n".join(lines)), asked_at=asked_at)
-        for key, lines in found.items()
-    }
-
-
-def parse_test_only(output: str) -> StartEstimate:
-    """``sbatch: Job 1234 to start at 2026-12-03T11:00:00 using 16 processors on nodes
-    dev[0-1] in partition a4`` (UTC, see :func:`build_test_only`), or Slurm's error."""
-    match = _TEST_ONLY_RE.search(output)
-    if match is None:
-        lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-        reason = lines[-1] if lines else "no answer from sbatch"
-        for prefix in ("allocation failure:", "sbatch: error:"):
-            reason = reason.removeprefix(prefix).strip()
-        return StartEstimate(start=None, error=reason[:300])
-    start = datetime.strptime(match["start"], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    return StartEstimate(
-        start=start.timestamp(),
-        nodes=match["nodes"] or "",
-        partition=match["partition"] or "",
-    )
 
 
 # --- scancel ------------------------------------------------------------------------------
@@ -586,14 +244,3 @@ def build_scancel(job_ids: Sequence[str], *, pending_only: bool = False) -> str:
     started meanwhile keeps running."""
     state = ["--state=PENDING"] if pending_only else []
     return shlex.join(["scancel", *state, *(check_job_id(j) for j in job_ids)])
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return 0
-
-
-def _gpus(gres: str) -> int:
-    return sum(int(m.group(1)) for m in _GPU_RE.finditer(gres))

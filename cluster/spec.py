@@ -6,7 +6,7 @@ owns everything that differs between NeMo and NeMo-RL: the launcher's argv and
 working directory, parsing what the launcher printed, where the job's files are
 (logs, sbatch log, checkpoints, ``attach.sh``), how progress reads, the pre-flight
 files, and the files that are evidence when the job fails. It also holds the facts
-the registry (:mod:`cluster.frameworks.registry`) keeps of it: its name on the
+the registry (:mod:`cluster.framework_registry`) keeps of it: its name on the
 ``/train`` line (and other spellings of it), its label in help text, its default
 image, the workloads it runs, and its entries in the built-in recipe catalog.
 
@@ -25,18 +25,15 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import SecretStr
 
-from cluster.frameworks.base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, Mount, Tracking
-from cluster.frameworks.registry import FrameworkName, RecipeFields, frameworks, registered
+from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, Mount, Tracking
+from cluster.framework_registry import FrameworkName, RecipeFields, frameworks, registered
 from cluster.launcher_options import LauncherOptions
-from cluster.profiles import (
-    SLURM_NAME_PATTERN,
-    ClusterProfile,
-    check_remote_path,
-    slurm_time_seconds,
-)
+from cluster.profile_fields import SLURM_NAME_PATTERN, check_remote_path
+from cluster.profiles import ClusterProfile
 from cluster.progress import Point, Progress
 from cluster.remote import RemoteArg, join_remote
-from cluster.slurm import JobShape
+from cluster.sbatch import JobShape
+from cluster.slurm import slurm_time_seconds
 
 if TYPE_CHECKING:
     from cluster.recipes import RecipeEntry
@@ -58,7 +55,7 @@ def _check(pattern: re.Pattern[str] | str, value: str, what: str) -> None:
 
 class Framework(ABC):
     """One training framework's job model. Subclasses are stateless singletons, each
-    added to the registry by :func:`~cluster.frameworks.registry.register` in its own module."""
+    added to the registry by :func:`~cluster.framework_registry.register` in its own module."""
 
     name: str  # what framework= says and records store: lower case letters, digits, - and _
     label: str  # what help text calls it: "NeMo-RL"

@@ -20,9 +20,10 @@ import shlex
 from dataclasses import dataclass
 
 from cluster.errors import ClusterError
-from cluster.profiles import ClusterProfile, TokenizerSeed, check_remote_path
+from cluster.profile_fields import TokenizerSeed, check_remote_path
+from cluster.profiles import ClusterProfile
 from cluster.remote import join_remote, quote_path
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 VOCAB_NAME = "megatron-gpt-345m_vocab"
 MERGES_NAME = "megatron-gpt-345m_merges"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.frameworks.registry import frameworks, workloads
+from cluster.framework_registry import frameworks, workloads
 from cluster.spec import interactive_framework
 from commands.context import CommandContext
 from commands.requests import HelpTopic

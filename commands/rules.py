@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from cluster.profiles import SLURM_NAME_PATTERN, check_remote_path
+from cluster.profile_fields import SLURM_NAME_PATTERN, check_remote_path
 
 ANY = "*"
 NamedId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time as clock
 from collections.abc import Callable
 
-from cluster.frameworks.registry import default_framework, workloads
+from cluster.framework_registry import default_framework, workloads
 from cluster.profiles import ClusterProfile
 from cluster.recipes import RecipeEntry
 from commands.access import may_use_image

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import re
 
-from cluster.frameworks.registry import frameworks
-from cluster.profiles import (
-    IMAGE_NAME_PATTERN,
-    SLURM_NAME_PATTERN,
-    SLURM_TIME_FORMATS,
-    ClusterProfile,
-    slurm_time_seconds,
-)
+from cluster.framework_registry import frameworks
+from cluster.profile_fields import IMAGE_NAME_PATTERN, SLURM_NAME_PATTERN
+from cluster.profiles import ClusterProfile
+from cluster.slurm import SLURM_TIME_FORMATS, slurm_time_seconds
 from commands.errors import CommandError
 from commands.suggest import did_you_mean, join_names, printable, quote
 

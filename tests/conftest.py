@@ -16,7 +16,7 @@ import yaml
 
 from bench.soak_infra import sentinel
 from cluster.profiles import ClusterProfile
-from cluster.ssh import Result, SSHPool
+from cluster.ssh.pool import Result, SSHPool
 from tests import devlogin
 
 # hypothesis is imported here, at collection, and not first by its pytest plugin at the

@@ -13,17 +13,16 @@ import pytest
 
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from cluster import collect_remote
+from cluster import collect_remote, framework_registry
 from cluster.collector import Checkpoint, parse_collect_output
-from cluster.frameworks import registry
-from cluster.frameworks.base import STEPS_PATTERN, Tracking, check_job_id
-from cluster.frameworks.registry import RecipeFields, register
+from cluster.framework_base import STEPS_PATTERN, Tracking, check_job_id
+from cluster.framework_registry import RecipeFields, register
 from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, Progress
 from cluster.recipes import default_catalog
 from cluster.remote import RemoteArg, RPath, join_remote
-from cluster.slurm import parse_sbatch_parsable
+from cluster.sbatch import parse_sbatch_parsable
 from cluster.spec import Framework, LaunchSpec
 from commands import CommandContext, CommandError, TrainRequest, User, help_text
 from commands.requests import REQUEST_ADAPTER
@@ -94,7 +93,7 @@ class Toy(Framework):
 def toy() -> Iterator[Framework]:
     fw = register(Toy())
     yield fw
-    del registry._REGISTERED[fw.name]
+    del framework_registry._REGISTERED[fw.name]
 
 
 def test_a_registered_framework_is_chosen_planned_and_tracked(

@@ -28,7 +28,7 @@ from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
-from cluster.slurm import JobShape, StartEstimate
+from cluster.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bot.lifecycle import health, phases, render
 from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
 from cluster.diagnosis import Diagnosis, retry_decision
 

@@ -13,11 +13,11 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import gpu_sampled, gpu_text
 from bot.lifecycle.launch import Launch, Phase
-from bot.settings.config import Health
+from bot.settings.sections import Health
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.gpu import GpuSample, sample
-from cluster.profiles import cert_key_id
+from cluster.login import cert_key_id
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,12 @@ from cluster.accounts import Account, lookup_account
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError
 from cluster.launcher_options import LauncherOptions
-from cluster.profiles import ClusterProfile, cert_key_id
-from cluster.slurm import JobShape, StartEstimate, Usage
+from cluster.login import cert_key_id
+from cluster.profiles import ClusterProfile
+from cluster.sacct import Usage
+from cluster.sbatch import JobShape, StartEstimate
 from cluster.spec import LaunchSpec, interactive_framework
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
 

@@ -26,7 +26,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.spec import framework
 from commands.budget import budget_for, check_budget, iso_week

@@ -40,8 +40,9 @@ from cluster.collector import JobSnapshot, PollResult, collect
 from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
-from cluster.frameworks.base import Tracking
-from cluster.profiles import ClusterProfile, cert_key_id
+from cluster.framework_base import Tracking
+from cluster.login import cert_key_id
+from cluster.profiles import ClusterProfile
 from cluster.slurm import is_terminal
 
 log = logging.getLogger(__name__)

@@ -15,16 +15,16 @@ from bot.engine import babysit
 from bot.lifecycle import health, phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
-from cluster.frameworks.base import Tracking
-from cluster.profiles import ClusterProfile, slurm_time_seconds
+from cluster.framework_base import Tracking
+from cluster.profiles import ClusterProfile
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
 from cluster.remote import quote_path
-from cluster.slurm import is_terminal
+from cluster.slurm import is_terminal, slurm_time_seconds
 from cluster.spec import framework
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from commands.requests import InteractiveRequest, TrainRequest
 
 

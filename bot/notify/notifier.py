@@ -18,7 +18,9 @@ launch whose parent message became a dead letter is ended by its worker.
 Nothing owed lives only in memory: after a crash or restart the next notifier
 finds every lane (and its backoff) in Redis. An entry is taken off its lane
 only after the front end took it; one already marked posted is not posted
-again. A page is two steps (Slack, PagerDuty), each marked done on its own.
+again. Which lane an entry joins and when a failed one is tried again are
+``bot.notify.lane_rules``'s rules; what an entry posts is ``bot.notify.poster``'s (a
+page is two steps, Slack and PagerDuty, each marked done on its own).
 """
 
 from __future__ import annotations
@@ -27,29 +29,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, assert_never
+from dataclasses import replace
 
-from bot.lifecycle import notices, render
+from bot.lifecycle import notices
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.prefs import quiet_until
-from bot.notify import sweep_notes
-from bot.notify.paging import PAGE_KINDS, Pager
+from bot.notify.lane_rules import SWEEP_KINDS, Retry, lane_of
+from bot.notify.paging import Pager
+from bot.notify.poster import Poster
 from bot.store import keys
 from bot.store.lanes import DeadLetter
 from bot.store.store import Store
-from bot.text.front import Front, FrontError, MessageRef
-from bot.text.mrkdwn import (
-    actions,
-    approve_button,
-    cancel_button,
-    reject_button,
-    retry_button,
-    section,
-    undeliverable_text,
-    use_partition_button,
-)
+from bot.text.front import Front, FrontError
+from bot.text.mrkdwn import undeliverable_text
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
@@ -60,47 +52,7 @@ PARALLEL = 16  # deliveries in flight at once, across lanes
 LANE_READ = 50  # entries of a lane looked at together (to skip superseded updates)
 SLEEP_IN_LANE_MAX_S = 5.0  # longer backoffs hand the lane back to the scheduler
 STOP_GRACE_S = 10.0
-SWEEP_KINDS = ("parent", "update")  # a sweep member's events that go to the sweep's table
 SWEEP_MEMO_MAX = 10_000  # launch -> sweep remembered by the notifier, at most
-
-
-@dataclass(frozen=True)
-class Retry:
-    """A failed delivery is tried again after ``first_s``, then twice as long each
-    time up to ``cap_s``. After ``max_tries`` tries it is a dead letter: recorded
-    (and surfaced), but it keeps its place first in its lane, so its launch's later
-    messages still follow it in order, and it is tried again less often, the wait
-    doubling on up to ``dead_cap_s``, until ``give_up_after_s`` after its first
-    failure; only then is it (with the rest of its lane) given up for good."""
-
-    first_s: float = 2.0
-    cap_s: float = 120.0
-    max_tries: int = 8
-    dead_cap_s: float = 1800.0
-    give_up_after_s: float = 86400.0
-
-    def delay_s(self, tries: int) -> float:
-        """How long to wait after the ``tries``-th failure."""
-        if tries < self.max_tries:
-            return min(self.cap_s, self.first_s * 2.0 ** max(tries - 1, 0))
-        late = min(tries - self.max_tries, 30)
-        return min(self.dead_cap_s, max(self.cap_s, self.first_s) * 2.0**late)
-
-
-def lane_of(event: Event, sweep: str = "") -> str:
-    """A launch's thread is one lane and its pages another, so a page never waits
-    for a thread the bot cannot post in. The parent updates of a sweep's members
-    share one lane, the sweep's, where a newer update replaces those before it: the
-    table is edited once per round, however many members moved. A person's DMs are a
-    lane of their own (those that break through quiet hours another), whatever launch
-    they are about."""
-    if event.kind == "dm":
-        user, urgent = str(event.data.get("user", "")), bool(event.data.get("urgent"))
-        return notices.dm_lane(user, urgent=urgent)
-    if sweep and event.kind in SWEEP_KINDS:
-        return f"sweep:{sweep}"
-    kind = "page" if event.kind in PAGE_KINDS else "thread"
-    return f"{kind}:{event.launch_id}"
 
 
 class Notifier:
@@ -129,7 +81,7 @@ class Notifier:
         self._halt = asyncio.Event()
         self.on_delivered: list[Callable[[str], None]] = []  # told each delivered entry's id
         self._sweep_of: dict[str, str] = {}  # launch id -> its sweep id ("": none)
-        self._sweep_locks: dict[str, asyncio.Lock] = {}
+        self.poster = Poster(store, front, profiles, pager)
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -273,11 +225,11 @@ class Notifier:
 
     async def _deliver_once(self, event: Event, batch: list[Event]) -> None:
         if event.kind == "dm":
-            await self._send_dms(batch)
+            await self.poster.send_dms(batch)
             return
         if await self.store.was_posted(event.id):
             return
-        await self.deliver(event)
+        await self.poster.deliver(event)
         if event.kind != "update":
             await self.store.mark_posted(event.id)
 
@@ -290,17 +242,6 @@ class Notifier:
         log.info("%s: quiet hours until %.0f; %s waits", lane, until, event.id)
         return True
 
-    async def _send_dms(self, batch: list[Event]) -> None:
-        """One direct message for the DMs of a lane not yet sent (a summary of several)."""
-        todo = [dm for dm in batch if not await self.store.was_posted(dm.id)]
-        if not todo:
-            return
-        await self.front.post_to_user(
-            str(todo[0].data.get("user", "")), notices.summary_text([dm.text for dm in todo])
-        )
-        for dm in todo:
-            await self.store.mark_posted(dm.id)
-
     async def _write_dms(self, event: Event) -> None:
         """After a thread line with notices is posted: a DM to its owner and each watcher
         who wants one for it (their preferences), written once, each in their own lane."""
@@ -308,7 +249,7 @@ class Notifier:
         if launch is None:
             return
         people = dict.fromkeys([launch.user_id, *await self.store.watchers(launch.id)])
-        link = launch.permalink or await self._permalink(launch)
+        link = launch.permalink or await self.poster.permalink(launch)
         text = notices.dm_text(launch, event.text, link)
         dms = []
         for person in people:
@@ -412,152 +353,9 @@ class Notifier:
             reason,
         )
 
-    async def deliver(self, event: Event) -> None:
-        launch = await self.store.get(event.launch_id)
-        if launch is None:
-            log.warning(
-                "notifier: %s event for unknown launch %s dropped", event.kind, event.launch_id
-            )
-            return
-        if event.kind in PAGE_KINDS:
-            await self._page(event, launch)
-            return
-        if event.kind == "enqueue":  # the store puts these on the queue, never in the outbox
-            log.warning("notifier: enqueue event for %s is not a message; dropped", launch.id)
-            return
-        if launch.sweep:
-            await sweep_notes.deliver(
-                self.store, self.front, self._sweep_locks, event, launch, thread_blocks
-            )
-            return
-        if not launch.parent_ts:
-            launch = await self._post_parent(launch)
-        match event.kind:
-            case "parent":
-                pass  # posted just above, or earlier
-            case "update":
-                text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
-                await self.front.update(
-                    MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
-                )
-            case "thread":
-                text = notices.thread_text(launch, event.text, event.data)
-                await self.front.post(
-                    launch.channel,
-                    text,
-                    blocks=thread_blocks(launch, event, text),
-                    thread_ts=launch.parent_ts,
-                )
-            case "plot":
-                await self._plot(launch)
-            case "dm":
-                await self._send_dms([event])
-            case "oncall" | "resolve" | "enqueue":
-                pass  # pages and queue entries are handled above
-            case _:
-                assert_never(event.kind)
-
-    async def _page(self, event: Event, launch: Launch) -> None:
-        """Each step of a page not yet done, side by side; raises when one failed."""
-        if self.pager is None:
-            return
-        todo = {
-            name: step
-            for name, step in self.pager.steps().items()
-            if not await self.store.was_posted(f"{event.id}:{name}")
-        }
-        if not todo:
-            return
-        link = await self._permalink(launch)
-
-        async def run(name: str) -> None:
-            await todo[name](event.kind, launch, event.data, link)
-            await self.store.mark_posted(f"{event.id}:{name}")
-
-        results = await asyncio.gather(*(run(name) for name in todo), return_exceptions=True)
-        failed = [(n, r) for n, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
-        for name, error in failed:
-            log.warning("launch %s: the %s step of a page failed: %s", launch.id, name, error)
-        if failed:
-            raise failed[0][1]
-        if event.kind == "oncall" and await self.store.mark_posted(f"{event.id}:told"):
-            await self._say_paged(launch, list(self.pager.steps()))
-
-    async def _say_paged(self, launch: Launch, steps: list[str]) -> None:
-        """Once a page went out, say so in the launch's thread (after what caused it)."""
-        where = " and ".join(
-            {"slack": "in the on-call channel", "pagerduty": "through PagerDuty"}.get(n, n)
-            for n in steps
-        )
-        text = f"📟 On-call was paged {where}."
-        await self.store.mutate(launch.id, lambda stored: [Event("thread", stored.id, text)])
-
-    async def _permalink(self, launch: Launch) -> str:
-        """The thread's link, or "" (no parent yet, or Slack cannot say): a page goes
-        out without it rather than wait."""
-        if not launch.parent_ts:
-            return ""
-        try:
-            return await self.front.permalink(MessageRef(launch.channel, launch.parent_ts))
-        except Exception as exc:
-            log.warning("launch %s: no permalink for the page: %s", launch.id, exc)
-            return ""
-
-    async def _plot(self, launch: Launch) -> None:
-        try:
-            png = await asyncio.to_thread(render.loss_curve, launch)
-        except ValueError as exc:
-            log.info("launch %s: no loss curve: %s", launch.id, exc)
-            return
-        await self.front.upload(
-            launch.channel,
-            launch.parent_ts,
-            filename=f"{launch.id}-loss.png",
-            content=png,
-            title=f"Loss curve of {launch.id}",
-        )
-
-    async def _post_parent(self, launch: Launch) -> Launch:
-        text, blocks = render.parent(launch, self.profiles.get(launch.cluster))
-        ref = await self.front.post(launch.channel, text, blocks=blocks)
-        try:  # for links from App Home and /jobs history; the thread works without it
-            link = await self.front.permalink(ref)
-        except Exception as exc:
-            log.info("launch %s: no permalink for its thread: %s", launch.id, exc)
-            link = ""
-
-        def keep_ts(stored: Launch) -> list[Event]:
-            stored.parent_ts = stored.parent_ts or ref.ts
-            stored.permalink = stored.permalink or link
-            return []
-
-        stored, _ = await self.store.mutate(launch.id, keep_ts)
-        return stored
-
 
 async def _sleep(stop: asyncio.Event, seconds: float) -> None:
     try:
         await asyncio.wait_for(stop.wait(), seconds)
     except TimeoutError:
         pass
-
-
-def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
-    """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
-    Use <partition> (a refused partition)."""
-    wanted = event.data.get("buttons") or []
-    label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
-    buttons = []
-    if "cancel" in wanted and launch.active:
-        buttons.append(cancel_button(launch.id, job_label=label))
-    if "retry" in wanted and launch.active:
-        buttons.append(retry_button(launch.id))
-    partition = str(event.data.get("partition", ""))
-    if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
-        buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))
-    if launch.phase == Phase.AWAITING_APPROVAL and "approve" in wanted:
-        target = str(event.data.get("sweep") or launch.id)  # a sweep is approved whole
-        buttons += [approve_button(target), reject_button(target)]
-    if not buttons:
-        return None
-    return [section(text or event.text), actions(*buttons)]

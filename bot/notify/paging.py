@@ -15,7 +15,7 @@ from typing import Any
 
 from bot.lifecycle.launch import Launch
 from bot.notify import alerts
-from bot.settings.config import Alerts
+from bot.settings.sections import Alerts
 from bot.text.front import Front
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,8 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
 from bot.notify.alerts import PagerDuty
-from bot.notify.notifier import Notifier, Retry
+from bot.notify.lane_rules import Retry
+from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.notify.report import Reporter
 from bot.runtime.metrics import Counts, Metrics
@@ -47,7 +48,8 @@ from bot.slack.webapi import observe_slack_errors
 from bot.store.store import Store
 from bot.text.front import Front
 from cluster.errors import ConfigError
-from cluster.ssh import SSHPool, check_ca_key
+from cluster.ssh.connect import check_ca_key
+from cluster.ssh.pool import SSHPool
 
 log = logging.getLogger(__name__)
 

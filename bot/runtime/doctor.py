@@ -22,10 +22,11 @@ from bot.store.lanes import DeadLetter
 from bot.store.store import Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
+from cluster.login import LoginNode, cert_key_id
 from cluster.preflight import PreflightResult, preflight
-from cluster.profiles import ClusterProfile, LoginNode, cert_key_id
+from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 
 class Report:

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.frameworks.registry import RecipeFields, register
+from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.framework_registry import RecipeFields, register
 from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
 from cluster.remote import RemoteArg, RPath, RSetting, join_remote
-from cluster.slurm import JobShape, limit_options
+from cluster.sbatch import JobShape, limit_options
 from cluster.spec import Framework
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def nemo_run_argv(
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
     """``python3 run.py -e slurm ...``; recipe overrides follow ``--``. The shape's limits
-    go under sbatch's own flags (:func:`cluster.slurm.limit_options`), which run.py hands
+    go under sbatch's own flags (:func:`cluster.sbatch.limit_options`), which run.py hands
     to sbatch; give a shape without those the site's run.py lacks."""
     argv: list[RemoteArg] = ["python3", "run.py", "-e", "slurm"]
     argv += ["--slurm-type", cluster_type, "--partition", shape.partition]

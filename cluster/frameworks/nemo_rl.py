@@ -18,11 +18,11 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from cluster.frameworks.base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.frameworks.registry import RecipeFields, register
+from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
+from cluster.framework_registry import RecipeFields, register
 from cluster.progress import Point, Progress, parse_nemo_rl
 from cluster.remote import RemoteArg, RPath, RSetting, join_remote
-from cluster.slurm import JobShape, parse_sbatch_parsable, sbatch_options
+from cluster.sbatch import JobShape, parse_sbatch_parsable, sbatch_options
 from cluster.spec import Framework
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def sbatch_argv(
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
     """``sbatch --parsable -N n -p part [-t T] ... -J name launch.sh --cluster_type ...``:
-    the shape's options (:func:`cluster.slurm.sbatch_options`), as its estimate gives them."""
+    the shape's options (:func:`cluster.sbatch.sbatch_options`), as its estimate gives them."""
     argv: list[RemoteArg] = ["sbatch", "--parsable", *sbatch_options(shape), "-J", job_name]
     if comment:
         argv += ["--comment", comment]

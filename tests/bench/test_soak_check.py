@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak_check import Divergence, Plan, View, check_charges, check_launch, unmentioned
-from bench.soak_infra import JobRow
+from bench.soak_check import Divergence, check_charges, check_launch
+from bench.soak_slurm import JobRow
+from bench.soak_thread import Plan, View, unmentioned
 
 LAUNCH = "L-0a1b2c"
 QUEUED = "Queued by <@U0SOAK>: dpo llama3p1_8b, 1 node × 8 GPU on a4 (hcc-a4)"

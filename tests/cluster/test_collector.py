@@ -8,12 +8,12 @@ import pytest
 
 from cluster import collect_remote
 from cluster.collector import collect, parse_collect_output
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 DATA = Path(__file__).parent / "data"
 

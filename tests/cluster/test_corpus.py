@@ -16,7 +16,7 @@ import yaml
 from cluster.diagnosis import BY_KEY, CATALOG, diagnose
 from cluster.evidence import gather
 from cluster.profiles import ClusterProfile
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.cluster.test_diagnosis import JOBS, lay_out, with_state
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "corpus.yaml"

@@ -32,14 +32,15 @@ from cluster.evidence import (
     gather,
 )
 from cluster.failures import FailureRule, build_catalog
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG
-from cluster.slurm import STATES, AcctRecord, merge_acct, parse_sacct
+from cluster.sacct import AcctRecord, merge_acct, parse_sacct
+from cluster.slurm import STATES
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 DATA = Path(__file__).parent / "data" / "failures"
 # The dev cluster's login node is this machine: a job's files laid out here are read there.

@@ -7,7 +7,7 @@ import pytest
 from cluster.discovery import cluster_capacity, count_queue, discover_recipes
 from cluster.jobs import SEPARATOR, launch_name_matches, parse_found
 from cluster.profiles import ClusterProfile
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 
 
 @pytest.mark.parametrize(

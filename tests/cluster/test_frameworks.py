@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cluster import collect_remote
+from cluster.framework_registry import frameworks
 from cluster.frameworks.nemo import NEMO, parse_status_block
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.frameworks.registry import frameworks
 from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.progress import tensorboard_dirs

@@ -18,9 +18,9 @@ from cluster.frameworks import nemo, nemo_rl
 from cluster.launch import plan_launch, render_script, submit
 from cluster.profiles import ClusterProfile
 from cluster.remote import RPath, export_lines
-from cluster.slurm import JobShape, parse_sbatch_parsable
+from cluster.sbatch import JobShape, parse_sbatch_parsable
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster

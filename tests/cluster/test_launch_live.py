@@ -11,14 +11,14 @@ from pydantic import SecretStr
 from cluster.collector import JobSnapshot, collect
 from cluster.errors import SlurmCommandFailed
 from cluster.evidence import gather
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.jobs import cancel, find_jobs_for_launch, tail_log
 from cluster.launch import plan_launch, submit
 from cluster.preflight import dry_run, preflight
 from cluster.profiles import ClusterProfile
 from cluster.slurm import is_terminal
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster

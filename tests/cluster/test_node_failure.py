@@ -12,7 +12,7 @@ from cluster.collector import collect
 from cluster.launch import plan_launch, submit
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.conftest import PROJECT, LoginShell
 
 pytestmark = [

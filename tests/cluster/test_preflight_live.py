@@ -16,7 +16,7 @@ from cluster.launch import plan_launch, submit
 from cluster.preflight import preflight
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import Result, SSHPool
+from cluster.ssh.pool import Result, SSHPool
 from tests.conftest import LoginShell
 from tests.devlogin import copy_recipes_command
 

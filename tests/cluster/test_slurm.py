@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import slurm
+from cluster import sacct, sbatch, sinfo, slurm
 
 DATA = Path(__file__).parent / "data"
 
@@ -40,12 +40,12 @@ def test_normalize_state(raw: str, state: str) -> None:
     [("26\n", "26", None), ("42;trainbot-dev\n", "42", "trainbot-dev"), ("warn\n7\n", "7", None)],
 )
 def test_parse_sbatch_parsable(stdout: str, job_id: str, cluster: str | None) -> None:
-    assert slurm.parse_sbatch_parsable(stdout) == slurm.Submitted(job_id, cluster)
+    assert sbatch.parse_sbatch_parsable(stdout) == sbatch.Submitted(job_id, cluster)
 
 
 def test_parse_sbatch_parsable_refuses_garbage() -> None:
     with pytest.raises(ValueError, match="no job id"):
-        slurm.parse_sbatch_parsable(data("sbatch_invalid_partition.stderr"))
+        sbatch.parse_sbatch_parsable(data("sbatch_invalid_partition.stderr"))
 
 
 def test_squeue_running_pending() -> None:
@@ -63,7 +63,7 @@ def test_squeue_requeued_job_shows_restart_count() -> None:
 
 
 def test_sacct_duplicates_show_node_fail_then_requeue() -> None:
-    records = slurm.merge_acct(slurm.parse_sacct(data("sacct_duplicates.txt")))
+    records = sacct.merge_acct(sacct.parse_sacct(data("sacct_duplicates.txt")))
     assert records["27"].earlier[0].state == "NODE_FAIL"
     assert records["27"].latest.state == "CANCELLED"
     assert records["27"].restarts == 1 and records["27"].earlier[0].state == "NODE_FAIL"
@@ -73,15 +73,15 @@ def test_sacct_duplicates_show_node_fail_then_requeue() -> None:
 
 
 def test_sinfo_idle_capacity_in_config_order() -> None:
-    infos = slurm.partitions(slurm.parse_sinfo(data("sinfo_idle.txt")))
-    assert slurm.format_partitions(infos) == "a3m*, a3u, a4, a3h"
+    infos = sinfo.partitions(sinfo.parse_sinfo(data("sinfo_idle.txt")))
+    assert sinfo.format_partitions(infos) == "a3m*, a3u, a4, a3h"
     a4 = next(p for p in infos if p.name == "a4")
     assert (a4.nodes, a4.gpus_total, a4.gpus_idle, a4.gpus_per_node, a4.up) == (4, 32, 32, 8, True)
 
 
 def test_sinfo_busy_counts_allocated_gpus() -> None:
     a4 = next(
-        p for p in slurm.partitions(slurm.parse_sinfo(data("sinfo_busy.txt"))) if p.name == "a4"
+        p for p in sinfo.partitions(sinfo.parse_sinfo(data("sinfo_busy.txt"))) if p.name == "a4"
     )
     assert (a4.gpus_used, a4.gpus_idle) == (24, 8)
 
@@ -89,7 +89,7 @@ def test_sinfo_busy_counts_allocated_gpus() -> None:
 def test_sinfo_node_not_responding_is_not_usable() -> None:
     a4 = next(
         p
-        for p in slurm.partitions(slurm.parse_sinfo(data("sinfo_node_down.txt")))
+        for p in sinfo.partitions(sinfo.parse_sinfo(data("sinfo_node_down.txt")))
         if p.name == "a4"
     )
     assert (a4.nodes, a4.nodes_usable, a4.gpus_total) == (4, 3, 24)
@@ -99,14 +99,14 @@ def test_sinfo_node_not_responding_is_not_usable() -> None:
     ("gres", "gpus"), [("gpu:8", 8), ("gpu:h100:8(S:0-1)", 8), ("gpu:0", 0), ("(null)", 0)]
 )
 def test_gres_gpu_counts(gres: str, gpus: int) -> None:
-    row = slurm.parse_sinfo(f"n1|p|up|idle|{gres}|gpu:0|")[0]
+    row = sinfo.parse_sinfo(f"n1|p|up|idle|{gres}|gpu:0|")[0]
     assert row.gpus_total == gpus
 
 
 def test_builders_quote_and_validate() -> None:
-    assert shlex.split(slurm.build_sacct(["1", "2"]))[-2:] == ["-j", "1,2"]
-    assert "-D" in shlex.split(slurm.build_sacct(["1"]))
-    assert "-D" not in shlex.split(slurm.build_sacct(["1"], duplicates=False))
+    assert shlex.split(sacct.build_sacct(["1", "2"]))[-2:] == ["-j", "1,2"]
+    assert "-D" in shlex.split(sacct.build_sacct(["1"]))
+    assert "-D" not in shlex.split(sacct.build_sacct(["1"], duplicates=False))
     assert slurm.build_scancel(["12", "13_2"]) == "scancel 12 13_2"
     argv = shlex.split(slurm.build_squeue(["5"], user="trainer"))
     assert argv[:3] == ["squeue", "-h", "-O"] and argv[-4:] == ["-j", "5", "-u", "trainer"]
@@ -122,7 +122,7 @@ def test_terminal_states() -> None:
 
 def test_job_names_with_newlines_do_not_split_records() -> None:
     """Recorded: jobs submitted with -J 'x<newline>touch ...' (the injection tests do that)."""
-    acct = slurm.parse_sacct(data("sacct_newline_names.txt"))
+    acct = sacct.parse_sacct(data("sacct_newline_names.txt"))
     assert [r.job_id for r in acct] == ["53", "54", "55"]
     assert all(r.state in ("FAILED", "COMPLETED", "CANCELLED") for r in acct)
     assert "\ntouch " in acct[1].name
@@ -224,7 +224,7 @@ def test_usage_of_every_job_and_incarnation(
     missing: tuple[str, ...],
     running: tuple[str, ...],
 ) -> None:
-    usage = slurm.usage_of(slurm.merge_acct(slurm.parse_sacct(rows)), expected)
+    usage = sacct.usage_of(sacct.merge_acct(sacct.parse_sacct(rows)), expected)
     assert usage.gpu_hours == pytest.approx(hours)
     assert (usage.jobs, usage.missing, usage.running) == (jobs, missing, running)
     assert usage.final is (not missing and not running)

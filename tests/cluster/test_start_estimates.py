@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cluster import slurm
+from cluster import sacct, sbatch
 
 # As the dev cluster's Slurm 22.05 printed them (times in UTC: TZ=UTC0).
 STARTS_NOW = (
@@ -27,7 +27,7 @@ def epoch(text: str) -> float:
 
 
 def test_test_only_start_nodes_and_partition() -> None:
-    estimate = slurm.parse_test_only(STARTS_NOW)
+    estimate = sbatch.parse_test_only(STARTS_NOW)
     assert estimate.start == epoch("2026-12-03T10:27:27")
     assert (estimate.nodes, estimate.partition, estimate.error) == ("dev[0-1]", "a4", "")
     assert estimate.wait_s is None  # the login node's clock was not read
@@ -44,47 +44,47 @@ def test_test_only_start_nodes_and_partition() -> None:
     ],
 )  # fmt: skip
 def test_test_only_refusals_keep_slurms_reason(output: str, reason: str) -> None:
-    estimate = slurm.parse_test_only(output)
+    estimate = sbatch.parse_test_only(output)
     assert estimate.start is None and estimate.error == reason and estimate.wait_s is None
 
 
 def test_wait_is_measured_on_the_login_nodes_clock() -> None:
     from dataclasses import replace
 
-    later = replace(slurm.parse_test_only(STARTS_NOW), asked_at=epoch("2026-12-03T10:20:27"))
+    later = replace(sbatch.parse_test_only(STARTS_NOW), asked_at=epoch("2026-12-03T10:20:27"))
     assert later.wait_s == 420
     past = replace(later, asked_at=epoch("2026-12-03T10:30:00"))
     assert past.wait_s == 0  # Slurm says "now" with the second it answered
 
 
 def test_test_only_command_has_the_launch_shape_and_quotes_every_value() -> None:
-    shape = slurm.JobShape(nodes=2, partition="a4", time_limit="01:00:00", account="vision")
-    command = slurm.build_test_only(shape, gpus_per_node=8)
+    shape = sbatch.JobShape(nodes=2, partition="a4", time_limit="01:00:00", account="vision")
+    command = sbatch.build_test_only(shape, gpus_per_node=8)
     assert command.startswith("TZ=UTC0 sbatch --test-only ") and command.endswith(" 2>&1")
     words = shlex.split(command.removeprefix("TZ=UTC0 ").removesuffix(" 2>&1"))
     assert words[words.index("-N") + 1] == "2" and words[words.index("-p") + 1] == "a4"
     assert "--gres=gpu:8" in words and words[words.index("-t") + 1] == "01:00:00"
     assert words[words.index("--account") + 1] == "vision" and words[-1] == "--wrap=true"
-    bare = shlex.split(slurm.build_test_only(slurm.JobShape(1, "a3m"), gpus_per_node=4))
+    bare = shlex.split(sbatch.build_test_only(sbatch.JobShape(1, "a3m"), gpus_per_node=4))
     assert "-t" not in bare and "--account" not in bare and "--gres=gpu:4" in bare
 
 
 def test_wait_survey_output_by_partition_and_size() -> None:
     asked = epoch("2026-12-03T10:00:00")
     output = (
-        f"{slurm.WAIT_MARK} a4 1\n"
+        f"{sbatch.WAIT_MARK} a4 1\n"
         "sbatch: Job 7 to start at 2026-12-03T10:00:00 using 1 processors on nodes dev0 "
         "in partition a4\n"
-        f"{slurm.WAIT_MARK} a4 4\n"
+        f"{sbatch.WAIT_MARK} a4 4\n"
         "sbatch: Job 8 to start at 2026-12-03T10:25:00 using 4 processors on nodes dev[0-3] "
         "in partition a4\n"
-        f"{slurm.WAIT_MARK} a4 8\n{TOO_BIG}"
+        f"{sbatch.WAIT_MARK} a4 8\n{TOO_BIG}"
     )
-    waits = slurm.parse_wait_survey(output, asked)
+    waits = sbatch.parse_wait_survey(output, asked)
     assert sorted(waits) == [("a4", 1), ("a4", 4), ("a4", 8)]
     assert waits[("a4", 1)].wait_s == 0 and waits[("a4", 4)].wait_s == 1500
     assert waits[("a4", 8)].start is None and "not available" in waits[("a4", 8)].error
-    survey = slurm.build_wait_survey((1, 2, 4), gpus_per_node=8, time_limit=None, account=None)
+    survey = sbatch.build_wait_survey((1, 2, 4), gpus_per_node=8, time_limit=None, account=None)
     assert "for n in 1 2 4;" in survey and '-N "$n" -p "$p"' in survey
 
 
@@ -100,7 +100,7 @@ def test_wait_survey_output_by_partition_and_size() -> None:
     ],
 )
 def test_alloc_tres_gpus(tres: str, gpus: int) -> None:
-    assert slurm.tres_gpus(tres) == gpus
+    assert sacct.tres_gpus(tres) == gpus
 
 
 def test_sacct_gpu_hours_over_every_incarnation() -> None:
@@ -111,7 +111,7 @@ def test_sacct_gpu_hours_over_every_incarnation() -> None:
         "billing=2,cpu=2,gres/gpu=16,node=2\n"
         "134|pending-one|PENDING|0:0|0:0|None|00:00:00|None assigned|0|\n"
     )
-    records = slurm.merge_acct(slurm.parse_sacct(text))
+    records = sacct.merge_acct(sacct.parse_sacct(text))
     assert records["133"].latest.elapsed_s == 3600
     assert records["133"].gpu_hours == pytest.approx(0.5 * 16 + 1.0 * 16)
     assert records["134"].gpu_hours == 0

@@ -12,7 +12,7 @@ from cluster.jobs import find_jobs_for_launch
 from cluster.launch import REMOTE_SHELL, SUBMIT_TOO_LATE, plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster

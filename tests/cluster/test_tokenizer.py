@@ -20,9 +20,10 @@ from cluster.diagnosis import diagnose
 from cluster.errors import ClusterError
 from cluster.evidence import gather
 from cluster.frameworks.nemo import NEMO
-from cluster.profiles import ClusterProfile, TokenizerSeed
+from cluster.profile_fields import TokenizerSeed
+from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from cluster.tokenizer import (
     MERGES_NAME,
     VOCAB_NAME,

@@ -11,7 +11,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import load_config
 from bot.settings.env import Settings
 from bot.text.front import Incoming
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 

@@ -18,7 +18,7 @@ from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import SlackFront
 from bot.store.store import Store
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin, event_envelope, post_signed
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store

@@ -18,7 +18,7 @@ from bot.settings.env import Settings
 from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.discovery import ClusterCapacity
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.policy import Limits, PolicyRule
 from tests.bot.botkit import flush_test_redis, open_test_store
 

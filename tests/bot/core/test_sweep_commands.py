@@ -20,7 +20,7 @@ from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Incoming
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from commands.requests import TrainRequest

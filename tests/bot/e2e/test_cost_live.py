@@ -286,8 +286,8 @@ async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselv
     from bot.engine.cost import StartEstimates
     from bot.engine.on_cluster import Clusters
     from bot.settings.env import Settings
-    from cluster.slurm import JobShape, StartEstimate
-    from cluster.ssh import SSHPool
+    from cluster.sbatch import JobShape, StartEstimate
+    from cluster.ssh.pool import SSHPool
 
     config = dev_config()
     async with SSHPool() as pool:

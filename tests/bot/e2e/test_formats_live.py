@@ -15,12 +15,12 @@ import pytest
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from cluster.collector import collect
 from cluster.launch import plan_launch, submit
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import InteractiveRequest, TrainRequest
 from tests.conftest import LoginShell
 

@@ -16,8 +16,9 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.assembly import running
-from bot.settings.config import Config, Health
-from cluster.ssh import SSHPool
+from bot.settings.config import Config
+from bot.settings.sections import Health
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
     LAUNCH_RE,

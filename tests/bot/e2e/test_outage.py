@@ -20,10 +20,11 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.worker import Worker
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.notify.notifier import Retry
+from bot.notify.lane_rules import Retry
 from bot.runtime.assembly import running
-from bot.settings.config import Delivery, load_config
+from bot.settings.config import load_config
 from bot.settings.env import Settings
+from bot.settings.sections import Delivery
 from bot.slack.webapi import SlackFront
 from bot.store import keys
 from bot.store.lanes import DeadLetter
@@ -31,7 +32,7 @@ from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (

@@ -19,8 +19,9 @@ from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterUnreachable, CommandTimeout
-from cluster.slurm import JobShape, PartitionInfo, StartEstimate
-from cluster.ssh import SSHPool
+from cluster.sbatch import JobShape, StartEstimate
+from cluster.sinfo import PartitionInfo
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 

@@ -19,8 +19,8 @@ from bot.store.budgets import BudgetGuard, OverBudget
 from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.profiles import ClusterProfile
-from cluster.slurm import StartEstimate
-from cluster.ssh import SSHPool
+from cluster.sbatch import StartEstimate
+from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from commands.requests import InteractiveRequest, TrainRequest

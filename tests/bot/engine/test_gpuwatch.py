@@ -13,7 +13,7 @@ import pytest
 from bot.engine import gpuwatch
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.config import Health
+from bot.settings.sections import Health
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.gpu import GpuSample

@@ -9,7 +9,7 @@ import pytest
 
 from bot.engine import pipelines
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from cluster.frameworks.base import Tracking
+from cluster.framework_base import Tracking
 from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
 from cluster.recipes import DEFAULT_CATALOG

@@ -12,12 +12,13 @@ from bot.engine.tracking import HISTORY_MAX, apply_snapshot
 from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.notify.notifier import thread_blocks
-from bot.settings.config import Watch
+from bot.notify.poster import thread_blocks
+from bot.settings.sections import Watch
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile
-from cluster.slurm import AcctRecord, QueueRow, parse_sacct
+from cluster.sacct import AcctRecord, parse_sacct
+from cluster.slurm import QueueRow
 from cluster.spec import LaunchSpec
 from commands.requests import TrainRequest
 

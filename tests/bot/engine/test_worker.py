@@ -23,8 +23,9 @@ from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.config import Watch, parse_config
+from bot.settings.config import parse_config
 from bot.settings.env import Settings
+from bot.settings.sections import Watch
 from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
@@ -36,7 +37,7 @@ from cluster.jobs import FoundJob
 from cluster.launch import Submission
 from cluster.preflight import PreflightResult
 from cluster.spec import LaunchSpec
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.context import User
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

@@ -8,7 +8,7 @@ from bot.lifecycle import notices
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.notices import Before, classify
-from bot.settings.config import Watch
+from bot.settings.sections import Watch
 from tests.bot.engine.test_tracking import PROFILE, launch, snapshot
 
 

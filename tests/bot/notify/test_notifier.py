@@ -20,10 +20,11 @@ from pydantic import SecretStr
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.alerts import PagerDuty
-from bot.notify.notifier import Notifier, Retry
+from bot.notify.lane_rules import Retry
+from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.runtime.assembly import running
-from bot.settings.config import Alerts
+from bot.settings.sections import Alerts
 from bot.slack.webapi import SlackFront
 from bot.store.store import Store
 from bot.text.front import Front

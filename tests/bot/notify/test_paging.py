@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.lifecycle.launch import Attempt, Launch
 from bot.notify.paging import Pager
-from bot.settings.config import Alerts
+from bot.settings.sections import Alerts
 from bot.text.front import MessageRef
 from commands.requests import TrainRequest
 

@@ -13,7 +13,8 @@ import redis.asyncio as aioredis
 from bot.console.chat import ConsoleFront
 from bot.notify.report import report_text
 from bot.runtime.assembly import running
-from bot.settings.config import Config, Report
+from bot.settings.config import Config
+from bot.settings.sections import Report
 from bot.store.budgets import Charge
 from bot.text.front import Blocks, MessageRef
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis

@@ -10,7 +10,7 @@ from bot.runtime.doctor import Report, delivery_text, replicas_text, run_doctor
 from bot.settings.config import parse_config
 from bot.settings.env import Target
 from bot.store.keys import NOTIFY_DEAD_LETTERS
-from bot.store.store import DeadLetter
+from bot.store.lanes import DeadLetter
 from tests.bot.botkit import bot_settings, flush_test_redis
 
 UNREACHABLE = """

@@ -21,11 +21,12 @@ from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import running
-from bot.settings.config import Watch, parse_config
+from bot.settings.config import parse_config
 from bot.settings.env import Settings
+from bot.settings.sections import Watch
 from bot.slack.http import SlackParams, run_slack
 from cluster.errors import ConfigError
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis

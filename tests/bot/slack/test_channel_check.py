@@ -17,7 +17,7 @@ from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import SlackError, SlackFront
 from bot.store import keys
 from bot.store.store import Store
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from support.slack_standin import (
     BOT_SCOPES,
     Answer,

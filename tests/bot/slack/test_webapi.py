@@ -24,7 +24,7 @@ from bot.slack.webapi import SlackError, SlackFront, open_front
 from bot.store.store import Store
 from bot.text.front import MessageRef
 from bot.text.mrkdwn import section
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from support.slack_standin import (
     BOT_TOKEN,
     SlackStandin,

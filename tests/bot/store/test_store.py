@@ -22,7 +22,7 @@ from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.ssh import SSHPool
+from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
 

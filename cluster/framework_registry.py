@@ -5,8 +5,8 @@ It knows a framework by the facts of :class:`Registered` alone, so the modules t
 read it (profiles, recipes, stored records) stand below the job model
 (:class:`cluster.spec.Framework`) that every framework module subclasses. Each
 framework module ends with ``register(TheFramework())``; the first read of the
-registry imports every module of this package, in file name order, so a new
-framework is a new module here and nothing else names it.
+registry imports every module of :mod:`cluster.frameworks`, in file name order, so a new
+framework is a new module there and nothing else names it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pydantic import AfterValidator
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _PACKAGE = "cluster.frameworks"
-_NOT_FRAMEWORKS = frozenset({"base", "registry"})
 
 
 class RecipeFields(TypedDict, total=False):
@@ -85,8 +84,7 @@ def frameworks() -> Mapping[str, Registered]:
         _loaded = True
         package = importlib.import_module(_PACKAGE)
         for module in pkgutil.iter_modules(package.__path__):
-            if module.name not in _NOT_FRAMEWORKS:
-                importlib.import_module(f"{_PACKAGE}.{module.name}")
+            importlib.import_module(f"{_PACKAGE}.{module.name}")
     return _REGISTERED
 
 

@@ -6,7 +6,7 @@ without looking inside and moves forward after each poll
 (:meth:`cluster.collector.JobSnapshot.advance`). The collector's remote half reads
 it as data (directories, file name patterns, checkpoint rules), so it needs no
 framework code of its own. The job model itself is :class:`cluster.spec.Framework`;
-the registry of frameworks is :mod:`cluster.frameworks.registry`.
+the registry of frameworks is :mod:`cluster.framework_registry`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from cluster.frameworks.registry import FrameworkName
+from cluster.framework_registry import FrameworkName
 
 JOB_ID_RE = re.compile(r"[0-9]+(_[0-9]+)?")
 #: Override value patterns the built-in recipes share.

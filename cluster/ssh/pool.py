@@ -1,69 +1,30 @@
-"""SSH to login nodes: one shared connection per login node, the only asyncssh user.
-
-:class:`SSHPool` keeps one long-lived connection per login node (keepalive on),
-caps the channels open on it at once, reconnects with backoff when it drops,
-and puts a timeout on every command. Host keys are always checked against the
-profile's known_hosts file: an unknown or changed key is refused. asyncssh and
-OSError exceptions are translated here into :mod:`cluster.errors`.
-
-A login with no key file but a user CA key logs in with a certificate signed here
-for that one username (a fresh key pair, valid ``cert_ttl_s``, no forwarding and no
-pty): how the bot acts as a person. Each certificate has its own random serial and a
-key id naming the person and what for (``trainbot:<person>:<user>:<launch id>``), which
-sshd logs with the login. Such a connection is replaced once its certificate has
-expired (the old one is closed after the commands on it had time to finish), and
-closed once idle for ``person_idle_s``. The CA key must be the running user's and
-unreadable by anyone else (:func:`check_ca_key`), and only a pool made with
-``act_as_people=True`` reads it.
-"""
+"""The pool: one long-lived connection per login node (keepalive on), a cap on the
+channels open on it at once, reconnects with backoff when it drops, and a timeout on
+every command. A person's connection (a certificate signed here) is replaced once its
+certificate has expired (the old one is closed after the commands on it had time to
+finish), and closed once idle for ``person_idle_s``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
 
 import asyncssh
 
 from cluster.errors import (
     ClusterUnreachable,
     CommandTimeout,
-    ConfigError,
     HostKeyMismatch,
     PersonRefused,
     SlurmCommandFailed,
 )
+from cluster.ssh.connect import LoginLike, open_connection, personal
 
 log = logging.getLogger(__name__)
-
-
-class LoginLike(Protocol):
-    """What the pool needs to know about a login node (``profiles.LoginNode`` fits)."""
-
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def user(self) -> str: ...
-    @property
-    def key_file(self) -> Path | None: ...
-    @property
-    def known_hosts_file(self) -> Path | None: ...
-    @property
-    def user_ca_key_file(self) -> Path | None: ...
-    @property
-    def cert_ttl_s(self) -> int: ...
-    @property
-    def key_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +56,6 @@ class PoolStats:
 
 
 _Key = tuple[str, int, str, str, str, str, str]
-CERT_SKEW_S = 60  # a certificate is valid from a minute ago: clocks differ a little
 RETIRE_GRACE_S = 300.0  # an expired connection's commands get this long to finish
 PERSON_IDLE_S = 60.0  # a person's connection unused this long is closed
 
@@ -188,7 +148,7 @@ class SSHPool:
             return await self._run(link, login, command, input, timeout_s, check, cluster)
         finally:
             link.busy -= 1
-            if _personal(login):
+            if personal(login):
                 self._close_when_idle(link, login)
 
     async def _run(
@@ -253,7 +213,7 @@ class SSHPool:
             str(login.key_file or ""),
             str(login.known_hosts_file or ""),
             str(login.user_ca_key_file or ""),
-            login.key_id if _personal(login) else "",
+            login.key_id if personal(login) else "",
         )
         if key not in self._links:
             self._links[key] = _Link(self.max_channels)
@@ -328,7 +288,14 @@ class SSHPool:
                         break
                     await asyncio.sleep(wait_s)
                 try:
-                    link.conn, link.expires_at = await self._connect(login, cluster)
+                    link.conn, link.expires_at = await open_connection(
+                        login,
+                        cluster,
+                        keepalive_interval_s=self.keepalive_interval_s,
+                        keepalive_count_max=self.keepalive_count_max,
+                        connect_timeout_s=self.connect_timeout_s,
+                        act_as_people=self.act_as_people,
+                    )
                 except (HostKeyMismatch, PersonRefused):
                     raise
                 except ClusterUnreachable as exc:
@@ -344,128 +311,6 @@ class SSHPool:
                 self.stats.connects += 1
                 return link.conn
             raise last or ClusterUnreachable("login node not reachable", cluster=cluster)
-
-    async def _connect(
-        self, login: LoginLike, cluster: str
-    ) -> tuple[asyncssh.SSHClientConnection, float]:
-        """A new connection, and when it must be replaced (monotonic; inf: never)."""
-        where = f"{login.user}@{login.host}:{login.port}"
-        known_hosts = login.known_hosts_file
-        if known_hosts is None or not Path(known_hosts).is_file():
-            raise HostKeyMismatch(
-                f"no known_hosts file for {where} (got {known_hosts}); "
-                "host keys are always checked",
-                cluster=cluster,
-            )
-        options: dict[str, Any] = {
-            "port": login.port,
-            "username": login.user,
-            "known_hosts": str(known_hosts),
-            "keepalive_interval": self.keepalive_interval_s,
-            "keepalive_count_max": self.keepalive_count_max,
-            "connect_timeout": self.connect_timeout_s,
-            "agent_path": None,
-            "config": None,
-        }
-        expires_at = float("inf")
-        if login.key_file is not None:
-            options["client_keys"] = [str(login.key_file)]
-        elif login.user_ca_key_file is not None:
-            if not self.act_as_people:
-                raise PersonRefused(
-                    f"this process does not act as people (it holds no user CA key), so it "
-                    f"cannot log in as {login.user}; a worker or poller process does that",
-                    cluster=cluster,
-                )
-            options["client_keys"] = [user_certificate(login, cluster)]
-            expires_at = time.monotonic() + login.cert_ttl_s
-        try:
-            conn = await asyncssh.connect(login.host, **options)
-        except asyncssh.HostKeyNotVerifiable as exc:
-            raise HostKeyMismatch(
-                f"host key of {where} is unknown or changed; not in {known_hosts} ({exc})",
-                cluster=cluster,
-            ) from exc
-        except asyncssh.PermissionDenied as exc:
-            if login.key_file is None and login.user_ca_key_file is not None:
-                raise PersonRefused(
-                    f"authentication refused by {where} (a certificate from trainbot's CA): "
-                    f"there may be no user {login.user} there, or its sshd does not trust the "
-                    "CA (TrustedUserCAKeys); ask a trainbot admin",
-                    cluster=cluster,
-                ) from exc
-            raise ClusterUnreachable(
-                f"authentication refused by {where}: {exc}", cluster=cluster
-            ) from exc
-        except (asyncssh.Error, OSError, TimeoutError) as exc:
-            raise ClusterUnreachable(f"cannot connect to {where}: {exc}", cluster=cluster) from exc
-        return conn, expires_at
-
-
-def _personal(login: LoginLike) -> bool:
-    """Whether the pool logs in as ``login`` with a certificate it signs."""
-    return login.key_file is None and login.user_ca_key_file is not None
-
-
-def check_ca_key(path: Path) -> None:
-    """Refuse a user CA key file that is not the running user's own, or that others may
-    read or write (as sshd refuses a private host key with loose permissions)."""
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the user CA key {path}: {exc.strerror}") from exc
-    loose = stat.S_IMODE(info.st_mode) & 0o077
-    owner = os.geteuid()
-    if info.st_uid != owner or loose:
-        raise ConfigError(
-            f"the user CA key {path} must be owned by the user trainbot runs as (uid "
-            f"{owner}) and readable by it alone (mode 0600 or 0400); it is owned by uid "
-            f"{info.st_uid} with mode {stat.S_IMODE(info.st_mode):04o}: anyone who reads it "
-            f"can log in as any person. Fix: chown {owner} {path}; chmod 600 {path}"
-        )
-
-
-def user_certificate(
-    login: LoginLike, cluster: str = ""
-) -> tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
-    """A fresh key pair and a certificate for it, signed by the login's user CA: valid
-    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding, a random
-    serial and ``login.key_id`` as its key id (sshd logs both with the login)."""
-    assert login.user_ca_key_file is not None
-    try:
-        check_ca_key(login.user_ca_key_file)
-    except ConfigError as exc:
-        raise PersonRefused(str(exc), cluster=cluster) from exc
-    try:
-        ca = asyncssh.read_private_key(str(login.user_ca_key_file))
-    except (OSError, asyncssh.KeyImportError) as exc:
-        raise ClusterUnreachable(
-            f"cannot read the user CA key {login.user_ca_key_file}: {exc}", cluster=cluster
-        ) from exc
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    now = time.time()
-    serial = secrets.randbits(63) + 1
-    cert = ca.generate_user_certificate(
-        key,
-        login.key_id,
-        serial=serial,
-        principals=[login.user],
-        valid_after=int(now - CERT_SKEW_S),
-        valid_before=int(now + login.cert_ttl_s),
-        permit_x11_forwarding=False,
-        permit_agent_forwarding=False,
-        permit_port_forwarding=False,
-        permit_pty=False,
-        permit_user_rc=False,
-    )
-    log.info(
-        "cluster=%s signed a certificate for %s: serial %d, key id %s",
-        cluster,
-        login.user,
-        serial,
-        login.key_id,
-    )
-    return key, cert
 
 
 def _text(data: object) -> str:

@@ -1,0 +1,134 @@
+"""Who logs in where: a cluster's login node, the certificates the bot signs for it, and
+whose Unix user a launch runs as (:class:`Identity`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from cluster.profile_fields import ENV_NAME_PATTERN
+
+CLUSTER_USER_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
+ClusterUser = Annotated[str, Field(pattern=CLUSTER_USER_PATTERN)]
+
+
+class LoginNode(BaseModel):
+    """How the bot reaches the cluster's login node over SSH.
+
+    ``user`` is the shared account. ``user_ca_key_file`` is the private key of an
+    SSH certificate authority the login node's sshd trusts (``TrustedUserCAKeys``):
+    with it, the bot logs in as a person (see :class:`Identity`) with a certificate
+    it signs for that one username, valid for ``cert_ttl_s``. A login with no
+    ``key_file`` uses such a certificate for ``user`` too.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
+    port: int = Field(default=22, ge=1, le=65535)
+    user: ClusterUser
+    key_file: Path | None = None
+    known_hosts_file: Path | None = None
+    user_ca_key_file: Path | None = None
+    cert_ttl_s: int = Field(default=300, ge=60, le=86400)
+    # Not in the config: the key id of the certificates signed for this login, naming
+    # the person and what for (set by :meth:`as_user`); sshd logs it with each login.
+    _key_id: str = PrivateAttr(default="")
+
+    @property
+    def key_id(self) -> str:
+        return self._key_id or f"trainbot:-:{self.user}:-"
+
+    def as_user(self, user: str, key_id: str = "") -> LoginNode:
+        """The same login node, reached as ``user`` with a certificate (no key file)
+        whose key id is ``key_id`` (``trainbot:<person>:<user>:<launch or purpose>``)."""
+        if user == self.user:
+            return self
+        login = self.model_copy(update={"user": user, "key_file": None})
+        login._key_id = key_id
+        return login
+
+
+DOMAIN_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.){1,8}[a-z]{2,63}$"
+# Never a person's account, whatever an email says (the shared account is refused too).
+RESERVED_USERS = frozenset({"root"})
+
+
+def cert_key_id(person: str, user: str, what: str) -> str:
+    """A certificate's key id: ``trainbot:<person>:<user>:<what>`` (the Slack user id or
+    console name, the Unix user, the launch id or purpose), safe characters only."""
+
+    def part(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._@+-]", "", text)[:80] or "-"
+
+    return f"trainbot:{part(person)}:{part(user)}:{part(what)}"
+
+
+class Identity(BaseModel):
+    """Whose Unix user a launch runs as on this cluster.
+
+    ``users`` maps a Slack user id (or a console name) to a cluster username;
+    ``from_email`` also takes the local part of the person's Slack profile email
+    (``users.info``) when ``users`` has no entry, but only from an email Slack has
+    confirmed, in one of ``email_domains`` (required with ``from_email``), and never a
+    name ``users`` gives someone else, root or the shared account (the bot also asks
+    the login node that the name is a person's account: see
+    :func:`cluster.accounts.check_person`). A person neither names is refused
+    (``unmapped: refuse``, the default) or runs as the shared login account
+    (``unmapped: shared``). Needs ``login.user_ca_key_file``.
+
+    ``org_secrets`` names the ``job_secrets`` given as ``{env: NAME}`` (the
+    organisation's, held by the bot) that people's jobs get; every other ``{env: ...}``
+    secret is withheld from them (a person's job could read it).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    users: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9._@-]{1,80}$")], ClusterUser] = Field(
+        default_factory=dict
+    )
+    from_email: bool = False
+    email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
+    unmapped: Literal["refuse", "shared"] = "refuse"
+    org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
+
+    @model_validator(mode="after")
+    def _email_needs_domains(self) -> Identity:
+        if self.from_email and not self.email_domains:
+            raise ValueError(
+                "from_email: true needs email_domains, the email domains whose addresses name "
+                "your people (e.g. email_domains: [example.com]); without it anyone could "
+                "set an email such as alice@elsewhere.example and run as alice"
+            )
+        return self
+
+    def username_for(self, user_id: str, email: str | None = None, shared: str = "") -> str | None:
+        """The cluster username for a person, or None when nothing maps them. ``email``
+        must be one Slack has confirmed; ``shared`` is the shared login account."""
+        return self.resolve(user_id, email, shared)[0]
+
+    def resolve(
+        self, user_id: str, email: str | None = None, shared: str = ""
+    ) -> tuple[str | None, str]:
+        """The cluster username for a person, or None and why not ("": no email to go by)."""
+        if user_id in self.users:
+            return self.users[user_id], ""
+        if not self.from_email or not email:
+            return None, ""
+        local, at, domain = email.strip().lower().rpartition("@")
+        if not at or not local:
+            return None, f"your Slack profile's email ({email}) is not an email address"
+        if domain not in self.email_domains:
+            return None, (
+                f"your Slack profile's email is in {domain}, not in {', '.join(self.email_domains)}"
+            )
+        if not re.fullmatch(CLUSTER_USER_PATTERN, local):
+            return None, f"the name in your Slack profile's email ({local}) is not a username"
+        if local in RESERVED_USERS or local == shared:
+            return None, f"your Slack profile's email names {local}, which is not a person's user"
+        if local in self.users.values():
+            return None, f"your Slack profile's email names {local}, who is someone else here"
+        return local, ""

@@ -1,0 +1,172 @@
+"""Opening one connection to a login node: the host key checked against the profile's
+known_hosts (an unknown or changed key is refused), then a key file, or a certificate
+signed here for that one username (:func:`user_certificate`); asyncssh's and OSError's
+exceptions translated into :mod:`cluster.errors`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncssh
+
+from cluster.errors import ClusterUnreachable, ConfigError, HostKeyMismatch, PersonRefused
+
+log = logging.getLogger(__name__)
+
+CERT_SKEW_S = 60  # a certificate is valid from a minute ago: clocks differ a little
+
+
+class LoginLike(Protocol):
+    """What the pool needs to know about a login node (``cluster.login.LoginNode`` fits)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def key_file(self) -> Path | None: ...
+    @property
+    def known_hosts_file(self) -> Path | None: ...
+    @property
+    def user_ca_key_file(self) -> Path | None: ...
+    @property
+    def cert_ttl_s(self) -> int: ...
+    @property
+    def key_id(self) -> str: ...
+
+
+def personal(login: LoginLike) -> bool:
+    """Whether the pool logs in as ``login`` with a certificate it signs."""
+    return login.key_file is None and login.user_ca_key_file is not None
+
+
+async def open_connection(
+    login: LoginLike,
+    cluster: str,
+    *,
+    keepalive_interval_s: float,
+    keepalive_count_max: int,
+    connect_timeout_s: float,
+    act_as_people: bool,
+) -> tuple[asyncssh.SSHClientConnection, float]:
+    """A new connection, and when it must be replaced (monotonic; inf: never).
+    ``act_as_people``: False refuses a login that needs a certificate (no CA key read)."""
+    where = f"{login.user}@{login.host}:{login.port}"
+    known_hosts = login.known_hosts_file
+    if known_hosts is None or not Path(known_hosts).is_file():
+        raise HostKeyMismatch(
+            f"no known_hosts file for {where} (got {known_hosts}); host keys are always checked",
+            cluster=cluster,
+        )
+    options: dict[str, Any] = {
+        "port": login.port,
+        "username": login.user,
+        "known_hosts": str(known_hosts),
+        "keepalive_interval": keepalive_interval_s,
+        "keepalive_count_max": keepalive_count_max,
+        "connect_timeout": connect_timeout_s,
+        "agent_path": None,
+        "config": None,
+    }
+    expires_at = float("inf")
+    if login.key_file is not None:
+        options["client_keys"] = [str(login.key_file)]
+    elif login.user_ca_key_file is not None:
+        if not act_as_people:
+            raise PersonRefused(
+                f"this process does not act as people (it holds no user CA key), so it "
+                f"cannot log in as {login.user}; a worker or poller process does that",
+                cluster=cluster,
+            )
+        options["client_keys"] = [user_certificate(login, cluster)]
+        expires_at = time.monotonic() + login.cert_ttl_s
+    try:
+        conn = await asyncssh.connect(login.host, **options)
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise HostKeyMismatch(
+            f"host key of {where} is unknown or changed; not in {known_hosts} ({exc})",
+            cluster=cluster,
+        ) from exc
+    except asyncssh.PermissionDenied as exc:
+        if login.key_file is None and login.user_ca_key_file is not None:
+            raise PersonRefused(
+                f"authentication refused by {where} (a certificate from trainbot's CA): "
+                f"there may be no user {login.user} there, or its sshd does not trust the "
+                "CA (TrustedUserCAKeys); ask a trainbot admin",
+                cluster=cluster,
+            ) from exc
+        raise ClusterUnreachable(
+            f"authentication refused by {where}: {exc}", cluster=cluster
+        ) from exc
+    except (asyncssh.Error, OSError, TimeoutError) as exc:
+        raise ClusterUnreachable(f"cannot connect to {where}: {exc}", cluster=cluster) from exc
+    return conn, expires_at
+
+
+def check_ca_key(path: Path) -> None:
+    """Refuse a user CA key file that is not the running user's own, or that others may
+    read or write (as sshd refuses a private host key with loose permissions)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the user CA key {path}: {exc.strerror}") from exc
+    loose = stat.S_IMODE(info.st_mode) & 0o077
+    owner = os.geteuid()
+    if info.st_uid != owner or loose:
+        raise ConfigError(
+            f"the user CA key {path} must be owned by the user trainbot runs as (uid "
+            f"{owner}) and readable by it alone (mode 0600 or 0400); it is owned by uid "
+            f"{info.st_uid} with mode {stat.S_IMODE(info.st_mode):04o}: anyone who reads it "
+            f"can log in as any person. Fix: chown {owner} {path}; chmod 600 {path}"
+        )
+
+
+def user_certificate(
+    login: LoginLike, cluster: str = ""
+) -> tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
+    """A fresh key pair and a certificate for it, signed by the login's user CA: valid
+    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding, a random
+    serial and ``login.key_id`` as its key id (sshd logs both with the login)."""
+    assert login.user_ca_key_file is not None
+    try:
+        check_ca_key(login.user_ca_key_file)
+    except ConfigError as exc:
+        raise PersonRefused(str(exc), cluster=cluster) from exc
+    try:
+        ca = asyncssh.read_private_key(str(login.user_ca_key_file))
+    except (OSError, asyncssh.KeyImportError) as exc:
+        raise ClusterUnreachable(
+            f"cannot read the user CA key {login.user_ca_key_file}: {exc}", cluster=cluster
+        ) from exc
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    now = time.time()
+    serial = secrets.randbits(63) + 1
+    cert = ca.generate_user_certificate(
+        key,
+        login.key_id,
+        serial=serial,
+        principals=[login.user],
+        valid_after=int(now - CERT_SKEW_S),
+        valid_before=int(now + login.cert_ttl_s),
+        permit_x11_forwarding=False,
+        permit_agent_forwarding=False,
+        permit_port_forwarding=False,
+        permit_pty=False,
+        permit_user_rc=False,
+    )
+    log.info(
+        "cluster=%s signed a certificate for %s: serial %d, key id %s",
+        cluster,
+        login.user,
+        serial,
+        login.key_id,
+    )
+    return key, cert
