@@ -27,7 +27,7 @@ from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase
 from bot.text.mrkdwn import escape
 
 if TYPE_CHECKING:
-    from cluster.frameworks.base import Tracking
+    from cluster.framework_base import Tracking
 
 P = Phase
 
