@@ -1,5 +1,5 @@
 """Answers that only read: /jobs, /clusters, /logs, /logs plot, /attach, and the
-/cancel confirmation. What changes a launch stays in bot.core.core."""
+/cancel confirmation. What changes a launch is in bot.core.decisions and bot.core.train."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The App Home tab: a person's launches, each cluster's room, and their notification settings.
 
 Pure: launches, history entries, cluster capacity and thread links in, Block Kit
-blocks out. :meth:`bot.core.core.Core.home` gathers them (cheaply: capacity is shared
+blocks out. :meth:`bot.core.app_home.AppHome.home` gathers them (cheaply: capacity is shared
 for a minute between everyone who opens the tab).
 """
 

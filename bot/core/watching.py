@@ -1,6 +1,6 @@
 """``/watch``, ``/unwatch``, ``/jobs watching`` and the App Home notification settings.
 
-Who may watch a launch is decided by the caller (:meth:`bot.core.core.Core.readable`,
+Who may watch a launch is decided by the caller (:meth:`bot.core.lookup.Lookup.readable`,
 the rule of ``/logs``); here the store is written and the answers worded.
 """
 

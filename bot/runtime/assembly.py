@@ -233,8 +233,9 @@ async def running(
         clusters = Clusters(config, settings, pool, store)
         # A process without the workers' keys (the web role) asks them for cluster work.
         calls = None if parts & {"worker", "poller"} else WorkerAsks(store)
-        core = Core(store, clusters, config.command_context(), front, calls=calls)
-        core.redactor = redactor
+        core = Core(
+            store, clusters, config.command_context(), front, calls=calls, redactor=redactor
+        )
         pagerduty = None
         webhook = config.alerts.webhook
         if webhook is not None and webhook.routing_key is not None:

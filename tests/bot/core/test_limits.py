@@ -62,7 +62,7 @@ async def test_launches_and_dry_runs_are_rate_limited_per_person(store: Store) -
     config = config_with(Limits(launches_per_minute=3, dry_runs_at_once=2))
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
-        core.start_estimate_timeout_s = 0.5
+        core.launcher.start_estimate_timeout_s = 0.5
         for _ in range(2):
             error, text = await ask(core, "U0ALICE", "/train", DRY)
             assert not error and text.startswith("Dry run L-"), text
@@ -87,7 +87,7 @@ async def test_dry_runs_do_not_count_against_max_concurrent(store: Store) -> Non
     config = config_with(Limits(launches_per_minute=20))
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
-        core.start_estimate_timeout_s = 0.5
+        core.launcher.start_estimate_timeout_s = 0.5
         error, text = await ask(core, "U0ALICE", "/train", DRY)
         assert not error, text
         for _ in range(3):  # max_concurrent 3: a dry run in flight does not take a place

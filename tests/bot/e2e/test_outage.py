@@ -99,7 +99,7 @@ async def test_admins_see_dead_letters_on_their_app_home_and_others_do_not() -> 
         await store.dead_letter(letter)
 
         async def home_text(user: str) -> str:
-            core._home_shown.clear()
+            core.app_home.forget(user)
             reply = await core(Incoming(user_id=user, channel_id="", event="app_home_opened"))
             return str(reply.blocks)
 

@@ -145,9 +145,9 @@ async def test_refusals_cancel_and_jobs_while_waiting(unique: str) -> None:
         assert cycle is not None and cycle.error and "a cycle" in cycle.text, cycle
         jobs = await handle_line("/jobs", bot.core, front, user="bob")
         assert jobs is not None and f"starts at {at[:10]} {at[11:16]}" in jobs.text, jobs
-        cancelled = await bot.core.cancel(
+        cancelled = await bot.core.decisions.cancel(
             await bot.store.get(bobs),  # type: ignore[arg-type]
-            await bot.core.user(_incoming("bob")),
+            await bot.core.directory.user(_incoming("bob")),
         )
         assert "Cancelled" in cancelled.text
         launch = await bot.store.get(bobs)
@@ -226,7 +226,7 @@ async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
             .astimezone(UTC)
             .strftime("%Y-%m-%dT%H:%M:%SZ")
         )
-        await bot.core.cancel(launch, await bot.core.user(incoming))
+        await bot.core.decisions.cancel(launch, await bot.core.directory.user(incoming))
 
 
 async def test_child_follows_its_parent_across_a_retry(unique: str) -> None:

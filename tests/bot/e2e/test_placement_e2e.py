@@ -78,7 +78,7 @@ async def test_auto_picks_a_cluster_that_starts_now_and_says_why(unique: str) ->
     try:
         config = dev_config(edit=small_a3u)
         async with running(bot_settings(), config, front, workers=0) as bot:
-            bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+            bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
             fill = await fill_a4(unique)
             reply = await handle_line(
                 f"/train sft llama3p1_8b nodes=2 cluster=auto name={unique} dry_run=true",
@@ -201,7 +201,7 @@ async def test_a_pending_launch_moves_once_and_only_one_of_its_jobs_runs(unique:
             # take half of every node: an 8-GPU-per-node job (a4) must wait for them,
             # a 4-GPU-per-node one (a3u) could start now.
             async with running(bot_settings(), config, front, workers=0) as bot:
-                bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+                bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
                 reply = await handle_line(
                     f"/train sft llama3p1_2b cluster=auto name={unique}",
                     bot.core,
@@ -246,7 +246,7 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
         return reply.text
 
     async with running(bot_settings(), dev_config(), front) as bot:
-        bot.core.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
         bobs = await train(
             bot, front, f"pretrain llama3p1_2b cluster=a3u name={unique} at={at}", "bob"
         )
@@ -274,10 +274,10 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
         assert re.search(r"cluster=auto chose a3u \(a3u: [^;]*\): Slurm", reply.text), reply.text
         assert f"It starts from {mine}'s newest complete checkpoint" in reply.text
         child = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
-        alice = await bot.core.user(
+        alice = await bot.core.directory.user(
             Incoming(user_id="alice", user_name="alice", channel_id="console", command="/cancel")
         )
-        await bot.core.cancel(await bot.store.get(mine), alice)  # type: ignore[arg-type]
+        await bot.core.decisions.cancel(await bot.store.get(mine), alice)  # type: ignore[arg-type]
         text = await refused(f"sft llama3p1_2b cluster=a3u from={mine}")
         assert text == (
             f"from={mine}: {mine} ended CANCELLED without a complete checkpoint (NO_CHECKPOINT), "
@@ -285,9 +285,9 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
             "own weights, or give a launch that saved one."
         )
         ended = await wait_for_launch(bot.store, child, timeout_s=60)  # its parent ended
-        bob = await bot.core.user(
+        bob = await bot.core.directory.user(
             Incoming(user_id="bob", user_name="bob", channel_id="console", command="/cancel")
         )
-        await bot.core.cancel(await bot.store.get(bobs), bob)  # type: ignore[arg-type]
+        await bot.core.decisions.cancel(await bot.store.get(bobs), bob)  # type: ignore[arg-type]
     assert ended.outcome == "PARENT_FAILED"
     assert slurm_jobs_named(mine) == [] and slurm_jobs_named(child) == []

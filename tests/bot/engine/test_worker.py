@@ -388,7 +388,7 @@ async def test_cancel_during_preflight_submits_nothing(
     await clusters.preflight_started.wait()
     current = await store.get(launch.id)
     assert current is not None
-    await core.cancel(current, ALICE)
+    await core.decisions.cancel(current, ALICE)
     clusters.preflight_gate.set()
     assert await task
     stored = await store.get(launch.id)
@@ -413,7 +413,7 @@ async def test_a_cancel_while_the_submit_outcome_is_unknown_cancels_the_job_that
     assert await w.process(launch.id)
     current = await store.get(launch.id)
     assert current is not None and current.phase == Phase.SUBMITTING
-    reply = await core.cancel(current, ALICE)
+    reply = await core.decisions.cancel(current, ALICE)
     assert "Cancelled" in reply.text
     for _ in range(50):  # the worker takes the entries the cancel and the timeout left
         await store.promote_due()
@@ -563,7 +563,7 @@ async def test_a_job_that_appears_after_cancel_is_cancelled_too(
     async def cancel_meanwhile(spec: LaunchSpec) -> None:
         current = await store.get(launch.id)
         assert current is not None and current.phase == Phase.SUBMITTING
-        await core.cancel(current, ALICE)
+        await core.decisions.cancel(current, ALICE)
 
     clusters.on_submit = cancel_meanwhile
     assert await Worker(store, clusters, name="a").process(launch.id)
@@ -588,7 +588,7 @@ async def test_retry_holds_and_queues_and_a_worker_reverts_it_when_the_old_job_s
     running = await store.get(launch.id)
     assert running is not None and running.phase == Phase.SUBMITTED
     clusters.cancel_error = ClusterUnreachable("connection refused", cluster="a4")
-    reply = await core.retry(running, ALICE)
+    reply = await core.decisions.retry(running, ALICE)
     assert not reply.error and "being cancelled" in reply.text, reply.text
     assert clusters.cancelled == []  # the click asked no cluster
     held = await store.get(launch.id)
@@ -601,7 +601,7 @@ async def test_retry_holds_and_queues_and_a_worker_reverts_it_when_the_old_job_s
     assert any("Job 100 could not be cancelled" in t for t in texts), texts[-1]
     assert clusters.submits == ["100"]
     clusters.cancel_error = None
-    assert not (await core.retry(stored, ALICE)).error
+    assert not (await core.decisions.retry(stored, ALICE)).error
     assert await w.process(launch.id)  # cancels job 100 and looks again a second later
     assert clusters.cancelled == ["100"] and clusters.submits == ["100"]
     assert await w.process(launch.id)  # gone: the new attempt goes
@@ -689,7 +689,7 @@ async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedCl
 
     running, _ = await store.mutate(launch.id, ran_an_hour)
     asked = time.time()
-    reply = await core.retry(running, ALICE)
+    reply = await core.decisions.retry(running, ALICE)
     assert not reply.error, reply.text
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id) and await w.process(launch.id)  # cancel; then gone
@@ -712,7 +712,7 @@ async def test_a_cancel_cancels_the_job_a_worker_recorded_after_the_cancel_read_
     read_before = await store.get(launch.id)  # what the cancel looked at
     assert await Worker(store, clusters, name="a").process(launch.id)
     assert read_before is not None and not read_before.job_id
-    reply = await core.cancel(read_before, ALICE)
+    reply = await core.decisions.cancel(read_before, ALICE)
     assert not reply.error, reply.text
     assert clusters.cancelled == ["100"], reply.text
     stored = await store.get(launch.id)
@@ -742,14 +742,14 @@ async def test_a_cancelled_job_whose_log_shows_a_retryable_cause_is_not_retried(
     assert await Worker(store, clusters, name="a").process(launch.id)
     running = await store.get(launch.id)
     assert running is not None
-    await core.cancel(running, ALICE)
+    await core.decisions.cancel(running, ALICE)
     stored, _ = await store.mutate(launch.id, failed_after_cancel)
     assert stored.phase == Phase.DONE and stored.outcome == "CANCELLED"
     assert len(stored.attempts) == 1 and await store.deferred_count() == 0
     texts = await thread_texts(store, launch.id)
     assert any("after <@U0ALICE> cancelled it; not retried" in t for t in texts), texts
     assert not any("Retrying" in t for t in texts), texts
-    assert (await core.retry(stored, ALICE)).error
+    assert (await core.decisions.retry(stored, ALICE)).error
 
 
 async def test_a_cancel_during_the_retry_backoff_is_final(
@@ -769,7 +769,7 @@ async def test_a_cancel_during_the_retry_backoff_is_final(
     await store.mutate(launch.id, backoff)
     current = await store.get(launch.id)
     assert current is not None
-    reply = await core.cancel(current, ALICE)
+    reply = await core.decisions.cancel(current, ALICE)
     assert not reply.error and clusters.cancelled == []  # job 9 had already ended
     await asyncio.sleep(0.4)
     await store.promote_due()
@@ -794,9 +794,9 @@ async def test_a_cancel_while_awaiting_approval_is_final(
     await store.mutate(launch.id, awaiting)
     current = await store.get(launch.id)
     assert current is not None
-    await core.cancel(current, ALICE)
+    await core.decisions.cancel(current, ALICE)
     admin = User(id="U0ADMIN", name="admin", groups=frozenset())
-    assert (await core.approve(current, admin, True)).text  # answered, whatever it says
+    assert (await core.decisions.approve(current, admin, True)).text  # answered, whatever it says
     stored = await store.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and not stored.active
     assert await store.stream_length(keys.QUEUE) == 1  # only the entry of its creation
@@ -822,7 +822,7 @@ async def test_a_cancel_during_a_deferred_start_is_final(
     assert await store.deferred_count() == 1 and clusters.submits == []
     current = await store.get(launch.id)
     assert current is not None
-    assert not (await core.cancel(current, ALICE)).error
+    assert not (await core.decisions.cancel(current, ALICE)).error
 
     def posted(stored: Launch) -> list[Event]:
         stored.parent_ts = "1700000000.000200"

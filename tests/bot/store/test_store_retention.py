@@ -147,13 +147,13 @@ async def test_a_launch_past_its_retention_is_named_with_when_it_ended() -> None
         bot.poller.shutdown()
         item = launch("U1", "a4")
         await finish(bot.store, item, "4242", "TIMEOUT")
-        assert (await bot.core.find(JobRef(id="4242"))).id == item.id
+        assert (await bot.core.lookup.find(JobRef(id="4242"))).id == item.id
         await asyncio.sleep(2.5)
         with pytest.raises(CommandError) as raised:
-            await bot.core.find(JobRef(id=item.id))
+            await bot.core.lookup.find(JobRef(id=item.id))
         day = time.strftime("%Y-%m-%d", time.gmtime())
         assert str(raised.value).startswith(f"{item.id} ended on {day} (TIMEOUT); its details")
         with pytest.raises(CommandError, match="No launch of trainbot has Slurm job 4242"):
-            await bot.core.find(JobRef(id="4242"))  # its index entry expired with the record
+            await bot.core.lookup.find(JobRef(id="4242"))  # its index entry expired with the record
         with pytest.raises(CommandError, match="No launch L-000000"):
-            await bot.core.find(JobRef(id="L-000000"))
+            await bot.core.lookup.find(JobRef(id="L-000000"))

@@ -1,0 +1,60 @@
+"""The App Home as it is gathered for one person: their launches, their history, the
+clusters' capacity and, for admins, undelivered messages (:mod:`bot.core.home` lays
+them out)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bot.core import home
+from bot.core.capacity import Capacity
+from bot.core.people import Directory
+from bot.store.store import Store
+from bot.text.front import Reply
+from commands.context import CommandContext
+
+HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
+
+
+class AppHome:
+    """Builds App Homes, at most one per person every few seconds."""
+
+    def __init__(
+        self, store: Store, context: CommandContext, capacity: Capacity, directory: Directory
+    ) -> None:
+        self.store = store
+        self.context = context
+        self.capacity = capacity
+        self.directory = directory
+        self._shown: dict[str, float] = {}  # user -> when their App Home was last built
+
+    def forget(self, user_id: str) -> None:
+        """The person's App Home is built again when next asked (their settings changed)."""
+        self._shown.pop(user_id, None)
+
+    async def home(self, user_id: str) -> Reply:
+        """The person's App Home: their active and recent launches, and the clusters.
+        Cheap when many open it: cluster capacity is asked at most once a minute for
+        everyone, and a person opening it again within seconds gets nothing new."""
+        now = time.time()
+        if now - self._shown.get(user_id, 0.0) < HOME_MIN_INTERVAL_S:
+            return Reply("")
+        self._shown[user_id] = now
+        ids = await self.store.active_ids(user_id)
+        found = await asyncio.gather(*(self.store.get(i) for i in ids))
+        active = sorted((item for item in found if item), key=lambda item: item.created_at)
+        recent = await self.store.history(user_id=user_id, limit=home.RECENT_SHOWN)
+        links = {item.id: item.permalink for item in active}
+        links |= {entry.id: entry.permalink for entry in recent}
+        capacity = await self.capacity.for_home(now)
+        sweep_ids = sorted({item.sweep for item in active if item.sweep})
+        found_sweeps = await asyncio.gather(*(self.store.get_sweep(i) for i in sweep_ids))
+        in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
+        blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)
+        blocks += home.prefs_blocks(await self.store.prefs(user_id))
+        if self.context.policy.is_admin(user_id, await self.directory.groups_of(user_id)):
+            retrying = await self.store.retrying_letters()
+            owed = home.dead_letter_text(retrying, await self.store.given_up_count())
+            blocks += home.dead_letter_blocks(owed)
+        return Reply("App Home", blocks=blocks)

@@ -1,0 +1,204 @@
+"""What a person's word does to a launch already made: cancel it, approve or reject
+it, retry it; for a sweep, cancel, approve or reject it whole."""
+
+from __future__ import annotations
+
+import time
+
+from bot.core.lookup import Lookup
+from bot.engine.asks import ClusterCalls
+from bot.lifecycle import health, render
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.store.store import Store
+from bot.text.front import Reply
+from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
+from cluster.errors import ClusterError
+from commands.access import may_approve, may_reject
+from commands.context import CommandContext, User
+from commands.requests import JobRef
+
+
+class Decisions:
+    """Cancel, approve, reject and retry, each written to the launch's record first."""
+
+    def __init__(
+        self, store: Store, calls: ClusterCalls, context: CommandContext, lookup: Lookup
+    ) -> None:
+        self.store = store
+        self.calls = calls
+        self.context = context
+        self.lookup = lookup
+
+    async def cancel(self, launch: Launch, user: User) -> Reply:
+        """A cancel is final. The person's intent is written first (who, when); from then on
+        the launch ends CANCELLED whatever its job's log shows, and nothing is retried. The
+        job to ``scancel`` is read from the record after that write, so a job a worker
+        recorded meanwhile is cancelled too; one a worker records later, it cancels itself."""
+        if not launch.active:
+            return Reply(f"{launch.id} has already ended ({render.status_label(launch)[1]}).")
+
+        def cancelled(stored: Launch) -> list[Event]:
+            if not stored.active:
+                return []
+            text = f"🚫 Cancelled by <@{user.id}>."
+            events = []
+            if not stored.cancelled_by:
+                stored.cancelled_by, stored.cancelled_at = user.id, time.time()
+            if stored.phase not in (Phase.SUBMITTED, Phase.RUNNING) or not stored.job_id:
+                stored.phase, stored.outcome, stored.detail = Phase.DONE, "CANCELLED", text
+            if stored.submit_started_at:  # a worker looks the job up and cancels it
+                text += (
+                    " A submission was in flight: trainbot looks the job up by the launch id "
+                    "and cancels it if Slurm has it."
+                )
+                events.append(Event("enqueue", stored.id))
+            return [Event("thread", stored.id, text), Event("update", stored.id), *events]
+
+        stored, events = await self.store.mutate(launch.id, cancelled)
+        if not events:
+            return Reply(f"{launch.id} has already ended ({render.status_label(stored)[1]}).")
+        job_id = stored.job_id if stored.phase in (Phase.SUBMITTED, Phase.RUNNING) else ""
+        if stored.attempts and stored.attempts[-1].held and len(stored.attempts) > 1:
+            job_id = stored.attempts[-2].job_id  # a Retry was cancelling it: make sure
+        if not job_id:
+            return Reply(f"Cancelled {launch.id}. The thread will show the final state.")
+        try:
+            await self.calls.cancel(stored, [job_id])  # as its person, by a worker if need be
+        except ClusterError as exc:
+            text = (
+                f"⚠️ Could not cancel Slurm job {job_id} now ({escape(str(exc))}). The launch "
+                f"stays cancelled and will not be retried; trainbot sends the cancel again at "
+                f"each poll until the job ends (by hand: `scancel {job_id}` on "
+                f"{escape(stored.cluster)})."
+            )
+            await self.store.mutate(launch.id, lambda s: [Event("thread", s.id, text)])
+            return Reply(text, error=True)
+        return Reply(f"Cancelled Slurm job {job_id}. The thread will show the final state.")
+
+    async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:
+        """A second person lets a launch above the node threshold go (or not)."""
+        if launch.phase != Phase.AWAITING_APPROVAL:
+            return Reply(f"{launch.id} is not waiting for approval any more.", error=True)
+        if approved:
+            decision = may_approve(
+                self.context.policy,
+                user_id=user.id,
+                group_ids=user.groups,
+                owner_id=launch.user_id,
+                cluster=launch.cluster,
+                nodes=launch.request.nodes,
+            )
+        else:  # the asker may withdraw; others must be admins or approvers
+            decision = may_reject(
+                self.context.policy,
+                user_id=user.id,
+                group_ids=user.groups,
+                owner_id=launch.user_id,
+                cluster=launch.cluster,
+            )
+        if not decision.allowed:
+            return Reply(escape(decision.reason), error=True)
+
+        def decide_launch(stored: Launch) -> list[Event]:
+            if stored.phase != Phase.AWAITING_APPROVAL or stored.cancelled_by:
+                return []
+            if approved:
+                stored.phase = Phase.QUEUED
+                text = f"✅ Approved by <@{user.id}>. Queued."
+                return [
+                    Event("thread", stored.id, text),
+                    Event("update", stored.id),
+                    Event("enqueue", stored.id),
+                ]
+            stored.phase, stored.outcome = Phase.REJECTED, "NOT_APPROVED"
+            stored.detail = f"Not approved by <@{user.id}>."
+            return [
+                Event("thread", stored.id, f"⛔ {stored.detail} Nothing was submitted."),
+                Event("update", stored.id),
+            ]
+
+        await self.store.mutate(launch.id, decide_launch)
+        return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
+
+    async def retry(self, launch: Launch, user: User) -> Reply:
+        """Hold the launch for a new attempt, resuming, and queue it: a worker cancels the
+        current attempt's job (a hang, say), and submits the new one once Slurm shows the
+        old one gone (the worker's one retry rule; when it cannot be
+        cancelled, the launch goes back to following it). Nothing here asks a cluster."""
+        if launch.cancelled_by:
+            return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)
+        if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
+            return Reply(
+                f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True
+            )
+        old = launch.job_id
+
+        def hold(stored: Launch) -> list[Event]:
+            """A new attempt is on its way: stop following the old job, and queue it."""
+            running = stored.phase in (Phase.SUBMITTED, Phase.RUNNING)
+            if stored.job_id != old or not running or stored.cancelled_by:  # a cancel is final
+                return []
+            stored.attempts.append(
+                Attempt(
+                    number=len(stored.attempts) + 1,
+                    reason=f"retry asked for by {user.name or user.id}",
+                    resume=True,
+                    checkpoints_at_start=len(stored.checkpoints),
+                    held=True,
+                    held_at=time.time(),
+                    from_step=stored.progress.step,
+                )
+            )
+            stored.phase = Phase.RETRYING
+            text = (
+                f"🔁 Retry asked for by <@{user.id}>: cancelling job {old}; a new attempt is "
+                "submitted once Slurm shows it gone."
+            )
+            return [
+                Event("thread", stored.id, text),
+                Event("update", stored.id),
+                Event("enqueue", stored.id),
+            ]
+
+        held, _ = await self.store.mutate(launch.id, hold)
+        if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
+            return Reply(f"{launch.id} is not running any more.", error=True)
+        return Reply(
+            f"Retrying {launch.id}: job {old} is being cancelled, and a new attempt follows "
+            "once it is gone. The thread shows each step."
+        )
+
+    async def on_sweep_action(self, action_id: str, sweep_id: str, user: User) -> Reply:
+        """Cancel a whole sweep (after its confirm dialog), or approve or reject it whole."""
+        verb = "cancel" if action_id == ACTION_CANCEL else ""  # approvers: checked per member
+        sweep, members = await self.lookup.sweep_members(sweep_id, user, verb)
+        live = [m for m in members if m is not None and m.active]
+        if action_id == ACTION_CANCEL:
+            for member in live:
+                await self.lookup.actable(JobRef(id=member.id), user, "cancel")
+            replies = [await self.cancel(member, user) for member in live]
+            failed = [r.text for r in replies if r.error]
+            said = f"Cancelled sweep {sweep.id}: {len(live)} active member(s), one cancel each."
+            return Reply("\n".join([said, *failed]), error=bool(failed))
+        if action_id in (ACTION_APPROVE, ACTION_REJECT):
+            waiting = [m for m in live if m.phase == Phase.AWAITING_APPROVAL]
+            if not waiting:
+                return Reply(f"Sweep {sweep.id} is not waiting for approval any more.", error=True)
+            approved = action_id == ACTION_APPROVE
+            if approved:  # all or none: one member past the approver's limit stops the sweep
+                for member in waiting:
+                    decision = may_approve(
+                        self.context.policy, user_id=user.id, group_ids=user.groups,
+                        owner_id=member.user_id, cluster=member.cluster,
+                        nodes=member.request.nodes,
+                    )  # fmt: skip
+                    if not decision.allowed:
+                        return Reply(escape(decision.reason), error=True)
+            for member in waiting:
+                reply = await self.approve(member, user, approved)
+                if reply.error:
+                    return reply
+            word = "Approved" if approved else "Rejected"
+            return Reply(f"{word} sweep {sweep.id} ({len(waiting)} launches).")
+        return Reply(f"That button does not apply to sweep {sweep.id}.", error=True)
