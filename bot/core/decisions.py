@@ -7,9 +7,9 @@ import time
 
 from bot.core.lookup import Lookup
 from bot.engine.asks import ClusterCalls
-from bot.lifecycle import health, render
+from bot.lifecycle import health, phases, render
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
@@ -38,24 +38,8 @@ class Decisions:
         if not launch.active:
             return Reply(f"{launch.id} has already ended ({render.status_label(launch)[1]}).")
 
-        def cancelled(stored: Launch) -> list[Event]:
-            if not stored.active:
-                return []
-            text = f"🚫 Cancelled by <@{user.id}>."
-            events = []
-            if not stored.cancelled_by:
-                stored.cancelled_by, stored.cancelled_at = user.id, time.time()
-            if stored.phase not in (Phase.SUBMITTED, Phase.RUNNING) or not stored.job_id:
-                stored.phase, stored.outcome, stored.detail = Phase.DONE, "CANCELLED", text
-            if stored.submit_started_at:  # a worker looks the job up and cancels it
-                text += (
-                    " A submission was in flight: trainbot looks the job up by the launch id "
-                    "and cancels it if Slurm has it."
-                )
-                events.append(Event("enqueue", stored.id))
-            return [Event("thread", stored.id, text), Event("update", stored.id), *events]
-
-        stored, events = await self.store.mutate(launch.id, cancelled)
+        facts = phases.Facts(now=time.time(), by=user.id)
+        stored, events = await self.store.mutate(launch.id, phases.step(phases.cancel, facts))
         if not events:
             return Reply(f"{launch.id} has already ended ({render.status_label(stored)[1]}).")
         job_id = stored.job_id if stored.phase in (Phase.SUBMITTED, Phase.RUNNING) else ""
@@ -100,31 +84,14 @@ class Decisions:
         if not decision.allowed:
             return Reply(escape(decision.reason), error=True)
 
-        def decide_launch(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.AWAITING_APPROVAL or stored.cancelled_by:
-                return []
-            if approved:
-                stored.phase = Phase.QUEUED
-                text = f"✅ Approved by <@{user.id}>. Queued."
-                return [
-                    Event("thread", stored.id, text),
-                    Event("update", stored.id),
-                    Event("enqueue", stored.id),
-                ]
-            stored.phase, stored.outcome = Phase.REJECTED, "NOT_APPROVED"
-            stored.detail = f"Not approved by <@{user.id}>."
-            return [
-                Event("thread", stored.id, f"⛔ {stored.detail} Nothing was submitted."),
-                Event("update", stored.id),
-            ]
-
-        await self.store.mutate(launch.id, decide_launch)
+        move = phases.approve if approved else phases.reject
+        await self.store.mutate(launch.id, phases.step(move, phases.Facts(by=user.id)))
         return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
 
     async def retry(self, launch: Launch, user: User) -> Reply:
         """Hold the launch for a new attempt, resuming, and queue it: a worker cancels the
         current attempt's job (a hang, say), and submits the new one once Slurm shows the
-        old one gone (the worker's one retry rule; when it cannot be
+        old one gone (Retry's one rule, bot/lifecycle/phases.py; when it cannot be
         cancelled, the launch goes back to following it). Nothing here asks a cluster."""
         if launch.cancelled_by:
             return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)
@@ -134,34 +101,8 @@ class Decisions:
             )
         old = launch.job_id
 
-        def hold(stored: Launch) -> list[Event]:
-            """A new attempt is on its way: stop following the old job, and queue it."""
-            running = stored.phase in (Phase.SUBMITTED, Phase.RUNNING)
-            if stored.job_id != old or not running or stored.cancelled_by:  # a cancel is final
-                return []
-            stored.attempts.append(
-                Attempt(
-                    number=len(stored.attempts) + 1,
-                    reason=f"retry asked for by {user.name or user.id}",
-                    resume=True,
-                    checkpoints_at_start=len(stored.checkpoints),
-                    held=True,
-                    held_at=time.time(),
-                    from_step=stored.progress.step,
-                )
-            )
-            stored.phase = Phase.RETRYING
-            text = (
-                f"🔁 Retry asked for by <@{user.id}>: cancelling job {old}; a new attempt is "
-                "submitted once Slurm shows it gone."
-            )
-            return [
-                Event("thread", stored.id, text),
-                Event("update", stored.id),
-                Event("enqueue", stored.id),
-            ]
-
-        held, _ = await self.store.mutate(launch.id, hold)
+        facts = phases.Facts(now=time.time(), by=user.id, by_name=user.name, job_id=old)
+        held, _ = await self.store.mutate(launch.id, phases.step(phases.retry, facts))
         if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
             return Reply(f"{launch.id} is not running any more.", error=True)
         return Reply(

@@ -12,8 +12,9 @@ from bot.core.rates import slow_down
 from bot.core.train import Launcher
 from bot.engine import sweeps
 from bot.engine.cost import appraise
+from bot.lifecycle import phases
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.lifecycle.launch import Launch, Sweep
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import escape
@@ -124,8 +125,9 @@ async def start_sweep(
         launch.tz, launch.groups = user.tz, sorted(user.groups)
         if index >= room:  # max_concurrent: each waits for the member ``room`` before it
             launch.waits_for = launches[index - room].id
-        if approval is not None:
-            launch.phase = Phase.AWAITING_APPROVAL
+        # queued, or waiting for the sweep's approval: said once, in the sweep's thread
+        move = phases.queue if approval is None else phases.ask_approval
+        move(launch, phases.Facts(by=user.id, reason=approval.reason if approval else ""))
     sweep.members = [launch.id for launch in launches]
     events = _sweep_first_events(
         sweep, launches[0].id, None if approval is None else approval.reason

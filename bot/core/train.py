@@ -23,9 +23,9 @@ from bot.engine.cost import (
 )
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
-from bot.lifecycle import render
+from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.launch import Launch
 from bot.settings.logs import launch_fields
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.store.store import Store
@@ -157,28 +157,19 @@ class Launcher:
                 return usage.refused(exc, appraisal, self.context.policy, launch) + before
             return _at_limit(limit or 0, dry_run=request.dry_run)
 
+        what = render.request_text(launch)
         if decision.needs_approval:
-            launch.phase = Phase.AWAITING_APPROVAL
-            ask = (
-                f"✋ asks for {render.request_text(launch)}. "
-                f"{escape(decision.reason)} A trainbot admin or an approver for "
-                f"{launch.cluster} can approve it."
-            )
-            events = [
-                Event("parent", launch.id),
-                Event("thread", launch.id, ask, data={"buttons": ["approve", "reject"]}),
-            ]
+            facts = phases.Facts(by=user.id, text=what, reason=decision.reason)
+            _, events = phases.ask_approval(launch, facts)
             if refused := await create(events, enqueue=False):
                 return Reply(refused, error=True)
             return Reply(
                 f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
                 f"asked in its thread.{before}"
             )
-        queued = f"Queued by <@{user.id}>: {render.request_text(launch)}{waits}"
         before += waits
-        if refused := await create(
-            [Event("parent", launch.id), Event("thread", launch.id, queued)]
-        ):
+        _, events = phases.queue(launch, phases.Facts(by=user.id, text=what + waits))
+        if refused := await create(events):
             return Reply(refused, error=True)
         log.info(
             "launch %s queued by %s: %s",

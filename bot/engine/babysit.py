@@ -7,7 +7,7 @@ retry rules live in cluster.diagnosis; this module applies them to a launch.
 
 from __future__ import annotations
 
-from bot.lifecycle import health, render
+from bot.lifecycle import health, phases, render
 from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
@@ -95,22 +95,18 @@ def on_failure(
         launch.detail = f"{escape(diagnosis.cause)}. {escape(decision.reason)}"[:300]
         return events, False
     number = len(launch.attempts) + 1
-    launch.attempts.append(
-        Attempt(
-            number=number,
-            reason=f"{diagnosis.cause}",
-            exclude=decision.exclude_node or "",
-            seed_tokenizer=decision.seed_tokenizer,
-            resume=decision.resume,
-            checkpoints_at_start=len(launch.checkpoints),
-            from_step=launch.progress.step,
-            not_before=now + watch.retry_backoff_s * (number - 1),
-        )
+    attempt = Attempt(
+        number=number,
+        reason=f"{diagnosis.cause}",
+        exclude=decision.exclude_node or "",
+        seed_tokenizer=decision.seed_tokenizer,
+        resume=decision.resume,
+        checkpoints_at_start=len(launch.checkpoints),
+        from_step=launch.progress.step,
+        not_before=now + watch.retry_backoff_s * (number - 1),
     )
-    launch.phase = Phase.RETRYING
-    due = {"due": launch.attempts[-1].not_before}
-    events += [Event("enqueue", launch.id, data=due), Event("update", launch.id)]
-    return events, True
+    _, queued = phases.retry_failure(launch, phases.Facts(attempt=attempt))
+    return events + queued, True
 
 
 def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bot.lifecycle import render
+from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
@@ -110,14 +110,9 @@ async def must_wait(
         f"To run it whatever the end, `/train` again with after={item.waits_for}:any."
     )
 
-    def ended(stored: Launch) -> list[Event]:
-        if stored.phase != Phase.QUEUED:
-            return []  # cancelled meanwhile
-        stored.phase, stored.outcome = Phase.DONE, "PARENT_FAILED"
-        stored.detail = f"{stored.waits_for} ended {outcome}"
-        return [Event("thread", stored.id, text), Event("update", stored.id)]
-
-    await mutate(item.id, ended)
+    detail = f"{item.waits_for} ended {outcome}"
+    facts = phases.Facts(outcome="PARENT_FAILED", text=text, detail=detail)
+    await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 
 
@@ -148,14 +143,9 @@ async def _over_budget(
         return False
     text = f"⛔ Not started now that it is due: {escape(decision.reason)}"
 
-    def ended(stored: Launch) -> list[Event]:
-        if stored.phase != Phase.QUEUED:
-            return []  # cancelled meanwhile
-        stored.phase, stored.outcome = Phase.DONE, "OVER_BUDGET"
-        stored.detail = "Over the GPU-hour budget when it was due."
-        return [Event("thread", stored.id, text), Event("update", stored.id)]
-
-    await mutate(item.id, ended)
+    detail = "Over the GPU-hour budget when it was due."
+    facts = phases.Facts(outcome="OVER_BUDGET", text=text, detail=detail)
+    await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 
 
@@ -244,14 +234,9 @@ async def start_point(
             "from the recipe's own weights, or from a launch that saved a checkpoint."
         )
 
-        def ended(stored: Launch) -> list[Event]:
-            if stored.phase != Phase.QUEUED:
-                return []
-            stored.phase, stored.outcome = Phase.DONE, "NO_CHECKPOINT"
-            stored.detail = f"{stored.starts_from} has no checkpoint to start from"
-            return [Event("thread", stored.id, text), Event("update", stored.id)]
-
-        await mutate(item.id, ended)
+        detail = f"{item.starts_from} has no checkpoint to start from"
+        facts = phases.Facts(outcome="NO_CHECKPOINT", text=text, detail=detail)
+        await mutate(item.id, phases.step(phases.not_started, facts))
         return None
     tracking, name, step = found
     value = framework(request.framework).start_value(tracking, name, profile)

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Collection
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import StartEstimates, estimate_shape
 from bot.engine.on_cluster import Clusters
-from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.lifecycle import phases
+from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.render import duration
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
@@ -130,20 +130,6 @@ async def place(
     return name, why, best.wait_s is not None and best.wait_s <= NOW_TOLERANCE_S
 
 
-def settle_move(stored: Launch) -> str:
-    """A rerouted launch whose old job is confirmed gone takes its new attempt's cluster:
-    the earlier attempts keep theirs (their jobs are not looked for on the new one).
-    Returns the cluster it left ("" when it does not move)."""
-    target = stored.attempts[-1].cluster if stored.attempts else ""
-    if not target or target == stored.cluster:
-        return ""
-    left = stored.cluster
-    for attempt in stored.attempts[:-1]:
-        attempt.cluster = attempt.cluster or left
-    stored.request = stored.request.model_copy(update={"cluster": target})
-    return left
-
-
 def _due(launch: Launch, after_s: float, now: float) -> bool:
     """Placed by cluster=auto, not moved yet, and its job still pending ``after_s`` on."""
     attempt = launch.attempt
@@ -240,60 +226,21 @@ async def _move(
     store: Store, clusters: Clusters, launch: Launch, target: str, why: str, after_s: float
 ) -> bool:
     old_job, left = launch.job_id, launch.cluster
-
-    def hold(stored: Launch) -> list[Event]:
-        if stored.job_id != old_job or stored.phase != Phase.SUBMITTED or stored.rerouted:
-            return []
-        if stored.cancelled_by:
-            return []
-        stored.rerouted = True
-        stored.attempts.append(
-            Attempt(
-                number=len(stored.attempts) + 1,
-                reason=f"moved from {left} to {target}",
-                held=True,
-                cluster=target,
-            )
-        )
-        stored.phase = Phase.RETRYING
-        # Should this process die before the old job is confirmed gone, a worker takes
-        # the launch up later and checks on the old job itself.
-        later = {"due": time.time() + HELD_MOVE_CHECK_S}
-        return [Event("update", stored.id), Event("enqueue", stored.id, data=later)]
-
-    held, _ = await store.mutate(launch.id, hold)
+    later = time.time() + HELD_MOVE_CHECK_S
+    facts = phases.Facts(job_id=old_job, cluster=target, due=later)
+    held, _ = await store.mutate(launch.id, phases.step(phases.reroute, facts))
     if held.phase != Phase.RETRYING or not held.attempts[-1].held:
         return False
     problem = await clusters.cancel_and_confirm(held, old_job, pending_only=True)
-    waited = duration(after_s)
-
-    def back(stored: Launch) -> list[Event]:
-        if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-            return []
-        stored.attempts.pop()
-        stored.phase = Phase.RUNNING if stored.attempts[-1].started_at else Phase.SUBMITTED
-        return [Event("update", stored.id)]
-
-    def go(stored: Launch) -> list[Event]:
-        if stored.phase != Phase.RETRYING or not stored.attempts[-1].held:
-            return []  # a cancel meanwhile made it DONE: nothing new
-        stored.attempts[-1].held = False
-        stored.attempts[-2].close(time.time())
-        settle_move(stored)
-        text = (
-            f"🔀 Still pending on {left} after {waited} while {target} would start it now "
-            f"({escape(why)}): cancelled job {old_job} there before it started and moved "
-            f"the launch to {target}, once; its GPU-hour estimate counts on {target} now."
-        )
-        return [
-            Event("thread", stored.id, text),
-            Event("enqueue", stored.id),
-            Event("update", stored.id),
-        ]
-
     if problem:  # it started meanwhile (scancel left it), or Slurm did not answer
         log.info("launch %s not moved to %s: %s", launch.id, target, problem)
-        await store.mutate(launch.id, back)
+        await store.mutate(launch.id, phases.step(phases.old_job_stays, phases.Facts()))
         return False
-    moved, _ = await store.mutate(launch.id, go)
+    text = (
+        f"🔀 Still pending on {left} after {duration(after_s)} while {target} would start it "
+        f"now ({escape(why)}): cancelled job {old_job} there before it started and moved "
+        f"the launch to {target}, once; its GPU-hour estimate counts on {target} now."
+    )
+    facts = phases.Facts(now=time.time(), job_id=old_job, text=text)
+    moved, _ = await store.mutate(launch.id, phases.step(phases.moved, facts))
     return moved.cluster == target

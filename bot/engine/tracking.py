@@ -12,7 +12,7 @@ import re
 import time
 
 from bot.engine import babysit
-from bot.lifecycle import health, render
+from bot.lifecycle import health, phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Watch
@@ -69,6 +69,11 @@ class _Step:
 
     def say(self, text: str) -> None:
         self.events.append(Event("thread", self.launch.id, text))
+        self.visible = True
+
+    def move(self, move: phases.Move, facts: phases.Facts) -> None:
+        """A change of phase Slurm's word means: its lines are said like :meth:`say`'s."""
+        self.events += phases.step(move, facts)(self.launch)
         self.visible = True
 
     def read_log(self) -> bool:
@@ -196,23 +201,18 @@ class _Step:
 
     def started(self) -> None:
         """First sight of the job running (or already past it): say where, before anything else."""
-        state, attempt, launch = self.snap.state, self.attempt, self.launch
+        state, launch = self.snap.state, self.launch
         if launch.phase == Phase.RUNNING or not state or state in ("PENDING", "CONFIGURING"):
             return
         if state not in ("RUNNING", "COMPLETING") and not self.snap.log.path:
             return  # ended without ever being seen to run: the final message says it all
-        launch.phase = Phase.RUNNING
-        if attempt.started_at:  # running again after a requeue: the wait was not a hang
-            launch.progress.updated_at = self.now
-        attempt.started_at = attempt.started_at or self.now
         nodes = self.snap.queue.nodelist if self.snap.queue else ""
         if not nodes and self.snap.acct is not None:
             nodes = self.snap.acct.latest.nodelist
-        attempt.node_list = nodes or attempt.node_list
-        self.say(f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running.")
+        self.move(phases.running, phases.Facts(now=self.now, nodes=nodes))
 
     def state(self) -> None:
-        state, attempt, launch = self.snap.state, self.attempt, self.launch
+        state, attempt = self.snap.state, self.attempt
         if not state or state == attempt.slurm_state:
             return
         previous, attempt.slurm_state = attempt.slurm_state, state
@@ -222,8 +222,7 @@ class _Step:
         if is_terminal(state):
             self.terminal(state)
         elif state == "PENDING" and previous in ("RUNNING", "COMPLETING"):
-            launch.phase = Phase.SUBMITTED
-            self.say(f"Job {self.snap.job_id} is pending again (requeued).")
+            self.move(phases.requeued, phases.Facts(job_id=self.snap.job_id))
         elif previous and state not in ("PENDING", "CONFIGURING"):
             self.say(f"Slurm state: {state}.")
 
@@ -250,8 +249,7 @@ class _Step:
             self.visible = True
             if retrying:
                 return
-        launch.phase = Phase.DONE
-        launch.outcome = "CANCELLED" if launch.cancelled_by and state != "COMPLETED" else state
+        phases.ended(launch, phases.Facts(outcome=state))
         summary = final_summary(launch, self.profile, self.now)
         if state == "COMPLETED":  # a run whose loss went NaN is no plain success
             summary = health.completed_text(launch, summary)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
-from bot.engine import worker
+from bot.engine import recovery, worker
 from bot.engine.on_cluster import Clusters
 from bot.runtime.cli import main
 from cluster.launch import Submission
@@ -19,8 +19,8 @@ worker.LAUNCH_LOCK_MS = 3000
 worker.LOCK_RENEW_S = 1.0
 worker.CLAIM_IDLE_MS = 3000
 worker.CLAIM_EVERY_S = 1.0
-worker.SUBMIT_TIMEOUT_S = float(os.environ.get("STALL_SUBMIT_TIMEOUT_S", "15"))
-worker.SUBMIT_SETTLE_S = 5.0
+recovery.SUBMIT_TIMEOUT_S = float(os.environ.get("STALL_SUBMIT_TIMEOUT_S", "15"))
+recovery.SUBMIT_SETTLE_S = 5.0
 
 if os.environ.get("STALL_BEFORE_SUBMIT") == "1":
     submit = Clusters.submit

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from bot.engine import placement
+from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from commands.policy import BudgetRule, Policy
@@ -83,10 +84,10 @@ async def test_a_job_that_started_meanwhile_keeps_the_launch_where_it_is() -> No
 def test_settle_move_gives_earlier_attempts_their_cluster() -> None:
     item = pending("4189")
     item.attempts.append(Attempt(number=2, cluster="a3u"))
-    assert placement.settle_move(item) == "a4"
+    assert phases.settle_move(item) == "a4"
     assert item.cluster == "a3u"
     assert [a.cluster for a in item.attempts] == ["a4", "a3u"]
-    assert placement.settle_move(item) == ""  # already there
+    assert phases.settle_move(item) == ""  # already there
 
 
 async def test_a_move_needs_room_in_the_budget_there() -> None:

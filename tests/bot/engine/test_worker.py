@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bot.core.core import Core
-from bot.engine import worker
+from bot.engine import recovery, submit, worker
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
@@ -159,8 +159,8 @@ async def test_a_stalled_worker_that_lost_the_launch_writes_nothing(
     the launch over and finds no job yet. A submit may still be in flight, so B submits
     nothing until it must have ended. A's job then lands, A's write is refused by the
     fence, and B, looking again, adopts it: one job, recorded once."""
-    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
+    monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
     launch = await queued(store)
     slow, fast = Worker(store, clusters, name="a"), Worker(store, clusters, name="b")
     gate, stalled, calls = asyncio.Event(), asyncio.Event(), []
@@ -215,8 +215,8 @@ async def test_a_stalled_worker_checks_the_fence_not_a_free_lock_before_sbatch(
     the fence), found no job, and let the lock go while it waits for A's possible submit.
     A wakes to a free lock: taking it again would let it submit beside B's later one; its
     fence is stale, so it submits nothing."""
-    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
+    monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
     launch = await queued(store)
     a = StallsAfterSubmitting(store, clusters, name="a")
     first = asyncio.create_task(a.process(launch.id))
@@ -267,8 +267,8 @@ async def test_a_worker_that_died_before_its_submit_reached_slurm_is_not_repeate
     """Worker A passed pre-flight and said so, then died before sbatch reached Slurm. B looks
     the launch up once A's submit must have ended (nothing), runs pre-flight again and
     submits: one job, and "Pre-flight ok" once in the thread."""
-    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.1)
+    monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.1)
     launch = await queued(store)
     dead = asyncio.Event()  # never set: A never comes back
 
@@ -349,7 +349,7 @@ async def test_backoff_is_a_deferred_entry_not_a_sleep(
 async def test_a_submit_that_timed_out_is_looked_up_not_dropped(
     store: Store, clusters: ScriptedClusters, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
+    monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
     launch = await queued(store)
 
     async def timeout(spec: LaunchSpec) -> None:
@@ -400,8 +400,8 @@ async def test_a_cancel_while_the_submit_outcome_is_unknown_cancels_the_job_that
 ) -> None:
     """The submit timed out (its job did reach Slurm), then the person cancels: the job is
     found by the launch id and cancelled, and the thread says so."""
-    monkeypatch.setattr(worker, "SUBMIT_SETTLE_S", 0.2)
-    monkeypatch.setattr(worker, "SUBMIT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
+    monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.3)
     launch = await queued(store)
     core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
 
@@ -653,7 +653,7 @@ async def test_a_held_retry_whose_old_job_outlasts_the_wait_goes_back_to_it(
     assert await w.process(launch.id)
     if old_job_gone:
         await clusters.cancel("a4", ["100"])
-    late = time.time() - worker.RETRY_CANCEL_WAIT_S - 1
+    late = time.time() - recovery.RETRY_CANCEL_WAIT_S - 1
 
     def held(stored: Launch) -> list[Event]:  # what Core.retry writes, that long ago
         stored.attempts.append(Attempt(number=2, resume=True, held=True, held_at=late))
@@ -829,7 +829,7 @@ async def test_a_cancel_during_a_deferred_start_is_final(
         return []
 
     await store.mutate(launch.id, posted)
-    await asyncio.sleep(worker.THREAD_WAIT_S + 0.1)
+    await asyncio.sleep(submit.THREAD_WAIT_S + 0.1)
     assert await store.promote_due() == 1
     for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
         await w.handle(entry_id, fields)

@@ -1,0 +1,137 @@
+"""A launch as one worker holds it: its writes land only while the worker's fence is still
+the launch's (:mod:`bot.engine.worker` raises it when it takes the launch), and every
+phase change is a move of :mod:`bot.lifecycle.phases`.
+
+Here too what every path of a worker writes once Slurm has answered: the job it has
+for the launch (submitted or found), a job that appeared after a cancel, a refusal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from bot.engine.on_cluster import Clusters
+from bot.lifecycle import phases
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Launch, Phase
+from bot.settings.logs import set_job_id
+from bot.store.store import Store
+from bot.text.mrkdwn import escape
+from cluster.errors import ClusterError, TrainbotError
+from cluster.jobs import FoundJob
+from cluster.launch import Submission
+
+log = logging.getLogger("bot.engine.worker")  # the worker's one log, whichever part writes
+
+
+class LostLock(TrainbotError):
+    """Another worker took the launch (this one stalled past its lock): stop, write nothing."""
+
+
+class Holding:
+    """What a worker does to the launch it holds; :class:`bot.engine.worker.Worker` is one."""
+
+    def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
+        self.store = store
+        self.clusters = clusters
+        self.name = name  # unique per process: its queue consumer and its launch locks
+        self._fence = 0  # the token of the launch being handled
+
+    async def _take(self, launch_id: str) -> Launch:
+        """Raise the launch's fence: from now on only this worker's writes land."""
+
+        def take(stored: Launch) -> list[Event]:
+            stored.fence += 1
+            return []
+
+        item, _ = await self.store.mutate(launch_id, take)
+        self._fence = item.fence
+        return item
+
+    async def _check_still_ours(self, launch_id: str) -> None:
+        """LostLock unless this worker's fence is still the launch's and no other worker
+        holds the launch's lock."""
+        stored = await self.store.get(launch_id)
+        holder = await self.store.lease_holder(f"launch:{launch_id}")
+        if stored is None or stored.fence != self._fence:
+            fence = stored.fence if stored else None
+            raise LostLock(f"launch {launch_id}: fence {fence}, ours {self._fence}; not submitting")
+        if holder not in ("", self.name):
+            raise LostLock(f"launch {launch_id}: {holder} holds it; not submitting")
+
+    async def _mutate(
+        self, launch_id: str, change: Callable[[Launch], list[Event]]
+    ) -> tuple[Launch, list[Event]]:
+        """:meth:`Store.mutate`, only while this worker still holds the launch."""
+        fence = self._fence
+
+        def fenced(stored: Launch) -> list[Event]:
+            if stored.fence != fence:
+                raise LostLock(f"launch {stored.id}: fence {stored.fence}, ours {fence}")
+            return change(stored)
+
+        return await self.store.mutate(launch_id, fenced)
+
+    async def _move(
+        self, launch_id: str, move: phases.Move, facts: phases.Facts
+    ) -> tuple[Launch, list[Event]]:
+        """``move`` of the held launch, unless it moved on meanwhile (a cancel wins)."""
+        return await self._mutate(launch_id, phases.step(move, facts))
+
+    async def _say(self, launch_id: str, text: str) -> None:
+        """One line in the launch's thread, nothing else changed."""
+        await self._mutate(launch_id, lambda stored: [Event("thread", stored.id, text)])
+
+    async def _reject(
+        self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None
+    ) -> None:
+        facts = phases.Facts(outcome=outcome, text=text, data=data or {})
+        await self._move(item.id, phases.not_submitted, facts)
+
+    async def _new_jobs(self, item: Launch) -> list[FoundJob]:
+        """The jobs Slurm has for the launch (by its id) that none of its attempts records."""
+        known = {a.job_id for a in item.attempts if a.job_id}
+        return [j for j in await self.clusters.find(item) if j.job_id not in known]
+
+    async def _record(
+        self,
+        item: Launch,
+        *,
+        submission: Submission | None = None,
+        job_id: str = "",
+        how: str = "Submitted",
+    ) -> None:
+        """Slurm has the launch's job (submitted, or found by the launch id): it is the
+        current attempt's; one that appeared after a cancel is cancelled."""
+        spec = self.clusters.spec_for(item).spec
+        tracking = submission.tracking if submission else spec.fw.found(spec, job_id)
+        job_id = tracking.job_id
+        facts = phases.Facts(
+            now=time.time(),
+            job_id=job_id,
+            text=how,
+            tracking=tracking,
+            partition=spec.slurm_partition,
+        )
+        stored, _ = await self._move(item.id, phases.submitted, facts)
+        set_job_id(job_id)
+        if stored.phase == Phase.SUBMITTED:
+            log.info("launch %s submitted as job %s", item.id, job_id)
+            return
+        await self._cancel_late_job(item, job_id)
+
+    async def _cancel_late_job(self, item: Launch, job_id: str) -> None:
+        """``scancel`` a job that appeared after its launch was cancelled; the thread says
+        how that went."""
+        try:
+            await self.clusters.cancel(item, [job_id])
+            text = f"Cancelled Slurm job {job_id}."
+        except ClusterError as exc:
+            text = (
+                f"⚠️ Could not cancel Slurm job {job_id} ({escape(str(exc))}): "
+                f"cancel it by hand (`scancel {job_id}` on {escape(item.cluster)})."
+            )
+        log.info("job %s appeared after the launch was cancelled: %s", job_id, text)
+        await self._say(item.id, text)

@@ -1,0 +1,128 @@
+"""A worker's main path: a launch that may go is pre-flighted and submitted, exactly once
+per attempt.
+
+The launch is marked SUBMITTING before the launcher runs; from then on a worker that
+finds it so looks the launch id up in Slurm before anything is submitted again
+(:mod:`bot.engine.recovery`). A launch never runs without a thread anyone can see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from bot.engine import pipelines
+from bot.engine.holding import log
+from bot.engine.recovery import Recovery, submit_deadline
+from bot.lifecycle import phases, render
+from bot.lifecycle.launch import Launch, Phase
+from bot.text.mrkdwn import code_block, escape
+from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+
+THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
+THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
+
+
+class Submitter(Recovery):
+    async def _launch(self, item: Launch) -> None:
+        if item.phase == Phase.SUBMITTING and not await self._look_up(item):
+            return  # found and recorded, or the cluster did not answer: looked up again later
+        if not await self._ready(item):
+            return
+        profile = self.clusters.profile_for(item)
+        started = await pipelines.start_point(self.store, item, self._mutate, profile)
+        if started is None:
+            return  # from=: the parent has no checkpoint to start from
+        item = started
+        built = self.clusters.spec_for(item)
+        spec = built.spec
+        item, _ = await self._move(item.id, phases.preflight, phases.Facts())
+        if item.phase != Phase.PREFLIGHT:
+            return  # cancelled meanwhile
+        if item.request.dry_run:
+            dry = await self.clusters.dry_run(spec)
+            checks = "\n".join(
+                ("✓ " if c.ok else "✗ ") + escape(c.message) for c in dry.preflight.checks
+            )
+            as_user = f", as {item.cluster_user}," if item.cluster_user else ""
+            text = (
+                f"Dry run: nothing was submitted. On the login node{as_user} trainbot would run "
+                f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
+                f"{code_block(dry.script)}\nPre-flight:\n{checks}"
+            )
+            facts = phases.Facts(outcome="DRY_RUN", text=text)
+            await self._move(item.id, phases.dry_run, facts)
+            return
+        result = await self.clusters.preflight(spec)
+        if not result.ok:
+            text = "Not submitted: " + escape(result.message())
+            data: dict[str, object] = {}
+            partition_ok = all(c.ok for c in result.checks if c.name == "partition")
+            default = spec.profile.partition
+            if not partition_ok and spec.slurm_partition != default:
+                text += f" Re-run with partition={default}?"
+                data = {"buttons": ["use_partition"], "partition": default}
+            await self._reject(item, "PREFLIGHT", text, data=data)
+            return
+        notes = "".join(f"\nNote: {escape(n)}." for n in (*built.notes, *result.notes))
+        ok = render.preflight_summary(result, spec) + notes
+        if not await self._thread_is_up(item):
+            return
+        facts = phases.Facts(now=time.time(), text=ok)
+        item, _ = await self._move(item.id, phases.submitting, facts)
+        if item.phase != Phase.SUBMITTING:
+            return
+        # Last word before Slurm: the fence this worker raised must still be the launch's
+        # (a successor raised it past ours) and no other worker may hold the lock (one that
+        # has not raised it yet). Nothing is re-acquired here: a worker that stalled past
+        # its lock must not take it back. The login node holds the submit to its deadline.
+        await self._check_still_ours(item.id)
+        spec = dataclasses.replace(spec, submit_by=math.ceil(submit_deadline(item)))
+        try:
+            submission = await self.clusters.submit(spec)
+        except (CommandTimeout, ClusterUnreachable) as exc:
+            # The launcher may or may not have run: never conclude without Slurm's word.
+            await self._outcome_unknown(item, exc)
+            return
+        except SlurmCommandFailed as exc:
+            await self._failed_submit(item, exc)
+            return
+        await self._record(item, submission=submission)
+
+    async def _ready(self, item: Launch) -> bool:
+        """A retry's old job is gone, and a launch that already waited for its thread
+        looks at it first: no pre-flight over SSH on each look while it waits. A launch
+        waiting for a time or for another launch (at=, after=) goes back until then."""
+        if await pipelines.must_wait(self.store, item, self._mutate, self.clusters.config.policy):
+            return False
+        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
+            return False
+        return not await self.store.thread_waits(item.id) or await self._thread_is_up(item)
+
+    async def _thread_is_up(self, item: Launch) -> bool:
+        """A launch never runs without a thread anyone can see: submit only once its
+        parent message is posted. While it is not, look again shortly (a deferred entry);
+        when the channel refuses the bot (the notifier gave up and told the person by
+        DM), the launch ends here with nothing submitted."""
+        current = await self.store.get(item.id)
+        if current is not None and current.parent_ts:
+            return True
+        refused = await self.store.bad_channel(item.id) or await self.store.no_thread(item.id)
+        if refused:
+            text = (
+                f"Not submitted: trainbot could not post this launch's thread in "
+                f"<#{escape(item.channel)}> ({escape(refused)}), and a launch never runs "
+                "without one. Invite the bot there, or use a channel it is in, and `/train` again."
+            )
+            await self._reject(item, "NO_THREAD", text)
+            return False
+        if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
+            return False  # cancelled or ended meanwhile: nothing to wait for
+        waits = await self.store.count_thread_wait(item.id)
+        wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
+        log.info(
+            "launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s
+        )
+        await self.store.requeue(item.id, after_s=wait_s)
+        return False

@@ -1,0 +1,353 @@
+"""The table of a launch's moves (bot/lifecycle/phases.py): every allowed move, tested
+from each phase it starts from; a move the table does not allow is refused; the
+module does no I/O; and the diagram in docs/architecture.md draws the table."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bot.lifecycle import phases
+from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase
+from cluster.framework_base import Tracking
+from commands.requests import TrainRequest
+
+ROOT = Path(__file__).resolve().parents[3]
+NOW = 1_700_000_000.0
+
+
+def launch(phase: Phase, *, job: str = "", started: bool = False, held: bool = False) -> Launch:
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    item = Launch(request=request, user_id="U1", channel="C1", phase=phase)
+    if job:
+        item.attempts.append(
+            Attempt(number=1, job_id=job, submitted_at=NOW - 60, started_at=NOW if started else 0)
+        )
+    if held:
+        item.attempts.append(Attempt(number=2, held=True, held_at=NOW - 1))
+    return item
+
+
+@dataclass
+class Case:
+    """A launch in the move's source phase, the facts, and what the events must say."""
+
+    make: Callable[[], Launch]
+    facts: phases.Facts = field(default_factory=phases.Facts)
+    kinds: list[str] = field(default_factory=list)  # the events' kinds, in order
+    says: str = ""  # in the thread line
+    check: Callable[[Launch], bool] = lambda _: True
+
+
+def tracking(job: str) -> Tracking:
+    return Tracking(framework="nemo", job_id=job, log_dir="/logs/L")
+
+
+P = Phase
+NOTHING_RAN = (P.QUEUED, P.PREFLIGHT, P.SUBMITTING, P.RETRYING)
+CASES: dict[tuple[str, Phase, Phase], Case] = {
+    ("queue", P.QUEUED, P.QUEUED): Case(
+        lambda: launch(P.QUEUED),
+        phases.Facts(by="U1", text="sft llama3p1_8b"),
+        ["parent", "thread"],
+        "Queued by <@U1>: sft llama3p1_8b",
+    ),
+    ("ask_approval", P.QUEUED, P.AWAITING_APPROVAL): Case(
+        lambda: launch(P.QUEUED),
+        phases.Facts(by="U1", text="8 nodes", reason="above 4 nodes"),
+        ["parent", "thread"],
+        "✋ asks for 8 nodes. above 4 nodes",
+    ),
+    ("approve", P.AWAITING_APPROVAL, P.QUEUED): Case(
+        lambda: launch(P.AWAITING_APPROVAL),
+        phases.Facts(by="U2"),
+        ["thread", "update", "enqueue"],
+        "✅ Approved by <@U2>. Queued.",
+    ),
+    ("reject", P.AWAITING_APPROVAL, P.REJECTED): Case(
+        lambda: launch(P.AWAITING_APPROVAL),
+        phases.Facts(by="U2"),
+        ["thread", "update"],
+        "⛔ Not approved by <@U2>. Nothing was submitted.",
+        lambda item: item.outcome == "NOT_APPROVED",
+    ),
+    **{
+        ("preflight", source, P.PREFLIGHT): Case(
+            lambda source=source: launch(source),
+            check=lambda item: item.submit_started_at == 0.0,
+        )
+        for source in NOTHING_RAN
+    },
+    ("dry_run", P.PREFLIGHT, P.DRY_RUN): Case(
+        lambda: launch(P.PREFLIGHT),
+        phases.Facts(outcome="DRY_RUN", text="Dry run: nothing was submitted.\nscript"),
+        ["thread", "update"],
+        "Dry run",
+        lambda item: item.detail == "Dry run: nothing was submitted.",
+    ),
+    ("submitting", P.PREFLIGHT, P.SUBMITTING): Case(
+        lambda: launch(P.PREFLIGHT),
+        phases.Facts(now=NOW, text="Pre-flight ok"),
+        ["thread", "update"],
+        "Pre-flight ok",
+        lambda item: item.submit_started_at == NOW and item.preflight_said == 0,
+    ),
+    ("submitted", P.SUBMITTING, P.SUBMITTED): Case(
+        lambda: launch(P.SUBMITTING),
+        phases.Facts(now=NOW, job_id="41", text="Submitted", tracking=tracking("41")),
+        ["thread", "update"],
+        "Submitted: Slurm job 41 on a4",
+        lambda item: item.job_id == "41" and item.submit_started_at == 0.0,
+    ),
+    ("submitted", P.DONE, P.DONE): Case(
+        lambda: launch(P.DONE),
+        phases.Facts(now=NOW, job_id="41", text="Submitted", tracking=tracking("41")),
+        ["thread"],
+        "🚫 Slurm job 41 appeared after the launch was cancelled",
+        lambda item: item.attempts[-1].slurm_state == "CANCELLED",
+    ),
+    **{
+        ("not_submitted", source, P.REJECTED): Case(
+            lambda source=source: launch(source),
+            phases.Facts(outcome="PREFLIGHT", text="Not submitted: no such partition"),
+            ["thread", "update"],
+            "Not submitted",
+            lambda item: item.outcome == "PREFLIGHT",
+        )
+        for source in NOTHING_RAN
+    },
+    ("not_started", P.QUEUED, P.DONE): Case(
+        lambda: launch(P.QUEUED),
+        phases.Facts(outcome="PARENT_FAILED", text="⛔ Not started", detail="L-1 ended FAILED"),
+        ["thread", "update"],
+        "⛔ Not started",
+        lambda item: (item.outcome, item.detail) == ("PARENT_FAILED", "L-1 ended FAILED"),
+    ),
+    **{
+        ("given_up", source, P.DONE): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(text="❌ This launch failed inside trainbot"),
+            ["thread", "update"],
+            "❌ This launch failed inside trainbot",
+            lambda item: item.outcome == "INTERNAL_ERROR",
+        )
+        for source in ACTIVE_PHASES
+    },
+    ("running", P.SUBMITTED, P.RUNNING): Case(
+        lambda: launch(P.SUBMITTED, job="41"),
+        phases.Facts(now=NOW, nodes="dev[0-1]"),
+        ["thread"],
+        "Running on dev[0-1].",
+        lambda item: item.attempts[-1].started_at == NOW,
+    ),
+    ("requeued", P.RUNNING, P.SUBMITTED): Case(
+        lambda: launch(P.RUNNING, job="41", started=True),
+        phases.Facts(job_id="41"),
+        ["thread"],
+        "Job 41 is pending again (requeued).",
+    ),
+    **{
+        ("ended", source, P.DONE): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(outcome="FAILED"),
+            check=lambda item: item.outcome == "FAILED",
+        )
+        for source in (P.SUBMITTED, P.RUNNING)
+    },
+    **{
+        ("retry_failure", source, P.RETRYING): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(attempt=Attempt(number=2, not_before=NOW + 30)),
+            ["enqueue", "update"],
+            check=lambda item: len(item.attempts) == 2 and not item.attempts[-1].held,
+        )
+        for source in (P.SUBMITTED, P.RUNNING)
+    },
+    **{
+        ("retry", source, P.RETRYING): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(now=NOW, by="U2", job_id="41"),
+            ["thread", "update", "enqueue"],
+            "🔁 Retry asked for by <@U2>: cancelling job 41",
+            lambda item: item.attempts[-1].held and item.attempts[-1].resume,
+        )
+        for source in (P.SUBMITTED, P.RUNNING)
+    },
+    ("reroute", P.SUBMITTED, P.RETRYING): Case(
+        lambda: launch(P.SUBMITTED, job="41"),
+        phases.Facts(job_id="41", cluster="a3u", due=NOW + 60),
+        ["update", "enqueue"],
+        check=lambda item: item.rerouted and item.attempts[-1].cluster == "a3u",
+    ),
+    ("old_job_gone", P.RETRYING, P.RETRYING): Case(
+        lambda: launch(P.RETRYING, job="41", held=True),
+        phases.Facts(now=NOW, job_id="41"),
+        ["thread"],
+        "Job 41 is gone: submitting a new attempt.",
+        lambda item: not item.attempts[-1].held and item.attempts[0].ended_at == NOW,
+    ),
+    ("moved", P.RETRYING, P.RETRYING): Case(
+        lambda: launch(P.RETRYING, job="41", held=True),
+        phases.Facts(now=NOW, job_id="41", text="🔀 Still pending on a4"),
+        ["thread", "enqueue", "update"],
+        "🔀 Still pending on a4",
+        lambda item: not item.attempts[-1].held,
+    ),
+    ("old_job_stays", P.RETRYING, P.RUNNING): Case(
+        lambda: launch(P.RETRYING, job="41", started=True, held=True),
+        phases.Facts(job_id="41", text="⚠️ Job 41 could not be cancelled"),
+        ["thread", "update"],
+        "⚠️ Job 41 could not be cancelled",
+        lambda item: len(item.attempts) == 1,
+    ),
+    ("old_job_stays", P.RETRYING, P.SUBMITTED): Case(
+        lambda: launch(P.RETRYING, job="41", held=True),
+        kinds=["update"],
+        check=lambda item: len(item.attempts) == 1,
+    ),
+    ("retry_failed", P.RETRYING, P.DONE): Case(
+        lambda: launch(P.RETRYING, job="41", held=True),
+        phases.Facts(text="Could not seed the tokenizer cache"),
+        ["thread", "update"],
+        "Could not seed the tokenizer cache",
+        lambda item: item.outcome == "FAILED" and len(item.attempts) == 1,
+    ),
+    **{
+        ("cancel", source, P.DONE): Case(
+            lambda source=source: launch(source),
+            phases.Facts(now=NOW, by="U2"),
+            ["thread", "update"],
+            "🚫 Cancelled by <@U2>.",
+            lambda item: item.outcome == "CANCELLED" and item.cancelled_by == "U2",
+        )
+        for source in ACTIVE_PHASES
+    },
+    **{
+        ("cancel", source, source): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(now=NOW, by="U2"),
+            ["thread", "update"],
+            "🚫 Cancelled by <@U2>.",
+            lambda item: item.cancelled_at == NOW and not item.outcome,
+        )
+        for source in (P.SUBMITTED, P.RUNNING)
+    },
+}
+
+
+def move(name: str) -> phases.Move:
+    """The function of a move of the table: it bears the move's name."""
+    found: phases.Move = getattr(phases, name)
+    return found
+
+
+def edge_id(key: tuple[str, Phase, Phase]) -> str:
+    name, source, target = key
+    return f"{name}:{source.value}->{target.value}"
+
+
+@pytest.mark.parametrize("key", list(CASES), ids=edge_id)
+def test_each_allowed_move(key: tuple[str, Phase, Phase]) -> None:
+    name, source, target = key
+    case = CASES[key]
+    item = case.make()
+    assert item.phase == source
+    moved, events = move(name)(item, case.facts)
+    assert moved.phase == target
+    assert [e.kind for e in events] == case.kinds
+    lines = [e for e in events if e.kind == "thread"]
+    if case.says:
+        assert case.says in lines[-1].text
+    for line in lines:  # each line carries the move's facts
+        assert line.data["move"] == name
+        if case.facts.by:
+            assert line.data["by"] == case.facts.by
+    assert case.check(moved)
+
+
+def test_the_moves_tested_are_the_table() -> None:
+    """A new move (or a new phase it starts from) fails here until it has a case."""
+    table = {(e.name, e.source, e.target) for e in phases.TABLE}
+    assert set(CASES) == table
+    assert all(move(name).__name__ == name for name in phases.MOVES)
+
+
+@pytest.mark.parametrize(
+    ("name", "phase"),
+    [
+        ("submitting", Phase.QUEUED),  # pre-flight first
+        ("approve", Phase.QUEUED),
+        ("running", Phase.DONE),
+        ("retry", Phase.RETRYING),
+        ("cancel", Phase.DONE),  # a cancel is final: nothing after the end
+        ("preflight", Phase.SUBMITTED),
+    ],
+)
+def test_a_move_the_table_does_not_allow_is_refused(name: str, phase: Phase) -> None:
+    item = launch(phase, job="41")
+    before = item.model_dump()
+    with pytest.raises(phases.NotAllowed, match=f"{name} is not allowed from {phase.value}"):
+        move(name)(item, phases.Facts(now=NOW, by="U2", job_id="41"))
+    assert item.model_dump() == before  # refused before anything changed
+
+
+def test_step_leaves_a_launch_that_moved_on_alone() -> None:
+    """In a store transaction a move that no longer applies (a cancel came first) is
+    no change at all."""
+    item = launch(Phase.DONE)
+    change = phases.step(phases.submitting, phases.Facts(now=NOW, text="ok"))
+    assert change(item) == [] and item.phase == Phase.DONE
+    queued = launch(Phase.QUEUED)
+    assert phases.step(phases.preflight, phases.Facts())(queued) == []
+    assert queued.phase == Phase.PREFLIGHT
+
+
+def test_a_retry_holds_and_queues_and_a_cancel_wins() -> None:
+    """Retry holds the launch and queues it; nothing goes on until the old job is gone
+    (old_job_gone), and a launch cancelled meanwhile is not retried."""
+    item = launch(Phase.RUNNING, job="41", started=True)
+    item.cancelled_by = "U3"
+    _, events = phases.retry(item, phases.Facts(now=NOW, by="U2", job_id="41"))
+    assert events == [] and item.phase == Phase.RUNNING
+    fresh = launch(Phase.RUNNING, job="41", started=True)
+    _, events = phases.retry(fresh, phases.Facts(now=NOW, by="U2", job_id="40"))  # old job
+    assert events == [] and fresh.phase == Phase.RUNNING
+
+
+def test_the_module_is_pure() -> None:
+    """phases.py imports the standard library, the launch and its events, and Slack
+    text pieces: nothing that does I/O."""
+    tree = ast.parse((ROOT / "bot/lifecycle/phases.py").read_text())
+    allowed = {"__future__", "collections.abc", "dataclasses", "typing"}
+    allowed |= {"bot.lifecycle.events", "bot.lifecycle.launch", "bot.text.mrkdwn"}
+    allowed |= {"cluster.framework_base"}  # under TYPE_CHECKING only: a type, not imported
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+    assert imported <= allowed, imported - allowed
+
+
+def test_the_architecture_diagram_draws_the_table() -> None:
+    """docs/architecture.md's state diagram has an arrow for each pair of phases the
+    table links (moves that keep the phase are not drawn), named by its moves."""
+    text = (ROOT / "docs/architecture.md").read_text()
+    block = text.split("## A launch's phases", 1)[1].split("```mermaid", 1)[1].split("```")[0]
+    drawn: dict[tuple[str, str], set[str]] = {}
+    for source, target, label in re.findall(r"^\s*(\S+) --> (\S+?)(?:: (.*))?$", block, re.M):
+        if target != "[*]":
+            drawn[(source, target)] = {m.strip() for m in label.split(",")}
+    table: dict[tuple[str, str], set[str]] = {}
+    for edge in phases.TABLE:
+        if edge.source == edge.target and not edge.new:
+            continue
+        source = "[*]" if edge.new else edge.source.name
+        table.setdefault((source, edge.target.name), set()).add(edge.name)
+    assert drawn == table
