@@ -91,7 +91,7 @@ class Decisions:
     async def retry(self, launch: Launch, user: User) -> Reply:
         """Hold the launch for a new attempt, resuming, and queue it: a worker cancels the
         current attempt's job (a hang, say), and submits the new one once Slurm shows the
-        old one gone (Retry's one rule, bot/lifecycle/phases.py; when it cannot be
+        old one gone (Retry's one rule, bot/lifecycle/phases/; when it cannot be
         cancelled, the launch goes back to following it). Nothing here asks a cluster."""
         if launch.cancelled_by:
             return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)

@@ -1,0 +1,218 @@
+"""The moves once Slurm has the job: the poller's word on it, retries held until the old
+job is gone, reroutes, and Cancel."""
+
+from __future__ import annotations
+
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Attempt, Launch
+from bot.lifecycle.phases.table import (
+    FOLLOWED,
+    Facts,
+    P,
+    check,
+    enqueue,
+    go,
+    thread_line,
+    update_parent,
+)
+from bot.text.mrkdwn import escape
+
+# -- the poller: Slurm's word on the job -----------------------------------------------
+
+
+def running(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """First sight of the job running (or already past it), on ``facts.nodes``."""
+    check(launch, "running")
+    go(launch, "running", P.RUNNING)
+    attempt = launch.attempts[-1]
+    if attempt.started_at:  # running again after a requeue: the wait was not a hang
+        launch.progress.updated_at = facts.now
+    attempt.started_at = attempt.started_at or facts.now
+    attempt.node_list = facts.nodes or attempt.node_list
+    text = f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running."
+    return launch, [thread_line(launch, "running", text, job=attempt.job_id)]
+
+
+def requeued(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """Slurm put the running job back in its queue (same job id)."""
+    check(launch, "requeued")
+    go(launch, "requeued", P.SUBMITTED)
+    text = f"Job {facts.job_id} is pending again (requeued)."
+    return launch, [thread_line(launch, "requeued", text, job=facts.job_id)]
+
+
+def ended(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """The job ended ``facts.outcome`` (Slurm's word) and nothing retries it: the launch is
+    done, CANCELLED when someone cancelled it and it did not complete. The closing line
+    is the caller's (it needs the cluster's profile), said after this."""
+    check(launch, "ended")
+    go(launch, "ended", P.DONE)
+    state = facts.outcome
+    launch.outcome = "CANCELLED" if launch.cancelled_by and state != "COMPLETED" else state
+    return launch, []
+
+
+def retry_failure(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """The failure catalog retries the job: ``facts.attempt`` goes after its backoff."""
+    check(launch, "retry_failure")
+    assert facts.attempt is not None, "retry_failure needs the new attempt"
+    launch.attempts.append(facts.attempt)
+    go(launch, "retry_failure", P.RETRYING)
+    due = {"due": facts.attempt.not_before}
+    return launch, [Event("enqueue", launch.id, data=due), update_parent(launch)]
+
+
+# -- retries: held until the old job is gone ---------------------------------------------
+
+
+def retry(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """Retry (``facts.by``) of job ``facts.job_id``: a new attempt, resuming, is held and
+    queued; a worker cancels the old job and lets the new one go once Slurm shows it gone.
+    Nothing when the launch follows another job by now, or was cancelled."""
+    check(launch, "retry")
+    old = facts.job_id
+    if launch.job_id != old or launch.cancelled_by:  # a cancel is final
+        return launch, []
+    launch.attempts.append(
+        Attempt(
+            number=len(launch.attempts) + 1,
+            reason=f"retry asked for by {facts.by_name or facts.by}",
+            resume=True,
+            checkpoints_at_start=len(launch.checkpoints),
+            held=True,
+            held_at=facts.now,
+            from_step=launch.progress.step,
+        )
+    )
+    go(launch, "retry", P.RETRYING)
+    text = (
+        f"🔁 Retry asked for by <@{facts.by}>: cancelling job {old}; a new attempt is "
+        "submitted once Slurm shows it gone."
+    )
+    line = thread_line(launch, "retry", text, by=facts.by, job=old)
+    return launch, [line, update_parent(launch), enqueue(launch)]
+
+
+def reroute(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """Still pending (job ``facts.job_id``) where ``facts.cluster`` would start it now: a
+    new attempt there is held while the old job is cancelled. Queued for ``facts.due``:
+    should the rerouting process die first, a worker checks on the old job then."""
+    check(launch, "reroute")
+    if launch.job_id != facts.job_id or launch.rerouted or launch.cancelled_by:
+        return launch, []
+    launch.rerouted = True
+    launch.attempts.append(
+        Attempt(
+            number=len(launch.attempts) + 1,
+            reason=f"moved from {launch.cluster} to {facts.cluster}",
+            held=True,
+            cluster=facts.cluster,
+        )
+    )
+    go(launch, "reroute", P.RETRYING)
+    return launch, [update_parent(launch), enqueue(launch, facts.due)]
+
+
+def _held(launch: Launch) -> bool:
+    return bool(launch.attempts) and launch.attempts[-1].held
+
+
+def _release(launch: Launch, now: float) -> str:
+    """The held attempt goes on: the old job ran until ``now`` at the latest, and a
+    rerouted launch takes its new attempt's cluster. The cluster it left, or ""."""
+    launch.attempts[-1].held = False
+    launch.attempts[-2].close(now)  # billed until now, not until the end
+    return settle_move(launch)
+
+
+def settle_move(launch: Launch) -> str:
+    """A rerouted launch whose old job is confirmed gone takes its new attempt's cluster:
+    the earlier attempts keep theirs (their jobs are not looked for on the new one).
+    Returns the cluster it left ("" when it does not move)."""
+    target = launch.attempts[-1].cluster if launch.attempts else ""
+    if not target or target == launch.cluster:
+        return ""
+    left = launch.cluster
+    for attempt in launch.attempts[:-1]:
+        attempt.cluster = attempt.cluster or left
+    launch.request = launch.request.model_copy(update={"cluster": target})
+    return left
+
+
+def old_job_gone(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """A worker saw the held retry's old job ``facts.job_id`` gone at ``facts.now``: the new
+    attempt is submitted (on the cluster a cut-short reroute chose)."""
+    check(launch, "old_job_gone")
+    if not _held(launch):
+        return launch, []
+    go(launch, "old_job_gone", P.RETRYING)
+    old = facts.job_id
+    if left := _release(launch, facts.now):  # a reroute cut short
+        text = f"🔀 Job {old} on {left} is gone; moved to {launch.cluster}."
+        return launch, [thread_line(launch, "old_job_gone", text, job=old), update_parent(launch)]
+    text = f"Job {old} is gone: submitting a new attempt."
+    return launch, [thread_line(launch, "old_job_gone", text, job=old)]
+
+
+def moved(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """A reroute cancelled the old job ``facts.job_id`` before it started: the launch takes
+    its new cluster and goes on the queue. ``facts.text`` says why it moved."""
+    check(launch, "moved")
+    if not _held(launch):
+        return launch, []  # a cancel meanwhile made it DONE: nothing new
+    go(launch, "moved", P.RETRYING)
+    _release(launch, facts.now)
+    line = thread_line(launch, "moved", facts.text, job=facts.job_id)
+    return launch, [line, enqueue(launch), update_parent(launch)]
+
+
+def old_job_stays(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """The held retry's old job could not be cancelled (or started meanwhile, for a
+    reroute): the new attempt is dropped and the launch follows the old job again.
+    ``facts.text``, when given, says so in the thread."""
+    check(launch, "old_job_stays")
+    if not _held(launch):
+        return launch, []
+    launch.attempts.pop()
+    go(launch, "old_job_stays", P.RUNNING if launch.attempts[-1].started_at else P.SUBMITTED)
+    said = (
+        [thread_line(launch, "old_job_stays", facts.text, job=facts.job_id)] if facts.text else []
+    )
+    return launch, [*said, update_parent(launch)]
+
+
+def retry_failed(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """The retry could not be prepared (``facts.text`` says why): its attempt is dropped
+    and the launch ends FAILED."""
+    check(launch, "retry_failed")
+    launch.attempts.pop()
+    go(launch, "retry_failed", P.DONE)
+    launch.outcome, launch.detail = "FAILED", facts.text
+    return launch, [thread_line(launch, "retry_failed", facts.text), update_parent(launch)]
+
+
+# -- Cancel -----------------------------------------------------------------------------
+
+
+def cancel(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """Cancel by ``facts.by`` at ``facts.now``: final. Who and when are written first;
+    a launch without a job to follow ends here, CANCELLED; one whose job Slurm has ends
+    when the job does (:func:`ended`). A submit in flight is looked up by a worker."""
+    check(launch, "cancel")
+    text = f"🚫 Cancelled by <@{facts.by}>."
+    events = []
+    if not launch.cancelled_by:
+        launch.cancelled_by, launch.cancelled_at = facts.by, facts.now
+    target = launch.phase
+    if launch.phase not in FOLLOWED or not launch.job_id:
+        target = P.DONE
+        launch.outcome, launch.detail = "CANCELLED", text
+    go(launch, "cancel", target)
+    if launch.submit_started_at:  # a worker looks the job up and cancels it
+        text += (
+            " A submission was in flight: trainbot looks the job up by the launch id "
+            "and cancels it if Slurm has it."
+        )
+        events.append(enqueue(launch))
+    line = thread_line(launch, "cancel", text, by=facts.by, job=launch.job_id)
+    return launch, [line, update_parent(launch), *events]
