@@ -33,7 +33,9 @@ from pathlib import Path
 import aiohttp
 
 from bench.common import BOT_REDIS_ENV, BotProcess, Row, free_port, ms, percentile, ratio
-from support.slack_standin import SIGNING_SECRET, SlackStandin, signed_headers, slash_command_body
+from support.slack_requests import signed_headers, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import SIGNING_SECRET
 
 BUDGET_S = 3.0
 GOAL = "p99 ≤ 2x bare at 100/s; 0 errors; no ack over 3 s at 300/s"
@@ -103,7 +105,7 @@ async def serve_bare(port: int, api_url: str) -> None:
     from slack_bolt.app.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from support.slack_standin import BOT_TOKEN
+    from support.workspace import BOT_TOKEN
 
     app = AsyncApp(
         client=AsyncWebClient(token=BOT_TOKEN, base_url=api_url),

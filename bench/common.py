@@ -265,7 +265,7 @@ class BotProcess:
         return f"{self.base}/slack/events"
 
     async def start(self, timeout_s: float = 60) -> None:
-        from support.slack_standin import BOT_TOKEN, SIGNING_SECRET
+        from support.workspace import BOT_TOKEN, SIGNING_SECRET
 
         env = {k: v for k, v in os.environ.items() if k != "SLACK_APP_TOKEN"}
         env.update(

@@ -29,7 +29,8 @@ from bot.store.store import Store
 from cluster.launch import plan_launch
 from commands.context import User
 from commands.dispatch import parse_command
-from support.slack_standin import SlackStandin, post_signed, slash_command_body
+from support.slack_requests import post_signed, slash_command_body
+from support.slack_standin import SlackStandin
 
 GOAL = "overhead ≤ 0.5 s over by hand"
 LAUNCH_RE = re.compile(r"L-[0-9a-f]{4,12}")

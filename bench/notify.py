@@ -24,7 +24,8 @@ from datetime import datetime
 from bench.common import LOGIN_SSH, Row, ms, percentile, scancel
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
-from support.slack_standin import SlackStandin, post_signed, slash_command_body
+from support.slack_requests import post_signed, slash_command_body
+from support.slack_standin import SlackStandin
 
 LAUNCH_RE = re.compile(r"L-[0-9a-f]{4,12}")
 STEP_RE = re.compile(r"Checkpoint step ([\d,]+) saved")

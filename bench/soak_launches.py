@@ -19,7 +19,7 @@ from bench import soak_slurm
 from bench.soak_plan import knobs
 from bench.soak_slack import CANCEL_ACTION, CHANNEL, USER, RecordingStandin
 from bench.soak_thread import LAUNCH_RE, Plan
-from support.slack_standin import block_action_body, post_signed, slash_command_body
+from support.slack_requests import block_action_body, post_signed, slash_command_body
 
 
 class Launches:

@@ -32,7 +32,7 @@ from bench.soak_thread import LAUNCH_RE, View
 from bot.settings.env import Target
 from bot.store.store import Store
 from commands.budget import iso_week
-from support.slack_standin import BOT_TOKEN, SIGNING_SECRET
+from support.workspace import BOT_TOKEN, SIGNING_SECRET
 
 
 class Soak:

@@ -8,43 +8,26 @@ described in ``channels`` (``conversations.info``: ``is_member`` and friends,
 or an ``error`` such as ``channel_not_found``; an unlisted channel is a public
 one the bot is in), ``refuse_posts`` makes posting in a channel fail as Slack
 does when the bot is not in it, and every answer carries the bot's ``scopes``
-in ``X-OAuth-Scopes``. Point a client at ``standin.api_url``. Helpers at the
-bottom build and sign requests exactly as Slack sends them to an app's HTTP
-endpoint.
+in ``X-OAuth-Scopes``. Point a client at ``standin.api_url``.
+:mod:`support.slack_requests` builds and signs requests exactly as Slack sends them
+to an app's HTTP endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import itertools
 import json
 import time
-import urllib.parse
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import WSMsgType, web
 
-BOT_TOKEN = "xoxb-standin-bot-token"
-APP_TOKEN = "xapp-standin-app-token"
-SIGNING_SECRET = "standin-signing-secret"
-TEAM_ID = "T0STANDIN"
-BOT_USER_ID = "U0TRAINBOT"
-APP_ID = "A0TRAINBOT"
-BOT_SCOPES = (
-    "commands",
-    "chat:write",
-    "files:write",
-    "im:write",
-    "usergroups:read",
-    "users:read",
-    "users:read.email",
-)
+from support.slack_requests import block_action_payload, slash_command_fields
+from support.workspace import APP_TOKEN, BOT_SCOPES, BOT_TOKEN, BOT_USER_ID, TEAM_ID
+
 _POSTING = ("chat.postMessage", "chat.update", "chat.postEphemeral")
 
 
@@ -396,138 +379,3 @@ async def _params(request: web.Request) -> dict[str, Any]:
     elif request.can_read_body:
         params.update(await request.post())
     return params
-
-
-# -- requests as Slack sends them to an app ---------------------------------
-def slash_command_fields(command: str, text: str, **fields: str) -> dict[str, str]:
-    base = {
-        "token": "legacy-verification-token",
-        "team_id": TEAM_ID,
-        "team_domain": "standin",
-        "channel_id": "C0TRAIN",
-        "channel_name": "training",
-        "user_id": "U0ALICE",
-        "user_name": "alice",
-        "command": command,
-        "text": text,
-        "api_app_id": APP_ID,
-        "is_enterprise_install": "false",
-        "response_url": "https://hooks.slack.com/commands/T0STANDIN/1/abc",
-        "trigger_id": next_trigger_id(),
-    }
-    return {**base, **fields}
-
-
-_TRIGGERS = itertools.count(1)
-
-
-def next_trigger_id() -> str:
-    """A fresh trigger id, as Slack gives every slash command and button press."""
-    return f"{int(time.time())}.{next(_TRIGGERS)}.standin"
-
-
-def block_action_payload(
-    action_id: str,
-    value: str,
-    *,
-    user_id: str = "U0ALICE",
-    channel_id: str = "C0TRAIN",
-    message_ts: str = "1700000000.000001",
-    response_url: str = "https://hooks.slack.com/actions/1",
-) -> dict[str, Any]:
-    return {
-        "type": "block_actions",
-        "api_app_id": APP_ID,
-        "trigger_id": next_trigger_id(),
-        "team": {"id": TEAM_ID, "domain": "standin"},
-        "user": {"id": user_id, "username": "alice", "name": "alice", "team_id": TEAM_ID},
-        "channel": {"id": channel_id, "name": "training"},
-        "container": {"type": "message", "message_ts": message_ts, "channel_id": channel_id},
-        "message": {"ts": message_ts, "text": "parent"},
-        "response_url": response_url,
-        "actions": [
-            {
-                "type": "button",
-                "action_id": action_id,
-                "block_id": "b1",
-                "value": value,
-                "action_ts": "1700000001.000001",
-            }
-        ],
-    }
-
-
-def event_envelope(
-    event: dict[str, Any], *, event_id: str = "", event_time: int = 1
-) -> dict[str, Any]:
-    """An Events API callback around ``event``, as Slack posts it (a fresh event id)."""
-    return {
-        "type": "event_callback",
-        "team_id": TEAM_ID,
-        "api_app_id": APP_ID,
-        "event_id": event_id or "Ev" + uuid.uuid4().hex[:10],
-        "event_time": event_time,
-        "event": event,
-    }
-
-
-def slash_command_body(command: str, text: str, **fields: str) -> str:
-    return urllib.parse.urlencode(slash_command_fields(command, text, **fields))
-
-
-def block_action_body(action_id: str, value: str, **fields: str) -> str:
-    payload = block_action_payload(action_id, value, **fields)
-    return urllib.parse.urlencode({"payload": json.dumps(payload)})
-
-
-def sign(secret: str, timestamp: str, body: str) -> str:
-    digest = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256)
-    return "v0=" + digest.hexdigest()
-
-
-def signed_headers(
-    body: str,
-    *,
-    secret: str = SIGNING_SECRET,
-    timestamp: int | None = None,
-    content_type: str = "application/x-www-form-urlencoded",
-) -> dict[str, str]:
-    ts = str(int(time.time()) if timestamp is None else timestamp)
-    return {
-        "Content-Type": content_type,
-        "X-Slack-Request-Timestamp": ts,
-        "X-Slack-Signature": sign(secret, ts, body),
-    }
-
-
-@dataclass
-class Answer:
-    status: int
-    body: str
-    elapsed_s: float
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-async def post_signed(
-    url: str,
-    body: str,
-    *,
-    secret: str = SIGNING_SECRET,
-    timestamp: int | None = None,
-    content_type: str = "application/x-www-form-urlencoded",
-    extra_headers: dict[str, str] | None = None,
-) -> Answer:
-    """POST ``body`` to a running app as Slack would, signed with ``secret``."""
-    headers = {
-        **signed_headers(body, secret=secret, timestamp=timestamp, content_type=content_type),
-        **(extra_headers or {}),
-    }
-    started = time.monotonic()
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(url, data=body.encode(), headers=headers) as r,
-    ):
-        text = await r.text()
-    return Answer(r.status, text, time.monotonic() - started)

@@ -25,13 +25,13 @@ from bot.slack.http import SlackService, run_slack
 from bot.text import mrkdwn
 from bot.text.front import Incoming, Reply
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
-from support.slack_standin import (
-    SlackStandin,
+from support.slack_requests import (
     block_action_payload,
     event_envelope,
     post_signed,
     slash_command_fields,
 )
+from support.slack_standin import SlackStandin
 from tests.bot.conftest import standin_params
 
 ROOT = Path(__file__).resolve().parents[1]

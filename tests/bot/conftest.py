@@ -13,7 +13,8 @@ import pytest
 from bot.slack.http import MetricsText, SlackParams, SlackService, run_slack
 from bot.slack.webapi import SlackFront, open_front
 from bot.text.front import Incoming, Reply
-from support.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin
+from support.slack_standin import SlackStandin
+from support.workspace import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 from tests.bot import botkit
 
 

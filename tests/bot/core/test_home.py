@@ -20,7 +20,8 @@ from bot.slack.webapi import SlackFront
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
-from support.slack_standin import SlackStandin, event_envelope, post_signed
+from support.slack_requests import event_envelope, post_signed
+from support.slack_standin import SlackStandin
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
 from tests.bot.conftest import healthy, standin_params
 

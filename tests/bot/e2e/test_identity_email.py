@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.slack_standin import SlackStandin, post_signed, slash_command_body
+from support.slack_requests import post_signed, slash_command_body
+from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     LAUNCH_RE,
     dev_config,

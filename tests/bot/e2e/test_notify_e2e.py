@@ -19,12 +19,8 @@ import pytest
 from bot.console.chat import handle_line
 from bot.text.mrkdwn import ACTION_PREFS
 from commands.rules import ViewerRule
-from support.slack_standin import (
-    SlackStandin,
-    block_action_payload,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import block_action_payload, post_signed, slash_command_body
+from support.slack_standin import SlackStandin
 from tests.bot.botkit import LAUNCH_RE, dev_config, in_dm, knobs, wait_for_launch, wait_until
 from tests.bot.e2e.test_babysit_e2e import console_bot, train
 from tests.bot.e2e.test_bot_slack_e2e import FAST, clean_redis, slack_bot

@@ -29,13 +29,9 @@ import redis.asyncio as aioredis
 from bot.engine.poller import lease_name
 from bot.lifecycle.launch import Phase
 from bot.store import keys
-from support.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import post_signed, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN, SIGNING_SECRET
 from tests.bot.botkit import (
     DEV,
     LAUNCH_RE,

@@ -19,7 +19,8 @@ from bench.soak_infra import SENTINELS, SENTINELS_ENV, sentinel
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.env import Target
 from bot.store.store import Store
-from support.slack_standin import SlackStandin, block_action_body, post_signed, slash_command_body
+from support.slack_requests import block_action_body, post_signed, slash_command_body
+from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     LAUNCH_RE,
     dev_config,

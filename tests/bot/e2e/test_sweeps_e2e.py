@@ -22,13 +22,9 @@ from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import open_front
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL
 from commands.rules import ApproverRule
-from support.slack_standin import (
-    BOT_TOKEN,
-    SlackStandin,
-    block_action_body,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import block_action_body, post_signed, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
     bot_settings,
     dev_config,

@@ -16,13 +16,9 @@ from bot.runtime.assembly import running
 from bot.settings.config import Config
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
-from support.slack_standin import (
-    BOT_TOKEN,
-    SlackStandin,
-    block_action_body,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import block_action_body, post_signed, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,

@@ -22,7 +22,8 @@ from bot.slack.http import SlackParams, run_slack
 from bot.slack.webapi import SlackError, open_front
 from bot.store import keys
 from commands.requests import TrainRequest
-from support.slack_standin import BOT_TOKEN, SIGNING_SECRET, SlackStandin
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN, SIGNING_SECRET
 from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
 from tests.bot.conftest import Serve
 

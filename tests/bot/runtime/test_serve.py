@@ -16,13 +16,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from support.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import post_signed, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN, SIGNING_SECRET
 from tests.bot.botkit import (
     DEV,
     LAUNCH_RE,

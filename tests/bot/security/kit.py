@@ -30,15 +30,9 @@ from cluster.framework_base import Tracking
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from commands.rules import ApproverRule, ImageRule, ViewerRule
-from support.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    TEAM_ID,
-    SlackStandin,
-    block_action_payload,
-    post_signed,
-    slash_command_fields,
-)
+from support.slack_requests import block_action_payload, post_signed, slash_command_fields
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN, SIGNING_SECRET, TEAM_ID
 from tests.bot.botkit import bot_settings, dev_config
 from tests.bot.conftest import standin_params
 

@@ -12,7 +12,8 @@ import pytest
 from bot.slack.app import WORKING_TEXT
 from bot.text.mrkdwn import ACTION_CANCEL, ACTION_LOGS, ACTION_RETRY, ACTION_USE_PARTITION
 from commands.policy import PolicyRule
-from support.slack_standin import SlackStandin, post_signed, slash_command_fields
+from support.slack_requests import post_signed, slash_command_fields
+from support.slack_standin import SlackStandin
 from tests.bot.security.kit import new_trigger, secure_bot
 
 pytestmark = pytest.mark.devcluster

@@ -10,7 +10,8 @@ import pytest
 
 from bot.lifecycle.launch import Phase
 from bot.text.mrkdwn import ACTION_CANCEL, ACTION_RETRY
-from support.slack_standin import SlackStandin, event_envelope, post_signed
+from support.slack_requests import event_envelope, post_signed
+from support.slack_standin import SlackStandin
 from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed
 
 pytestmark = pytest.mark.devcluster

@@ -18,15 +18,14 @@ import redis.asyncio as aioredis
 from bot.lifecycle.launch import Phase
 from bot.slack.http import SlackParams, run_slack
 from bot.text.mrkdwn import ACTION_CANCEL
-from support.slack_standin import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    SlackStandin,
+from support.slack_requests import (
     block_action_payload,
     event_envelope,
     post_signed,
     slash_command_fields,
 )
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN, SIGNING_SECRET
 from tests.bot.security.kit import new_trigger, secure_bot, seed
 
 pytestmark = pytest.mark.devcluster

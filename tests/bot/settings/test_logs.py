@@ -21,8 +21,9 @@ from bot.engine.worker import Worker
 from bot.runtime.cli import build_parser, log_level
 from bot.settings.env import Settings
 from bot.settings.logs import configure_logging, launch_fields, log_context
-from support.slack_standin import SlackStandin, post_signed
-from support.slack_standin import slash_command_body as slash
+from support.slack_requests import post_signed
+from support.slack_requests import slash_command_body as slash
+from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     LAUNCH_RE,
     dev_config,

@@ -18,13 +18,9 @@ from bot.slack.webapi import SlackError, SlackFront
 from bot.store import keys
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
-from support.slack_standin import (
-    BOT_SCOPES,
-    Answer,
-    SlackStandin,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import Answer, post_signed, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_SCOPES
 from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, flush_test_redis, open_test_store
 from tests.bot.conftest import healthy, standin_params
 

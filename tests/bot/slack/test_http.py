@@ -17,13 +17,13 @@ from bot.slack.http import SlackParams
 from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import escape
 from cluster.errors import ConfigError
-from support.slack_standin import (
-    SlackStandin,
+from support.slack_requests import (
     block_action_body,
     event_envelope,
     post_signed,
     slash_command_body,
 )
+from support.slack_standin import SlackStandin
 from tests.bot.conftest import FakeHandler, Serve, events_url
 
 

@@ -9,7 +9,8 @@ import pytest
 from bot.slack.app import WORKING_TEXT
 from bot.text.front import Reply
 from cluster.errors import ConfigError
-from support.slack_standin import APP_TOKEN, SlackStandin
+from support.slack_standin import SlackStandin
+from support.workspace import APP_TOKEN
 from tests.bot.conftest import FakeHandler, Serve
 
 

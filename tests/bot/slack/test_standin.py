@@ -6,7 +6,9 @@ from typing import Any
 
 import aiohttp
 
-from support.slack_standin import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, SlackStandin, sign
+from support.slack_requests import sign
+from support.slack_standin import SlackStandin
+from support.workspace import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
 
 async def _call(

@@ -25,13 +25,9 @@ from bot.store.store import Store
 from bot.text.front import MessageRef
 from bot.text.mrkdwn import section
 from cluster.ssh.pool import SSHPool
-from support.slack_standin import (
-    BOT_TOKEN,
-    SlackStandin,
-    block_action_body,
-    post_signed,
-    slash_command_body,
-)
+from support.slack_requests import block_action_body, post_signed, slash_command_body
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN
 from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
 from tests.bot.conftest import standin_params
 
