@@ -9,7 +9,7 @@ import time
 
 from bot.core import home
 from bot.core.capacity import Capacity
-from bot.core.people import Directory
+from bot.core.directory import Directory
 from bot.store.store import Store
 from bot.text.front import Reply
 from commands.context import CommandContext

@@ -8,7 +8,7 @@ Each goes through ``calls`` (:class:`bot.engine.asks.ClusterCalls`): this proces
 or in the web role, which holds none, a worker's.
 
 :class:`Core` routes each command, button and event to the module that does it:
-:mod:`bot.core.people` (who is asking), :mod:`bot.core.lookup` (which launch, and may
+:mod:`bot.core.directory` (who is asking), :mod:`bot.core.lookup` (which launch, and may
 they), :mod:`bot.core.train` and :mod:`bot.core.sweep_start` (new launches),
 :mod:`bot.core.decisions` (cancel, approve, retry), :mod:`bot.core.app_home` and
 :mod:`bot.core.capacity` (the App Home and /clusters).
@@ -23,8 +23,8 @@ from bot.core import answers, sweep_answers, usage, watching
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
+from bot.core.directory import UNCONFIRMED_GROUPS, Directory
 from bot.core.lookup import Lookup
-from bot.core.people import UNCONFIRMED_GROUPS, Directory
 from bot.core.rates import slow_down
 from bot.core.redact import Redactor
 from bot.core.sweep_start import start_sweep

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from bot.settings.config import Retention
 from bot.settings.env import Target
-from bot.store.asks import Asks
+from bot.store.ask_lists import Asks
 from bot.store.base import StoreBase, translated
 from bot.store.budgets import Budgets
 from bot.store.connection import open_redis

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from bot.console.chat import ConsoleFront
-from bot.core import people
+from bot.core import directory
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Launch
@@ -136,7 +136,7 @@ async def test_a_loose_ca_key_stops_worker_and_poller_start_and_web_never_reads_
 async def test_admin_rights_are_not_kept_while_slack_cannot_confirm_them(
     standin: SlackStandin, log_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(people, "PRIVILEGED_GROUPS_TTL_S", 0.3)
+    monkeypatch.setattr(directory, "PRIVILEGED_GROUPS_TTL_S", 0.3)
     async with secure_bot(standin) as s:
         launch_ = await seed(s.bot, log_path=log_file)
         assert REFUSED_LOGS not in await s.command("/logs", launch_.id, user="U0DAVE")

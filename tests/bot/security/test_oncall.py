@@ -66,10 +66,10 @@ async def test_privileged_groups_are_cached_briefly_then_asked_again(
     privileged groups' cache runs out (20 s here made 1 s; the unprivileged groups' much
     longer one must not apply), and not before: Slack is asked once per expiry, not at
     every request."""
-    from bot.core import people
+    from bot.core import directory
 
-    assert people.PRIVILEGED_GROUPS_TTL_S <= 30 < people.GROUPS_TTL_S  # the defaults' bound
-    monkeypatch.setattr(people, "PRIVILEGED_GROUPS_TTL_S", 1.0)
+    assert directory.PRIVILEGED_GROUPS_TTL_S <= 30 < directory.GROUPS_TTL_S  # the defaults' bound
+    monkeypatch.setattr(directory, "PRIVILEGED_GROUPS_TTL_S", 1.0)
     asked: list[str] = []
     async with secure_bot(standin) as s:
         members = s.bot.core.front.usergroup_members  # type: ignore[union-attr]
