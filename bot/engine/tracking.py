@@ -66,6 +66,9 @@ class _Step:
         self.attempt = launch.attempts[-1]
         self.events: list[Event] = []
         self.visible = False
+        # The checkpoint directory was first named in this poll's log: the collector could
+        # not list it yet, so an end seen in the same poll waits one poll for its checkpoints.
+        self.checkpoints_unread = False
 
     def say(self, text: str) -> None:
         self.events.append(Event("thread", self.launch.id, text))
@@ -90,6 +93,7 @@ class _Step:
             self.trackers(text, attempt.tracking)
         p, fw = launch.progress, framework(attempt.tracking.framework)
         if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
+            self.checkpoints_unread = True  # a directory not listed by this poll's collect
             attempt.tracking = attempt.tracking.model_copy(update={"checkpoint_dir": ckpt_dir})
         val = launch.validation_history[-1][1] if launch.validation_history else None
         carry = Point(p.step, p.total, p.loss, p.step_time_s, p.base, val) if p.total else None
@@ -215,6 +219,8 @@ class _Step:
         state, attempt = self.snap.state, self.attempt
         if not state or state == attempt.slurm_state:
             return
+        if is_terminal(state) and self.checkpoints_unread:
+            return  # the end is taken at the next poll, with the checkpoints it lists
         previous, attempt.slurm_state = attempt.slurm_state, state
         self.visible = True
         if state in ("RUNNING", "COMPLETING"):

@@ -387,3 +387,31 @@ def test_a_start_up_past_its_longest_is_a_hang_however_much_it_prints() -> None:
         assert startup_poll(item, "still loading\n", float(t), watch) == []
     hung = startup_poll(item, "still loading\n", 1300.0, watch)
     assert [e.kind for e in hung].count("oncall") == 1
+
+
+def test_a_run_that_ends_in_the_poll_that_names_its_checkpoint_dir_waits_one_poll_for_them() -> (
+    None
+):
+    """A short run can end before the first poll: that poll reads the log naming the
+    checkpoint directory, which its collect could not list yet. The end waits one poll,
+    whose collect lists the checkpoints; they are said, then the end."""
+    item = launch(Phase.RUNNING)
+    text = (
+        "[NeMo I 2026-01-01 00:00:00 nemo_logger:162] Experiments will be logged at "
+        "/lustre/logs/run-7/default\n"
+    )
+    first = apply_snapshot(item, snapshot("COMPLETED", text), PROFILE, Watch(), now=2e3)
+    assert item.phase == Phase.RUNNING and not any("Completed" in t for t in threads(first))
+    ck = "model_name=0--val_loss=2.05-step={}-consumed_samples={}.0"
+    names = (ck.format(2, 96), ck.format(5, 192))
+    then = apply_snapshot(item, snapshot("COMPLETED", ckpts=names), PROFILE, Watch(), now=2e3 + 2)
+    said = threads(then)
+    assert [t for t in said if t.startswith("💾")] == [
+        "💾 Checkpoint step 2 saved.",
+        "💾 Checkpoint step 5 saved.",
+    ]
+    assert item.phase == Phase.DONE and item.outcome == "COMPLETED"
+    # A directory known before the poll that ends the run: the end is taken at once.
+    known = launch(Phase.RUNNING)
+    apply_snapshot(known, snapshot("COMPLETED", "step line\n"), PROFILE, Watch(), now=2e3)
+    assert known.phase == Phase.DONE
