@@ -159,6 +159,15 @@ async def read_budget_use(
     return charged, held
 
 
+def _rate_args(
+    name: str, user_id: str, limit: int, window_s: float, now: float
+) -> tuple[str, int, str, str, str, str, str]:
+    """The rate script's call: one use of ``name`` by ``user_id`` at ``now`` (a unique
+    member), counted when fewer than ``limit`` happened in the last ``window_s``."""
+    member = f"{now:.6f}:{secrets.token_hex(4)}"
+    return (_RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member)
+
+
 async def read_active_counts(client: Any, user_id: str) -> tuple[int, int]:
     return await count_active(client, await client.smembers(keys.user_active(user_id)))
 
@@ -265,10 +274,7 @@ class Budgets(StoreBase):
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.smembers(keys.user_active(user_id))
             if limit is not None:
-                member = f"{now:.6f}:{secrets.token_hex(4)}"
-                pipe.eval(
-                    _RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member
-                )
+                pipe.eval(*_rate_args(name, user_id, limit, window_s, now))
             found = await pipe.execute()
         real, dry = await count_active(self.redis, found[0])
         return real, dry, max(float(found[1]), 0.0) if limit is not None else 0.0
@@ -280,8 +286,5 @@ class Budgets(StoreBase):
         last ``window_s`` (one atomic step, shared by every process): 0.0; else nothing is
         counted and the answer is how many seconds until one more would fit."""
         now = time.time() if now is None else now
-        member = f"{now:.6f}:{secrets.token_hex(4)}"
-        wait = await self.redis.eval(
-            _RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member
-        )
+        wait = await self.redis.eval(*_rate_args(name, user_id, limit, window_s, now))
         return max(float(wait), 0.0)
