@@ -40,7 +40,7 @@ from cluster.slurm import HOSTNAME_RE, TERMINAL_STATES, expand_hostlist, normali
 MAX_EVIDENCE = 5
 MAX_LINE_CHARS = 300
 _SCAN_CHARS = 4000  # of each line, for matching: bounds the work on huge lines
-_TAIL_LINES = 5
+_TAIL_LINES = MAX_EVIDENCE - 1  # an unknown failure's last lines, then its Slurm state line
 
 
 R = Reaction
