@@ -16,6 +16,7 @@ in Redis for the next start), the poller stops, the SSH pool closes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -42,6 +43,7 @@ from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.notify.report import Reporter
 from bot.runtime.metrics import Counts, Metrics
+from bot.runtime.supervise import Supervisor
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.slack.webapi import observe_slack_errors
@@ -100,7 +102,7 @@ class Bot:
     notifier: Notifier
     poller: Poller
     stop: asyncio.Event
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    supervisor: Supervisor
     parts: frozenset[str] = PARTS
 
     meters: Metrics = field(init=False)
@@ -121,6 +123,7 @@ class Bot:
         stats.observers.append(meters.observe_ssh)
         self.poller.observers.append(meters.observe_poll)
         self.notifier.on_delivered.append(meters.observe_delivery)
+        self.supervisor.observers.append(meters.observe_loop_restart)
         observe_slack_errors(self.core.front, meters.observe_slack_error)
         meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
         meters.add_dead_letters("queue_retrying", self.store.queue_retrying_count)
@@ -131,7 +134,9 @@ class Bot:
 
     async def healthy(self) -> tuple[bool, str]:
         """(True, "ok"), or False and which part is broken: redis, queue groups, poller
-        lease, or a stopped task. (Socket Mode is checked where it runs: bot.slack.http.)"""
+        lease, or a loop failing (bot.runtime.supervise); a loop restarted and running
+        well since is said on the "ok". (Socket Mode is checked where it runs:
+        bot.slack.http.)"""
         failing_over = self.store.failing_over()
         if failing_over:
             return False, f"redis: {failing_over}"
@@ -153,15 +158,18 @@ class Bot:
                 return False, f"redis: {exc}"
             if unpolled:
                 return False, "poller lease: no process polls " + ", ".join(unpolled)
-        dead = [t.get_name() for t in self.tasks if t.done()]
-        if dead:
-            return False, "stopped: " + ", ".join(dead)
+        failing, restarted = self.supervisor.problems()
+        if failing:
+            return False, "failing: " + "; ".join(failing)
         try:
             retrying = await self.store.retrying_letters()
             owed = dead_letter_text(retrying, await self.store.given_up_count())
         except Exception as exc:
             return False, f"redis: {exc}"
-        return True, "ok" + (f"; {owed}" if owed else "")
+        said = ([owed] if owed else []) + (
+            ["restarted: " + "; ".join(restarted)] if restarted else []
+        )
+        return True, "; ".join(["ok", *said])
 
     async def metrics(self) -> str:
         """The Prometheus text exposition (what Redis holds is read now)."""
@@ -243,6 +251,7 @@ async def running(
             pagerduty = await stack.enter_async_context(PagerDuty(webhook.url, key))
         pager = Pager(front, config.alerts, pagerduty)
         stop = asyncio.Event()
+        supervisor = Supervisor(stop, redact=redactor)
         bot = Bot(
             settings=settings,
             config=config,
@@ -268,15 +277,18 @@ async def running(
             ),
             poller=Poller(store, clusters, owner=owner),
             stop=stop,
+            supervisor=supervisor,
             parts=parts,
         )
+        # Every loop under the supervisor: one that raises is logged, counted and started
+        # again after a back-off; /healthz says which (bot.runtime.supervise).
         for worker in bot.workers:
-            bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))
+            supervisor.run(worker.name, functools.partial(worker.run, stop))
         if bot.workers:  # the cluster work a web process asks for
-            asks = serve_asks(store, clusters, stop)
-            bot.tasks.append(asyncio.create_task(asks, name="asks"))
+            supervisor.run("asks", functools.partial(serve_asks, store, clusters, stop))
         if "poller" in parts:
-            bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))
+            supervisor.run("notifier", functools.partial(bot.notifier.run, stop))
+            supervisor.watch_scheduler("poller", bot.poller.scheduler)
             bot.poller.start()
         if "poller" in parts and config.report is not None:
             report = config.report
@@ -284,17 +296,14 @@ async def running(
                 store, front, channel=report.channel, cron=report.cron, days=report.days,
                 top=report.top, owner=owner,
             )  # fmt: skip
+            supervisor.watch_scheduler("report", reporter.scheduler)
             reporter.start()
             stack.callback(reporter.shutdown)
 
         async def shutdown() -> None:
             stop.set()
             bot.poller.shutdown()
-            if bot.tasks:
-                done, pending = await asyncio.wait(bot.tasks, timeout=15)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+            await supervisor.wait(15)
             await bot.poller.release()
 
         stack.push_async_callback(shutdown)
