@@ -32,6 +32,11 @@ INTERFACE_ENV = {
     "TRAINBOT_HTTP_PORT",
     "REDIS_SENTINELS",
     "REDIS_PASSWORD",
+    "REDIS_SENTINEL_PASSWORD",
+    # added beside them (docs/sentinel.md): TLS through Sentinel
+    "REDIS_SENTINEL_TLS",
+    "REDIS_TLS",
+    "REDIS_TLS_CA_CERT",
 }
 SECRET_ENV = {"SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN"}
 
@@ -68,6 +73,7 @@ SECRET_FILES = {
     "SLACK_APP_TOKEN_FILE": "slack_app_token",
     "REDIS_URL_FILE": "redis_url",
     "REDIS_PASSWORD_FILE": "redis_password",
+    "REDIS_SENTINEL_PASSWORD_FILE": "redis_sentinel_password",
 }
 SENTINEL_PROFILE = ("redis-replica", "sentinel-1", "sentinel-2", "sentinel-3")
 
@@ -121,12 +127,9 @@ def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
                 assert declared[secret]["file"] == f"./secrets/{secret}"
     # Each role holds only the Slack secrets it needs.
     assert "SLACK_SIGNING_SECRET_FILE" in compose["services"]["web"]["environment"]
-    assert set(compose["services"]["worker"]["secrets"]) == {"redis_url", "redis_password"}
-    assert set(compose["services"]["poller"]["secrets"]) == {
-        "redis_url",
-        "redis_password",
-        "slack_bot_token",
-    }
+    redis_secrets = {"redis_url", "redis_password", "redis_sentinel_password"}
+    assert set(compose["services"]["worker"]["secrets"]) == redis_secrets
+    assert set(compose["services"]["poller"]["secrets"]) == {*redis_secrets, "slack_bot_token"}
     # Every role goes through the sentinels when .env sets REDIS_SENTINELS, else REDIS_URL.
     for role in ROLES:
         assert compose["services"][role]["environment"]["REDIS_SENTINELS"] == (
@@ -144,7 +147,8 @@ def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
         service = services[name]
         assert service["profiles"] == ["sentinel"]
         assert "ports" not in service
-        assert service["secrets"] == ["redis_password"]
+        expected = ["redis_password"] + (["redis_sentinel_password"] if "sentinel" in name else [])
+        assert service["secrets"] == expected
         assert service["volumes"][0].split(":")[0] in compose["volumes"]
         assert service["restart"] == "unless-stopped"
     replica = " ".join(services["redis-replica"]["command"])
@@ -156,6 +160,8 @@ def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
         sentinel = " ".join(services[f"sentinel-{i}"]["command"])
         assert "sentinel monitor mymaster redis 6379 2" in sentinel
         assert "auth-pass mymaster" in sentinel and "/run/secrets/redis_password" in sentinel
+        # the sentinels' own password, from its secret file into their configuration
+        assert "requirepass" in sentinel and "/run/secrets/redis_sentinel_password" in sentinel
         assert sentinel.endswith("--sentinel")
 
 

@@ -178,7 +178,8 @@ class Bot:
 
 def secret_redactor(settings: Settings, config: Config) -> Redactor:
     """One redactor for every secret value this process holds: the values of the
-    variables the config names (job secrets, PagerDuty key) and the Slack secrets."""
+    variables the config names (job secrets, PagerDuty key), the Slack secrets and the
+    Redis passwords (the data nodes', the sentinels', one inside ``REDIS_URL``)."""
     names = {ref.env for p in config.clusters.values() for ref in p.job_secrets.values() if ref.env}
     webhook = config.alerts.webhook
     if webhook is not None and webhook.routing_key is not None:
@@ -190,6 +191,7 @@ def secret_redactor(settings: Settings, config: Config) -> Redactor:
         settings.slack_signing_secret,
     ]
     found = [v.get_secret_value() for v in values if v is not None]
+    found += [v for v in settings.redis_secrets() if v]
     short = [v for v in found if len(v) < MIN_SECRET_CHARS]
     if short:
         log.warning(

@@ -10,13 +10,15 @@ Any variable can instead be given as a file: ``NAME_FILE=/run/secrets/name``
 (Docker and Kubernetes secrets) stands for ``NAME`` with that file's content,
 one trailing newline dropped. The settings' own variables are read at start;
 a variable the config names (``{env: NAME}``) when the bot first asks for it,
-which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error. A
-file's content is never logged nor shown in an error, only its path.
+which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error, and so
+is a file its group or others can read (``chmod 600``). A file's content is never
+logged nor shown in an error, only its path.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
+SHARED_BITS = 0o044  # a secret file readable by its group or by others is refused
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
@@ -56,13 +59,41 @@ class Target:
     wait_replicas: int = 0
     wait_timeout_ms: int = 500
     retry_for_s: float = 2.0
+    # Sentinel's own hop: the sentinels' password (``requirepass`` in sentinel.conf), TLS
+    sentinel_password: SecretStr | None = None
+    sentinel_tls: bool = False
+    tls: bool = False  # the data nodes named by the sentinels speak TLS (a URL: rediss://)
+    tls_ca_file: str = ""  # the CA that signed the servers' certificates ("": the system's)
 
     def describe(self) -> str:
-        """Where, for logs and ``doctor`` (never the password)."""
+        """Where, for logs and ``doctor`` (never a password)."""
         if self.sentinels:
             where = ",".join(f"{host}:{port}" for host, port in self.sentinels)
-            return f"sentinel {self.service} via {where}"
-        return self.url.split("@")[-1]
+            hops = [
+                what
+                for what, on in (("sentinels", self.sentinel_tls), ("data nodes", self.tls))
+                if on
+            ]
+            tls = f" (TLS to the {' and '.join(hops)})" if hops else ""
+            return f"sentinel {self.service} via {where}{tls}"
+        return without_password(self.url)
+
+
+def without_password(url: str) -> str:
+    """``url`` with any user and password left out: what may be logged or shown."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url.rsplit("@", 1)[-1]
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}"
+
+
+def url_password(url: str) -> str:
+    """The password a Redis URL carries ("" when none)."""
+    _, sep, rest = url.partition("://")
+    userinfo, at, _ = rest.rpartition("@")
+    if not sep or not at:
+        return ""
+    return urllib.parse.unquote(userinfo.partition(":")[2] if ":" in userinfo else userinfo)
 
 
 class Settings(BaseSettings):
@@ -78,6 +109,13 @@ class Settings(BaseSettings):
         default="mymaster", alias="REDIS_SENTINEL_SERVICE", min_length=1
     )
     redis_password: SecretStr | None = Field(default=None, alias="REDIS_PASSWORD")
+    # the sentinels' own password (their requirepass); the data nodes' is REDIS_PASSWORD
+    redis_sentinel_password: SecretStr | None = Field(default=None, alias="REDIS_SENTINEL_PASSWORD")
+    # TLS through Sentinel: to the sentinels, to the data nodes they name (with a plain
+    # URL, rediss:// says it); the CA file verifies both (unset: the system's CAs)
+    redis_sentinel_tls: bool = Field(default=False, alias="REDIS_SENTINEL_TLS")
+    redis_tls: bool = Field(default=False, alias="REDIS_TLS")
+    redis_tls_ca_file: Path | None = Field(default=None, alias="REDIS_TLS_CA_CERT")
     redis_db: int = Field(default=0, alias="REDIS_DB", ge=0, le=15)  # with Sentinel
     # replicas a queued launch, a job id or a cancel must reach (WAIT); default 1 with
     # Sentinel, 0 with a plain URL
@@ -126,6 +164,32 @@ class Settings(BaseSettings):
         """Only explicit values: the environment comes in through :meth:`from_environ`."""
         return (init_settings,)
 
+    @model_validator(mode="after")
+    def _tls_where_it_applies(self) -> Settings:
+        if self.redis_sentinels:
+            return self
+        if self.redis_sentinel_password is not None or self.redis_sentinel_tls:
+            raise ValueError(
+                "REDIS_SENTINEL_PASSWORD and REDIS_SENTINEL_TLS apply to the sentinels: set "
+                "REDIS_SENTINELS too, or leave them unset with a plain REDIS_URL"
+            )
+        if self.redis_tls and not self.redis_url.startswith("rediss://"):
+            raise ValueError(
+                "REDIS_TLS=true with a plain REDIS_URL: write the URL as rediss://host:port/db "
+                "instead (REDIS_TLS is for the data nodes reached through REDIS_SENTINELS)"
+            )
+        return self
+
+    @field_validator("redis_tls_ca_file")
+    @classmethod
+    def _readable_ca(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(
+                f"{value} is not a file: give the PEM file of the CA that signed the Redis "
+                "servers' and sentinels' certificates"
+            )
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
@@ -173,7 +237,18 @@ class Settings(BaseSettings):
             wait_replicas=(1 if sentinel else 0) if wait is None else wait,
             wait_timeout_ms=self.redis_wait_timeout_ms,
             retry_for_s=(30.0 if sentinel else 2.0) if retry is None else retry,
+            sentinel_password=self.redis_sentinel_password,
+            sentinel_tls=self.redis_sentinel_tls,
+            tls=self.redis_tls or self.redis_url.startswith("rediss://"),
+            tls_ca_file=str(self.redis_tls_ca_file or ""),
         )
+
+    def redis_secrets(self) -> list[str]:
+        """Every Redis password this process holds (for the redactor): the data nodes',
+        the sentinels' and any in ``REDIS_URL``."""
+        found = [self.redis_password, self.redis_sentinel_password]
+        values = [v.get_secret_value() for v in found if v is not None]
+        return [*values, url_password(self.redis_url)]
 
     @field_validator("slack_api_url")
     @classmethod
@@ -201,6 +276,8 @@ class Settings(BaseSettings):
             first = exc.errors()[0]
             name = str(first["loc"][0]) if first["loc"] else ""
             got = values.get(name, "")
+            if name == "REDIS_URL":  # it may carry the password: never echoed with it
+                got = without_password(got)
             shown = "" if _is_secret(cls, name) else f" (got {got!r})"
             msg = str(first["msg"]).removeprefix("Value error, ")
             raise ConfigError(f"{msg}{shown}", source="environment", path=name) from None
@@ -246,6 +323,15 @@ def _read_secret_file(name: str, env: dict[str, str]) -> str:
         raise ConfigError(f"set {name} or {variable}, not both", source="environment", path=name)
     path = Path(env[variable])
     try:
+        mode = path.stat().st_mode
+        if mode & SHARED_BITS:
+            raise ConfigError(
+                f"{path} can be read by its group or by others (mode {mode & 0o777:04o}): a "
+                f"secret file must be its owner's alone; chmod 600 {path} (Kubernetes: "
+                "defaultMode: 0400)",
+                source="environment",
+                path=variable,
+            )
         content = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"

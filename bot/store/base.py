@@ -25,7 +25,7 @@ from bot.lifecycle.launch import Launch
 from bot.settings.config import Retention
 from bot.settings.env import Target
 from bot.store import keys
-from bot.store.connection import failover_reason
+from bot.store.connection import error_text, failover_reason
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,8 @@ class StoreBase:
         try:
             await self.redis.ping()
         except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis is unreachable: {exc}") from exc
+            where = self.target.describe()
+            raise StoreError(f"Redis is unreachable ({where}): {error_text(exc)}") from exc
 
     def failing_over(self) -> str:
         """ "" while the store works; else what it is riding through, for ``/healthz``."""
@@ -155,11 +156,11 @@ class StoreBase:
             except (RedisError, OSError) as exc:
                 reason = failover_reason(exc)
                 if not reason:
-                    raise StoreError(f"Redis is unreachable or failed: {exc}") from exc
+                    raise StoreError(f"Redis is unreachable or failed: {error_text(exc)}") from exc
                 if time.monotonic() + delay > deadline:
                     raise StoreError(
                         f"Redis is unreachable: not back within {self.target.retry_for_s:g} s "
-                        f"({self.target.describe()}; last error: {exc}); check that a "
+                        f"({self.target.describe()}; last error: {error_text(exc)}); check that a "
                         "primary is up and, with Sentinel, that the sentinels agree on it"
                     ) from exc
                 self._note_retry(reason)
