@@ -194,6 +194,7 @@ class Core:
                 self.clusters, await self.lookup.owned(request.job, user, "attach to")
             )
         if isinstance(request, UsageRequest):
+            await slow_down(self.store, self.context, user.id, "commands")  # a chart is costly
             return await usage.answer(
                 self.store,
                 self.context.policy,
