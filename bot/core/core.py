@@ -47,7 +47,7 @@ from bot.text.mrkdwn import (
     escape,
 )
 from cluster.errors import TrainbotError
-from commands.context import CommandContext
+from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
@@ -173,7 +173,11 @@ class Core:
             )
         if isinstance(request, JobsRequest):
             return await answers.jobs(
-                self.store, user, all_users=request.all_users, cluster=request.cluster
+                self.store,
+                user,
+                all_users=request.all_users,
+                cluster=request.cluster,
+                visible=None if self._admin(user) else self.capacity.visible(user),
             )
         if isinstance(request, ClustersRequest):
             return await self.capacity.cluster_list(request.cluster, user)
@@ -204,6 +208,9 @@ class Core:
                 self.directory.team_members,
             )
         raise CommandError("That command is not handled yet.")
+
+    def _admin(self, user: User) -> bool:
+        return self.context.policy.is_admin(user.id, user.groups)
 
     async def on_action(self, incoming: Incoming) -> Reply:
         user = await self.directory.user(incoming)

@@ -15,6 +15,7 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine.on_cluster import Clusters
+from bot.lifecycle.launch import Launch
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
 from bot.store import keys
@@ -24,6 +25,7 @@ from bot.text.front import Incoming
 from cluster.discovery import ClusterCapacity
 from cluster.ssh.pool import SSHPool
 from commands.policy import Limits, PolicyRule
+from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
@@ -195,3 +197,39 @@ async def test_usage_counts_against_the_persons_rate_limit_and_draws_off_the_eve
             "Slow down: you ran 2 costly commands (/logs, /clusters, /usage) in the last minute"
         )
         assert not (await ask(core, "U0BOB", "/usage"))[0]  # per person
+
+
+async def test_jobs_all_and_the_app_home_show_no_more_than_clusters_would(store: Store) -> None:
+    """/clusters shows a person the clusters they may launch on; /jobs all and the App
+    Home showed everyone's launches and every cluster's capacity to anyone. Now others'
+    launches and the capacity of clusters they may not use stay out; admins see all."""
+    alice_on_a4 = PolicyRule(users=("U0ALICE",), clusters=("a4",))
+    config = config_with(Limits(), alice_on_a4)
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a3m")
+    hidden = Launch(request=request, user_id="U0BOB", channel="C1")
+    shown = Launch(request=request.model_copy(update={"cluster": "a4"}), user_id="U0BOB",
+                   channel="C1")  # fmt: skip
+    for launch in (hidden, shown):
+        await store.create(launch, [], enqueue=False)
+    async with SSHPool(connect_timeout_s=1.0) as pool:
+        core = core_for(store, config, pool)
+
+        async def no_capacity(name: str) -> ClusterCapacity:
+            return ClusterCapacity(cluster=name, partitions=())
+
+        core.calls.capacity = no_capacity  # type: ignore[method-assign]
+        error, text = await ask(core, "U0ALICE", "/jobs", "all")
+        assert not error and shown.id in text and hidden.id not in text, text
+        error, text = await ask(core, "U0ADMIN", "/jobs", "all")
+        assert hidden.id in text and shown.id in text, text
+        error, text = await ask(core, "U0CAROL", "/jobs", "all")  # may launch nowhere
+        assert hidden.id not in text and shown.id not in text, text
+
+        async def home_of(user: str) -> str:
+            reply = await core(Incoming(user_id=user, channel_id="", event="app_home_opened"))
+            return str(reply.blocks)
+
+        alice_home = await home_of("U0ALICE")
+        assert "a4" in alice_home and "a3m" not in alice_home, alice_home
+        admin_home = await home_of("U0ADMIN")
+        assert all(name in admin_home for name in config.clusters), admin_home
