@@ -8,10 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from bot.core.core import Core
 from bot.engine.on_cluster import Clusters
@@ -26,7 +23,6 @@ from cluster.discovery import ClusterCapacity
 from cluster.ssh.pool import SSHPool
 from commands.policy import Limits, PolicyRule
 from commands.requests import TrainRequest
-from tests.bot.botkit import flush_test_redis, open_test_store
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
@@ -42,13 +38,6 @@ def config_with(limits: Limits, *rules: PolicyRule) -> Config:
     }
     policy = config.policy.model_copy(update=update)
     return config.model_copy(update={"policy": policy, "clusters": shared})
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
 
 
 def core_for(store: Store, config: Config, pool: SSHPool) -> Core:
@@ -190,7 +179,9 @@ async def test_usage_counts_against_the_persons_rate_limit_and_draws_off_the_eve
         assert reply.file_content is not None and reply.file_content.startswith(b"\x89PNG")
         assert took_s > 0.5  # a real chart, a year of bars
         slowest = max(gaps, default=took_s)  # none at all: the loop never turned
-        assert slowest < min(0.3, took_s / 3), (slowest, took_s)  # the loop kept turning
+        # The loop kept turning (Agg's C++ drawing holds the GIL for one call at a time:
+        # a fraction of a second on a loaded machine, against the whole chart before).
+        assert slowest < min(1.0, took_s / 4), (slowest, took_s)
         assert not (await ask(core, "U0ALICE", "/usage", "csv=true"))[0]
         error, text = await ask(core, "U0ALICE", "/usage")
         assert error and text.startswith(
