@@ -167,6 +167,7 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> 
         "redis//:hunter2-pass@redis:6379/0",  # the colon forgotten
         "http://:hunter2-pass@redis:6379/0",  # the wrong scheme
         "redis:/user:hunter2-pass@redis:6379/0",
+        "redis//redis:6379/0?password=hunter2-pass",
     ],
 )
 def test_a_mistyped_redis_url_is_never_echoed_with_its_password(url: str) -> None:
@@ -186,6 +187,9 @@ def test_redis_passwords_are_handed_to_the_redactor() -> None:
     )
     assert set(settings.redis_secrets()) == {"url-pass@x", "data-node-pass"}
     assert without_password("rediss://u:p@w@h:1/0") == "rediss://h:1/0"
+    assert without_password("redis://h:1/0?password=qs-pass-1") == "redis://h:1/0"
+    query = Settings.from_environ({"REDIS_URL": "redis://h:1/0?password=qs-pass-1"})
+    assert "qs-pass-1" in query.redis_secrets()
     sentinel = Settings.from_environ(
         {"REDIS_SENTINELS": "s1:26379", "REDIS_SENTINEL_PASSWORD": "sentinel-pass"}
     )
