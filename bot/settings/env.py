@@ -208,6 +208,21 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str) -> str:
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
+        if value.startswith("unix://"):
+            return value
+        parsed = urllib.parse.urlsplit(value)
+        try:
+            parsed.port  # noqa: B018 - read for its check
+        except ValueError:
+            raise ValueError(
+                "its port is not a number: write redis://[:password@]host:port/db, e.g. "
+                "redis://redis:6379/0"
+            ) from None
+        db = parsed.path.strip("/")
+        if db and not db.isdigit():
+            raise ValueError(
+                "the database after the host must be a number, e.g. redis://redis:6379/0"
+            )
         return value
 
     @field_validator("redis_sentinels", mode="before")

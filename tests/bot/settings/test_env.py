@@ -239,3 +239,19 @@ def test_sentinel_and_tls_settings_where_they_do_not_apply(
         Settings.from_environ(environ)
     assert message in str(caught.value)
     assert "pw-123456" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://:hunter2-pass@redis:abc/0", "its port is not a number"),
+        ("redis://:hunter2-pass@redis:6379/zero", "the database after the host must be a number"),
+    ],
+)
+def test_a_redis_url_that_cannot_be_used_is_refused_at_start(url: str, says: str) -> None:
+    """Such a URL passed the check and then stopped the bot with a traceback."""
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"REDIS_URL": url})
+    said = str(caught.value)
+    assert says in said and "hunter2-pass" not in said and "(got 'redis://redis:" in said
+    assert Settings.from_environ({"REDIS_URL": "unix:///run/redis.sock?db=2"}).redis_url
