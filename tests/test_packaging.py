@@ -33,7 +33,8 @@ INTERFACE_ENV = {
     "REDIS_SENTINELS",
     "REDIS_PASSWORD",
     "REDIS_SENTINEL_PASSWORD",
-    # added beside them (docs/sentinel.md): TLS through Sentinel
+    # added beside them (docs/sentinel.md): an ACL user and TLS through Sentinel
+    "REDIS_SENTINEL_USERNAME",
     "REDIS_SENTINEL_TLS",
     "REDIS_TLS",
     "REDIS_TLS_CA_CERT",

@@ -61,6 +61,7 @@ class Target:
     retry_for_s: float = 2.0
     # Sentinel's own hop: the sentinels' password (``requirepass`` in sentinel.conf), TLS
     sentinel_password: SecretStr | None = None
+    sentinel_username: str = ""  # an ACL user of the sentinels ("": the default user)
     sentinel_tls: bool = False
     tls: bool = False  # the data nodes named by the sentinels speak TLS (a URL: rediss://)
     tls_ca_file: str = ""  # the CA that signed the servers' certificates ("": the system's)
@@ -114,6 +115,10 @@ class Settings(BaseSettings):
     redis_password: SecretStr | None = Field(default=None, alias="REDIS_PASSWORD")
     # the sentinels' own password (their requirepass); the data nodes' is REDIS_PASSWORD
     redis_sentinel_password: SecretStr | None = Field(default=None, alias="REDIS_SENTINEL_PASSWORD")
+    # an ACL user of the sentinels (with REDIS_SENTINEL_PASSWORD); unset: the default user
+    redis_sentinel_username: str = Field(
+        default="", alias="REDIS_SENTINEL_USERNAME", pattern=r"^[A-Za-z0-9._-]{0,64}$"
+    )
     # TLS through Sentinel: to the sentinels, to the data nodes they name (with a plain
     # URL, rediss:// says it); the CA file verifies both (unset: the system's CAs)
     redis_sentinel_tls: bool = Field(default=False, alias="REDIS_SENTINEL_TLS")
@@ -171,10 +176,16 @@ class Settings(BaseSettings):
     def _tls_where_it_applies(self) -> Settings:
         if self.redis_sentinels:
             return self
-        if self.redis_sentinel_password is not None or self.redis_sentinel_tls:
+        sentinel_only = (
+            self.redis_sentinel_password is not None
+            or self.redis_sentinel_tls
+            or self.redis_sentinel_username
+        )
+        if sentinel_only:
             raise ValueError(
-                "REDIS_SENTINEL_PASSWORD and REDIS_SENTINEL_TLS apply to the sentinels: set "
-                "REDIS_SENTINELS too, or leave them unset with a plain REDIS_URL"
+                "REDIS_SENTINEL_PASSWORD, REDIS_SENTINEL_USERNAME and REDIS_SENTINEL_TLS "
+                "apply to the sentinels: set REDIS_SENTINELS too, or leave them unset with "
+                "a plain REDIS_URL"
             )
         if self.redis_tls and not self.redis_url.startswith("rediss://"):
             raise ValueError(
@@ -256,6 +267,7 @@ class Settings(BaseSettings):
             wait_timeout_ms=self.redis_wait_timeout_ms,
             retry_for_s=(30.0 if sentinel else 2.0) if retry is None else retry,
             sentinel_password=self.redis_sentinel_password,
+            sentinel_username=self.redis_sentinel_username,
             sentinel_tls=self.redis_sentinel_tls,
             tls=self.redis_tls or self.redis_url.startswith("rediss://"),
             tls_ca_file=str(self.redis_tls_ca_file or ""),

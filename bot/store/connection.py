@@ -44,6 +44,8 @@ def sentinel_options(target: Target) -> dict[str, Any]:
     }
     if target.sentinel_password is not None:
         options["password"] = target.sentinel_password.get_secret_value()
+    if target.sentinel_username:
+        options["username"] = target.sentinel_username
     if target.sentinel_tls:
         options |= tls_options(target.tls_ca_file)
     return options

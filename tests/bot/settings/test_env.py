@@ -222,9 +222,10 @@ def test_sentinel_secrets_and_tls_reach_the_target(tmp_path: Path) -> None:
     [
         (
             {"REDIS_SENTINEL_PASSWORD": "pw-123456"},
-            "REDIS_SENTINEL_PASSWORD and REDIS_SENTINEL_TLS",
+            "REDIS_SENTINEL_PASSWORD, REDIS_SENTINEL_USERNAME",
         ),
         ({"REDIS_SENTINEL_TLS": "true"}, "apply to the sentinels: set REDIS_SENTINELS too"),
+        ({"REDIS_SENTINEL_USERNAME": "trainbot"}, "apply to the sentinels: set REDIS_SENTINELS"),
         ({"REDIS_TLS": "true"}, "write the URL as rediss://host:port/db"),
         (
             {"REDIS_SENTINELS": "s1:26379", "REDIS_TLS_CA_CERT": "/nowhere/ca.pem"},

@@ -110,9 +110,12 @@ class Servers:
         for proc in self.procs:
             proc.wait(10)
 
-    def pair(self, *, tls: tuple[Path, Path, Path] | None = None) -> tuple[int, int]:
+    def pair(
+        self, *, tls: tuple[Path, Path, Path] | None = None, acl_user: str = ""
+    ) -> tuple[int, int]:
         """A data node (password DATA_PASSWORD) and a sentinel (password SENTINEL_PASSWORD)
-        monitoring it as SERVICE; with ``tls`` (ca, cert, key) both speak only TLS."""
+        monitoring it as SERVICE; with ``tls`` (ca, cert, key) both speak only TLS; with
+        ``acl_user`` the sentinel also has that ACL user (same password)."""
         data_port, sentinel_port = free_port(), free_port()
         tls_args: list[str] = []
         cli_tls: list[str] = []
@@ -140,6 +143,7 @@ class Servers:
             "bind 127.0.0.1",
             f"dir {self.workdir}",
             f"requirepass {SENTINEL_PASSWORD}",
+            *([f"user {acl_user} on >{SENTINEL_PASSWORD} allchannels +@all"] if acl_user else []),
             f"sentinel monitor {SERVICE} 127.0.0.1 {data_port} 1",
             f"sentinel auth-pass {SERVICE} {DATA_PASSWORD}",
         ]
@@ -233,4 +237,29 @@ async def test_both_hops_over_tls_with_the_ca_file(servers: Servers, tmp_path: P
         async with Store.connect(
             target(sentinel_port, sentinel_password=SecretStr(SENTINEL_PASSWORD))
         ) as store:
+            await store.count("never")
+
+
+@pytest.mark.timeout(60)
+async def test_a_sentinel_acl_user_is_reached_by_its_name(servers: Servers) -> None:
+    _, sentinel_port = servers.pair(acl_user="trainbot-sentinel")
+    settings = Settings.from_environ(
+        {
+            "REDIS_SENTINELS": f"127.0.0.1:{sentinel_port}",
+            "REDIS_SENTINEL_SERVICE": SERVICE,
+            "REDIS_PASSWORD": DATA_PASSWORD,
+            "REDIS_SENTINEL_USERNAME": "trainbot-sentinel",
+            "REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+            "REDIS_RETRY_FOR_S": "1",
+        }
+    )
+    async with Store.connect(settings.redis_target()) as store:
+        assert await store.count("through-an-acl-user") == 1
+    with pytest.raises(StoreError, match="a sentinel refused the password"):
+        wrong = target(
+            sentinel_port,
+            sentinel_username="someone-else",
+            sentinel_password=SecretStr(SENTINEL_PASSWORD),
+        )
+        async with Store.connect(wrong) as store:
             await store.count("never")
