@@ -6,8 +6,8 @@ back to 1 s once a run has lasted ``steady_after_s``). The schedulers' jobs (the
 poller's polls, leases, charges; the usage report) are run again by their scheduler at
 their next time: :meth:`Supervisor.watch_scheduler` counts and shows their failures the
 same way. ``/healthz`` reads :meth:`Supervisor.problems`: a loop that failed and has not
-yet run ``steady_after_s`` since (or a job whose last run raised) is failing, which is a
-503 naming it; one restarted and running well since is said on a 200.
+yet run ``steady_after_s`` since (or a job whose last two runs raised) is failing, which
+is a 503 naming it; one restarted and running well since is said on a 200.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
 STEADY_AFTER_S = 5.0  # a restarted loop that runs this long without raising is well again
+# A scheduled job is failing once its run after a failed one (its restart) failed too: one
+# failed poll while Redis was away is not a poller that keeps failing, and a job that runs
+# once a minute must not keep /healthz at 503 for a minute after Redis is back.
+JOB_FAILING_AFTER = 2
 ERROR_CHARS = 200  # the last error as /healthz shows it
 
 Loop = Callable[[], Coroutine[Any, Any, None]]
@@ -42,11 +46,11 @@ class LoopHealth:
     last_error: str = ""
     backing_off: bool = False  # waiting out its back-off before the next start
     run_started: float = 0.0  # monotonic start of the run under way
-    job_failing: bool = False  # a scheduled job whose last run raised
+    runs_failed: int = 0  # a scheduled job's runs that raised in a row (0: its last ran well)
 
     def failing(self, now: float, steady_after_s: float) -> bool:
         """Whether it failed and has not run well since."""
-        if self.job_failing or self.backing_off:
+        if self.runs_failed >= JOB_FAILING_AFTER or self.backing_off:
             return True
         return (
             self.restarts > 0 and now - self.run_started < steady_after_s and bool(self.last_error)
@@ -136,9 +140,9 @@ class Supervisor:
             name = f"{part} {event.job_id}"
             health = self.loops.setdefault(name, LoopHealth(name))
             if event.exception is None:
-                health.job_failing = False
+                health.runs_failed = 0
                 return
-            health.job_failing = True
+            health.runs_failed += 1
             health.restarts += 1
             health.last_error = self.redact(describe_error(event.exception))
             self._restarted(name)
