@@ -68,16 +68,16 @@ def _open(path: Path, mode: str, *, gz: bool | None = None) -> IO[str]:
 async def backup(target: Target, path: Path) -> Summary:
     """Write every ``trainbot:`` key of ``target`` to ``path`` (``.gz``: compressed)."""
     try:
-        async with open_redis(target, decode_responses=False) as client:
-            return await _backup(client, path)
+        async with open_redis(target, decode_responses=False) as redis:
+            return await _backup(redis, path)
     except RedisError as exc:
         raise BackupError(f"Redis at {target.describe()} failed during the backup: {exc}") from exc
 
 
-async def _backup(client: aioredis.Redis, path: Path) -> Summary:
-    info = await client.info("server")
+async def _backup(redis: aioredis.Redis, path: Path) -> Summary:
+    info = await redis.info("server")
     version = str(info.get("redis_version", ""))
-    now_s, now_us = await client.time()
+    now_s, now_us = await redis.time()
     now_ms = int(now_s) * 1000 + int(now_us) // 1000
     partial = path.with_name(path.name + ".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -89,12 +89,12 @@ async def _backup(client: aioredis.Redis, path: Path) -> Summary:
                       "redis_version": version, "match": MATCH}  # fmt: skip
             out.write(json.dumps(header) + "\n")
             batch: list[bytes] = []
-            async for key in client.scan_iter(match=MATCH, count=1000):
+            async for key in redis.scan_iter(match=MATCH, count=1000):
                 batch.append(key)
                 if len(batch) >= BATCH:
-                    count += await _write_batch(client, batch, now_ms, out)
+                    count += await _write_batch(redis, batch, now_ms, out)
                     batch = []
-            count += await _write_batch(client, batch, now_ms, out)
+            count += await _write_batch(redis, batch, now_ms, out)
             out.write(json.dumps({"end": True, "keys": count}) + "\n")
         partial.replace(path)
     except BaseException:
@@ -103,12 +103,10 @@ async def _backup(client: aioredis.Redis, path: Path) -> Summary:
     return Summary(keys=count, redis_version=version)
 
 
-async def _write_batch(
-    client: aioredis.Redis, batch: list[bytes], now_ms: int, out: IO[str]
-) -> int:
+async def _write_batch(redis: aioredis.Redis, batch: list[bytes], now_ms: int, out: IO[str]) -> int:
     if not batch:
         return 0
-    pipe = client.pipeline(transaction=False)
+    pipe = redis.pipeline(transaction=False)
     for key in batch:
         pipe.dump(key)
         pipe.pttl(key)
@@ -201,18 +199,18 @@ async def restore(target: Target, path: Path, *, replace: bool = False) -> Summa
     overwrite theirs; keys the backup lacks are left as they are)."""
     header, records = read_backup(path)
     try:
-        async with open_redis(target, decode_responses=False) as client:
+        async with open_redis(target, decode_responses=False) as redis:
             if not replace:
-                async for key in client.scan_iter(match=MATCH, count=1000):
+                async for key in redis.scan_iter(match=MATCH, count=1000):
                     raise BackupError(
                         f"Redis at {target.describe()} already holds trainbot keys (such as "
                         f"{key.decode('utf-8', 'replace')}); restore into an empty Redis, or "
                         "add --replace to overwrite the keys the backup holds"
                     )
-            now_s, _ = await client.time()
+            now_s, _ = await redis.time()
             restored = skipped = 0
             for start in range(0, len(records), BATCH):
-                pipe = client.pipeline(transaction=False)
+                pipe = redis.pipeline(transaction=False)
                 for record in records[start : start + BATCH]:
                     if record.exp_ms and record.exp_ms <= int(now_s) * 1000:
                         skipped += 1
