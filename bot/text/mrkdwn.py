@@ -9,6 +9,7 @@ left out and where to get the rest.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Literal
 
 Block = dict[str, Any]
@@ -43,6 +44,22 @@ def escape(text: str) -> str:
 def unescape(text: str) -> str:
     """Undo ``escape`` (Slack sends typed ``&``, ``<``, ``>`` as entities)."""
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+DATE_FORMAT = "{date_short_pretty} {time}"  # "Dec 24, 2026 08:00", in the reader's zone
+DATE_PATTERN = re.compile(r"<!date\^\d+\^[^|>]*\|([^>]*)>")
+
+
+def slack_date(when: float, fmt: str = DATE_FORMAT) -> str:
+    """A time every reader sees in their own time zone (Slack's ``<!date^...>``); clients
+    that cannot, and the console, show the UTC text after ``|`` (``2026-12-24 08:00 UTC``)."""
+    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
+    return f"<!date^{int(when)}^{fmt}|{fallback}>"
+
+
+def date_fallbacks(text: str) -> str:
+    """``text`` with each ``<!date^...>`` replaced by its UTC text (for a terminal)."""
+    return DATE_PATTERN.sub(r"\1", text)
 
 
 def cut_note(more_lines: int, hint: str = "") -> str:
