@@ -1,10 +1,12 @@
 """deploy/: the Prometheus alert rules (against the metrics the code exports, and through
-promtool), the systemd unit (systemd-analyze) and the Kubernetes manifests (each role
-holds the secrets and files it needs, and no others)."""
+promtool), the systemd unit (systemd-analyze) and the Kubernetes manifests (the API's
+schemas through kubernetes-validate; each role holds the secrets and files it needs, and
+no others)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -188,6 +190,27 @@ def test_each_role_is_a_deployment_with_only_its_secrets(role: str) -> None:
     assert volumes["ssh"]["emptyDir"]["medium"] == "Memory"
     init = pod["initContainers"][0]
     assert "chmod 600" in " ".join(init["command"])  # the CA key is trainbot's alone
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ("  replicas: 2", "  replica: 2", "'replica' was unexpected"),
+        ("periodSeconds: 10", "periodSeconds: ten", "'ten' is not of type 'integer'"),
+    ],
+)
+def test_a_broken_manifest_fails_the_kubernetes_schemas(
+    tmp_path: Path, old: str, new: str, says: str
+) -> None:
+    broken = tmp_path / "kubernetes"
+    shutil.copytree(KUBE, broken)
+    worker = broken / "worker.yaml"
+    assert old in worker.read_text()
+    worker.write_text(worker.read_text().replace(old, new, 1))
+    rest = (ROOT / "deploy" / "prometheus" / "trainbot-alerts.yml", UNIT, broken)
+    result = check_deploy(ROOT / "Dockerfile", ROOT / "docker-compose.yml", *rest)
+    assert result.returncode != 0
+    assert says in result.stdout + result.stderr
 
 
 def test_no_secret_value_is_written_in_the_deploy_files() -> None:

@@ -313,7 +313,7 @@ def test_env_example_names_known_variables() -> None:
 def check_deploy(*files: Path) -> subprocess.CompletedProcess[str]:
     # The validators come from requirements-dev.lock, beside this interpreter.
     bindir = Path(sys.executable).parent
-    for tool in ("hadolint", "check-jsonschema"):
+    for tool in ("hadolint", "check-jsonschema", "kubernetes-validate"):
         assert (bindir / tool).exists(), f"{tool} is not installed: run scripts/bootstrap"
     env = {"PATH": f"{bindir}:/usr/bin:/bin"}
     return subprocess.run(
