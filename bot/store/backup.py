@@ -72,6 +72,11 @@ async def backup(target: Target, path: Path) -> Summary:
             return await _backup(redis, path)
     except RedisError as exc:
         raise BackupError(f"Redis at {target.describe()} failed during the backup: {exc}") from exc
+    except OSError as exc:
+        raise BackupError(
+            f"cannot write the backup to {path}: {exc.strerror or exc}; give a path in a "
+            "directory that exists and that this user may write"
+        ) from exc
 
 
 async def _backup(redis: aioredis.Redis, path: Path) -> Summary:
@@ -140,7 +145,8 @@ def read_backup(path: Path) -> tuple[dict[str, Any], list[_Record]]:
         with _open(path, "r") as src:
             lines = src.read().splitlines()
     except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise BackupError(f"cannot read the backup {path}: {exc}") from exc
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BackupError(f"cannot read the backup {path}: {reason}") from exc
     if not lines:
         raise BackupError(f"{path} is empty; give a file written by `trainbot backup`")
     header = _json(path, 1, lines[0])

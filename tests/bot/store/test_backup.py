@@ -231,3 +231,20 @@ async def test_a_backup_is_owner_only_and_a_bad_payload_is_refused_by_redis(
         assert "refused the restore" in capsys.readouterr().err
     finally:
         await redis.stop()
+
+
+async def test_a_path_that_cannot_be_written_or_read_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    redis = OwnRedis(tmp_path / "r")
+    await redis.start()
+    try:
+        monkeypatch.setenv("REDIS_URL", redis.url)
+        assert await cli(["backup", str(tmp_path / "no-such-dir" / "b.jsonl")]) == 1
+        err = capsys.readouterr().err
+        assert "cannot write the backup to" in err and "No such file or directory" in err
+        assert "Traceback" not in err
+        assert await cli(["restore", str(tmp_path / "missing.jsonl")]) == 1
+        assert "cannot read the backup" in capsys.readouterr().err
+    finally:
+        await redis.stop()
