@@ -52,9 +52,12 @@ def sentinel_options(target: Target) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
+async def open_redis(
+    target: Target, *, decode_responses: bool = True
+) -> AsyncIterator[aioredis.Redis]:
     """A client of ``target``'s Redis, closed (with its sentinels) when the block ends.
-    Through Sentinel, each hop has its own secrets: the sentinels' password and TLS
+    ``decode_responses=False`` gives bytes (a backup's ``DUMP`` payloads). Through
+    Sentinel, each hop has its own secrets: the sentinels' password and TLS
     (:func:`sentinel_options`), the data nodes' password and TLS."""
     password = target.password.get_secret_value() if target.password else None
     sentinel: Sentinel | None = None
@@ -73,7 +76,7 @@ async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
             connection_pool_class=_BlockingSentinelPool,
             max_connections=REDIS_MAX_CONNECTIONS,
             timeout=REDIS_POOL_WAIT_S,
-            decode_responses=True,
+            decode_responses=decode_responses,
             health_check_interval=30,
             password=password,
             db=target.db,
@@ -86,7 +89,7 @@ async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
             extra["ssl_ca_certs"] = target.tls_ca_file
         pool = aioredis.BlockingConnectionPool.from_url(
             target.url,
-            decode_responses=True,
+            decode_responses=decode_responses,
             health_check_interval=30,
             max_connections=REDIS_MAX_CONNECTIONS,
             timeout=REDIS_POOL_WAIT_S,
