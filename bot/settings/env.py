@@ -11,8 +11,8 @@ Any variable can instead be given as a file: ``NAME_FILE=/run/secrets/name``
 one trailing newline dropped. The settings' own variables are read at start;
 a variable the config names (``{env: NAME}``) when the bot first asks for it,
 which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error, and so
-is a file its group or others can read (``chmod 600``). A file's content is never
-logged nor shown in an error, only its path.
+is a file others (or a group not the process's own) can read (``chmod 600``). A
+file's content is never logged nor shown in an error, only its path.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
-SHARED_BITS = 0o044  # a secret file readable by its group or by others is refused
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
@@ -353,12 +352,12 @@ def _read_secret_file(name: str, env: dict[str, str]) -> str:
         raise ConfigError(f"set {name} or {variable}, not both", source="environment", path=name)
     path = Path(env[variable])
     try:
-        mode = path.stat().st_mode
-        if mode & SHARED_BITS:
+        found = path.stat()
+        if who := _who_else_reads(found.st_mode, found.st_gid):
             raise ConfigError(
-                f"{path} can be read by its group or by others (mode {mode & 0o777:04o}): a "
-                f"secret file must be its owner's alone; chmod 600 {path} (Kubernetes: "
-                "defaultMode: 0400)",
+                f"{path} can be read by {who} (mode {found.st_mode & 0o777:04o}): a secret "
+                f"file must be readable by the user trainbot runs as (and its own group) "
+                f"alone; chmod 600 {path}",
                 source="environment",
                 path=variable,
             )
@@ -369,6 +368,17 @@ def _read_secret_file(name: str, env: dict[str, str]) -> str:
             f"cannot read {path}: {reason}", source="environment", path=variable
         ) from None
     return content.removesuffix("\n").removesuffix("\r")
+
+
+def _who_else_reads(mode: int, gid: int) -> str:
+    """Who, besides the process, may read a file of ``mode`` and group ``gid`` ("": no
+    one): others, or a group that is not the process's own. A group-readable file of the
+    process's own group is allowed: Kubernetes mounts secrets so (``fsGroup``, mode 0440)."""
+    if mode & 0o004:
+        return "others"
+    if mode & 0o040 and gid != os.getgid():
+        return f"its group (gid {gid}, not this process's {os.getgid()})"
+    return ""
 
 
 def _is_secret(cls: type[Settings], alias: str) -> bool:

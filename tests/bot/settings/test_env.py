@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -143,22 +144,41 @@ def test_a_sentinel_that_is_not_host_port_is_named() -> None:
         Settings.from_environ({"REDIS_SENTINELS": "sentinel-a,10.0.0.6:26379"})
 
 
-@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o444])
 def test_a_secret_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
     path = secret_file(tmp_path / "redis_password", "s3cret-redis-pass")
     path.chmod(mode)
     with pytest.raises(ConfigError) as caught:
         Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)})
     said = str(caught.value)
-    assert said.startswith("environment: REDIS_PASSWORD_FILE: ")
+    assert said.startswith(f"environment: REDIS_PASSWORD_FILE: {path} can be read by others")
     assert f"(mode {mode:04o})" in said and f"chmod 600 {path}" in said
     assert "s3cret-redis-pass" not in said
     lazy = Settings.from_environ({"TRAINBOT_HF_TOKEN_FILE": str(path)})  # a config's {env: ...}
-    with pytest.raises(ConfigError, match="TRAINBOT_HF_TOKEN_FILE: .* can be read by its group"):
+    with pytest.raises(ConfigError, match="TRAINBOT_HF_TOKEN_FILE: .* can be read by others"):
         lazy.env_secret("TRAINBOT_HF_TOKEN")
     path.chmod(0o400)
     settings = Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)})
     assert settings.redis_password == SecretStr("s3cret-redis-pass")
+
+
+def test_a_secret_file_readable_by_a_group_is_refused_unless_it_is_the_processs_own(
+    tmp_path: Path,
+) -> None:
+    """Kubernetes mounts secrets as root:<fsGroup> 0440 (deploy/kubernetes): the pod's own
+    group, which is allowed; a group that is not the process's own is refused."""
+    path = secret_file(tmp_path / "redis_password", "s3cret-redis-pass")
+    path.chmod(0o440)
+    assert os.stat(path).st_gid == os.getgid()
+    assert Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)}).redis_password
+    other = next(g for g in (65534, 65533, 12345) if g != os.getgid())
+    try:
+        os.chown(path, -1, other)
+    except PermissionError:
+        pytest.skip("changing a file's group needs root")
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)})
+    assert f"can be read by its group (gid {other}, not this process's" in str(caught.value)
 
 
 @pytest.mark.parametrize(
