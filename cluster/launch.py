@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.errors import SlurmCommandFailed
+from cluster.errors import ClusterUnreachable, SlurmCommandFailed
 from cluster.framework_base import Tracking
 from cluster.remote import RemoteArg, export_lines, join_argv, quote_path
 from cluster.spec import LaunchSpec
@@ -115,19 +115,21 @@ def on_login_clock(submit_by: float, login_now: int, read_by: float) -> int:
 
 
 async def login_bound(pool: SSHPool, spec: LaunchSpec, now: Callable[[], float] = time.time) -> int:
-    """The spec's ``submit_by`` on the login node's clock (one round trip, ``date +%s``)."""
-    result = await pool.run(spec.profile.login, "date +%s", timeout_s=10, cluster=spec.cluster)
+    """The spec's ``submit_by`` on the login node's clock (one round trip, ``date +%s``).
+    A clock that cannot be read is ClusterUnreachable: nothing was submitted, and the
+    worker looks the launch up before it submits again, as after any lost submit."""
+    result = await pool.run(
+        spec.profile.login, "date +%s", timeout_s=10, check=False, cluster=spec.cluster
+    )
     read_by = now()
-    try:
-        login_now = int(result.stdout.strip())
-    except ValueError:
-        raise SlurmCommandFailed(
-            command="date +%s",
-            returncode=result.returncode,
-            stderr=f"the login node's clock did not read as seconds: {result.stdout[:80]!r}",
+    text = result.stdout.strip()
+    if result.returncode != 0 or not text.isdigit():
+        raise ClusterUnreachable(
+            f"the login node's clock could not be read (date +%s gave {text[:40]!r}, exit "
+            f"{result.returncode}); nothing was submitted",
             cluster=spec.cluster,
-        ) from None
-    return on_login_clock(spec.submit_by, login_now, read_by)
+        )
+    return on_login_clock(spec.submit_by, int(text), read_by)
 
 
 async def submit(
