@@ -3,7 +3,8 @@
 (``requirepass``) and is reached with ``REDIS_SENTINEL_PASSWORD``; without it the store
 refuses to start, naming the sentinels. Then both hops over TLS: the sentinel and the
 data node speak only TLS, with certificates of a CA the test makes, and the store reaches
-them with ``REDIS_SENTINEL_TLS``, ``REDIS_TLS`` and ``REDIS_TLS_CA_CERT``."""
+them with ``REDIS_SENTINEL_TLS``, ``REDIS_TLS`` and ``REDIS_TLS_CA_CERT``. Also an ACL
+user of the sentinel (``REDIS_SENTINEL_USERNAME``), and a plain ``rediss://`` URL."""
 
 from __future__ import annotations
 
@@ -262,4 +263,27 @@ async def test_a_sentinel_acl_user_is_reached_by_its_name(servers: Servers) -> N
             sentinel_password=SecretStr(SENTINEL_PASSWORD),
         )
         async with Store.connect(wrong) as store:
+            await store.count("never")
+
+
+@pytest.mark.timeout(60)
+async def test_a_plain_rediss_url_is_verified_with_the_ca_file(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """Without Sentinel: ``rediss://`` and ``REDIS_TLS_CA_CERT``; the password stays out
+    of the URL (``REDIS_PASSWORD``)."""
+    ca, cert, key = make_ca_and_cert(tmp_path)
+    data_port, _ = servers.pair(tls=(ca, cert, key))
+    settings = Settings.from_environ(
+        {
+            "REDIS_URL": f"rediss://127.0.0.1:{data_port}/0",
+            "REDIS_PASSWORD": DATA_PASSWORD,
+            "REDIS_TLS_CA_CERT": str(ca),
+        }
+    )
+    async with Store.connect(settings.redis_target()) as store:
+        assert await store.count("plain-tls") == 1
+    with pytest.raises(StoreError):  # the system's CAs do not know the test's CA
+        plain = Target(url=f"rediss://127.0.0.1:{data_port}/0", password=SecretStr(DATA_PASSWORD))
+        async with Store.connect(plain) as store:
             await store.count("never")
