@@ -62,9 +62,10 @@ class LoopHealth:
         return f"{self.name} (restarted {times}; last error: {self.last_error})"
 
 
-def describe_error(exc: BaseException) -> str:
-    """An exception as one short line: its type and message."""
-    text = " ".join(str(exc).split())
+def describe_error(exc: BaseException, redact: Callable[[str], str] = lambda text: text) -> str:
+    """An exception as one short line: its type and message, redacted before it is cut
+    (a secret cut in two would no longer be recognised)."""
+    text = redact(" ".join(str(exc).split()))
     line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
 
@@ -107,7 +108,7 @@ class Supervisor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                error = describe_error(exc)
+                error = describe_error(exc, self.redact)
                 log.exception("loop %s failed; starting it again in %.1f s", name, delay_s)
             else:
                 if self.stop.is_set():
@@ -116,7 +117,7 @@ class Supervisor:
                 log.error("loop %s ended on its own; starting it again in %.1f s", name, delay_s)
             if time.monotonic() - health.run_started >= self.steady_after_s:
                 delay_s = self.first_backoff_s  # it had run well: a new episode
-            health.last_error = self.redact(error)
+            health.last_error = error
             health.backing_off = True
             self._restarted(name)
             with contextlib.suppress(TimeoutError):
@@ -144,7 +145,7 @@ class Supervisor:
                 return
             health.runs_failed += 1
             health.restarts += 1
-            health.last_error = self.redact(describe_error(event.exception))
+            health.last_error = describe_error(event.exception, self.redact)
             self._restarted(name)
 
         scheduler.add_listener(seen, EVENT_JOB_ERROR | EVENT_JOB_EXECUTED)

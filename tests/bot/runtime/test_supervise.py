@@ -119,6 +119,12 @@ def test_an_error_is_one_short_line() -> None:
     assert describe_error(ValueError("a\n  b")) == "ValueError: a b"
     assert describe_error(KeyError()) == "KeyError"
     assert len(describe_error(RuntimeError("x" * 1000))) == 200
+    # a secret astride the cut is redacted before the cut, not left half shown
+    secret = "s3cret-" + "y" * 20
+    cut = describe_error(
+        RuntimeError("x" * 180 + secret), lambda text: text.replace(secret, "[redacted]")
+    )
+    assert "s3cret" not in cut and cut.endswith("[reda…")  # redacted, then cut
 
 
 async def test_a_malformed_ask_costs_the_ask_loop_one_restart_not_its_life() -> None:
