@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from bot.engine.authority import Authority
 from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
@@ -29,8 +30,6 @@ from bot.text.mrkdwn import escape
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.spec import framework
-from commands.budget import budget_for, check_budget, iso_week
-from commands.policy import Policy
 from commands.requests import TrainRequest
 from commands.schedule import at_epoch, show
 
@@ -78,10 +77,12 @@ async def must_wait(
     store: Store,
     item: Launch,
     mutate: Callable[..., Awaitable[object]],
-    policy: Policy | None = None,
+    authority: Authority | None = None,
 ) -> bool:
-    """True when ``item`` may not go yet (put back for later) or has ended here because
-    its parent ended for good without completing. A dry run goes at once: it submits
+    """True when ``item`` may not go yet (put back for later) or has ended here: its
+    parent ended for good without completing, or, now that it is due, the policy, the
+    person's groups, the identity map or the budget no longer let it go (``authority``
+    asks :func:`commands.admission.admit` again). A dry run goes at once: it submits
     nothing, and its answer already said what the launch would wait for."""
     if item.phase != Phase.QUEUED or item.attempts or item.request.dry_run:
         return False
@@ -90,7 +91,7 @@ async def must_wait(
         await store.requeue(item.id, after_s=max(due - now, 0.05))
         return True
     if not item.waits_for:
-        return await _over_budget(store, item, mutate, policy)
+        return await _no_longer_allowed(item, mutate, authority)
     parent = await store.get(item.waits_for)
     if parent is not None and parent.active:
         await store.requeue(item.id, after_s=PARENT_LOOK_S)
@@ -102,7 +103,7 @@ async def must_wait(
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
-        return await _over_budget(store, item, mutate, policy)
+        return await _no_longer_allowed(item, mutate, authority)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
         f"⛔ Not started, because {item.waits_for}, which this launch "
@@ -116,35 +117,42 @@ async def must_wait(
     return True
 
 
-async def _over_budget(
-    store: Store, item: Launch, mutate: Callable[..., Awaitable[object]], policy: Policy | None
-) -> bool:
-    """A launch that waited is checked against its owner's budget again when it goes:
-    the week and what was charged since may differ from when it was asked for. Its own
-    estimate, held since then, is not counted twice. True when it ended here."""
-    if policy is None or not (item.request.at or item.waits_for):
-        return False
-    if item.request.over_budget or item.request.dry_run:
-        return False
-    budget = budget_for(policy, item.user_id, item.groups, item.cluster)
-    if budget is None:
-        return False
-    charged, held = await store.budget_use(item.user_id, item.cluster, iso_week(time.time()))
-    estimate = item.estimate_gpu_hours
-    decision = check_budget(
-        budget=budget,
-        charged=charged,
-        active=max(held - (estimate or 0.0), 0.0),
-        estimate=estimate,
-        cluster=item.cluster,
-        override=False,
-    )
-    if decision.allowed:
-        return False
-    text = f"⛔ Not started now that it is due: {escape(decision.reason)}"
+def waited(item: Launch) -> bool:
+    """Whether the launch waited since it was admitted: for a time (``at=``), another
+    launch (``after=``, a sweep member's turn), or a second person's approval."""
+    return bool(item.request.at or item.waits_for or item.sweep or item.approved_by)
 
-    detail = "Over the GPU-hour budget when it was due."
-    facts = phases.Facts(outcome="OVER_BUDGET", text=text, detail=detail)
+
+async def _no_longer_allowed(
+    item: Launch, mutate: Callable[..., Awaitable[object]], authority: Authority | None
+) -> bool:
+    """A launch that waited is admitted again when it goes: the policy, the person's
+    groups, the identity map, the week and what was charged since may differ from when
+    it was asked for. When the answer is now no it ends here, saying why (True); when
+    its Unix user, account or image secrets are now others, it goes with those."""
+    if authority is None or not waited(item):
+        return False
+    answer = await authority.readmit(item)
+    if answer.allowed:
+        if answer.differs(item):
+            answer.apply(item)
+
+            def rederived(stored: Launch) -> list[Event]:
+                answer.apply(stored)
+                return []
+
+            await mutate(item.id, rederived)
+        return False
+    if answer.outcome == "OVER_BUDGET":
+        text = f"⛔ Not started now that it is due: {answer.why}"
+        detail = "Over the GPU-hour budget when it was due."
+    else:
+        text = (
+            f"⛔ <@{item.user_id}>: not started now that it is due: {answer.why} "
+            "Nothing was submitted."
+        )
+        detail = "No longer allowed when it was due."
+    facts = phases.Facts(outcome=answer.outcome, text=text, detail=detail)
     await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 

@@ -94,7 +94,7 @@ class Submitter(Recovery):
         """A retry's old job is gone, and a launch that already waited for its thread
         looks at it first: no pre-flight over SSH on each look while it waits. A launch
         waiting for a time or for another launch (at=, after=) goes back until then."""
-        if await pipelines.must_wait(self.store, item, self._mutate, self.clusters.config.policy):
+        if await pipelines.must_wait(self.store, item, self._mutate, self.authority):
             return False
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return False

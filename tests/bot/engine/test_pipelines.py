@@ -4,16 +4,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+from bot.engine.authority import Authority, GroupsOf
+from bot.engine.identity import People
+from bot.engine.on_cluster import Clusters
 from bot.engine.pipelines import PARENT_LOOK_S, must_wait
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
+from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
+from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
-from commands.policy import BudgetRule, Policy
+from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.requests import TrainRequest
-from tests.bot.botkit import flush_test_redis, open_test_store
+from tests.bot.botkit import dev_config, flush_test_redis, open_test_store
 
 
 def request(**fields: object) -> TrainRequest:
@@ -94,16 +101,19 @@ async def test_any_end_lets_the_child_go_and_a_time_holds_it_until_then() -> Non
 
 async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> None:
     await flush_test_redis()
-    policy = Policy(budgets=(BudgetRule(users=("U0ALICE",), gpu_hours_per_week=10),))
-    async with open_test_store() as store:
+    policy = Policy(
+        rules=(PolicyRule(users=("U0ALICE",)),),
+        budgets=(BudgetRule(users=("U0ALICE",), gpu_hours_per_week=10),),
+    )
+    async with open_test_store() as store, authority_for(store, policy) as authority:
         past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
         fits = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
         fits.estimate_gpu_hours = 8.0  # its own hold is not counted twice
-        assert not await must_wait(store, await stored(store, fits), store.mutate, policy)
+        assert not await must_wait(store, await stored(store, fits), store.mutate, authority)
 
         # Charged meanwhile (another run ended this week): no longer fits when due.
         await store.redis.hset(keys.usage("a4", iso_week(time.time())), "U0ALICE", 5.0)
-        assert await must_wait(store, fits, store.mutate, policy)
+        assert await must_wait(store, fits, store.mutate, authority)
         ended = await store.get(fits.id)
         assert ended is not None and ended.outcome == "OVER_BUDGET"
         (text,) = await thread_texts(store, fits.id)
@@ -112,4 +122,41 @@ async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> Non
         # A launch that never waited is not checked here (/train did).
         plain = Launch(request=request(), user_id="U0ALICE", channel="C1")
         plain.estimate_gpu_hours = 8.0
-        assert not await must_wait(store, await stored(store, plain), store.mutate, policy)
+        assert not await must_wait(store, await stored(store, plain), store.mutate, authority)
+
+
+async def test_a_due_launch_is_admitted_again_with_the_policy_and_groups_of_now() -> None:
+    """A rule that covered the person's group when they typed /train covers them no
+    more once they left the group: the launch ends when due, saying why, nothing run."""
+    await flush_test_redis()
+    policy = Policy(rules=(PolicyRule(groups=("S0ML",), clusters=("a4",)),))
+    now_in: set[str] = {"S0ML"}
+
+    async def groups_of(user_id: str) -> set[str]:
+        return set(now_in)
+
+    async with open_test_store() as store, authority_for(store, policy, groups_of) as authority:
+        past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+        first = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
+        first.groups = ["S0ML"]
+        assert not await must_wait(store, await stored(store, first), store.mutate, authority)
+        now_in.clear()  # removed from the group since
+        later = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
+        later.groups = ["S0ML"]  # what the record says is not believed
+        assert await must_wait(store, await stored(store, later), store.mutate, authority)
+        ended = await store.get(later.id)
+        assert ended is not None and ended.phase == Phase.DONE
+        assert (ended.outcome, ended.attempts) == ("NOT_ALLOWED", [])
+        (text,) = await thread_texts(store, later.id)
+        assert text.startswith("⛔ <@U0ALICE>: not started now that it is due: You may not")
+        assert "no policy rule covers you there" in text and "Nothing was submitted." in text
+
+
+@asynccontextmanager
+async def authority_for(
+    store: Store, policy: Policy, groups_of: GroupsOf | None = None
+) -> AsyncIterator[Authority]:
+    config = dev_config().model_copy(update={"policy": policy})
+    async with SSHPool() as pool:
+        clusters = Clusters(config, Settings.from_environ({}), pool, store)
+        yield Authority(store, clusters, People(clusters, None, clusters), groups_of)
