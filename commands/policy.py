@@ -7,7 +7,7 @@ parsing) and never need approval. ``max_concurrent`` counts the asking user's
 active launches. Launches with more nodes than ``approval_above_nodes`` (of the
 rule, else of the policy) wait for a second person's approval: an admin or one
 of ``approvers`` (:mod:`commands.rules` holds the rules for approvers, log viewers,
-custom images and on-call; :mod:`commands.access` decides over them).
+custom images, ``from=`` and on-call; :mod:`commands.access` decides over them).
 ``workspaces`` lists the Slack team ids served (empty: any).
 """
 
@@ -27,6 +27,7 @@ from commands.rules import (
     ClusterPattern,
     ImageRule,
     PrincipalId,
+    StartFromRule,
     TeamId,
     ViewerRule,
 )
@@ -164,6 +165,7 @@ class Policy(BaseModel):
     approval_above_nodes: int | None = Field(default=None, ge=0)
     approvers: tuple[ApproverRule, ...] = ()
     log_viewers: tuple[ViewerRule, ...] = ()
+    start_from: tuple[StartFromRule, ...] = ()
     custom_images: tuple[ImageRule, ...] = ()
     accounts: tuple[AccountRule, ...] = ()
     oncall_may_act: bool = True

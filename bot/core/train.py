@@ -265,9 +265,11 @@ class Launcher:
     async def start_parent(
         self, request: TrainRequest | InteractiveRequest, user: User
     ) -> Launch | None:
-        """``from=``: the launch to start from, which the person may see, whose framework
-        and workload this one can start from, and which has (or, still running, may yet
-        have) a complete checkpoint; else CommandError saying why."""
+        """``from=``: the launch to start from, which is the person's own (or
+        ``policy.start_from`` names them), whose framework and workload this one can start
+        from, which has ended (or ``from_running=yes`` says to start from a running one)
+        and which has (or, still running, may yet have) a complete checkpoint; else
+        CommandError saying why."""
         if not isinstance(request, TrainRequest) or request.start_from is None:
             return None
         known = None if request.cluster == AUTO else request.cluster
@@ -279,6 +281,8 @@ class Launcher:
             pipelines.start_key(request, parent)
         except (CommandError, ValueError) as exc:
             raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
+        if refused := pipelines.start_refusal(self.context.policy, request, parent, user):
+            raise CommandError(f"from={request.start_from}: {refused}", field="from")
         if not parent.active and pipelines.newest_checkpoint(parent) is None:
             raise CommandError(
                 f"from={request.start_from}: {parent.id} ended "

@@ -30,6 +30,9 @@ from bot.text.mrkdwn import escape
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.spec import framework
+from commands.access import may_start_from
+from commands.context import User
+from commands.policy import Policy
 from commands.requests import TrainRequest
 from commands.schedule import at_epoch, show
 
@@ -196,6 +199,65 @@ def newest_checkpoint(launch: Launch) -> tuple[Tracking, str, int] | None:
     return known[-1], name, step
 
 
+def start_refusal(policy: Policy, request: TrainRequest, parent: Launch, user: User) -> str:
+    """Why ``user`` may not start ``request`` from ``parent`` ("": they may): it is not
+    theirs (nor does ``policy.start_from`` name them), or it still runs and they neither
+    wait for its end (``after=`` it) nor said ``from_running=yes``. Asked at /train and
+    again when the launch goes."""
+    decision = may_start_from(
+        policy,
+        user_id=user.id,
+        group_ids=user.groups,
+        owner_id=parent.user_id,
+        owner_name=parent.user_name,
+        launch_id=parent.id,
+        cluster=parent.cluster,
+    )
+    if not decision.allowed:
+        return decision.reason
+    jobs = {a.job_id for a in parent.attempts if a.job_id}
+    waits = request.after is not None and request.after in {parent.id, *jobs}
+    if parent.active and not request.from_running and not waits:
+        return (
+            f"{parent.id} is still {parent.phase.value}: a checkpoint of a run that goes on "
+            "may be replaced or pruned under the new one. Give from_running=yes to start "
+            "from its newest complete checkpoint when this launch goes, or wait until it ends."
+        )
+    return ""
+
+
+def checkpoint_outside(path: str, parent: Launch, profile: ClusterProfile) -> str:
+    """Why ``path`` (a checkpoint of ``parent``, as trainbot found it in its log) is not
+    one trainbot may start from ("": it is): it must lie under the directories the
+    parent's cluster configures for its jobs (``recipes_dir``, ``nemorun_home``,
+    ``log_dir``), with no ``..``; a root under ``~`` is the home of the Unix user the
+    parent ran as (any absolute directory named after them)."""
+    roots = [r for r in (profile.recipes_dir, profile.nemorun_home, profile.log_dir) if r]
+    owner = parent.cluster_user or profile.login.user
+    if _under_roots(path, roots, owner):
+        return ""
+    return (
+        f"its checkpoint {path} is not under the directories {parent.cluster} keeps jobs' "
+        f"files in ({', '.join(roots)}), so trainbot does not start from it"
+    )
+
+
+def _under_roots(path: str, roots: Sequence[str], owner: str) -> bool:
+    parts = path.split("/")
+    if ".." in parts or "." in parts[1:] or "//" in path:
+        return False
+    for root in roots:
+        base = root.rstrip("/") + "/"
+        if path.startswith(base):
+            return True
+        if root.startswith("~/") and path.startswith("/"):
+            rest = "/" + root[2:].rstrip("/") + "/"
+            home, found, _ = path.partition(rest)
+            if found and home.rsplit("/", 1)[-1] == owner and home.count("/") <= 3:
+                return True
+    return False
+
+
 def start_key(request: TrainRequest, parent: Launch) -> str:
     """The recipe key ``request`` starts from ``parent``'s checkpoint with; ValueError
     saying why when the pair cannot."""
@@ -217,11 +279,18 @@ def start_key(request: TrainRequest, parent: Launch) -> str:
 
 
 async def start_point(
-    store: Store, item: Launch, mutate: Mutate, profile: ClusterProfile
+    store: Store,
+    item: Launch,
+    mutate: Mutate,
+    profile: ClusterProfile,
+    authority: Authority | None = None,
 ) -> Launch | None:
     """``from=``: before its first attempt, the launch notes its parent's newest complete
     checkpoint (its thread says which) and goes on; None when it ended here (the parent
-    has none: NO_CHECKPOINT). A retry keeps what the first attempt started from."""
+    has none: NO_CHECKPOINT, or its checkpoint lies outside the parent's cluster's job
+    directories). ``authority``: the person may still start from it (their own, or
+    ``policy.start_from``; a running parent only with ``from_running=yes``), else it ends
+    NOT_ALLOWED. A retry keeps what the first attempt started from."""
     request = item.request
     if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
         return item
@@ -230,11 +299,21 @@ async def start_point(
     key, why = "", "it saved no complete checkpoint"
     if parent is None:
         why = "its record has expired, and with it where its checkpoints are"
+    elif authority is not None and (
+        refused := start_refusal(
+            authority.clusters.config.policy, request, parent, await authority.user(item)
+        )
+    ):
+        await _not_allowed(item, mutate, refused)
+        return None
     elif found is not None:
         try:
             key = start_key(request, parent)
         except ValueError as exc:
             why = str(exc)
+        base = profile if authority is None else authority.clusters.profile(parent.cluster)
+        if key and (outside := checkpoint_outside(found[0].checkpoint_dir, parent, base)):
+            key, why = "", outside
     if parent is None or found is None or not key:
         text = (
             f"⛔ <@{item.user_id}>: not started (NO_CHECKPOINT): from={item.starts_from}, but "
@@ -261,3 +340,14 @@ async def start_point(
 
     stored, _ = await mutate(item.id, noted)
     return stored if stored.start_key else None
+
+
+async def _not_allowed(item: Launch, mutate: Mutate, why: str) -> None:
+    """``from=`` is no longer the person's to use: the launch ends, saying why."""
+    text = (
+        f"⛔ <@{item.user_id}>: not started (NOT_ALLOWED): from={item.starts_from}: "
+        f"{escape(why)} Nothing was submitted."
+    )
+    detail = f"May not start from {item.starts_from}."
+    facts = phases.Facts(outcome="NOT_ALLOWED", text=text, detail=detail)
+    await mutate(item.id, phases.step(phases.not_started, facts))

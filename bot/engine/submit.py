@@ -31,7 +31,9 @@ class Submitter(Recovery):
         if not await self._ready(item):
             return
         profile = self.clusters.profile_for(item)
-        started = await pipelines.start_point(self.store, item, self._mutate, profile)
+        started = await pipelines.start_point(
+            self.store, item, self._mutate, profile, self.authority
+        )
         if started is None:
             return  # from=: the parent has no checkpoint to start from
         item = started

@@ -7,15 +7,19 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
+
 from bot.engine.authority import Authority, GroupsOf
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
-from bot.engine.pipelines import PARENT_LOOK_S, must_wait
+from bot.engine.pipelines import PARENT_LOOK_S, checkpoint_outside, must_wait, start_point
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
+from cluster.framework_base import Tracking
+from cluster.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule, Policy, PolicyRule
@@ -160,3 +164,62 @@ async def authority_for(
     async with SSHPool() as pool:
         clusters = Clusters(config, Settings.from_environ({}), pool, store)
         yield Authority(store, clusters, People(clusters, None, clusters), groups_of)
+
+
+# the checkpoint path from a parent's log, the Unix user the parent ran as -> whether
+# trainbot may start from it (its cluster keeps jobs' files under ~/vertex-oss-training)
+OUTSIDE = [
+    ("~/vertex-oss-training/nemo/logs/x-L-1/default/checkpoints", "", True),
+    ("/home/trainer/vertex-oss-training/nemo/logs/x-L-1/default/checkpoints", "", True),
+    ("/home/alice/vertex-oss-training/nemo_rl/4187/checkpoints", "alice", True),
+    ("/home/bob/vertex-oss-training/nemo_rl/4187/checkpoints", "alice", False),  # not hers
+    ("/home/trainer/.ssh", "", False),
+    ("/etc/vertex-oss-training/nemo/logs/x", "", False),  # not a home named after them
+    ("~/vertex-oss-training/../.ssh", "", False),
+    ("/home/trainer/vertex-oss-training/nemo/../../.ssh", "", False),
+    ("/scratch/ckpt", "", False),
+]
+
+
+@pytest.mark.parametrize(("path", "unix_user", "ok"), OUTSIDE)
+def test_a_checkpoint_must_lie_under_the_parents_job_directories(
+    path: str, unix_user: str, ok: bool
+) -> None:
+    profile = ClusterProfile.model_validate(
+        {
+            "name": "a4",
+            "type": "hcc-a4",
+            "login": {"host": "127.0.0.1", "port": 2222, "user": "trainer"},
+            "partition": "a4",
+            "max_nodes": 4,
+        }
+    )
+    parent = Launch(request=request(), user_id="U0ALICE", channel="C1")
+    parent.cluster_user = unix_user
+    why = checkpoint_outside(path, parent, profile)
+    assert (why == "") is ok, why
+    if not ok:
+        assert why.startswith(f"its checkpoint {path} is not under the directories a4 keeps")
+
+
+async def test_a_checkpoint_printed_outside_the_parents_directories_is_not_started_from() -> None:
+    """A parent whose log named a checkpoint directory elsewhere (a job prints what it
+    likes): the child ends when it goes, saying why, and nothing is submitted."""
+    await flush_test_redis()
+    policy = Policy(rules=(PolicyRule(users=("U0ALICE",)),))
+    async with open_test_store() as store, authority_for(store, policy) as authority:
+        parent = Launch(request=request(), user_id="U0ALICE", channel="C1")
+        parent.phase, parent.outcome = Phase.DONE, "COMPLETED"
+        tracking = Tracking(framework="nemo", job_id="4187", checkpoint_dir="/home/bob/ckpts")
+        parent.attempts = [Attempt(number=1, job_id="4187", tracking=tracking)]
+        parent.checkpoints = ["model_name=0--val_loss=0.00-step=19-consumed_samples=1280.0"]
+        await stored(store, parent)
+        child = Launch(request=request(start_from=parent.id), user_id="U0ALICE", channel="C1")
+        child.starts_from = parent.id
+        await stored(store, child)
+        profile = authority.clusters.profile("a4")
+        assert await start_point(store, child, store.mutate, profile, authority) is None
+        ended = await store.get(child.id)
+        assert ended is not None and ended.outcome == "NO_CHECKPOINT" and not ended.attempts
+        (text,) = await thread_texts(store, child.id)
+        assert "its checkpoint /home/bob/ckpts is not under the directories a4 keeps" in text
