@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from bot.core import usage
 from bot.core.lookup import Lookup
 from bot.core.rates import active_slowed_down
-from bot.engine import pipelines, placement
+from bot.engine import pipelines, placement, start_from
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import (
     START_ESTIMATE_STALE_S,
@@ -278,12 +278,12 @@ class Launcher:
             ref = JobRef(id=ref.id)  # a Slurm job id: on whichever cluster has it
         try:
             parent = await self.lookup.readable(ref, user)
-            pipelines.start_key(request, parent)
+            start_from.start_key(request, parent)
         except (CommandError, ValueError) as exc:
             raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
-        if refused := pipelines.start_refusal(self.context.policy, request, parent, user):
+        if refused := start_from.start_refusal(self.context.policy, request, parent, user):
             raise CommandError(f"from={request.start_from}: {refused}", field="from")
-        if not parent.active and pipelines.newest_checkpoint(parent) is None:
+        if not parent.active and start_from.newest_checkpoint(parent) is None:
             raise CommandError(
                 f"from={request.start_from}: {parent.id} ended "
                 f"{parent.outcome or parent.phase.value} without a complete checkpoint "

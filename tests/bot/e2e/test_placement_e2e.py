@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
-from bot.engine import pipelines
+from bot.engine import start_from
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
@@ -130,7 +130,7 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
     assert jobs is not None and f"chain: {parent} -&gt; {child}" in jobs.text, jobs.text
     assert f"from {parent}'s checkpoint" in jobs.text
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", front.lines
-    found = pipelines.newest_checkpoint(first)
+    found = start_from.newest_checkpoint(first)
     assert found is not None
     tracking, name, step = found
     # The newest complete checkpoint on disk is the one the bot chose.

@@ -12,7 +12,8 @@ import pytest
 from bot.engine.authority import Authority, GroupsOf
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
-from bot.engine.pipelines import PARENT_LOOK_S, checkpoint_outside, must_wait, start_point
+from bot.engine.pipelines import PARENT_LOOK_S, must_wait
+from bot.engine.start_from import checkpoint_outside, start_point
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.env import Settings
