@@ -20,6 +20,7 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.launch import Launch, Terms
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
+from commands.access import may_view_logs
 from commands.admission import Admission, Standing, admit
 from commands.budget import budget_for, iso_week
 from commands.context import User
@@ -83,15 +84,45 @@ class Authority:
             groups = sorted(await self.groups_of(launch.user_id))
         return User(id=launch.user_id, name=launch.user_name, groups=frozenset(groups))
 
-    async def readmit(self, launch: Launch, cluster: str = "") -> Readmission:
-        """Whether ``launch`` may still go, on ``cluster`` ("": its own); its own GPU-hour
-        estimate, held since it was made, is not counted twice there."""
+    async def may_see(self, user_id: str, launch: Launch) -> bool:
+        """Whether ``user_id`` may still see ``launch`` (its owner, an admin, a log viewer
+        of its cluster), with their groups as Slack says them now: /watch as it acts."""
+        groups = await self.groups_of(user_id) if self.groups_of is not None else ()
+        seen = may_view_logs(
+            self.clusters.config.policy,
+            user_id=user_id,
+            group_ids=frozenset(groups),
+            owner_id=launch.user_id,
+            cluster=launch.cluster,
+        )
+        if not seen.allowed:
+            log.info("%s no longer hears about %s: %s", user_id, launch.id, seen.reason)
+        return seen.allowed
+
+    async def readmit(
+        self, launch: Launch, cluster: str = "", follows: Launch | None = None
+    ) -> Readmission:
+        """Whether ``launch`` may still go, on ``cluster`` ("": its own), after ``follows``
+        (``after=``: a launch of someone else must still be one the person may see); its
+        own GPU-hour estimate, held since it was made, is not counted twice there."""
         target = cluster or launch.cluster
         request = launch.request
         if target != request.cluster:
             request = request.model_copy(update={"cluster": target})
         user = await self.user(launch)
         policy = self.clusters.config.policy
+        if follows is not None:
+            seen = may_view_logs(
+                policy,
+                user_id=user.id,
+                group_ids=user.groups,
+                owner_id=follows.user_id,
+                cluster=follows.cluster,
+            )
+            if not seen.allowed:
+                why = f"after={follows.id}: {seen.reason}"
+                log.info("launch %s may not follow %s now: %s", launch.id, follows.id, why)
+                return Readmission(why=escape(why), outcome="NOT_ALLOWED")
         now = time.time()
         charged = held = 0.0
         if budget_for(policy, user.id, user.groups, target) is not None:

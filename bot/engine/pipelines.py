@@ -99,7 +99,7 @@ async def must_wait(
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
-        return await _no_longer_allowed(item, mutate, authority)
+        return await _no_longer_allowed(item, mutate, authority, parent)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
         f"⛔ Not started, because {item.waits_for}, which this launch "
@@ -120,15 +120,19 @@ def waited(item: Launch) -> bool:
 
 
 async def _no_longer_allowed(
-    item: Launch, mutate: Callable[..., Awaitable[object]], authority: Authority | None
+    item: Launch,
+    mutate: Callable[..., Awaitable[object]],
+    authority: Authority | None,
+    parent: Launch | None = None,
 ) -> bool:
     """A launch that waited is admitted again when it goes: the policy, the person's
     groups, the identity map, the week and what was charged since may differ from when
-    it was asked for. When the answer is now no it ends here, saying why (True); when
-    its Unix user, account or image secrets are now others, it goes with those."""
+    it was asked for, and the launch it waited for (``after=``) must still be one they
+    may see. When the answer is now no it ends here, saying why (True); when its Unix
+    user, account or image secrets are now others, it goes with those."""
     if authority is None or not waited(item):
         return False
-    answer = await authority.readmit(item)
+    answer = await authority.readmit(item, follows=parent)
     if answer.allowed:
         if answer.differs(item):
             answer.apply(item)

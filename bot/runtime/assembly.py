@@ -277,6 +277,7 @@ async def running(
             store, clusters, People(clusters, front, clusters), core.directory.groups_of
         )
         bot.poller.authority = authority
+        bot.notifier.may_see = authority.may_see
         for worker in bot.workers:
             worker.authority = authority
             bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))

@@ -25,6 +25,7 @@ from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.requests import TrainRequest
+from commands.rules import ViewerRule
 from tests.bot.botkit import dev_config, flush_test_redis, open_test_store
 
 
@@ -224,3 +225,47 @@ async def test_a_checkpoint_printed_outside_the_parents_directories_is_not_start
         assert ended is not None and ended.outcome == "NO_CHECKPOINT" and not ended.attempts
         (text,) = await thread_texts(store, child.id)
         assert "its checkpoint /home/bob/ckpts is not under the directories a4 keeps" in text
+
+
+async def test_after_and_an_approval_are_asked_again_when_the_launch_goes() -> None:
+    """after= someone else's launch needs the right to see it when the child goes, not
+    only when typed; an approved launch is admitted again when a worker takes it."""
+    await flush_test_redis()
+    policy = Policy(
+        rules=(PolicyRule(users=("*",)),),
+        log_viewers=(ViewerRule(groups=("S0TEAM",), clusters=("a4",)),),
+    )
+    teams: set[str] = {"S0TEAM"}
+
+    async def groups_of(user_id: str) -> set[str]:
+        return set(teams)
+
+    async with open_test_store() as store, authority_for(store, policy, groups_of) as authority:
+        parent = Launch(request=request(), user_id="U0BOB", channel="C1")
+        parent.phase, parent.outcome = Phase.DONE, "COMPLETED"
+        await stored(store, parent)
+
+        def child() -> Launch:
+            made = Launch(request=request(after=parent.id), user_id="U0ALICE", channel="C1")
+            made.waits_for = parent.id
+            return made
+
+        assert not await must_wait(store, await stored(store, child()), store.mutate, authority)
+        teams.clear()  # no longer a log viewer on a4
+        late = await stored(store, child())
+        assert await must_wait(store, late, store.mutate, authority)
+        ended = await store.get(late.id)
+        assert ended is not None and ended.outcome == "NOT_ALLOWED"
+        (text,) = await thread_texts(store, late.id)
+        assert f"not started now that it is due: after={parent.id}: That launch belongs" in text
+
+        approved = Launch(request=request(nodes=2), user_id="U0ALICE", channel="C1")
+        approved.approved_by = "U0CHIEF"
+        await stored(store, approved)
+        narrower = Policy(rules=(PolicyRule(users=("*",), max_nodes=1),))
+        authority.clusters.config = authority.clusters.config.model_copy(
+            update={"policy": narrower}
+        )
+        assert await must_wait(store, approved, store.mutate, authority)
+        gone = await store.get(approved.id)
+        assert gone is not None and gone.outcome == "NOT_ALLOWED"
