@@ -31,7 +31,13 @@ from cluster.ssh.pool import SSHPool
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from commands.rules import AccountRule
-from tests.bot.botkit import bot_settings, dev_config, open_test_store, wait_for_launch
+from tests.bot.botkit import (
+    bot_settings,
+    dev_config,
+    login_run,
+    open_test_store,
+    wait_for_launch,
+)
 
 pytestmark = pytest.mark.devcluster
 
@@ -105,9 +111,12 @@ async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_
 
 def pending_on(cluster: str, owner: str) -> Launch:
     request = TrainRequest(
-        workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster, nodes=1
+        workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster, nodes=1,
+        name="sec-reroute",
+    )  # fmt: skip
+    item = Launch(
+        request=request, user_id=owner, channel="C1", placed=f"{cluster} (now)", parent_ts="1.1"
     )
-    item = Launch(request=request, user_id=owner, channel="C1", placed=f"{cluster} (now)")
     item.phase = Phase.SUBMITTED
     item.attempts.append(Attempt(number=1, job_id="777001", submitted_at=time.time() - 600))
     return item
@@ -171,3 +180,19 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
         # Refused once: the next reroute pass does not ask again.
         assert await placement.reroute(store, clusters, "a3m", StartEstimates(), authority) == 0
         assert len(await thread_texts(store, bob.id)) == 1
+
+        # A worker submits the moved launch on a3u: Slurm runs it as alice.
+        stop = asyncio.Event()
+        worker = Worker(store, clusters, name=f"sec-reroute-{alice.id}")
+        task = asyncio.create_task(worker.run(stop))
+        try:
+            submitted = await wait_for_launch(store, alice.id, done="submitted", timeout_s=90)
+        finally:
+            stop.set()
+            await task
+        job = submitted.job_id
+        try:
+            owner = login_run(f"squeue -h -t all -j {job} -o %u || sacct -X -n -P -j {job} -o User")
+            assert owner.split() == ["alice"], (job, owner)
+        finally:
+            await clusters.cancel(submitted, [job])
