@@ -6,10 +6,15 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from cluster.errors import ClusterError
 from cluster.framework_base import Tracking
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.profiles import ClusterProfile
-from cluster.start_copy import copy_script
+from cluster.ssh.pool import SSHPool
+from cluster.start_copy import copy_script, copy_start
+from tests.bot.botkit import dev_config, login_run
 
 
 def run_local(script: str) -> subprocess.CompletedProcess[str]:
@@ -65,3 +70,22 @@ def test_the_child_writes_in_a_directory_of_its_own() -> None:
     assert target == "~/vertex-oss-training/nemo_rl/from-L-1/checkpoints/step_19"
     assert value == "from-L-1/checkpoints"  # checkpointing.checkpoint_dir, relative to nemo_rl
     assert NEMO_RL.starts_in_copy
+
+
+@pytest.mark.devcluster
+async def test_the_copy_is_made_on_the_login_node_under_the_home(unique: str) -> None:
+    """Over the shared connection, with ``~`` the login user's home: linked, then kept."""
+    profile = dev_config().clusters["a4"]
+    base = f"~/vertex-oss-training/nemo_rl/sectest-{unique}"
+    login_run(f"mkdir -p {base}/41/checkpoints/step_3 && echo w > {base}/41/checkpoints/step_3/w")
+    try:
+        async with SSHPool() as pool:
+            source, target = f"{base}/41/checkpoints/step_3", f"{base}/from-L-1/checkpoints/step_3"
+            assert await copy_start(pool, profile, source, target) == "linked"
+            assert await copy_start(pool, profile, source, target) == "kept"
+            with pytest.raises(ClusterError, match="no checkpoint directory"):
+                await copy_start(pool, profile, f"{base}/none/step_9", f"{base}/t/step_9")
+        inodes = login_run(f"stat -c %i {source}/w {target}/w").split()
+        assert len(inodes) == 2 and inodes[0] == inodes[1], inodes
+    finally:
+        login_run(f"rm -rf {base}", check=False)
