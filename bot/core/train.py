@@ -260,6 +260,9 @@ class Launcher:
                 f"starting from them runs there. Give cluster={parent.cluster}.",
                 field="cluster",
             )
+        if parent is not None and isinstance(request, TrainRequest):
+            if refused := start_from.start_refusal(self.context.policy, request, parent, user):
+                raise CommandError(f"from={request.start_from}: {refused}", field="from")
         return request, placed, "" if parent is None else parent.id
 
     async def start_parent(
@@ -281,8 +284,6 @@ class Launcher:
             start_from.start_key(request, parent)
         except (CommandError, ValueError) as exc:
             raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
-        if refused := start_from.start_refusal(self.context.policy, request, parent, user):
-            raise CommandError(f"from={request.start_from}: {refused}", field="from")
         if not parent.active and start_from.newest_checkpoint(parent) is None:
             raise CommandError(
                 f"from={request.start_from}: {parent.id} ended "
