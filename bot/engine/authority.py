@@ -34,7 +34,8 @@ GroupsOf = Callable[[str], Awaitable[Collection[str]]]
 @dataclass(frozen=True)
 class Readmission:
     """The answer for a launch that moves: ``why`` (mrkdwn, "" when it may go) and
-    ``outcome`` (NOT_ALLOWED, NO_USER or OVER_BUDGET); when it may, the ``terms`` (Unix
+    ``outcome`` (NOT_ALLOWED, NO_USER, OVER_BUDGET, or UNSURE: ask again later); when it
+    may, the ``terms`` (Unix
     user, Slurm account, image secrets) it goes with there."""
 
     why: str = ""
@@ -70,12 +71,20 @@ class Authority:
     policy groups as Slack says them now (None: those recorded when it was made)."""
 
     def __init__(
-        self, store: Store, clusters: Clusters, people: People, groups_of: GroupsOf | None = None
+        self,
+        store: Store,
+        clusters: Clusters,
+        people: People,
+        groups_of: GroupsOf | None = None,
+        unsure: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.clusters = clusters
         self.people = people
         self.groups_of = groups_of
+        # whether Slack failed to say some group's members just now: a "no" is then not
+        # final (UNSURE: asked again later), so an outage of Slack ends no launch
+        self.unsure = unsure
 
     async def user(self, launch: Launch) -> User:
         """The launch's owner as the policy sees them now."""
@@ -139,6 +148,10 @@ class Authority:
         profile = self.clusters.profile(target)
         answer = admit(policy, request, user, images=profile.images, standing=standing)
         if refused := _refusal(answer, request.dry_run):
+            if refused[0] == "NOT_ALLOWED" and self.unsure is not None and self.unsure():
+                log.warning("launch %s: Slack did not say all groups; asked again later", launch.id)
+                why = "Slack did not say the person's groups just now"
+                return Readmission(why=why, outcome="UNSURE")
             log.info("launch %s may not go on %s now: %s", launch.id, target, refused[1])
             return Readmission(why=escape(refused[1]), outcome=refused[0])
         try:

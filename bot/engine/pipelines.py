@@ -31,6 +31,7 @@ from commands.schedule import at_epoch, show
 
 PARENT_LOOK_S = 5.0  # a child looks at its parent this often (a Redis read, no SSH)
 MAX_CHAIN = 20  # steps of a chain looked through for a cycle
+UNSURE_LOOK_S = 60.0  # a due launch whose person's groups Slack did not say: asked again then
 Mutate = Callable[[str, Callable[[Launch], list[Event]]], Awaitable[tuple[Launch, list[Event]]]]
 
 
@@ -87,7 +88,7 @@ async def must_wait(
         await store.requeue(item.id, after_s=max(due - now, 0.05))
         return True
     if not item.waits_for:
-        return await _no_longer_allowed(item, mutate, authority)
+        return await _no_longer_allowed(store, item, mutate, authority)
     parent = await store.get(item.waits_for)
     if parent is not None and parent.active:
         await store.requeue(item.id, after_s=PARENT_LOOK_S)
@@ -99,7 +100,7 @@ async def must_wait(
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
-        return await _no_longer_allowed(item, mutate, authority, parent)
+        return await _no_longer_allowed(store, item, mutate, authority, parent)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
         f"⛔ Not started, because {item.waits_for}, which this launch "
@@ -120,6 +121,7 @@ def waited(item: Launch) -> bool:
 
 
 async def _no_longer_allowed(
+    store: Store,
     item: Launch,
     mutate: Callable[..., Awaitable[object]],
     authority: Authority | None,
@@ -133,6 +135,9 @@ async def _no_longer_allowed(
     if authority is None or not waited(item):
         return False
     answer = await authority.readmit(item, follows=parent)
+    if answer.outcome == "UNSURE":  # Slack did not answer: nothing ends for want of it
+        await store.requeue(item.id, after_s=UNSURE_LOOK_S)
+        return True
     if answer.allowed:
         if answer.differs(item):
             answer.apply(item)

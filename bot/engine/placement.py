@@ -198,6 +198,8 @@ async def reroute(
             log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, why)
             continue  # nowhere would start it now either
         answer = await authority.readmit(launch, target)
+        if answer.outcome == "UNSURE":
+            continue  # Slack did not say the person's groups: asked again next pass
         if answer.outcome == "OVER_BUDGET":
             log.info(
                 "launch %s pending on %s, not moved: over budget on %s", launch.id, cluster, target

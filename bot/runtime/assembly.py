@@ -273,8 +273,13 @@ async def running(
             parts=parts,
         )
         # A launch that moves or comes due is admitted again with the groups Slack says now.
+        directory = core.directory
         authority = Authority(
-            store, clusters, People(clusters, front, clusters), core.directory.groups_of
+            store,
+            clusters,
+            People(clusters, front, clusters),
+            directory.groups_of,
+            lambda: bool(directory.unanswered),
         )
         bot.poller.authority = authority
         bot.notifier.may_see = authority.may_see

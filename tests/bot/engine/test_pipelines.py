@@ -149,7 +149,14 @@ async def test_a_due_launch_is_admitted_again_with_the_policy_and_groups_of_now(
         now_in.clear()  # removed from the group since
         later = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
         later.groups = ["S0ML"]  # what the record says is not believed
+        # While Slack does not answer for some group, a "no" is not final: asked again later.
+        authority.unsure = lambda: True
         assert await must_wait(store, await stored(store, later), store.mutate, authority)
+        waiting = await store.get(later.id)
+        assert waiting is not None and waiting.phase == Phase.QUEUED
+        assert await store.redis.zscore(keys.DEFERRED, later.id) is not None
+        authority.unsure = lambda: False
+        assert await must_wait(store, later, store.mutate, authority)
         ended = await store.get(later.id)
         assert ended is not None and ended.phase == Phase.DONE
         assert (ended.outcome, ended.attempts) == ("NOT_ALLOWED", [])
