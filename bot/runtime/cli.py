@@ -1,4 +1,6 @@
-"""The ``trainbot`` command line. Subcommands per INTERFACE.md."""
+"""The ``trainbot`` command line. Subcommands per INTERFACE.md: the service's own
+(serve, console, demo, doctor, token) and the API's (train, jobs, logs, cancel,
+checkpoints, usage, clusters: bot.runtime.client)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
+from bot.runtime import client, tokens_cli
 from bot.runtime.assembly import ROLES
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
@@ -62,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         "recipes and directories",
     )
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
+    tokens_cli.add_parsers(sub)
+    client.add_parsers(sub)
     return parser
 
 
@@ -91,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_environ()
         configure_logging(log_level(args, settings), settings.log_format)
+        if args.command in client.API_COMMANDS:
+            return client.run_command(args, settings)
         if args.command == "demo":
             from bot.runtime.demo import run_demo
 
@@ -104,12 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bot.runtime.doctor import run_doctor
 
             return asyncio.run(run_doctor(settings, config))
+        if args.command == "token":
+            return asyncio.run(tokens_cli.run_token(args, settings, config, sys.stdout))
         if args.command == "serve":
             from bot.runtime.serve import run_serve
 
             return asyncio.run(run_serve(settings, config, role=args.role))
     except ConfigError as exc:
         print(f"trainbot: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except client.ClientError as exc:
+        print(f"trainbot: {exc}", file=sys.stderr)
         return 2
     except TrainbotError as exc:
         print(f"trainbot: {exc}", file=sys.stderr)

@@ -183,8 +183,12 @@ class SlackFront:
 
     async def post_to_user(self, user: str, text: str) -> None:
         """A direct message from the bot to ``user`` (``conversations.open``, then a post)."""
+        await self.post(await self.open_dm(user), text)
+
+    async def open_dm(self, user: str) -> str:
+        """The id of the bot's direct message with ``user`` (``conversations.open``)."""
         data = await self._call("conversations.open", self.client.conversations_open(users=user))
-        await self.post(str(data["channel"]["id"]), text)
+        return str(data["channel"]["id"])
 
     async def can_post(self, channel: str) -> str:
         """ "" when the bot may post in ``channel``, else why not and what to do (mrkdwn).
