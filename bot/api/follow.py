@@ -5,7 +5,8 @@ Every ``interval_s`` the launch is read again and its log's tail asked of the cl
 way ``/logs`` asks it (``Core.calls``: a worker's SSH in the web role); the lines the
 last tail did not have are written out, redacted as every reply of the core is. A new
 attempt (a retry) starts on a new log: a line says so. When the launch ends, one last
-tail is written, then a line with its final state in Slurm's words.
+tail is written, then a line with its final state in Slurm's words. A launch with no
+log yet (queued, pending) is waited for, with a line saying so.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ async def follow_logs(
     await response.prepare(request)
     seen: list[str] = []
     path = ""
+    if not (launch.attempt and launch.attempt.tracking and launch.attempt.tracking.log_path):
+        word = render.status_label(launch)[1]
+        await response.write(f"{END_MARK} {launch.id} is {word}; waiting for its log\n".encode())
     try:
         while True:
             current = await core.store.get(launch.id)

@@ -25,6 +25,7 @@ from bot.api.auth import Refused, caller
 from bot.api.follow import follow_logs
 from bot.api.openapi import spec
 from bot.core.core import Core
+from bot.core.rates import slow_down
 from bot.store.base import StoreError
 from bot.store.tokens import TokenRecord
 from bot.text.front import Incoming, Reply
@@ -193,13 +194,19 @@ class Api:
         text = f"`{launch.id}` {launch.title} · {launch.cluster} · {found['state']}"
         return answer(Reply(text), launch=found)
 
-    async def readable(self, who: TokenRecord, request: web.Request) -> tuple[Any, Reply]:
-        """The launch the path names, when the person may read it (as /logs decides);
-        else None and the core's refusal."""
+    async def readable(
+        self, who: TokenRecord, request: web.Request, *, counted: bool = False
+    ) -> tuple[Any, Reply]:
+        """The launch the path names, when the person may read it (as /logs decides),
+        ``counted`` against their rate of commands that ask a cluster (as /logs is); else
+        None and the core's refusal."""
         try:
             user = await self.core.directory.user(_incoming(who))
             ref = parse_job_ref(request.match_info["job"], _cluster(request), self.core.context)
-            return await self.core.lookup.readable(ref, user), Reply("")
+            launch = await self.core.lookup.readable(ref, user)
+            if counted:
+                await slow_down(self.store, self.core.context, user.id, "commands")
+            return launch, Reply("")
         except CommandError as exc:  # worded as the core words it for Slack
             return None, Reply(escape(str(exc)), error=True)
 
@@ -207,10 +214,11 @@ class Api:
         who = await caller(self.store, request.headers.get("Authorization", ""), "read")
         lines = request.query.get("lines", "")
         text = _with(request.match_info["job"], lines=lines, cluster=_cluster(request) or "")
-        reply = await self.ask(who, "/logs", text)
-        if reply.error or request.query.get("follow", "").lower() not in ("1", "true", "yes"):
+        if request.query.get("follow", "").lower() not in ("1", "true", "yes"):
+            reply = await self.ask(who, "/logs", text)
             return answer(reply, log=reply.file_content.decode("utf-8", "replace"))
-        launch, refusal = await self.readable(who, request)
+        # Following waits for a job and its log; who may read it and the rate are /logs's.
+        launch, refusal = await self.readable(who, request, counted=True)
         if launch is None:
             return answer(refusal)
         return await follow_logs(request, self.core, launch, interval_s=self.follow_interval_s)
