@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from bot.core import answers, sweep_answers, usage, watching
+from bot.core import answers, api_tokens, sweep_answers, usage, watching
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
@@ -43,6 +43,8 @@ from bot.text.mrkdwn import (
     ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
+    ACTION_TOKEN_CREATE,
+    ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
     escape,
 )
@@ -212,6 +214,11 @@ class Core:
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
+        if incoming.action_id in (ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE):  # App Home
+            self.app_home.forget(user.id)
+            if incoming.action_id == ACTION_TOKEN_CREATE:
+                return await api_tokens.create(self.store, user, incoming.action_value)
+            return await api_tokens.revoke(self.store, user, incoming.action_value)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)

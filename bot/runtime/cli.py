@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
-from bot.runtime import client, tokens_cli
+from bot.runtime import client as api_cli
+from bot.runtime import tokens_cli
 from bot.runtime.assembly import ROLES
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     tokens_cli.add_parsers(sub)
-    client.add_parsers(sub)
+    api_cli.add_parsers(sub)
     return parser
 
 
@@ -96,8 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_environ()
         configure_logging(log_level(args, settings), settings.log_format)
-        if args.command in client.API_COMMANDS:
-            return client.run_command(args, settings)
+        if args.command in api_cli.API_COMMANDS:
+            return api_cli.run_command(args, settings)
         if args.command == "demo":
             from bot.runtime.demo import run_demo
 
@@ -120,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"trainbot: configuration error: {exc}", file=sys.stderr)
         return 2
-    except client.ClientError as exc:
+    except api_cli.ClientError as exc:
         print(f"trainbot: {exc}", file=sys.stderr)
         return 2
     except TrainbotError as exc:

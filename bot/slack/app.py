@@ -41,6 +41,7 @@ from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_PREFIX,
     ACTION_PREFS,
+    ACTION_TOKEN,
     MESSAGE_TEXT_MAX,
     cut_text,
     escape,
@@ -196,6 +197,9 @@ class Listeners:
         if incoming.action_id.startswith(ACTION_PREFS):  # a setting in the App Home
             self._spawn(self._home_after(incoming, answer))
             return
+        if incoming.action_id.startswith(ACTION_TOKEN):  # API tokens in the App Home
+            self._spawn(self._token_after(incoming, answer))
+            return
         self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
 
     async def _home_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
@@ -203,6 +207,24 @@ class Listeners:
         reply = await answer
         if reply.error:
             log.info("App Home setting of %s refused: %s", incoming.user_id, reply.text)
+        await self._publish_home(incoming.user_id)
+
+    async def _token_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
+        """An API token made (shown once, in a modal) or revoked: the App Home shows it."""
+        reply = await answer
+        if reply.modal and not reply.error:
+            try:
+                await self.front.open_modal(incoming.trigger_id, reply.modal, reply.blocks)
+            except SlackError as error:  # the token was never seen: revoke it (listed anyway)
+                log.error("could not show a new API token to %s: %s", incoming.user_id, error)
+        elif reply.error:
+            log.info("API token action of %s refused: %s", incoming.user_id, reply.text)
+            if incoming.trigger_id:
+                blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": reply.text}}]
+                try:
+                    await self.front.open_modal(incoming.trigger_id, "API tokens", blocks)
+                except SlackError as error:
+                    log.info("could not say why to %s: %s", incoming.user_id, error)
         await self._publish_home(incoming.user_id)
 
     async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:

@@ -256,6 +256,16 @@ class SlackFront:
         view = {"type": "home", "blocks": blocks[:BLOCKS_MAX]}
         await self._call("views.publish", self.client.views_publish(user_id=user, view=view))
 
+    async def open_modal(self, trigger_id: str, title: str, blocks: Blocks) -> None:
+        """A modal on the person's screen (``views.open``, within 3 s of their click)."""
+        view = {
+            "type": "modal",
+            "title": {"type": "plain_text", "text": title[:24]},
+            "close": {"type": "plain_text", "text": "Done"},
+            "blocks": blocks[:BLOCKS_MAX],
+        }
+        await self._call("views.open", self.client.views_open(trigger_id=trigger_id, view=view))
+
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         call = self.client.usergroups_users_list(usergroup=usergroup_id)
         data = await self._call("usergroups.users.list", call)

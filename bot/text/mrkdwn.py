@@ -28,6 +28,9 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
+ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
+ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -15,8 +15,9 @@ import pytest
 
 from bot.api.routes import Api
 from bot.runtime.assembly import Bot, running
+from bot.settings.config import Config
 from bot.slack.http import SlackService, run_slack
-from bot.slack.webapi import open_front
+from bot.slack.webapi import SlackFront, open_front
 from bot.store import keys
 from bot.store.tokens import digest
 from support.slack_requests import post_signed, slash_command_body
@@ -50,12 +51,29 @@ def alice_policy(text: str) -> str:
 
 
 @asynccontextmanager
-async def web_with_api(standin: SlackStandin) -> AsyncIterator[tuple[Bot, SlackService, str]]:
-    """The web role (no worker: nothing here reaches a cluster) with the API mounted."""
+async def web_with_api(
+    standin: SlackStandin, *, worker: bool = False
+) -> AsyncIterator[tuple[Bot, SlackService, str]]:
+    """The web role with the API mounted; with ``worker``, a worker answers its asks of
+    the clusters (the App Home's capacity), otherwise nothing reaches a cluster."""
     await flush_test_redis()
     config = dev_config(edit=alice_policy)
+    async with AsyncExitStack() as stack:
+        front = await stack.enter_async_context(
+            open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01)
+        )
+        if worker:
+            await stack.enter_async_context(
+                running(bot_settings(), config, front, role="worker", instance="worker")
+            )
+        yield await stack.enter_async_context(_web(front, config, standin))
+
+
+@asynccontextmanager
+async def _web(
+    front: SlackFront, config: Config, standin: SlackStandin
+) -> AsyncIterator[tuple[Bot, SlackService, str]]:
     async with (
-        open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
         running(bot_settings(), config, front, role="web", instance="web") as web,
         run_slack(
             standin_params(standin),
