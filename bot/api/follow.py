@@ -6,7 +6,8 @@ way ``/logs`` asks it (``Core.calls``: a worker's SSH in the web role); the line
 last tail did not have are written out, redacted as every reply of the core is. A new
 attempt (a retry) starts on a new log: a line says so. When the launch ends, one last
 tail is written, then a line with its final state in Slurm's words. A launch with no
-log yet (queued, pending) is waited for, with a line saying so.
+log yet (queued, pending) is waited for, with a line saying so. When the server shuts
+down, a last line says so (the CLI then exits 1: the launch did not end).
 """
 
 from __future__ import annotations
@@ -43,9 +44,16 @@ def end_line(launch: Launch) -> str:
 
 
 async def follow_logs(
-    request: web.Request, core: Core, launch: Launch, *, interval_s: float = 2.0
+    request: web.Request,
+    core: Core,
+    launch: Launch,
+    *,
+    interval_s: float = 2.0,
+    stopping: asyncio.Event | None = None,
 ) -> web.StreamResponse:
-    """Stream the log of ``launch`` (which the caller may read) until it ends."""
+    """Stream the log of ``launch`` (which the caller may read) until it ends, the
+    follower goes away, or ``stopping`` is set (the server shuts down: a line says so)."""
+    stopping = stopping or asyncio.Event()
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     response.enable_chunked_encoding()
     await response.prepare(request)
@@ -72,7 +80,15 @@ async def follow_logs(
             if ended:
                 await response.write(end_line(current).encode())
                 break
-            await asyncio.sleep(interval_s)
+            if request.transport is None or request.transport.is_closing():
+                log.info("log follower of %s went away", launch.id)
+                return response
+            try:
+                await asyncio.wait_for(stopping.wait(), interval_s)
+            except TimeoutError:
+                continue
+            await response.write(f"{END_MARK} trainbot is restarting; follow again\n".encode())
+            break
     except (ConnectionResetError, asyncio.CancelledError):
         log.info("log follower of %s went away", launch.id)
         raise

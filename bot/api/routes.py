@@ -12,6 +12,7 @@ to the channel the request names.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -99,10 +100,12 @@ class Api:
         self.store = core.store
         self.dm_channel = dm_channel
         self.follow_interval_s = follow_interval_s
+        self.stopping = asyncio.Event()  # set at shutdown: log followers end
 
     def app(self) -> web.Application:
         """The routes, to mount at ``/api/v1/`` of the web role's listener."""
         app = web.Application(middlewares=[plain_errors])
+        app.on_shutdown.append(self._stop_following)
         app.router.add_get("/openapi.json", self.openapi)
         app.router.add_post("/launches", self.train)
         app.router.add_get("/launches", self.jobs)
@@ -114,8 +117,12 @@ class Api:
         app.router.add_get("/clusters", self.clusters)
         return app
 
+    async def _stop_following(self, _: web.Application) -> None:
+        self.stopping.set()
+
     async def ask(self, who: TokenRecord, command: str, text: str, channel: str = "") -> Reply:
         """The core's answer to ``command text`` typed by the token's person."""
+        log.info("API %s from %s (token %s)", command, who.user_id, who.id)
         return await self.core(
             Incoming(
                 user_id=who.user_id,
@@ -140,7 +147,10 @@ class Api:
 
     async def train(self, request: web.Request) -> web.Response:
         who = await caller(self.store, request.headers.get("Authorization", ""), "launch")
-        body = await _body(request)
+        if request.content_type == "text/plain":  # the body is what follows /train
+            body = {"text": await request.text(), "channel": request.query.get("channel")}
+        else:
+            body = await _body(request)
         text, channel = body.get("text"), body.get("channel") or ""
         if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
             raise web.HTTPBadRequest(
@@ -221,7 +231,13 @@ class Api:
         launch, refusal = await self.readable(who, request, counted=True)
         if launch is None:
             return answer(refusal)
-        return await follow_logs(request, self.core, launch, interval_s=self.follow_interval_s)
+        return await follow_logs(
+            request,
+            self.core,
+            launch,
+            interval_s=self.follow_interval_s,
+            stopping=self.stopping,
+        )
 
     async def cancel(self, request: web.Request) -> web.Response:
         """/cancel, then its confirm button: the two steps a person takes in Slack."""

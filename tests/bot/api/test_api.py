@@ -4,6 +4,7 @@ missing, wrong, expired, revoked or short of a scope answered 401/403 with a sen
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -187,3 +188,33 @@ async def test_the_openapi_document_names_every_path(standin: SlackStandin) -> N
 
 
 pytestmark = pytest.mark.devcluster
+
+
+async def test_a_plain_text_launch_is_followed_until_the_server_stops(
+    standin: SlackStandin,
+) -> None:
+    """The body may be the bare text after /train; a followed launch that has no log yet
+    is waited for, and a shutdown ends the stream with a line saying so."""
+    async with aiohttp.ClientSession() as session:
+        async with web_with_api(standin) as (web, _slack, base):
+            _, token = await web.store.mint_token("U0ALICE", user_name="alice")
+            auth = {"Authorization": f"Bearer {token}"}
+            async with session.post(
+                f"{base}/api/v1/launches?channel=C0TRAIN",
+                data=b"sft llama3p1_8b cluster=a4 nodes=1",
+                headers={**auth, "Content-Type": "text/plain"},
+            ) as posted:
+                answer = await posted.json()
+            assert posted.status == 200 and answer["text"].startswith("Queued L-"), answer
+            (launch,) = answer["launches"]
+            assert launch["id"] == answer["launch_id"] and launch["phase"] == "queued"
+            assert launch["cluster"] == "a4" and launch["nodes"] == 1 and launch["active"]
+            follow = await session.get(
+                f"{base}/api/v1/launches/{launch['id']}/logs?follow=true", headers=auth
+            )
+            assert follow.headers["Content-Type"].startswith("text/plain")
+            first = await follow.content.readline()
+            assert first.decode() == f"[trainbot] {launch['id']} is QUEUED; waiting for its log\n"
+        rest = await asyncio.wait_for(follow.content.read(), 15)
+        follow.close()
+    assert rest.decode() == "[trainbot] trainbot is restarting; follow again\n"
