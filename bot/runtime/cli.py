@@ -34,14 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser(
         "serve",
-        help="run the bot: Slack front end (Socket Mode or HTTP), workers, status poller",
+        help="run the bot: Slack front end (Socket Mode or HTTP) and the HTTP API, workers, "
+        "status poller",
     )
     serve.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     serve.add_argument(
         "--role",
         choices=ROLES,
         default="all",
-        help="which part to run: web (Slack; it holds no SSH key and asks the workers "
+        help="which part to run: web (Slack and the HTTP API /api/v1/; it holds no SSH key and "
+        "asks the workers "
         "for cluster work), worker (the launch queue and that work), poller (cluster "
         "polling and message delivery), or all of them (default: %(default)s); every role "
         "serves /healthz and /metrics",
