@@ -6,6 +6,7 @@ process, with nothing but TRAINBOT_URL and TRAINBOT_TOKEN."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -49,7 +50,7 @@ async def test_the_cli_launches_follows_to_completed_and_cancels(
     config = dev_config(retry_backoff_s=0)
     short, long = f"{unique}s", f"{unique}l"
     async with (
-        knobs(short, steps=8, step_time_s=0.6, tokenizer_race="off"),
+        knobs(short, steps=8, step_time_s=0.6, ckpt_every=3, tokenizer_race="off"),
         knobs(long, steps=400, step_time_s=0.5, tokenizer_race="off"),
         open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
         running(bot_settings(), config, front) as bot,
@@ -93,6 +94,14 @@ async def test_the_cli_launches_follows_to_completed_and_cancels(
         assert lines[-1][0] - steps[0] > 1.0, "the log came all at the end, not as it grew"
         progress = [text for text in texts if "iteration" in text]
         assert len(progress) == len(set(progress)), "a line was written twice"
+
+        rc, out, err = await cli(env, "checkpoints", first)
+        assert rc == 0 and out.startswith(f"Checkpoints of {first} "), (out, err)
+        assert "• step 2 " in out and "• step 5 " in out, out
+        rc, out, err = await cli(env, "jobs", "--json")
+        assert rc == 0 and [j["id"] for j in json.loads(out)["launches"]] == [second], out
+        rc, out, err = await cli(env, "clusters", "a3m")
+        assert rc == 0 and out.startswith("*a3m*") and "GPUs free" in out, (out, err)
 
         running_one = await wait_for_launch(bot.store, second, done=Phase.RUNNING, timeout_s=120)
         cancel_jobs.append(running_one.job_id)
