@@ -9,14 +9,6 @@ import pytest
 from bot.store import keys
 from bot.store.store import Store
 from bot.store.tokens import TokenRecord, digest, parse_ttl
-from tests.bot.botkit import flush_test_redis, open_test_store
-
-
-@pytest.fixture
-async def store() -> Store:  # type: ignore[misc]
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
 
 
 async def test_redis_keeps_the_hash_never_the_token(store: Store) -> None:
