@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -133,13 +134,19 @@ class Api:
             )
         )
 
-    async def launches_named(self, reply: Reply) -> list[dict[str, Any]]:
-        """The launches a reply names, as JSON (a sweep's id names no record of its own)."""
+    async def launches_named(
+        self, reply: Reply, *, made_by: str = "", since: float = 0.0
+    ) -> list[dict[str, Any]]:
+        """The launches a reply names, as JSON (a sweep's id names no record of its own);
+        with ``made_by``, only those that person made from ``since`` on (a /train's answer
+        also names the launch it waits for or starts from)."""
         if reply.error:
             return []
         ids = [i for i in shapes.ids_in(reply.text) if i.startswith("L-")]
-        found = await self.store.get_many(ids) if ids else []
-        return [shapes.launch_json(item) for item in found if item is not None]
+        found = [item for item in (await self.store.get_many(ids) if ids else []) if item]
+        if made_by:
+            found = [i for i in found if i.user_id == made_by and i.created_at >= since]
+        return [shapes.launch_json(item) for item in found]
 
     # -- handlers ----------------------------------------------------------
     async def openapi(self, request: web.Request) -> web.Response:
@@ -165,12 +172,13 @@ class Api:
             )
         if not channel:
             channel = await self.dm_of(who)
+        asked = time.time() - 1.0  # the launch's clock is this process's own
         reply = await self.ask(who, "/train", text.strip(), channel)
         ids = shapes.ids_in(reply.text) if not reply.error else []
         return answer(
             reply,
             launch_id=ids[0] if ids else "",
-            launches=await self.launches_named(reply),
+            launches=await self.launches_named(reply, made_by=who.user_id, since=asked),
             channel=channel,
         )
 
