@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -124,7 +125,10 @@ async def test_the_api_refuses_what_slack_refuses_in_the_same_words(
         assert answer["channel"] == "DU0ALICE"  # her DM, as the stand-in names it
 
 
-async def test_bad_tokens_are_401_with_a_sentence(standin: SlackStandin) -> None:
+async def test_bad_tokens_are_401_with_a_sentence(
+    standin: SlackStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     async with web_with_api(standin) as (web, slack, base):
         jobs = f"{base}/api/v1/launches"
         status, answer, headers = await call("GET", jobs)
@@ -166,6 +170,11 @@ async def test_bad_tokens_are_401_with_a_sentence(standin: SlackStandin) -> None
         assert status == 400 and "No launch L-0000ff" in answer["text"]
         status, answer, _ = await call("GET", f"{base}/api/v1/launches/nonsense/logs", writer)
         assert status == 400 and "is not a job" in answer["text"]
+        stored = str(await web.store.redis.keys("*"))
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "API /jobs from U0ALICE" in logged  # requests are logged, by token id
+    assert token not in logged and writer not in logged
+    assert token[4:] not in stored and writer[4:] not in stored
 
 
 async def test_the_openapi_document_names_every_path(standin: SlackStandin) -> None:
