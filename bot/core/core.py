@@ -43,13 +43,14 @@ from bot.text.mrkdwn import (
     ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
+    ACTION_RUN_AGAIN,
     ACTION_TOKEN_CREATE,
     ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
     escape,
 )
 from cluster.errors import TrainbotError
-from commands.context import CommandContext
+from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
@@ -206,19 +207,25 @@ class Core:
             )
         raise CommandError("That command is not handled yet.")
 
+    async def on_token(self, incoming: Incoming, user: User) -> Reply:
+        """An API token made or revoked in the App Home (built again after it)."""
+        self.app_home.forget(user.id)
+        if incoming.action_id == ACTION_TOKEN_CREATE:
+            return await api_tokens.create(self.store, user, incoming.action_value)
+        return await api_tokens.revoke(self.store, user, incoming.action_value)
+
     async def on_action(self, incoming: Incoming) -> Reply:
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
+        if incoming.action_id == ACTION_RUN_AGAIN:
+            return await self.launcher.run_again(incoming, user)
         if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
         if incoming.action_id in (ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE):  # App Home
-            self.app_home.forget(user.id)
-            if incoming.action_id == ACTION_TOKEN_CREATE:
-                return await api_tokens.create(self.store, user, incoming.action_value)
-            return await api_tokens.revoke(self.store, user, incoming.action_value)
+            return await self.on_token(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)

@@ -194,6 +194,16 @@ class Launcher:
             raise CommandError(f"{partition!r} is not a partition name.") from None
         return await self.train(again, replace(incoming, channel_id=launch.channel), user)
 
+    async def run_again(self, incoming: Incoming, user: User) -> Reply:
+        """Run again on a finished launch's final line: its request once more, in its
+        channel, checked as if typed now (policy, budget, limits and all)."""
+        launch = await self.lookup.owned(
+            parse_job_ref(incoming.action_value, None, self.context), user, "run again"
+        )
+        if launch.active:
+            raise CommandError(f"{launch.id} is still running; Run again is for a finished one.")
+        return await self.train(launch.request, replace(incoming, channel_id=launch.channel), user)
+
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
         """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""
         profile = self.clusters.profile(request.cluster)

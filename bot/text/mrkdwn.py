@@ -28,6 +28,7 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_RUN_AGAIN = "trainbot_run_again"  # value: the launch id; its request, once more
 ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
 ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
@@ -200,6 +201,10 @@ def attach_button(value: str) -> Block:
 
 def retry_button(value: str) -> Block:
     return button("Retry", ACTION_RETRY, value, style="primary")
+
+
+def run_again_button(value: str) -> Block:
+    return button("Run again", ACTION_RUN_AGAIN, value)
 
 
 def use_partition_button(partition: str, value: str) -> Block:
