@@ -39,6 +39,7 @@ from bot.text.mrkdwn import (
     ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
+    ACTION_EDIT_RELAUNCH,
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
@@ -47,6 +48,7 @@ from bot.text.mrkdwn import (
     ACTION_TOKEN_CREATE,
     ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
+    VIEW_RELAUNCH,
     escape,
 )
 from cluster.errors import TrainbotError
@@ -207,6 +209,14 @@ class Core:
             )
         raise CommandError("That command is not handled yet.")
 
+    async def on_relaunch(self, incoming: Incoming, user: User) -> Reply:
+        """Run again, Edit & relaunch, and that modal submitted."""
+        if incoming.action_id == ACTION_RUN_AGAIN:
+            return await self.launcher.run_again(incoming, user)
+        if incoming.action_id == ACTION_EDIT_RELAUNCH:
+            return await self.launcher.edit_form(incoming, user)
+        return await self.launcher.relaunch(incoming, user)
+
     async def on_token(self, incoming: Incoming, user: User) -> Reply:
         """An API token made or revoked in the App Home (built again after it)."""
         self.app_home.forget(user.id)
@@ -218,8 +228,8 @@ class Core:
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
-        if incoming.action_id == ACTION_RUN_AGAIN:
-            return await self.launcher.run_again(incoming, user)
+        if incoming.action_id in (ACTION_RUN_AGAIN, ACTION_EDIT_RELAUNCH, VIEW_RELAUNCH):
+            return await self.on_relaunch(incoming, user)
         if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)

@@ -30,9 +30,10 @@ from bot.settings.logs import launch_fields
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
-from bot.text.mrkdwn import escape
+from bot.text.mrkdwn import VIEW_RELAUNCH, escape, section, text_input
 from commands.access import is_custom_image, may_use_image, slurm_account
 from commands.context import CommandContext, User
+from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
@@ -203,6 +204,36 @@ class Launcher:
         if launch.active:
             raise CommandError(f"{launch.id} is still running; Run again is for a finished one.")
         return await self.train(launch.request, replace(incoming, channel_id=launch.channel), user)
+
+    async def edit_form(self, incoming: Incoming, user: User) -> Reply:
+        """Edit & relaunch on a final line: a modal holding the launch's request as /train
+        text, to change and launch (:meth:`relaunch`)."""
+        launch = await self.lookup.owned(
+            parse_job_ref(incoming.action_value, None, self.context), user, "relaunch"
+        )
+        text = f"A new launch from {launch.id}; its thread goes to <#{launch.channel}>."
+        blocks = [
+            section(text),  # ids only: nothing typed by anyone
+            text_input(
+                launch.id,
+                "/train",
+                launch.request.to_text().removeprefix("/train "),
+                "checked as if typed, on Launch",
+            ),
+        ]
+        return Reply(text, blocks=blocks, modal="Edit & relaunch", modal_submit=VIEW_RELAUNCH)
+
+    async def relaunch(self, incoming: Incoming, user: User) -> Reply:
+        """The Edit & relaunch modal submitted: its text as a /train typed in the channel of
+        the launch it came from (``incoming.action_value``)."""
+        launch = await self.lookup.owned(
+            parse_job_ref(incoming.action_value, None, self.context), user, "relaunch"
+        )
+        text = incoming.text.removeprefix("/train ")  # as shown, or as if typed after /train
+        request = parse_command("/train", text, user=user, context=self.context)
+        if not isinstance(request, TrainRequest | InteractiveRequest):
+            raise CommandError("Edit & relaunch takes what follows /train for one launch.")
+        return await self.train(request, replace(incoming, channel_id=launch.channel), user)
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
         """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""

@@ -24,6 +24,7 @@ from bot.text.mrkdwn import (
     actions,
     approve_button,
     cancel_button,
+    edit_relaunch_button,
     reject_button,
     retry_button,
     run_again_button,
@@ -187,7 +188,7 @@ class Poster:
 
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
-    Use <partition> (a refused partition), Run again (the final line)."""
+    Use <partition> (a refused partition), Run again and Edit & relaunch (the final line)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -196,7 +197,7 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
     if "retry" in wanted and launch.active:
         buttons.append(retry_button(launch.id))
     if "run_again" in wanted and not launch.active and not launch.sweep:
-        buttons.append(run_again_button(launch.id))
+        buttons += [run_again_button(launch.id), edit_relaunch_button(launch.id)]
     partition = str(event.data.get("partition", ""))
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))

@@ -6,13 +6,15 @@ in time becomes the ack (shown only to the asker); otherwise the ack says
 "Working on it…" and the answer follows with ``chat.postEphemeral`` (or the
 request's ``response_url`` when the bot may not post in that channel).
 
-A ``Reply`` carrying a file is sent to the asker in a direct message with the
-bot (files cannot be ephemeral, and a log file is nobody else's business); the
-ephemeral text says so. Events are acknowledged and ignored, except a polite
-hint on ``app_mention`` and user group changes (``subteam_members_changed``),
-which make the core ask for that group's members again; Events API retries of
-an event already seen are dropped. With ``allowed_team_ids`` (the config's
-``policy.workspaces``), requests from any other workspace are refused first.
+A ``Reply`` with ``modal`` set opens a modal instead (a new API token, shown once; the
+Edit & relaunch form, whose submission comes back through ``on_view``: refused in time,
+the modal stays open with the reason under its input). A ``Reply`` carrying a file is
+sent to the asker in a direct message with the bot (files cannot be ephemeral, and a log
+file is nobody else's business); the ephemeral text says so. Events are acknowledged and
+ignored, except a polite hint on ``app_mention`` and user group changes
+(``subteam_members_changed``), which make the core ask for that group's members again;
+Events API retries of an event already seen are dropped. With ``allowed_team_ids`` (the
+config's ``policy.workspaces``), requests from any other workspace are refused first.
 
 The Slack app needs what slack-manifest.yml declares (tests/test_manifest.py sends
 its every command, event and button to the app ``build_app`` makes); optionally
@@ -36,13 +38,21 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bot.slack.incoming import (
+    incoming_from_action,
+    incoming_from_command,
+    incoming_from_view,
+    team_of,
+)
 from bot.slack.webapi import SlackError, SlackFront
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
+    ACTION_EDIT_RELAUNCH,
     ACTION_PREFIX,
     ACTION_PREFS,
     ACTION_TOKEN,
     MESSAGE_TEXT_MAX,
+    VIEW_PREFIX,
     cut_text,
     escape,
     fit_blocks,
@@ -69,50 +79,6 @@ FAILED_TEXT = (
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
 T = TypeVar("T")
-
-
-def incoming_from_command(body: dict[str, Any]) -> Incoming:
-    """A slash command form (HTTP) or payload (Socket Mode) as ``Incoming``.
-
-    Slack sends typed ``&``, ``<``, ``>`` as entities; ``text`` is what was typed.
-    """
-    return Incoming(
-        user_id=str(body.get("user_id", "")),
-        channel_id=str(body.get("channel_id", "")),
-        command=str(body.get("command", "")),
-        text=unescape(str(body.get("text", ""))).strip(),
-        user_name=str(body.get("user_name", "")),
-        team_id=str(body.get("team_id", "")),
-        trigger_id=str(body.get("trigger_id", "")),
-    )
-
-
-def incoming_from_action(body: dict[str, Any]) -> Incoming:
-    """A ``block_actions`` payload (its first action) as ``Incoming``."""
-    action = (body.get("actions") or [{}])[0]
-    value = action.get("value") or (action.get("selected_option") or {}).get("value", "")
-    user = body.get("user") or {}
-    container = body.get("container") or {}
-    channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
-    message_ts = container.get("message_ts") or (body.get("message") or {}).get("ts", "")
-    return Incoming(
-        user_id=str(user.get("id", "")),
-        channel_id=str(channel),
-        user_name=str(user.get("username") or user.get("name", "")),
-        team_id=str((body.get("team") or {}).get("id") or user.get("team_id", "")),
-        action_id=str(action.get("action_id", "")),
-        action_value=str(value),
-        thread_ts=str(message_ts),
-        trigger_id=str(body.get("trigger_id", "")),
-    )
-
-
-def _team_of(body: dict[str, Any]) -> str:
-    """The workspace a request comes from: slash commands, interactivity and events."""
-    team = body.get("team_id") or (body.get("team") or {}).get("id")
-    if not team:
-        team = (body.get("user") or {}).get("team_id", "")
-    return str(team or "")
 
 
 def _reply_args(reply: Reply, note: str = "") -> dict[str, Any]:
@@ -198,7 +164,10 @@ class Listeners:
             self._spawn(self._home_after(incoming, answer))
             return
         if incoming.action_id.startswith(ACTION_TOKEN):  # API tokens in the App Home
-            self._spawn(self._token_after(incoming, answer))
+            self._spawn(self._modal_after(incoming, answer, home=True))
+            return
+        if incoming.action_id == ACTION_EDIT_RELAUNCH:  # a modal to edit and launch
+            self._spawn(self._modal_after(incoming, answer, home=False))
             return
         self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
 
@@ -209,23 +178,50 @@ class Listeners:
             log.info("App Home setting of %s refused: %s", incoming.user_id, reply.text)
         await self._publish_home(incoming.user_id)
 
-    async def _token_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
-        """An API token made (shown once, in a modal) or revoked: the App Home shows it."""
+    async def _modal_after(
+        self, incoming: Incoming, answer: asyncio.Task[Reply], *, home: bool
+    ) -> None:
+        """A click answered with a modal (a new API token shown once, the Edit & relaunch
+        form); a refusal is said in a modal too. ``home``: the App Home is built again."""
         reply = await answer
-        if reply.modal and not reply.error:
+        blocks, title = reply.blocks, reply.modal
+        if reply.error or not title:
+            blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": reply.text}}]
+            title = "trainbot"
+        if (reply.text or reply.blocks) and incoming.trigger_id:
             try:
-                await self.front.open_modal(incoming.trigger_id, reply.modal, reply.blocks)
-            except SlackError as error:  # the token was never seen: revoke it (listed anyway)
-                log.error("could not show a new API token to %s: %s", incoming.user_id, error)
-        elif reply.error:
-            log.info("API token action of %s refused: %s", incoming.user_id, reply.text)
-            if incoming.trigger_id:
-                blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": reply.text}}]
-                try:
-                    await self.front.open_modal(incoming.trigger_id, "API tokens", blocks)
-                except SlackError as error:
-                    log.info("could not say why to %s: %s", incoming.user_id, error)
-        await self._publish_home(incoming.user_id)
+                await self.front.open_modal(
+                    incoming.trigger_id, title, blocks, submit_as=reply.modal_submit
+                )
+            except SlackError as error:  # a token never seen stays listed, to revoke
+                log.error("could not open a modal for %s: %s", incoming.user_id, error)
+        if home:
+            await self._publish_home(incoming.user_id)
+
+    async def on_view(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """A modal submitted (Edit & relaunch): its input goes to the core; a refusal in
+        time keeps the modal open, showing why under the input; otherwise it closes and the
+        answer comes by DM."""
+        incoming = incoming_from_view(body)
+        log.info("%s from %s", incoming.action_id, incoming.user_id)
+        task = self._spawn(self._answer(incoming))
+        done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
+        if done and task.result().error and incoming.action_value:
+            why = unescape(task.result().text)[:1900]
+            await ack(response_action="errors", errors={incoming.action_value: why})
+            return
+        await ack()
+        self._spawn(self._dm_later(incoming, task))
+
+    async def _dm_later(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
+        reply = await answer
+        if _is_empty(reply):
+            return
+        text = f":warning: {reply.text}" if reply.error else reply.text
+        try:
+            await self.front.post_to_user(incoming.user_id, cut_text(text, MESSAGE_TEXT_MAX))
+        except SlackError as error:
+            log.error("could not tell %s the answer: %s", incoming.user_id, error)
 
     async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         command = escape(str(body.get("command", "")))
@@ -268,7 +264,7 @@ class Listeners:
     ) -> BoltResponse | None:
         """Requests from a Slack workspace not in ``policy.workspaces`` are refused."""
         if self.allowed_team_ids:
-            team = _team_of(body)
+            team = team_of(body)
             if team not in self.allowed_team_ids:
                 log.warning("refused a request from workspace %r", team[:32])
                 text = "This trainbot serves another Slack workspace; ask your own admins."
@@ -381,6 +377,7 @@ def build_app(
     app.command(re.compile(f"^({known})$"))(listeners.on_command)
     app.command(re.compile(".*"))(listeners.on_unknown_command)
     app.action(re.compile("^" + re.escape(ACTION_PREFIX)))(listeners.on_action)
+    app.view(re.compile("^" + re.escape(VIEW_PREFIX)))(listeners.on_view)
     app.event("app_mention")(listeners.on_mention)
     app.event(re.compile(".*"))(listeners.on_other_event)
     return app

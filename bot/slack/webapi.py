@@ -256,14 +256,20 @@ class SlackFront:
         view = {"type": "home", "blocks": blocks[:BLOCKS_MAX]}
         await self._call("views.publish", self.client.views_publish(user_id=user, view=view))
 
-    async def open_modal(self, trigger_id: str, title: str, blocks: Blocks) -> None:
-        """A modal on the person's screen (``views.open``, within 3 s of their click)."""
-        view = {
+    async def open_modal(
+        self, trigger_id: str, title: str, blocks: Blocks, *, submit_as: str = ""
+    ) -> None:
+        """A modal on the person's screen (``views.open``, within 3 s of their click);
+        with ``submit_as`` (its callback id) it has a Submit button."""
+        view: dict[str, Any] = {
             "type": "modal",
             "title": {"type": "plain_text", "text": title[:24]},
-            "close": {"type": "plain_text", "text": "Done"},
+            "close": {"type": "plain_text", "text": "Cancel" if submit_as else "Done"},
             "blocks": blocks[:BLOCKS_MAX],
         }
+        if submit_as:
+            view["callback_id"] = submit_as
+            view["submit"] = {"type": "plain_text", "text": "Launch"}
         await self._call("views.open", self.client.views_open(trigger_id=trigger_id, view=view))
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]:

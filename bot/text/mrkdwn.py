@@ -29,6 +29,11 @@ ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
 ACTION_RUN_AGAIN = "trainbot_run_again"  # value: the launch id; its request, once more
+ACTION_EDIT_RELAUNCH = "trainbot_edit_relaunch"  # value: the launch id; a modal to edit it
+# A modal's callback id: its submission comes to the core as Incoming(action_id=VIEW_...),
+# the value of its one input in ``text`` and that input's block id in ``action_value``.
+VIEW_PREFIX = "trainbot_view_"
+VIEW_RELAUNCH = "trainbot_view_relaunch"
 ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
 ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
@@ -205,6 +210,28 @@ def retry_button(value: str) -> Block:
 
 def run_again_button(value: str) -> Block:
     return button("Run again", ACTION_RUN_AGAIN, value)
+
+
+def edit_relaunch_button(value: str) -> Block:
+    return button("Edit & relaunch", ACTION_EDIT_RELAUNCH, value)
+
+
+def text_input(block_id: str, label: str, initial: str, hint: str = "") -> Block:
+    """A one-line text input of a modal; ``block_id`` comes back with its value."""
+    block: Block = {
+        "type": "input",
+        "block_id": block_id[:255],
+        "label": _plain(label, 2000),
+        "element": {
+            "type": "plain_text_input",
+            "action_id": "text",
+            "initial_value": initial[:3000],
+            "max_length": 3000,
+        },
+    }
+    if hint:
+        block["hint"] = _plain(hint, 2000)
+    return block
 
 
 def use_partition_button(partition: str, value: str) -> Block:

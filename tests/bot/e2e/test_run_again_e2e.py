@@ -14,8 +14,13 @@ import pytest
 from bot.runtime.assembly import running
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
-from bot.text.mrkdwn import ACTION_RUN_AGAIN
-from support.slack_requests import block_action_body, post_signed, slash_command_body
+from bot.text.mrkdwn import ACTION_EDIT_RELAUNCH, ACTION_RUN_AGAIN, VIEW_RELAUNCH
+from support.slack_requests import (
+    block_action_body,
+    post_signed,
+    slash_command_body,
+    view_submission_body,
+)
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
@@ -80,6 +85,30 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         second_id = LAUNCH_RE.search(str(said.params["text"])).group(0)  # type: ignore[union-attr]
         second = await wait_for_launch(bot.store, second_id, timeout_s=180)
 
+        # Edit & relaunch: a modal holding the request; a refused edit keeps it open.
+        await post_signed(url, block_action_body(ACTION_EDIT_RELAUNCH, first_id))
+        opened = await standin.wait_for("views.open", timeout_s=30)
+        view = opened.params["view"]
+        view = view if isinstance(view, dict) else json.loads(view)
+        (field,) = [b for b in view["blocks"] if b["type"] == "input"]
+        assert view["callback_id"] == VIEW_RELAUNCH and field["block_id"] == first_id
+        typed = first.request.to_text().removeprefix("/train ")
+        assert field["element"]["initial_value"] == typed
+        refused = await post_signed(
+            url, view_submission_body(VIEW_RELAUNCH, first_id, typed.replace("nodes=1", "nodes=9"))
+        )
+        assert refused.json()["response_action"] == "errors", refused
+        assert "nodes=9 is more than a4 allows" in refused.json()["errors"][first_id]
+        edited = await post_signed(
+            url, view_submission_body(VIEW_RELAUNCH, first_id, typed + " trainer.max_steps=3")
+        )
+        assert edited.status == 200 and not edited.body, edited  # closed
+        dm = await standin.wait_for(
+            "chat.postMessage", lambda c: "Queued L-" in str(c.params.get("text")), 60
+        )
+        third_id = LAUNCH_RE.search(str(dm.params["text"])).group(0)  # type: ignore[union-attr]
+        third = await wait_for_launch(bot.store, third_id, timeout_s=180)
+
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", (first, second)
     record = first.attempts[-1].record
     assert record is not None and len(record.recipes_commit) == 40, record
@@ -102,3 +131,5 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
     assert again is not None and again.recipes_commit == record.recipes_commit
     assert again.command == record.command.replace(first_id, second_id), (again, record)
     assert second.request == first.request and second.channel == first.channel
+    assert third.outcome == "COMPLETED" and third.channel == first.channel
+    assert ("trainer.max_steps", "3") in third.request.overrides, third.request
