@@ -48,6 +48,7 @@ _LAUNCH = {
             "created_at": "number",
             "updated_at": "number",
             "thread": "string",
+            "record": "object",
         }.items()
     },
 }

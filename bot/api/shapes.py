@@ -25,6 +25,7 @@ def launch_json(launch: Launch) -> dict[str, Any]:
     _, word = render.status_label(launch)
     request = launch.request
     progress = launch.progress
+    record = next((a.record for a in reversed(launch.attempts) if a.record), None)
     return {
         "id": launch.id,
         "user_id": launch.user_id,
@@ -47,6 +48,7 @@ def launch_json(launch: Launch) -> dict[str, Any]:
         "created_at": launch.created_at,
         "updated_at": launch.updated_at,
         "thread": launch.permalink,
+        "record": record.model_dump(mode="json") if record else None,
     }
 
 

@@ -100,6 +100,9 @@ async def test_the_cli_launches_follows_to_completed_and_cancels(
         assert "• step 2 " in out and "• step 5 " in out, out
         rc, out, err = await cli(env, "jobs", "--json")
         assert rc == 0 and [j["id"] for j in json.loads(out)["launches"]] == [second], out
+        (listed,) = json.loads(out)["launches"]
+        assert listed["job_id"], listed  # submitted with the first, which has ended since
+        assert f"--experiment-name {long}-{second}" in listed["record"]["command"], listed
         rc, out, err = await cli(env, "clusters", "a3m")
         assert rc == 0 and out.startswith("*a3m*") and "GPUs free" in out, (out, err)
 
