@@ -146,8 +146,8 @@ class Tokens(StoreBase):
                 record = TokenRecord.model_validate_json(raw)
             except ValidationError:
                 record = None
-        if record is not None and user_id and record.user_id != user_id:
-            return None
+        if user_id and (record is None or record.user_id != user_id):
+            return None  # not theirs, or not readable as theirs
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.token(str(hashed)), keys.token_id(token_id))
             if record is not None:

@@ -45,9 +45,13 @@ async def test_expiry_revocation_and_scopes(store: Store) -> None:
 
 
 async def test_a_record_that_does_not_read_as_one_is_no_token(store: Store) -> None:
-    _, token = await store.mint_token("U0ALICE", ttl_s=600)
+    record, token = await store.mint_token("U0ALICE", ttl_s=600)
     await store.redis.set(keys.token(digest(token)), '{"id": "T-0", "user_id": "alice"}')
     assert await store.token_record(token) is None
+    assert await store.revoke_token(record.id, user_id="U0BOB") is None  # not shown as hers
+    assert await store.redis.exists(keys.token(digest(token)))  # so only an operator revokes it
+    await store.revoke_token(record.id)
+    assert not await store.redis.exists(keys.token(digest(token)), keys.token_id(record.id))
 
 
 async def test_bad_requests_for_a_token_say_what_is_right(store: Store) -> None:
