@@ -164,6 +164,10 @@ def spec() -> dict[str, Any]:
                     "A launch's checkpoints", "read", [_JOB, _CLUSTER], {"checkpoints": item}
                 )
             },
+            "/launches/{job}/watch": {
+                "post": _op("/watch: its start, checkpoints and end by DM", "read", [_JOB], {}),
+                "delete": _op("/unwatch", "read", [_JOB], {}),
+            },
             "/usage": {
                 "get": _op("/usage: GPU-hours used", "read", [_ARGS], {"csv": {"type": "string"}})
             },

@@ -3,11 +3,12 @@
 Each request presents a personal token (:mod:`bot.api.auth`); its person then asks the
 core exactly as if they had typed the slash command in Slack: ``POST /launches`` is
 ``/train``, ``GET /launches`` is ``/jobs``, ``GET .../logs`` is ``/logs``, ``POST
-.../cancel`` is ``/cancel`` and its confirm button, ``GET /usage`` is ``/usage``, ``GET
-/clusters`` is ``/clusters``. So policy, budgets, identity, rate limits and redaction are
-the core's own, and the answer's ``text`` is what Slack would show (Slack mrkdwn), with
-structured fields beside it. A launch's thread goes to the person's DM with the bot, or
-to the channel the request names.
+.../cancel`` is ``/cancel`` and its confirm button, ``POST``/``DELETE .../watch`` are
+``/watch``/``/unwatch``, ``GET /usage`` is ``/usage``, ``GET /clusters`` is
+``/clusters``. So policy, budgets, identity, rate limits and redaction are the core's
+own, and the answer's ``text`` is what Slack would show (Slack mrkdwn), with structured
+fields beside it. A launch's thread goes to the person's DM with the bot, or to the
+channel the request names.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ class Api:
         app.router.add_get("/launches/{job}/logs", self.logs)
         app.router.add_post("/launches/{job}/cancel", self.cancel)
         app.router.add_get("/launches/{job}/checkpoints", self.checkpoints)
+        app.router.add_post("/launches/{job}/watch", self.watch)
+        app.router.add_delete("/launches/{job}/watch", self.watch)
         app.router.add_get("/usage", self.usage)
         app.router.add_get("/clusters", self.clusters)
         return app
@@ -274,6 +277,13 @@ class Api:
             return answer(reply)
         found = shapes.checkpoints_json(launch)
         return answer(Reply(shapes.checkpoints_text(launch, found)), checkpoints=found)
+
+    async def watch(self, request: web.Request) -> web.Response:
+        """``/watch`` (POST) or ``/unwatch`` (DELETE): follow someone's launch by DM."""
+        who = await caller(self.store, request.headers.get("Authorization", ""), "read")
+        command = "/watch" if request.method == "POST" else "/unwatch"
+        text = _with(request.match_info["job"], cluster=_cluster(request) or "")
+        return answer(await self.ask(who, command, text))
 
     async def usage(self, request: web.Request) -> web.Response:
         who = await caller(self.store, request.headers.get("Authorization", ""), "read")

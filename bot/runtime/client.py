@@ -1,4 +1,5 @@
-"""The CLI's API commands (``trainbot train|jobs|logs|cancel|checkpoints|usage|clusters``).
+"""The CLI's API commands (``trainbot train|jobs|logs|cancel|checkpoints|watch|unwatch|
+usage|clusters``).
 
 They speak only the HTTP API (``TRAINBOT_URL``, a personal token in ``TRAINBOT_TOKEN``),
 with the standard library's HTTP client: every rule is the server's, and what is printed
@@ -162,6 +163,12 @@ def run_command(args: argparse.Namespace, settings: Settings, out: IO[str] = sys
         "checkpoints": lambda: client.call(
             "GET", f"/launches/{_quote(args.job)}/checkpoints", query={"cluster": cluster}
         ),
+        "watch": lambda: client.call(
+            "POST", f"/launches/{_quote(args.job)}/watch", query={"cluster": cluster}
+        ),
+        "unwatch": lambda: client.call(
+            "DELETE", f"/launches/{_quote(args.job)}/watch", query={"cluster": cluster}
+        ),
         "usage": lambda: client.call("GET", "/usage", query={"args": " ".join(args.words)}),
         "clusters": lambda: client.call("GET", "/clusters", query={"args": " ".join(args.words)}),
     }
@@ -176,7 +183,9 @@ def run_command(args: argparse.Namespace, settings: Settings, out: IO[str] = sys
     return _say(calls[args.command](), out, as_json)
 
 
-API_COMMANDS = ("train", "jobs", "logs", "cancel", "checkpoints", "usage", "clusters")
+API_COMMANDS = (
+    "train", "jobs", "logs", "cancel", "checkpoints", "watch", "unwatch", "usage", "clusters"
+)  # fmt: skip
 
 
 def add_parsers(sub: Any) -> None:
@@ -199,11 +208,15 @@ def add_parsers(sub: Any) -> None:
     cancel.add_argument("job", help="launch id, sweep id or Slurm job id")
     checkpoints = sub.add_parser("checkpoints", help=f"a launch's checkpoints {env}")
     checkpoints.add_argument("job", help="launch id or Slurm job id")
+    watch = sub.add_parser("watch", help=f"/watch: someone's launch by DM {env}")
+    watch.add_argument("job", help="launch id or Slurm job id")
+    unwatch = sub.add_parser("unwatch", help=f"/unwatch {env}")
+    unwatch.add_argument("job", help="launch id or Slurm job id")
     usage = sub.add_parser("usage", help=f"/usage over the API {env}")
     usage.add_argument("words", nargs="*", metavar="WORD", help="as after /usage: me, week, ...")
     clusters = sub.add_parser("clusters", help=f"/clusters over the API {env}")
     clusters.add_argument("words", nargs="*", metavar="WORD", help="as after /clusters")
-    for parser in (logs, cancel, checkpoints):
+    for parser in (logs, cancel, checkpoints, watch, unwatch):
         parser.add_argument("--cluster", metavar="NAME", help="the cluster of a Slurm job id")
-    for parser in (train, jobs, logs, cancel, checkpoints, usage, clusters):
+    for parser in (train, jobs, logs, cancel, checkpoints, watch, unwatch, usage, clusters):
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")

@@ -191,6 +191,7 @@ async def test_the_openapi_document_names_every_path(standin: SlackStandin) -> N
         "/launches/{job}/logs",
         "/launches/{job}/cancel",
         "/launches/{job}/checkpoints",
+        "/launches/{job}/watch",
         "/usage",
         "/clusters",
     }
@@ -218,6 +219,19 @@ async def test_a_plain_text_launch_is_followed_until_the_server_stops(
             (launch,) = answer["launches"]
             assert launch["id"] == answer["launch_id"] and launch["phase"] == "queued"
             assert launch["cluster"] == "a4" and launch["nodes"] == 1 and launch["active"]
+            _, bob = await web.store.mint_token("U0BOB", scopes=("read",))
+            watch = f"{base}/api/v1/launches/{launch['id']}/watch"
+            bob_auth = {"Authorization": f"Bearer {bob}"}
+            async with session.post(watch, headers=bob_auth) as watched:  # not his to see
+                said = await watched.json()
+            assert watched.status == 400 and "belongs to someone else" in said["text"], said
+            async with session.post(watch, headers=auth) as watched:
+                said = await watched.json()
+            assert said["text"].startswith(f"{launch['id']} is your own launch"), said
+            async with session.delete(watch, headers=bob_auth) as unwatched:
+                said = await unwatched.json()
+            assert said["text"].startswith(f"You do not watch {launch['id']}."), said
+            assert await web.store.watchers(launch["id"]) == []
             follow = await session.get(
                 f"{base}/api/v1/launches/{launch['id']}/logs?follow=true", headers=auth
             )
