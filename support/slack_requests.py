@@ -100,6 +100,19 @@ def block_action_body(action_id: str, value: str, **fields: str) -> str:
     return urllib.parse.urlencode({"payload": json.dumps(payload)})
 
 
+def shortcut_body(callback_id: str, *, user_id: str = "U0ALICE") -> str:
+    """A global shortcut used, as Slack posts it."""
+    payload = {
+        "type": "shortcut",
+        "callback_id": callback_id,
+        "trigger_id": next_trigger_id(),
+        "action_ts": "1700000001.000001",
+        "team": {"id": TEAM_ID, "domain": "standin"},
+        "user": {"id": user_id, "username": "alice", "team_id": TEAM_ID},
+    }
+    return urllib.parse.urlencode({"payload": json.dumps(payload)})
+
+
 def view_submission_body(
     callback_id: str, block_id: str, value: str, *, user_id: str = "U0ALICE"
 ) -> str:

@@ -48,6 +48,8 @@ from bot.text.mrkdwn import (
     ACTION_TOKEN_CREATE,
     ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
+    SHORTCUT_LAUNCH,
+    VIEW_LAUNCH,
     VIEW_RELAUNCH,
     escape,
 )
@@ -74,6 +76,7 @@ from commands.requests import (
 )
 
 log = logging.getLogger(__name__)
+LAUNCH_FORMS = (ACTION_RUN_AGAIN, ACTION_EDIT_RELAUNCH, SHORTCUT_LAUNCH, VIEW_LAUNCH, VIEW_RELAUNCH)
 
 
 class Core:
@@ -210,11 +213,16 @@ class Core:
         raise CommandError("That command is not handled yet.")
 
     async def on_relaunch(self, incoming: Incoming, user: User) -> Reply:
-        """Run again, Edit & relaunch, and that modal submitted."""
+        """Run again, Edit & relaunch, the "Launch training" shortcut, and their forms
+        submitted."""
         if incoming.action_id == ACTION_RUN_AGAIN:
             return await self.launcher.run_again(incoming, user)
         if incoming.action_id == ACTION_EDIT_RELAUNCH:
             return await self.launcher.edit_form(incoming, user)
+        if incoming.action_id == SHORTCUT_LAUNCH:
+            return self.launcher.new_form()
+        if incoming.action_id == VIEW_LAUNCH:
+            return await self.launcher.typed(incoming, user)
         return await self.launcher.relaunch(incoming, user)
 
     async def on_token(self, incoming: Incoming, user: User) -> Reply:
@@ -228,7 +236,7 @@ class Core:
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
-        if incoming.action_id in (ACTION_RUN_AGAIN, ACTION_EDIT_RELAUNCH, VIEW_RELAUNCH):
+        if incoming.action_id in LAUNCH_FORMS:
             return await self.on_relaunch(incoming, user)
         if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
             self.app_home.forget(user.id)

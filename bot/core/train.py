@@ -30,7 +30,7 @@ from bot.settings.logs import launch_fields
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
-from bot.text.mrkdwn import VIEW_RELAUNCH, escape, section, text_input
+from bot.text.mrkdwn import VIEW_LAUNCH, VIEW_RELAUNCH, escape, section, text_input
 from commands.access import is_custom_image, may_use_image, slurm_account
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command
@@ -222,6 +222,26 @@ class Launcher:
             ),
         ]
         return Reply(text, blocks=blocks, modal="Edit & relaunch", modal_submit=VIEW_RELAUNCH)
+
+    def new_form(self) -> Reply:
+        """The global shortcut "Launch training": the same form, empty; its thread goes to
+        the person's DM with the bot."""
+        text = "A new launch; its thread goes to your DM with trainbot."
+        blocks = [
+            section(text),
+            text_input("new", "/train", "", "e.g. sft llama3p1_8b nodes=2 cluster=a4"),
+        ]
+        return Reply(text, blocks=blocks, modal="Launch training", modal_submit=VIEW_LAUNCH)
+
+    async def typed(self, incoming: Incoming, user: User) -> Reply:
+        """The shortcut's form submitted: its text as a /train typed in the person's DM
+        (``incoming.channel_id``, which the Slack edge opened)."""
+        request = parse_command(
+            "/train", incoming.text.removeprefix("/train "), user=user, context=self.context
+        )
+        if not isinstance(request, TrainRequest | InteractiveRequest):
+            raise CommandError("The launch form takes what follows /train for one launch.")
+        return await self.train(request, incoming, user)
 
     async def relaunch(self, incoming: Incoming, user: User) -> Reply:
         """The Edit & relaunch modal submitted: its text as a /train typed in the channel of

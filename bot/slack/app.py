@@ -38,10 +38,10 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bot.slack import modals
 from bot.slack.incoming import (
     incoming_from_action,
     incoming_from_command,
-    incoming_from_view,
     team_of,
 )
 from bot.slack.webapi import SlackError, SlackFront
@@ -52,6 +52,7 @@ from bot.text.mrkdwn import (
     ACTION_PREFS,
     ACTION_TOKEN,
     MESSAGE_TEXT_MAX,
+    SHORTCUT_LAUNCH,
     VIEW_PREFIX,
     cut_text,
     escape,
@@ -181,29 +182,35 @@ class Listeners:
     async def _modal_after(
         self, incoming: Incoming, answer: asyncio.Task[Reply], *, home: bool
     ) -> None:
-        """A click answered with a modal (a new API token shown once, the Edit & relaunch
-        form); a refusal is said in a modal too. ``home``: the App Home is built again."""
-        reply = await answer
-        blocks, title = reply.blocks, reply.modal
-        if reply.error or not title:
-            blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": reply.text}}]
-            title = "trainbot"
-        if (reply.text or reply.blocks) and incoming.trigger_id:
-            try:
-                await self.front.open_modal(
-                    incoming.trigger_id, title, blocks, submit_as=reply.modal_submit
-                )
-            except SlackError as error:  # a token never seen stays listed, to revoke
-                log.error("could not open a modal for %s: %s", incoming.user_id, error)
+        """A click answered with a modal (a new API token shown once, the launch form);
+        a refusal is said in a modal too. ``home``: the App Home is built again."""
+        await modals.show(self.front, incoming, await answer)
         if home:
             await self._publish_home(incoming.user_id)
 
-    async def on_view(self, ack: AsyncAck, body: dict[str, Any]) -> None:
-        """A modal submitted (Edit & relaunch): its input goes to the core; a refusal in
-        time keeps the modal open, showing why under the input; otherwise it closes and the
-        answer comes by DM."""
-        incoming = incoming_from_view(body)
+    async def on_shortcut(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """The global shortcut "Launch training": the launch form."""
+        await ack()
+        user = body.get("user") or {}
+        incoming = Incoming(
+            user_id=str(user.get("id", "")),
+            channel_id="",
+            user_name=str(user.get("username") or user.get("name", "")),
+            action_id=str(body.get("callback_id", "")),
+            trigger_id=str(body.get("trigger_id", "")),
+        )
         log.info("%s from %s", incoming.action_id, incoming.user_id)
+        self._spawn(self._modal_after(incoming, self._spawn(self._answer(incoming)), home=False))
+
+    async def on_view(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """A launch form submitted: its input goes to the core; a refusal in time keeps
+        the modal open, showing why under the input; otherwise it closes and the answer
+        comes by DM."""
+        incoming, problem = await modals.submitted(self.front, body)
+        log.info("%s from %s", incoming.action_id, incoming.user_id)
+        if problem:
+            await ack(response_action="errors", errors={incoming.action_value: problem})
+            return
         task = self._spawn(self._answer(incoming))
         done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
         if done and task.result().error and incoming.action_value:
@@ -211,17 +218,10 @@ class Listeners:
             await ack(response_action="errors", errors={incoming.action_value: why})
             return
         await ack()
-        self._spawn(self._dm_later(incoming, task))
+        self._spawn(self._tell_later(incoming, task))
 
-    async def _dm_later(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
-        reply = await answer
-        if _is_empty(reply):
-            return
-        text = f":warning: {reply.text}" if reply.error else reply.text
-        try:
-            await self.front.post_to_user(incoming.user_id, cut_text(text, MESSAGE_TEXT_MAX))
-        except SlackError as error:
-            log.error("could not tell %s the answer: %s", incoming.user_id, error)
+    async def _tell_later(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
+        await modals.tell(self.front, incoming, await answer)
 
     async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         command = escape(str(body.get("command", "")))
@@ -378,6 +378,7 @@ def build_app(
     app.command(re.compile(".*"))(listeners.on_unknown_command)
     app.action(re.compile("^" + re.escape(ACTION_PREFIX)))(listeners.on_action)
     app.view(re.compile("^" + re.escape(VIEW_PREFIX)))(listeners.on_view)
+    app.shortcut(SHORTCUT_LAUNCH)(listeners.on_shortcut)
     app.event("app_mention")(listeners.on_mention)
     app.event(re.compile(".*"))(listeners.on_other_event)
     return app

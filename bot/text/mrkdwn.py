@@ -33,7 +33,9 @@ ACTION_EDIT_RELAUNCH = "trainbot_edit_relaunch"  # value: the launch id; a modal
 # A modal's callback id: its submission comes to the core as Incoming(action_id=VIEW_...),
 # the value of its one input in ``text`` and that input's block id in ``action_value``.
 VIEW_PREFIX = "trainbot_view_"
-VIEW_RELAUNCH = "trainbot_view_relaunch"
+VIEW_RELAUNCH = "trainbot_view_relaunch"  # Edit & relaunch: the input's block id is the launch
+VIEW_LAUNCH = "trainbot_view_launch"  # the shortcut's form: its thread goes to the person's DM
+SHORTCUT_LAUNCH = "trainbot_shortcut_launch"  # the global shortcut "Launch training"
 ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
 ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
