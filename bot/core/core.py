@@ -24,6 +24,7 @@ from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
+from bot.core.launch_form import LaunchForm
 from bot.core.lookup import Lookup
 from bot.core.rates import slow_down
 from bot.core.redact import Redactor
@@ -40,6 +41,7 @@ from bot.text.mrkdwn import (
     ACTION_ATTACH,
     ACTION_CANCEL,
     ACTION_EDIT_RELAUNCH,
+    ACTION_FORM_CHECK,
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
@@ -76,7 +78,16 @@ from commands.requests import (
 )
 
 log = logging.getLogger(__name__)
-LAUNCH_FORMS = (ACTION_RUN_AGAIN, ACTION_EDIT_RELAUNCH, SHORTCUT_LAUNCH, VIEW_LAUNCH, VIEW_RELAUNCH)
+LAUNCH_FORMS = frozenset(
+    {
+        ACTION_RUN_AGAIN,
+        ACTION_EDIT_RELAUNCH,
+        ACTION_FORM_CHECK,
+        SHORTCUT_LAUNCH,
+        VIEW_LAUNCH,
+        VIEW_RELAUNCH,
+    }
+)  # the launch form: Run again, Edit & relaunch, the shortcut, checks and submissions
 
 
 class Core:
@@ -108,6 +119,7 @@ class Core:
             store, clusters, self.calls, context, front, self.people, self.lookup
         )
         self.decisions = Decisions(store, self.calls, context, self.lookup)
+        self.form = LaunchForm(self.launcher)
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
@@ -216,14 +228,16 @@ class Core:
         """Run again, Edit & relaunch, the "Launch training" shortcut, and their forms
         submitted."""
         if incoming.action_id == ACTION_RUN_AGAIN:
-            return await self.launcher.run_again(incoming, user)
+            return await self.form.run_again(incoming, user)
         if incoming.action_id == ACTION_EDIT_RELAUNCH:
-            return await self.launcher.edit_form(incoming, user)
+            return await self.form.edit_form(incoming, user)
         if incoming.action_id == SHORTCUT_LAUNCH:
-            return self.launcher.new_form()
+            return self.form.new_form()
+        if incoming.action_id == ACTION_FORM_CHECK:
+            return self.form.check_form(incoming, user)
         if incoming.action_id == VIEW_LAUNCH:
-            return await self.launcher.typed(incoming, user)
-        return await self.launcher.relaunch(incoming, user)
+            return await self.form.typed(incoming, user)
+        return await self.form.relaunch(incoming, user)
 
     async def on_token(self, incoming: Incoming, user: User) -> Reply:
         """An API token made or revoked in the App Home (built again after it)."""

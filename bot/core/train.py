@@ -30,10 +30,9 @@ from bot.settings.logs import launch_fields
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
-from bot.text.mrkdwn import VIEW_LAUNCH, VIEW_RELAUNCH, escape, section, text_input
+from bot.text.mrkdwn import escape
 from commands.access import is_custom_image, may_use_image, slurm_account
 from commands.context import CommandContext, User
-from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
@@ -194,66 +193,6 @@ class Launcher:
         except ValidationError:
             raise CommandError(f"{partition!r} is not a partition name.") from None
         return await self.train(again, replace(incoming, channel_id=launch.channel), user)
-
-    async def run_again(self, incoming: Incoming, user: User) -> Reply:
-        """Run again on a finished launch's final line: its request once more, in its
-        channel, checked as if typed now (policy, budget, limits and all)."""
-        launch = await self.lookup.owned(
-            parse_job_ref(incoming.action_value, None, self.context), user, "run again"
-        )
-        if launch.active:
-            raise CommandError(f"{launch.id} is still running; Run again is for a finished one.")
-        return await self.train(launch.request, replace(incoming, channel_id=launch.channel), user)
-
-    async def edit_form(self, incoming: Incoming, user: User) -> Reply:
-        """Edit & relaunch on a final line: a modal holding the launch's request as /train
-        text, to change and launch (:meth:`relaunch`)."""
-        launch = await self.lookup.owned(
-            parse_job_ref(incoming.action_value, None, self.context), user, "relaunch"
-        )
-        text = f"A new launch from {launch.id}; its thread goes to <#{launch.channel}>."
-        blocks = [
-            section(text),  # ids only: nothing typed by anyone
-            text_input(
-                launch.id,
-                "/train",
-                launch.request.to_text().removeprefix("/train "),
-                "checked as if typed, on Launch",
-            ),
-        ]
-        return Reply(text, blocks=blocks, modal="Edit & relaunch", modal_submit=VIEW_RELAUNCH)
-
-    def new_form(self) -> Reply:
-        """The global shortcut "Launch training": the same form, empty; its thread goes to
-        the person's DM with the bot."""
-        text = "A new launch; its thread goes to your DM with trainbot."
-        blocks = [
-            section(text),
-            text_input("new", "/train", "", "e.g. sft llama3p1_8b nodes=2 cluster=a4"),
-        ]
-        return Reply(text, blocks=blocks, modal="Launch training", modal_submit=VIEW_LAUNCH)
-
-    async def typed(self, incoming: Incoming, user: User) -> Reply:
-        """The shortcut's form submitted: its text as a /train typed in the person's DM
-        (``incoming.channel_id``, which the Slack edge opened)."""
-        request = parse_command(
-            "/train", incoming.text.removeprefix("/train "), user=user, context=self.context
-        )
-        if not isinstance(request, TrainRequest | InteractiveRequest):
-            raise CommandError("The launch form takes what follows /train for one launch.")
-        return await self.train(request, incoming, user)
-
-    async def relaunch(self, incoming: Incoming, user: User) -> Reply:
-        """The Edit & relaunch modal submitted: its text as a /train typed in the channel of
-        the launch it came from (``incoming.action_value``)."""
-        launch = await self.lookup.owned(
-            parse_job_ref(incoming.action_value, None, self.context), user, "relaunch"
-        )
-        text = incoming.text.removeprefix("/train ")  # as shown, or as if typed after /train
-        request = parse_command("/train", text, user=user, context=self.context)
-        if not isinstance(request, TrainRequest | InteractiveRequest):
-            raise CommandError("Edit & relaunch takes what follows /train for one launch.")
-        return await self.train(request, replace(incoming, channel_id=launch.channel), user)
 
     def check_image(self, request: TrainRequest | InteractiveRequest, user: User) -> bool:
         """Refuse a custom ``image=`` the policy does not allow; whether it gets job secrets."""

@@ -48,6 +48,7 @@ from bot.slack.webapi import SlackError, SlackFront
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_EDIT_RELAUNCH,
+    ACTION_FORM_CHECK,
     ACTION_PREFIX,
     ACTION_PREFS,
     ACTION_TOKEN,
@@ -170,6 +171,9 @@ class Listeners:
         if incoming.action_id == ACTION_EDIT_RELAUNCH:  # a modal to edit and launch
             self._spawn(self._modal_after(incoming, answer, home=False))
             return
+        if incoming.action_id == ACTION_FORM_CHECK:  # typed in the launch form
+            self._spawn(self._checked(body, answer))
+            return
         self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
 
     async def _home_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
@@ -219,6 +223,9 @@ class Listeners:
             return
         await ack()
         self._spawn(self._tell_later(incoming, task))
+
+    async def _checked(self, body: dict[str, Any], answer: asyncio.Task[Reply]) -> None:
+        await modals.show_check(self.front, body, await answer)
 
     async def _tell_later(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
         await modals.tell(self.front, incoming, await answer)

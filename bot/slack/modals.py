@@ -57,3 +57,31 @@ async def tell(front: SlackFront, incoming: Incoming, reply: Reply) -> None:
         await front.post_to_user(incoming.user_id, cut_text(text, MESSAGE_TEXT_MAX))
     except SlackError as error:
         log.error("could not tell %s the answer: %s", incoming.user_id, error)
+
+
+CHECK_BLOCK = "trainbot_check"
+
+
+async def show_check(front: SlackFront, body: dict[str, Any], reply: Reply) -> None:
+    """The launch form's check under its input, as the person types (``views.update``);
+    a form typed on since (another hash) is left alone."""
+    view = body.get("view") or {}
+    if not view.get("id"):
+        return
+    blocks = [b for b in view.get("blocks") or [] if b.get("block_id") != CHECK_BLOCK]
+    if reply.text:
+        text = f":warning: {reply.text}" if reply.error else reply.text
+        blocks.append(
+            {"type": "context", "block_id": CHECK_BLOCK,
+             "elements": [{"type": "mrkdwn", "text": cut_text(text, 2000)}]}
+        )  # fmt: skip
+    updated = {
+        key: view[key]
+        for key in ("type", "title", "close", "submit", "callback_id", "private_metadata")
+        if key in view
+    }
+    updated["blocks"] = blocks
+    try:
+        await front.update_view(str(view["id"]), str(view.get("hash", "")), updated)
+    except SlackError as error:  # hash_conflict: typed on meanwhile; the next check says it
+        log.info("launch form not updated: %s", error.error)

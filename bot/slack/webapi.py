@@ -272,6 +272,11 @@ class SlackFront:
             view["submit"] = {"type": "plain_text", "text": "Launch"}
         await self._call("views.open", self.client.views_open(trigger_id=trigger_id, view=view))
 
+    async def update_view(self, view_id: str, view_hash: str, view: dict[str, Any]) -> None:
+        """An open modal changed (``views.update``; ``view_hash`` guards against a newer one)."""
+        call = self.client.views_update(view_id=view_id, hash=view_hash, view=view)
+        await self._call("views.update", call)
+
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         call = self.client.usergroups_users_list(usergroup=usergroup_id)
         data = await self._call("usergroups.users.list", call)

@@ -36,6 +36,7 @@ VIEW_PREFIX = "trainbot_view_"
 VIEW_RELAUNCH = "trainbot_view_relaunch"  # Edit & relaunch: the input's block id is the launch
 VIEW_LAUNCH = "trainbot_view_launch"  # the shortcut's form: its thread goes to the person's DM
 SHORTCUT_LAUNCH = "trainbot_shortcut_launch"  # the global shortcut "Launch training"
+ACTION_FORM_CHECK = "trainbot_form_check"  # the launch form's input, checked as it is typed
 ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
 ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
@@ -218,19 +219,26 @@ def edit_relaunch_button(value: str) -> Block:
     return button("Edit & relaunch", ACTION_EDIT_RELAUNCH, value)
 
 
-def text_input(block_id: str, label: str, initial: str, hint: str = "") -> Block:
-    """A one-line text input of a modal; ``block_id`` comes back with its value."""
+def text_input(
+    block_id: str, label: str, initial: str, hint: str = "", *, check_as: str = ""
+) -> Block:
+    """A one-line text input of a modal; ``block_id`` comes back with its value. With
+    ``check_as`` (an action id) Slack sends what is typed as it is typed, to be checked."""
+    element: Block = {
+        "type": "plain_text_input",
+        "action_id": check_as or "text",
+        "initial_value": initial[:3000],
+        "max_length": 3000,
+    }
     block: Block = {
         "type": "input",
         "block_id": block_id[:255],
         "label": _plain(label, 2000),
-        "element": {
-            "type": "plain_text_input",
-            "action_id": "text",
-            "initial_value": initial[:3000],
-            "max_length": 3000,
-        },
+        "element": element,
     }
+    if check_as:
+        block["dispatch_action"] = True
+        element["dispatch_action_config"] = {"trigger_actions_on": ["on_character_entered"]}
     if hint:
         block["hint"] = _plain(hint, 2000)
     return block

@@ -5,10 +5,11 @@ input; an accepted one closes it, and its thread goes to the person's DM."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 import pytest
 
-from bot.text.mrkdwn import SHORTCUT_LAUNCH, VIEW_LAUNCH
+from bot.text.mrkdwn import ACTION_FORM_CHECK, SHORTCUT_LAUNCH, VIEW_LAUNCH
 from support.slack_requests import post_signed, shortcut_body, view_submission_body
 from support.slack_standin import SlackStandin
 from tests.bot.api.test_api import web_with_api
@@ -31,6 +32,37 @@ async def test_the_launch_form_refuses_in_place_and_launches_into_the_dm(
         assert view["callback_id"] == VIEW_LAUNCH and view["title"]["text"] == "Launch training"
 
         block = field["block_id"]
+        assert field["element"]["action_id"] == ACTION_FORM_CHECK and field["dispatch_action"]
+
+        async def typed(text: str) -> str:
+            """What the form says under its input once ``text`` is typed."""
+            before = len(standin.calls_to("views.update"))
+            payload = {
+                "type": "block_actions",
+                "trigger_id": "1.2.standin",
+                "team": {"id": "T0STANDIN"},
+                "user": {"id": "U0ALICE", "username": "alice", "team_id": "T0STANDIN"},
+                "container": {"type": "view", "view_id": "V0FORM"},
+                "view": {**view, "id": "V0FORM", "hash": "h1"},
+                "actions": [
+                    {"type": "plain_text_input", "action_id": ACTION_FORM_CHECK,
+                     "block_id": block, "value": text}
+                ],
+            }  # fmt: skip
+            body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+            assert (await post_signed(events, body)).status == 200
+            update = await standin.wait_for(
+                "views.update", lambda c: standin.calls_to("views.update").index(c) >= before, 10
+            )
+            shown = update.params["view"]
+            shown = shown if isinstance(shown, dict) else json.loads(shown)
+            assert update.params["hash"] == "h1" and shown["callback_id"] == VIEW_LAUNCH
+            return str(shown["blocks"][-1]["elements"][0]["text"])
+
+        assert "Unknown key 'wobble'" in await typed("sft llama3p1_8b wobble=3")
+        assert await typed("sft llama3p1_8b nodes=2 cluster=a4") == (
+            "Reads as: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=2`"
+        )
         refused = await post_signed(
             events, view_submission_body(VIEW_LAUNCH, block, "sft llama3p1_8b nodes=3 cluster=a4")
         )
