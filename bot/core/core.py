@@ -42,6 +42,7 @@ from bot.text.mrkdwn import (
     ACTION_CANCEL,
     ACTION_EDIT_RELAUNCH,
     ACTION_FORM_CHECK,
+    ACTION_HELP,
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
@@ -50,6 +51,7 @@ from bot.text.mrkdwn import (
     ACTION_TOKEN_CREATE,
     ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
+    HELP_TOPICS,
     SHORTCUT_LAUNCH,
     VIEW_LAUNCH,
     VIEW_RELAUNCH,
@@ -246,18 +248,25 @@ class Core:
             return await api_tokens.create(self.store, user, incoming.action_value)
         return await api_tokens.revoke(self.store, user, incoming.action_value)
 
-    async def on_action(self, incoming: Incoming) -> Reply:
+    async def on_action(self, incoming: Incoming) -> Reply:  # noqa: C901 - one branch a button
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
         if incoming.action_id in LAUNCH_FORMS:
             return await self.on_relaunch(incoming, user)
+        if incoming.action_id in (ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE):  # App Home
+            return await self.on_token(incoming, user)
+        if incoming.action_id == ACTION_HELP:  # the help card: answered as if typed
+            if incoming.action_value not in HELP_TOPICS:
+                raise CommandError("That help button is not one trainbot made; try /train help.")
+            command, text = HELP_TOPICS[incoming.action_value]
+            return await self.on_command(
+                replace(incoming, action_id="", command=command, text=text)
+            )
         if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
-        if incoming.action_id in (ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE):  # App Home
-            return await self.on_token(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)

@@ -7,14 +7,16 @@ in time becomes the ack (shown only to the asker); otherwise the ack says
 request's ``response_url`` when the bot may not post in that channel).
 
 A ``Reply`` with ``modal`` set opens a modal instead (a new API token, shown once; the
-Edit & relaunch form, whose submission comes back through ``on_view``: refused in time,
-the modal stays open with the reason under its input). A ``Reply`` carrying a file is
-sent to the asker in a direct message with the bot (files cannot be ephemeral, and a log
-file is nobody else's business); the ephemeral text says so. Events are acknowledged and
-ignored, except a polite hint on ``app_mention`` and user group changes
-(``subteam_members_changed``), which make the core ask for that group's members again;
-Events API retries of an event already seen are dropped. With ``allowed_team_ids`` (the
-config's ``policy.workspaces``), requests from any other workspace are refused first.
+launch form of Edit & relaunch and of the shortcut "Launch training", whose submission
+comes back through ``on_view``: refused in time, the modal stays open with the reason
+under its input). A ``Reply`` carrying a file is sent to the asker in a direct message
+with the bot (files cannot be ephemeral, and a log file is nobody else's business); the
+ephemeral text says so. Events are acknowledged and ignored, except a polite hint on
+``app_mention``, a help card with buttons when the app itself joins a channel
+(``member_joined_channel``), and user group changes (``subteam_members_changed``), which
+make the core ask for that group's members again; Events API retries of an event already
+seen are dropped. With ``allowed_team_ids`` (the config's ``policy.workspaces``),
+requests from any other workspace are refused first.
 
 The Slack app needs what slack-manifest.yml declares (tests/test_manifest.py sends
 its every command, event and button to the app ``build_app`` makes); optionally
@@ -42,6 +44,7 @@ from bot.slack import modals
 from bot.slack.incoming import (
     incoming_from_action,
     incoming_from_command,
+    incoming_from_shortcut,
     team_of,
 )
 from bot.slack.webapi import SlackError, SlackFront
@@ -52,16 +55,20 @@ from bot.text.mrkdwn import (
     ACTION_PREFIX,
     ACTION_PREFS,
     ACTION_TOKEN,
+    HELP_CARD_TEXT,
     MESSAGE_TEXT_MAX,
     SHORTCUT_LAUNCH,
     VIEW_PREFIX,
     cut_text,
     escape,
     fit_blocks,
+    help_card,
     unescape,
 )
 
 log = logging.getLogger(__name__)
+
+JOINED_EVENT = "member_joined_channel"  # the app's own join: the help card
 
 COMMANDS = (
     "/train",
@@ -195,14 +202,7 @@ class Listeners:
     async def on_shortcut(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         """The global shortcut "Launch training": the launch form."""
         await ack()
-        user = body.get("user") or {}
-        incoming = Incoming(
-            user_id=str(user.get("id", "")),
-            channel_id="",
-            user_name=str(user.get("username") or user.get("name", "")),
-            action_id=str(body.get("callback_id", "")),
-            trigger_id=str(body.get("trigger_id", "")),
-        )
+        incoming = incoming_from_shortcut(body)
         log.info("%s from %s", incoming.action_id, incoming.user_id)
         self._spawn(self._modal_after(incoming, self._spawn(self._answer(incoming)), home=False))
 
@@ -243,16 +243,32 @@ class Listeners:
             except SlackError as error:
                 log.info("could not answer a mention in %s: %s", channel, error)
 
-    async def on_other_event(self, ack: AsyncAck, event: dict[str, Any]) -> None:
+    async def on_other_event(
+        self, ack: AsyncAck, event: dict[str, Any], context: dict[str, Any]
+    ) -> None:
         await ack()
         kind = str(event.get("type", ""))
         if kind == HOME_EVENT and event.get("tab", "home") == "home":
             await self._publish_home(str(event.get("user", "")))
             return
+        if kind == JOINED_EVENT:
+            await self._welcome(event, str(context.get("bot_user_id") or ""))
+            return
         if kind in GROUP_EVENTS:
             subteam = event.get("subteam") or {}
             group = str(event.get("subteam_id") or subteam.get("id", ""))
             await self._answer(Incoming(user_id="", channel_id="", event=kind, action_value=group))
+
+    async def _welcome(self, event: dict[str, Any], bot_user: str) -> None:
+        """The app itself joined a channel: post the help card there, once. Anyone else
+        joining is no business of the bot's."""
+        channel = str(event.get("channel", ""))
+        if not bot_user or str(event.get("user", "")) != bot_user or not channel:
+            return
+        try:
+            await self.front.post(channel, HELP_CARD_TEXT, blocks=help_card())
+        except SlackError as error:
+            log.info("could not post the help card in %s: %s", channel, error)
 
     async def _publish_home(self, user: str) -> None:
         """The person opened the App Home tab: their launches and the clusters, fresh."""

@@ -45,6 +45,19 @@ def incoming_from_action(body: dict[str, Any]) -> Incoming:
     )
 
 
+def incoming_from_shortcut(body: dict[str, Any]) -> Incoming:
+    """A global shortcut used, as ``Incoming``: its callback id as the action."""
+    user = body.get("user") or {}
+    return Incoming(
+        user_id=str(user.get("id", "")),
+        channel_id="",
+        user_name=str(user.get("username") or user.get("name", "")),
+        team_id=str((body.get("team") or {}).get("id") or user.get("team_id", "")),
+        action_id=str(body.get("callback_id", "")),
+        trigger_id=str(body.get("trigger_id", "")),
+    )
+
+
 def incoming_from_view(body: dict[str, Any]) -> Incoming:
     """A ``view_submission`` as ``Incoming``: its callback id as the action, the block id
     of its first input as the value, and what was typed there as the text."""
