@@ -9,6 +9,7 @@ left out and where to get the rest.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Literal
 
 Block = dict[str, Any]
@@ -28,6 +29,19 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_RUN_AGAIN = "trainbot_run_again"  # value: the launch id; its request, once more
+ACTION_EDIT_RELAUNCH = "trainbot_edit_relaunch"  # value: the launch id; a modal to edit it
+# A modal's callback id: its submission comes to the core as Incoming(action_id=VIEW_...),
+# the value of its one input in ``text`` and that input's block id in ``action_value``.
+VIEW_PREFIX = "trainbot_view_"
+VIEW_RELAUNCH = "trainbot_view_relaunch"  # Edit & relaunch: the input's block id is the launch
+VIEW_LAUNCH = "trainbot_view_launch"  # the shortcut's form: its thread goes to the person's DM
+SHORTCUT_LAUNCH = "trainbot_shortcut_launch"  # the global shortcut "Launch training"
+ACTION_FORM_CHECK = "trainbot_form_check"  # the launch form's input, checked as it is typed
+ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
+ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
+ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
+ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.
@@ -42,6 +56,22 @@ def escape(text: str) -> str:
 def unescape(text: str) -> str:
     """Undo ``escape`` (Slack sends typed ``&``, ``<``, ``>`` as entities)."""
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+DATE_FORMAT = "{date_short_pretty} {time}"  # "Dec 24, 2026 08:00", in the reader's zone
+DATE_PATTERN = re.compile(r"<!date\^\d+\^[^|>]*\|([^>]*)>")
+
+
+def slack_date(when: float, fmt: str = DATE_FORMAT) -> str:
+    """A time every reader sees in their own time zone (Slack's ``<!date^...>``); clients
+    that cannot, and the console, show the UTC text after ``|`` (``2026-12-24 08:00 UTC``)."""
+    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
+    return f"<!date^{int(when)}^{fmt}|{fallback}>"
+
+
+def date_fallbacks(text: str) -> str:
+    """``text`` with each ``<!date^...>`` replaced by its UTC text (for a terminal)."""
+    return DATE_PATTERN.sub(r"\1", text)
 
 
 def cut_note(more_lines: int, hint: str = "") -> str:
@@ -199,6 +229,39 @@ def retry_button(value: str) -> Block:
     return button("Retry", ACTION_RETRY, value, style="primary")
 
 
+def run_again_button(value: str) -> Block:
+    return button("Run again", ACTION_RUN_AGAIN, value)
+
+
+def edit_relaunch_button(value: str) -> Block:
+    return button("Edit & relaunch", ACTION_EDIT_RELAUNCH, value)
+
+
+def text_input(
+    block_id: str, label: str, initial: str, hint: str = "", *, check_as: str = ""
+) -> Block:
+    """A one-line text input of a modal; ``block_id`` comes back with its value. With
+    ``check_as`` (an action id) Slack sends what is typed as it is typed, to be checked."""
+    element: Block = {
+        "type": "plain_text_input",
+        "action_id": check_as or "text",
+        "initial_value": initial[:3000],
+        "max_length": 3000,
+    }
+    block: Block = {
+        "type": "input",
+        "block_id": block_id[:255],
+        "label": _plain(label, 2000),
+        "element": element,
+    }
+    if check_as:
+        block["dispatch_action"] = True
+        element["dispatch_action_config"] = {"trigger_actions_on": ["on_character_entered"]}
+    if hint:
+        block["hint"] = _plain(hint, 2000)
+    return block
+
+
 def use_partition_button(partition: str, value: str) -> Block:
     return button(f"Use {partition}", ACTION_USE_PARTITION, value, style="primary")
 
@@ -225,6 +288,37 @@ def approve_button(value: str) -> Block:
 
 def reject_button(value: str) -> Block:
     return button("Reject", ACTION_REJECT, value, style="danger")
+
+
+# -- the help card, posted when the app joins a channel ------------------------
+
+HELP_CARD_TEXT = (
+    "*trainbot* is in this channel: launch NeMo and NeMo-RL training on the team's Slurm "
+    "clusters from here, e.g. `/train sft llama3p1_8b nodes=2`. Each launch gets one "
+    "thread in this channel, and its owner is mentioned only when it needs them or ends. "
+    "`/jobs` lists your launches, `/logs &lt;job&gt;` shows a log, `/cancel &lt;job&gt;` "
+    "stops one. "
+    "The buttons answer only you."
+)
+HELP_TOPICS = {  # a help button's value -> the command it answers as
+    "train": ("/train", "help train"),
+    "recipes": ("/train", "recipes"),
+    "jobs": ("/jobs", ""),
+    "commands": ("/train", "help"),
+}
+
+
+def help_card() -> list[Block]:
+    """The card: what trainbot does here, and buttons for the first things to ask."""
+    return [
+        section(HELP_CARD_TEXT),
+        actions(
+            button("How to /train", ACTION_HELP, "train", style="primary"),
+            button("Recipes", ACTION_HELP, "recipes"),
+            button("My launches", ACTION_HELP, "jobs"),
+            button("All commands", ACTION_HELP, "commands"),
+        ),
+    ]
 
 
 # -- when a channel refuses the bot ---------------------------------------------
