@@ -121,7 +121,7 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
         first = await wait_for_launch(bot.store, parent, timeout_s=300)
         second = await wait_for_launch(bot.store, child, timeout_s=300)
         await wait_delivered(bot.store)
-    assert jobs is not None and f"chain: {parent} -&gt; {child}" in jobs.text, jobs.text
+    assert jobs is not None and f"chain: {parent} -> {child}" in jobs.text, jobs.text
     assert f"from {parent}'s checkpoint" in jobs.text
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", front.lines
     found = start_from.newest_checkpoint(first)
