@@ -34,6 +34,8 @@ from bot.core.redact import (
     remove_log_filter,
 )
 from bot.engine.asks import WorkerAsks, serve_asks
+from bot.engine.authority import Authority
+from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
@@ -282,9 +284,21 @@ async def running(
             supervisor=supervisor,
             parts=parts,
         )
+        # A launch that moves or comes due is admitted again with the groups Slack says now.
+        directory = core.directory
+        authority = Authority(
+            store,
+            clusters,
+            People(clusters, front, clusters),
+            directory.groups_of,
+            lambda: bool(directory.unanswered),
+        )
+        bot.poller.authority = authority
+        bot.notifier.may_see = authority.may_see
         # Every loop under the supervisor: one that raises is logged, counted and started
         # again after a back-off; /healthz says which (bot.runtime.supervise).
         for worker in bot.workers:
+            worker.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
         if bot.workers:  # the cluster work a web process asks for
             supervisor.run("asks", functools.partial(serve_asks, store, clusters, stop))

@@ -47,6 +47,7 @@ def approve(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     if launch.cancelled_by:
         return launch, []
     go(launch, "approve", P.QUEUED)
+    launch.approved_by = facts.by
     text = f"✅ Approved by <@{facts.by}>. Queued."
     line = thread_line(launch, "approve", text, by=facts.by)
     return launch, [line, update_parent(launch), enqueue(launch)]
@@ -103,6 +104,7 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     attempt = launch.attempts[-1]  # a retry's attempt was made when it was decided
     attempt.job_id, attempt.submitted_at = job_id, facts.now
     attempt.tracking = facts.tracking
+    attempt.record = facts.record or attempt.record
     if launch.phase != P.SUBMITTING or launch.cancelled_by:  # cancelled meanwhile
         attempt.slurm_state = "CANCELLED"
         return launch, [thread_line(launch, "submitted", appeared_after_cancel(job_id), job=job_id)]
@@ -117,6 +119,8 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     )
     if len(launch.attempts) > 1:
         text += f" (attempt {len(launch.attempts)})"
+    if facts.record is not None:
+        text += "\n" + escape(facts.record.summary())
     return launch, [thread_line(launch, "submitted", text, job=job_id), update_parent(launch)]
 
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase
+from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase, Terms
 
 if TYPE_CHECKING:
     from cluster.framework_base import Tracking
+    from cluster.run_record import RunRecord
 
 P = Phase
 
@@ -57,6 +58,7 @@ TABLE: tuple[Edge, ...] = (
     # retries: held until the old job is gone
     *_edges("retry", FOLLOWED, P.RETRYING),  # the Retry button
     Edge("reroute", P.SUBMITTED, P.RETRYING),  # still pending where another would start it
+    Edge("move_refused", P.SUBMITTED, P.SUBMITTED),  # the person may not go where it would
     Edge("old_job_gone", P.RETRYING, P.RETRYING),
     Edge("moved", P.RETRYING, P.RETRYING),
     Edge("old_job_stays", P.RETRYING, P.RUNNING),
@@ -93,10 +95,12 @@ class Facts:
     data: Mapping[str, object] = field(default_factory=dict)  # the thread line's (buttons)
     attempt: Attempt | None = None  # the new attempt of a retry the failure catalog decided
     tracking: Tracking | None = None  # the job's files, as the framework records them
+    record: RunRecord | None = None  # what a submit ran (cluster.run_record)
     partition: str = ""
     nodes: str = ""  # where the job runs
     cluster: str = ""  # where a reroute moves it
     due: float = 0.0  # not before this time
+    terms: Terms | None = None  # a reroute: who the launch runs as on its new cluster
 
 
 Move = Callable[[Launch, Facts], tuple[Launch, list[Event]]]

@@ -184,6 +184,13 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["update", "enqueue"],
         check=lambda item: item.rerouted and item.attempts[-1].cluster == "a3u",
     ),
+    ("move_refused", P.SUBMITTED, P.SUBMITTED): Case(
+        lambda: launch(P.SUBMITTED, job="41"),
+        phases.Facts(cluster="a3u", text="🔀 Still pending on a4; a3u would start it now, but"),
+        ["thread"],
+        "🔀 Still pending on a4; a3u would start it now, but",
+        lambda item: item.rerouted and len(item.attempts) == 1,
+    ),
     ("old_job_gone", P.RETRYING, P.RETRYING): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
         phases.Facts(now=NOW, job_id="41"),
@@ -325,7 +332,7 @@ def test_the_module_is_pure() -> None:
     allowed = {"__future__", "collections.abc", "dataclasses", "typing"}
     allowed |= {"bot.lifecycle.events", "bot.lifecycle.launch", "bot.text.mrkdwn"}
     allowed |= {f"bot.lifecycle.phases.{part}" for part in ("following", "starting", "table")}
-    allowed |= {"cluster.framework_base"}  # under TYPE_CHECKING only: a type, not imported
+    allowed |= {"cluster.framework_base", "cluster.run_record"}  # TYPE_CHECKING only: types
     imported = set()
     modules = sorted((ROOT / "bot/lifecycle/phases").glob("*.py"))
     assert len(modules) == 4, modules
