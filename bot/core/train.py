@@ -132,6 +132,7 @@ class Launcher:
         launch.image_secrets = image_secrets
         launch.cluster_user = cluster_user
         launch.slurm_account = account or ""
+        launch.groups = sorted(user.groups)  # what a worker re-derives the image's right from
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
         launch.placed, launch.starts_from = placed, starts_from
         waits = await self.waits(launch, user)

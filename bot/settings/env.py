@@ -35,6 +35,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
+ASK_KEY_MIN_CHARS = 32  # TRAINBOT_ASK_KEY: 128 bits and more as hex
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
@@ -88,6 +89,9 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    # signs the asks a web process puts on Redis for the workers (bot.engine.ask_wire); the
+    # web and worker processes share it, Redis never holds it
+    ask_key: SecretStr | None = Field(default=None, alias="TRAINBOT_ASK_KEY")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
     http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
@@ -101,6 +105,17 @@ class Settings(BaseSettings):
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
+
+    @field_validator("ask_key")
+    @classmethod
+    def _ask_key_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < ASK_KEY_MIN_CHARS:
+            raise ValueError(
+                f"is {len(value.get_secret_value())} characters; it must be at least "
+                f"{ASK_KEY_MIN_CHARS} (e.g. python3 -c 'import secrets; "
+                "print(secrets.token_hex(32))'), the same in the web and worker processes"
+            )
+        return value
 
     @model_validator(mode="after")
     def _metrics_host_needs_port(self) -> Settings:
