@@ -104,12 +104,14 @@ class Identity(BaseModel):
     email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
     unmapped: Literal["refuse", "shared"] = "refuse"
     org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
-    # Which names the user CA signs for as a person (cluster.ssh.principals): a uid in
-    # uid_min..uid_max on the login node, a name matching name_pattern, none of reserved
-    # (root, system accounts and the shared account are always refused).
+    # The user CA signs for a person only when the login node gives the name a uid from
+    # uid_min to uid_max (root, system accounts and the shared account: never).
     uid_min: int = Field(default=UID_MIN_DEFAULT, ge=1)
+    # The highest uid a person may have (see uid_min).
     uid_max: int = Field(default=UID_MAX_DEFAULT, ge=1)
+    # A regular expression every person's Unix user must match before the CA signs for it.
     name_pattern: str = Field(default=CLUSTER_USER_PATTERN, min_length=1, max_length=200)
+    # Names the CA never signs for (service accounts of the site), besides root and the rest.
     reserved: tuple[ClusterUser, ...] = ()
 
     @model_validator(mode="after")

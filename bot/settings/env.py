@@ -53,6 +53,7 @@ class Target:
     sentinels: tuple[tuple[str, int], ...] = ()
     service: str = "mymaster"
     password: SecretStr | None = None
+    username: str | None = None  # an ACL user (with ``password``); None: the default user
     db: int = 0
     wait_replicas: int = 0
     wait_timeout_ms: int = 500
@@ -79,6 +80,10 @@ class Settings(BaseSettings):
         default="mymaster", alias="REDIS_SENTINEL_SERVICE", min_length=1
     )
     redis_password: SecretStr | None = Field(default=None, alias="REDIS_PASSWORD")
+    # the Redis ACL user this process logs in as (docker-compose.yml: web, worker, poller)
+    redis_username: str | None = Field(
+        default=None, alias="REDIS_USERNAME", pattern=r"^[A-Za-z0-9_.-]{1,64}$"
+    )
     redis_db: int = Field(default=0, alias="REDIS_DB", ge=0, le=15)  # with Sentinel
     # replicas a queued launch, a job id or a cancel must reach (WAIT); default 1 with
     # Sentinel, 0 with a plain URL
@@ -184,6 +189,7 @@ class Settings(BaseSettings):
             sentinels=self.redis_sentinels,
             service=self.redis_sentinel_service,
             password=self.redis_password,
+            username=self.redis_username,
             db=self.redis_db,
             wait_replicas=(1 if sentinel else 0) if wait is None else wait,
             wait_timeout_ms=self.redis_wait_timeout_ms,

@@ -33,6 +33,7 @@ class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionP
 async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
     """A client of ``target``'s Redis, closed (with its sentinels) when the block ends."""
     password = target.password.get_secret_value() if target.password else None
+    user = {"username": target.username} if target.username else {}  # a role's ACL user
     sentinel: Sentinel | None = None
     if target.sentinels:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -54,6 +55,7 @@ async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
             health_check_interval=30,
             password=password,
             db=target.db,
+            **user,
         )
     else:
         # A blocking pool: when every connection is busy (a burst of slash commands), a
@@ -67,6 +69,7 @@ async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             socket_timeout=REDIS_SOCKET_TIMEOUT_S,
             **({"password": password} if password else {}),
+            **user,
         )
         client = aioredis.Redis.from_pool(pool)
     try:
