@@ -72,9 +72,14 @@ def log_path_problem(item: Launch, path: str) -> str:
 
 
 def recorded_jobs(item: Launch) -> list[str]:
-    """The Slurm jobs the launch's record holds on its own cluster, newest first."""
+    """The Slurm jobs a cancel of the launch ends, from its record: its newest attempt's
+    job, and the one before while a Retry holds the newest back until that one is gone
+    (what /cancel picks), each only on the launch's own cluster."""
     here = ("", item.cluster)
-    found = [a.job_id for a in reversed(item.attempts) if a.job_id and a.cluster in here]
+    attempts = (
+        item.attempts[-2:] if item.attempts and item.attempts[-1].held else item.attempts[-1:]
+    )
+    found = [a.job_id for a in reversed(attempts) if a.job_id and a.cluster in here]
     return list(dict.fromkeys(found))
 
 
