@@ -202,8 +202,9 @@ async def _answer(store: Store, clusters: Clusters, ask: wire.Ask) -> None:
     await store.put_answer(ask.id, answer)
 
 
-def _refuse(what: wire.What, cluster: str, why: str) -> Refused:
-    log.warning("ask %s refused: %s", what.kind, why, extra=launch_fields(cluster=cluster))
+def _refuse(what: wire.What, cluster: str, why: str, launch_id: str = "") -> Refused:
+    fields = launch_fields(launch_id, cluster=cluster)
+    log.warning("ask %s refused: %s", what.kind, why, extra=fields)
     return Refused(why, cluster=cluster)
 
 
@@ -220,7 +221,8 @@ async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
         raise Refused(f"launch {what.launch} is not known")
     if isinstance(what, wire.Cancel):
         if not item.cancelled_by:
-            raise _refuse(what, item.cluster, f"{item.id} is not cancelled in its record")
+            why = f"{item.id} is not cancelled in its record"
+            raise _refuse(what, item.cluster, why, item.id)
         job_ids = recorded_jobs(item)
         if job_ids:
             await clusters.cancel(item, job_ids)  # as its person, the record's user checked
