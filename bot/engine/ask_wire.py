@@ -69,7 +69,7 @@ class Shape(_What):
     nodes: int = Field(ge=1, le=4096)
     partition: str = Field(pattern=SLURM_NAME_PATTERN)
     time_limit: str | None = Field(default=None, pattern=r"^[0-9][0-9:-]{0,15}$")
-    account: str | None = Field(default=None, pattern=SLURM_NAME_PATTERN)
+    account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")  # policy's
     exclude: str | None = Field(default=None, pattern=r"^[A-Za-z0-9,\[\]_-]{1,200}$")
 
 

@@ -35,8 +35,8 @@ def log_file(unique: str) -> Iterator[str]:
     home = login_run("echo $HOME").strip()
     logs = f"{home}/vertex-oss-training/nemo/logs/sectest-{unique}"
     path = f"{logs}/log-sectest_990001_0.out"
-    login_run(f"mkdir -p {logs}")
     b64 = base64.b64encode(f"token={HF_TOKEN}".encode()).decode()
-    login_run(f"printf 'step 1 loss 2.5\\nHF_TOKEN={HF_TOKEN}\\nenv64={b64}\\n' > {path}")
+    text = f"step 1 loss 2.5\\nHF_TOKEN={HF_TOKEN}\\nenv64={b64}\\n"
+    login_run(f"mkdir -p {logs} && printf '{text}' > {path}")
     yield path
     login_run(f"rm -rf {logs}", check=False)
