@@ -25,6 +25,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cluster.jobs import MAX_TAIL_LINES
 from cluster.login import CLUSTER_USER_PATTERN
 from cluster.profile_fields import CLUSTER_NAME_PATTERN, SLURM_NAME_PATTERN
 from commands.values import LAUNCH_ID_PATTERN
@@ -32,7 +33,6 @@ from commands.values import LAUNCH_ID_PATTERN
 MAX_ASK_BYTES = 4096  # an ask holds ids and a shape; anything longer is not one
 MAX_ASK_LIFETIME_S = 120.0  # no ask lives longer (asks wait at most a minute)
 CLOCK_SKEW_S = 5.0  # an ask issued this far in the future is still taken
-MAX_TAIL_LINES = 2000
 ASK_ID_PATTERN = r"^[0-9a-f]{24}$"
 SLACK_ID_PATTERN = r"^[A-Za-z0-9._@-]{1,80}$"
 

@@ -37,6 +37,7 @@ from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.jobs import MAX_TAIL_LINES
 from cluster.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class WorkerAsks:
 
     async def tail(self, item: Launch, path: str, lines: int) -> str:
         """The launch's log: the worker reads the one its record names, not ``path``."""
-        what = wire.Tail(launch=item.id, lines=max(1, min(lines, wire.MAX_TAIL_LINES)))
+        what = wire.Tail(launch=item.id, lines=max(1, min(lines, MAX_TAIL_LINES)))
         return str(await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
 
     async def account(self, cluster: str, name: str) -> Account:
@@ -218,7 +219,7 @@ async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
         return await _estimate(clusters, what)
     item = await store.get(what.launch)
     if item is None:
-        raise Refused(f"launch {what.launch} is not known")
+        raise _refuse(what, "", f"launch {what.launch} is not known", what.launch)
     if isinstance(what, wire.Cancel):
         if not item.cancelled_by:
             why = f"{item.id} is not cancelled in its record"
