@@ -2,7 +2,7 @@
 worker re-derives whom a launch runs as from the config (U0ALICE is alice here) and
 whether its image is allowed from the policy, refuses a record that says otherwise (the
 launch ends with the reason, a log line says why) and nothing reaches Slurm. A record
-left alone goes through. A real worker, the dev cluster's login node and Slurm."""
+left alone goes through. A real worker (and poller), the dev cluster's login node and Slurm."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from bot.engine.on_cluster import Clusters
+from bot.engine.poller import Poller
 from bot.engine.worker import Worker, worker_name
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import bot_settings, dev_config, open_test_store, slurm_jobs_named, wait_until
-from tests.bot.security.asks_kit import PEOPLE, AskWorker
+from tests.bot.security.asks_kit import PEOPLE, AskWorker, seeded
 
 pytestmark = pytest.mark.devcluster
 
@@ -92,3 +93,25 @@ async def test_a_record_rewritten_to_another_user_or_image_never_runs(
     assert "refused: its record asks for image /tmp/evil-image.sqsh" in said
     assert "signed a certificate for root" not in said
     assert "signed a certificate for bob" not in said
+
+
+async def test_the_poller_never_reads_as_the_user_a_rewritten_record_names(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO")
+    async with open_test_store() as store, SSHPool() as pool:
+        clusters = Clusters(dev_config(people=PEOPLE), bot_settings(), pool, store)
+        item = await seeded(store, job_id="990001", log_path="/home/bob/.ssh/id_ed25519")
+        honest = await seeded(store, job_id="990002", log_path="/home/alice/x/log-x_990002_0.out")
+        await AskWorker(store, clusters, None).rewrite(item.id, cluster_user="bob")  # type: ignore[arg-type]
+        poller = Poller(store, clusters, owner="sectest-poller")
+        try:
+            assert await poller.poll("a4") == 1  # only the honest launch is looked at
+        finally:
+            await poller.release()
+    said = caplog.text
+    assert f"launch {item.id} not polled: its record says it runs as 'bob'" in said
+    assert "the configuration maps U0ALICE to alice, not to bob" in said
+    assert "signed a certificate for alice" in said  # the honest one, read as alice
+    assert "signed a certificate for bob" not in said
+    assert f"launch {honest.id} not polled" not in said
