@@ -31,7 +31,7 @@ from bot.engine.gpuwatch import sample_running
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, tracked
-from bot.engine.trust import user_problem
+from bot.engine.trust import log_roots, user_problem
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
@@ -266,6 +266,7 @@ class Poller:
                 known_checkpoints={j: launches[j].checkpoints for j in job_ids},
                 known_restarts={j: launches[j].attempts[-1].restarts for j in job_ids},
                 cluster=profile.name,
+                roots=log_roots(profile),  # the config's directories, not the record's
             )
         except ClusterError as exc:
             log.warning("poll of %s as %s failed: %s", profile.name, profile.login.user, exc)
@@ -360,6 +361,7 @@ class Poller:
             record=snap.acct,
             cluster=profile.name,
             catalog=catalog,
+            roots=log_roots(profile),
         )
         found = diagnose(evidence, catalog)
         if found is not None and found.kind is UNKNOWN and first is None and delay_s > 0:
