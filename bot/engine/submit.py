@@ -12,7 +12,7 @@ import dataclasses
 import math
 import time
 
-from bot.engine import pipelines
+from bot.engine import pipelines, start_from
 from bot.engine.holding import log
 from bot.engine.recovery import Recovery, submit_deadline
 from bot.lifecycle import phases, render
@@ -20,6 +20,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.start_copy import copy_start
 from commands.access import is_custom_image, may_use_image, slurm_account
 
 THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
@@ -33,7 +34,14 @@ class Submitter(Recovery):
         if not await self._ready(item):
             return
         profile = self.clusters.profile_for(item)  # its Unix user checked against the config
-        started = await pipelines.start_point(self.store, item, self._mutate, profile)
+        started = await start_from.start_point(
+            self.store,
+            item,
+            self._mutate,
+            profile,
+            self.authority,
+            lambda source, target: copy_start(self.clusters.pool, profile, source, target),
+        )
         if started is None:
             return  # from=: the parent has no checkpoint to start from
         item = started
@@ -93,11 +101,13 @@ class Submitter(Recovery):
         await self._record(item, submission=submission)
 
     def _derived(self, item: Launch) -> Launch:
-        """The launch as the config and the policy give it to its person now, whatever its
+        """The launch no further than the config and the policy give its person, whatever its
         record in Redis says: a custom image only where ``policy.custom_images`` allows it
-        (else ClusterError: the launch ends with the reason, nothing run), its job secrets
-        and Slurm account derived, not read. (``profile_for`` checks its Unix user, and the
-        CA the name it signs for.)"""
+        (else ClusterError: the launch ends with the reason, nothing run); job secrets only
+        where both the record and the policy give them; the record's Slurm account only if
+        the policy gives it them or it is the cluster's own (""), else the policy's. (A
+        move's re-admission may have narrowed the record with fresher groups: never widened
+        here. ``profile_for`` checks its Unix user, and the CA the name it signs for.)"""
         policy = self.clusters.config.policy
         profile = self.clusters.profile(item.cluster)
         req, fields = item.request, launch_fields(item.id, cluster=item.cluster)
@@ -117,22 +127,24 @@ class Submitter(Recovery):
                     f"not let {item.user_id} run on {item.cluster} ({decision.reason})",
                     cluster=item.cluster,
                 )
-        account = slurm_account(
+        given = slurm_account(
             policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster
         )
-        if (account or "") != item.slurm_account or secrets != item.image_secrets:
+        account = item.slurm_account if item.slurm_account in ("", given) else given or ""
+        secrets = secrets and item.image_secrets
+        if account != item.slurm_account:
             log.warning(
-                "launch %s: its record says account %r and image secrets %s; the policy "
-                "gives %r and %s, which are used", item.id, item.slurm_account,
-                item.image_secrets, account or "", secrets, extra=fields,
+                "launch %s: its record says Slurm account %r, which the policy does not give "
+                "%s; %r is used", item.id, item.slurm_account, item.user_id, account,
+                extra=fields,
             )  # fmt: skip
-        return item.model_copy(update={"slurm_account": account or "", "image_secrets": secrets})
+        return item.model_copy(update={"slurm_account": account, "image_secrets": secrets})
 
     async def _ready(self, item: Launch) -> bool:
         """A retry's old job is gone, and a launch that already waited for its thread
         looks at it first: no pre-flight over SSH on each look while it waits. A launch
         waiting for a time or for another launch (at=, after=) goes back until then."""
-        if await pipelines.must_wait(self.store, item, self._mutate, self.clusters.config.policy):
+        if await pipelines.must_wait(self.store, item, self._mutate, self.authority):
             return False
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return False
