@@ -60,6 +60,7 @@ async def open_redis(
     Sentinel, each hop has its own secrets: the sentinels' password and TLS
     (:func:`sentinel_options`), the data nodes' password and TLS."""
     password = target.password.get_secret_value() if target.password else None
+    user = {"username": target.username} if target.username else {}  # a role's ACL user
     sentinel: Sentinel | None = None
     if target.sentinels:
         data_tls = tls_options(target.tls_ca_file) if target.tls else {}
@@ -80,6 +81,7 @@ async def open_redis(
             health_check_interval=30,
             password=password,
             db=target.db,
+            **user,
         )
     else:
         # A blocking pool: when every connection is busy (a burst of slash commands), a
@@ -96,6 +98,7 @@ async def open_redis(
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             socket_timeout=REDIS_SOCKET_TIMEOUT_S,
             **extra,
+            **user,
         )
         client = aioredis.Redis.from_pool(pool)
     try:
