@@ -34,6 +34,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from bot.settings.redis_urls import url_password, without_password
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
@@ -79,26 +80,6 @@ class Target:
             tls = f" (TLS to the {' and '.join(hops)})" if hops else ""
             return f"sentinel {self.service} via {where}{tls}"
         return without_password(self.url)
-
-
-def without_password(url: str) -> str:
-    """``url`` with any user and password left out, and its query (``?password=`` is
-    one): what may be logged or shown."""
-    scheme, sep, rest = url.partition("://")
-    where = (rest if sep else url).rsplit("@", 1)[-1].split("?", 1)[0]
-    return f"{scheme}://{where}" if sep else where
-
-
-def url_password(url: str) -> str:
-    """The password a Redis URL carries, before its host or as ``?password=`` ("" when
-    none)."""
-    _, sep, rest = url.partition("://")
-    rest, _, query = rest.partition("?")
-    userinfo, at, _ = rest.rpartition("@")
-    found = urllib.parse.parse_qs(query).get("password", [""])[0]
-    if sep and at:
-        found = urllib.parse.unquote(userinfo.partition(":")[2] if ":" in userinfo else userinfo)
-    return found
 
 
 class Settings(BaseSettings):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from bot.settings.env import Settings, without_password
+from bot.settings.env import Settings
+from bot.settings.redis_urls import without_password
 from cluster.errors import ConfigError
 
 
