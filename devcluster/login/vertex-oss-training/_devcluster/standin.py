@@ -34,6 +34,9 @@ Each file holds KEY=VALUE lines. Keys:
   spike_at        NeMo: this step's loss is spike_factor (default 10) times the usual one
   slow_at         NeMo: from this step, slow_steps steps (default 5) take slow_factor
                   (default 4) times step_time_s, and print that as their step timing
+  rl_buffered     NeMo-RL: 1 prints without flushing, as the real drivers do (block-buffered
+                  into the log unless PYTHONUNBUFFERED reaches the driver; default 0)
+  val_every       (NeMo-RL GRPO: validate every N steps, as grpo.val_period)
   rl_layout       NeMo-RL launch.sh: seed (default: <job id>/nemo_rl_output.log, ray-logs/) or
                   ray.sub (upstream: <job id>[-<restart>]-logs/ray-driver.log, <job id>-attach.sh);
                   rl_layout_<cluster type> (e.g. rl_layout_hcc-a3h=ray.sub) picks it per cluster
@@ -96,9 +99,19 @@ def fault_armed(k: dict[str, str]) -> str:
     return fault
 
 
+FLUSH = True  # buffer_output() makes say() print as the real drivers do: plain print()
+
+
+def buffer_output() -> None:
+    """From now on, say() prints without flushing, as NeMo-RL's drivers do: into a file,
+    Python then writes in blocks (io.DEFAULT_BUFFER_SIZE) unless PYTHONUNBUFFERED is set."""
+    global FLUSH
+    FLUSH = False
+
+
 def say(*lines: str) -> None:
     for line in lines:
-        print(line, flush=True)
+        print(line, flush=FLUSH)
 
 
 def warn(*lines: str) -> None:
