@@ -71,10 +71,18 @@ class Health(BaseModel):
     # rule wins over its cluster's
     nan_action_accounts: dict[str, Literal["stop", "flag"]] = Field(default_factory=dict)
     # A loss above spike_factor x the median of the last spike_window losses is a spike
-    # (once the run has spike_min_points of them).
+    # (once the run has spike_min_points of them). Not for a run that reports a reward (RL:
+    # its loss is a clipped policy-gradient term near zero, of either sign), nor while any
+    # loss in the window is zero or below.
     spike_factor: float = Field(default=3.0, gt=1, le=1000)
     spike_window: int = Field(default=20, ge=3, le=1000)
     spike_min_points: int = Field(default=5, ge=2, le=1000)
+    # RL runs (a reward per step): the median reward of the last reward_window steps under
+    # (1 - reward_collapse) x its best such median is a collapse; reward_flat_steps steps in
+    # a row with the same reward (all 0 or all 1: no learning signal) is flat.
+    reward_window: int = Field(default=10, ge=2, le=1000)
+    reward_collapse: float = Field(default=0.5, gt=0, lt=1)
+    reward_flat_steps: int = Field(default=20, ge=3, le=10_000)
     # Validation loss rising at val_rising validations in a row while training loss falls.
     val_rising: int = Field(default=3, ge=2, le=100)
     # Step time above slow_factor x the run's median for slow_steps steps in a row.
@@ -120,6 +128,13 @@ class Watch(BaseModel):
     # Hosts whose links trainbot posts from job output (W&B run pages): a link to any
     # other host (or a subdomain of none of these) is not posted; a job writes its log.
     link_hosts: tuple[Annotated[str, Field(pattern=LINK_HOST_PATTERN)], ...] = ("wandb.ai",)
+    # A run that ends COMPLETED short of its total because it stopped early on purpose:
+    # "time_budget" resumes it from its newest checkpoint when it stopped on its own time
+    # budget (NeMo-RL's checkpoint_must_save_by, Megatron's exit_duration_in_mins),
+    # "always" whatever made it stop short, "never" ends it STOPPED_EARLY. A resume needs a
+    # checkpoint newer than the attempt's start; at most max_resumes per launch.
+    resume_stopped_early: Literal["never", "time_budget", "always"] = "time_budget"
+    max_resumes: int = Field(default=20, ge=0, le=1000)
     health: Health = Field(default_factory=Health)
 
     def link_allowed(self, url: str) -> bool:
