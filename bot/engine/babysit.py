@@ -119,9 +119,11 @@ def early_stop_reason(launch: Launch) -> str:
     than its log interval (a run that printed its last step, or said it reached it, did not
     stop early)."""
     p = launch.progress
+    if p.finished or not p.total or p.step >= p.total:
+        return ""  # (a time budget that runs out at the last step ends nothing early)
     if p.stopped_early:
         return p.stopped_early
-    if p.finished or not p.total or p.step + max(1, p.log_interval) > p.total:
+    if p.step + max(1, p.log_interval) > p.total:
         return ""
     return "no early-stop line; its last step is short of the total"
 

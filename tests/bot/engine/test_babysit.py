@@ -258,3 +258,11 @@ def test_a_reward_that_collapses_or_goes_flat_is_said_once() -> None:
     said = threads(apply_snapshot(item, snap(item, "RUNNING", flat), PROFILE, Watch(), now=1300))
     assert len([t for t in said if "has been 0.1 for 20 steps" in t]) == 1, said
     assert not [t for t in said if "collapsed" in t]  # the same episode: said once
+
+
+def test_a_time_budget_that_runs_out_at_the_last_step_ends_nothing_early() -> None:
+    item = rl_launch()
+    text = rl_step(100, 100, 0.3) + "Timeout has been reached, stopping training early\n"
+    apply_snapshot(item, snap(item, "RUNNING", text, ckpts=(100,)), PROFILE, Watch(), now=1.1e3)
+    apply_snapshot(item, snap(item, "COMPLETED"), PROFILE, Watch(), now=1.2e3)
+    assert item.outcome == "COMPLETED" and len(item.attempts) == 1

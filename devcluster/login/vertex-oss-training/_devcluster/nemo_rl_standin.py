@@ -162,7 +162,9 @@ def main(algorithm: str) -> None:
     model = overrides.get("policy.model_name", "meta-llama/Llama-3.1-8B-Instruct")
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(1, steps // 3))
-    budget = budget_s(overrides.get("checkpointing.checkpoint_must_save_by", ""))
+    budget = budget_s(
+        overrides.get("checkpointing.checkpoint_must_save_by") or k.get("must_save_by", "")
+    )
     val_period = int(overrides.get("grpo.val_period") or s.int_knob(k, "val_every", 0))
 
     epochs = int(overrides.get(f"{algorithm}.max_num_epochs") or s.int_knob(k, "epochs", 1))

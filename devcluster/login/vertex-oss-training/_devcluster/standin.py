@@ -36,6 +36,8 @@ Each file holds KEY=VALUE lines. Keys:
                   (default 4) times step_time_s, and print that as their step timing
   rl_buffered     NeMo-RL: 1 prints without flushing, as the real drivers do (block-buffered
                   into the log unless PYTHONUNBUFFERED reaches the driver; default 0)
+  must_save_by    NeMo-RL: checkpointing.checkpoint_must_save_by (DD:HH:MM:SS) when the launch
+                  does not give it
   val_every       (NeMo-RL GRPO: validate every N steps, as grpo.val_period)
   rl_layout       NeMo-RL launch.sh: seed (default: <job id>/nemo_rl_output.log, ray-logs/) or
                   ray.sub (upstream: <job id>[-<restart>]-logs/ray-driver.log, <job id>-attach.sh);
