@@ -204,3 +204,35 @@ async def test_a_grpo_run_shows_its_reward_and_accuracy_and_no_false_spike(
     assert [s for s, _ in final.accuracy_history] == [2, 4, 6, 8, 10, 12], final
     assert final.progress.reward is not None and final.progress.accuracy is not None
     assert "· reward 0.6" in text and "accuracy 0.5" in text and "(val)" in text, text
+
+
+async def test_a_registry_401_tells_the_person_and_a_heartbeat_abort_is_retried(
+    unique: str, cancel_jobs: list[str]
+) -> None:
+    """Two of today's texts, injected by the stand-in in their upstream formats: enroot's
+    registry 401 is the person's to fix (said, not retried, never paged); PyTorch's NCCL
+    heartbeat-monitor abort is transient (retried from the checkpoint, and completes)."""
+    auth, beat = f"{unique}a", f"{unique}b"
+    quick = {"steps": 4, "step_time_s": 0.3, "save_time_s": 0.1}
+    async with (
+        knobs(auth, fault="registry_401", **quick),
+        knobs(beat, fault="heartbeat", fault_at_step=2, fault_once=1, **quick),
+        console_bot(retry_backoff_s=0) as (bot, front),
+    ):
+        ids = [
+            await train(bot, front, f"sft llama3p1_8b framework=nemo-rl cluster=a3m name={tag}")
+            for tag in (auth, beat)
+        ]
+        try:
+            told, retried = [await wait_for_launch(bot.store, i, timeout_s=180) for i in ids]
+            await wait_delivered(bot.store)
+        finally:
+            for launch_id in ids:
+                await cancel_named(launch_id, cancel_jobs)
+    text = "\n".join(front.lines)
+    assert told.outcome == "FAILED" and len(told.attempts) == 1, text
+    assert told.attempts[0].cause_key == "image_registry_auth", text
+    assert "the container registry refused the image" in text, text
+    assert retried.outcome == "COMPLETED" and len(retried.attempts) == 2, text
+    assert retried.attempts[0].cause_key == "nccl_heartbeat", text
+    assert not [ln for ln in front.lines if "S0ONCALL" in ln], text  # neither pages

@@ -199,6 +199,8 @@ def main(algorithm: str) -> None:
     if fault == "wandb" and wandb_enabled:
         s.wandb_error()
         sys.exit(1)
+    if s.start_fault(fault):
+        sys.exit(1)
 
     done = completed_steps(ckpt_dir)
     total_steps = done[-1] if done else 0

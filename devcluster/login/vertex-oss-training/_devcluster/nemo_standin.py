@@ -171,6 +171,8 @@ def main(workload: str, model: str) -> None:
     if fault == "wandb":
         s.wandb_error()
         s.finish(1)
+    if s.start_fault(fault):
+        s.finish(1)
     if tokenizer_race(cache_dir, k.get("tokenizer_race", "cold")):
         s.finish(1)
 
