@@ -313,7 +313,9 @@ class _Step:
         ):
             lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
             summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
-        self.say(summary)
+        buttons = {"buttons": ["resume"]} if stopped else {}  # go on from its checkpoint
+        self.events.append(Event("thread", launch.id, summary, data=buttons))
+        self.visible = True
         if state == "COMPLETED":  # recovered: close what was paged for it
             self.events += babysit.resolve_alerts(launch, state)
         if len(launch.progress_history) >= 2:

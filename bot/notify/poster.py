@@ -25,6 +25,7 @@ from bot.text.mrkdwn import (
     approve_button,
     cancel_button,
     reject_button,
+    resume_button,
     retry_button,
     section,
     use_partition_button,
@@ -186,7 +187,8 @@ class Poster:
 
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
-    Use <partition> (a refused partition)."""
+    Use <partition> (a refused partition), Resume from checkpoint (a run that stopped
+    early and was not resumed)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -194,6 +196,8 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons.append(cancel_button(launch.id, job_label=label))
     if "retry" in wanted and launch.active:
         buttons.append(retry_button(launch.id))
+    if "resume" in wanted and launch.outcome == "STOPPED_EARLY":
+        buttons.append(resume_button(launch.id))
     partition = str(event.data.get("partition", ""))
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))

@@ -11,7 +11,7 @@ import asyncio
 import io
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -19,6 +19,7 @@ import pytest
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import Bot, running
+from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
@@ -40,9 +41,11 @@ async def clean_redis() -> None:
 
 
 @asynccontextmanager
-async def console_bot(**watch: float) -> AsyncIterator[tuple[Bot, ConsoleFront]]:
+async def console_bot(
+    edit: Callable[[str], str] | None = None, **watch: float
+) -> AsyncIterator[tuple[Bot, ConsoleFront]]:
     front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(), dev_config(**watch), front) as bot:
+    async with running(bot_settings(), dev_config(edit=edit, **watch), front) as bot:
         yield bot, front
 
 
@@ -127,6 +130,49 @@ async def test_a_run_stopped_by_its_time_budget_resumes_completes_and_its_child_
     assert [c for c in parent.checkpoints if c.endswith(("_3", "_6"))] == ["step_3", "step_6"]
     assert child.outcome == "COMPLETED", text
     assert child.attempts[0].submitted_at >= parent.attempts[-1].ended_at, (child, parent)
+
+
+def never_resume(text: str) -> str:
+    return text.replace("\nwatch:\n", "\nwatch:\n  resume_stopped_early: never\n", 1)
+
+
+async def test_a_run_left_stopped_early_goes_on_from_its_checkpoint_by_its_button(
+    unique: str, cancel_jobs: list[str]
+) -> None:
+    """Under resume_stopped_early: never, a run stopped by its 3 s budget at step 2 of 4
+    ends STOPPED_EARLY (not ✅); its Resume button launches the same run from its
+    checkpoint (from=), which does steps 3 and 4 and completes."""
+    async with (
+        knobs(unique, steps=4, step_time_s=1.0, save_time_s=0.1, ckpt_every=100),
+        console_bot(edit=never_resume) as (bot, front),
+    ):
+        first_id = await train(
+            bot,
+            front,
+            f"sft llama3p1_8b framework=nemo-rl cluster=a3m name={unique} "
+            "checkpointing.checkpoint_must_save_by=00:00:00:03",
+        )
+        try:
+            first = await wait_for_launch(bot.store, first_id, timeout_s=120)
+            click = Incoming(
+                user_id="alice",
+                channel_id="console",
+                action_id="trainbot_resume",
+                action_value=first_id,
+            )
+            reply = await bot.core(click)
+            assert not reply.error, reply
+            second_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            second = await wait_for_launch(bot.store, second_id, timeout_s=120)
+            await wait_delivered(bot.store)
+        finally:
+            await cancel_named(unique, cancel_jobs)
+    text = "\n".join(front.lines)
+    assert first.outcome == "STOPPED_EARLY" and first.progress.step == 2, text
+    assert "⏸️ STOPPED EARLY at step 2 / 4 (its time budget)" in text, text
+    assert "Not resumed: the policy resumes no run" in text, text
+    assert second.request.start_from == first_id, second.request  # type: ignore[union-attr]
+    assert second.outcome == "COMPLETED" and second.progress.step == 4, text
 
 
 def hold(job: str) -> None:

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from bot.core.core import resumed
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo_rl import NEMO_RL
+from cluster.sacct import AcctRecord, parse_sacct
 from cluster.slurm import QueueRow
 from cluster.spec import LaunchSpec
+from commands.errors import CommandError
 from commands.requests import TrainRequest
 from tests.bot.engine.test_tracking import PROFILE, threads
 
@@ -185,8 +191,6 @@ def test_a_reason_that_never_clears_says_the_fix_and_does_not_page() -> None:
 
 
 def test_a_requeue_into_a_hold_does_not_say_it_will_run_again() -> None:
-    from cluster.sacct import AcctRecord, parse_sacct
-
     item = rl_launch()
     rows = parse_sacct(
         "7|run|REQUEUED|0:0|0:0|None|00:01:00|dev0|60|gres/gpu=8\n"
@@ -266,3 +270,18 @@ def test_a_time_budget_that_runs_out_at_the_last_step_ends_nothing_early() -> No
     apply_snapshot(item, snap(item, "RUNNING", text, ckpts=(100,)), PROFILE, Watch(), now=1.1e3)
     apply_snapshot(item, snap(item, "COMPLETED"), PROFILE, Watch(), now=1.2e3)
     assert item.outcome == "COMPLETED" and len(item.attempts) == 1
+
+
+def test_a_run_left_stopped_early_offers_a_resume_button_that_goes_on_from_it() -> None:
+    item = rl_launch()
+    events = stopped_at_37(item, Watch(resume_stopped_early="never"))
+    (line,) = [e for e in events if e.kind == "thread"]
+    blocks = thread_blocks(item, line)
+    assert blocks is not None and "trainbot_resume" in str(blocks)
+    again = resumed(item)
+    assert again.start_from == item.id and again.after is None
+    assert again.workload == "sft" and again.framework == "nemo-rl"
+    done = rl_launch()
+    done.phase, done.outcome = Phase.DONE, "COMPLETED"
+    with pytest.raises(CommandError, match="did not stop early"):
+        resumed(done)
