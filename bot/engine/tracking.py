@@ -23,7 +23,6 @@ from cluster.diagnosis import Diagnosis
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
-from cluster.remote import quote_path
 from cluster.slurm import is_terminal, slurm_time_seconds
 from cluster.slurm_reasons import explain_pending
 from cluster.spec import framework
@@ -159,7 +158,7 @@ class _Step:
             )
             if where not in launch.tensorboard_dirs:
                 launch.tensorboard_dirs.append(where)
-                self.say(tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
+                self.say(render.tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
 
     def checkpoints(self) -> None:
         """Each saved step once: NeMo's ``-last`` copy (pretraining) or link (fine-tuning)
@@ -354,19 +353,6 @@ def apply_snapshot(
         launch.parent_rendered_at = step.now
         step.events.append(Event("update", launch.id))
     return step.events
-
-
-def tensorboard_text(profile: ClusterProfile, log_dir: str, job_id: str, launch_id: str) -> str:
-    """The thread line for a run that logs to TensorBoard in ``log_dir`` (a path from the
-    cluster): the cluster's link when it has one, else how to view it on the login node."""
-    url = profile.tensorboard_url(log_dir=log_dir, job_id=job_id, launch_id=launch_id)
-    if url is not None:
-        return f"📊 TensorBoard: <{escape(url)}|job {escape(job_id)}> (logs in `{escape(log_dir)}`)"
-    return (
-        f"📊 TensorBoard logs in `{escape(log_dir)}`. To view them, run "
-        f"`tensorboard --logdir {escape(quote_path(log_dir))}` on the login node "
-        f"({escape(profile.login.host)})."
-    )
 
 
 def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
