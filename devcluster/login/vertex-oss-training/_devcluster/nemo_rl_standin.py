@@ -97,14 +97,6 @@ def validation(step: int, steps: int) -> list[str]:
     ]
 
 
-def budget_s(value: str) -> float | None:
-    """checkpointing.checkpoint_must_save_by, "DD:HH:MM:SS" (timer.py's format), in seconds."""
-    if not value or value.lower() in ("null", "none"):
-        return None
-    days, hours, minutes, seconds = (int(part) for part in value.split(":"))
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
 def results(
     algorithm: str, loss: float, step_time_s: float, reward: float | None = None
 ) -> list[str]:
@@ -162,7 +154,7 @@ def main(algorithm: str) -> None:
     model = overrides.get("policy.model_name", "meta-llama/Llama-3.1-8B-Instruct")
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(1, steps // 3))
-    budget = budget_s(
+    budget = s.duration_s(
         overrides.get("checkpointing.checkpoint_must_save_by") or k.get("must_save_by", "")
     )
     val_period = int(overrides.get("grpo.val_period") or s.int_knob(k, "val_every", 0))

@@ -39,6 +39,8 @@ Each file holds KEY=VALUE lines. Keys:
                   (default 4) times step_time_s, and print that as their step timing
   rl_buffered     NeMo-RL: 1 prints without flushing, as the real drivers do (block-buffered
                   into the log unless PYTHONUNBUFFERED reaches the driver; default 0)
+  max_time        NeMo: trainer.max_time (DD:HH:MM:SS) when the launch does not give it: past it,
+                  Lightning's Timer stops the run after a checkpoint and it exits 0
   must_save_by    NeMo-RL: checkpointing.checkpoint_must_save_by (DD:HH:MM:SS) when the launch
                   does not give it
   val_every       (NeMo-RL GRPO: validate every N steps, as grpo.val_period)
@@ -354,6 +356,15 @@ def write_files(directory: Path, names: dict[str, str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in names.items():
         (directory / name).write_text(text)
+
+
+def duration_s(value: str) -> float | None:
+    """A time budget as NeMo-RL's checkpoint_must_save_by and Lightning's max_time write it,
+    "DD:HH:MM:SS", in seconds (None when not set)."""
+    if not value or value.lower() in ("null", "none"):
+        return None
+    days, hours, minutes, seconds = (int(part) for part in value.split(":"))
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def int_knob(k: dict[str, str], key: str, default: int) -> int:
