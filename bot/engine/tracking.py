@@ -86,8 +86,10 @@ class _Step:
             return False
         text, used = complete_lines(chunk.text)
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
-        if chunk.text:  # any output growth, a line cut mid-way included: the run is alive
-            attempt.log_grew_at = self.now
+        # Any growth of the log, a line cut mid-way included, says the run is alive; a cut
+        # line read again (its end not written yet: a tqdm bar, a stalled block) is not growth.
+        if chunk.text and (chunk.offset > attempt.log_size or chunk.reset):
+            attempt.log_grew_at, attempt.log_size = self.now, chunk.offset
         if text:
             lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
             attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]

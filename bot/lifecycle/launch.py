@@ -83,7 +83,8 @@ class Attempt(BaseModel):
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
     cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
-    log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
+    log_grew_at: float = 0.0  # when its log last grew (any output counts against a hang)
+    log_size: int = 0  # how far into the log any read reached when it last grew
     tail: str = ""  # the last lines of the main log, for the failure message
     pending_reason: str = ""  # squeue's reason while the job waits (said when it changes)
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)

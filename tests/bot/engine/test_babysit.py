@@ -218,8 +218,9 @@ def test_a_run_whose_log_grows_in_blocks_is_not_hung_and_a_silent_one_is() -> No
     watch = Watch(hang_min_s=60, hang_step_factor=2)
     item = rl_launch()
     apply_snapshot(item, snap(item, "RUNNING", rl_step(1, 10, 0.5)), PROFILE, watch, now=1010.0)
-    for t in range(1040, 1400, 40):  # a block every 40 s, never a whole step line
-        assert apply_snapshot(item, snap(item, "RUNNING", "x" * 40), PROFILE, watch, now=t) == []
+    for n, t in enumerate(range(1040, 1400, 40), start=1):  # a block every 40 s, no whole line
+        cut = "x" * 40 * n  # read again from where the last whole line ended, and longer
+        assert apply_snapshot(item, snap(item, "RUNNING", cut), PROFILE, watch, now=t) == []
     hung = apply_snapshot(item, snap(item, "RUNNING"), PROFILE, watch, now=1500.0)
     assert len(kinds(hung, "oncall")) == 1
 
@@ -285,3 +286,18 @@ def test_a_run_left_stopped_early_offers_a_resume_button_that_goes_on_from_it() 
     done.phase, done.outcome = Phase.DONE, "COMPLETED"
     with pytest.raises(CommandError, match="did not stop early"):
         resumed(done)
+
+
+def test_a_cut_line_read_again_at_every_poll_is_not_growth() -> None:
+    """The collector reads a log's unfinished last line again at each poll (a tqdm bar drawn
+    with carriage returns, a stalled block): the same bytes are no sign of life."""
+    watch = Watch(hang_min_s=60, hang_step_factor=2)
+    item = rl_launch()
+    apply_snapshot(item, snap(item, "RUNNING", rl_step(1, 10, 0.5)), PROFILE, watch, now=1010.0)
+    cut = "Loading shards:  40%|####      | 12/30\r"
+    for t in range(1020, 1200, 20):
+        events = apply_snapshot(item, snap(item, "RUNNING", cut), PROFILE, watch, now=t)
+        if kinds(events, "oncall"):
+            assert t >= 1070  # silent since 1010 (the cut line grew the log once, at 1020)
+            return
+    raise AssertionError("a log that stopped growing was never called hung")
