@@ -24,7 +24,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     slurm_jobs_named,
     wait_delivered,
@@ -32,12 +31,7 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 
 @asynccontextmanager
