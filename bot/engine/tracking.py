@@ -119,8 +119,16 @@ class _Step:
             launch, progress, rules, ended=ended, saved_steps=saved, now=self.now
         ):
             self.say(text)
+        # The steps between printed points: the parser's word, or one poll's point after the
+        # last one seen (one point a poll: a run that prints every log_interval steps).
+        gap = (
+            last.step - p.step
+            if p.step and progress.interval == 0 and len(progress.points) == 1
+            else 0
+        )
+        p.log_interval = progress.interval or (gap if gap > 0 else p.log_interval)
         p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
-        p.max_steps, p.log_interval = last.cap, progress.interval or p.log_interval
+        p.max_steps = last.cap
         p.loss = last.loss if health.finite(last.loss) else p.loss
         p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
         p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)

@@ -22,7 +22,8 @@ from cluster.slurm import QueueRow
 from cluster.spec import LaunchSpec
 from commands.errors import CommandError
 from commands.requests import TrainRequest
-from tests.bot.engine.test_tracking import PROFILE, threads
+from tests.bot.engine.test_tracking import PROFILE, progress_line, snapshot, threads
+from tests.bot.engine.test_tracking import launch as nemo_launch
 
 LOG = "/home/trainer/vertex-oss-training/nemo_rl/7/nemo_rl_output.log"
 BAR = "=" * 25
@@ -301,3 +302,24 @@ def test_a_cut_line_read_again_at_every_poll_is_not_growth() -> None:
             assert t >= 1070  # silent since 1010 (the cut line grew the log once, at 1020)
             return
     raise AssertionError("a log that stopped growing was never called hung")
+
+
+def test_a_run_printing_every_tenth_step_gets_ten_times_the_hang_bound() -> None:
+    """NeMo printing every 10 iterations, one line a poll: the gap between two polls' points
+    is its log interval, and the hang bound grows with it."""
+    watch = Watch(hang_min_s=60, hang_step_factor=2)
+    item = nemo_launch(Phase.RUNNING)
+    item.attempts[0].started_at, item.attempts[0].slurm_state = 1000.0, "RUNNING"
+    first = progress_line(9, 100, 1.5).replace("timing in s: 0.5", "timing in s: 20.0")
+    apply_snapshot(item, snapshot("RUNNING", first), PROFILE, watch, now=1200.0)
+    tracking = item.attempts[0].tracking
+    assert tracking is not None
+    second = progress_line(19, 100, 1.4).replace("timing in s: 0.5", "timing in s: 20.0")
+    offset = tracking.log_offset
+    apply_snapshot(item, snapshot("RUNNING", second, offset=offset), PROFILE, watch, now=1400.0)
+    assert item.progress.log_interval == 10
+    tracking = item.attempts[0].tracking
+    assert tracking is not None
+    quiet = snapshot("RUNNING", "", offset=tracking.log_offset)
+    assert apply_snapshot(item, quiet, PROFILE, watch, now=1790.0) == []  # under 2 x 20 s x 10
+    assert kinds(apply_snapshot(item, quiet, PROFILE, watch, now=1801.0), "oncall")
