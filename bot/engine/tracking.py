@@ -119,13 +119,8 @@ class _Step:
             launch, progress, rules, ended=ended, saved_steps=saved, now=self.now
         ):
             self.say(text)
-        # The steps between printed points: the parser's word, or one poll's point after the
-        # last one seen (one point a poll: a run that prints every log_interval steps).
-        gap = (
-            last.step - p.step
-            if p.step and progress.interval == 0 and len(progress.points) == 1
-            else 0
-        )
+        # Steps between printed points: the parser's word, else the gap since the last poll's.
+        gap = last.step - p.step if p.step and len(progress.points) == 1 else 0
         p.log_interval = progress.interval or (gap if gap > 0 else p.log_interval)
         p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
         p.max_steps = last.cap
