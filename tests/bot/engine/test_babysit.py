@@ -251,6 +251,29 @@ def test_grpo_shows_reward_and_accuracy_and_its_signed_loss_raises_no_spike() ->
     line = render.progress_line(item)
     assert "step 9 / 20 · reward 0.48 · accuracy 0.48 (val)" in line and "loss" not in line
     assert item.reward_history[-1] == (9, 0.48) and item.accuracy_history == [(9, 0.48)]
+    assert render.loss_curve(item).startswith(b"\x89PNG")
+
+
+def test_the_end_of_run_picture_of_an_rl_run_plots_its_reward_and_accuracy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drawn: dict[str, object] = {}
+
+    def draw(history: object, **kwargs: object) -> bytes:
+        drawn.update(kwargs, history=history)
+        return b"png"
+
+    monkeypatch.setattr(render, "render_loss_png", draw)
+    item = rl_launch("grpo")
+    item.progress_history = [(1, 0.002), (2, -0.001)]
+    item.reward_history, item.accuracy_history = [(1, 0.3), (2, 0.4)], [(2, 0.5)]
+    render.loss_curve(item)
+    assert drawn["history"] == item.reward_history and drawn["metric"] == "reward"
+    assert drawn["validation"] == [(2, 0.5)] and "reward" in str(drawn["title"])
+    sft = rl_launch()
+    sft.progress_history = [(1, 0.7), (2, 0.6)]
+    render.loss_curve(sft)
+    assert drawn["history"] == sft.progress_history and drawn["metric"] == "loss"
 
 
 def test_a_reward_that_collapses_or_goes_flat_is_said_once() -> None:
