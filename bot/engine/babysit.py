@@ -142,7 +142,7 @@ def on_stopped_early(
     ckpt = ""
     if launch.checkpoints:
         ckpt = f" · checkpoint {escape(render.checkpoint_label(launch, launch.checkpoints[-1]))}"
-    head = f"⏸️ STOPPED EARLY at {where} ({escape(why)}){ckpt}"
+    head = f"⏸️ STOPPED EARLY at {where} ({escape(why)}; Slurm: COMPLETED){ckpt}"
     mode = watch.resume_stopped_early
     wanted = mode == "always" or (mode == "time_budget" and why == TIME_BUDGET)
     if launch.cancelled_by:

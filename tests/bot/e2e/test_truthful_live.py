@@ -116,8 +116,8 @@ async def test_a_run_stopped_by_its_time_budget_resumes_completes_and_its_child_
             await cancel_named(child_id, cancel_jobs)
     text = "\n".join(front.lines)
     assert (
-        "⏸️ STOPPED EARLY at step 3 / 6 (its time budget) · checkpoint step 3 · resuming from "
-        "it (attempt 2)." in text
+        "⏸️ STOPPED EARLY at step 3 / 6 (its time budget; Slurm: COMPLETED) · checkpoint "
+        "step 3 · resuming from it (attempt 2)." in text
     ), text
     assert parent.outcome == "COMPLETED" and len(parent.attempts) == 2, text
     assert parent.progress.step == 6 and parent.attempts[1].resume, parent.progress
@@ -163,7 +163,7 @@ async def test_a_run_left_stopped_early_goes_on_from_its_checkpoint_by_its_butto
             await cancel_named(unique, cancel_jobs)
     text = "\n".join(front.lines)
     assert first.outcome == "STOPPED_EARLY" and first.progress.step == 2, text
-    assert "⏸️ STOPPED EARLY at step 2 / 4 (its time budget)" in text, text
+    assert "⏸️ STOPPED EARLY at step 2 / 4 (its time budget; Slurm: COMPLETED)" in text, text
     assert "Not resumed: the policy resumes no run" in text, text
     assert second.request.start_from == first_id, second.request  # type: ignore[union-attr]
     assert second.outcome == "COMPLETED" and second.progress.step == 4, text
