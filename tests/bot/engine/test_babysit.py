@@ -13,6 +13,7 @@ from bot.engine.tracking import apply_snapshot
 from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.lifecycle.notices import Before, classify
 from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
@@ -346,3 +347,11 @@ def test_a_run_printing_every_tenth_step_gets_ten_times_the_hang_bound() -> None
     quiet = snapshot("RUNNING", "", offset=tracking.log_offset)
     assert apply_snapshot(item, quiet, PROFILE, watch, now=1790.0) == []  # under 2 x 20 s x 10
     assert kinds(apply_snapshot(item, quiet, PROFILE, watch, now=1801.0), "oncall")
+
+
+def test_a_run_left_stopped_early_ends_as_a_run_does_not_as_an_urgent_failure() -> None:
+    item = rl_launch()
+    before = Before.of(item)
+    stopped_at_37(item, Watch(resume_stopped_early="never"))
+    found, mention = classify(before, item)
+    assert "completed" in found and "failed" not in found and mention
