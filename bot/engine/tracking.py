@@ -70,8 +70,8 @@ class _Step:
         # not list it yet, so an end seen in the same poll waits one poll for its checkpoints.
         self.checkpoints_unread = False
 
-    def say(self, text: str) -> None:
-        self.events.append(Event("thread", self.launch.id, text))
+    def say(self, text: str, data: dict[str, object] | None = None) -> None:
+        self.events.append(Event("thread", self.launch.id, text, data=dict(data or {})))
         self.visible = True
 
     def move(self, move: phases.Move, facts: phases.Facts) -> None:
@@ -317,9 +317,8 @@ class _Step:
         ):
             lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
             summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
-        buttons = {"buttons": ["resume"]} if stopped else {}  # go on from its checkpoint
-        self.events.append(Event("thread", launch.id, summary, data=buttons))
-        self.visible = True
+        # The final line: Run again; a run left stopped early also goes on from its checkpoint.
+        self.say(summary, {"buttons": ["resume", "run_again"] if stopped else ["run_again"]})
         if state == "COMPLETED":  # recovered: close what was paged for it
             self.events += babysit.resolve_alerts(launch, state)
         if len(launch.progress_history) >= 2:

@@ -24,9 +24,11 @@ from bot.text.mrkdwn import (
     actions,
     approve_button,
     cancel_button,
+    edit_relaunch_button,
     reject_button,
     resume_button,
     retry_button,
+    run_again_button,
     section,
     use_partition_button,
 )
@@ -187,8 +189,8 @@ class Poster:
 
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
-    Use <partition> (a refused partition), Resume from checkpoint (a run that stopped
-    early and was not resumed)."""
+    Use <partition> (a refused partition), Run again and Edit & relaunch (the final line),
+    Resume from checkpoint (a run that stopped early and was not resumed)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -198,6 +200,8 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons.append(retry_button(launch.id))
     if "resume" in wanted and launch.outcome == "STOPPED_EARLY":
         buttons.append(resume_button(launch.id))
+    if "run_again" in wanted and not launch.active and not launch.sweep:
+        buttons += [run_again_button(launch.id), edit_relaunch_button(launch.id)]
     partition = str(event.data.get("partition", ""))
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))
