@@ -81,6 +81,7 @@ class Diagnosis:
     requeued_by_slurm: bool = False  # an earlier incarnation failed; Slurm runs it again
     read: str = ""  # which files were read (said when the cause is unknown)
     output_cut: bool = False  # srun force-terminated the step: its last output may be lost
+    underlying: str = ""  # a wrapper's (Ray's, vLLM's) own cause, printed above it
 
     @property
     def key(self) -> str:
@@ -95,7 +96,27 @@ class Diagnosis:
         """The cause in plain words, with the rank or node when known."""
         where = [f"rank {self.rank}"] if self.rank is not None else []
         where += [f"node {self.failed_node}"] if self.failed_node else []
-        return f"{self.kind.cause} ({', '.join(where)})" if where else self.kind.cause
+        cause = f"{self.kind.cause} ({', '.join(where)})" if where else self.kind.cause
+        return f"{cause}; underneath: {self.underlying}" if self.underlying else cause
+
+
+# Failures that wrap another: Ray's actor death and vLLM's dead engine report a cause that
+# their own traceback, printed above them, names ("See stack trace (above) for the root
+# cause", vllm/v1/engine/exceptions.py).
+WRAPPERS = frozenset({"ray_actor_died", "vllm_engine_dead"})
+_EXCEPTION_RE = re.compile(
+    r"(?:^|[\s:\]])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([^)]*\))?: \S.*)$"
+)
+
+
+def _underlying(kind: FailureKind, scan: Sequence[str]) -> str:
+    """The last exception line above the first line that shows ``kind`` (a wrapper)."""
+    first = next((i for i, ln in enumerate(scan) if any(p.search(ln) for p in kind.patterns)), -1)
+    for line in reversed(scan[:first] if first > 0 else []):
+        found = _EXCEPTION_RE.search(line)
+        if found and not any(p.search(line) for p in kind.patterns):
+            return _cut(found["exc"])[:200]
+    return ""
 
 
 def _cut(line: str) -> str:
@@ -253,6 +274,7 @@ def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Di
             rank=rank,
             slurm_state=state,
             requeued_by_slurm=before,
+            underlying=_underlying(kind, scan) if kind.key in WRAPPERS else "",
         )
     if not ended:
         return None

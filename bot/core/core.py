@@ -34,6 +34,7 @@ from bot.engine.asks import ClusterCalls
 from bot.engine.identity import NoUser, People
 from bot.engine.on_cluster import Clusters
 from bot.engine.sweeps import ACTION_CANCEL_MEMBER
+from bot.lifecycle.launch import Launch
 from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.text.mrkdwn import (
@@ -46,6 +47,7 @@ from bot.text.mrkdwn import (
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
+    ACTION_RESUME,
     ACTION_RETRY,
     ACTION_RUN_AGAIN,
     ACTION_TOKEN_CREATE,
@@ -90,6 +92,18 @@ LAUNCH_FORMS = frozenset(
         VIEW_RELAUNCH,
     }
 )  # the launch form: Run again, Edit & relaunch, the shortcut, checks and submissions
+
+
+def resumed(launch: Launch) -> TrainRequest:
+    """The request that goes on from ``launch``'s newest checkpoint (``from=``): the same
+    run, waiting for nothing; only a run that stopped early and was not resumed has one."""
+    if launch.outcome != "STOPPED_EARLY" or not isinstance(launch.request, TrainRequest):
+        raise CommandError(
+            f"{launch.id} did not stop early ({launch.outcome or launch.phase.value}): "
+            "only a run that stopped early goes on from its checkpoint with this button."
+        )
+    update = {"start_from": launch.id, "after": None, "after_any": False, "at": None}
+    return launch.request.model_copy(update=update)
 
 
 class Core:
@@ -296,4 +310,7 @@ class Core:
             launch = await self.lookup.actable(ref, user, "retry")
             await slow_down(self.store, self.context, user.id, "launches")
             return await self.decisions.retry(launch, user)
+        if incoming.action_id == ACTION_RESUME:  # as if its owner typed /train ... from=<it>
+            launch = await self.lookup.owned(ref, user, "resume")
+            return await self.launcher.train(resumed(launch), incoming, user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)

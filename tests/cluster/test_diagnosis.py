@@ -270,6 +270,7 @@ async def test_invalid_partition_recorded_by_the_launch_tests(read: Read) -> Non
         ("PREEMPTED", "a4-0", "preempted", None),
         ("OUT_OF_MEMORY", "a4-0", "host_oom", None),
         ("CANCELLED by 1000", "a4-0", "cancelled", None),
+        ("DEADLINE", "a4-0", "deadline", None),
         ("FAILED", "a4-0", "unknown", None),
     ],
 )
@@ -279,6 +280,27 @@ async def test_bare_slurm_states(
     found = await read(state=state, node_list=node_list)
     assert found is not None and (found.key, found.failed_node) == (key, failed_node)
     assert found.evidence == (f"Slurm state {state}, exit code 0:9, nodes {node_list}",)
+
+
+async def test_a_wrapper_names_the_error_printed_above_it(read: Read) -> None:
+    """vLLM's EngineDeadError and Ray's ActorDiedError wrap another failure: the cause says
+    the last exception above them; a known cause above them wins outright."""
+    log = (
+        "(EngineCore_DP0 pid=5120) ERROR [core.py:710] EngineCore encountered a fatal error.\n"
+        "(EngineCore_DP0 pid=5120) ERROR [core.py:710] KeyError: 'model.layers.31.mlp'\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
+        "stack trace (above) for the root cause.\n"
+    )
+    found = await read(log=log, state="FAILED")
+    assert found is not None and found.key == "vllm_engine_dead"
+    assert found.cause.endswith("; underneath: KeyError: 'model.layers.31.mlp'"), found.cause
+    ray = "ValueError: bad shape (4, 8)\nray.exceptions.ActorDiedError: The actor died\n"
+    found = await read(log=ray, state="FAILED")
+    assert found is not None and found.key == "ray_actor_died"
+    assert found.underlying == "ValueError: bad shape (4, 8)", found
+    oom = "torch.OutOfMemoryError: CUDA out of memory.\nEngineDeadError: EngineCore encountered\n"
+    found = await read(log=oom, state="FAILED")
+    assert found is not None and found.key == "gpu_oom" and not found.underlying
 
 
 async def test_a_log_line_beats_a_bare_state(read: Read) -> None:
