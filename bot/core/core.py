@@ -25,6 +25,7 @@ from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
 from bot.core.lookup import Lookup
+from bot.core.node_ledger import NodeLedger
 from bot.core.rates import slow_down
 from bot.core.redact import Redactor
 from bot.core.sweep_start import start_sweep
@@ -41,6 +42,8 @@ from bot.text.mrkdwn import (
     ACTION_CANCEL,
     ACTION_HELP,
     ACTION_LOGS,
+    ACTION_NODE_DRAIN,
+    ACTION_NODE_RESUME,
     ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
@@ -49,6 +52,7 @@ from bot.text.mrkdwn import (
     escape,
 )
 from cluster.errors import TrainbotError
+from cluster.nodes import NodeAction
 from commands.context import CommandContext
 from commands.dispatch import parse_command
 from commands.errors import CommandError
@@ -97,6 +101,7 @@ class Core:
         self.directory = Directory(context, clusters, front)
         self.lookup = Lookup(store, clusters, context)
         self.capacity = Capacity(store, clusters, self.calls, context)
+        self.ledger = NodeLedger(store, self.calls, context, self.people)
         self.app_home = AppHome(store, context, self.capacity, self.directory)
         self.launcher = Launcher(
             store, clusters, self.calls, context, front, self.people, self.lookup
@@ -178,7 +183,9 @@ class Core:
                 self.store, user, all_users=request.all_users, cluster=request.cluster
             )
         if isinstance(request, ClustersRequest):
-            return await self.capacity.cluster_list(request.cluster, user)
+            reply = await self.capacity.cluster_list(request.cluster, user)
+            names = [request.cluster] if request.cluster else list(self.clusters.profiles)
+            return await self.ledger.with_ledger(reply, names, user)
         if isinstance(request, CancelRequest) and request.job.is_sweep_id:
             members = await self.lookup.sweep_members(request.job.id, user, "cancel")
             return sweep_answers.confirm_cancel(*members)
@@ -206,7 +213,7 @@ class Core:
             )
         raise CommandError("That command is not handled yet.")
 
-    async def on_action(self, incoming: Incoming) -> Reply:
+    async def on_action(self, incoming: Incoming) -> Reply:  # noqa: C901 - one branch a button
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
@@ -221,6 +228,10 @@ class Core:
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
+        if incoming.action_id in (ACTION_NODE_DRAIN, ACTION_NODE_RESUME):
+            drain = incoming.action_id == ACTION_NODE_DRAIN
+            action: NodeAction = "drain" if drain else "resume"
+            return await self.ledger.act(user, incoming.action_value, action, incoming.text)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)

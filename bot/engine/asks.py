@@ -28,6 +28,7 @@ from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.nodes import NodeAction
 from cluster.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,17 @@ class ClusterCalls(Protocol):
     async def start_estimate(
         self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
     ) -> StartEstimate: ...
+
+    async def update_node(
+        self,
+        cluster: str,
+        node: str,
+        action: NodeAction,
+        reason: str = "",
+        *,
+        user_id: str,
+        cluster_user: str,
+    ) -> str: ...
 
 
 class WorkerAsks:
@@ -113,6 +125,22 @@ class WorkerAsks:
         }  # fmt: skip
         value = await self._ask("estimate", args, cluster=cluster, timeout_s=timeout_s)
         return _ESTIMATE.validate_python(value)
+
+    async def update_node(
+        self,
+        cluster: str,
+        node: str,
+        action: NodeAction,
+        reason: str = "",
+        *,
+        user_id: str,
+        cluster_user: str,
+    ) -> str:
+        args = {
+            "cluster": cluster, "node": node, "action": action, "reason": reason,
+            "user_id": user_id, "cluster_user": cluster_user,
+        }  # fmt: skip
+        return str(await self._ask("node", args, cluster=cluster, timeout_s=ASK_TIMEOUT_S))
 
 
 async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event) -> None:
@@ -167,6 +195,18 @@ async def _run(store: Store, clusters: Clusters, kind: str, args: dict[str, Any]
             timeout_s=float(args["timeout_s"]),
         )
         return _ESTIMATE.dump_python(found, mode="json")
+    if kind == "node":
+        action = str(args["action"])
+        if action not in ("drain", "resume"):
+            raise ClusterError(f"unknown node action {action!r}")
+        return await clusters.update_node(
+            str(args["cluster"]),
+            str(args["node"]),
+            "drain" if action == "drain" else "resume",
+            str(args.get("reason", "")),
+            user_id=str(args["user_id"]),
+            cluster_user=str(args["cluster_user"]),
+        )
     item = await store.get(str(args["launch"]))
     if item is None:
         raise ClusterError(f"launch {args['launch']} is not known")

@@ -188,3 +188,18 @@ def quiet_held(lane: str) -> str:
 def dm_sent(event_id: str) -> str:
     """Set once the DMs about a thread line (an outbox entry) were written."""
     return f"{PREFIX}:notify:dm-sent:{event_id}"
+
+
+# -- the node ledger (bot.store.nodes): each node's failures across launches --
+NODE_HISTORY = 50  # entries kept per node (newest first)
+NODE_KEEP_S = 90 * 86400  # a node with no entry for this long is forgotten
+
+
+def nodes(cluster: str) -> str:
+    """Sorted set: node name -> when its newest ledger entry was written."""
+    return f"{PREFIX}:nodes:{cluster}"
+
+
+def node(cluster: str, name: str) -> str:
+    """List: a node's ledger entries (JSON, :class:`bot.store.nodes.NodeEntry`), newest first."""
+    return f"{PREFIX}:node:{cluster}:{name}"

@@ -24,11 +24,14 @@ from bot.store.lanes import Lanes
 from bot.store.launches import Launches
 from bot.store.leases import Leases
 from bot.store.marks import Marks
+from bot.store.nodes import Nodes
 from bot.store.people import People
 from bot.store.streams import Streams
 
 
-class Store(Launches, Budgets, History, Streams, Marks, Leases, Asks, Lanes, People, StoreBase):
+class Store(
+    Launches, Budgets, History, Streams, Marks, Leases, Asks, Lanes, People, Nodes, StoreBase
+):
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""
 

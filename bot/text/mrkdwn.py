@@ -29,6 +29,8 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_NODE_DRAIN = "trainbot_node_drain"  # the node ledger: the value is "<cluster> <node>"
+ACTION_NODE_RESUME = "trainbot_node_resume"
 ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
 
 _FENCE = "```"
