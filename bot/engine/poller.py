@@ -310,11 +310,11 @@ class Poller:
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         stored, _ = await self.store.mutate(launch.id, change)
         if diagnosis is not None and diagnosis.failed_node:
-            await self._ledger(profile.name, stored, job.job_id, diagnosis, now)
+            await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
             await self._finish_cancel(stored, job.job_id, grace_s=0.0)
 
-    async def _ledger(
+    async def record_faulty_node(
         self, cluster: str, launch: Launch, job_id: str, diagnosis: Diagnosis, now: float
     ) -> None:
         """The node the diagnosis names as faulty goes into the node ledger (once per job)."""
