@@ -282,7 +282,7 @@ async def running(
             report = config.report
             reporter = Reporter(
                 store, front, channel=report.channel, cron=report.cron, days=report.days,
-                top=report.top, owner=owner,
+                top=report.top, owner=owner, clusters=list(config.clusters),
             )  # fmt: skip
             reporter.start()
             stack.callback(reporter.shutdown)
