@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.engine import placement
+from bot.engine import placement, wandb_summary
 from bot.engine.charging import charge_ended
 from bot.engine.cost import StartEstimates
 from bot.engine.gpuwatch import sample_running
@@ -96,6 +96,7 @@ class Poller:
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
         self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
+        self.wandb = wandb_summary.ReadBacks(store, wandb_summary.reader_for(clusters.settings))
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
@@ -309,6 +310,8 @@ class Poller:
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         stored, _ = await self.store.mutate(launch.id, change)
+        if launch.active and not stored.active:  # it ended now: its W&B run's summary
+            self.wandb.start(stored)
         if diagnosis is not None and diagnosis.failed_node:
             await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now

@@ -153,6 +153,8 @@ class Launch(BaseModel):
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
+    wandb_summary: dict[str, float] = Field(default_factory=dict)  # read back at the end
+    wandb_read: bool = False  # the read-back was tried (once per launch)
     tensorboard_dirs: list[str] = Field(default_factory=list)  # said in the thread, once each
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
