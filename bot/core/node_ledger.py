@@ -19,16 +19,18 @@ from bot.engine.asks import ClusterCalls
 from bot.engine.identity import People
 from bot.store.nodes import NodeEntry, NodeRecord
 from bot.store.store import Store
-from bot.text.front import Reply
+from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_NODE_DRAIN,
     ACTION_NODE_RESUME,
+    VIEW_NODE_DRAIN,
     Block,
     actions,
     button,
     confirm_dialog,
     escape,
     section,
+    text_input,
 )
 from cluster.errors import ClusterError
 from cluster.nodes import NodeAction, clean_reason
@@ -100,17 +102,15 @@ def ledger_blocks(
         lines.append(f"• {text}")
         value = node_value(cluster, record.node)
         if record.drained is not None:
-            control = button("Resume", ACTION_NODE_RESUME, value)
-        else:
-            reason = drain_reason(record, user)
             dialog = confirm_dialog(
-                f"Drain {record.node}?",
-                f"Slurm stops giving `{escape(record.node)}` new jobs on {escape(cluster)} "
-                f"(jobs on it run to their end). Reason: {escape(reason)}",
-                confirm="Drain it",
-                deny="Leave it",
+                f"Resume {record.node}?",
+                f"Slurm gives `{escape(record.node)}` jobs again on {escape(cluster)}.",
+                confirm="Resume it",
+                deny="Leave it drained",
             )
-            control = button("Drain", ACTION_NODE_DRAIN, value, style="danger", confirm=dialog)
+            control = button("Resume", ACTION_NODE_RESUME, value, confirm=dialog)
+        else:  # a modal asks for the reason (see NodeLedger.ask_drain)
+            control = button("Drain…", ACTION_NODE_DRAIN, value, style="danger")
         blocks += [section(f"*{escape(cluster)}* {text}"), actions(control)]
     return lines, blocks
 
@@ -150,17 +150,39 @@ class NodeLedger:
         top = [section(reply.text), section(head)]
         return Reply(text, blocks=top + blocks[: 48 - len(top)])
 
-    async def act(self, user: User, value: str, action: NodeAction, reason: str = "") -> Reply:
-        """Drain or resume the node a ledger button names, as the person (see the module)."""
+    def _check(self, user: User) -> None:
         if not may_act(self.context, user, self.oncall_group):
             raise CommandError(
                 "Only on-call and trainbot admins may drain or resume nodes; "
                 f"ask {self.people.who_to_ask()}."
             )
+
+    async def ask_drain(self, user: User, value: str) -> Reply:
+        """Drain: a modal with the reason Slurm will keep, proposed from the ledger; its
+        submission (:data:`VIEW_NODE_DRAIN`, the block id naming the node) drains."""
+        self._check(user)
         cluster, node = parse_node_value(value, list(self.people.clusters.profiles))
         record = await self.store.node_record(cluster, node)
-        if action == "drain":
-            reason = clean_reason(reason) or drain_reason(record, user)
+        text = (
+            f"Slurm stops giving `{escape(node)}` new jobs on {escape(cluster)}; jobs on it "
+            "run to their end. The reason is kept by Slurm (`sinfo -R`) and the ledger."
+        )
+        blocks = [
+            section(text),
+            text_input(value, "Reason", drain_reason(record, user), "letters, digits, punctuation"),
+        ]
+        return Reply(text, blocks=blocks, modal=f"Drain {node}"[:24], modal_submit=VIEW_NODE_DRAIN)
+
+    async def act(self, user: User, value: str, action: NodeAction, reason: str = "") -> Reply:
+        """Drain or resume the node a ledger button names, as the person (see the module)."""
+        self._check(user)
+        cluster, node = parse_node_value(value, list(self.people.clusters.profiles))
+        if action == "drain" and not clean_reason(reason):
+            raise CommandError(
+                "A drain needs a reason (letters, digits and punctuation), e.g. "
+                "'Xid 79 on two launches'; Slurm keeps it for everyone to read."
+            )
+        reason = clean_reason(reason) if action == "drain" else ""
         cluster_user = await self.people.cluster_user(cluster, user)
         try:
             state = await self.calls.update_node(
@@ -181,3 +203,11 @@ class NodeLedger:
         done = "drained" if action == "drain" else "resumed"
         said = f" (reason: {escape(reason)})" if action == "drain" else ""
         return Reply(f"`{escape(node)}` on {escape(cluster)} {done}{said}; Slurm: {state}.")
+
+    async def on_action(self, incoming: Incoming, user: User) -> Reply:
+        """Drain (its modal), the modal submitted, and Resume."""
+        if incoming.action_id == ACTION_NODE_DRAIN:
+            return await self.ask_drain(user, incoming.action_value)
+        if incoming.action_id == VIEW_NODE_DRAIN:
+            return await self.act(user, incoming.action_value, "drain", incoming.text)
+        return await self.act(user, incoming.action_value, "resume")

@@ -27,10 +27,22 @@ from bot.store.marks import Marks
 from bot.store.nodes import Nodes
 from bot.store.people import People
 from bot.store.streams import Streams
+from bot.store.tokens import Tokens
 
 
 class Store(
-    Launches, Budgets, History, Streams, Marks, Leases, Asks, Lanes, People, Nodes, StoreBase
+    Launches,
+    Budgets,
+    History,
+    Streams,
+    Marks,
+    Leases,
+    Asks,
+    Lanes,
+    People,
+    Tokens,
+    Nodes,
+    StoreBase,
 ):
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""

@@ -47,7 +47,7 @@ def test_a_row_names_the_launches_causes_and_offers_drain_then_resume() -> None:
     ]
     button = blocks[1]["elements"][0]
     assert button["action_id"] == ACTION_NODE_DRAIN and button["value"] == "a4 dev3"
-    assert "drained by U0BOB" in button["confirm"]["text"]["text"]
+    assert "confirm" not in button  # a modal asks for the reason
     assert drain_reason(two, user) == (
         "trainbot: failed 2 launches (node_failure, xid_hardware), drained by U0BOB"
     )
@@ -55,7 +55,8 @@ def test_a_row_names_the_launches_causes_and_offers_drain_then_resume() -> None:
         NodeEntry(kind="drain", at=NOW, by="U0BOB", reason="<!here> bad"), *two.entries
     )
     lines, blocks = ledger_blocks("a4", [drained], user, NOW)
-    assert blocks[1]["elements"][0]["action_id"] == ACTION_NODE_RESUME
+    resume = blocks[1]["elements"][0]
+    assert resume["action_id"] == ACTION_NODE_RESUME and resume["confirm"]["title"]
     assert "drained by <@U0BOB>: &lt;!here&gt; bad" in lines[0]
 
 

@@ -13,7 +13,7 @@ from bot.console.chat import ConsoleFront
 from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import running
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import ACTION_NODE_DRAIN, ACTION_NODE_RESUME
+from bot.text.mrkdwn import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
 from cluster.diagnosis import CATALOG, Diagnosis
 from commands.requests import TrainRequest
 from tests.bot.botkit import bot_settings, dev_config, login_run
@@ -39,6 +39,13 @@ async def click(bot: object, user: str, action_id: str, value: str) -> Reply:
     return await bot.core(incoming)  # type: ignore[attr-defined, no-any-return]
 
 
+async def submit(bot: object, user: str, block_id: str, typed: str) -> Reply:
+    """The Drain modal submitted, as the Slack edge hands it to the core."""
+    incoming = Incoming(user_id=user, user_name=user, channel_id="", action_id=VIEW_NODE_DRAIN,
+                        action_value=block_id, text=typed)  # fmt: skip
+    return await bot.core(incoming)  # type: ignore[attr-defined, no-any-return]
+
+
 async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clusters() -> None:
     admins = "admins: {users: [], groups: []}"
     config = dev_config(edit=lambda t: t.replace(admins, f"admins: {{users: [{ONCALL}]}}"))
@@ -61,7 +68,7 @@ async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clust
             e for b in listed.blocks if b["type"] == "actions" for e in b["elements"]
             if e["action_id"] == ACTION_NODE_DRAIN
         ]  # fmt: skip
-        assert len(drain) == 1 and drain[0]["value"] == f"a4 {NODE}" and drain[0]["confirm"]
+        assert len(drain) == 1 and drain[0]["value"] == f"a4 {NODE}"
         people = await bot.core(
             Incoming(user_id="U0ALICE", user_name="alice", channel_id="C1", command="/clusters")
         )
@@ -69,8 +76,17 @@ async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clust
         refused = await click(bot, "U0ALICE", ACTION_NODE_DRAIN, f"a4 {NODE}")
         assert refused.error and "Only on-call and trainbot admins" in refused.text
         assert "drain" not in node_state()
+        form = await click(bot, ONCALL, ACTION_NODE_DRAIN, f"a4 {NODE}")  # the modal
+        assert form.modal == f"Drain {NODE}" and form.modal_submit == VIEW_NODE_DRAIN, form
+        field = form.blocks[-1]
+        assert field["block_id"] == f"a4 {NODE}"
+        reason = field["element"]["initial_value"]
+        assert reason == f"trainbot: failed 2 launches (xid_hardware), drained by {ONCALL}"
+        empty = await submit(bot, ONCALL, f"a4 {NODE}", "  ")
+        assert empty.error and "A drain needs a reason" in empty.text
+        assert "drain" not in node_state()
         try:
-            drained = await click(bot, ONCALL, ACTION_NODE_DRAIN, f"a4 {NODE}")
+            drained = await submit(bot, ONCALL, f"a4 {NODE}", reason)
             state = node_state()
             resumed = await click(bot, ONCALL, ACTION_NODE_RESUME, f"a4 {NODE}")
         finally:
@@ -82,5 +98,5 @@ async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clust
         assert "drain" not in node_state()
         record = await bot.store.node_record("a4", NODE)
         assert [e.kind for e in record.entries] == ["resume", "drain", "failure", "failure"]
-        bogus = await click(bot, ONCALL, ACTION_NODE_DRAIN, "a4 dev3;id")
+        bogus = await submit(bot, ONCALL, "a4 dev3;id", "x")
         assert bogus.error and "not one trainbot made" in bogus.text
