@@ -153,8 +153,8 @@ class NodeLedger:
     def _check(self, user: User) -> None:
         if not may_act(self.context, user, self.oncall_group):
             raise CommandError(
-                "Only on-call and trainbot admins may drain or resume nodes; "
-                f"ask {self.people.who_to_ask()}."
+                "Only on-call (the on-call user group) and trainbot admins may drain or "
+                "resume nodes."
             )
 
     async def ask_drain(self, user: User, value: str) -> Reply:

@@ -74,7 +74,7 @@ async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clust
         )
         assert "Node ledger" not in people.text  # on-call and admins only
         refused = await click(bot, "U0ALICE", ACTION_NODE_DRAIN, f"a4 {NODE}")
-        assert refused.error and "Only on-call and trainbot admins" in refused.text
+        assert refused.error and "Only on-call (the on-call user group)" in refused.text
         assert "drain" not in node_state()
         form = await click(bot, ONCALL, ACTION_NODE_DRAIN, f"a4 {NODE}")  # the modal
         assert form.modal == f"Drain {NODE}" and form.modal_submit == VIEW_NODE_DRAIN, form
