@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import SecretStr
 
+from bot.engine.sweeps import wandb_comparison_text
 from bot.engine.wandb_summary import (
     RUN_QUERY,
     WandbReader,
@@ -18,7 +19,7 @@ from bot.engine.wandb_summary import (
     reader_for,
     summary_text,
 )
-from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.store import keys
 from bot.store.store import Store
 from commands.requests import TrainRequest
@@ -127,3 +128,44 @@ async def test_an_ended_launch_gets_its_summary_once(store: Store, wandb: WandbS
     assert lines == [
         "📈 W&B summary of run `trainbot-l-7f3a9c`: lr 3e-05 · train/loss 0.98 · val_loss 1.02"
     ]
+
+
+async def test_a_sweep_compares_its_members_summaries_once_all_are_read(
+    store: Store, wandb: WandbStandin
+) -> None:
+    """Members' read-backs finish in any order: the last one posts the comparison, once."""
+    other = "https://wandb.ai/devcluster/nemo/runs/trainbot-l-000002"
+    wandb.runs[("devcluster", "nemo", "trainbot-l-000002")] = {"train/loss": 1.5, "val_loss": 2}
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    sweep = Sweep(user_id="U0ALICE", channel="C1", title="sft · llama3p1_8b", text="/train",
+                  where="1 node × a4", keys=["optim.config.lr"])  # fmt: skip
+    members = [
+        Launch(id=f"L-00000{n}", request=request, user_id="U0ALICE", channel="C1",
+               phase=Phase.DONE, outcome="COMPLETED", run_links=[link], sweep=sweep.id)
+        for n, link in ((1, LINK), (2, other))
+    ]  # fmt: skip
+    sweep.members = [m.id for m in members]
+    sweep.values = [["1e-5"], ["<3e-5>"]]
+    assert await store.create_sweep(sweep, members, [], enqueue=False)
+    reader = WandbReader(wandb.base_url, SecretStr(KEY))
+    await read_back(store, reader, members[1])
+    assert await thread_lines(store, "📈 W&B summaries") == []  # member 1 not read yet
+    await read_back(store, reader, members[0])
+    await read_back(store, reader, members[0])  # again: nothing more
+    (table,) = await thread_lines(store, "📈 W&B summaries")
+    assert table.splitlines()[1:] == [
+        "```#  optim.config.lr  train/loss  val_loss  lr",
+        "1  1e-5             0.98        1.02      3e-05",
+        "2  &lt;3e-5&gt;           1.5         2         -```",
+    ], table
+
+
+def test_no_summaries_no_comparison() -> None:
+    sweep = Sweep(user_id="U", channel="C", title="t", text="/train", where="w", keys=["k"],
+                  members=["L-000001"], values=[["1"]])  # fmt: skip
+    assert wandb_comparison_text(sweep, [None]) == ""
+
+
+async def thread_lines(store: Store, start: str) -> list[str]:
+    entries = await store.redis.xrange(keys.OUTBOX)
+    return [f["text"] for _, f in entries if f["kind"] == "thread" and f["text"].startswith(start)]
