@@ -186,8 +186,9 @@ class NodeLedger:
         cluster_user = await self.people.cluster_user(cluster, user)
         try:
             state = await self.calls.update_node(
-                cluster, node, action, reason, user_id=user.id, cluster_user=cluster_user
-            )
+                cluster, node, action, reason, user_id=user.id, cluster_user=cluster_user,
+                groups=user.groups,
+            )  # fmt: skip
         except ClusterError as exc:
             log.warning(
                 "node=%s cluster=%s %s by %s refused: %s", node, cluster, action, user.id, exc
