@@ -64,6 +64,7 @@ _HARDWARE_LINE_RE = re.compile(r"ecc|\bxid\b", re.IGNORECASE)
 _RANK_RE = re.compile(r"\[rank ?(\d+)\]", re.IGNORECASE)
 _ERRORISH_RE = re.compile(r"error|exception|traceback|fatal|killed|abort", re.IGNORECASE)
 _FORCE_TERMINATED_RE = re.compile(r"^srun: Force Terminated (?:StepId|job step)")
+_PERSON_CANCEL_RE = re.compile(r"CANCELLED by [1-9][0-9]*")
 _NOISE_RE = re.compile(r"^\+ |^srun: (?:error: [\w.-]+: tasks? [\d,-]+: |launch/|Force Term)")
 
 
@@ -181,6 +182,19 @@ def _exit_status(exit_code: str) -> int | None:
     return int(head) if head.isdigit() and int(head) else None
 
 
+def _cancelled_by_person(
+    slurm_state: str | None, catalog: Sequence[FailureKind]
+) -> FailureKind | None:
+    """The catalog's ``cancelled`` entry when a person cancelled the job: sacct's ``CANCELLED
+    by <uid>`` with a uid other than root's (a ``scancel`` typed on the login node, by the
+    job's own user or an operator as themselves). Slurm's own ends read otherwise
+    (TIMEOUT, PREEMPTED, NODE_FAIL) or ``CANCELLED by 0``, which stay diagnosed as before."""
+    found = _PERSON_CANCEL_RE.fullmatch(slurm_state or "")
+    if found is None:
+        return None
+    return next((kind for kind in catalog if kind.key == "cancelled"), None)
+
+
 def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Diagnosis | None:
     """The most specific known failure in everything the job left.
 
@@ -202,6 +216,10 @@ def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Di
     if state == "COMPLETED":
         return None
     lines = evidence.text.splitlines()
+    person = _cancelled_by_person(slurm_state, catalog)
+    if person is not None:  # what the log shows then is the cancel's doing (NCCL errors)
+        line = _state_line(slurm_state or "", exit_code, node_list)
+        return Diagnosis(person, (line,), slurm_state=state)
     earlier_states = evidence.earlier_states
     scan = [ln[:_SCAN_CHARS] for ln in lines]
     earlier = [normalize_state(s) for s in earlier_states]

@@ -200,7 +200,11 @@ class Core:
             )
         if isinstance(request, JobsRequest):
             return await answers.jobs(
-                self.store, user, all_users=request.all_users, cluster=request.cluster
+                self.store,
+                user,
+                all_users=request.all_users,
+                cluster=request.cluster,
+                visible=None if self._admin(user) else self.capacity.visible(user),
             )
         if isinstance(request, ClustersRequest):
             reply = await self.capacity.cluster_list(request.cluster, user)
@@ -223,6 +227,7 @@ class Core:
                 self.clusters, await self.lookup.owned(request.job, user, "attach to")
             )
         if isinstance(request, UsageRequest):
+            await slow_down(self.store, self.context, user.id, "commands")  # a chart is costly
             return await usage.answer(
                 self.store,
                 self.context.policy,
@@ -232,6 +237,9 @@ class Core:
                 self.directory.team_members,
             )
         raise CommandError("That command is not handled yet.")
+
+    def _admin(self, user: User) -> bool:
+        return self.context.policy.is_admin(user.id, user.groups)
 
     async def on_relaunch(self, incoming: Incoming, user: User) -> Reply:
         """Run again, Edit & relaunch, the "Launch training" shortcut, and their forms

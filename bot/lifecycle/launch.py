@@ -306,8 +306,13 @@ class HistoryEntry(BaseModel):
         )
 
 
+SWEEP_ID_HEX = 16  # 64 random bits: a sweep id is not guessed, nor drawn twice
+
+
 def new_sweep_id() -> str:
-    return f"S-{secrets.token_hex(3)}"
+    """A fresh sweep id (``S-`` and 16 hex digits). Ids of earlier versions (``S-`` and 6
+    hex digits) keep resolving: 4 to 16 hex digits are accepted."""
+    return "S-" + secrets.token_hex(SWEEP_ID_HEX // 2)
 
 
 class Sweep(BaseModel):

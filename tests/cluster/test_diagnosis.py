@@ -584,3 +584,31 @@ async def test_first_error_lines_are_rank_aware_and_bounded(
     generic = [ln for ln in main.first if "something else" in ln]
     assert len(generic) == 10  # ten ranks' first error lines, one each (no more per rank)
     assert len(main.first) == len(watchdog) + len(generic)  # nothing else kept
+
+
+@pytest.mark.parametrize(
+    ("state", "key", "retried"),
+    [
+        # scancel typed on the login node by the job's own user (uid 1000): the other
+        # ranks' NCCL errors are the cancel's doing, not a failure to retry
+        ("CANCELLED by 1000", "cancelled", False),
+        ("CANCELLED by 0", "nccl_timeout", True),  # root / slurmctld: diagnosed as before
+        ("FAILED", "nccl_timeout", True),
+    ],
+)
+def test_a_persons_scancel_after_an_nccl_line_is_not_retried(
+    state: str, key: str, retried: bool
+) -> None:
+    log = text("nemo_nccl")
+    row = parse_sacct(f"77|root-root.t1|{state}|0:15|0:0|None|00:01:00|dev0|60|gres/gpu=8\n")
+    evidence = Evidence(
+        "77", files=(EvidenceFile("log-77_0.out", log, len(log)),), record=merge_acct(row)["77"]
+    )
+    found = diagnose(evidence)
+    assert found is not None and found.key == key, found
+    decision = retry_decision(
+        found, attempt=1, max_attempts=3, previous_keys=(), newer_checkpoint=True
+    )
+    assert decision.retry is retried, decision
+    if not retried:
+        assert found.evidence == ("Slurm state CANCELLED by 1000, exit code 0:15, nodes dev0",)
