@@ -26,6 +26,7 @@ from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
 from bot.core.launch_form import LaunchForm
 from bot.core.lookup import Lookup
+from bot.core.node_ledger import NodeLedger
 from bot.core.rates import slow_down
 from bot.core.redact import Redactor
 from bot.core.sweep_start import start_sweep
@@ -45,6 +46,8 @@ from bot.text.mrkdwn import (
     ACTION_FORM_CHECK,
     ACTION_HELP,
     ACTION_LOGS,
+    ACTION_NODE_DRAIN,
+    ACTION_NODE_RESUME,
     ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RESUME,
@@ -56,6 +59,7 @@ from bot.text.mrkdwn import (
     HELP_TOPICS,
     SHORTCUT_LAUNCH,
     VIEW_LAUNCH,
+    VIEW_NODE_DRAIN,
     VIEW_RELAUNCH,
     escape,
 )
@@ -130,6 +134,7 @@ class Core:
         self.directory = Directory(context, clusters, front)
         self.lookup = Lookup(store, clusters, context)
         self.capacity = Capacity(store, clusters, self.calls, context)
+        self.ledger = NodeLedger(store, self.calls, context, self.people)
         self.app_home = AppHome(store, context, self.capacity, self.directory)
         self.launcher = Launcher(
             store, clusters, self.calls, context, front, self.people, self.lookup
@@ -216,7 +221,9 @@ class Core:
                 visible=None if self._admin(user) else self.capacity.visible(user),
             )
         if isinstance(request, ClustersRequest):
-            return await self.capacity.cluster_list(request.cluster, user)
+            reply = await self.capacity.cluster_list(request.cluster, user)
+            names = [request.cluster] if request.cluster else list(self.clusters.profiles)
+            return await self.ledger.with_ledger(reply, names, user)
         if isinstance(request, CancelRequest) and request.job.is_sweep_id:
             members = await self.lookup.sweep_members(request.job.id, user, "cancel")
             return sweep_answers.confirm_cancel(*members)
@@ -289,6 +296,8 @@ class Core:
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
+        if incoming.action_id in (ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN):
+            return await self.ledger.on_action(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)

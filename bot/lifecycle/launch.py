@@ -182,6 +182,8 @@ class Launch(BaseModel):
     accuracy_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, val acc.)
     resumes: int = 0  # attempts made to go on after the run stopped early on its own
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
+    wandb_summary: dict[str, float] = Field(default_factory=dict)  # read back at the end
+    wandb_read: bool = False  # the read-back was tried (once per launch)
     tensorboard_dirs: list[str] = Field(default_factory=list)  # said in the thread, once each
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)

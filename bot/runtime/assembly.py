@@ -340,7 +340,7 @@ async def running(
             report = config.report
             reporter = Reporter(
                 store, front, channel=report.channel, cron=report.cron, days=report.days,
-                top=report.top, owner=owner,
+                top=report.top, owner=owner, clusters=list(config.clusters),
             )  # fmt: skip
             supervisor.watch_scheduler("report", reporter.scheduler)
             reporter.start()

@@ -134,6 +134,9 @@ class Settings(BaseSettings):
         default=60.0, alias="TRAINBOT_SSH_PERSON_IDLE_S", gt=0, le=3600
     )
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
+    # A read-only W&B key: a finished run's summary is read back into its thread
+    wandb_read_key: SecretStr | None = Field(default=None, alias="TRAINBOT_WANDB_READ_KEY")
+    wandb_api_url: str = Field(default="https://api.wandb.ai", alias="TRAINBOT_WANDB_API_URL")
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
     # the CLI's API commands (trainbot train, jobs, logs, ...): where the web role listens,

@@ -30,12 +30,15 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_NODE_DRAIN = "trainbot_node_drain"  # the node ledger: the value is "<cluster> <node>"
+ACTION_NODE_RESUME = "trainbot_node_resume"
 ACTION_RUN_AGAIN = "trainbot_run_again"  # value: the launch id; its request, once more
 ACTION_EDIT_RELAUNCH = "trainbot_edit_relaunch"  # value: the launch id; a modal to edit it
 # A modal's callback id: its submission comes to the core as Incoming(action_id=VIEW_...),
 # the value of its one input in ``text`` and that input's block id in ``action_value``.
 VIEW_PREFIX = "trainbot_view_"
 VIEW_RELAUNCH = "trainbot_view_relaunch"  # Edit & relaunch: the input's block id is the launch
+VIEW_NODE_DRAIN = "trainbot_view_node_drain"  # Drain's modal: block id "<cluster> <node>"
 VIEW_LAUNCH = "trainbot_view_launch"  # the shortcut's form: its thread goes to the person's DM
 SHORTCUT_LAUNCH = "trainbot_shortcut_launch"  # the global shortcut "Launch training"
 ACTION_FORM_CHECK = "trainbot_form_check"  # the launch form's input, checked as it is typed

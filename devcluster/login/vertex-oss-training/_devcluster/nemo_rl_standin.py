@@ -168,6 +168,7 @@ def main(algorithm: str) -> None:
         *s.secret_fingerprints(),
         f"Loaded configuration: policy.model_name={model} {algorithm}.max_num_steps={steps} "
         f"checkpointing.checkpoint_dir={ckpt_dir} logger.wandb_enabled={wandb_enabled}",
+        *(s.wandb_lines("nemo-rl") if wandb_enabled else []),
     )
     s.startup(k, STARTUP_LINES)
     s.say(

@@ -151,6 +151,7 @@ def main(workload: str, model: str) -> None:
         "(dev cluster: no GPUs, nothing is trained)",
         f"[NeMo I {s.stamp()} nemo_logging:393] Slurm job: {s.job_summary()}",
         *(f"[NeMo I {s.stamp()} nemo_logging:393] {line}" for line in s.secret_fingerprints()),
+        *s.wandb_lines("nemo"),
     )
     s.startup(k, STARTUP_LINES)
     s.say(

@@ -280,6 +280,36 @@ def secret_fingerprints() -> list[str]:
     return lines
 
 
+WANDB_RUNS = Path.home() / ".cache" / "devcluster-wandb"  # the runs this stand-in "created"
+
+
+def wandb_lines(project: str) -> list[str]:
+    """What wandb.init prints for the run W&B's own variables name (WANDB_RUN_ID,
+    WANDB_RESUME, WANDB_RUN_GROUP, WANDB_TAGS): a new run the first time, "Resuming"
+    afterwards. Each start is also appended to <run dir>/<id>.starts, one line per start
+    (job id, restart count, group, tags), so a test can see which run every attempt used."""
+    run_id = os.environ.get("WANDB_RUN_ID", "")
+    if not run_id:
+        return []
+    WANDB_RUNS.mkdir(parents=True, exist_ok=True)
+    record = WANDB_RUNS / f"{run_id}.starts"
+    resumed = record.exists()
+    if resumed and os.environ.get("WANDB_RESUME", "") not in ("allow", "must", "auto"):
+        warn(f"wandb: ERROR run {run_id} exists and resume is not set")
+    job = os.environ.get("SLURM_JOB_ID", "")
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    group = os.environ.get("WANDB_RUN_GROUP", "")
+    tags = os.environ.get("WANDB_TAGS", "")
+    with record.open("a") as out:
+        out.write(f"job={job} restart={restart} group={group} tags={tags}\n")
+    url = f"https://wandb.ai/devcluster/{project}"
+    return [
+        f"wandb: {'Resuming' if resumed else 'Syncing'} run {run_id}",
+        f"wandb: ⭐️ View project at {url}",
+        f"wandb: 🚀 View run at {url}/runs/{run_id}",
+    ]
+
+
 def gated_repo_error(repo: str) -> None:
     warn(
         "Traceback (most recent call last):",
