@@ -72,6 +72,7 @@ class Framework(ABC):
     passes_comment: bool = False  # whether argv gives sbatch the comment (else set after)
     help_argv: tuple[str, ...] = ()  # how pre-flight reads the launcher's --help (() = never)
     launcher_flags: tuple[str, ...] = ()  # flags argv may send that a site's launcher may lack
+    starts_at_any_step: bool = True  # start_value names one checkpoint (else: its newest)
 
     def work_dir(self, profile: ClusterProfile) -> str:
         return join_remote(profile.recipes_dir, self.subdir)

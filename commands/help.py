@@ -48,6 +48,8 @@ _DETAILS: dict[HelpTopic, str] = {
         "                   included: :ok (default) only if it completed, :any whatever its end\n"
         "  from=J           start from launch J's newest complete checkpoint (same cluster;\n"
         "                   NeMo: weights for another workload, the whole state for the same)\n"
+        "  from=J@S         start from launch J's checkpoint of step S instead (NeMo; NeMo-RL\n"
+        "                   only its newest); a step J never saved is refused with those it did\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"

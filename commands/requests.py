@@ -148,6 +148,9 @@ class TrainRequest(_LaunchFields):
     framework: FrameworkName
     overrides: tuple[Override, ...] = ()
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
+    start_step: int | None = Field(
+        default=None, ge=0
+    )  # from=<job>@<step>: that one, not the newest
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -159,7 +162,8 @@ class TrainRequest(_LaunchFields):
     def to_text(self) -> str:
         words = [self.command, self.workload, self.model, f"framework={self.framework}"]
         words += self._launch_pairs()
-        words += [f"from={self.start_from}"] if self.start_from else []
+        step = "" if self.start_step is None else f"@{self.start_step}"
+        words += [f"from={self.start_from}{step}"] if self.start_from else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

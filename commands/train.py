@@ -174,13 +174,15 @@ def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEnt
                 f"the value must match {entry.overrides[key]}.",
                 field=key,
             )
-    start_from = args.pairs.get("from")
+    raw_from = args.pairs.get("from")
+    start_from, start_step = (None, None) if raw_from is None else parse_from(raw_from)
     return TrainRequest(
         workload=workload,
         model=entry.model,
         framework=entry.framework,
         overrides=tuple(pairs),
-        start_from=None if start_from is None else parse_from(start_from),
+        start_from=start_from,
+        start_step=start_step,
         **base.model_dump(exclude={"kind"}),
     )
 

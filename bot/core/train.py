@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from bot.core import usage
 from bot.core.lookup import Lookup
 from bot.core.rates import active_slowed_down
-from bot.engine import pipelines, placement
+from bot.engine import checkpoints, pipelines, placement
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import (
     START_ESTIMATE_STALE_S,
@@ -31,6 +31,7 @@ from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
+from cluster.spec import framework
 from commands.access import is_custom_image, may_use_image, slurm_account
 from commands.context import CommandContext, User
 from commands.errors import CommandError
@@ -259,6 +260,24 @@ class Launcher:
             pipelines.start_key(request, parent)
         except (CommandError, ValueError) as exc:
             raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
+        step = request.start_step
+        if step is not None and not framework(request.framework).starts_at_any_step:
+            newest = pipelines.newest_checkpoint(parent)
+            if parent.active or newest is None or newest[2] != step:
+                raise CommandError(
+                    f"from={request.start_from}@{step}: {framework(request.framework).label} "
+                    "resumes from the newest step_N of the checkpoint directory it is given, "
+                    f"so it can start only from {parent.id}'s newest complete checkpoint"
+                    + ("" if newest is None else f" (step {newest[2]})")
+                    + ". Leave @ out to start from it.",
+                    field="from",
+                )
+        if (
+            step is not None
+            and not parent.active
+            and (why := checkpoints.missing_step(parent, step))
+        ):
+            raise CommandError(f"from={request.start_from}@{step}: {why}", field="from")
         if not parent.active and pipelines.newest_checkpoint(parent) is None:
             raise CommandError(
                 f"from={request.start_from}: {parent.id} ended "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from bot.engine import checkpoints
 from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
@@ -215,16 +216,30 @@ async def start_point(
     store: Store, item: Launch, mutate: Mutate, profile: ClusterProfile
 ) -> Launch | None:
     """``from=``: before its first attempt, the launch notes its parent's newest complete
-    checkpoint (its thread says which) and goes on; None when it ended here (the parent
-    has none: NO_CHECKPOINT). A retry keeps what the first attempt started from."""
+    checkpoint, or the one at ``from=<job>@<step>`` (its thread says which), and goes on;
+    None when it ended here (the parent has none, or none at that step: NO_CHECKPOINT). A
+    retry keeps what the first attempt started from."""
     request = item.request
     if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
         return item
     parent = await store.get(item.starts_from)
-    found = newest_checkpoint(parent) if parent is not None else None
+    step = request.start_step
+    found = checkpoints.chosen(parent, step) if parent is not None else None
     key, why = "", "it saved no complete checkpoint"
     if parent is None:
         why = "its record has expired, and with it where its checkpoints are"
+    elif step is not None and found is None:
+        why = checkpoints.missing_step(parent, step).rstrip(".") or why
+    elif step is not None and not framework(request.framework).starts_at_any_step:
+        newest = newest_checkpoint(parent)
+        if newest is None or newest[2] != step:
+            found, why = (
+                None,
+                (
+                    f"{framework(request.framework).label} resumes from the newest step_N of "
+                    f"the directory it is given, and {parent.id}'s newest is no longer step {step}"
+                ),
+            )
     elif found is not None:
         try:
             key = start_key(request, parent)
@@ -241,10 +256,11 @@ async def start_point(
         facts = phases.Facts(outcome="NO_CHECKPOINT", text=text, detail=detail)
         await mutate(item.id, phases.step(phases.not_started, facts))
         return None
-    tracking, name, step = found
+    tracking, name, found_step = found
     value = framework(request.framework).start_value(tracking, name, profile)
+    which = "newest complete checkpoint" if step is None else "checkpoint"
     text = (
-        f"▶️ Starts from {parent.id}'s newest complete checkpoint, step {step:,} "
+        f"▶️ Starts from {parent.id}'s {which}, step {found_step:,} "
         f"(`{escape(name)}`): `{escape(key)}={escape(value)}`."
     )
 

@@ -84,6 +84,7 @@ def sbatch_argv(
 
 class NeMoRL(Framework):
     name = "nemo-rl"
+    starts_at_any_step = False  # it resumes from the highest step_N of the directory it is given
     label = "NeMo-RL"
     aliases = ("nemo_rl", "nemorl")
     image = "nemo_rl-h20250923.sqsh"

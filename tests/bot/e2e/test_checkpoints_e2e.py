@@ -1,0 +1,76 @@
+"""from=<job>@<step> on the dev cluster: a step the parent never saved is refused with the
+steps it did save, and a saved one that is not the newest is the one the child starts from."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from bot.console.chat import ConsoleFront, handle_line
+from bot.engine import checkpoints
+from bot.runtime.assembly import running
+from tests.bot.botkit import (
+    LAUNCH_RE,
+    bot_settings,
+    dev_config,
+    knobs,
+    login_run,
+    wait_delivered,
+    wait_for_launch,
+)
+
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
+
+QUICK = {"steps": 4, "ckpt_every": 2, "step_time_s": 0.3, "save_time_s": 0.1}
+
+
+async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with knobs(unique, **QUICK), running(bot_settings(), dev_config(), front) as bot:
+        reply = await handle_line(
+            f"/train pretrain llama3p1_2b cluster=a4 name={unique}a", bot.core, front, user="alice"
+        )
+        assert reply is not None and not reply.error, reply
+        parent = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        first = await wait_for_launch(bot.store, parent, timeout_s=300)
+        assert first.outcome == "COMPLETED", front.lines
+        steps = [p.step for p in checkpoints.saved(first)]
+        assert steps == [1, 3], first.checkpoints  # NeMo counts steps from 0
+        refused = await handle_line(
+            f"/train sft llama3p1_2b cluster=a4 name={unique}b from={parent}@2",
+            bot.core,
+            front,
+            user="alice",
+        )
+        assert refused is not None and refused.error, refused
+        assert (
+            f"from={parent}@2: {parent} has no complete checkpoint at step 2; its complete "
+            "checkpoints are at steps 1 and 3." in refused.text
+        ), refused.text
+        reply = await handle_line(
+            f"/train sft llama3p1_2b cluster=a4 name={unique}b from={parent}@1",
+            bot.core,
+            front,
+            user="alice",
+        )
+        assert reply is not None and not reply.error, reply
+        child = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        second = await wait_for_launch(bot.store, child, timeout_s=300)
+        await wait_delivered(bot.store)
+    assert second.outcome == "COMPLETED", front.lines
+    found = checkpoints.chosen(first, 1)
+    assert found is not None
+    tracking, name, _ = found
+    assert re.search(r"-step=1(?:-|$)", name), name
+    said = "\n".join(front.lines)
+    assert f"Starts from {parent}'s checkpoint, step 1 (`{name}`)" in said, said
+    # The child's job ran with NeMo's restore pointing at step 1, not the newest (3).
+    script = login_run(
+        f"grep -rh -o 'resume.restore_config.path=[^ ]*' "
+        f"~/vertex-oss-training/nemo/experiments/{unique}b-{child}/ | sort -u"
+    ).split()
+    home = login_run("echo $HOME").strip()
+    path = f"{tracking.checkpoint_dir}/{name}".replace("~", home, 1)
+    assert any(path in line.replace("'", "").replace('"', "") for line in script), (script, path)
