@@ -19,6 +19,7 @@ USAGE: dict[HelpTopic, str] = {
     "usage": "/usage [me|@person|team=<group>|cluster=C] [week|month|days=N] [csv=true]",
     "watch": "/watch <job> [cluster=C]",
     "unwatch": "/unwatch <job> [cluster=C]",
+    "checkpoints": "/checkpoints <job> [cluster=C]",
 }
 
 _JOB = (
@@ -82,6 +83,11 @@ _DETAILS: dict[HelpTopic, str] = {
         "hold them. /jobs watching lists what you watch. " + _JOB
     ),
     "unwatch": "Stop getting DMs about a launch you watch. " + _JOB,
+    "checkpoints": (
+        "A launch's complete checkpoints (of a launch you may see, as for /logs): each "
+        "one's step and the validation loss the log gave at or before it, the best and "
+        "the last marked; from=<job>@<step> starts a new /train from one. " + _JOB
+    ),
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (
         "Each cluster's partitions with idle and total nodes, free GPUs, queue length, and "

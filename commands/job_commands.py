@@ -11,6 +11,7 @@ from commands.parse import Args
 from commands.requests import (
     AttachRequest,
     CancelRequest,
+    CheckpointsRequest,
     ClustersRequest,
     HelpTopic,
     JobRef,
@@ -60,6 +61,11 @@ def parse_watch(args: Args, user: User, context: CommandContext) -> WatchRequest
 def parse_unwatch(args: Args, user: User, context: CommandContext) -> UnwatchRequest:
     check_keys(args, ("cluster",), "/unwatch")
     return UnwatchRequest(job=_one_job(args, context, "unwatch"))
+
+
+def parse_checkpoints(args: Args, user: User, context: CommandContext) -> CheckpointsRequest:
+    check_keys(args, ("cluster",), "/checkpoints")
+    return CheckpointsRequest(job=_one_job(args, context, "checkpoints"))
 
 
 def parse_attach(args: Args, user: User, context: CommandContext) -> AttachRequest:

@@ -42,6 +42,7 @@ HelpTopic = Literal[
     "usage",
     "watch",
     "unwatch",
+    "checkpoints",
 ]
 HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
 MAX_NODES = 4096
@@ -256,6 +257,13 @@ class UnwatchRequest(_OneJob):
     kind: Literal["unwatch"] = "unwatch"
 
 
+class CheckpointsRequest(_OneJob):
+    """``/checkpoints <job>``: a launch's complete checkpoints, with what to do with each."""
+
+    command: ClassVar[str] = "/checkpoints"
+    kind: Literal["checkpoints"] = "checkpoints"
+
+
 class LogsRequest(_Request):
     """``/logs <job> [lines=N]`` or ``/logs <job> plot``. ``lines=None`` means the default."""
 
@@ -360,6 +368,7 @@ Request = Annotated[
     | CancelRequest
     | WatchRequest
     | UnwatchRequest
+    | CheckpointsRequest
     | LogsRequest
     | JobsRequest
     | ClustersRequest

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from bot.core import answers, api_tokens, sweep_answers, usage, watching
+from bot.core import answers, api_tokens, checkpoint_list, sweep_answers, usage, watching
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
@@ -66,6 +66,7 @@ from commands.job_commands import parse_job_ref
 from commands.requests import (
     AttachRequest,
     CancelRequest,
+    CheckpointsRequest,
     ClustersRequest,
     HelpRequest,
     InteractiveRequest,
@@ -177,6 +178,8 @@ class Core:
             return await watching.watch(
                 self.store, await self.lookup.readable(request.job, user), user
             )
+        if isinstance(request, CheckpointsRequest):
+            return checkpoint_list.listing(await self.lookup.readable(request.job, user))
         if isinstance(request, UnwatchRequest):
             return await watching.unwatch(
                 self.store, (await self.lookup.find(request.job)).id, user

@@ -80,6 +80,7 @@ COMMANDS = (
     "/usage",
     "/watch",
     "/unwatch",
+    "/checkpoints",
 )
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (

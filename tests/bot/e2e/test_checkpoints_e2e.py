@@ -38,6 +38,13 @@ async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
         assert first.outcome == "COMPLETED", front.lines
         steps = [p.step for p in checkpoints.saved(first)]
         assert steps == [1, 3], first.checkpoints  # NeMo counts steps from 0
+        listed = await handle_line(f"/checkpoints {parent}", bot.core, front, user="alice")
+        assert listed is not None and not listed.error, listed
+        assert [line.split(" · ")[0] for line in listed.text.splitlines()[1:3]] == [
+            "• step 1",
+            "• step 3",
+        ], listed.text
+        assert "*last*" in listed.text.splitlines()[2]
         refused = await handle_line(
             f"/train sft llama3p1_2b cluster=a4 name={unique}b from={parent}@2",
             bot.core,

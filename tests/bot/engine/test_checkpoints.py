@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.core import checkpoint_list
 from bot.engine import checkpoints
 from bot.engine.checkpoints import Saved
 from bot.lifecycle.launch import Attempt, Launch
@@ -114,3 +115,19 @@ def test_losses_are_the_validation_at_or_just_before_each_step() -> None:
     got = checkpoints.with_losses(points, {150: 1.5, 200: 1.2, 50: 3.0})
     assert [p.val_loss for p in got] == [3.0, 1.2, 1.2]
     assert checkpoints.with_losses(points[:1], {150: 1.5})[0].val_loss is None
+
+
+def test_the_list_marks_the_best_and_the_last_and_escapes_names() -> None:
+    launch = parent([nemo_name(100), nemo_name(200), "model_name=<!channel>-step=300"], NEMO)
+    launch.validation_history = [(100, 2.5), (200, 1.25), (300, 1.75)]
+    text = checkpoint_list.listing(launch).text
+    lines = text.splitlines()
+    assert lines[0].startswith(f"*Checkpoints of {launch.id}* (") and lines[0].endswith(": 3")
+    assert lines[1] == f"• step 100 · val loss 2.5 · `{nemo_name(100)}`"
+    assert lines[2] == f"• step 200 · val loss 1.25 · *best* · `{nemo_name(200)}`"
+    assert (
+        lines[3] == "• step 300 · val loss 1.75 · *last* · `model_name=&lt;!channel&gt;-step=300`"
+    )
+    assert f"from={launch.id}@<step>" in lines[4]
+    empty = checkpoint_list.listing(parent([], NEMO)).text
+    assert "has no complete checkpoint yet" in empty
