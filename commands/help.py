@@ -19,7 +19,7 @@ USAGE: dict[HelpTopic, str] = {
     "usage": "/usage [me|@person|team=<group>|cluster=C] [week|month|days=N] [csv=true]",
     "watch": "/watch <job> [cluster=C]",
     "unwatch": "/unwatch <job> [cluster=C]",
-    "checkpoints": "/checkpoints <job> [cluster=C]",
+    "checkpoints": "/checkpoints <job> [keep=K] [cluster=C]",
 }
 
 _JOB = (
@@ -86,7 +86,9 @@ _DETAILS: dict[HelpTopic, str] = {
     "checkpoints": (
         "A launch's complete checkpoints (of a launch you may see, as for /logs): each "
         "one's step and the validation loss the log gave at or before it, the best and "
-        "the last marked; from=<job>@<step> starts a new /train from one. " + _JOB
+        "the last marked; from=<job>@<step> starts a new /train from one. Its owner (or an "
+        "admin) gets a button that deletes all but the best K (keep=K, default 1) and the "
+        "last, after a confirm; the thread records it. " + _JOB
     ),
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (

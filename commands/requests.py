@@ -262,6 +262,10 @@ class CheckpointsRequest(_OneJob):
 
     command: ClassVar[str] = "/checkpoints"
     kind: Literal["checkpoints"] = "checkpoints"
+    keep: int = Field(default=1, ge=1, le=100)  # Delete all but the best ``keep`` and the last
+
+    def to_text(self) -> str:
+        return super().to_text() + ("" if self.keep == 1 else f" keep={self.keep}")
 
 
 class LogsRequest(_Request):

@@ -45,6 +45,7 @@ from bot.text.mrkdwn import (
     ACTION_HELP,
     ACTION_LOGS,
     ACTION_PREFS,
+    ACTION_PRUNE,
     ACTION_REJECT,
     ACTION_RETRY,
     ACTION_RUN_AGAIN,
@@ -79,6 +80,7 @@ from commands.requests import (
     UsageRequest,
     WatchRequest,
 )
+from commands.values import parse_keep
 
 log = logging.getLogger(__name__)
 LAUNCH_FORMS = frozenset(
@@ -179,7 +181,8 @@ class Core:
                 self.store, await self.lookup.readable(request.job, user), user
             )
         if isinstance(request, CheckpointsRequest):
-            return checkpoint_list.listing(await self.lookup.readable(request.job, user))
+            launch = await self.lookup.readable(request.job, user)
+            return checkpoint_list.listing(launch, request.keep)
         if isinstance(request, UnwatchRequest):
             return await watching.unwatch(
                 self.store, (await self.lookup.find(request.job)).id, user
@@ -273,6 +276,10 @@ class Core:
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)
+        if incoming.action_id.startswith(ACTION_PRUNE):  # the owner or an admin only
+            keep = parse_keep(incoming.action_id.removeprefix(ACTION_PRUNE))
+            launch = await self.lookup.owned(ref, user, "delete checkpoints of")
+            return await checkpoint_list.prune(self.store, self.calls, launch, user, keep)
         if incoming.action_id == ACTION_CANCEL_MEMBER:
             return answers.confirm_cancel(await self.lookup.actable(ref, user, "cancel"))
         if incoming.action_id == ACTION_CANCEL:

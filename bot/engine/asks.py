@@ -56,6 +56,10 @@ class ClusterCalls(Protocol):
 
     async def tail(self, item: Launch, path: str, lines: int) -> str: ...
 
+    async def delete_checkpoints(
+        self, item: Launch, directory: str, names: list[str], pattern: str
+    ) -> None: ...
+
     async def account(self, cluster: str, name: str) -> Account: ...
 
     async def start_estimate(
@@ -98,6 +102,12 @@ class WorkerAsks:
     async def tail(self, item: Launch, path: str, lines: int) -> str:
         args = {"launch": item.id, "path": path, "lines": lines}
         return str(await self._ask("tail", args, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
+
+    async def delete_checkpoints(
+        self, item: Launch, directory: str, names: list[str], pattern: str
+    ) -> None:
+        args = {"launch": item.id, "directory": directory, "names": names, "pattern": pattern}
+        await self._ask("delete_checkpoints", args, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S)
 
     async def account(self, cluster: str, name: str) -> Account:
         args = {"cluster": cluster, "name": name}
@@ -175,4 +185,16 @@ async def _run(store: Store, clusters: Clusters, kind: str, args: dict[str, Any]
         return None
     if kind == "tail":
         return await clusters.tail(item, str(args["path"]), int(args["lines"]))
+    if kind == "delete_checkpoints":
+        names = [str(n) for n in args["names"]]
+        directory, pattern = str(args["directory"]), str(args["pattern"])
+        dirs = {
+            (a.tracking.checkpoint_dir, a.tracking.checkpoint_pattern)
+            for a in item.attempts
+            if a.tracking
+        }
+        if (directory, pattern) not in dirs or not set(names) <= set(item.checkpoints):
+            raise ClusterError(f"launch {item.id} has no such checkpoints to delete")
+        await clusters.delete_checkpoints(item, directory, names, pattern)
+        return None
     raise ClusterError(f"unknown ask {kind!r}")

@@ -22,6 +22,7 @@ from bot.store.store import Store
 from cluster import jobs, launch
 from cluster import preflight as checks
 from cluster.accounts import Account, lookup_account
+from cluster.checkpoint_files import delete_checkpoints
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError
 from cluster.launcher_options import LauncherOptions
@@ -247,6 +248,12 @@ class Clusters:
 
     async def tail(self, item: Launch, path: str, lines: int) -> str:
         return await jobs.tail_log(self.pool, self.profile_for(item), path, lines=lines)
+
+    async def delete_checkpoints(
+        self, item: Launch, directory: str, names: list[str], pattern: str
+    ) -> None:
+        """Delete some of the launch's checkpoints, as its person where the cluster maps them."""
+        await delete_checkpoints(self.pool, self.profile_for(item), directory, names, pattern)
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))
