@@ -19,7 +19,15 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from bot.core import answers, api_tokens, checkpoint_list, sweep_answers, usage, watching
+from bot.core import (
+    answers,
+    api_tokens,
+    checkpoint_list,
+    record_view,
+    sweep_answers,
+    usage,
+    watching,
+)
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
@@ -46,6 +54,7 @@ from bot.text.mrkdwn import (
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_PRUNE,
+    ACTION_RECORD,
     ACTION_REJECT,
     ACTION_RETRY,
     ACTION_RUN_AGAIN,
@@ -276,6 +285,8 @@ class Core:
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)
+        if incoming.action_id == ACTION_RECORD:
+            return record_view.record_reply(await self.lookup.readable(ref, user))
         if incoming.action_id.startswith(ACTION_PRUNE):  # the owner or an admin only
             keep = parse_keep(incoming.action_id.removeprefix(ACTION_PRUNE))
             launch = await self.lookup.owned(ref, user, "delete checkpoints of")

@@ -54,6 +54,7 @@ from bot.text.mrkdwn import (
     ACTION_FORM_CHECK,
     ACTION_PREFIX,
     ACTION_PREFS,
+    ACTION_RECORD,
     ACTION_TOKEN,
     HELP_CARD_TEXT,
     MESSAGE_TEXT_MAX,
@@ -176,7 +177,7 @@ class Listeners:
         if incoming.action_id.startswith(ACTION_TOKEN):  # API tokens in the App Home
             self._spawn(self._modal_after(incoming, answer, home=True))
             return
-        if incoming.action_id == ACTION_EDIT_RELAUNCH:  # a modal to edit and launch
+        if incoming.action_id in (ACTION_EDIT_RELAUNCH, ACTION_RECORD):  # answered in a modal
             self._spawn(self._modal_after(incoming, answer, home=False))
             return
         if incoming.action_id == ACTION_FORM_CHECK:  # typed in the launch form
