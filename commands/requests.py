@@ -149,9 +149,8 @@ class TrainRequest(_LaunchFields):
     framework: FrameworkName
     overrides: tuple[Override, ...] = ()
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
-    start_step: int | None = Field(
-        default=None, ge=0
-    )  # from=<job>@<step>: that one, not the newest
+    start_step: int | None = Field(default=None, ge=0)  # from=<job>@<step>: not the newest
+    from_running: bool = False  # from= a launch that still runs, said on purpose
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -165,6 +164,7 @@ class TrainRequest(_LaunchFields):
         words += self._launch_pairs()
         step = "" if self.start_step is None else f"@{self.start_step}"
         words += [f"from={self.start_from}{step}"] if self.start_from else []
+        words += ["from_running=yes"] if self.start_from and self.from_running else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

@@ -84,7 +84,6 @@ def sbatch_argv(
 
 class NeMoRL(Framework):
     name = "nemo-rl"
-    starts_at_any_step = False  # it resumes from the highest step_N of the directory it is given
     label = "NeMo-RL"
     aliases = ("nemo_rl", "nemorl")
     image = "nemo_rl-h20250923.sqsh"
@@ -94,6 +93,7 @@ class NeMoRL(Framework):
     script_label = "job script"
     passes_comment = True  # launch.sh passes its options to sbatch
     subdir = "nemo_rl"
+    starts_in_copy = True  # it resumes, saves and prunes in checkpointing.checkpoint_dir
     recipe_field = "job_script"
     recipe_globs = ("algorithms/*.sh",)
     interactive = True
