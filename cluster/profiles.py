@@ -21,6 +21,7 @@ from urllib.parse import quote
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from cluster.framework_registry import frameworks
+from cluster.images import ImageRef
 from cluster.login import RESERVED_USERS, Identity, LoginNode
 from cluster.profile_fields import (
     CLUSTER_NAME_PATTERN,
@@ -79,7 +80,7 @@ class ClusterProfile(BaseModel):
     account: str | None = Field(default=None, pattern=SLURM_NAME_PATTERN)
     recipes_dir: RemotePath = "~/vertex-oss-training"
     nemorun_home: RemotePath = ""
-    images: dict[Annotated[str, Field(pattern=IMAGE_NAME_PATTERN)], RemotePath] = Field(
+    images: dict[Annotated[str, Field(pattern=IMAGE_NAME_PATTERN)], ImageRef] = Field(
         default_factory=dict
     )
     allow_custom_images: bool = True

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 
 from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
 from cluster.framework_registry import FrameworkName, Workload
+from cluster.images import is_registry_ref
 from cluster.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
 from cluster.recipes import MODEL_PATTERN
 from cluster.slurm import slurm_time_seconds
@@ -58,7 +59,9 @@ def _check_image(value: str | None) -> str | None:
         return value
     if re.fullmatch(IMAGE_PATH_PATTERN, value) and ".." not in value.split("/"):
         return value
-    raise ValueError("must be an image name or a .sqsh path")
+    if is_registry_ref(value):
+        return value
+    raise ValueError("must be an image name, a .sqsh path or a registry reference")
 
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]

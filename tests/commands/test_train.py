@@ -145,7 +145,7 @@ REJECTED = [
     ),
     (
         "/train sfft llama3p1_8b",
-        "Unknown workload 'sfft'. Workloads: pretrain, cpt, sft, dpo, grpo, rm; "
+        "Unknown workload 'sfft'. Workloads: pretrain, cpt, sft, dpo, grpo, rm, peft; "
         "or /train interactive | help | recipes. Did you mean sft?",
     ),
     (
@@ -173,7 +173,7 @@ REJECTED = [
     ),
     (
         "/train sft llama3p1_8b framework=jax",
-        "framework='jax' is not known. Frameworks: nemo, nemo-rl.",
+        "framework='jax' is not known. Frameworks: nemo, nemo-rl, megatron-bridge.",
     ),
     # nodes out of range
     (
@@ -251,10 +251,11 @@ REJECTED = [
     ),
     (
         "/train sft llama3p1_8b image=nemo2",
-        "image='nemo2' is not an image of a3m. Images there: nemo, nemo-rl (or a path to a "
+        "image='nemo2' is not an image of a3m. Images there: nemo, nemo-rl, megatron-bridge "
+        "(or a path to a "
         ".sqsh file). Did you mean nemo?",
     ),
-    ("/train sft llama3p1_8b image=docker://nvcr.io/nemo", "image='docker://nvcr.io/nemo' is"),
+    ("/train sft llama3p1_8b image=docker://NVCR.io/Nemo", "image='docker://NVCR.io/Nemo' is"),
     ("/train sft llama3p1_8b image=/a/../b.sqsh", "is not valid: give an image name"),
     (
         "/train sft llama3p1_8b image=relative.sqsh",
@@ -345,7 +346,7 @@ def test_custom_images_can_be_switched_off(make_context, make_profile, user: Use
     with pytest.raises(CommandError) as caught:
         parse_line("/train sft llama3p1_8b image=/x/y.sqsh", user=user, context=context)
     assert str(caught.value) == (
-        "image='/x/y.sqsh' is not an image of a4. Images there: nemo, nemo-rl."
+        "image='/x/y.sqsh' is not an image of a4. Images there: nemo, nemo-rl, megatron-bridge."
     )
 
 
