@@ -26,7 +26,7 @@ _HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?)"
 _PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*){0,8}"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 REGISTRY_REF_RE = re.compile(
-    rf"(?P<scheme>docker://)?(?:(?P<host>{_HOST})#)?(?P<path>{_PATH})"
+    rf"(?P<scheme>docker://)?(?:(?P<host>{_HOST})(?P<sep>[#/]))?(?P<path>{_PATH})"
     rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>sha256:[a-f0-9]{{64}}))?"
 )
 #: The first-start note a launch on a registry image gets.
@@ -45,7 +45,7 @@ def is_registry_ref(value: str) -> bool:
     if match is None:
         return False
     # A bare word ("nemo") is a name in a profile's images, not Docker Hub's "nemo".
-    return bool(match["scheme"] or match["host"] or "/" in match["path"] or match["tag"])
+    return bool(match["scheme"] or match["sep"] or "/" in match["path"] or match["tag"])
 
 
 def pyxis_image(value: str) -> str:

@@ -37,8 +37,10 @@ _DETAILS: dict[HelpTopic, str] = {
         "  partition=P      Slurm partition (default: the cluster's)\n"
         "  time=T           time limit: MM, HH:MM:SS or D-HH:MM:SS\n"
         "  name=N           job name: letters, digits, - _ .\n"
-        "  image=I          an image name of the cluster, or a path to a .sqsh file\n"
-        "                   where policy allows you custom images (usually without job secrets)\n"
+        "  image=I          an image name of the cluster, a path to a .sqsh file or a registry\n"
+        "                   reference (nvcr.io/nvidia/nemo:26.02, nvcr.io#nvidia/nemo-rl:v0.5.0,\n"
+        "                   docker://...: pyxis imports it at the start, minutes) where policy\n"
+        "                   allows you custom images (usually without job secrets)\n"
         "  framework=F      {frameworks}\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
         "  over_budget=true admins only: launch even past the weekly GPU-hour budget\n"
@@ -47,7 +49,9 @@ _DETAILS: dict[HelpTopic, str] = {
         "  after=J[:ok|:any] start when launch (or Slurm job) J has ended for good, retries\n"
         "                   included: :ok (default) only if it completed, :any whatever its end\n"
         "  from=J           start from launch J's newest complete checkpoint (same cluster;\n"
-        "                   NeMo: weights for another workload, the whole state for the same)\n"
+        "                   NeMo: weights for another workload, the whole state for the same;\n"
+        "                   Megatron-Bridge: checkpoint.load or checkpoint.pretrained_checkpoint)\n"
+        "{framework_lines}\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
@@ -105,6 +109,35 @@ def _workloads_text() -> str:
     return "; ".join(parts)
 
 
+def _framework_lines(context: CommandContext) -> str:
+    """Each framework with its default image on the default cluster, then the recipe each
+    Megatron-Bridge entry runs (the catalog's, so a site's own recipes show too)."""
+    profile = context.default_profile() if context.clusters else None
+    lines = ["Frameworks (default image on the default cluster):"]
+    for fw in frameworks().values():
+        image = profile.images.get(fw.name, "") if profile is not None else ""
+        if image.startswith(("/", "~")):
+            image = image.rsplit("/", 1)[-1]
+        lines.append(f"  {fw.name:<16} {fw.label}: {image}")
+    by_model: dict[str, list[str]] = {}
+    for entry in context.catalog.entries:
+        if name := recipe_name(entry.args):
+            by_model.setdefault(entry.model, []).append(f"{entry.workload} {name}")
+    if by_model:
+        lines.append("Megatron-Bridge recipes (megatron.bridge.recipes; peft runs LoRA):")
+        lines += [f"  {model}: {', '.join(found)}" for model, found in by_model.items()]
+        lines.append(
+            "A site adds its own recipe under recipes: in trainbot.yaml (framework, workload,\n"
+            "  model, script: run_recipe.py, args: [recipe=<function name>]); see the docs."
+        )
+    return "\n".join(lines)
+
+
+def recipe_name(args: tuple[str, ...]) -> str:
+    """The Megatron-Bridge recipe function an entry's args name (``recipe=...``), or ""."""
+    return next((a.split("=", 1)[1] for a in args if a.startswith("recipe=")), "")
+
+
 def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
     """The help for one topic, or an overview of every command."""
     default = context.default_profile().name if context.clusters else "(none configured)"
@@ -115,6 +148,7 @@ def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
             frameworks=" or ".join(frameworks()),
             interactive=interactive_framework().label,
             max_sweep=context.policy.max_sweep,
+            framework_lines=_framework_lines(context) if topic == "train" else "",
         )
         return f"`{USAGE[topic]}`\n{details}"
     lines = ["trainbot commands:"]
@@ -141,9 +175,8 @@ def recipes_text(context: CommandContext, workload: str | None = None) -> str:
         lines.append(f"*{name}*")
         for entry in entries:
             keys = ", ".join(entry.overrides) or "none"
-            lines.append(
-                f"  {entry.model} ({entry.framework}: {entry.script_path}) overrides: {keys}"
-            )
+            what = recipe_name(entry.args) or entry.script_path
+            lines.append(f"  {entry.model} ({entry.framework}: {what}) overrides: {keys}")
     if not lines:
         return "No recipes match. /train recipes lists them all."
     lines.append("Example: /train sft llama3p1_8b nodes=2 trainer.max_steps=100")

@@ -68,17 +68,11 @@ OVERRIDES = {
     "train.exit_interval": STEPS_PATTERN,
     "train.exit_duration_in_mins": "[0-9]{1,6}",
     "optimizer.lr": FLOAT_PATTERN,
-    "optimizer.min_lr": FLOAT_PATTERN,
-    "scheduler.lr_warmup_iters": STEPS_PATTERN,
     "checkpoint.save_interval": STEPS_PATTERN,
     "logger.log_interval": STEPS_PATTERN,
     "validation.eval_interval": STEPS_PATTERN,
-    "validation.eval_iters": STEPS_PATTERN,
     "model.tensor_model_parallel_size": "[0-9]{1,3}",
-    "model.pipeline_model_parallel_size": "[0-9]{1,3}",
-    "model.seq_length": "[0-9]{1,6}",
     "logger.wandb_project": "[A-Za-z0-9._-]{1,64}",
-    "logger.wandb_exp_name": "[A-Za-z0-9._-]{1,64}",
     "rerun_state_machine.rerun_mode": "disabled|validate_results|report_determinism_stats",
 }
 CPT_OVERRIDES = {PRETRAINED_KEY: _PATH_VALUE}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commands import (
+    CommandContext,
     CommandError,
     HelpRequest,
     InteractiveRequest,
@@ -362,3 +363,38 @@ def test_a_quoted_value_with_a_newline_or_tab_is_echoed_on_one_line(text: str) -
     message = str(caught.value)
     assert "\n" not in message and "\t" not in message, message
     assert "\\n" in message or "\\t" in message, message
+
+
+@pytest.mark.parametrize(
+    ("line", "framework", "image"),
+    [
+        (
+            "/train pretrain llama3p1_8b framework=megatron-bridge nodes=2 cluster=a4",
+            "megatron-bridge",
+            None,
+        ),
+        ("/train sft llama3p1_8b framework=mbridge", "megatron-bridge", None),
+        ("/train peft llama3p1_70b", "megatron-bridge", None),  # only Megatron-Bridge runs PEFT
+        (
+            "/train sft llama3p1_8b image=nvcr.io/nvidia/nemo:26.02",
+            "nemo",
+            "nvcr.io/nvidia/nemo:26.02",
+        ),
+        (
+            "/train dpo llama3p1_8b image=nvcr.io#nvidia/nemo-rl:v0.5.0",
+            "nemo-rl",
+            "nvcr.io#nvidia/nemo-rl:v0.5.0",
+        ),
+        (
+            "/train sft llama3p1_8b image=docker://nvcr.io#nvidia/nemo:26.02",
+            "nemo",
+            "docker://nvcr.io#nvidia/nemo:26.02",
+        ),
+    ],
+)
+def test_megatron_bridge_and_registry_images_are_accepted(
+    line: str, framework: str, image: str | None, context: CommandContext, user: User
+) -> None:
+    request = parse_line(line, user=user, context=context)
+    assert isinstance(request, TrainRequest)
+    assert (request.framework, request.image) == (framework, image)
