@@ -17,21 +17,15 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     login_run,
     wait_delivered,
     wait_for_launch,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 MB = "framework=megatron-bridge cluster=a4"
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 async def train(bot: Bot, front: ConsoleFront, text: str) -> str:
