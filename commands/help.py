@@ -9,7 +9,7 @@ from commands.requests import HelpTopic
 
 USAGE: dict[HelpTopic, str] = {
     "train": "/train <workload> <model> [key=value ...]",
-    "interactive": "/train interactive [nodes=N] [cluster=C]",
+    "interactive": "/train interactive [nodes=N] [cluster=C] | /train interactive node=<n>",
     "recipes": "/train recipes [workload]",
     "attach": "/attach <job> [cluster=C]",
     "jobs": "/jobs [all] [history [days=N]] [cluster=C] | /jobs watching",
@@ -67,6 +67,8 @@ _DETAILS: dict[HelpTopic, str] = {
         "Allocate nodes for an interactive {interactive} session; /attach shows how to get in.\n"
         "Keys: cluster, nodes, partition, time, name, image, dry_run, over_budget, at, after "
         "(as for /train).\n"
+        "/train interactive node=<n> [cluster=C] gives you the command for a shell on node n\n"
+        "(from 0) of your running interactive job, as the guide's nemorlinteractive <n>.\n"
         "Example: /train interactive nodes=1 cluster={default}"
     ),
     "recipes": "List what /train can launch, with the overrides each recipe allows.",

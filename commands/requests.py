@@ -218,6 +218,21 @@ class InteractiveRequest(_LaunchFields):
         return " ".join([self.command, "interactive", *self._launch_pairs()])
 
 
+class ShellRequest(_Request):
+    """``/train interactive node=<n> [cluster=C]``: the guide's ``nemorlinteractive <n>``, a
+    shell on node ``n`` (0-based) of the person's running interactive job."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["shell"] = "shell"
+    node: int = Field(ge=0, le=4095)
+    cluster: ClusterName | None = None
+
+    def to_text(self) -> str:
+        return " ".join(
+            [self.command, "interactive", *_pairs(node=self.node, cluster=self.cluster)]
+        )
+
+
 class _OneJob(_Request):
     """A command about one job: ``/<command> <job>``."""
 
@@ -355,6 +370,7 @@ Request = Annotated[
     TrainRequest
     | SweepRequest
     | InteractiveRequest
+    | ShellRequest
     | AttachRequest
     | CancelRequest
     | WatchRequest

@@ -39,6 +39,11 @@ def _digits(key: str, raw: str, low: int, high: int, example: int) -> int:
     return int(raw)
 
 
+def parse_node(raw: str) -> int:
+    """``node=<n>``: a node of an allocation, counted from 0 (as ``nemorlinteractive n``)."""
+    return _digits("node", raw, 0, 4095, 1)
+
+
 def parse_nodes(raw: str, profile: ClusterProfile, user_max: int | None = None) -> int:
     """Nodes for a launch: 1 up to the cluster's (and, when given, the user's) maximum."""
     limit = profile.max_nodes if user_max is None else min(user_max, profile.max_nodes)

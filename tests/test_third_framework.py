@@ -128,7 +128,8 @@ def test_a_registered_framework_is_chosen_planned_and_tracked(
     with pytest.raises(CommandError, match=r"Frameworks: nemo, nemo-rl, megatron-bridge, toy\.$"):
         parse_line("/train sft tiny framework=jax", user=user, context=context)
     train_help = help_text(context, "train")
-    assert "ppo (Toy)" in train_help and "framework=F      nemo or nemo-rl or megatron-bridge or toy" in train_help
+    assert "ppo (Toy)" in train_help
+    assert "framework=F      nemo or nemo-rl or megatron-bridge or toy" in train_help
 
     # Planning: the toy's argv, run in its directory, with its default image.
     assert isinstance(request, TrainRequest)

@@ -61,6 +61,7 @@ from commands.requests import (
     JobsRequest,
     LogsRequest,
     RecipesRequest,
+    ShellRequest,
     SweepRequest,
     TrainRequest,
     UnwatchRequest,
@@ -189,6 +190,8 @@ class Core:
             if request.plot:
                 return await answers.plot(launch)
             return await answers.logs(self.calls, launch, request.lines or 50)
+        if isinstance(request, ShellRequest):
+            return await answers.shell(self.store, self.clusters, user, request)
         if isinstance(request, AttachRequest):
             return answers.attach(
                 self.clusters, await self.lookup.owned(request.job, user, "attach to")
