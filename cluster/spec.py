@@ -27,7 +27,7 @@ from pydantic import SecretStr
 
 from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, Mount, Tracking
 from cluster.framework_registry import FrameworkName, RecipeFields, frameworks, registered
-from cluster.images import check_image_ref, is_registry_ref
+from cluster.images import check_image_ref, is_registry_ref, pyxis_image
 from cluster.launcher_options import LauncherOptions
 from cluster.profile_fields import SLURM_NAME_PATTERN
 from cluster.profiles import ClusterProfile
@@ -310,7 +310,11 @@ class LaunchSpec:
 
     @property
     def image_path(self) -> str:
-        return self.profile.resolve_image(self.image, self.framework)
+        """The image as the launcher passes it to pyxis: a login-node path, or a registry
+        reference in pyxis's ``registry#path:tag`` form (enroot would read
+        ``nvcr.io/nvidia/nemo`` as a Docker Hub path)."""
+        image = self.profile.resolve_image(self.image, self.framework)
+        return pyxis_image(image) if is_registry_ref(image) else image
 
     @property
     def work_dir(self) -> str:

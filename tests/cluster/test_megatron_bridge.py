@@ -156,3 +156,16 @@ def test_custom_image_rules_name_the_registries_they_allow() -> None:
     assert not rule.holds("/scratch/images/x.sqsh")  # no dirs: no files
     with pytest.raises(ValueError, match="dirs or the registries"):
         ImageRule(users=("*",))
+
+
+def test_every_launcher_gets_a_registry_image_in_pyxis_form() -> None:
+    nemo = DEFAULT_CATALOG.find("sft", "llama3p1_8b", "nemo")
+    rl = DEFAULT_CATALOG.find("dpo", "llama3p1_8b", "nemo-rl")
+    assert nemo is not None and rl is not None
+    for recipe, image in (
+        (nemo, "nvcr.io/nvidia/nemo:26.02"),
+        (rl, "docker://nvcr.io/nvidia/nemo-rl:v0.5.0"),
+    ):
+        launch = LaunchSpec.from_recipe(profile(), recipe, launch_id="L-1", nodes=1, image=image)
+        assert launch.image_path == pyxis_image(image) and "#" in launch.image_path
+        assert launch.image_path in plan_launch(launch).script()
