@@ -45,12 +45,12 @@ async def test_pretrain_completes_with_checkpoints_once_and_from_starts_at_the_n
     unique: str,
 ) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    quick = {"step_time_s": 0.4, "save_time_s": 0.3, "log_interval": 2}
+    quick = {"step_time_s": 0.5, "save_time_s": 0.3, "log_interval": 2}
     async with knobs(unique, **quick), running(bot_settings(), dev_config(), front) as bot:
         first = await train(
             bot,
             front,
-            f"pretrain llama3p1_8b {MB} nodes=2 name={unique} train.train_iters=12 "
+            f"pretrain llama3p1_8b {MB} nodes=2 name={unique} train.train_iters=20 "
             "checkpoint.save_interval=5",
         )
         done = await wait_for_launch(bot.store, first)
@@ -58,26 +58,26 @@ async def test_pretrain_completes_with_checkpoints_once_and_from_starts_at_the_n
             bot,
             front,
             f"pretrain llama3p1_8b {MB} name={unique}b from={first} "
-            "train.train_iters=16 checkpoint.save_interval=5",
+            "train.train_iters=24 checkpoint.save_interval=5",
         )
         resumed = await wait_for_launch(bot.store, second)
         await wait_delivered(bot.store)
     said = "\n".join(front.lines)
     assert done.outcome == "COMPLETED", said
-    assert done.checkpoints == ["iter_0000005", "iter_0000010", "iter_0000012"]
-    for step in (5, 10, 12):
+    assert done.checkpoints == [f"iter_{s:07d}" for s in (5, 10, 15, 20)]
+    for step in (5, 10, 15, 20):
         assert said.count(f"💾 Checkpoint step {step} saved.") == 1, said
     assert "nvcr.io#nvidia/nemo:26.02 from its registry" in said  # pre-flight: no file check
     assert "pyxis: importing docker image: nvcr.io#nvidia/nemo:26.02" in run_log(first)
-    assert "step 12 / 12 · loss" in said
+    assert "step 20 / 20 · loss" in said
     assert "ETA" in said  # while it ran
-    assert done.progress.step == 12 and done.progress.loss is not None
+    assert done.progress.step == 20 and done.progress.loss is not None
     assert resumed.outcome == "COMPLETED", said
-    assert f"Starts from {first}'s newest complete checkpoint, step 12" in said
+    assert f"Starts from {first}'s newest complete checkpoint, step 20" in said
     log = run_log(second)
-    assert f"-{first}/checkpoints [ t 0/1, p 0/1 ] at iteration 12" in log
-    assert "Starting training loop at iteration 12" in log
-    assert resumed.checkpoints[0] == "iter_0000015"  # its own, in its own directory
+    assert f"-{first}/checkpoints [ t 0/1, p 0/1 ] at iteration 20" in log
+    assert "Starting training loop at iteration 20" in log
+    assert resumed.checkpoints == ["iter_0000024"]  # its own, in its own directory
 
 
 async def test_timeout_after_a_checkpoint_is_retried_from_it(unique: str) -> None:
