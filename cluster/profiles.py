@@ -40,7 +40,9 @@ from cluster.remote import join_remote
 from cluster.sbatch import JobShape
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
-_NULLABLE = ("account", "time_limit", "attach_url_template", "tensorboard_url_template")
+_NULLABLE = (
+    "account", "time_limit", "attach_url_template", "tensorboard_url_template", "region",
+)  # fmt: skip
 
 
 class TypeDefaults(BaseModel):
@@ -84,6 +86,9 @@ class ClusterProfile(BaseModel):
         default_factory=dict
     )
     allow_custom_images: bool = True
+    # The Google Cloud region whose prebuilt images the guide names for this cluster
+    # (gs://vmds-containers-<region>/..., mounted at /gcs/vmds-containers-<region>/...).
+    region: Literal["us", "europe", "asia"] | None = None
     cache_dir: RemotePath = "~/.cache"
     data_dir: RemotePath = "~/data"
     log_dir: RemotePath = ""

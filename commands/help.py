@@ -19,6 +19,7 @@ USAGE: dict[HelpTopic, str] = {
     "usage": "/usage [me|@person|team=<group>|cluster=C] [week|month|days=N] [csv=true]",
     "watch": "/watch <job> [cluster=C]",
     "unwatch": "/unwatch <job> [cluster=C]",
+    "images": "/images [cluster=C]",
 }
 
 _JOB = (
@@ -86,6 +87,12 @@ _DETAILS: dict[HelpTopic, str] = {
         "hold them. /jobs watching lists what you watch. " + _JOB
     ),
     "unwatch": "Stop getting DMs about a launch you watch. " + _JOB,
+    "images": (
+        "Each cluster's images: the .sqsh files in its recipes checkout and its config (size,\n"
+        "date, which framework uses each by default), its registry images (pyxis imports\n"
+        "them at the start), and the guide's prebuilt images for its region (the gs:// path\n"
+        "to copy, and whether the /gcs/ mount has it). Use one with image=<name or path>."
+    ),
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (
         "Each cluster's partitions with idle and total nodes, free GPUs, queue length, and "

@@ -43,6 +43,7 @@ HelpTopic = Literal[
     "usage",
     "watch",
     "unwatch",
+    "images",
 ]
 HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
 MAX_NODES = 4096
@@ -233,6 +234,17 @@ class ShellRequest(_Request):
         )
 
 
+class ImagesRequest(_Request):
+    """``/images [cluster=C]``: each cluster's images and the guide's prebuilt ones."""
+
+    command: ClassVar[str] = "/images"
+    kind: Literal["images"] = "images"
+    cluster: ClusterName | None = None
+
+    def to_text(self) -> str:
+        return " ".join([self.command, *_pairs(cluster=self.cluster)])
+
+
 class _OneJob(_Request):
     """A command about one job: ``/<command> <job>``."""
 
@@ -371,6 +383,7 @@ Request = Annotated[
     | SweepRequest
     | InteractiveRequest
     | ShellRequest
+    | ImagesRequest
     | AttachRequest
     | CancelRequest
     | WatchRequest

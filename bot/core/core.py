@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from bot.core import answers, sweep_answers, usage, watching
+from bot.core import answers, images, sweep_answers, usage, watching
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
@@ -57,6 +57,7 @@ from commands.requests import (
     CancelRequest,
     ClustersRequest,
     HelpRequest,
+    ImagesRequest,
     InteractiveRequest,
     JobsRequest,
     LogsRequest,
@@ -190,6 +191,9 @@ class Core:
             if request.plot:
                 return await answers.plot(launch)
             return await answers.logs(self.calls, launch, request.lines or 50)
+        if isinstance(request, ImagesRequest):
+            await slow_down(self.store, self.context, user.id, "commands")
+            return await images.answer(self.calls, self.context, user, request)
         if isinstance(request, ShellRequest):
             return await answers.shell(self.store, self.clusters, user, request)
         if isinstance(request, AttachRequest):

@@ -28,6 +28,7 @@ from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.image_listing import ImageListing
 from cluster.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ _CAPACITY = TypeAdapter(ClusterCapacity)
 _ESTIMATE = TypeAdapter(StartEstimate)
 _SHAPE = TypeAdapter(JobShape)
 _ACCOUNT = TypeAdapter(Account)
+_IMAGES = TypeAdapter(ImageListing)
 _ERRORS: dict[str, type[ClusterError]] = {
     kind.__name__: kind
     for kind in (ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed)
@@ -51,6 +53,8 @@ class ClusterCalls(Protocol):
     def acts_as_people(self) -> bool: ...
 
     async def capacity(self, cluster: str) -> ClusterCapacity: ...
+
+    async def images(self, cluster: str) -> ImageListing: ...
 
     async def cancel(self, item: Launch, job_ids: list[str]) -> None: ...
 
@@ -90,6 +94,11 @@ class WorkerAsks:
         args = {"cluster": cluster}
         value = await self._ask("capacity", args, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
         return _CAPACITY.validate_python(value)
+
+    async def images(self, cluster: str) -> ImageListing:
+        args = {"cluster": cluster}
+        value = await self._ask("images", args, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
+        return _IMAGES.validate_python(value)
 
     async def cancel(self, item: Launch, job_ids: list[str]) -> None:
         args = {"launch": item.id, "job_ids": job_ids}
@@ -155,6 +164,8 @@ async def _answer(store: Store, clusters: Clusters, ask: dict[str, Any]) -> None
 async def _run(store: Store, clusters: Clusters, kind: str, args: dict[str, Any]) -> Any:
     if kind == "capacity":
         return _CAPACITY.dump_python(await clusters.capacity(str(args["cluster"])), mode="json")
+    if kind == "images":
+        return _IMAGES.dump_python(await clusters.images(str(args["cluster"])), mode="json")
     if kind == "account":
         account = await clusters.account(str(args["cluster"]), str(args["name"]))
         return _ACCOUNT.dump_python(account, mode="json")

@@ -60,6 +60,7 @@ COMMANDS = (
     "/usage",
     "/watch",
     "/unwatch",
+    "/images",
 )
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (
