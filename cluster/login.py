@@ -25,15 +25,27 @@ class LoginNode(BaseModel):
     ``key_file`` uses such a certificate for ``user`` too.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     host: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
+    """The login node's host name or address, as the bot's machine reaches it."""
     port: int = Field(default=22, ge=1, le=65535)
+    """Its SSH port."""
     user: ClusterUser
+    """The shared account: cluster discovery, `/clusters`, and the launches of people `identity`
+    does not map run as it."""
     key_file: Path | None = None
+    """On the bot's machine: the private key the bot logs in with; null: a certificate from
+    `user_ca_key_file` for this user too."""
     known_hosts_file: Path | None = None
+    """On the bot's machine: the login node's host keys; an unknown or changed key is always
+    refused."""
     user_ca_key_file: Path | None = None
+    """On the bot's machine: the private key of an SSH user CA the login node's sshd trusts
+    (`TrustedUserCAKeys`), owned by the user trainbot runs as, mode 600; needed for `identity`."""
     cert_ttl_s: int = Field(default=300, ge=60, le=86400)
+    """Seconds each certificate the bot signs is valid (60 to 86400); a connection is replaced once
+    it runs out."""
     # Not in the config: the key id of the certificates signed for this login, naming
     # the person and what for (set by :meth:`as_user`); sshd logs it with each login.
     _key_id: str = PrivateAttr(default="")
@@ -85,15 +97,24 @@ class Identity(BaseModel):
     secret is withheld from them (a person's job could read it).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     users: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9._@-]{1,80}$")], ClusterUser] = Field(
         default_factory=dict
     )
+    """Slack user id (or console name) to Unix user name on this cluster."""
     from_email: bool = False
+    """For people not in `users`: the local part of their Slack profile's confirmed email, in one of
+    `email_domains`, is their user name (never root, `login.user` or a name `users` gives someone
+    else)."""
     email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
+    """The email domains `from_email` accepts (needed with it)."""
     unmapped: Literal["refuse", "shared"] = "refuse"
+    """People neither `users` nor `from_email` maps: `refuse` (with a message naming whom to ask) or
+    `shared` (run as `login.user`)."""
     org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
+    """The `{env: NAME}` job secrets people's own jobs get (a person's job can read and keep them);
+    default none."""
 
     @model_validator(mode="after")
     def _email_needs_domains(self) -> Identity:
