@@ -28,10 +28,10 @@ async def test_a_shell_on_a_node_of_ones_own_running_interactive_job() -> None:
         core = Core(
             store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
         )
-        request = InteractiveRequest(cluster="a4", nodes=2)
+        request = InteractiveRequest(cluster="a3m", nodes=2)  # a3m: no identity map
         launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
         launch.phase = Phase.RUNNING
-        launch.attempts.append(Attempt(number=1, job_id="4201", node_list="a4-[3-4]"))
+        launch.attempts.append(Attempt(number=1, job_id="4201", node_list="a3m-[3-4]"))
         await store.create(launch, [Event("parent", launch.id)], enqueue=False)
 
         async def ask(user: str, text: str) -> tuple[bool, str]:
@@ -40,12 +40,12 @@ async def test_a_shell_on_a_node_of_ones_own_running_interactive_job() -> None:
 
         error, text = await ask("U0ALICE", "interactive node=1")
         assert not error, text
-        assert "node 1 (a4-4) of your job 4201" in text
+        assert "node 1 (a3m-4) of your job 4201" in text
         assert "srun --jobid=4201 --overlap --nodes=1 --ntasks=1 --relative=1 --pty bash -l" in text
-        error, text = await ask("U0ALICE", "interactive node=2 cluster=a4")
+        error, text = await ask("U0ALICE", "interactive node=2 cluster=a3m")
         assert error and "has 2 nodes: give node=0 to node=1" in text, text
-        error, text = await ask("U0ALICE", "interactive node=0 cluster=a3m")
-        assert error and text.startswith("You have no running interactive job on a3m"), text
+        error, text = await ask("U0ALICE", "interactive node=0 cluster=a4")
+        assert error and text.startswith("You have no running interactive job on a4"), text
         error, text = await ask("U0BOB", "interactive node=0")  # not theirs
         assert error and text.startswith("You have no running interactive job:"), text
         error, text = await ask("U0ALICE", "interactive node=x")
