@@ -34,6 +34,7 @@ from bot.engine.asks import ClusterCalls
 from bot.engine.identity import NoUser, People
 from bot.engine.on_cluster import Clusters
 from bot.engine.sweeps import ACTION_CANCEL_MEMBER
+from bot.lifecycle.launch import Launch
 from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.text.mrkdwn import (
@@ -46,6 +47,7 @@ from bot.text.mrkdwn import (
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
+    ACTION_RESUME,
     ACTION_RETRY,
     ACTION_RUN_AGAIN,
     ACTION_TOKEN_CREATE,
@@ -92,6 +94,18 @@ LAUNCH_FORMS = frozenset(
         VIEW_RELAUNCH,
     }
 )  # the launch form: Run again, Edit & relaunch, the shortcut, checks and submissions
+
+
+def resumed(launch: Launch) -> TrainRequest:
+    """The request that goes on from ``launch``'s newest checkpoint (``from=``): the same
+    run, waiting for nothing; only a run that stopped early and was not resumed has one."""
+    if launch.outcome != "STOPPED_EARLY" or not isinstance(launch.request, TrainRequest):
+        raise CommandError(
+            f"{launch.id} did not stop early ({launch.outcome or launch.phase.value}): "
+            "only a run that stopped early goes on from its checkpoint with this button."
+        )
+    update = {"start_from": launch.id, "after": None, "after_any": False, "at": None}
+    return launch.request.model_copy(update=update)
 
 
 class Core:
@@ -197,7 +211,11 @@ class Core:
             )
         if isinstance(request, JobsRequest):
             return await answers.jobs(
-                self.store, user, all_users=request.all_users, cluster=request.cluster
+                self.store,
+                user,
+                all_users=request.all_users,
+                cluster=request.cluster,
+                visible=None if self._admin(user) else self.capacity.visible(user),
             )
         if isinstance(request, ClustersRequest):
             return await self.capacity.cluster_list(request.cluster, user)
@@ -223,6 +241,7 @@ class Core:
                 self.clusters, await self.lookup.owned(request.job, user, "attach to")
             )
         if isinstance(request, UsageRequest):
+            await slow_down(self.store, self.context, user.id, "commands")  # a chart is costly
             return await usage.answer(
                 self.store,
                 self.context.policy,
@@ -232,6 +251,9 @@ class Core:
                 self.directory.team_members,
             )
         raise CommandError("That command is not handled yet.")
+
+    def _admin(self, user: User) -> bool:
+        return self.context.policy.is_admin(user.id, user.groups)
 
     async def on_relaunch(self, incoming: Incoming, user: User) -> Reply:
         """Run again, Edit & relaunch, the "Launch training" shortcut, and their forms
@@ -295,4 +317,7 @@ class Core:
             launch = await self.lookup.actable(ref, user, "retry")
             await slow_down(self.store, self.context, user.id, "launches")
             return await self.decisions.retry(launch, user)
+        if incoming.action_id == ACTION_RESUME:  # as if its owner typed /train ... from=<it>
+            launch = await self.lookup.owned(ref, user, "resume")
+            return await self.launcher.train(resumed(launch), incoming, user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)

@@ -27,7 +27,7 @@ from bot.text.mrkdwn import escape, slack_date
 
 log = logging.getLogger(__name__)
 
-SUCCEEDED = frozenset({"COMPLETED", "CANCELLED", ""})  # not a failure
+SUCCEEDED = frozenset({"COMPLETED", "CANCELLED", "STOPPED_EARLY", ""})  # not a failure
 MARK_KEEP_S = 90 * 86400
 
 

@@ -25,6 +25,7 @@ ACTION_CANCEL = "trainbot_cancel"
 ACTION_LOGS = "trainbot_logs"
 ACTION_ATTACH = "trainbot_attach"
 ACTION_RETRY = "trainbot_retry"
+ACTION_RESUME = "trainbot_resume"  # a run that stopped early: a new launch from its checkpoint
 ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
@@ -227,6 +228,10 @@ def attach_button(value: str) -> Block:
 
 def retry_button(value: str) -> Block:
     return button("Retry", ACTION_RETRY, value, style="primary")
+
+
+def resume_button(value: str) -> Block:
+    return button("Resume from checkpoint", ACTION_RESUME, value, style="primary")
 
 
 def run_again_button(value: str) -> Block:

@@ -99,3 +99,10 @@ def test_the_report_ranks_people_and_clusters_and_counts_failed_runs_by_cause() 
     assert "Clusters: a4 14.00, a3m 6.00" in text, text
     assert "Failures by cause: cuda_oom 2, node_fail 1" in text, text
     assert "GPU-hours used by failed runs: 10.00 (50%)" in text, text
+
+
+def test_a_run_that_stopped_early_is_no_failure_in_the_report() -> None:
+    early = Charge(launch_id="L-000001", user_id="U1", cluster="a4", gpu_hours=3.0,
+                   ended_at=1000.0, outcome="STOPPED_EARLY")  # fmt: skip
+    text = report_text([early], since=0.0, until=86400.0, top=2)
+    assert "3.00 GPU-hours in 1 launch" in text and "Failures by cause" not in text, text
