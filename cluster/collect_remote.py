@@ -302,15 +302,32 @@ def first_errors(
         return result("python", True)
 
 
-def completed_checkpoints(ckpt_dir: str, pattern: str, unfinished: str) -> list[tuple[int, str]]:
+def tracked_step(ckpt_dir: str, tracker: str) -> int:
+    """The step a Megatron tracker file names (``latest_checkpointed_iteration.txt``: the
+    newest complete checkpoint, written after it); -1 when there is none or it reads as no
+    step (the job writes it: only a plain number of at most 12 digits counts)."""
+    try:
+        with open(os.path.join(ckpt_dir, tracker), "rb") as handle:
+            text = handle.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return -1
+    return int(text) if re.fullmatch(r"[0-9]{1,12}", text) else -1
+
+
+def completed_checkpoints(
+    ckpt_dir: str, pattern: str, unfinished: str, tracker: str = ""
+) -> list[tuple[int, str]]:
     names = set(_listdir(ckpt_dir))
+    newest = tracked_step(ckpt_dir, tracker) if tracker else None
     found = []
     for name in names:
         if unfinished and (name.endswith(unfinished) or f"{name}{unfinished}" in names):
             continue
         match = re.search(pattern, name) if pattern else None
         if match and os.path.isdir(os.path.join(ckpt_dir, name)):
-            found.append((int(match.group(1)), name))
+            step = int(match.group(1))
+            if newest is None or step <= newest:
+                found.append((step, name))
     return sorted(found)
 
 
@@ -334,6 +351,7 @@ def collect_job(
             os.path.expanduser(job["checkpoint_dir"]),
             job.get("checkpoint_pattern") or "",
             job.get("unfinished_suffix") or "",
+            job.get("tracker_file") or "",
         )
         new = [{"step": s, "name": n} for s, n in done if n not in known]
         result["checkpoints"] = new[:max_ckpts]

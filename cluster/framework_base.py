@@ -51,6 +51,9 @@ class Tracking(BaseModel):
     checkpoint_dir: str = ""
     checkpoint_pattern: str = ""  # regex a complete checkpoint's name fully matches; group 1: step
     unfinished_suffix: str = ""  # a sibling ``<name><suffix>`` means the save is in progress
+    # Megatron: a file in checkpoint_dir holding the newest complete checkpoint's step, written
+    # after its directory; a checkpoint past it is a save in progress (none before it exists).
+    tracker_file: str = ""
     attach_path: str = ""  # interactive: the file that appears when the job can be attached
     attach_alternatives: tuple[str, ...] = ()  # where else a site's launcher may write it
     evidence: tuple[str, ...] = ()  # glob patterns of every file the job leaves

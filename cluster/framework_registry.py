@@ -77,14 +77,17 @@ _loaded = False
 
 
 def frameworks() -> Mapping[str, Registered]:
-    """Every framework by name, in the order their modules register them (file name
-    order); the first call imports the framework modules."""
+    """Every framework by name, in the order their ``listed`` numbers say (then the order
+    their modules register them: file name order); the first call imports the modules."""
     global _loaded
     if not _loaded:
         _loaded = True
         package = importlib.import_module(_PACKAGE)
         for module in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"{_PACKAGE}.{module.name}")
+        ordered = sorted(_REGISTERED.values(), key=lambda fw: getattr(fw, "listed", 100))
+        _REGISTERED.clear()
+        _REGISTERED.update((fw.name, fw) for fw in ordered)
     return _REGISTERED
 
 

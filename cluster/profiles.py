@@ -21,6 +21,7 @@ from urllib.parse import quote
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from cluster.framework_registry import frameworks
+from cluster.images import ImageRef
 from cluster.login import RESERVED_USERS, Identity, LoginNode
 from cluster.profile_fields import (
     CLUSTER_NAME_PATTERN,
@@ -39,7 +40,9 @@ from cluster.remote import join_remote
 from cluster.sbatch import JobShape
 
 ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
-_NULLABLE = ("account", "time_limit", "attach_url_template", "tensorboard_url_template")
+_NULLABLE = (
+    "account", "time_limit", "attach_url_template", "tensorboard_url_template", "region",
+)  # fmt: skip
 
 
 class TypeDefaults(BaseModel):
@@ -95,14 +98,21 @@ class ClusterProfile(BaseModel):
     beneath."""
     nemorun_home: RemotePath = ""
     """On the login node: `NEMORUN_HOME` for `run.py`. Default: `<recipes_dir>/nemo`."""
-    images: dict[Annotated[str, Field(pattern=IMAGE_NAME_PATTERN)], RemotePath] = Field(
+    images: dict[Annotated[str, Field(pattern=IMAGE_NAME_PATTERN)], ImageRef] = Field(
         default_factory=dict
     )
-    """On the login node: container images (`.sqsh`) by name; `image=<name>` picks one, and `nemo`
-    and `nemo-rl` are each framework's default."""
+    """Container images by name: a `.sqsh` file on the login node or a registry reference
+    (`nvcr.io/nvidia/nemo:26.02`, `nvcr.io#nvidia/nemo-rl:v0.5.0`, `docker://...`), which pyxis
+    imports when the job starts; `image=<name>` picks one, and `nemo`, `nemo-rl` and
+    `megatron-bridge` are each framework's default."""
     allow_custom_images: bool = True
-    """Whether `image=` may also be a path to a `.sqsh` file (only for the people and directories
-    `policy.custom_images` allows), or only a name in `images`."""
+    """Whether `image=` may also be a path to a `.sqsh` file or a registry reference (only for
+    the people, directories and registries `policy.custom_images` allows), or only a name in
+    `images`."""
+    region: Literal["us", "europe", "asia"] | None = None
+    """The Google Cloud region whose prebuilt images the guide names for this cluster
+    (`gs://vmds-containers-<region>/...`, mounted at `/gcs/vmds-containers-<region>/...`), for
+    `/images`; null: none listed."""
     cache_dir: RemotePath = "~/.cache"
     """On the login node: `run.py --cache-dir`, mounted into the job; it must exist."""
     data_dir: RemotePath = "~/data"

@@ -27,8 +27,9 @@ from pydantic import SecretStr
 
 from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN, Mount, Tracking
 from cluster.framework_registry import FrameworkName, RecipeFields, frameworks, registered
+from cluster.images import check_image_ref, is_registry_ref, pyxis_image
 from cluster.launcher_options import LauncherOptions
-from cluster.profile_fields import SLURM_NAME_PATTERN, check_remote_path
+from cluster.profile_fields import SLURM_NAME_PATTERN
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, Progress
 from cluster.remote import RemoteArg, join_remote
@@ -69,6 +70,7 @@ class Framework(ABC):
     recipe_field: Literal["script", "job_script"]  # the catalog field naming its script
     recipe_globs: tuple[str, ...]  # where its scripts are, relative to subdir
     interactive: bool = False  # whether it has interactive allocations
+    listed: int = 100  # where help and messages list it among the frameworks (lowest first)
     passes_comment: bool = False  # whether argv gives sbatch the comment (else set after)
     help_argv: tuple[str, ...] = ()  # how pre-flight reads the launcher's --help (() = never)
     launcher_flags: tuple[str, ...] = ()  # flags argv may send that a site's launcher may lack
@@ -86,6 +88,10 @@ class Framework(ABC):
     def default_recipes(self) -> tuple[RecipeFields, ...]:
         """This framework's entries in the built-in recipe catalog."""
         return ()
+
+    def job_base(self, spec: LaunchSpec) -> str:
+        """The job name's first part when the launch has no ``name=`` ("": the script's stem)."""
+        return ""
 
     @abstractmethod
     def argv(self, spec: LaunchSpec) -> list[RemoteArg]:
@@ -105,7 +111,9 @@ class Framework(ABC):
 
     def preflight_files(self, spec: LaunchSpec) -> dict[str, str]:
         """Files that must exist before a submission: label -> login-node path."""
-        files = {"image": spec.image_path, "launcher": join_remote(spec.work_dir, self.launcher)}
+        files = {"launcher": join_remote(spec.work_dir, self.launcher)}
+        if not is_registry_ref(spec.image_path):  # pyxis imports a registry image at start
+            files = {"image": spec.image_path, **files}
         if spec.script:
             files["recipe"] = join_remote(spec.work_dir, spec.script)
         return files
@@ -254,7 +262,7 @@ class LaunchSpec:
         for key, value in self.overrides:
             _check(OVERRIDE_KEY_PATTERN, key, "override key")
             _check(OVERRIDE_VALUE_PATTERN, value, f"value for {key}")
-        check_remote_path(self.image_path)
+        check_image_ref(self.image_path)
         _check_start(self.start_from)
 
     @classmethod
@@ -317,7 +325,11 @@ class LaunchSpec:
 
     @property
     def image_path(self) -> str:
-        return self.profile.resolve_image(self.image, self.framework)
+        """The image as the launcher passes it to pyxis: a login-node path, or a registry
+        reference in pyxis's ``registry#path:tag`` form (enroot would read
+        ``nvcr.io/nvidia/nemo`` as a Docker Hub path)."""
+        image = self.profile.resolve_image(self.image, self.framework)
+        return pyxis_image(image) if is_registry_ref(image) else image
 
     @property
     def work_dir(self) -> str:
@@ -332,7 +344,7 @@ class LaunchSpec:
         elif self.interactive:
             base = "interactive"
         else:
-            base = PurePosixPath(self.script or "job").stem
+            base = self.fw.job_base(self) or PurePosixPath(self.script or "job").stem
         return f"{base}-{self.launch_id}"
 
     def secret_files(self) -> dict[str, str]:

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from commands.context import CommandContext, User
 from commands.errors import CommandError
+from commands.images import parse_images
 from commands.job_commands import (
     parse_attach,
     parse_cancel,
@@ -37,6 +38,7 @@ COMMANDS: dict[str, Parser] = {
     "/watch": parse_watch,
     "/unwatch": parse_unwatch,
     "/checkpoints": parse_checkpoints,
+    "/images": parse_images,
 }
 
 

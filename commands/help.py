@@ -9,7 +9,7 @@ from commands.requests import HelpTopic
 
 USAGE: dict[HelpTopic, str] = {
     "train": "/train <workload> <model> [key=value ...]",
-    "interactive": "/train interactive [nodes=N] [cluster=C]",
+    "interactive": "/train interactive [nodes=N] [cluster=C] | /train interactive node=<n>",
     "recipes": "/train recipes [workload]",
     "attach": "/attach <job> [cluster=C]",
     "jobs": "/jobs [all] [history [days=N]] [cluster=C] | /jobs watching",
@@ -20,6 +20,7 @@ USAGE: dict[HelpTopic, str] = {
     "watch": "/watch <job> [cluster=C]",
     "unwatch": "/unwatch <job> [cluster=C]",
     "checkpoints": "/checkpoints <job> [keep=K] [cluster=C]",
+    "images": "/images [cluster=C]",
 }
 
 _JOB = (
@@ -38,8 +39,10 @@ _DETAILS: dict[HelpTopic, str] = {
         "  partition=P      Slurm partition (default: the cluster's)\n"
         "  time=T           time limit: MM, HH:MM:SS or D-HH:MM:SS\n"
         "  name=N           job name: letters, digits, - _ .\n"
-        "  image=I          an image name of the cluster, or a path to a .sqsh file\n"
-        "                   where policy allows you custom images (usually without job secrets)\n"
+        "  image=I          an image name of the cluster, a path to a .sqsh file or a registry\n"
+        "                   reference (nvcr.io/nvidia/nemo:26.02, nvcr.io#nvidia/nemo-rl:v0.5.0,\n"
+        "                   docker://...: pyxis imports it at the start, minutes) where policy\n"
+        "                   allows you custom images (usually without job secrets)\n"
         "  framework=F      {frameworks}\n"
         "  dry_run=true     show the exact commands and pre-flight checks, launch nothing\n"
         "  over_budget=true admins only: launch even past the weekly GPU-hour budget\n"
@@ -48,12 +51,14 @@ _DETAILS: dict[HelpTopic, str] = {
         "  after=J[:ok|:any] start when launch (or Slurm job) J has ended for good, retries\n"
         "                   included: :ok (default) only if it completed, :any whatever its end\n"
         "  from=J           start from launch J's newest complete checkpoint (same cluster;\n"
-        "                   NeMo: weights for another workload, the whole state for the same)\n"
+        "                   NeMo: weights for another workload, the whole state for the same;\n"
+        "                   Megatron-Bridge: checkpoint.load or checkpoint.pretrained_checkpoint)\n"
         "                   only your own launches (or where policy.start_from lets you)\n"
         "  from_running=yes start from= a launch that still runs (its newest complete\n"
         "                   checkpoint when this one goes); without it, a running one is refused\n"
         "  from=J@S         start from launch J's checkpoint of step S instead of its newest;\n"
         "                   a step J never saved is refused with the steps it did save\n"
+        "{framework_lines}\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
@@ -69,6 +74,8 @@ _DETAILS: dict[HelpTopic, str] = {
         "Allocate nodes for an interactive {interactive} session; /attach shows how to get in.\n"
         "Keys: cluster, nodes, partition, time, name, image, dry_run, over_budget, at, after "
         "(as for /train).\n"
+        "/train interactive node=<n> [cluster=C] gives you the command for a shell on node n\n"
+        "(from 0) of your running interactive job, as the guide's nemorlinteractive <n>.\n"
         "Example: /train interactive nodes=1 cluster={default}"
     ),
     "recipes": "List what /train can launch, with the overrides each recipe allows.",
@@ -93,6 +100,12 @@ _DETAILS: dict[HelpTopic, str] = {
         "the last marked; from=<job>@<step> starts a new /train from one. Its owner (or an "
         "admin) gets a button that deletes all but the best K (keep=K, default 1) and the "
         "last, after a confirm; the thread records it. " + _JOB
+    ),
+    "images": (
+        "Each cluster's images: the .sqsh files in its recipes checkout and its config (size,\n"
+        "date, which framework uses each by default), its registry images (pyxis imports\n"
+        "them at the start), and the guide's prebuilt images for its region (the gs:// path\n"
+        "to copy, and whether the /gcs/ mount has it). Use one with image=<name or path>."
     ),
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (
@@ -119,6 +132,35 @@ def _workloads_text() -> str:
     return "; ".join(parts)
 
 
+def _framework_lines(context: CommandContext) -> str:
+    """Each framework with its default image on the default cluster, then the recipe each
+    Megatron-Bridge entry runs (the catalog's, so a site's own recipes show too)."""
+    profile = context.default_profile() if context.clusters else None
+    lines = ["Frameworks (default image on the default cluster):"]
+    for fw in frameworks().values():
+        image = profile.images.get(fw.name, "") if profile is not None else ""
+        if image.startswith(("/", "~")):
+            image = image.rsplit("/", 1)[-1]
+        lines.append(f"  {fw.name:<16} {fw.label}: {image}")
+    by_model: dict[str, list[str]] = {}
+    for entry in context.catalog.entries:
+        if name := recipe_name(entry.args):
+            by_model.setdefault(entry.model, []).append(f"{entry.workload} {name}")
+    if by_model:
+        lines.append("Megatron-Bridge recipes (megatron.bridge.recipes; peft runs LoRA):")
+        lines += [f"  {model}: {', '.join(found)}" for model, found in by_model.items()]
+        lines.append(
+            "A site adds its own recipe under recipes: in trainbot.yaml (framework, workload,\n"
+            "  model, script: run_recipe.py, args: [recipe=<function name>]); see the docs."
+        )
+    return "\n".join(lines)
+
+
+def recipe_name(args: tuple[str, ...]) -> str:
+    """The Megatron-Bridge recipe function an entry's args name (``recipe=...``), or ""."""
+    return next((a.split("=", 1)[1] for a in args if a.startswith("recipe=")), "")
+
+
 def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
     """The help for one topic, or an overview of every command."""
     default = context.default_profile().name if context.clusters else "(none configured)"
@@ -129,6 +171,7 @@ def help_text(context: CommandContext, topic: HelpTopic | None = None) -> str:
             frameworks=" or ".join(frameworks()),
             interactive=interactive_framework().label,
             max_sweep=context.policy.max_sweep,
+            framework_lines=_framework_lines(context) if topic == "train" else "",
         )
         return f"`{USAGE[topic]}`\n{details}"
     lines = ["trainbot commands:"]
@@ -155,9 +198,8 @@ def recipes_text(context: CommandContext, workload: str | None = None) -> str:
         lines.append(f"*{name}*")
         for entry in entries:
             keys = ", ".join(entry.overrides) or "none"
-            lines.append(
-                f"  {entry.model} ({entry.framework}: {entry.script_path}) overrides: {keys}"
-            )
+            what = recipe_name(entry.args) or entry.script_path
+            lines.append(f"  {entry.model} ({entry.framework}: {what}) overrides: {keys}")
     if not lines:
         return "No recipes match. /train recipes lists them all."
     lines.append("Example: /train sft llama3p1_8b nodes=2 trainer.max_steps=100")

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 
 from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
 from cluster.framework_registry import FrameworkName, Workload
+from cluster.images import is_registry_ref
 from cluster.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
 from cluster.recipes import MODEL_PATTERN
 from cluster.slurm import slurm_time_seconds
@@ -43,6 +44,7 @@ HelpTopic = Literal[
     "watch",
     "unwatch",
     "checkpoints",
+    "images",
 ]
 HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
 MAX_NODES = 4096
@@ -59,7 +61,9 @@ def _check_image(value: str | None) -> str | None:
         return value
     if re.fullmatch(IMAGE_PATH_PATTERN, value) and ".." not in value.split("/"):
         return value
-    raise ValueError("must be an image name or a .sqsh path")
+    if is_registry_ref(value):
+        return value
+    raise ValueError("must be an image name, a .sqsh path or a registry reference")
 
 
 ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
@@ -220,6 +224,32 @@ class InteractiveRequest(_LaunchFields):
         return " ".join([self.command, "interactive", *self._launch_pairs()])
 
 
+class ShellRequest(_Request):
+    """``/train interactive node=<n> [cluster=C]``: the guide's ``nemorlinteractive <n>``, a
+    shell on node ``n`` (0-based) of the person's running interactive job."""
+
+    command: ClassVar[str] = "/train"
+    kind: Literal["shell"] = "shell"
+    node: int = Field(ge=0, le=4095)
+    cluster: ClusterName | None = None
+
+    def to_text(self) -> str:
+        return " ".join(
+            [self.command, "interactive", *_pairs(node=self.node, cluster=self.cluster)]
+        )
+
+
+class ImagesRequest(_Request):
+    """``/images [cluster=C]``: each cluster's images and the guide's prebuilt ones."""
+
+    command: ClassVar[str] = "/images"
+    kind: Literal["images"] = "images"
+    cluster: ClusterName | None = None
+
+    def to_text(self) -> str:
+        return " ".join([self.command, *_pairs(cluster=self.cluster)])
+
+
 class _OneJob(_Request):
     """A command about one job: ``/<command> <job>``."""
 
@@ -368,6 +398,8 @@ Request = Annotated[
     TrainRequest
     | SweepRequest
     | InteractiveRequest
+    | ShellRequest
+    | ImagesRequest
     | AttachRequest
     | CancelRequest
     | WatchRequest

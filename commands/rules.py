@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cluster.images import is_registry_ref, pyxis_image
 from cluster.profile_fields import SLURM_NAME_PATTERN, check_remote_path
 
 ANY = "*"
@@ -17,6 +18,10 @@ NamedId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 PrincipalId = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")]
 ClusterPattern = Annotated[str, Field(pattern=r"^(\*|[a-z0-9][a-z0-9_-]{0,31})$")]
 ImageDir = Annotated[str, AfterValidator(check_remote_path)]
+#: The start of a registry reference: a host and a path prefix (``nvcr.io/nvidia/``).
+RegistryPrefix = Annotated[
+    str, Field(pattern=r"^(docker://)?[a-z0-9.-]+(:[0-9]{1,5})?[#/]([a-z0-9._/-]{0,200})$")
+]
 TeamId = Annotated[str, Field(pattern=r"^[TE][A-Z0-9]{2,}$")]
 
 
@@ -77,15 +82,29 @@ class AccountRule(_People):
 
 
 class ImageRule(_People):
-    """Who may run custom images (``image=<path>``) on ``clusters``, from which
-    directories on the login node, and whether those launches get the job secrets."""
+    """Who may run custom images on ``clusters``: ``image=<path>`` from which directories
+    on the login node, ``image=<registry reference>`` from which registry prefixes
+    (``nvcr.io/nvidia/``: after the host, a ``#`` and ``/`` are the same), and whether
+    those launches get the job secrets."""
 
-    dirs: tuple[ImageDir, ...] = Field(min_length=1)
-    """Absolute directories on the login node (only admins can write them) a custom image must be
-    inside."""
+    dirs: tuple[ImageDir, ...] = ()
+    """Absolute directories on the login node (only admins can write them) a custom image file
+    must be inside."""
+    registries: tuple[RegistryPrefix, ...] = ()
+    """Registry prefixes (host, then path: `nvcr.io/nvidia/`) a custom registry image must start
+    with; a rule names `dirs`, `registries` or both."""
     job_secrets: bool = False
     """Whether a launch with such an image gets the cluster's job secrets (an image you did not
     build should not see `HF_TOKEN`)."""
 
+    @model_validator(mode="after")
+    def _some_place(self) -> ImageRule:
+        if not self.dirs and not self.registries:
+            raise ValueError("name the dirs or the registries (or both) its images come from")
+        return self
+
     def holds(self, image: str) -> bool:
+        if is_registry_ref(image):
+            ref = pyxis_image(image).replace("#", "/", 1)
+            return any(ref.startswith(pyxis_image(p).replace("#", "/", 1)) for p in self.registries)
         return any(image.startswith(d.rstrip("/") + "/") for d in self.dirs)

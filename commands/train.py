@@ -21,6 +21,7 @@ from commands.requests import (
     InteractiveRequest,
     RecipesRequest,
     Request,
+    ShellRequest,
     SweepRequest,
     TrainRequest,
 )
@@ -34,6 +35,7 @@ from commands.values import (
     check_time,
     parse_bool,
     parse_framework,
+    parse_node,
     parse_nodes,
 )
 
@@ -61,6 +63,14 @@ def parse_train(args: Args, user: User, context: CommandContext) -> Request:
         return _parse_help(args)
     if first == "recipes":
         return _parse_recipes(args)
+    if first == "interactive" and "node" in args.pairs:
+        _no_more_words(args.words[1:], "interactive")
+        check_keys(args, ("node", "cluster"), "/train interactive node=")
+        cluster = args.pairs.get("cluster")
+        return ShellRequest(
+            node=parse_node(args.pairs["node"]),
+            cluster=None if cluster is None else context.profile(cluster).name,
+        )
     if first == "interactive":
         _no_more_words(args.words[1:], "interactive")
         check_keys(args, LAUNCH_KEYS, "/train interactive")

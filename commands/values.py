@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from cluster.framework_registry import frameworks
+from cluster.images import is_registry_ref
 from cluster.profile_fields import IMAGE_NAME_PATTERN, SLURM_NAME_PATTERN
 from cluster.profiles import ClusterProfile
 from cluster.slurm import SLURM_TIME_FORMATS, slurm_time_seconds
@@ -36,6 +37,11 @@ def _digits(key: str, raw: str, low: int, high: int, example: int) -> int:
             field=key,
         )
     return int(raw)
+
+
+def parse_node(raw: str) -> int:
+    """``node=<n>``: a node of an allocation, counted from 0 (as ``nemorlinteractive n``)."""
+    return _digits("node", raw, 0, 4095, 1)
 
 
 def parse_nodes(raw: str, profile: ClusterProfile, user_max: int | None = None) -> int:
@@ -102,7 +108,8 @@ def check_partition(raw: str) -> str:
 
 
 def check_image(raw: str, profile: ClusterProfile) -> str:
-    """An image: a name from the cluster's ``images`` list, or a ``.sqsh`` path.
+    """An image: a name from the cluster's ``images`` list, a ``.sqsh`` path, or a registry
+    reference (:mod:`cluster.images`; pyxis imports it when the job starts).
 
     Names are the safe default: the cluster's operators chose those images.
     A path is accepted only when the profile allows custom images, only as an
@@ -121,6 +128,8 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
         )
     if re.fullmatch(IMAGE_PATH_PATTERN, raw) and ".." not in raw.split("/"):
         return raw
+    if is_registry_ref(raw):  # pyxis imports it at the job's start
+        return raw
     looks_like_path = "/" in raw or raw.endswith(".sqsh")
     if looks_like_path and not raw.startswith(("/", "~/")):
         raise CommandError(
@@ -135,8 +144,10 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
             field="image",
         )
     raise CommandError(
-        f"image={quote(raw)} is not valid: give an image name ({names}) or an absolute "
-        "or ~/ path to a .sqsh file of letters, digits and . _ + @ - /.",
+        f"image={quote(raw)} is not valid: give an image name ({names}), an absolute "
+        "or ~/ path to a .sqsh file of letters, digits and . _ + @ - /, or a registry "
+        "reference such as nvcr.io/nvidia/nemo:26.02, nvcr.io#nvidia/nemo:26.02 or "
+        "docker://nvcr.io#nvidia/nemo-rl:v0.5.0.",
         field="image",
     )
 

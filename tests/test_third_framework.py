@@ -125,10 +125,11 @@ def test_a_registered_framework_is_chosen_planned_and_tracked(
     assert REQUEST_ADAPTER.validate_json(REQUEST_ADAPTER.dump_json(request)) == request
     chosen = parse_line("/train sft tiny framework=TOY_FW", user=user, context=context)
     assert isinstance(chosen, TrainRequest) and chosen.framework == "toy"
-    with pytest.raises(CommandError, match=r"Frameworks: nemo, nemo-rl, toy\.$"):
+    with pytest.raises(CommandError, match=r"Frameworks: nemo, nemo-rl, megatron-bridge, toy\.$"):
         parse_line("/train sft tiny framework=jax", user=user, context=context)
     train_help = help_text(context, "train")
-    assert "ppo (Toy)" in train_help and "framework=F      nemo or nemo-rl or toy" in train_help
+    assert "ppo (Toy)" in train_help
+    assert "framework=F      nemo or nemo-rl or megatron-bridge or toy" in train_help
 
     # Planning: the toy's argv, run in its directory, with its default image.
     assert isinstance(request, TrainRequest)

@@ -1,4 +1,5 @@
-"""Answers that only read: /jobs, /clusters, /logs, /logs plot, /attach, and the
+"""Answers that only read: /jobs, /clusters, /logs, /logs plot, /attach, a shell on a node
+of an interactive job (/train interactive node=), and the
 /cancel confirmation. What changes a launch is in bot.core.decisions and bot.core.train."""
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from bot.engine.asks import ClusterCalls
 from bot.engine.cost import wait_words
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import render
-from bot.lifecycle.launch import Launch, Sweep
+from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import actions, cancel_button, code_block, escape, section
 from cluster.discovery import ClusterCapacity
+from cluster.slurm import expand_hostlist
 from cluster.spec import framework
 from commands.context import User
+from commands.requests import ShellRequest
 
 INLINE_LOG_CHARS = 2800
 
@@ -215,6 +218,55 @@ async def plot(launch: Launch) -> Reply:
         f"Loss curve of {launch.id} ({len(launch.progress_history)} points).",
         file_name=f"{launch.id}-loss.png",
         file_content=png,
+    )
+
+
+async def shell(store: Store, clusters: Clusters, user: User, request: ShellRequest) -> Reply:
+    """/train interactive node=<n>: the guide's ``nemorlinteractive <n>`` for the person's
+    newest running interactive job (on ``cluster=`` when given): ``srun`` into that job,
+    on its n-th node (counted from 0), only for a job that is theirs and running there."""
+    ids = await store.active_ids(user.id)
+    mine = [launch for launch in await store.get_many(ids) if launch is not None]
+    where = f" on {request.cluster}" if request.cluster else ""
+    running = [
+        launch
+        for launch in mine
+        if launch.interactive
+        and launch.user_id == user.id
+        and launch.phase == Phase.RUNNING
+        and launch.attempt is not None
+        and launch.attempt.job_id
+        and request.cluster in (None, launch.cluster)
+    ]
+    if not running:
+        return Reply(
+            f"You have no running interactive job{where}: `/train interactive` starts one, "
+            "and this opens a shell on one of its nodes once it runs.",
+            error=True,
+        )
+    launch = max(running, key=lambda item: item.created_at)
+    job_id = launch.attempt.job_id if launch.attempt else ""
+    nodes = launch.request.nodes
+    if request.node >= nodes:
+        last = "node=0" if nodes == 1 else f"node=0 to node={nodes - 1}"
+        return Reply(
+            f"Job {job_id} ({launch.id}) has {nodes} node{'s' if nodes > 1 else ''}: "
+            f"give {last} (counted from 0, as nemorlinteractive counts).",
+            error=True,
+        )
+    hosts = expand_hostlist(launch.attempt.node_list) if launch.attempt else ()
+    host = f" ({hosts[request.node]})" if request.node < len(hosts) else ""
+    profile = clusters.profile_for(launch)  # the person's own user: their own key works
+    login = profile.login
+    remote = (
+        f"srun --jobid={job_id} --overlap --nodes=1 --ntasks=1 --relative={request.node} "
+        "--pty bash -l"
+    )
+    command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
+    return Reply(
+        f"A shell on node {request.node}{escape(host)} of your job {job_id} ({launch.id}, "
+        f"{launch.cluster}), as the guide's `nemorlinteractive {request.node}` opens it "
+        f"(re-run it after a lost connection):\n```{escape(command)}```"
     )
 
 

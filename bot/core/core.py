@@ -23,6 +23,7 @@ from bot.core import (
     answers,
     api_tokens,
     checkpoint_list,
+    images,
     record_view,
     sweep_answers,
     usage,
@@ -85,10 +86,12 @@ from commands.requests import (
     CheckpointsRequest,
     ClustersRequest,
     HelpRequest,
+    ImagesRequest,
     InteractiveRequest,
     JobsRequest,
     LogsRequest,
     RecipesRequest,
+    ShellRequest,
     SweepRequest,
     TrainRequest,
     UnwatchRequest,
@@ -251,6 +254,11 @@ class Core:
             if request.plot:
                 return await answers.plot(launch)
             return await answers.logs(self.calls, launch, request.lines or 50)
+        if isinstance(request, ImagesRequest):
+            await slow_down(self.store, self.context, user.id, "commands")
+            return await images.answer(self.calls, self.context, user, request)
+        if isinstance(request, ShellRequest):
+            return await answers.shell(self.store, self.clusters, user, request)
         if isinstance(request, AttachRequest):
             return answers.attach(
                 self.clusters, await self.lookup.owned(request.job, user, "attach to")

@@ -59,6 +59,13 @@ class Capacity(_What):
     cluster: ClusterName
 
 
+class Images(_What):
+    """A cluster's images for /images (the profile's and the recipes checkout's)."""
+
+    kind: Literal["images"] = "images"
+    cluster: ClusterName
+
+
 class AccountOf(_What):
     kind: Literal["account"] = "account"
     cluster: ClusterName
@@ -126,7 +133,7 @@ class DeleteCheckpoints(_What):
 
 
 What = Annotated[
-    Capacity | AccountOf | Estimate | Cancel | Tail | NodeUpdate | DeleteCheckpoints,
+    Capacity | Images | AccountOf | Estimate | Cancel | Tail | NodeUpdate | DeleteCheckpoints,
     Field(discriminator="kind"),
 ]
 

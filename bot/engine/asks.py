@@ -38,6 +38,7 @@ from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.image_listing import ImageListing
 from cluster.jobs import MAX_TAIL_LINES
 from cluster.nodes import NodeAction
 from cluster.sbatch import JobShape, StartEstimate
@@ -50,6 +51,7 @@ _CAPACITY = TypeAdapter(ClusterCapacity)
 _ESTIMATE = TypeAdapter(StartEstimate)
 _SHAPE = TypeAdapter(JobShape)
 _ACCOUNT = TypeAdapter(Account)
+_IMAGES = TypeAdapter(ImageListing)
 _ERRORS: dict[str, type[ClusterError]] = {
     kind.__name__: kind
     for kind in (ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed)
@@ -63,6 +65,8 @@ class ClusterCalls(Protocol):
     def acts_as_people(self) -> bool: ...
 
     async def capacity(self, cluster: str) -> ClusterCapacity: ...
+
+    async def images(self, cluster: str) -> ImageListing: ...
 
     async def cancel(self, item: Launch, job_ids: list[str]) -> None: ...
 
@@ -126,6 +130,11 @@ class WorkerAsks:
         what = wire.Capacity(cluster=cluster)
         value = await self._ask(what, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
         return _CAPACITY.validate_python(value)
+
+    async def images(self, cluster: str) -> ImageListing:
+        what = wire.Images(cluster=cluster)
+        value = await self._ask(what, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
+        return _IMAGES.validate_python(value)
 
     async def cancel(self, item: Launch, job_ids: list[str]) -> None:
         """Cancel the launch's jobs: the worker takes them from its record (the one
@@ -256,6 +265,8 @@ def _refuse(what: wire.What, cluster: str, why: str, launch_id: str = "") -> Ref
 async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
     if isinstance(what, wire.Capacity):
         return _CAPACITY.dump_python(await clusters.capacity(what.cluster), mode="json")
+    if isinstance(what, wire.Images):
+        return _IMAGES.dump_python(await clusters.images(what.cluster), mode="json")
     if isinstance(what, wire.AccountOf):
         account = await clusters.account(what.cluster, what.name)
         return _ACCOUNT.dump_python(account, mode="json")

@@ -27,6 +27,7 @@ from cluster.accounts import Account, lookup_account
 from cluster.checkpoint_files import delete_checkpoints
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError, PersonRefused
+from cluster.image_listing import ImageListing, list_images
 from cluster.launcher_options import LauncherOptions
 from cluster.login import cert_key_id
 from cluster.nodes import NodeAction, update_node
@@ -302,6 +303,10 @@ class Clusters:
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))
+
+    async def images(self, cluster: str) -> ImageListing:
+        """/images: the cluster's image files, registry images and the guide's prebuilt ones."""
+        return await list_images(self.pool, self.profile(cluster))
 
     async def account(self, cluster: str, name: str) -> Account:
         """What the login node says of the Unix user ``name`` (asked as the shared account)."""

@@ -14,6 +14,7 @@ from bot.lifecycle import health
 from bot.lifecycle.launch import Launch, Phase
 from bot.text import mrkdwn as st
 from bot.text.plot import Marks, render_loss_png
+from cluster.images import IMPORT_NOTE, is_registry_ref, pyxis_image
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
 from cluster.remote import quote_path
@@ -206,7 +207,10 @@ def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
             f"partition {info.name} up ({info.nodes_usable} of {info.nodes} nodes usable, "
             f"{info.gpus_idle} GPUs free)"
         )
-    parts.append(f"image {spec.image_path.rsplit('/', 1)[-1]} found")
+    if is_registry_ref(spec.image_path):
+        parts.append(f"image {pyxis_image(spec.image_path)} from its registry ({IMPORT_NOTE})")
+    else:
+        parts.append(f"image {spec.image_path.rsplit('/', 1)[-1]} found")
     if spec.script:
         parts.append(f"{spec.fw.script_label} {spec.script} found")
     parts.append("directories writable")

@@ -83,6 +83,7 @@ COMMANDS = (
     "/watch",
     "/unwatch",
     "/checkpoints",
+    "/images",
 )
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (

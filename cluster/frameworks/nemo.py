@@ -123,6 +123,7 @@ def parse_status_block(text: str) -> NemoStatus:
 
 class NeMo(Framework):
     name = "nemo"
+    listed = 10
     label = "NeMo"
     image = "nemo-20250721.sqsh"
     workloads = ("pretrain", "cpt", "sft")

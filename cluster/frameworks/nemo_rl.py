@@ -87,9 +87,10 @@ def sbatch_argv(
 
 class NeMoRL(Framework):
     name = "nemo-rl"
+    listed = 20
     label = "NeMo-RL"
     aliases = ("nemo_rl", "nemorl")
-    image = "nemo_rl-h20250923.sqsh"
+    image = "nemo_rl-h20260302.sqsh"
     workloads = ("sft", "dpo", "grpo", "rm")
     default_for = ("dpo", "grpo", "rm")
     launcher = "launch.sh"

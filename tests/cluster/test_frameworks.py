@@ -43,9 +43,10 @@ def spec_for(profile: ClusterProfile, workload: str, **changes: object) -> Launc
 
 
 def test_registry_names_every_framework_once() -> None:
-    assert sorted(frameworks()) == ["nemo", "nemo-rl"]
+    assert list(frameworks()) == ["nemo", "nemo-rl", "megatron-bridge"]  # listed in that order
     assert framework("nemo") is NEMO and framework("nemo-rl") is NEMO_RL
-    with pytest.raises(ValueError, match="unknown framework 'jax'; known: nemo, nemo-rl"):
+    known = "known: nemo, nemo-rl, megatron-bridge"
+    with pytest.raises(ValueError, match=f"unknown framework 'jax'; {known}"):
         framework("jax")
 
 
@@ -182,7 +183,7 @@ def test_nemo_rl_retry_resumes_from_the_earlier_checkpoints(profile: ClusterProf
         (
             "dpo",
             None,
-            'export CONTAINER="$HOME"/vertex-oss-training/nemo_rl/nemo_rl-h20250923.sqsh',
+            'export CONTAINER="$HOME"/vertex-oss-training/nemo_rl/nemo_rl-h20260302.sqsh',
         ),
         ("dpo", "~/img/x.sqsh", 'export CONTAINER="$HOME"/img/x.sqsh'),
     ],

@@ -180,13 +180,13 @@ def test_a_missing_default_image_names_the_release_that_is_there(profile: Cluste
     )  # fmt: skip
     raw = {
         "files": {"launcher": True, "recipe": True},
-        "images": ["nemo_rl/nemo_rl-h20260302.sqsh"],
+        "images": ["nemo_rl/nemo_rl-h20250923.sqsh"],
     }
     [failed] = [c for c in evaluate_preflight(spec, raw).failures if c.name == "image"]
-    newer = "~/vertex-oss-training/nemo_rl/nemo_rl-h20260302.sqsh"
+    newer = "~/vertex-oss-training/nemo_rl/nemo_rl-h20250923.sqsh"
     assert failed.message == (
-        "Image ~/vertex-oss-training/nemo_rl/nemo_rl-h20250923.sqsh does not exist on a4. "
-        "Images in the recipes dir: nemo_rl/nemo_rl-h20260302.sqsh. "
+        "Image ~/vertex-oss-training/nemo_rl/nemo_rl-h20260302.sqsh does not exist on a4. "
+        "Images in the recipes dir: nemo_rl/nemo_rl-h20250923.sqsh. "
         f"Use one with image={newer}, or name it in the cluster's config "
         f"(images: {{nemo-rl: {newer}}})."
     )

@@ -45,7 +45,8 @@ def test_paths_default_from_recipes_dir() -> None:
     assert built.log_dir == "/opt/vot/nemo/logs"
     assert built.images == {
         "nemo": "/opt/vot/nemo/nemo-20250721.sqsh",
-        "nemo-rl": "/opt/vot/nemo_rl/nemo_rl-h20250923.sqsh",
+        "nemo-rl": "/opt/vot/nemo_rl/nemo_rl-h20260302.sqsh",  # the newest NeMo-RL image
+        "megatron-bridge": "nvcr.io/nvidia/nemo:26.02",  # a registry image: pyxis imports it
     }
     assert (built.cache_dir, built.data_dir) == ("~/.cache", "~/data")
 
@@ -59,7 +60,7 @@ def test_overrides_and_nulls() -> None:
     )
     assert built.gpus_per_node == 4
     assert built.nemorun_home == "~/vertex-oss-training/nemo"
-    assert built.images["nemo-rl"].endswith("nemo_rl-h20250923.sqsh")
+    assert built.images["nemo-rl"].endswith("nemo_rl-h20260302.sqsh")
     assert built.resolve_image("nemo-25", "nemo") == "/x/n25.sqsh"
     assert built.resolve_image(None, "nemo-rl") == built.images["nemo-rl"]
     assert built.resolve_image("/y/z.sqsh", "nemo") == "/y/z.sqsh"

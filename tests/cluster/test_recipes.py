@@ -16,11 +16,18 @@ def test_default_catalog_matches_the_recipes_tree() -> None:
     for workload in ("sft", "dpo", "grpo", "rm"):
         for model in ("llama3p1_8b", "llama3p1_70b"):
             assert paths[(workload, model, "nemo-rl")] == f"nemo_rl/algorithms/{workload}.sh"
-    assert len(DEFAULT_CATALOG.entries) == 9 + 8
+    for workload in ("pretrain", "cpt", "sft", "peft"):
+        for model in ("llama3p1_8b", "llama3p1_70b"):
+            assert paths[(workload, model, "megatron-bridge")] == "megatron_bridge/run_recipe.py"
+    assert len(DEFAULT_CATALOG.entries) == 9 + 8 + 8
 
 
 def test_default_catalog_lookups() -> None:
-    assert DEFAULT_CATALOG.frameworks("sft", "llama3p1_8b") == ["nemo", "nemo-rl"]
+    assert DEFAULT_CATALOG.frameworks("sft", "llama3p1_8b") == [
+        "nemo",
+        "nemo-rl",
+        "megatron-bridge",
+    ]
     assert DEFAULT_CATALOG.models("dpo") == ["llama3p1_8b", "llama3p1_70b"]
     entry = DEFAULT_CATALOG.find("dpo", "llama3p1_70b", "nemo-rl")
     assert entry is not None
@@ -62,10 +69,13 @@ def test_override_values_need_safe_characters_whatever_the_pattern() -> None:
         ({"framework": "nemo", "script": "a.py", "overrides": {"a": "[0-"}}, "regular expression"),
         ({"framework": "nemo", "script": "a.py", "overrides": {"A B": "x"}}, "String should match"),
         ({"framework": "nemo", "script": "a.py", "model": "Llama"}, "String should match"),
-        ({"framework": "jax", "script": "a.py"}, "unknown framework 'jax'; known: nemo, nemo-rl"),
+        (
+            {"framework": "jax", "script": "a.py"},
+            "unknown framework 'jax'; known: nemo, nemo-rl, megatron-bridge",
+        ),
         (
             {"framework": "nemo", "workload": "ppo", "script": "a.py"},
-            "unknown workload 'ppo'; known: pretrain, cpt, sft, dpo, grpo, rm",
+            "unknown workload 'ppo'; known: pretrain, cpt, sft, dpo, grpo, rm, peft",
         ),
         (
             {"framework": "nemo", "workload": "rm", "script": "a.py"},

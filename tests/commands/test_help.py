@@ -46,3 +46,19 @@ def test_train_help_names_at_and_after(context: CommandContext) -> None:
     assert 'at="tomorrow 06:30"' in text and "at=2026-12-24T08:00" in text
     assert "after=J[:ok|:any]" in text
     assert "at, after" in help_text(context, "interactive")
+
+
+def test_train_help_names_frameworks_images_and_the_megatron_bridge_recipes(
+    context: CommandContext,
+) -> None:
+    text = help_text(context, "train")
+    assert "  megatron-bridge  Megatron-Bridge: nvcr.io/nvidia/nemo:26.02" in text
+    assert "  nemo-rl          NeMo-RL: nemo_rl-h20260302.sqsh" in text
+    assert (
+        "  llama3p1_8b: pretrain llama31_8b_pretrain_config, cpt llama31_8b_pretrain_config, "
+        "sft llama31_8b_sft_config, peft llama31_8b_peft_config"
+    ) in text
+    assert "A site adds its own recipe under recipes: in trainbot.yaml" in text
+    assert "registry\n                   reference (nvcr.io/nvidia/nemo:26.02" in text
+    peft = recipes_text(context, "peft")
+    assert "  llama3p1_70b (megatron-bridge: llama31_70b_peft_config) overrides:" in peft

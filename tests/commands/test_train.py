@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commands import (
+    CommandContext,
     CommandError,
     HelpRequest,
     InteractiveRequest,
@@ -145,7 +146,7 @@ REJECTED = [
     ),
     (
         "/train sfft llama3p1_8b",
-        "Unknown workload 'sfft'. Workloads: pretrain, cpt, sft, dpo, grpo, rm; "
+        "Unknown workload 'sfft'. Workloads: pretrain, cpt, sft, dpo, grpo, rm, peft; "
         "or /train interactive | help | recipes. Did you mean sft?",
     ),
     (
@@ -173,7 +174,7 @@ REJECTED = [
     ),
     (
         "/train sft llama3p1_8b framework=jax",
-        "framework='jax' is not known. Frameworks: nemo, nemo-rl.",
+        "framework='jax' is not known. Frameworks: nemo, nemo-rl, megatron-bridge.",
     ),
     # nodes out of range
     (
@@ -251,10 +252,11 @@ REJECTED = [
     ),
     (
         "/train sft llama3p1_8b image=nemo2",
-        "image='nemo2' is not an image of a3m. Images there: nemo, nemo-rl (or a path to a "
+        "image='nemo2' is not an image of a3m. Images there: nemo, nemo-rl, megatron-bridge "
+        "(or a path to a "
         ".sqsh file). Did you mean nemo?",
     ),
-    ("/train sft llama3p1_8b image=docker://nvcr.io/nemo", "image='docker://nvcr.io/nemo' is"),
+    ("/train sft llama3p1_8b image=docker://NVCR.io/Nemo", "image='docker://NVCR.io/Nemo' is"),
     ("/train sft llama3p1_8b image=/a/../b.sqsh", "is not valid: give an image name"),
     (
         "/train sft llama3p1_8b image=relative.sqsh",
@@ -345,7 +347,7 @@ def test_custom_images_can_be_switched_off(make_context, make_profile, user: Use
     with pytest.raises(CommandError) as caught:
         parse_line("/train sft llama3p1_8b image=/x/y.sqsh", user=user, context=context)
     assert str(caught.value) == (
-        "image='/x/y.sqsh' is not an image of a4. Images there: nemo, nemo-rl."
+        "image='/x/y.sqsh' is not an image of a4. Images there: nemo, nemo-rl, megatron-bridge."
     )
 
 
@@ -361,3 +363,38 @@ def test_a_quoted_value_with_a_newline_or_tab_is_echoed_on_one_line(text: str) -
     message = str(caught.value)
     assert "\n" not in message and "\t" not in message, message
     assert "\\n" in message or "\\t" in message, message
+
+
+@pytest.mark.parametrize(
+    ("line", "framework", "image"),
+    [
+        (
+            "/train pretrain llama3p1_8b framework=megatron-bridge nodes=2 cluster=a4",
+            "megatron-bridge",
+            None,
+        ),
+        ("/train sft llama3p1_8b framework=mbridge", "megatron-bridge", None),
+        ("/train peft llama3p1_70b", "megatron-bridge", None),  # only Megatron-Bridge runs PEFT
+        (
+            "/train sft llama3p1_8b image=nvcr.io/nvidia/nemo:26.02",
+            "nemo",
+            "nvcr.io/nvidia/nemo:26.02",
+        ),
+        (
+            "/train dpo llama3p1_8b image=nvcr.io#nvidia/nemo-rl:v0.5.0",
+            "nemo-rl",
+            "nvcr.io#nvidia/nemo-rl:v0.5.0",
+        ),
+        (
+            "/train sft llama3p1_8b image=docker://nvcr.io#nvidia/nemo:26.02",
+            "nemo",
+            "docker://nvcr.io#nvidia/nemo:26.02",
+        ),
+    ],
+)
+def test_megatron_bridge_and_registry_images_are_accepted(
+    line: str, framework: str, image: str | None, context: CommandContext, user: User
+) -> None:
+    request = parse_line(line, user=user, context=context)
+    assert isinstance(request, TrainRequest)
+    assert (request.framework, request.image) == (framework, image)

@@ -18,7 +18,13 @@ pytestmark = pytest.mark.devcluster
 # user, image -> queued?, job secrets in the spec, text
 IMAGES = [
     ("U0ALICE", "/tmp/evil.sqsh", False, None, "Custom images are not allowed for you on a4"),
-    ("U0ALICE", "/opt/images/reviewed/x.sqsh", False, None, "Use one of its images: nemo, nemo-rl"),
+    (
+        "U0ALICE",
+        "/opt/images/reviewed/x.sqsh",
+        False,
+        None,
+        "Use one of its images: megatron-bridge, nemo, nemo-rl",
+    ),
     ("U0IMG", "/opt/images/reviewed/x.sqsh", True, False, "Queued"),
     ("U0IMG", "~/images/reviewed/x.sqsh", False, None, "(/opt/images/reviewed). Put it there"),
     ("U0IMG", "/opt/images/elsewhere/x.sqsh", False, None, "(/opt/images/reviewed). Put it"),

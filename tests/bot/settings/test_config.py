@@ -79,7 +79,7 @@ def test_devcluster_shape_loads(tmp_path: Path) -> None:
     context = config.command_context()
     assert context.default_profile().name == "a3m"
     assert context.catalog == config.catalog
-    assert len(config.catalog.entries) == 17
+    assert len(config.catalog.entries) == 17 + 8  # NeMo, NeMo-RL, Megatron-Bridge
 
 
 def test_running_devcluster_config_loads_when_present() -> None:
@@ -129,7 +129,7 @@ def test_recipes_replace_or_add_and_can_stand_alone() -> None:
         "clusters:\n  a4: {type: hcc-a4, login: {host: h, user: u}, partition: a4, max_nodes: 2}\n"
     )
     extra = "recipes: [{workload: sft, model: mistral_7b, framework: nemo, script: sft/m.py}]\n"
-    assert len(parse_config(base + extra).catalog.entries) == 18
+    assert len(parse_config(base + extra).catalog.entries) == 18 + 8
     alone = parse_config(base + extra + "default_recipes: false\n")
     assert [e.model for e in alone.catalog.entries] == ["mistral_7b"]
 
@@ -264,7 +264,10 @@ def test_missing_file(tmp_path: Path) -> None:
             '{approvers: [{groups: ["*"]}]}',
             'policy.approvers[0].groups: approvers must be named users or user groups, not "*"',
         ),
-        ("{custom_images: [{users: [U1]}]}", "policy.custom_images[0].dirs: is required"),
+        (
+            "{custom_images: [{users: [U1]}]}",
+            "policy.custom_images[0]: name the dirs or the registries",
+        ),
         (
             "{custom_images: [{users: [U1], dirs: [tmp]}]}",
             "policy.custom_images[0].dirs[0]: must be absolute or start with '~/'",

@@ -67,7 +67,9 @@ def main(argv: list[str]) -> None:
     image = Path(args.image).expanduser()
     if not script.is_file():
         fail(f"recipe script not found: {script}")
-    if not image.is_file():
+    # A registry reference (nvcr.io#nvidia/nemo:26.02) is pyxis's to import at the job's start.
+    registry = not args.image.startswith(("/", "~", ".")) and not args.image.endswith(".sqsh")
+    if not registry and not image.is_file():
         fail(f"container image not found: {image}")
     if "NEMORUN_HOME" not in os.environ:
         fail("NEMORUN_HOME is not set (export NEMORUN_HOME=$WORK_DIR)")

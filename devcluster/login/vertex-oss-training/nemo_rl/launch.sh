@@ -58,8 +58,12 @@ if [ -n "$JOB_SCRIPT" ] && [ ! -f "$RL_DIR/$JOB_SCRIPT" ]; then
     echo "launch.sh: job script not found: $RL_DIR/$JOB_SCRIPT" >&2
     exit 2
 fi
-CONTAINER=${CONTAINER:-$RL_DIR/nemo_rl-h20250923.sqsh}
-if [ ! -f "$CONTAINER" ]; then
+CONTAINER=${CONTAINER:-$RL_DIR/nemo_rl-h20260302.sqsh}
+case $CONTAINER in
+    /* | ~* | .* | *.sqsh) registry= ;;
+    *) registry=1 ;;  # a registry reference: pyxis imports it when the job starts
+esac
+if [ -z "$registry" ] && [ ! -f "$CONTAINER" ]; then
     echo "launch.sh: container image not found: $CONTAINER" >&2
     exit 2
 fi

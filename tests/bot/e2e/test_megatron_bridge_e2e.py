@@ -1,0 +1,128 @@
+"""framework=megatron-bridge on the dev cluster, through the bot: a pretraining run on two
+nodes (16 ranks of the stand-in run_recipe.py, its default registry image "imported")
+shows steps, loss and ETA, says each checkpoint once and ends COMPLETED; from= of it
+starts from its newest checkpoint; a TIMEOUT after a checkpoint is retried from it; a NaN
+is named."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from bot.console.chat import ConsoleFront, handle_line
+from bot.runtime.assembly import Bot, running
+from tests.bot.botkit import (
+    LAUNCH_RE,
+    bot_settings,
+    dev_config,
+    knobs,
+    login_run,
+    wait_delivered,
+    wait_for_launch,
+)
+
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
+
+MB = "framework=megatron-bridge cluster=a4"
+
+
+async def train(bot: Bot, front: ConsoleFront, text: str) -> str:
+    reply = await handle_line(f"/train {text}", bot.core, front, user="alice")
+    assert reply is not None and not reply.error, reply
+    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+
+
+def run_log(launch_id: str) -> str:
+    return login_run(
+        "cat ~/vertex-oss-training/megatron_bridge/experiments/"
+        f"*-{launch_id}/log-*-{launch_id}_*_0.out"
+    )
+
+
+async def test_pretrain_completes_with_checkpoints_once_and_from_starts_at_the_newest(
+    unique: str,
+) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    quick = {"step_time_s": 0.5, "save_time_s": 0.3, "log_interval": 2}
+    async with knobs(unique, **quick), running(bot_settings(), dev_config(), front) as bot:
+        first = await train(
+            bot,
+            front,
+            f"pretrain llama3p1_8b {MB} nodes=2 name={unique} train.train_iters=20 "
+            "checkpoint.save_interval=5",
+        )
+        done = await wait_for_launch(bot.store, first)
+        second = await train(
+            bot,
+            front,
+            f"pretrain llama3p1_8b {MB} name={unique}b from={first} "
+            "train.train_iters=24 checkpoint.save_interval=5",
+        )
+        resumed = await wait_for_launch(bot.store, second)
+        await wait_delivered(bot.store)
+    said = "\n".join(front.lines)
+    assert done.outcome == "COMPLETED", said
+    assert done.checkpoints == [f"iter_{s:07d}" for s in (5, 10, 15, 20)]
+    for step in (5, 10, 15, 20):
+        assert said.count(f"💾 Checkpoint step {step} saved.") == 1, said
+    assert "nvcr.io#nvidia/nemo:26.02 from its registry" in said  # pre-flight: no file check
+    assert "pyxis: importing docker image: nvcr.io#nvidia/nemo:26.02" in run_log(first)
+    assert "step 20 / 20 · loss" in said
+    assert "ETA" in said  # while it ran
+    assert done.progress.step == 20 and done.progress.loss is not None
+    assert resumed.outcome == "COMPLETED", said
+    assert f"Starts from {first}'s newest complete checkpoint, step 20" in said
+    log = run_log(second)
+    assert f"-{first}/checkpoints [ t 0/1, p 0/1 ] at iteration 20" in log
+    assert "Starting training loop at iteration 20" in log
+    assert resumed.checkpoints == ["iter_0000024"]  # its own, in its own directory
+
+
+async def test_timeout_after_a_checkpoint_is_retried_from_it(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    slow = {"step_time_s": 0.5, "save_time_s": 0.1, "log_interval": 5}
+    async with knobs(unique, **slow), running(bot_settings(), dev_config(), front) as bot:
+        launch_id = await train(
+            bot,
+            front,
+            f"pretrain llama3p1_8b {MB} time=1 name={unique} train.train_iters=140 "
+            "checkpoint.save_interval=10",
+        )
+        done = await wait_for_launch(bot.store, launch_id, timeout_s=400)
+        await wait_delivered(bot.store)
+    said = "\n".join(front.lines)
+    assert done.outcome == "COMPLETED", said
+    assert len(done.attempts) == 2 and "TIMEOUT" in said, said
+    saved = re.findall(
+        r"successfully saved checkpoint from iteration\s+(\d+)",
+        run_log_of(done.attempts[0].job_id, launch_id),
+    )
+    assert saved, said
+    newest = int(saved[-1])  # the last save the timed-out attempt finished
+    retry = run_log_of(done.attempts[1].job_id, launch_id)
+    assert f"at iteration {newest}\n" in retry, retry
+    assert f"Starting training loop at iteration {newest}\n" in retry, retry
+
+
+def run_log_of(job_id: str, launch_id: str) -> str:
+    return login_run(
+        "cat ~/vertex-oss-training/megatron_bridge/experiments/"
+        f"*-{launch_id}/log-*-{launch_id}_{job_id}_*.out"
+    )
+
+
+async def test_a_nan_is_named_with_its_step(unique: str) -> None:
+    front = ConsoleFront(io.StringIO(), color=False)
+    nan = {"step_time_s": 0.3, "log_interval": 2, "nan_at": 5, "teardown_s": 1}
+    async with knobs(unique, **nan), running(bot_settings(), dev_config(), front) as bot:
+        launch_id = await train(
+            bot, front, f"pretrain llama3p1_8b {MB} name={unique} train.train_iters=20"
+        )
+        done = await wait_for_launch(bot.store, launch_id)
+        await wait_delivered(bot.store)
+    said = "\n".join(front.lines)
+    assert done.outcome != "COMPLETED", said
+    assert done.health.nan_step == 5, said
+    assert "NaN" in said and "step 5" in said, said
