@@ -45,7 +45,7 @@ class LaunchPlan:
             spec.work_dir,
             exports,
             self.argv,
-            env=spec.fw.script_env(spec),
+            env={**spec.profile.nccl_env, **spec.fw.script_env(spec)},
             submit_by=spec.submit_by,
         )
 

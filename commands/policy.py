@@ -120,8 +120,10 @@ class Team(BaseModel):
 
 
 class UsagePolicy(BaseModel):
-    """Who leads which team, and what a GPU-hour costs per cluster type (``hcc-a4``...)
-    for ``/usage`` (no price: GPU-hours only)."""
+    """Who leads which team, and what a GPU-hour costs for ``/usage`` (no price: GPU-hours
+    only). ``price_per_gpu_hour`` is keyed by a cluster's name, its type (``hcc-a4``) or
+    its GPU model (``H100``), tried in that order after the cluster's own
+    ``clusters.<name>.price_per_gpu_hour``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -133,7 +133,7 @@ async def cluster_list(
     lines = []
     for name, result in zip(names, results, strict=True):
         profile = clusters.profile(name)
-        head = f"*{name}* ({profile.type}, {escape(profile.machine)})"
+        head = f"*{name}* ({escape(profile.kind)}, {escape(profile.machine)})"
         if isinstance(result, BaseException):
             lines.append(f"{head}: unreachable: {escape(str(result))}")
         else:

@@ -55,7 +55,7 @@ class PoolStats:
                 log.exception("ssh timing observer failed")
 
 
-_Key = tuple[str, int, str, str, str, str, str]
+_Key = tuple[str, int, str, str, str, str, str, str]
 RETIRE_GRACE_S = 300.0  # an expired connection's commands get this long to finish
 PERSON_IDLE_S = 60.0  # a person's connection unused this long is closed
 
@@ -206,7 +206,7 @@ class SSHPool:
         return Result(stdout=stdout, stderr=stderr, returncode=rc)
 
     def _link(self, login: LoginLike) -> _Link:
-        key = (
+        key: _Key = (
             login.host,
             login.port,
             login.user,
@@ -214,6 +214,10 @@ class SSHPool:
             str(login.known_hosts_file or ""),
             str(login.user_ca_key_file or ""),
             login.key_id if personal(login) else "",
+            ",".join(
+                f"{hop.user}@{hop.host}:{hop.port}|{hop.key_file}|{hop.known_hosts_file}"
+                for hop in login.hops()
+            ),
         )
         if key not in self._links:
             self._links[key] = _Link(self.max_channels)
