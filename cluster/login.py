@@ -130,6 +130,12 @@ class LoginNode(BaseModel):
     def where(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
 
+    def ssh_command(self) -> str:
+        """How a person reaches this login node by hand with a terminal:
+        ``ssh -t [-J jump@bastion:22] -p 22 user@host``."""
+        jump = ",".join(hop.where for hop in self.hops())
+        return f"ssh -t {'-J ' + jump + ' ' if jump else ''}-p {self.port} {self.user}@{self.host}"
+
     def as_user(self, user: str, key_id: str = "") -> LoginNode:
         """The same login node, reached as ``user`` with a certificate (no key file)
         whose key id is ``key_id`` (``trainbot:<person>:<user>:<launch or purpose>``)."""

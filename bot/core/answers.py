@@ -225,7 +225,7 @@ def attach(clusters: Clusters, launch: Launch) -> Reply:
         )
     profile = clusters.profile_for(launch)  # the person's own user: their own key works
     login = profile.login
-    command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
+    command = f"{login.ssh_command()} {remote}"
     text = (
         f"Attach to job {attempt.job_id} (re-run it after a lost connection):\n"
         f"```{escape(command)}```"

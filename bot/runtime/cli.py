@@ -53,8 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--train",
         metavar="TEXT",
-        default="sft llama3p1_8b nodes=2 cluster=a4",
-        help="what to /train (default: %(default)s)",
+        help="what to /train (default: sft llama3p1_8b nodes=2 cluster=a4, or cluster=hpc "
+        "with --bastion)",
+    )
+    demo.add_argument(
+        "--bastion",
+        action="store_true",
+        help="use .devcluster/trainbot-bastion.yaml: the dev cluster as a generic Slurm GPU "
+        "cluster (no type preset) whose login node only its bastion reaches",
     )
     doctor = sub.add_parser(
         "doctor",
@@ -94,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from bot.runtime.demo import run_demo
 
-            return asyncio.run(run_demo(settings, args.train))
+            return asyncio.run(run_demo(settings, args.train, bastion=args.bastion))
         settings, config = load(args, settings)
         if args.command == "console":
             from bot.runtime.console_main import run_console

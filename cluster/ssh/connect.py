@@ -82,7 +82,13 @@ async def open_connection(
     try:
         for number, hop in enumerate(hops):
             conn, until = await _connect_hop(
-                hop, cluster, tunnel, _describe(hops, number), act_as_people, options
+                hop,
+                cluster,
+                tunnel,
+                _describe(hops, number),
+                act_as_people,
+                options,
+                forwards=hop is not login,
             )
             conn.set_tunnel(tunnel)  # closing this connection closes the ones it rides on
             tunnel, expires_at = conn, min(expires_at, until)
@@ -119,8 +125,11 @@ async def _connect_hop(
     where: str,
     act_as_people: bool,
     timing: dict[str, float],
+    *,
+    forwards: bool,
 ) -> tuple[asyncssh.SSHClientConnection, float]:
-    """One SSH connection of a route (``tunnel``: the hop before it, or None)."""
+    """One SSH connection of a route (``tunnel``: the hop before it, or None); a jump
+    host ``forwards`` to the next hop, so a certificate for it permits port forwarding."""
     known_hosts = login.known_hosts_file
     if known_hosts is None or not Path(known_hosts).is_file():
         raise HostKeyMismatch(
@@ -146,7 +155,7 @@ async def _connect_hop(
                 f"cannot log in as {login.user}; a worker or poller process does that",
                 cluster=cluster,
             )
-        options["client_keys"] = [user_certificate(login, cluster)]
+        options["client_keys"] = [user_certificate(login, cluster, forwarding=forwards)]
         expires_at = time.monotonic() + login.cert_ttl_s
     try:
         conn = await asyncssh.connect(login.host, **options)
@@ -190,11 +199,12 @@ def check_ca_key(path: Path) -> None:
 
 
 def user_certificate(
-    login: HopLike, cluster: str = ""
+    login: HopLike, cluster: str = "", *, forwarding: bool = False
 ) -> tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
     """A fresh key pair and a certificate for it, signed by the login's user CA: valid
-    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding, a random
-    serial and ``login.key_id`` as its key id (sshd logs both with the login)."""
+    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding (port
+    forwarding only with ``forwarding``: a jump host's, which forwards to the next hop),
+    a random serial and ``login.key_id`` as its key id (sshd logs both with the login)."""
     assert login.user_ca_key_file is not None
     try:
         check_ca_key(login.user_ca_key_file)
@@ -218,7 +228,7 @@ def user_certificate(
         valid_before=int(now + login.cert_ttl_s),
         permit_x11_forwarding=False,
         permit_agent_forwarding=False,
-        permit_port_forwarding=False,
+        permit_port_forwarding=forwarding,
         permit_pty=False,
         permit_user_rc=False,
     )

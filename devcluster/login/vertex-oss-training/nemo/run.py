@@ -32,8 +32,6 @@ CLUSTER_TYPES = {
     "hcc-a3u": (8, "source /usr/local/gib/scripts/set_nccl_env.sh"),
     "hcc-a4": (8, "export NCCL_NET=gIB NCCL_CROSS_NIC=0 NCCL_NET_GDR_LEVEL=PIX"),
     "hcc-a3h": (8, "source /usr/local/gib/scripts/set_nccl_env.sh"),
-    # Any other Slurm GPU cluster: its NCCL settings come from the job's environment.
-    "generic": (8, ":"),
 }
 
 

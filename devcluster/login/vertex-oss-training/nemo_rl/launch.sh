@@ -23,7 +23,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: sbatch -N <nodes> launch.sh --cluster_type <hcc-a3m|hcc-a3u|hcc-a4|hcc-a3h|generic> (--job_script <algorithms/X.sh> | --interactive) [overrides...]" >&2
+    echo "usage: sbatch -N <nodes> launch.sh --cluster_type <hcc-a3m|hcc-a3u|hcc-a4|hcc-a3h> (--job_script <algorithms/X.sh> | --interactive) [overrides...]" >&2
     exit 2
 }
 
@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$CLUSTER_TYPE" in
-hcc-a3m | hcc-a3u | hcc-a4 | hcc-a3h | generic) ;;
+hcc-a3m | hcc-a3u | hcc-a4 | hcc-a3h) ;;
 *) echo "launch.sh: unknown --cluster_type '$CLUSTER_TYPE'" >&2; usage ;;
 esac
 if [ "$INTERACTIVE" = 0 ] && [ -z "$JOB_SCRIPT" ]; then
