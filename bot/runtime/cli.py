@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "recipes and directories",
     )
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
+    doctor.add_argument(
+        "--known-hosts",
+        action="store_true",
+        help="print the host keys each cluster's login node and jump hosts show, as "
+        "known_hosts lines to confirm (nothing else is checked)",
+    )
     return parser
 
 
@@ -107,8 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return asyncio.run(run_console(settings, config, user=args.user or getpass.getuser()))
         if args.command == "doctor":
-            from bot.runtime.doctor import run_doctor
+            from bot.runtime.doctor import run_doctor, run_known_hosts
 
+            if args.known_hosts:
+                return asyncio.run(run_known_hosts(config))
             return asyncio.run(run_doctor(settings, config))
         if args.command == "serve":
             from bot.runtime.serve import run_serve

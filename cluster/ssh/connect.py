@@ -81,11 +81,11 @@ async def open_connection(
     hops = [*login.hops(), login]
     try:
         for number, hop in enumerate(hops):
-            conn, until = await _connect_hop(
+            conn, until = await connect_hop(
                 hop,
                 cluster,
                 tunnel,
-                _describe(hops, number),
+                describe_hop(hops, number),
                 act_as_people,
                 options,
                 forwards=hop is not login,
@@ -104,7 +104,7 @@ def _where(hop: HopLike) -> str:
     return f"{hop.user}@{hop.host}:{hop.port}"
 
 
-def _describe(hops: Sequence[HopLike], number: int) -> str:
+def describe_hop(hops: Sequence[HopLike], number: int) -> str:
     """``trainer@login:22`` alone; with jump hosts, which hop and through which one."""
     hop = hops[number]
     if len(hops) == 1:
@@ -118,7 +118,7 @@ def _describe(hops: Sequence[HopLike], number: int) -> str:
     return f"{role} {_where(hop)}{via}"
 
 
-async def _connect_hop(
+async def connect_hop(
     login: HopLike,
     cluster: str,
     tunnel: asyncssh.SSHClientConnection | None,

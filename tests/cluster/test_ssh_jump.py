@@ -10,6 +10,7 @@ import pytest
 from cluster.errors import ClusterUnreachable, HostKeyMismatch
 from cluster.login import cert_key_id
 from cluster.profiles import ClusterProfile
+from cluster.ssh.hostkeys import route_host_keys
 from cluster.ssh.pool import SSHPool
 
 pytestmark = pytest.mark.devcluster
@@ -59,3 +60,20 @@ async def test_a_person_goes_through_with_certificates_at_each_hop(
     assert (hop.user, hop.key_file, alice.key_file) == ("jump", None, None)
     result = await pool.run(alice, "id -un", timeout_s=30, cluster="hpc")
     assert result.stdout.strip() == "alice"
+
+
+async def test_doctor_prints_each_hops_key_and_stops_at_one_not_confirmed(
+    bastion_profile: ClusterProfile, tmp_path: Path
+) -> None:
+    login = bastion_profile.login
+    assert login.known_hosts_file is not None
+    lines = login.known_hosts_file.read_text().splitlines()
+    seen = await route_host_keys(login, "hpc")
+    assert [(s.line, s.known) for s in seen] == [(line, True) for line in lines]
+    assert [s.fingerprint.startswith("SHA256:") for s in seen] == [True, True]
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    fresh = login.model_copy(update={"known_hosts_file": empty})
+    first, stop = await route_host_keys(fresh, "hpc")
+    assert (first.line, first.known) == (lines[0], False)  # shown, not trusted yet
+    assert stop.known is None and stop.line == "" and "add it to" in stop.note

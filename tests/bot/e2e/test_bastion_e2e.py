@@ -14,6 +14,7 @@ import pytest
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
+from bot.runtime.doctor import run_doctor, run_known_hosts
 from bot.text.front import Incoming
 from tests.bot.botkit import (
     DEV,
@@ -110,3 +111,21 @@ async def test_launch_attach_and_cancel_through_the_bastion(
         r"🚫 CANCELLED",
     )
     assert sacct_rows(launch.job_id)[-1]["State"].startswith("CANCELLED")
+
+
+async def test_doctor_through_the_bastion_says_what_it_found() -> None:
+    config = dev_config(file="trainbot-bastion.yaml")
+    out = io.StringIO()
+    code = await run_doctor(bot_settings(), config, out)
+    text = out.getvalue()
+    assert code == 0, text
+    route = "jump@127.0.0.1:2200 -> trainer@127.0.0.1:2201"
+    assert f"ok   hpc: ssh {route} (host keys verified)" in text
+    assert (
+        "ok   hpc: Slurm GRES (8 x H100, infiniband): partitions a3m*, a3u, a4, a3h; a4: 4 "
+        "nodes, gpu:8: 8 GPUs per node, GRES names no GPU model (the config's H100 stands)"
+    ) in text
+    keys = io.StringIO()
+    assert await run_known_hosts(config, keys) == 0, keys.getvalue()
+    printed = [line for line in keys.getvalue().splitlines() if not line.startswith("#")]
+    assert printed == (DEV / "known_hosts_bastion").read_text().splitlines()
