@@ -133,7 +133,8 @@ async def cluster_list(
     lines = []
     for name, result in zip(names, results, strict=True):
         profile = clusters.profile(name)
-        head = f"*{name}* ({escape(profile.kind)}, {escape(profile.machine)})"
+        what = f"{profile.type}, {profile.machine}" if profile.type else profile.machine
+        head = f"*{name}* ({escape(what)})"
         if isinstance(result, BaseException):
             lines.append(f"{head}: unreachable: {escape(str(result))}")
         else:
