@@ -12,6 +12,7 @@ import pytest
 
 from bot.slack.http import MetricsText, SlackParams, SlackService, run_slack
 from bot.slack.webapi import SlackFront, open_front
+from bot.store.store import Store
 from bot.text.front import Incoming, Reply
 from support.slack_standin import SlackStandin
 from support.workspace import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
@@ -40,6 +41,21 @@ async def healthy() -> tuple[bool, str]:
 
 async def some_metrics() -> str:
     return "# TYPE trainbot_queue_length gauge\ntrainbot_queue_length 3\n"
+
+
+@pytest.fixture
+async def clean_redis() -> None:
+    """The test Redis database emptied before the test: a file whose tests all start from
+    an empty store says ``pytestmark = pytest.mark.usefixtures("clean_redis")``."""
+    await botkit.flush_test_redis()
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    """A store on the emptied test Redis database."""
+    await botkit.flush_test_redis()
+    async with botkit.open_test_store() as opened:
+        yield opened
 
 
 @pytest.fixture

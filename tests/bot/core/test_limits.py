@@ -6,10 +6,7 @@ ask a cluster, a cap on dry runs in flight (not counted against max_concurrent),
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from bot.core.core import Core
 from bot.engine.on_cluster import Clusters
@@ -20,7 +17,6 @@ from bot.text.front import Incoming
 from cluster.discovery import ClusterCapacity
 from cluster.ssh.pool import SSHPool
 from commands.policy import Limits, PolicyRule
-from tests.bot.botkit import flush_test_redis, open_test_store
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 
@@ -36,13 +32,6 @@ def config_with(limits: Limits, *rules: PolicyRule) -> Config:
     }
     policy = config.policy.model_copy(update=update)
     return config.model_copy(update={"policy": policy, "clusters": shared})
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
 
 
 def core_for(store: Store, config: Config, pool: SSHPool) -> Core:

@@ -21,7 +21,6 @@ from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.sbatch import JobShape, StartEstimate
 from cluster.ssh.pool import SSHPool
-from tests.bot.botkit import flush_test_redis, open_test_store
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 TRAIN = "sft llama3p1_8b cluster=a4 nodes=1"
@@ -63,13 +62,6 @@ class Workers:
         asked = self.asked
         await self.answer.wait()
         return StartEstimate(start=None, error=f"answer {asked}")
-
-
-@pytest.fixture
-async def store() -> Any:
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
 
 
 def core_for(store: Store, pool: SSHPool, workers: Workers) -> Core:

@@ -25,7 +25,6 @@ from tests.bot.botkit import (
     PROJECT,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     login_run,
     slurm_jobs_named,
@@ -34,15 +33,10 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 QUICK = {"steps": 3, "step_time_s": 0.3, "save_time_s": 0.1}
 ROUTING_KEY = "R0UTINGKEY0123456789abcdef0123456"
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 @asynccontextmanager

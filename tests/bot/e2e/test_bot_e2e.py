@@ -17,7 +17,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     in_order,
     knobs,
     login_run,
@@ -27,7 +26,7 @@ from tests.bot.botkit import (
     wait_for_launch,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 FAST = {
     "steps": 4,
@@ -36,11 +35,6 @@ FAST = {
     "save_time_s": 0.1,
     "tokenizer_race": "off",
 }
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 async def test_train_sft_in_the_console_from_queue_to_completed(unique: str) -> None:

@@ -25,7 +25,6 @@ from tests.bot.botkit import (
     TEST_REDIS,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     open_test_store,
     slurm_jobs_named,
@@ -33,14 +32,9 @@ from tests.bot.botkit import (
     wait_for_launch,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 FAST = {"steps": 4, "step_time_s": 0.5, "tokenizer_race": "off"}
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 def console(config: Path, **kwargs: object) -> subprocess.Popen[str]:

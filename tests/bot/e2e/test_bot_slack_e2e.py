@@ -20,7 +20,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     in_dm,
     knobs,
     login_run,
@@ -30,14 +29,9 @@ from tests.bot.botkit import (
 )
 from tests.bot.conftest import standin_params
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 FAST = {"steps": 4, "step_time_s": 0.4, "ckpt_every": 2, "save_time_s": 0.1}
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 @asynccontextmanager

@@ -25,7 +25,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     login_run,
     slurm_jobs_named,
@@ -33,7 +32,7 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 FAST = {
     "steps": 4,
@@ -47,11 +46,6 @@ FILL_S = 60  # how long the filling jobs hold the nodes (others' tests wait mean
 # This machine is shared and can be slow; the default (1.5 s) is for a real login node.
 ESTIMATE_TIMEOUT_S = 15.0
 AT_RE = re.compile(r"\(at ([0-9-]+ [0-9:]+) UTC\)")
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 def slurm_start(command: str) -> float:

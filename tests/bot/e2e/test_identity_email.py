@@ -14,13 +14,12 @@ from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     LAUNCH_RE,
     dev_config,
-    flush_test_redis,
     wait_delivered,
     wait_for_launch,
 )
 from tests.bot.e2e.test_bot_slack_e2e import slack_bot, thread_texts
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 ALICE, BOBBY = "U0ALICE", "U0BOBBY"
 BORROWERS = {
@@ -33,11 +32,6 @@ BORROWERS = {
     "U0EVDOMAIN": ("bob@evil.example", "is in evil.example, not in example.com"),
     "U0EVUNCONF": ("bob@example.com", "your Slack profile's email gives none"),
 }
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 async def test_an_email_that_names_someone_else_root_or_the_shared_account_is_refused(

@@ -23,10 +23,9 @@ from support.slack_requests import block_action_payload, post_signed, slash_comm
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import LAUNCH_RE, dev_config, in_dm, knobs, wait_for_launch, wait_until
 from tests.bot.e2e.test_babysit_e2e import console_bot, train
-from tests.bot.e2e.test_bot_slack_e2e import FAST, clean_redis, slack_bot
+from tests.bot.e2e.test_bot_slack_e2e import FAST, slack_bot
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-__all__ = ["clean_redis"]  # the fixture that empties the test Redis first
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 PEOPLE = {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}
 
 

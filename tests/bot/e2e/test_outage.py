@@ -121,13 +121,6 @@ async def dead_letter_three_times(store: Store, w: Worker) -> None:
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
-
-
-@pytest.fixture
 async def clusters() -> AsyncIterator[ScriptedClusters]:
     async with SSHPool() as pool:
         yield ScriptedClusters(pool)

@@ -27,7 +27,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     login_run,
     slurm_jobs_named,
@@ -36,14 +35,9 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 QUICK = {"steps": 3, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:

@@ -25,7 +25,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     login_run,
     slurm_jobs_named,
@@ -34,17 +33,12 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 NODES = 4
 FILL_S = 90
 ESTIMATE_TIMEOUT_S = 15.0  # this machine is shared and slow
 QUICK = {"steps": 4, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 def small_a3u(text: str) -> str:

@@ -19,7 +19,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     in_order,
     knobs,
     login_run,
@@ -30,7 +29,7 @@ from tests.bot.botkit import (
 )
 from tests.devlogin import copy_recipes_command
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 FAST = {
     "steps": 2,
     "step_time_s": 0.3,
@@ -38,11 +37,6 @@ FAST = {
     "save_time_s": 0.1,
     "tokenizer_race": "off",
 }
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     sacct_rows,
     slurm_jobs_named,
@@ -38,15 +37,10 @@ from tests.bot.botkit import (
 )
 from tests.bot.conftest import standin_params
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 QUICK = {"step_time_s": 0.4, "save_time_s": 0.1, "ckpt_every": 1, "tokenizer_race": "off"}
 SWEEP_RE = re.compile(r"\bS-[0-9a-f]{4,12}\b")
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 @asynccontextmanager

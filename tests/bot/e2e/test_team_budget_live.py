@@ -17,13 +17,12 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     wait_for_launch,
 )
 from tests.bot.e2e.test_cost_live import wait_charged
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 TEAM = "S0ML"
 SLOW = {"steps": 6, "step_time_s": 3.0, "ckpt_every": 3, "save_time_s": 0.1,
@@ -35,11 +34,6 @@ class TeamConsole(ConsoleFront):
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         return ["alice", "bob"] if usergroup_id == TEAM else []
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 async def test_a_team_over_its_monthly_budget_is_refused_and_told_once_at_80_percent(

@@ -19,18 +19,12 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     knobs,
     wait_for_launch,
 )
 from tests.bot.e2e.test_cost_live import FAST, sacct_gpu_hours, wait_charged
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 
 async def test_usage_equals_what_sacct_recorded_for_two_jobs_and_the_csv_sums_back(

@@ -6,7 +6,6 @@ in its time saying so. Real Redis; the cluster side is scripted at trainbot's ow
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,7 +22,6 @@ from cluster.sbatch import JobShape, StartEstimate
 from cluster.sinfo import PartitionInfo
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
-from tests.bot.botkit import flush_test_redis, open_test_store
 
 CONFIG = """
 clusters:
@@ -71,13 +69,6 @@ class ScriptedClusters(Clusters):
     ) -> StartEstimate:
         self.asked.append(("estimate", cluster, shape, user_id, cluster_user))
         return StartEstimate(None, error="Requested node configuration is not available")
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
 
 
 async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) -> None:

@@ -27,7 +27,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     in_order,
     knobs,
     login_run,
@@ -36,15 +35,10 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 ALICE, BOB = "U0IDALICE", "U0IDBOB"
 PEOPLE = {ALICE: "alice", BOB: "bob"}
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
 
 
 @pytest.fixture

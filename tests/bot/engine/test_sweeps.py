@@ -25,20 +25,11 @@ from bot.store.store import Store
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
-from tests.bot.botkit import flush_test_redis, open_test_store
 
 CHANNEL = "C0TRAIN"
 
 
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    async with open_test_store() as opened:
-        yield opened
+pytestmark = pytest.mark.usefixtures("clean_redis")
 
 
 @asynccontextmanager

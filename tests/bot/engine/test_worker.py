@@ -40,7 +40,6 @@ from cluster.spec import LaunchSpec
 from cluster.ssh.pool import SSHPool
 from commands.context import User
 from commands.requests import TrainRequest
-from tests.bot.botkit import flush_test_redis, open_test_store
 
 CONFIG = """
 clusters:
@@ -113,13 +112,6 @@ class ScriptedClusters(Clusters):
                 FoundJob(j.job_id, j.name, "CANCELLED", False) if j.job_id in job_ids else j
                 for j in jobs
             ]
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    await flush_test_redis()
-    async with open_test_store() as opened:
-        yield opened
 
 
 @pytest.fixture

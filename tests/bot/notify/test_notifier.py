@@ -30,22 +30,14 @@ from bot.store.store import Store
 from bot.text.front import Front
 from commands.requests import TrainRequest
 from support.slack_standin import Call, SlackStandin
-from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
+from tests.bot.botkit import bot_settings, dev_config, open_test_store
 
 OUT = "C0OUT"  # a channel the bot was never invited to
 TRAIN = "C0TRAIN"
 ONCALL = "C0ONCALL"
 
 
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    async with open_test_store() as opened:
-        yield opened
+pytestmark = pytest.mark.usefixtures("clean_redis")
 
 
 def request() -> TrainRequest:

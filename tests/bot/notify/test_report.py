@@ -17,7 +17,7 @@ from bot.settings.config import Config
 from bot.settings.sections import Report
 from bot.store.budgets import Charge
 from bot.text.front import Blocks, MessageRef
-from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis
+from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config
 
 REPORT_CHANNEL = "C0REPORT"
 
@@ -37,9 +37,7 @@ class Recording(ConsoleFront):
         return await super().post(channel, text, blocks=blocks, thread_ts=thread_ts)
 
 
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = pytest.mark.usefixtures("clean_redis")
 
 
 def with_report(config: Config, cron: str) -> Config:

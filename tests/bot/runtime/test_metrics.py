@@ -24,7 +24,7 @@ from bot.store import keys
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN, SIGNING_SECRET
-from tests.bot.botkit import bot_settings, dev_config, flush_test_redis, open_test_store
+from tests.bot.botkit import bot_settings, dev_config, open_test_store
 from tests.bot.conftest import Serve
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -47,9 +47,7 @@ def launch(cluster: str = "a4") -> Launch:
     return Launch(request=req, user_id="U1", channel="C1")
 
 
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = pytest.mark.usefixtures("clean_redis")
 
 
 @asynccontextmanager

@@ -29,7 +29,7 @@ from cluster.errors import ConfigError
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
-from tests.bot.botkit import bot_settings, dev_config, flush_test_redis
+from tests.bot.botkit import bot_settings, dev_config
 from tests.bot.conftest import FakeHandler, healthy, some_metrics, standin_params
 from tests.bot.engine.test_tracking import PROFILE, launch, snapshot, threads
 from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed
@@ -50,9 +50,7 @@ clusters:
 """
 
 
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = pytest.mark.usefixtures("clean_redis")
 
 
 # -- organisation secrets and people's jobs -------------------------------------------

@@ -21,15 +21,13 @@ from cluster.ssh.pool import SSHPool
 from support.slack_requests import Answer, post_signed, slash_command_body
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_SCOPES
-from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, flush_test_redis, open_test_store
+from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, open_test_store
 from tests.bot.conftest import healthy, standin_params
 
 TRAIN = "sft llama3p1_8b nodes=2 cluster=a4"
 
 
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = pytest.mark.usefixtures("clean_redis")
 
 
 @asynccontextmanager
