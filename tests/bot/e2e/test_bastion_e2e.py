@@ -21,7 +21,6 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
-    flush_test_redis,
     in_order,
     knobs,
     sacct_rows,
@@ -30,12 +29,7 @@ from tests.bot.botkit import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-async def clean_redis() -> None:
-    await flush_test_redis()
+pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 
 def person_ssh_config(tmp_path: Path) -> Path:
