@@ -28,13 +28,19 @@ class JumpHost(BaseModel):
     the hop gets a certificate from the login's user CA, as the login does. Its host key
     is checked against its known_hosts like the login node's."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     host: str = Field(pattern=HOST_PATTERN)
+    """The jump host's name or address, as the hop before it (or the bot) reaches it."""
     port: int = Field(default=22, ge=1, le=65535)
+    """Its SSH port."""
     user: ClusterUser | None = None
+    """Who logs in there; default: the login's user (the person's, when the bot acts as one)."""
     key_file: Path | None = None
+    """On the bot's machine: the key to log in there with; default: the login's (or a
+    certificate from its user CA)."""
     known_hosts_file: Path | None = None
+    """On the bot's machine: its host key; default: the login's known_hosts file."""
 
     @model_validator(mode="before")
     @classmethod
@@ -85,7 +91,7 @@ class LoginNode(BaseModel):
     ``key_file`` uses such a certificate for ``user`` too.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     host: str = Field(pattern=HOST_PATTERN)
     port: int = Field(default=22, ge=1, le=65535)
@@ -96,6 +102,8 @@ class LoginNode(BaseModel):
     cert_ttl_s: int = Field(default=300, ge=60, le=86400)
     # Jump hosts, first to last: the login node is reached through each in turn.
     jump: tuple[JumpHost, ...] = Field(default=(), max_length=8)
+    """Jump hosts, first to last (`user@host:port` or a mapping): the login node is reached
+    through each in turn, every host key checked (docs/clusters.md)."""
     # Not in the config: the key id of the certificates signed for this login, naming
     # the person and what for (set by :meth:`as_user`); sshd logs it with each login.
     _key_id: str = PrivateAttr(default="")
@@ -186,7 +194,7 @@ class Identity(BaseModel):
     secret is withheld from them (a person's job could read it).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     users: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9._@-]{1,80}$")], ClusterUser] = Field(
         default_factory=dict
@@ -194,6 +202,8 @@ class Identity(BaseModel):
     from_email: bool = False
     email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
     email_username: Literal["local_part", "oslogin"] = "local_part"
+    """How an email names the user: `local_part` (`alice@example.com` -> `alice`) or `oslogin`
+    (Google Cloud OS Login: `alice_example_com`)."""
     unmapped: Literal["refuse", "shared"] = "refuse"
     org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
 

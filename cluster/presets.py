@@ -25,7 +25,7 @@ _NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:/=+@-]{0,256}")
 class Preset(BaseModel):
     """What a cluster type implies (FIELD_GUIDE section 2)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     machine: str
     gpu_model: str

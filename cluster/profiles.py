@@ -70,17 +70,31 @@ class ClusterProfile(BaseModel):
     (before ``policy.usage.price_per_gpu_hour``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, use_attribute_docstrings=True
+    )
 
     name: str = Field(pattern=CLUSTER_NAME_PATTERN)
     type: ClusterType | None = None
+    """A Google Cloud preset (`hcc-a3m`, `hcc-a3u`, `hcc-a4`, `hcc-a3h`) that fills in
+    `gpus_per_node`, `gpu_model`, `fabric` and `launcher_type`; left out: any Slurm GPU
+    cluster, which says what it has (docs/clusters.md)."""
     gpu_model: str | None = Field(default=None, pattern=GPU_MODEL_PATTERN)
+    """The GPUs' model (`H100`, `A100-80GB`): shown beside the cluster's name, a key of
+    `policy.usage.price_per_gpu_hour`, compared by `trainbot doctor` with Slurm's GRES."""
     fabric: Fabric | None = None
+    """What the GPUs talk over: `tcpx`, `tcpxo`, `rdma`, `infiniband`, `roce`, `efa` or
+    `ethernet`."""
     nccl_env: dict[Annotated[str, Field(pattern=NCCL_NAME_PATTERN)], NcclValue] = Field(
         default_factory=dict
     )
+    """`NCCL_*` (and `UCX_*`, `FI_*`, `OMPI_MCA_*`, `TORCH_NCCL_*`) variables exported before
+    the launcher runs, so the job's NCCL finds the fabric."""
     launcher_type: str | None = Field(default=None, pattern=SLURM_NAME_PATTERN)
+    """The value passed as `run.py --slurm-type` and `launch.sh --cluster_type`; default: the
+    preset's type; without one, the flag is not passed."""
     price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1_000_000)
+    """What a GPU-hour costs here, for `/usage` (before `policy.usage.price_per_gpu_hour`)."""
     description: str = Field(default="", max_length=200)
     login: LoginNode
     partition: str = Field(pattern=SLURM_NAME_PATTERN)
