@@ -105,9 +105,10 @@ def gres_report(profile: ClusterProfile, rows: list[GresRow]) -> tuple[bool, str
         )
     if problems:
         return False, f"{head}: {'; '.join(problems)}"
-    model = (
-        f"GPU model {', '.join(models)}"
-        if models
-        else f"GRES names no GPU model (the config's {profile.gpu_model or 'none'} stands)"
-    )
+    if models and not profile.gpu_model:
+        model = f"GPU model {', '.join(models)} (say gpu_model: {models[0]} to show it)"
+    elif models:
+        model = f"GPU model {', '.join(models)}"
+    else:
+        model = f"GRES names no GPU model (the config's {profile.gpu_model or 'none'} stands)"
     return True, f"{head}: {max(counts)} GPUs per node, {model}"

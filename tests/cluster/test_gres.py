@@ -44,6 +44,7 @@ def test_gpus_in_gres(gres: str, gpus: list[Gpus]) -> None:
         ("gpu*|4|gpu:8", {}, True, "GRES names no GPU model (the config's H100 stands)"),
         ("gpu*|4|gpu:8", {"gpu_model": None}, True, "no GPU model (the config's none stands)"),
         ("gpu*|4|gpu:nvidia_h100_80gb_hbm3:8", {}, True, "GPU model nvidia_h100_80gb_hbm3"),
+        ("gpu*|4|gpu:h100:8", {"gpu_model": None}, True, "(say gpu_model: h100 to show it)"),
         ("gpu*|4|gpu:a100:8", {}, False, "Slurm's GPU model is a100, the config's H100"),
         ("gpu*|4|gpu:h100:4", {}, False, "Slurm has 4 GPUs per node, the config says"),
         ("gpu*|4|(null)", {}, False, "no GPU GRES, so Slurm neither places nor counts GPUs"),
