@@ -167,7 +167,7 @@ class ClusterProfile(BaseModel):
             data.setdefault("launcher_type", kind)
         elif kind is None and "gpus_per_node" not in data:
             raise ValueError(
-                "gpus_per_node: is required for a cluster without a type preset "
+                "gpus_per_node is required for a cluster without a type preset "
                 f"({_PRESET_NAMES}): say how many GPUs a node has (Slurm's GRES, "
                 "e.g. gpu:h100:8 is 8; trainbot doctor shows what sinfo reports)"
             )

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.settings.config import parse_config
+from cluster.errors import ConfigError
 from cluster.launch import plan_launch
 from cluster.presets import PRESETS
 from cluster.profiles import ClusterProfile
@@ -60,8 +61,41 @@ def test_a_cluster_without_a_preset_says_what_it_has() -> None:
 
 
 def test_without_a_preset_gpus_per_node_is_required() -> None:
-    with pytest.raises(ValidationError, match="gpus_per_node: is required for a cluster without"):
+    with pytest.raises(ValidationError, match="gpus_per_node is required for a cluster without"):
         cluster(gpus_per_node=None)
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (
+            "gpu_model: H100",
+            "clusters.dgx: gpus_per_node is required for a cluster without a type preset "
+            "(hcc-a3m, hcc-a3u, hcc-a4, hcc-a3h): say how many GPUs a node has",
+        ),
+        (
+            "gpus_per_node: 8\n    login: {host: h, user: trainer, jump: ['jump@']}",
+            "clusters.dgx.login.jump[0]: a jump host is user@host:port (user and port optional)",
+        ),
+        (
+            "gpus_per_node: 8\n    fabric: ib",
+            "clusters.dgx.fabric: must be one of 'tcpx', 'tcpxo', 'rdma', 'infiniband'",
+        ),
+        (
+            "gpus_per_node: 8\n    nccl_env: {NCCL_DEBUG: 'INFO; id'}",
+            "clusters.dgx.nccl_env.NCCL_DEBUG: may contain only letters, digits",
+        ),
+    ],
+)
+def test_a_bad_cluster_description_in_the_file_says_where_and_what(
+    lines: str, message: str
+) -> None:
+    text = "clusters:\n  dgx:\n    " + lines + "\n    partition: gpu\n    max_nodes: 2\n"
+    if "login:" not in text:
+        text += "    login: {host: h, user: trainer}\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="trainbot.yaml")
+    assert str(caught.value).startswith(f"trainbot.yaml: {message}"), str(caught.value)
 
 
 @pytest.mark.parametrize(
