@@ -3,6 +3,8 @@ only that way, each hop's host key is checked, and a person goes through as well
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from cluster.errors import ClusterUnreachable, HostKeyMismatch
 from cluster.login import cert_key_id
 from cluster.profiles import ClusterProfile
+from cluster.ssh.connect import user_certificate
 from cluster.ssh.hostkeys import route_host_keys
 from cluster.ssh.pool import SSHPool
 
@@ -77,3 +80,22 @@ async def test_doctor_prints_each_hops_key_and_stops_at_one_not_confirmed(
     first, stop = await route_host_keys(fresh, "hpc")
     assert (first.line, first.known) == (lines[0], False)  # shown, not trusted yet
     assert stop.known is None and stop.line == "" and "add it to" in stop.note
+
+
+def test_only_a_jump_hosts_certificate_permits_port_forwarding(
+    bastion_profile: ClusterProfile, tmp_path: Path
+) -> None:
+    alice = bastion_profile.as_user("alice", cert_key_id("U0ALICE", "alice", "test")).login
+    listings = {}
+    for name, hop, forwarding in (("jump", alice.hops()[0], True), ("login", alice, False)):
+        _, cert = user_certificate(hop, forwarding=forwarding)
+        cert.write_certificate(str(tmp_path / f"{name}-cert.pub"))
+        listings[name] = subprocess.run(
+            ["ssh-keygen", "-L", "-f", str(tmp_path / f"{name}-cert.pub")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    jump = re.search(r"Extensions:\s*\n((?:\s+\S+\n?)*)", listings["jump"])
+    assert jump is not None and jump.group(1).split() == ["permit-port-forwarding"], listings
+    assert re.search(r"Extensions: \(none\)", listings["login"]), listings
