@@ -62,6 +62,11 @@ class JumpHost(BaseModel):
         return parsed
 
 
+def where(user: str, host: str, port: int) -> str:
+    """``user@host:port``, an IPv6 address in brackets (``user@[fd00::1]:22``)."""
+    return f"{user}@{'[' + host + ']' if ':' in host else host}:{port}"
+
+
 @dataclass(frozen=True)
 class Hop:
     """One SSH connection of a route to a login node, everything resolved: a jump host
@@ -78,7 +83,8 @@ class Hop:
 
     @property
     def where(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
+        """``user@host:port`` as ``ssh -J`` takes it (an IPv6 address in brackets)."""
+        return where(self.user, self.host, self.port)
 
 
 class LoginNode(BaseModel):
@@ -136,7 +142,8 @@ class LoginNode(BaseModel):
 
     @property
     def where(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
+        """``user@host:port`` as ``ssh -J`` takes it (an IPv6 address in brackets)."""
+        return where(self.user, self.host, self.port)
 
     def ssh_command(self) -> str:
         """How a person reaches this login node by hand with a terminal:

@@ -70,6 +70,10 @@ def test_each_hop_takes_the_logins_user_key_and_known_hosts_unless_it_has_its_ow
         Path("/kh"),
     )
     assert node.route == "trainer@bastion:2200 -> hop@inner:22 -> trainer@10.0.0.5:22"
+    jumps = "trainer@bastion:2200,hop@inner:22"
+    assert node.ssh_command() == f"ssh -t -J {jumps} -p 22 trainer@10.0.0.5"
+    six = login(jump=["jump@[fd00::1]:2200"])
+    assert six.ssh_command() == "ssh -t -J jump@[fd00::1]:2200 -p 22 trainer@10.0.0.5"
 
 
 def test_a_person_goes_through_the_jump_hosts_as_themselves() -> None:
