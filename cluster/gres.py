@@ -112,3 +112,33 @@ def gres_report(profile: ClusterProfile, rows: list[GresRow]) -> tuple[bool, str
     else:
         model = f"GRES names no GPU model (the config's {profile.gpu_model or 'none'} stands)"
     return True, f"{head}: {max(counts)} GPUs per node, {model}"
+
+
+def build_accounting_query() -> str:
+    """Slurm's accounting settings as the controller has them."""
+    return "scontrol show config"
+
+
+def accounting_report(stdout: str) -> tuple[bool, str]:
+    """Whether Slurm accounting records jobs and their GPUs: trainbot reads how a job
+    ended from ``sacct`` and charges GPU-hours from its ``AllocTRES`` ``gres/gpu``."""
+    settings: dict[str, str] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            settings[key.strip()] = value.strip()
+    storage = settings.get("AccountingStorageType", "(not shown)")
+    tres = [t.strip() for t in settings.get("AccountingStorageTRES", "").split(",") if t.strip()]
+    if storage != "accounting_storage/slurmdbd":
+        return False, (
+            f"AccountingStorageType is {storage}: sacct knows no finished job, so trainbot "
+            "cannot tell how a job ended nor count its GPU-hours; run slurmdbd and set "
+            "AccountingStorageType=accounting_storage/slurmdbd"
+        )
+    gpus = [t for t in tres if t == "gres/gpu" or t.startswith("gres/gpu:")]
+    if not gpus:
+        return False, (
+            "AccountingStorageTRES lacks gres/gpu: sacct records no GPUs, so every GPU-hour "
+            "figure (usage, budgets, cost) is 0; add gres/gpu to AccountingStorageTRES"
+        )
+    return True, f"slurmdbd records jobs and their GPUs ({', '.join(gpus)})"

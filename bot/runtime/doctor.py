@@ -3,7 +3,8 @@
 Config (already loaded when this runs), Redis (with what the notifier still owes
 and its dead letters, which do not fail the check), and for every cluster: SSH with
 its host key (through its jump hosts), what Slurm says its GPUs are (GRES: GPUs per
-node and model, against the config) and its partitions, the images, the catalog's
+node and model, against the config) and its partitions, whether its accounting
+records jobs and their GPUs (what usage is counted from), the images, the catalog's
 recipes, everything
 pre-flight checks (directories, mounts, NeMo-RL's auth.sh), and which flags the
 site's ``run.py`` lacks (read from its ``--help`` in the same round trip, and kept
@@ -27,7 +28,13 @@ from bot.store.lanes import DeadLetter
 from bot.store.store import Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
-from cluster.gres import build_gres_query, gres_report, parse_gres_rows
+from cluster.gres import (
+    accounting_report,
+    build_accounting_query,
+    build_gres_query,
+    gres_report,
+    parse_gres_rows,
+)
 from cluster.login import LoginNode, cert_key_id
 from cluster.preflight import PreflightResult, preflight
 from cluster.profiles import ClusterProfile
@@ -101,7 +108,8 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
 
 
 async def check_gres(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
-    """What Slurm says the cluster's GPUs are (GRES), against the config."""
+    """What Slurm says the cluster's GPUs are (GRES), against the config, and whether its
+    accounting records jobs and their GPUs (what usage is counted from)."""
     what = f"{profile.name}: Slurm GRES ({profile.machine})"
     try:
         result = await clusters.pool.run(
@@ -111,6 +119,16 @@ async def check_gres(report: Report, clusters: Clusters, profile: ClusterProfile
         report.line(False, what, str(exc))
         return
     ok, detail = gres_report(profile, parse_gres_rows(result.stdout))
+    report.line(ok, what, detail)
+    what = f"{profile.name}: Slurm accounting"
+    try:
+        result = await clusters.pool.run(
+            profile.login, build_accounting_query(), timeout_s=30, cluster=profile.name
+        )
+    except TrainbotError as exc:
+        report.line(False, what, str(exc))
+        return
+    ok, detail = accounting_report(result.stdout)
     report.line(ok, what, detail)
 
 

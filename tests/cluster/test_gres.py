@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cluster.gres import Gpus, gpus_in, gres_report, parse_gres_rows
+from cluster.gres import Gpus, accounting_report, gpus_in, gres_report, parse_gres_rows
 from cluster.profiles import ClusterProfile
 
 
@@ -53,4 +53,38 @@ def test_gpus_in_gres(gres: str, gpus: list[Gpus]) -> None:
 )
 def test_gres_against_the_config(sinfo: str, fields: dict[str, Any], ok: bool, says: str) -> None:
     found_ok, text = gres_report(cluster(**fields), parse_gres_rows(sinfo))
+    assert (found_ok, says in text) == (ok, True), text
+
+
+@pytest.mark.parametrize(
+    ("config", "ok", "says"),
+    [
+        (
+            "AccountingStorageTRES   = cpu,mem,node,billing,gres/gpu\n"
+            "AccountingStorageType   = accounting_storage/slurmdbd\n",
+            True,
+            "slurmdbd records jobs and their GPUs (gres/gpu)",
+        ),
+        (
+            "AccountingStorageTRES = cpu,gres/gpu:h100\n"
+            "AccountingStorageType = accounting_storage/slurmdbd\n",
+            True,
+            "(gres/gpu:h100)",
+        ),
+        (
+            "AccountingStorageTRES   = cpu,mem,energy,node,billing\n"
+            "AccountingStorageType   = accounting_storage/slurmdbd\n",
+            False,
+            "AccountingStorageTRES lacks gres/gpu: sacct records no GPUs",
+        ),
+        (
+            "AccountingStorageType   = accounting_storage/none\n",
+            False,
+            "AccountingStorageType is accounting_storage/none: sacct knows no finished job",
+        ),
+        ("", False, "AccountingStorageType is (not shown)"),
+    ],
+)
+def test_accounting_must_record_jobs_and_their_gpus(config: str, ok: bool, says: str) -> None:
+    found_ok, text = accounting_report(config)
     assert (found_ok, says in text) == (ok, True), text

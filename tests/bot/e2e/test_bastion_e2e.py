@@ -119,6 +119,7 @@ async def test_doctor_through_the_bastion_says_what_it_found() -> None:
         "ok   hpc: Slurm GRES (8 x H100, infiniband): partitions a3m*, a3u, a4, a3h; a4: 4 "
         "nodes, gpu:8: 8 GPUs per node, GRES names no GPU model (the config's H100 stands)"
     ) in text
+    assert "ok   hpc: Slurm accounting: slurmdbd records jobs and their GPUs (gres/gpu)" in text
     keys = io.StringIO()
     assert await run_known_hosts(config, keys) == 0, keys.getvalue()
     printed = [line for line in keys.getvalue().splitlines() if not line.startswith("#")]
