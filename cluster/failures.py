@@ -71,21 +71,36 @@ ExitCode = Annotated[int, Field(ge=1, le=255)]
 class FailureRule(BaseModel):
     """One catalog entry as written (see ``failures.yaml`` for the fields)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     key: str = Field(pattern=RULE_KEY_PATTERN)
+    """The entry's name; a built-in entry's key changes that entry."""
     cause: str | None = Field(default=None, min_length=1, max_length=200)
+    """The cause in plain words, as the thread says it (no final full stop)."""
     reaction: Reaction | None = None
+    """What trainbot does: `retry`, `retry_with_fix`, `retry_resume`, `retry_if_progress`,
+    `retry_without_node`, `tell_user` or `page`."""
     hint: str | None = Field(default=None, max_length=400)
+    """What to do, said with the cause."""
     no_retry: str | None = Field(default=None, min_length=1, max_length=200)
+    """Why it is not retried, said when it is not."""
     patterns: tuple[str, ...] | None = None
+    """Python regular expressions (case-insensitive) matched against the job's log lines."""
     xids: tuple[XidNumber, ...] | None = None
+    """NVIDIA Xid numbers that match, from the kernel log lines a job's output carries."""
     exit_codes: tuple[ExitCode, ...] | None = None
+    """The job's exit codes (as sacct records them) that match."""
     states: tuple[str, ...] | None = None
+    """Slurm states that match (by prefix)."""
     page: Literal["never", "first", "repeat"] | None = None
+    """When on-call is paged: `never`, `first` (its first occurrence in a launch) or `repeat` (when
+    it happens again)."""
     exclude_node: bool | None = None
+    """Retry without the node the failure names."""
     names_node: bool | None = None
+    """The matching line can name the faulty node."""
     max_retries: int | None = Field(default=None, ge=0, le=20)
+    """How often this cause is retried in one launch."""
 
     @model_validator(mode="after")
     def _check(self) -> FailureRule:

@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from cluster.profile_fields import ENV_NAME_PATTERN
 
@@ -19,6 +28,8 @@ HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
 _JUMP_RE = re.compile(
     r"(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:@\s]+)(?::(?P<port>[0-9]+))?"
 )
+# The same, for the JSON Schema of trainbot.yaml (editors check the text form with it).
+JUMP_TEXT_PATTERN = r"^(?:[^@\s]+@)?(?:\[[^\]\s]+\]|[^:@\s]+)(?::[0-9]+)?$"
 
 
 class JumpHost(BaseModel):
@@ -41,6 +52,14 @@ class JumpHost(BaseModel):
     certificate from its user CA)."""
     known_hosts_file: Path | None = None
     """On the bot's machine: its host key; default: the login's known_hosts file."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """A jump host is a mapping or its ``user@host:port`` text: the schema takes both."""
+        text = {"type": "string", "pattern": JUMP_TEXT_PATTERN, "title": "user@host:port"}
+        return {"anyOf": [text, handler(core_schema)]}
 
     @model_validator(mode="before")
     @classmethod
@@ -100,13 +119,25 @@ class LoginNode(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     host: str = Field(pattern=HOST_PATTERN)
+    """The login node's host name or address, as the bot's machine reaches it (or, with
+    `jump`, as the last jump host does)."""
     port: int = Field(default=22, ge=1, le=65535)
+    """Its SSH port."""
     user: ClusterUser
+    """The shared account: cluster discovery, `/clusters`, and the launches of people `identity`
+    does not map run as it."""
     key_file: Path | None = None
+    """On the bot's machine: the private key the bot logs in with; null: a certificate from
+    `user_ca_key_file` for this user too."""
     known_hosts_file: Path | None = None
+    """On the bot's machine: the login node's host keys; an unknown or changed key is always
+    refused."""
     user_ca_key_file: Path | None = None
+    """On the bot's machine: the private key of an SSH user CA the login node's sshd trusts
+    (`TrustedUserCAKeys`), owned by the user trainbot runs as, mode 600; needed for `identity`."""
     cert_ttl_s: int = Field(default=300, ge=60, le=86400)
-    # Jump hosts, first to last: the login node is reached through each in turn.
+    """Seconds each certificate the bot signs is valid (60 to 86400); a connection is replaced once
+    it runs out."""
     jump: tuple[JumpHost, ...] = Field(default=(), max_length=8)
     """Jump hosts, first to last (`user@host:port` or a mapping): the login node is reached
     through each in turn, every host key checked (docs/clusters.md)."""
@@ -206,13 +237,22 @@ class Identity(BaseModel):
     users: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9._@-]{1,80}$")], ClusterUser] = Field(
         default_factory=dict
     )
+    """Slack user id (or console name) to Unix user name on this cluster."""
     from_email: bool = False
+    """For people not in `users`: their Slack profile's confirmed email, in one of
+    `email_domains`, names their user (its local part, or as `email_username` says; never root,
+    `login.user` or a name `users` gives someone else)."""
     email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
+    """The email domains `from_email` accepts (needed with it)."""
     email_username: Literal["local_part", "oslogin"] = "local_part"
     """How an email names the user: `local_part` (`alice@example.com` -> `alice`) or `oslogin`
     (Google Cloud OS Login: `alice_example_com`)."""
     unmapped: Literal["refuse", "shared"] = "refuse"
+    """People neither `users` nor `from_email` maps: `refuse` (with a message naming whom to ask) or
+    `shared` (run as `login.user`)."""
     org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
+    """The `{env: NAME}` job secrets people's own jobs get (a person's job can read and keep them);
+    default none."""
 
     @model_validator(mode="after")
     def _email_needs_domains(self) -> Identity:

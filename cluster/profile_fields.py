@@ -44,19 +44,22 @@ RemotePath = Annotated[str, AfterValidator(check_remote_path)]
 class EnvSecret(BaseModel):
     """A secret taken from the bot's environment variable ``env``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     env: str = Field(pattern=ENV_NAME_PATTERN)
+    """The bot's environment variable that holds the value."""
 
 
 class SecretRef(BaseModel):
     """Where a job secret comes from: ``{env: NAME}`` (the bot's environment) or
     ``{file: PATH}`` (a file on the login node, read when the job starts)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     env: str | None = Field(default=None, pattern=ENV_NAME_PATTERN)
+    """The bot's environment variable that holds the value."""
     file: RemotePath | None = None
+    """A file on the login node, read when the job starts (with identity: in the person's home)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretRef:
@@ -80,10 +83,12 @@ class TokenizerSeed(BaseModel):
     (``gpt2-vocab.json`` and ``gpt2-merges.txt``): paths on the login node, or
     http(s) URLs that the login node fetches."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     vocab: Annotated[str, AfterValidator(check_seed_source)]
+    """`gpt2-vocab.json`: a path on the login node or an http(s) URL the login node fetches."""
     merges: Annotated[str, AfterValidator(check_seed_source)]
+    """`gpt2-merges.txt`: a path on the login node or an http(s) URL the login node fetches."""
 
 
 def check_time_limit(value: str | None) -> str | None:

@@ -75,6 +75,7 @@ class ClusterProfile(BaseModel):
     )
 
     name: str = Field(pattern=CLUSTER_NAME_PATTERN)
+    """The cluster's name: its key under `clusters` (not written in the file)."""
     type: ClusterType | None = None
     """A Google Cloud preset (`hcc-a3m`, `hcc-a3u`, `hcc-a4`, `hcc-a3h`) that fills in
     `gpus_per_node`, `gpu_model`, `fabric` and `launcher_type`; left out: any Slurm GPU
@@ -96,31 +97,65 @@ class ClusterProfile(BaseModel):
     price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1_000_000)
     """What a GPU-hour costs here, for `/usage` (before `policy.usage.price_per_gpu_hour`)."""
     description: str = Field(default="", max_length=200)
+    """Shown in `/clusters`."""
     login: LoginNode
+    """How the bot reaches the login node over SSH."""
     partition: str = Field(pattern=SLURM_NAME_PATTERN)
+    """The default Slurm partition (`partition=` in `/train` picks another); it must exist
+    (`sinfo`)."""
     max_nodes: int = Field(ge=1, le=4096)
+    """The most nodes one launch may use on this cluster (policy may allow fewer)."""
     account: str | None = Field(default=None, pattern=SLURM_NAME_PATTERN)
+    """The Slurm account (`sbatch --account`) of launches no `policy.accounts` rule covers; null:
+    none."""
     recipes_dir: RemotePath = "~/vertex-oss-training"
+    """On the login node: the recipes checkout (`vertex-oss-training`) with `nemo/` and `nemo_rl/`
+    beneath."""
     nemorun_home: RemotePath = ""
+    """On the login node: `NEMORUN_HOME` for `run.py`. Default: `<recipes_dir>/nemo`."""
     images: dict[Annotated[str, Field(pattern=IMAGE_NAME_PATTERN)], RemotePath] = Field(
         default_factory=dict
     )
+    """On the login node: container images (`.sqsh`) by name; `image=<name>` picks one, and `nemo`
+    and `nemo-rl` are each framework's default."""
     allow_custom_images: bool = True
+    """Whether `image=` may also be a path to a `.sqsh` file (only for the people and directories
+    `policy.custom_images` allows), or only a name in `images`."""
     cache_dir: RemotePath = "~/.cache"
+    """On the login node: `run.py --cache-dir`, mounted into the job; it must exist."""
     data_dir: RemotePath = "~/data"
+    """On the login node: `run.py --data-dir`, mounted into the job; it must exist."""
     log_dir: RemotePath = ""
+    """On the login node: `run.py --log-dir`, mounted into the job; it must exist. Default:
+    `<nemorun_home>/logs`."""
     poll_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    """Seconds between status polls of this cluster (one `squeue` per poll)."""
     time_limit: Annotated[str | None, AfterValidator(check_time_limit)] = None
+    """The default Slurm time limit (`MM`, `HH:MM:SS`, `D-HH:MM:SS`); null: the partition's own."""
     job_secrets: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], SecretRef] = Field(
         default_factory=dict
     )
+    """Environment variables the job gets, never on a command line: `{env: NAME}` from the bot's
+    environment, `{file: PATH}` read on the login node when the job starts (with identity, each
+    person's own file)."""
     attach_url_template: Annotated[str | None, AfterValidator(check_attach_template)] = None
+    """A web link `/attach` offers; placeholders `{host}` `{port}` `{user}` `{job_id}` `{cluster}`;
+    null: none."""
     tensorboard_url_template: Annotated[str | None, AfterValidator(check_tensorboard_template)] = (
         None
     )
+    """An https link to a run's TensorBoard, for runs that log to it; placeholders `{log_dir}`
+    `{job_id}` `{launch_id}`, each URL-quoted; null: the thread names the directory instead."""
     gpus_per_node: int = Field(default=0, ge=1, le=64)
+    """GPUs per node, as Slurm's GRES says (`gpu:h100:8` is 8); default: the preset's; required
+    without a `type`."""
     tokenizer_seed: TokenizerSeed | None = None
+    """Where to get the GPT-2 tokenizer files when NeMo's tokenizer download races between ranks
+    ([Errno 18] Invalid cross-device link); left out: no seeding."""
     identity: Identity | None = None
+    """Run each person's launches as their own Unix user on this cluster, logged in with a
+    certificate from `login.user_ca_key_file` (docs/identity.md); left out: every launch runs as
+    `login.user`."""
 
     @model_validator(mode="after")
     def _identity_users(self) -> ClusterProfile:

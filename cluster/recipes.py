@@ -54,19 +54,29 @@ OverrideKey = Annotated[str, Field(pattern=OVERRIDE_KEY_PATTERN)]
 class RecipeEntry(BaseModel):
     """One launchable recipe."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     workload: Workload
+    """What it trains: NeMo `pretrain`, `cpt`, `sft`; NeMo-RL `sft`, `dpo`, `grpo`, `rm`."""
     model: str = Field(pattern=MODEL_PATTERN)
+    """The model's name in `/train` (lower-case letters, digits, `.`, `_`, `-`)."""
     framework: FrameworkName
+    """The framework that runs it: `nemo`, `nemo-rl` or `megatron-bridge`."""
     script: ScriptPath = None
+    """NeMo: the recipe script (`run.py -s`), relative to `<recipes_dir>/nemo`."""
     job_script: ScriptPath = None
+    """NeMo-RL: the job script, relative to `<recipes_dir>/nemo_rl`."""
     args: tuple[Annotated[str, AfterValidator(_check_arg)], ...] = ()
+    """Fixed arguments every launch passes (NeMo-RL overrides such as `policy.model_name=...`)."""
     overrides: dict[OverrideKey, Annotated[str, AfterValidator(_check_regex)]] = Field(
         default_factory=dict
     )
+    """Keys people may set with `key=value`, each with the regular expression its value must fully
+    match."""
     default_nodes: int = Field(default=1, ge=1, le=4096)
+    """Nodes when `/train` has no `nodes=`."""
     description: str = Field(default="", max_length=200)
+    """Shown in `/train recipes`."""
 
     @model_validator(mode="after")
     def _check_framework_fields(self) -> RecipeEntry:

@@ -30,11 +30,15 @@ class PlacementDefault(BaseModel):
     """Where a launch without ``cluster=`` goes for these people (Slack user ids, user
     group ids, ``*``): a cluster's name or ``auto``. The first matching entry wins."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     users: tuple[PrincipalId, ...] = ()
+    """Slack user ids (`U...`) it covers, or `"*"` for everyone."""
     groups: tuple[PrincipalId, ...] = ()
+    """Slack user group ids (`S...`) whose members it covers."""
     cluster: PlacementTarget
+    """A cluster's name, or `auto`: of the clusters the person may use that fit the launch, the one
+    where Slurm says it starts first."""
 
     def covers(self, user_id: str, group_ids: Collection[str]) -> bool:
         return (
@@ -52,10 +56,14 @@ class Placement(BaseModel):
     ``cluster=auto`` still pending in Slurm this many seconds after its submit, while
     another cluster that fits would start it now, is moved there, once."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     defaults: tuple[PlacementDefault, ...] = ()
+    """Per person or group, the cluster (or `auto`) of a launch without `cluster=`: the first entry
+    covering the person wins."""
     reroute_after_s: float | None = Field(default=None, ge=10, le=7 * 86400)
+    """A launch placed by `cluster=auto` still pending this long after submit, while another cluster
+    that fits would start it now, is moved there once; null: never."""
 
     @property
     def groups(self) -> tuple[str, ...]:

@@ -35,10 +35,12 @@ from commands.rules import (
 class Principals(BaseModel):
     """Slack user ids (``U...``) and user group ids (``S...``); ``*`` means everyone."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     users: tuple[PrincipalId, ...] = ()
+    """Slack user ids (`U...`); in a rule, `"*"` is everyone."""
     groups: tuple[PrincipalId, ...] = ()
+    """Slack user group ids (`S...`) whose members count."""
 
     def includes(self, user_id: str, group_ids: Collection[str]) -> bool:
         return (
@@ -53,9 +55,14 @@ class PolicyRule(Principals):
     """Who (``users``/``groups``) may launch where (``clusters``), and how much."""
 
     clusters: tuple[ClusterPattern, ...] = (ANY,)
+    """Cluster names it covers, or `"*"`."""
     max_nodes: int | None = Field(default=None, ge=1)
+    """The most nodes per launch; null: the cluster's `max_nodes`."""
     max_concurrent: int | None = Field(default=None, ge=1)
+    """The most active launches per person; null: no limit."""
     approval_above_nodes: int | None = Field(default=None, ge=0)
+    """Launches with more nodes than this need a second person's approval; overrides the policy-wide
+    value."""
 
     def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
         in_cluster = ANY in self.clusters or cluster in self.clusters
@@ -67,7 +74,10 @@ class BudgetRule(Principals):
     (``clusters``); see :mod:`commands.budget`."""
 
     clusters: tuple[ClusterPattern, ...] = (ANY,)
+    """Cluster names it covers, or `"*"`."""
     gpu_hours_per_week: float = Field(ge=0)
+    """GPU-hours each person covered may use per ISO week (Monday 00:00 UTC on) on each cluster
+    covered."""
 
     def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
         in_cluster = ANY in self.clusters or cluster in self.clusters
@@ -79,13 +89,18 @@ class TeamBudgetRule(BaseModel):
     (``account``) per ``window`` (ISO week or calendar month, UTC), on ``clusters``;
     checked beside each person's own budget (the tighter wins)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     group: PrincipalId | None = None
+    """The team as a Slack user group id (`S...`); give this or `account`."""
     account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    """The team as a Slurm account (as `policy.accounts` gives it); give this or `group`."""
     clusters: tuple[ClusterPattern, ...] = (ANY,)
+    """Cluster names it covers, or `"*"`."""
     gpu_hours: float = Field(ge=0)
+    """GPU-hours the team may use per window on the clusters covered."""
     window: Literal["week", "month"] = "week"
+    """`week` (ISO week) or `month` (calendar month), UTC."""
 
     @model_validator(mode="after")
     def _one_owner(self) -> TeamBudgetRule:
@@ -113,10 +128,12 @@ class Team(BaseModel):
     """A team for ``/usage``: a Slack user group and the people who lead it (they see
     its members' usage)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     group: PrincipalId
+    """The team's Slack user group id (`S...`)."""
     leads: tuple[PrincipalId, ...] = ()
+    """Slack user ids of its leads: they see its members' usage and get its budget's warnings."""
 
 
 class UsagePolicy(BaseModel):
@@ -125,11 +142,15 @@ class UsagePolicy(BaseModel):
     its GPU model (``H100``), tried in that order after the cluster's own
     ``clusters.<name>.price_per_gpu_hour``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     teams: tuple[Team, ...] = ()
+    """Teams whose leads see their members' usage in `/usage`."""
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    """A price per GPU-hour by cluster name, type (`hcc-a4: 10.5`) or GPU model (`H100: 4.0`),
+    tried in that order after `clusters.<name>.price_per_gpu_hour`: `/usage` then shows cost."""
     currency: str = Field(default="USD", pattern=r"^[A-Za-z$€£]{1,8}$")
+    """The currency the prices are in."""
 
     def led_by(self, user_id: str) -> list[str]:
         """The user groups ``user_id`` leads."""
@@ -148,34 +169,63 @@ class Limits(BaseModel):
     the next launch while the others run). ``clusters_cache_s``: how long a cluster's
     ``/clusters`` answer is reused for everyone."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     launches_per_minute: int | None = Field(default=10, ge=1, le=10_000)
+    """`/train` (dry runs too) and Retry per person per minute; null: no limit."""
     commands_per_minute: int | None = Field(default=30, ge=1, le=10_000)
+    """`/logs`, `/clusters` and the Logs button (they ask a cluster) per person per minute; null: no
+    limit."""
     dry_runs_at_once: int = Field(default=2, ge=1, le=100)
+    """Dry runs in flight per person (they do not count against `max_concurrent`)."""
     clusters_cache_s: float = Field(default=10.0, ge=0, le=600)
+    """Seconds a cluster's `/clusters` answer is shared between people."""
 
 
 class Policy(BaseModel):
     """The launch policy. The default (no rules) lets only admins launch."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     admins: Principals = Principals()
+    """Who may launch anywhere (up to each cluster's `max_nodes`) without approval, and cancel
+    anyone's launch."""
     rules: tuple[PolicyRule, ...] = ()
+    """Who may launch where, tried in order: the first rule matching the person and the cluster
+    decides; none: refused, with the reason."""
     approval_above_nodes: int | None = Field(default=None, ge=0)
+    """Launches with more nodes than this need a second person's approval; null: never."""
     approvers: tuple[ApproverRule, ...] = ()
+    """Who besides admins may approve and reject launches waiting for approval, per cluster and
+    size."""
     log_viewers: tuple[ViewerRule, ...] = ()
+    """Who besides a launch's owner and the admins may read its logs, per cluster."""
     custom_images: tuple[ImageRule, ...] = ()
+    """Who may run a custom image (`image=<path to a .sqsh>`), from which directories; none: only
+    the clusters' images."""
     accounts: tuple[AccountRule, ...] = ()
+    """The Slurm account people's launches are charged to, per person or group and cluster: the
+    first rule covering them wins."""
     oncall_may_act: bool = True
+    """Whether members of `alerts.oncall_usergroup` may press Retry and Cancel on a launch that
+    paged them while its alert is open."""
     workspaces: tuple[TeamId, ...] = ()
+    """The Slack workspace (team) ids this bot serves; others are refused. Empty: any."""
     budgets: tuple[BudgetRule, ...] = ()
+    """Weekly GPU-hour budgets per person and cluster: the first rule covering the person and the
+    cluster applies; none: no limit there."""
     team_budgets: tuple[TeamBudgetRule, ...] = ()
+    """Team budgets beside each person's own (a launch must fit both), per user group or Slurm
+    account, per week or month."""
     limits: Limits = Limits()
+    """What one person may cost the system per minute, shared by every bot process."""
     usage: UsagePolicy = UsagePolicy()
-    max_sweep: int = Field(default=8, ge=1, le=256)  # members of one sweep, at most
+    """`/usage`: teams and their leads, prices."""
+    max_sweep: int = Field(default=8, ge=1, le=256)
+    """The most launches one sweep may make; a longer sweep is refused before anything runs."""
     placement: Placement = Placement()
+    """Where a launch without `cluster=` goes, per team, and when `cluster=auto` may move a pending
+    launch."""
 
     def is_admin(self, user_id: str, group_ids: Collection[str]) -> bool:
         return self.admins.includes(user_id, group_ids)

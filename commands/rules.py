@@ -21,11 +21,14 @@ TeamId = Annotated[str, Field(pattern=r"^[TE][A-Z0-9]{2,}$")]
 
 
 class _People(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     users: tuple[PrincipalId, ...] = ()
+    """Slack user ids (`U...`) it covers, or `"*"` for everyone."""
     groups: tuple[PrincipalId, ...] = ()
+    """Slack user group ids (`S...`) whose members it covers."""
     clusters: tuple[ClusterPattern, ...] = (ANY,)
+    """Cluster names it covers, or `"*"`."""
 
     def covers(self, user_id: str, group_ids: Collection[str], cluster: str) -> bool:
         in_cluster = ANY in self.clusters or cluster in self.clusters
@@ -44,6 +47,7 @@ class ApproverRule(_People):
     second pair of eyes, not something everyone has."""
 
     max_nodes: int | None = Field(default=None, ge=1)
+    """The largest launch (in nodes) they may approve; null: any size."""
 
     @field_validator("users", "groups")
     @classmethod
@@ -64,6 +68,7 @@ class AccountRule(_People):
     """People whose launches on ``clusters`` run under the Slurm ``account``."""
 
     account: str = Field(pattern=SLURM_NAME_PATTERN)
+    """The Slurm account (`--account`) their launches there are charged to."""
 
 
 class ImageRule(_People):
@@ -71,7 +76,11 @@ class ImageRule(_People):
     directories on the login node, and whether those launches get the job secrets."""
 
     dirs: tuple[ImageDir, ...] = Field(min_length=1)
+    """Absolute directories on the login node (only admins can write them) a custom image must be
+    inside."""
     job_secrets: bool = False
+    """Whether a launch with such an image gets the cluster's job secrets (an image you did not
+    build should not see `HF_TOKEN`)."""
 
     def holds(self, image: str) -> bool:
         return any(image.startswith(d.rstrip("/") + "/") for d in self.dirs)

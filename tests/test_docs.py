@@ -57,6 +57,34 @@ def test_every_config_key_is_in_the_reference() -> None:
             assert f"| `{field.alias or name}` |" in text, (model.__name__, name)
 
 
+def test_every_config_key_has_a_description_from_its_model() -> None:
+    """One source: each key's meaning is the docstring under it in its model, which the
+    reference and the JSON Schema both show."""
+    from pydantic import BaseModel
+
+    from bot.settings.config import Config
+
+    def models(tp: object) -> list[type[BaseModel]]:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return [tp]
+        return [m for arg in getattr(tp, "__args__", ()) for m in models(arg)]
+
+    seen: set[type[BaseModel]] = set()
+    todo: list[type[BaseModel]] = [Config]
+    missing = []
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            if not (field.description or "").strip():
+                missing.append(f"{model.__module__}.{model.__name__}.{name}")
+            todo.extend(models(field.annotation))
+    assert len(seen) >= 25
+    assert not missing, f"keys without a docstring under them in their model: {missing}"
+
+
 @pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).parent / "mkdocs"

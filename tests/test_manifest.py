@@ -32,6 +32,7 @@ from support.slack_requests import (
     slash_command_fields,
 )
 from support.slack_standin import SlackStandin
+from support.workspace import BOT_USER_ID
 from tests.bot.conftest import standin_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,7 @@ NOT_WEB_API = {"aclose", "is_connected"}  # the clients' own methods, not Slack'
 EVENT_SCOPES = {
     "app_mention": {"app_mentions:read"},
     "app_home_opened": set(),
+    "member_joined_channel": {"channels:read", "groups:read"},
     "subteam_members_changed": {"usergroups:read"},
     "subteam_updated": {"usergroups:read"},
 }
@@ -88,7 +90,7 @@ class Served:
 
     async def send(self, body: str, content_type: str) -> bool:
         """Send a signed request; whether it reached the core or made the app answer in Slack."""
-        before = (len(self.reached), len(self.standin.calls_to("chat.postEphemeral")))
+        before = self._answers()
         answer = await post_signed(self.url, body, content_type=content_type)
         if answer.status == 404:  # bolt: no listener matched
             return False
@@ -96,11 +98,16 @@ class Served:
         if "I don't know" in answer.body:  # the catch-all for commands the app does not handle
             return False
         for _ in range(20):  # events and clicks are acknowledged first, handled after
-            now = (len(self.reached), len(self.standin.calls_to("chat.postEphemeral")))
+            now = self._answers()
             if now != before:
                 return True
             await asyncio.sleep(0.025)
         return False
+
+    def _answers(self) -> tuple[int, int, int]:
+        """What reached the core, and what the app said in Slack on its own."""
+        calls = self.standin.calls_to
+        return len(self.reached), len(calls("chat.postEphemeral")), len(calls("chat.postMessage"))
 
     async def command(self, command: str) -> bool:
         form = slash_command_fields(command, "")
@@ -110,7 +117,8 @@ class Served:
         envelope = event_envelope(
             {
                 "type": kind,
-                "user": "U0ALICE",
+                # a join is answered only when it is the app's own
+                "user": BOT_USER_ID if kind == "member_joined_channel" else "U0ALICE",
                 "channel": "C0TRAIN",
                 "tab": "home",
                 "subteam_id": "S0GROUP",

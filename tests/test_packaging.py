@@ -117,21 +117,58 @@ def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
             if variable.endswith("_FILE"):
                 secret = SECRET_FILES[variable]
                 assert value == f"/run/secrets/{secret}"
-                assert secret in service["secrets"]
+                assert secret in secret_names(service)
                 assert declared[secret]["file"] == f"./secrets/{secret}"
-    # Each role holds only the Slack secrets it needs.
+    # Each role holds only the Slack secrets it needs; the user CA only those that log
+    # in as people (workers and pollers).
     assert "SLACK_SIGNING_SECRET_FILE" in compose["services"]["web"]["environment"]
-    assert set(compose["services"]["worker"]["secrets"]) == {"redis_url", "redis_password"}
-    assert set(compose["services"]["poller"]["secrets"]) == {
+    assert secret_names(compose["services"]["worker"]) == {"redis_url", "redis_password", "user_ca"}
+    assert secret_names(compose["services"]["poller"]) == {
         "redis_url",
         "redis_password",
         "slack_bot_token",
+        "user_ca",
     }
+    assert "user_ca" not in secret_names(compose["services"]["web"])
     # Every role goes through the sentinels when .env sets REDIS_SENTINELS, else REDIS_URL.
     for role in ROLES:
         assert compose["services"][role]["environment"]["REDIS_SENTINELS"] == (
             "${REDIS_SENTINELS:-}"
         )
+
+
+def secret_names(service: dict[str, Any]) -> set[str]:
+    """The secrets a service mounts (short form: the name; long form: its source)."""
+    return {item if isinstance(item, str) else item["source"] for item in service["secrets"]}
+
+
+def mounted_files(service: dict[str, Any]) -> set[str]:
+    """Where a service's bind mounts and secrets appear inside the container."""
+    found = {mount.split(":")[1] for mount in service.get("volumes", [])}
+    for item in service.get("secrets", []):
+        name = item if isinstance(item, str) else item.get("target", item["source"])
+        found.add(name if name.startswith("/") else f"/run/secrets/{name}")
+    return found
+
+
+def test_every_file_the_example_config_names_is_mounted_where_it_is_read(
+    compose: dict[str, Any],
+) -> None:
+    """docker-compose.yml runs the example config: each local file its clusters' login
+    names (SSH key, known hosts, the identity's user CA) is in the workers and pollers."""
+    example = yaml.safe_load((ROOT / "trainbot.example.yaml").read_text(encoding="utf-8"))
+    wanted = {
+        str(value)
+        for cluster in example["clusters"].values()
+        for name, value in cluster["login"].items()
+        if name.endswith("_file") and value
+    }
+    assert "/etc/trainbot/user_ca" in wanted  # the example turns identity on
+    for role in ("worker", "poller"):
+        missing = wanted - mounted_files(compose["services"][role])
+        assert not missing, f"{role} lacks {sorted(missing)}"
+    declared = compose["secrets"]["user_ca"]
+    assert declared == {"file": "./secrets/user_ca"}
 
 
 def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
@@ -276,7 +313,7 @@ def test_env_example_names_known_variables() -> None:
 def check_deploy(*files: Path) -> subprocess.CompletedProcess[str]:
     # The validators come from requirements-dev.lock, beside this interpreter.
     bindir = Path(sys.executable).parent
-    for tool in ("hadolint", "check-jsonschema"):
+    for tool in ("hadolint", "check-jsonschema", "kubernetes-validate"):
         assert (bindir / tool).exists(), f"{tool} is not installed: run scripts/bootstrap"
     env = {"PATH": f"{bindir}:/usr/bin:/bin"}
     return subprocess.run(

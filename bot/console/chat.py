@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from bot.text.front import Blocks, Handler, Incoming, MessageRef, Reply
-from bot.text.mrkdwn import unescape
+from bot.text.mrkdwn import date_fallbacks, unescape
 
 _MENTION_RE = re.compile(r"<@([A-Za-z0-9._-]+)>")
 _GROUP_RE = re.compile(r"<!subteam\^([A-Za-z0-9]+)(?:\|[^>]*)?>")
@@ -24,8 +24,9 @@ _BOLD_RE = re.compile(r"(?<![\w*])\*([^*\n]+)\*(?![\w*])")
 
 
 def plain(text: str) -> str:
-    """Slack mrkdwn as terminal text: mentions and links shown, bold marks and
-    entities undone."""
+    """Slack mrkdwn as terminal text: times in UTC, mentions and links shown, bold
+    marks and entities undone."""
+    text = date_fallbacks(text)  # <!date^...|2026-12-24 08:00 UTC>: the UTC text
     text = _MENTION_RE.sub(r"@\1", text)
     text = _GROUP_RE.sub(r"@\1", text)
     text = _LINK_RE.sub(r"\2 (\1)", text)

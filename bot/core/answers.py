@@ -60,7 +60,7 @@ def _job_line(launch: Launch, now: float, all_users: bool, others: Sequence[Laun
     )
     job = f" · job {launch.job_id}" if launch.job_id else ""
     who = f" · <@{launch.user_id}>" if all_users else ""
-    chain = escape(pipelines.chain_text(launch, others))
+    chain = pipelines.chain_text(launch, others)  # mrkdwn: ids and a <!date>
     return (
         f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step}{chain} · "
         f"{render.duration(now - launch.created_at)} old{who}"

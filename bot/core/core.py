@@ -39,11 +39,13 @@ from bot.text.mrkdwn import (
     ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
+    ACTION_HELP,
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
     ACTION_USE_PARTITION,
+    HELP_TOPICS,
     escape,
 )
 from cluster.errors import TrainbotError
@@ -208,6 +210,13 @@ class Core:
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
+        if incoming.action_id == ACTION_HELP:  # the help card: answered as if typed
+            if incoming.action_value not in HELP_TOPICS:
+                raise CommandError("That help button is not one trainbot made; try /train help.")
+            command, text = HELP_TOPICS[incoming.action_value]
+            return await self.on_command(
+                replace(incoming, action_id="", command=command, text=text)
+            )
         if incoming.action_id.startswith(ACTION_PREFS):  # App Home: built again after it
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)

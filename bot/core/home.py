@@ -90,7 +90,7 @@ def _active_line(launch: Launch, link: str, now: float, active: Sequence[Launch]
     gpu = f" · {text}" if (text := health.gpu_text(launch)) else ""
     return (
         f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
-        f"{gpu}{escape(pipelines.chain_text(launch, active))} · {age}{_thread(link)}"
+        f"{gpu}{pipelines.chain_text(launch, active)} · {age}{_thread(link)}"
     )
 
 

@@ -276,7 +276,7 @@ class Launcher:
             launch.groups = sorted(user.groups)
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
-        text = pipelines.waits_text(launch)
+        text = pipelines.waits_text(launch, own_zone=True)  # only the asker sees it
         where = (
             f"\n📍 cluster=auto chose {escape(launch.placed)}: Slurm starts it there first."
             if launch.placed

@@ -25,7 +25,7 @@ from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
+from bot.text.mrkdwn import escape, slack_date
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.spec import framework
@@ -39,12 +39,15 @@ MAX_CHAIN = 20  # steps of a chain looked through for a cycle
 Mutate = Callable[[str, Callable[[Launch], list[Event]]], Awaitable[tuple[Launch, list[Event]]]]
 
 
-def waits_text(launch: Launch, parent: Launch | None = None) -> str:
-    """What a launch waits for, as /jobs and its thread say it ("" when nothing)."""
+def waits_text(launch: Launch, parent: Launch | None = None, *, own_zone: bool = False) -> str:
+    """What a launch waits for, as /jobs and its thread say it ("" when nothing): mrkdwn,
+    its ``at=`` time in each reader's own time zone (``own_zone``: in the owner's, as
+    words, for an answer only the owner sees)."""
     parts = []
     request = launch.request
     if request.at:
-        parts.append(f"starts at {show(at_epoch(request.at), launch.tz)}")
+        due = at_epoch(request.at)
+        parts.append(f"starts at {show(due, launch.tz) if own_zone else slack_date(due)}")
     if launch.waits_for:
         cond = "ends" if request.after_any or launch.sweep else "completes"
         now = f" (now {parent.phase.value})" if parent is not None and parent.active else ""
@@ -53,9 +56,9 @@ def waits_text(launch: Launch, parent: Launch | None = None) -> str:
 
 
 def chain_text(launch: Launch, others: Sequence[Launch]) -> str:
-    """What /jobs and App Home add to a launch's line: when and for what it waits, the
-    launch it starts from, and the launches among ``others`` that wait for it or start
-    from it (``chain: L-a -> L-b``); "" when none."""
+    """What /jobs and App Home add to a launch's line (mrkdwn: ids and a ``<!date>``
+    only): when and for what it waits, the launch it starts from, and the launches among
+    ``others`` that wait for it or start from it (``chain: L-a -> L-b``); "" when none."""
     parts = []
     waits = waits_text(launch) if launch.phase == Phase.QUEUED else ""
     if waits:

@@ -23,7 +23,7 @@ from bot.settings.cron import cron_trigger, slot_of
 from bot.store.budgets import Charge
 from bot.store.store import Store
 from bot.text.front import Front
-from bot.text.mrkdwn import escape
+from bot.text.mrkdwn import escape, slack_date
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,10 @@ MARK_KEEP_S = 90 * 86400
 
 def report_text(charges: Sequence[Charge], *, since: float, until: float, top: int) -> str:
     """The report's text (mrkdwn)."""
-    start = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M")
-    end = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M")
+    start, end = slack_date(since), slack_date(until)  # each reader's own time zone
     total = sum(c.gpu_hours for c in charges)
     lines = [
-        f"*GPU usage report* {start} to {end} UTC: {hours(total)} GPU-hours in "
+        f"*GPU usage report* {start} to {end}: {hours(total)} GPU-hours in "
         f"{len(charges)} launch{'es' if len(charges) != 1 else ''}"
     ]
     if not charges:

@@ -74,6 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the host keys each cluster's login node and jump hosts show, as "
         "known_hosts lines to confirm (nothing else is checked)",
     )
+    backup = sub.add_parser(
+        "backup",
+        help="copy every trainbot key of Redis (REDIS_URL, or the sentinels) to a file: "
+        "launches, queue, budgets, charges, history (docs/upgrade.md)",
+    )
+    backup.add_argument("file", metavar="FILE", help="where to write it (.gz: compressed)")
+    restore = sub.add_parser(
+        "restore", help="put a backup's keys back into Redis (an empty one, unless --replace)"
+    )
+    restore.add_argument("file", metavar="FILE", help="a file written by `trainbot backup`")
+    restore.add_argument(
+        "--replace",
+        action="store_true",
+        help="overwrite the keys the backup holds when Redis already has trainbot keys",
+    )
     return parser
 
 
@@ -94,6 +109,22 @@ def log_level(args: argparse.Namespace, settings: Settings) -> str:
     return "INFO" if args.command == "serve" else "WARNING"
 
 
+async def run_backup(args: argparse.Namespace, settings: Settings) -> int:
+    """``trainbot backup FILE`` / ``trainbot restore FILE [--replace]``."""
+    from bot.store.backup import backup, restore
+
+    target, path = settings.redis_target(), Path(args.file)
+    if args.command == "backup":
+        done = await backup(target, path)
+        print(f"backup: {done.keys} keys from {target.describe()} "
+              f"(Redis {done.redis_version}) written to {path}")  # fmt: skip
+        return 0
+    done = await restore(target, path, replace=args.replace)
+    expired = f"; {done.skipped} had expired since the backup" if done.skipped else ""
+    print(f"restore: {done.keys} keys put back into {target.describe()}{expired}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -107,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bot.runtime.demo import run_demo
 
             return asyncio.run(run_demo(settings, args.train, bastion=args.bastion))
+        if args.command in ("backup", "restore"):
+            return asyncio.run(run_backup(args, settings))
         settings, config = load(args, settings)
         if args.command == "console":
             from bot.runtime.console_main import run_console

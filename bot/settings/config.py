@@ -47,11 +47,14 @@ class Retention:
 class RetentionDays(BaseModel):
     """How long finished launches stay in Redis, in days."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    # the whole record (threads' state, /logs, buttons); /jobs history outlives it
     launches_days: float = Field(default=90, gt=0, le=3650)
+    """Days a finished launch's whole record (its thread's state, `/logs`, the buttons) is kept;
+    `/jobs history` outlives it. Active launches never expire."""
     history_days: float = Field(default=400, gt=0, le=3650)
+    """Days the short entry `/jobs history` shows, and the charges `/usage` counts, are kept (at
+    least `launches_days`)."""
 
     @model_validator(mode="after")
     def _history_outlives_launches(self) -> RetentionDays:
@@ -71,20 +74,36 @@ class RetentionDays(BaseModel):
 class Config(BaseModel):
     """The whole config file. Cluster names come from the keys under ``clusters``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     clusters: dict[ClusterName, ClusterProfile] = Field(min_length=1)
+    """The clusters, by name: the name is what `cluster=` takes (lower-case letters, digits, `-` and
+    `_`). The first is the default unless `default_cluster` names another."""
     default_cluster: str | None = None
+    """The cluster used when `/train` has no `cluster=`; null: the first one."""
     recipes: tuple[RecipeEntry, ...] = ()
+    """Recipe catalog entries. One with the workload, model and framework of a built-in entry
+    replaces it; others are added. `/train recipes` lists the result."""
     default_recipes: bool = True
+    """true: the built-in catalog under `recipes`; false: only `recipes`."""
     policy: Policy = Field(default_factory=Policy)
+    """Who may launch where, and with what limits, approvals and budgets. Without rules only admins
+    can launch."""
     alerts: Alerts = Field(default_factory=Alerts)
+    """Where on-call hears about trouble: a Slack channel, a user group, a paging webhook."""
     watch: Watch = Field(default_factory=Watch)
+    """How runs are babysat: retries, hangs, start-up, training health."""
     retention: RetentionDays = Field(default_factory=RetentionDays)
-    # The failure catalog's site entries: new causes, or changes to built-in ones.
+    """How long finished launches and their history are kept in Redis."""
     failures: tuple[FailureRule, ...] = ()
+    """The failure catalog's site entries: new causes, or changes to built-in ones
+    (docs/failures.md)."""
     delivery: Delivery = Field(default_factory=Delivery)
+    """How long what could not be delivered (Slack or the webhook down, a channel that refuses the
+    bot, a queue entry that kept failing inside trainbot) is tried again, as a dead letter,
+    before it is given up."""
     report: Report | None = None
+    """The usage report, posted on a schedule; left out: none."""
 
     @model_validator(mode="before")
     @classmethod

@@ -9,7 +9,8 @@ request's ``response_url`` when the bot may not post in that channel).
 A ``Reply`` carrying a file is sent to the asker in a direct message with the
 bot (files cannot be ephemeral, and a log file is nobody else's business); the
 ephemeral text says so. Events are acknowledged and ignored, except a polite
-hint on ``app_mention`` and user group changes (``subteam_members_changed``),
+hint on ``app_mention``, a help card with buttons when the app itself joins a
+channel (``member_joined_channel``), and user group changes (``subteam_members_changed``),
 which make the core ask for that group's members again; Events API retries of
 an event already seen are dropped. With ``allowed_team_ids`` (the config's
 ``policy.workspaces``), requests from any other workspace are refused first.
@@ -41,14 +42,18 @@ from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_PREFIX,
     ACTION_PREFS,
+    HELP_CARD_TEXT,
     MESSAGE_TEXT_MAX,
     cut_text,
     escape,
     fit_blocks,
+    help_card,
     unescape,
 )
 
 log = logging.getLogger(__name__)
+
+JOINED_EVENT = "member_joined_channel"  # the app's own join: the help card
 
 COMMANDS = (
     "/train",
@@ -218,16 +223,32 @@ class Listeners:
             except SlackError as error:
                 log.info("could not answer a mention in %s: %s", channel, error)
 
-    async def on_other_event(self, ack: AsyncAck, event: dict[str, Any]) -> None:
+    async def on_other_event(
+        self, ack: AsyncAck, event: dict[str, Any], context: dict[str, Any]
+    ) -> None:
         await ack()
         kind = str(event.get("type", ""))
         if kind == HOME_EVENT and event.get("tab", "home") == "home":
             await self._publish_home(str(event.get("user", "")))
             return
+        if kind == JOINED_EVENT:
+            await self._welcome(event, str(context.get("bot_user_id") or ""))
+            return
         if kind in GROUP_EVENTS:
             subteam = event.get("subteam") or {}
             group = str(event.get("subteam_id") or subteam.get("id", ""))
             await self._answer(Incoming(user_id="", channel_id="", event=kind, action_value=group))
+
+    async def _welcome(self, event: dict[str, Any], bot_user: str) -> None:
+        """The app itself joined a channel: post the help card there, once. Anyone else
+        joining is no business of the bot's."""
+        channel = str(event.get("channel", ""))
+        if not bot_user or str(event.get("user", "")) != bot_user or not channel:
+            return
+        try:
+            await self.front.post(channel, HELP_CARD_TEXT, blocks=help_card())
+        except SlackError as error:
+            log.info("could not post the help card in %s: %s", channel, error)
 
     async def _publish_home(self, user: str) -> None:
         """The person opened the App Home tab: their launches and the clusters, fresh."""

@@ -30,8 +30,11 @@ class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionP
 
 
 @asynccontextmanager
-async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
-    """A client of ``target``'s Redis, closed (with its sentinels) when the block ends."""
+async def open_redis(
+    target: Target, *, decode_responses: bool = True
+) -> AsyncIterator[aioredis.Redis]:
+    """A client of ``target``'s Redis, closed (with its sentinels) when the block ends.
+    ``decode_responses=False`` gives bytes (a backup's ``DUMP`` payloads)."""
     password = target.password.get_secret_value() if target.password else None
     sentinel: Sentinel | None = None
     if target.sentinels:
@@ -50,7 +53,7 @@ async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
             connection_pool_class=_BlockingSentinelPool,
             max_connections=REDIS_MAX_CONNECTIONS,
             timeout=REDIS_POOL_WAIT_S,
-            decode_responses=True,
+            decode_responses=decode_responses,
             health_check_interval=30,
             password=password,
             db=target.db,
@@ -60,7 +63,7 @@ async def open_redis(target: Target) -> AsyncIterator[aioredis.Redis]:
         # caller waits for one instead of failing with "Too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
             target.url,
-            decode_responses=True,
+            decode_responses=decode_responses,
             health_check_interval=30,
             max_connections=REDIS_MAX_CONNECTIONS,
             timeout=REDIS_POOL_WAIT_S,

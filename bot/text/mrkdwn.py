@@ -9,6 +9,7 @@ left out and where to get the rest.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Literal
 
 Block = dict[str, Any]
@@ -28,6 +29,7 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.
@@ -42,6 +44,22 @@ def escape(text: str) -> str:
 def unescape(text: str) -> str:
     """Undo ``escape`` (Slack sends typed ``&``, ``<``, ``>`` as entities)."""
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+DATE_FORMAT = "{date_short_pretty} {time}"  # "Dec 24, 2026 08:00", in the reader's zone
+DATE_PATTERN = re.compile(r"<!date\^\d+\^[^|>]*\|([^>]*)>")
+
+
+def slack_date(when: float, fmt: str = DATE_FORMAT) -> str:
+    """A time every reader sees in their own time zone (Slack's ``<!date^...>``); clients
+    that cannot, and the console, show the UTC text after ``|`` (``2026-12-24 08:00 UTC``)."""
+    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
+    return f"<!date^{int(when)}^{fmt}|{fallback}>"
+
+
+def date_fallbacks(text: str) -> str:
+    """``text`` with each ``<!date^...>`` replaced by its UTC text (for a terminal)."""
+    return DATE_PATTERN.sub(r"\1", text)
 
 
 def cut_note(more_lines: int, hint: str = "") -> str:
@@ -225,6 +243,37 @@ def approve_button(value: str) -> Block:
 
 def reject_button(value: str) -> Block:
     return button("Reject", ACTION_REJECT, value, style="danger")
+
+
+# -- the help card, posted when the app joins a channel ------------------------
+
+HELP_CARD_TEXT = (
+    "*trainbot* is in this channel: launch NeMo and NeMo-RL training on the team's Slurm "
+    "clusters from here, e.g. `/train sft llama3p1_8b nodes=2`. Each launch gets one "
+    "thread in this channel, and its owner is mentioned only when it needs them or ends. "
+    "`/jobs` lists your launches, `/logs &lt;job&gt;` shows a log, `/cancel &lt;job&gt;` "
+    "stops one. "
+    "The buttons answer only you."
+)
+HELP_TOPICS = {  # a help button's value -> the command it answers as
+    "train": ("/train", "help train"),
+    "recipes": ("/train", "recipes"),
+    "jobs": ("/jobs", ""),
+    "commands": ("/train", "help"),
+}
+
+
+def help_card() -> list[Block]:
+    """The card: what trainbot does here, and buttons for the first things to ask."""
+    return [
+        section(HELP_CARD_TEXT),
+        actions(
+            button("How to /train", ACTION_HELP, "train", style="primary"),
+            button("Recipes", ACTION_HELP, "recipes"),
+            button("My launches", ACTION_HELP, "jobs"),
+            button("All commands", ACTION_HELP, "commands"),
+        ),
+    ]
 
 
 # -- when a channel refuses the bot ---------------------------------------------

@@ -11,6 +11,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import load_config
 from bot.settings.env import Settings
 from bot.text.front import Incoming
+from bot.text.mrkdwn import ACTION_HELP, HELP_TOPICS
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
@@ -117,3 +118,35 @@ async def test_jobs_history_lists_finished_launches_and_only_admins_see_everyone
             False,
             "You have no launches that finished on a3m in the last 7 days.",
         )
+
+
+async def test_the_help_cards_buttons_answer_as_the_commands_they_name() -> None:
+    await flush_test_redis()
+    config = load_config(EXAMPLE)
+    async with open_test_store() as store, SSHPool() as pool:
+        core = Core(
+            store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
+        )
+
+        async def typed(command: str, text: str) -> str:
+            reply = await core(
+                Incoming(user_id="U0ALICE", channel_id="C1", command=command, text=text)
+            )
+            return reply.text
+
+        async def clicked(value: str) -> tuple[bool, str]:
+            reply = await core(
+                Incoming(
+                    user_id="U0ALICE", channel_id="C1", action_id=ACTION_HELP, action_value=value
+                )
+            )
+            return reply.error, reply.text
+
+        for value, (command, text) in HELP_TOPICS.items():
+            error, answer = await clicked(value)
+            assert not error and answer == await typed(command, text), value
+        assert (await clicked("train"))[1].startswith("`/train <workload> <model>")
+        assert "Launch a recipe" in (await clicked("train"))[1]
+        # A forged click names no command of its own choosing.
+        error, answer = await clicked("cancel L-7f3a9c2b41")
+        assert error and "not one trainbot made" in answer

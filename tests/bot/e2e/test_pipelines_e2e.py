@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bench.soak_infra import OwnRedis
-from bot.console.chat import ConsoleFront, handle_line
+from bot.console.chat import ConsoleFront, handle_line, plain
 from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import Bot, running
 from bot.settings.env import Settings
@@ -138,7 +138,8 @@ async def test_refusals_cancel_and_jobs_while_waiting(unique: str) -> None:
         )
         assert cycle is not None and cycle.error and "a cycle" in cycle.text, cycle
         jobs = await handle_line("/jobs", bot.core, front, user="bob")
-        assert jobs is not None and f"starts at {at[:10]} {at[11:16]}" in jobs.text, jobs
+        assert jobs is not None and "starts at <!date^" in jobs.text, jobs  # reader's zone
+        assert f"starts at {at[:10]} {at[11:16]} UTC" in plain(jobs.text), jobs  # console: UTC
         cancelled = await bot.core.decisions.cancel(
             await bot.store.get(bobs),  # type: ignore[arg-type]
             await bot.core.directory.user(_incoming("bob")),

@@ -160,3 +160,16 @@ def test_chains_show_in_jobs_lines() -> None:
     assert pipelines.chain_text(second, [first, second]) == (
         f" · ⏳ waits until {first.id} completes · from {first.id}'s checkpoint"
     )
+
+
+def test_an_at_time_is_shown_in_each_readers_zone_and_in_the_owners_to_the_owner() -> None:
+    waiting = launch(train("sft"), [], NEMO_DIR)
+    waiting.request = waiting.request.model_copy(update={"at": "2026-12-24T07:00:00Z"})
+    waiting.tz = "Europe/Berlin"
+    due = 1798095600  # 2026-12-24 07:00 UTC
+    assert pipelines.chain_text(waiting, [waiting]) == (
+        f" · ⏳ starts at <!date^{due}^{{date_short_pretty}} {{time}}|2026-12-24 07:00 UTC>"
+    )
+    assert (
+        pipelines.waits_text(waiting, own_zone=True) == "starts at 2026-12-24 08:00 Europe/Berlin"
+    )

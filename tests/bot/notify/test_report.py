@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from bot.console.chat import ConsoleFront
+from bot.console.chat import ConsoleFront, plain
 from bot.notify.report import report_text
 from bot.runtime.assembly import running
 from bot.settings.config import Config
@@ -86,6 +86,14 @@ def test_the_report_ranks_people_and_clusters_and_counts_failed_runs_by_cause() 
         charge(5, "U3", "a4", 0.0, "CANCELLED"),
     ]
     text = report_text(charges, since=0.0, until=86400.0, top=2)
+    # The window in each reader's own time zone; UTC where Slack cannot, and in a terminal.
+    assert text.startswith(
+        "*GPU usage report* <!date^0^{date_short_pretty} {time}|1970-01-01 00:00 UTC> to "
+        "<!date^86400^{date_short_pretty} {time}|1970-01-02 00:00 UTC>: "
+    ), text
+    assert plain(text).startswith(
+        "GPU usage report 1970-01-01 00:00 UTC to 1970-01-02 00:00 UTC: 20.00 GPU-hours"
+    ), plain(text)
     assert "20.00 GPU-hours in 5 launches" in text, text
     assert "Top users: <@U1> 10.00, <@U2> 6.00\n" in text, text
     assert "Clusters: a4 14.00, a3m 6.00" in text, text

@@ -62,3 +62,59 @@ def test_slots_of_a_schedule_in_seconds() -> None:
     base = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
     assert slot_of(trigger, base + timedelta(milliseconds=900)) == base
     assert slot_of(trigger, base + timedelta(milliseconds=1100)) == base + timedelta(seconds=2)
+
+
+# -- read as cron reads it: Sunday is 0 and 7, Monday 1 ----------------------------
+
+SUNDAY = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)  # the day before MONDAY_9
+
+
+def fire_days(text: str, days: int = 7) -> list[str]:
+    """The weekday names a schedule fires on in the week from SUNDAY 00:00."""
+    trigger = cron_trigger(text)
+    names: list[str] = []
+    at = trigger.get_next_fire_time(None, SUNDAY)
+    while at is not None and at < SUNDAY + timedelta(days=days):
+        names.append(at.strftime("%a"))
+        at = trigger.get_next_fire_time(at, at + timedelta(microseconds=1))
+    return names
+
+
+@pytest.mark.parametrize(
+    ("text", "days"),
+    [
+        ("0 9 * * 1", ["Mon"]),
+        ("0 9 * * mon", ["Mon"]),
+        ("0 9 * * 1-5", ["Mon", "Tue", "Wed", "Thu", "Fri"]),
+        ("0 9 * * mon-fri", ["Mon", "Tue", "Wed", "Thu", "Fri"]),
+        ("0 9 * * 0", ["Sun"]),
+        ("0 9 * * 7", ["Sun"]),
+        ("0 9 * * 6,0", ["Sun", "Sat"]),
+        ("0 9 * * */2", ["Sun", "Tue", "Thu", "Sat"]),
+    ],
+)
+def test_weekdays_are_numbered_as_cron_numbers_them(text: str, days: list[str]) -> None:
+    assert fire_days(text) == days
+
+
+def test_monday_at_nine_fires_on_monday_at_nine() -> None:
+    assert cron_trigger("0 9 * * 1").get_next_fire_time(None, SUNDAY) == MONDAY_9
+
+
+def test_a_day_of_month_and_a_weekday_fire_on_either() -> None:
+    # cron: "on the 1st, and on every Monday" (not "a 1st that is a Monday")
+    assert fire_days("0 9 1 * 1", days=14) == ["Sun", "Mon", "Mon"]
+
+
+async def test_the_scheduler_runs_the_trigger_at_its_fire_times() -> None:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    scheduler = AsyncIOScheduler(timezone=UTC)
+    scheduler.add_job(lambda: None, cron_trigger("0 9 * * 1"), id="report")
+    scheduler.start(paused=True)
+    try:
+        fire = scheduler.get_job("report").next_run_time
+        assert fire is not None and fire.weekday() == 0 and (fire.hour, fire.minute) == (9, 0)
+        assert fire > datetime.now(UTC)
+    finally:
+        scheduler.shutdown(wait=False)

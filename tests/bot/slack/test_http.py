@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from bot.slack.app import WORKING_TEXT
 from bot.slack.http import SlackParams
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import escape
+from bot.text.mrkdwn import ACTION_HELP, HELP_TOPICS, escape
 from cluster.errors import ConfigError
 from support.slack_requests import (
     block_action_body,
@@ -24,6 +24,7 @@ from support.slack_requests import (
     slash_command_body,
 )
 from support.slack_standin import SlackStandin
+from support.workspace import BOT_USER_ID
 from tests.bot.conftest import FakeHandler, Serve, events_url
 
 
@@ -298,3 +299,26 @@ async def test_file_that_cannot_be_sent_is_explained(
         call = await standin.wait_for("chat.postEphemeral")
     assert call.params["text"] == ":warning: _I could not send you the file (cannot_dm_bot)._"
     assert standin.uploads == {}
+
+
+async def test_the_app_joining_a_channel_posts_the_help_card_there(
+    serve: Serve, handler: FakeHandler, standin: SlackStandin
+) -> None:
+    def joined(user: str, channel: str) -> str:
+        event = {"type": "member_joined_channel", "user": user, "channel": channel}
+        return json.dumps(event_envelope(event, event_time=int(time.time())))
+
+    async with serve() as service:
+        for body in (joined("U0ALICE", "C0OTHER"), joined(BOT_USER_ID, "C0TRAIN")):
+            answer = await post_signed(events_url(service), body, content_type="application/json")
+            assert answer.status == 200
+        posted = await standin.wait_for("chat.postMessage")
+    assert [c.params["channel"] for c in standin.calls_to("chat.postMessage")] == ["C0TRAIN"]
+    blocks = posted.params["blocks"]
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks  # form or JSON body
+    buttons = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    assert [(b["action_id"], b["value"]) for b in buttons] == [
+        (ACTION_HELP, value) for value in HELP_TOPICS
+    ]
+    assert "/train sft llama3p1_8b" in posted.params["text"]
+    assert handler.seen == []  # the card needs nothing of the core: answered at the edge
