@@ -99,3 +99,14 @@ def test_only_a_jump_hosts_certificate_permits_port_forwarding(
     jump = re.search(r"Extensions:\s*\n((?:\s+\S+\n?)*)", listings["jump"])
     assert jump is not None and jump.group(1).split() == ["permit-port-forwarding"], listings
     assert re.search(r"Extensions: \(none\)", listings["login"]), listings
+
+
+async def test_a_hop_that_does_not_answer_is_said_not_guessed(
+    bastion_profile: ClusterProfile,
+) -> None:
+    login = bastion_profile.login
+    closed = login.jump[0].model_copy(update={"port": 1})
+    seen = await route_host_keys(login.model_copy(update={"jump": (closed,)}), "hpc")
+    assert len(seen) == 1 and seen[0].known is None and seen[0].line == ""
+    assert seen[0].hop == "jump host 1 of 1 jump@127.0.0.1:1"
+    assert "cannot read its host key" in seen[0].note
