@@ -27,6 +27,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,8 +64,27 @@ class Load:
         return max(self.latencies) if self.latencies else float("nan")
 
 
-async def load(url: str, rate: int, duration_s: float, *, tag: str, expect: str) -> Load:
-    """``rate`` signed /train requests per second for ``duration_s``, open-loop."""
+Request = Callable[[int], tuple[bytes, dict[str, str]]]  # request i -> (body, headers)
+
+
+def slash_train(tag: str) -> Request:
+    """Request i: a signed /train of its own user, as Slack sends it."""
+
+    def build(i: int) -> tuple[bytes, dict[str, str]]:
+        body = slash_command_body(
+            "/train", f"sft llama3p1_8b cluster=a4 name={tag}", user_id=f"U{tag.upper()}{i:06d}"
+        )
+        return body.encode(), signed_headers(body, secret=SIGNING_SECRET)
+
+    return build
+
+
+async def load(
+    url: str, rate: int, duration_s: float, *, tag: str, expect: str, request: Request | None = None
+) -> Load:
+    """``rate`` requests per second for ``duration_s``, open-loop: signed /train requests,
+    or what ``request`` builds."""
+    build = request or slash_train(tag)
     count = max(1, int(rate * duration_s))
     latencies: list[float] = []
     errors = 0
@@ -76,13 +96,10 @@ async def load(url: str, rate: int, duration_s: float, *, tag: str, expect: str)
         async def one(i: int, at: float) -> None:
             nonlocal errors
             await asyncio.sleep(max(0.0, at - time.perf_counter()))
-            body = slash_command_body(
-                "/train", f"sft llama3p1_8b cluster=a4 name={tag}", user_id=f"U{tag.upper()}{i:06d}"
-            )
-            headers = signed_headers(body, secret=SIGNING_SECRET)
+            body, headers = build(i)
             started = time.perf_counter()
             try:
-                async with session.post(url, data=body.encode(), headers=headers) as r:
+                async with session.post(url, data=body, headers=headers) as r:
                     text = await r.text()
                     ok = r.status == 200 and expect in text
                     answer = f"{r.status} {text[:120]!r}"

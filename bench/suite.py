@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import ack, launch, notify, ssh_latency
+from bench import ack, api_ack, launch, notify, ssh_latency
 from bench.common import (
     BENCH_DB,
     BOT_REDIS_ENV,
@@ -49,7 +49,7 @@ from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
 from support.slack_standin import SlackStandin
 
-ALL_ROWS = frozenset(f"P{i}" for i in range(1, 7))
+ALL_ROWS = frozenset(f"P{i}" for i in range(1, 8))
 RESULTS = PROJECT / "bench" / "RESULTS.md"
 CLUSTER = "a4"
 P2_GOAL = "5,000-job rate ≤ 1.5x the 10-job rate; ≥ 100x fewer RPCs than nemo-run at 1,000"
@@ -128,6 +128,15 @@ async def run(
                 await _row(
                     rows, "P1", "ack latency", ack.GOAL,
                     lambda: ack.measure(
+                        standin, config_path, workdir, rates=sizes.rates, duration_s=sizes.ack_s,
+                        tag=tag,
+                    ),
+                )  # fmt: skip
+            if "P7" in only:
+                await flush_bench_db()
+                await _row(
+                    rows, "P7", "API ack latency", api_ack.GOAL,
+                    lambda: api_ack.measure(
                         standin, config_path, workdir, rates=sizes.rates, duration_s=sizes.ack_s,
                         tag=tag,
                     ),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from cluster.errors import SlurmCommandFailed
 from cluster.framework_base import Tracking
 from cluster.remote import RemoteArg, export_lines, join_argv, quote_path
+from cluster.run_record import RunRecord, probe_lines, read_record, without_record
 from cluster.spec import LaunchSpec
 from cluster.ssh.pool import SSHPool
 
@@ -37,6 +38,14 @@ class LaunchPlan:
         """The launcher's command line, exactly as the remote shell runs it."""
         return join_argv(self.argv)
 
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """The names of what the script exports (never the values)."""
+        spec = self.spec
+        names = {*spec.env, *spec.secrets, *spec.secret_files(), *spec.profile.nccl_env}
+        names |= set(spec.fw.script_env(spec))
+        return tuple(sorted(names))
+
     def script(self, *, redact: bool = True) -> str:
         """The script sent on stdin to ``bash -l -s``; secrets shown only if ``redact`` is false."""
         spec = self.spec
@@ -47,6 +56,18 @@ class LaunchPlan:
             self.argv,
             env={**spec.profile.nccl_env, **spec.fw.script_env(spec)},
             submit_by=spec.submit_by,
+            probe=probe_lines(spec.profile.recipes_dir, spec.image_path),
+        )
+
+    def record(self, stderr: str) -> RunRecord:
+        """What this plan ran, with what the login node printed of its checkout and image."""
+        spec = self.spec
+        return read_record(
+            stderr,
+            command=self.command_line,
+            env_names=self.env_names,
+            recipes_dir=spec.profile.recipes_dir,
+            image=spec.image_path,
         )
 
 
@@ -57,14 +78,16 @@ def render_script(
     *,
     env: dict[str, RemoteArg] | None = None,
     submit_by: int = 0,
+    probe: list[str] | None = None,
 ) -> str:
     """``set -euo pipefail``, the exports, ``cd`` to the work dir, ``exec`` the launcher.
 
     With ``submit_by`` (epoch seconds) the login node itself holds the submit to that
     bound: a script that arrives later (its sender stalled) submits nothing, and the
     launcher is killed when it runs past it. So once the bound has passed, no submit of
-    this attempt can still be in flight, whatever happened to the process that sent it."""
-    lines = ["set -euo pipefail", *exports]
+    this attempt can still be in flight, whatever happened to the process that sent it.
+    ``probe``: lines that print the run's record to stderr first (cluster.run_record)."""
+    lines = ["set -euo pipefail", *(probe or ()), *exports]
     for name, value in (env or {}).items():
         lines.append(f"export {name}={join_argv([value])}")
     lines.append(f"cd {quote_path(work_dir)}")
@@ -95,6 +118,7 @@ class Submission:
     job_name: str
     tracking: Tracking
     output: str = ""
+    record: RunRecord | None = None  # what it ran: command, env names, checkout, image
 
     @property
     def job_id(self) -> str:
@@ -111,20 +135,28 @@ async def submit(
     spec = plan.spec
     if spec.submit_by:  # the login node stops it then; this side waits no longer either
         timeout_s = min(timeout_s, max(spec.submit_by - time.time(), 0.001))
-    result = await pool.run(
-        spec.profile.login,
-        REMOTE_SHELL,
-        input=plan.script(redact=False),
-        timeout_s=timeout_s,
-        cluster=spec.cluster,
-    )
+    try:
+        result = await pool.run(
+            spec.profile.login,
+            REMOTE_SHELL,
+            input=plan.script(redact=False),
+            timeout_s=timeout_s,
+            cluster=spec.cluster,
+        )
+    except SlurmCommandFailed as exc:  # the refusal as the launcher said it, record left out
+        raise SlurmCommandFailed(
+            command=exc.command,
+            returncode=exc.returncode,
+            stderr=without_record(exc.stderr),
+            cluster=spec.cluster,
+        ) from None
     try:
         tracking = spec.fw.tracking(spec, result.stdout)
     except ValueError as exc:
         raise SlurmCommandFailed(
             command=REMOTE_SHELL,
             returncode=result.returncode,
-            stderr=f"{result.stderr}\n{exc}"[-4000:],
+            stderr=f"{without_record(result.stderr)}\n{exc}"[-4000:],
             cluster=spec.cluster,
         ) from exc
     log.info(
@@ -144,6 +176,7 @@ async def submit(
         job_name=spec.job_name,
         tracking=tracking,
         output=result.stdout[-4000:],
+        record=plan.record(result.stderr),
     )
 
 

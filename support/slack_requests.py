@@ -100,6 +100,39 @@ def block_action_body(action_id: str, value: str, **fields: str) -> str:
     return urllib.parse.urlencode({"payload": json.dumps(payload)})
 
 
+def shortcut_body(callback_id: str, *, user_id: str = "U0ALICE") -> str:
+    """A global shortcut used, as Slack posts it."""
+    payload = {
+        "type": "shortcut",
+        "callback_id": callback_id,
+        "trigger_id": next_trigger_id(),
+        "action_ts": "1700000001.000001",
+        "team": {"id": TEAM_ID, "domain": "standin"},
+        "user": {"id": user_id, "username": "alice", "team_id": TEAM_ID},
+    }
+    return urllib.parse.urlencode({"payload": json.dumps(payload)})
+
+
+def view_submission_body(
+    callback_id: str, block_id: str, value: str, *, user_id: str = "U0ALICE"
+) -> str:
+    """A modal submitted, as Slack posts it: one text input (action id ``text``)."""
+    payload = {
+        "type": "view_submission",
+        "api_app_id": APP_ID,
+        "trigger_id": next_trigger_id(),
+        "team": {"id": TEAM_ID, "domain": "standin"},
+        "user": {"id": user_id, "username": "alice", "name": "alice", "team_id": TEAM_ID},
+        "view": {
+            "id": "V0EDIT",
+            "type": "modal",
+            "callback_id": callback_id,
+            "state": {"values": {block_id: {"text": {"type": "plain_text_input", "value": value}}}},
+        },
+    }
+    return urllib.parse.urlencode({"payload": json.dumps(payload)})
+
+
 def sign(secret: str, timestamp: str, body: str) -> str:
     digest = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256)
     return "v0=" + digest.hexdigest()

@@ -241,6 +241,14 @@ class SlackStandin:
         view = p["view"] if isinstance(p["view"], dict) else json.loads(p["view"])
         return {"view": {"id": "V" + str(len(self.calls)), **view}}
 
+    def _m_views_open(self, p: dict[str, Any]) -> dict[str, Any]:
+        view = p["view"] if isinstance(p["view"], dict) else json.loads(p["view"])
+        return {"view": {"id": "V" + str(len(self.calls)), **view}}
+
+    def _m_views_update(self, p: dict[str, Any]) -> dict[str, Any]:
+        view = p["view"] if isinstance(p["view"], dict) else json.loads(p["view"])
+        return {"view": {"id": p.get("view_id", ""), **view}}
+
     def _m_conversations_open(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"channel": {"id": "D" + str(p["users"]).split(",")[0]}}
 

@@ -35,6 +35,7 @@ NOT_SHIPPED = ("support", "bench", "tests")
 # bot/'s rooms, top down (docs/architecture.md): each imports only the rooms after it.
 ROOMS = (
     "runtime",
+    "api",
     "notify",
     "core",
     "engine",

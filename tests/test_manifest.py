@@ -49,6 +49,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "usergroups_users_list": {"usergroups:read"},
     "users_info": {"users:read", "users:read.email"},  # the profile's email: identity.from_email
     "views_publish": set(),
+    "views_open": set(),
+    "views_update": set(),
     "auth_test": set(),
     "apps_connections_open": set(),  # the app-level token's connections:write
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bot.core import home
+from bot.core import api_tokens, home
 from bot.core.capacity import Capacity
 from bot.core.directory import Directory
 from bot.store.store import Store
@@ -53,6 +53,7 @@ class AppHome:
         in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
         blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)
         blocks += home.prefs_blocks(await self.store.prefs(user_id))
+        blocks += api_tokens.home_blocks(await self.store.tokens_of(user_id), now)
         if self.context.policy.is_admin(user_id, await self.directory.groups_of(user_id)):
             retrying = await self.store.retrying_letters()
             owed = home.dead_letter_text(retrying, await self.store.given_up_count())

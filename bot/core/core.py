@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from bot.core import answers, sweep_answers, usage, watching
+from bot.core import answers, api_tokens, sweep_answers, usage, watching
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
+from bot.core.launch_form import LaunchForm
 from bot.core.lookup import Lookup
 from bot.core.rates import slow_down
 from bot.core.redact import Redactor
@@ -39,17 +40,25 @@ from bot.text.mrkdwn import (
     ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
+    ACTION_EDIT_RELAUNCH,
+    ACTION_FORM_CHECK,
     ACTION_HELP,
     ACTION_LOGS,
     ACTION_PREFS,
     ACTION_REJECT,
     ACTION_RETRY,
+    ACTION_RUN_AGAIN,
+    ACTION_TOKEN_CREATE,
+    ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
     HELP_TOPICS,
+    SHORTCUT_LAUNCH,
+    VIEW_LAUNCH,
+    VIEW_RELAUNCH,
     escape,
 )
 from cluster.errors import TrainbotError
-from commands.context import CommandContext
+from commands.context import CommandContext, User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.help import help_text, recipes_text
@@ -71,6 +80,16 @@ from commands.requests import (
 )
 
 log = logging.getLogger(__name__)
+LAUNCH_FORMS = frozenset(
+    {
+        ACTION_RUN_AGAIN,
+        ACTION_EDIT_RELAUNCH,
+        ACTION_FORM_CHECK,
+        SHORTCUT_LAUNCH,
+        VIEW_LAUNCH,
+        VIEW_RELAUNCH,
+    }
+)  # the launch form: Run again, Edit & relaunch, the shortcut, checks and submissions
 
 
 class Core:
@@ -102,6 +121,7 @@ class Core:
             store, clusters, self.calls, context, front, self.people, self.lookup
         )
         self.decisions = Decisions(store, self.calls, context, self.lookup)
+        self.form = LaunchForm(self.launcher)
 
     async def __call__(self, incoming: Incoming) -> Reply:
         reply = await self._answer(incoming)
@@ -206,10 +226,36 @@ class Core:
             )
         raise CommandError("That command is not handled yet.")
 
-    async def on_action(self, incoming: Incoming) -> Reply:
+    async def on_relaunch(self, incoming: Incoming, user: User) -> Reply:
+        """Run again, Edit & relaunch, the "Launch training" shortcut, and their forms
+        submitted."""
+        if incoming.action_id == ACTION_RUN_AGAIN:
+            return await self.form.run_again(incoming, user)
+        if incoming.action_id == ACTION_EDIT_RELAUNCH:
+            return await self.form.edit_form(incoming, user)
+        if incoming.action_id == SHORTCUT_LAUNCH:
+            return self.form.new_form()
+        if incoming.action_id == ACTION_FORM_CHECK:
+            return self.form.check_form(incoming, user)
+        if incoming.action_id == VIEW_LAUNCH:
+            return await self.form.typed(incoming, user)
+        return await self.form.relaunch(incoming, user)
+
+    async def on_token(self, incoming: Incoming, user: User) -> Reply:
+        """An API token made or revoked in the App Home (built again after it)."""
+        self.app_home.forget(user.id)
+        if incoming.action_id == ACTION_TOKEN_CREATE:
+            return await api_tokens.create(self.store, user, incoming.action_value)
+        return await api_tokens.revoke(self.store, user, incoming.action_value)
+
+    async def on_action(self, incoming: Incoming) -> Reply:  # noqa: C901 - one branch a button
         user = await self.directory.user(incoming)
         if incoming.action_id == ACTION_USE_PARTITION:
             return await self.launcher.use_partition(incoming, user)
+        if incoming.action_id in LAUNCH_FORMS:
+            return await self.on_relaunch(incoming, user)
+        if incoming.action_id in (ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE):  # App Home
+            return await self.on_token(incoming, user)
         if incoming.action_id == ACTION_HELP:  # the help card: answered as if typed
             if incoming.action_value not in HELP_TOPICS:
                 raise CommandError("That help button is not one trainbot made; try /train help.")

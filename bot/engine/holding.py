@@ -114,6 +114,7 @@ class Holding:
             text=how,
             tracking=tracking,
             partition=spec.slurm_partition,
+            record=submission.record if submission else None,
         )
         stored, _ = await self._move(item.id, phases.submitted, facts)
         set_job_id(job_id)

@@ -70,8 +70,8 @@ class _Step:
         # not list it yet, so an end seen in the same poll waits one poll for its checkpoints.
         self.checkpoints_unread = False
 
-    def say(self, text: str) -> None:
-        self.events.append(Event("thread", self.launch.id, text))
+    def say(self, text: str, data: dict[str, object] | None = None) -> None:
+        self.events.append(Event("thread", self.launch.id, text, data=dict(data or {})))
         self.visible = True
 
     def move(self, move: phases.Move, facts: phases.Facts) -> None:
@@ -268,7 +268,7 @@ class _Step:
         ):
             lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
             summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
-        self.say(summary)
+        self.say(summary, {"buttons": ["run_again"]})  # the final line: Run again
         if state == "COMPLETED":  # recovered: close what was paged for it
             self.events += babysit.resolve_alerts(launch, state)
         if len(launch.progress_history) >= 2:

@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.framework_base import Tracking
+from cluster.run_record import RunRecord
 from commands.requests import InteractiveRequest, TrainRequest
 
 
@@ -86,6 +87,7 @@ class Attempt(BaseModel):
     log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
     tail: str = ""  # the last lines of the main log, for the failure message
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
+    record: RunRecord | None = None  # what its submit ran: command, env names, checkout, image
 
     def close(self, now: float) -> None:
         """The attempt's job was cancelled for a retry and is gone: it ran until ``now`` at

@@ -24,8 +24,10 @@ from bot.text.mrkdwn import (
     actions,
     approve_button,
     cancel_button,
+    edit_relaunch_button,
     reject_button,
     retry_button,
+    run_again_button,
     section,
     use_partition_button,
 )
@@ -186,7 +188,7 @@ class Poster:
 
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
-    Use <partition> (a refused partition)."""
+    Use <partition> (a refused partition), Run again and Edit & relaunch (the final line)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -194,6 +196,8 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons.append(cancel_button(launch.id, job_label=label))
     if "retry" in wanted and launch.active:
         buttons.append(retry_button(launch.id))
+    if "run_again" in wanted and not launch.active and not launch.sweep:
+        buttons += [run_again_button(launch.id), edit_relaunch_button(launch.id)]
     partition = str(event.data.get("partition", ""))
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))

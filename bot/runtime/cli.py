@@ -1,4 +1,6 @@
-"""The ``trainbot`` command line. Subcommands per INTERFACE.md."""
+"""The ``trainbot`` command line. Subcommands per INTERFACE.md: the service's own
+(serve, console, demo, doctor, token) and the API's (train, jobs, logs, cancel,
+checkpoints, usage, clusters: bot.runtime.client)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
+from bot.runtime import client as api_cli
+from bot.runtime import tokens_cli
 from bot.runtime.assembly import ROLES
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
@@ -30,14 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser(
         "serve",
-        help="run the bot: Slack front end (Socket Mode or HTTP), workers, status poller",
+        help="run the bot: Slack front end (Socket Mode or HTTP) and the HTTP API, workers, "
+        "status poller",
     )
     serve.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
     serve.add_argument(
         "--role",
         choices=ROLES,
         default="all",
-        help="which part to run: web (Slack; it holds no SSH key and asks the workers "
+        help="which part to run: web (Slack and the HTTP API /api/v1/; it holds no SSH key and "
+        "asks the workers "
         "for cluster work), worker (the launch queue and that work), poller (cluster "
         "polling and message delivery), or all of them (default: %(default)s); every role "
         "serves /healthz and /metrics",
@@ -89,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="overwrite the keys the backup holds when Redis already has trainbot keys",
     )
+    tokens_cli.add_parsers(sub)
+    api_cli.add_parsers(sub)
     return parser
 
 
@@ -125,7 +133,7 @@ async def run_backup(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 - one branch a command
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -134,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_environ()
         configure_logging(log_level(args, settings), settings.log_format)
+        if args.command in api_cli.API_COMMANDS:
+            return api_cli.run_command(args, settings)
         if args.command == "demo":
             from bot.runtime.demo import run_demo
 
@@ -151,12 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.known_hosts:
                 return asyncio.run(run_known_hosts(config))
             return asyncio.run(run_doctor(settings, config))
+        if args.command == "token":
+            return asyncio.run(tokens_cli.run_token(args, settings, config, sys.stdout))
         if args.command == "serve":
             from bot.runtime.serve import run_serve
 
             return asyncio.run(run_serve(settings, config, role=args.role))
     except ConfigError as exc:
         print(f"trainbot: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except api_cli.ClientError as exc:
+        print(f"trainbot: {exc}", file=sys.stderr)
         return 2
     except TrainbotError as exc:
         print(f"trainbot: {exc}", file=sys.stderr)

@@ -5,7 +5,8 @@ Slack: Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise HTTP on
 ``TRAINBOT_HTTP_HOST:TRAINBOT_HTTP_PORT``. ``worker`` takes launches off the
 queue and needs no Slack secret at all; ``poller`` polls the clusters and
 delivers the outbox to Slack (so it needs the bot token, not the signing secret
-or app token). Every role serves ``GET /healthz`` and ``GET /metrics`` on that
+or app token). The web role also serves the HTTP API (``/api/v1/``, bot.api) on that
+address, in either mode. Every role serves ``GET /healthz`` and ``GET /metrics`` on that
 HTTP address (``/metrics`` on ``TRAINBOT_METRICS_HOST:TRAINBOT_METRICS_PORT`` instead
 when that port is set). Runs until SIGTERM or SIGINT, then shuts down in order (see
 bot.runtime.assembly).
@@ -19,11 +20,12 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+from bot.api.routes import Api
 from bot.runtime.assembly import role_parts, running
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.slack.http import SlackParams, run_slack, serve_health
-from bot.slack.webapi import open_front
+from bot.slack.webapi import SlackFront, open_front
 from bot.text.front import Blocks, Front, MessageRef
 from cluster.errors import ConfigError
 
@@ -91,12 +93,15 @@ async def serving(
     parts = role_parts(role)
     async with AsyncExitStack() as stack:
         front: Front = NoSlack()
+        slack_front: SlackFront | None = None
         if "web" in parts or "poller" in parts:
-            front = await stack.enter_async_context(
+            slack_front = await stack.enter_async_context(
                 open_front(params.bot_token, api_url=params.api_url)
             )
+            front = slack_front
         bot = await stack.enter_async_context(running(settings, config, front, role=role))
         if "web" in parts:
+            api = Api(bot.core, dm_channel=slack_front.open_dm if slack_front else None)
             slack = await stack.enter_async_context(
                 run_slack(
                     params,
@@ -105,6 +110,7 @@ async def serving(
                     metrics=bot.metrics,
                     front=front,  # type: ignore[arg-type]
                     replay_guard=bot.store.first_seen,
+                    api=api.app(),
                 )
             )
             yield (

@@ -101,6 +101,10 @@ class Settings(BaseSettings):
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
+    # the CLI's API commands (trainbot train, jobs, logs, ...): where the web role listens,
+    # and the person's API token
+    api_url: str | None = Field(default=None, alias="TRAINBOT_URL", min_length=1)
+    api_token: SecretStr | None = Field(default=None, alias="TRAINBOT_TOKEN")
 
     @model_validator(mode="after")
     def _metrics_host_needs_port(self) -> Settings:

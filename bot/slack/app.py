@@ -6,14 +6,17 @@ in time becomes the ack (shown only to the asker); otherwise the ack says
 "Working on it…" and the answer follows with ``chat.postEphemeral`` (or the
 request's ``response_url`` when the bot may not post in that channel).
 
-A ``Reply`` carrying a file is sent to the asker in a direct message with the
-bot (files cannot be ephemeral, and a log file is nobody else's business); the
-ephemeral text says so. Events are acknowledged and ignored, except a polite
-hint on ``app_mention``, a help card with buttons when the app itself joins a
-channel (``member_joined_channel``), and user group changes (``subteam_members_changed``),
-which make the core ask for that group's members again; Events API retries of
-an event already seen are dropped. With ``allowed_team_ids`` (the config's
-``policy.workspaces``), requests from any other workspace are refused first.
+A ``Reply`` with ``modal`` set opens a modal instead (a new API token, shown once; the
+launch form of Edit & relaunch and of the shortcut "Launch training", whose submission
+comes back through ``on_view``: refused in time, the modal stays open with the reason
+under its input). A ``Reply`` carrying a file is sent to the asker in a direct message
+with the bot (files cannot be ephemeral, and a log file is nobody else's business); the
+ephemeral text says so. Events are acknowledged and ignored, except a polite hint on
+``app_mention``, a help card with buttons when the app itself joins a channel
+(``member_joined_channel``), and user group changes (``subteam_members_changed``), which
+make the core ask for that group's members again; Events API retries of an event already
+seen are dropped. With ``allowed_team_ids`` (the config's ``policy.workspaces``),
+requests from any other workspace are refused first.
 
 The Slack app needs what slack-manifest.yml declares (tests/test_manifest.py sends
 its every command, event and button to the app ``build_app`` makes); optionally
@@ -37,13 +40,25 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bot.slack import modals
+from bot.slack.incoming import (
+    incoming_from_action,
+    incoming_from_command,
+    incoming_from_shortcut,
+    team_of,
+)
 from bot.slack.webapi import SlackError, SlackFront
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
+    ACTION_EDIT_RELAUNCH,
+    ACTION_FORM_CHECK,
     ACTION_PREFIX,
     ACTION_PREFS,
+    ACTION_TOKEN,
     HELP_CARD_TEXT,
     MESSAGE_TEXT_MAX,
+    SHORTCUT_LAUNCH,
+    VIEW_PREFIX,
     cut_text,
     escape,
     fit_blocks,
@@ -73,50 +88,6 @@ FAILED_TEXT = (
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
 T = TypeVar("T")
-
-
-def incoming_from_command(body: dict[str, Any]) -> Incoming:
-    """A slash command form (HTTP) or payload (Socket Mode) as ``Incoming``.
-
-    Slack sends typed ``&``, ``<``, ``>`` as entities; ``text`` is what was typed.
-    """
-    return Incoming(
-        user_id=str(body.get("user_id", "")),
-        channel_id=str(body.get("channel_id", "")),
-        command=str(body.get("command", "")),
-        text=unescape(str(body.get("text", ""))).strip(),
-        user_name=str(body.get("user_name", "")),
-        team_id=str(body.get("team_id", "")),
-        trigger_id=str(body.get("trigger_id", "")),
-    )
-
-
-def incoming_from_action(body: dict[str, Any]) -> Incoming:
-    """A ``block_actions`` payload (its first action) as ``Incoming``."""
-    action = (body.get("actions") or [{}])[0]
-    value = action.get("value") or (action.get("selected_option") or {}).get("value", "")
-    user = body.get("user") or {}
-    container = body.get("container") or {}
-    channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
-    message_ts = container.get("message_ts") or (body.get("message") or {}).get("ts", "")
-    return Incoming(
-        user_id=str(user.get("id", "")),
-        channel_id=str(channel),
-        user_name=str(user.get("username") or user.get("name", "")),
-        team_id=str((body.get("team") or {}).get("id") or user.get("team_id", "")),
-        action_id=str(action.get("action_id", "")),
-        action_value=str(value),
-        thread_ts=str(message_ts),
-        trigger_id=str(body.get("trigger_id", "")),
-    )
-
-
-def _team_of(body: dict[str, Any]) -> str:
-    """The workspace a request comes from: slash commands, interactivity and events."""
-    team = body.get("team_id") or (body.get("team") or {}).get("id")
-    if not team:
-        team = (body.get("user") or {}).get("team_id", "")
-    return str(team or "")
 
 
 def _reply_args(reply: Reply, note: str = "") -> dict[str, Any]:
@@ -201,6 +172,15 @@ class Listeners:
         if incoming.action_id.startswith(ACTION_PREFS):  # a setting in the App Home
             self._spawn(self._home_after(incoming, answer))
             return
+        if incoming.action_id.startswith(ACTION_TOKEN):  # API tokens in the App Home
+            self._spawn(self._modal_after(incoming, answer, home=True))
+            return
+        if incoming.action_id == ACTION_EDIT_RELAUNCH:  # a modal to edit and launch
+            self._spawn(self._modal_after(incoming, answer, home=False))
+            return
+        if incoming.action_id == ACTION_FORM_CHECK:  # typed in the launch form
+            self._spawn(self._checked(body, answer))
+            return
         self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
 
     async def _home_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
@@ -209,6 +189,46 @@ class Listeners:
         if reply.error:
             log.info("App Home setting of %s refused: %s", incoming.user_id, reply.text)
         await self._publish_home(incoming.user_id)
+
+    async def _modal_after(
+        self, incoming: Incoming, answer: asyncio.Task[Reply], *, home: bool
+    ) -> None:
+        """A click answered with a modal (a new API token shown once, the launch form);
+        a refusal is said in a modal too. ``home``: the App Home is built again."""
+        await modals.show(self.front, incoming, await answer)
+        if home:
+            await self._publish_home(incoming.user_id)
+
+    async def on_shortcut(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """The global shortcut "Launch training": the launch form."""
+        await ack()
+        incoming = incoming_from_shortcut(body)
+        log.info("%s from %s", incoming.action_id, incoming.user_id)
+        self._spawn(self._modal_after(incoming, self._spawn(self._answer(incoming)), home=False))
+
+    async def on_view(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """A launch form submitted: its input goes to the core; a refusal in time keeps
+        the modal open, showing why under the input; otherwise it closes and the answer
+        comes by DM."""
+        incoming, problem = await modals.submitted(self.front, body)
+        log.info("%s from %s", incoming.action_id, incoming.user_id)
+        if problem:
+            await ack(response_action="errors", errors={incoming.action_value: problem})
+            return
+        task = self._spawn(self._answer(incoming))
+        done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
+        if done and task.result().error and incoming.action_value:
+            why = unescape(task.result().text)[:1900]
+            await ack(response_action="errors", errors={incoming.action_value: why})
+            return
+        await ack()
+        self._spawn(self._tell_later(incoming, task))
+
+    async def _checked(self, body: dict[str, Any], answer: asyncio.Task[Reply]) -> None:
+        await modals.show_check(self.front, body, await answer)
+
+    async def _tell_later(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
+        await modals.tell(self.front, incoming, await answer)
 
     async def on_unknown_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         command = escape(str(body.get("command", "")))
@@ -267,7 +287,7 @@ class Listeners:
     ) -> BoltResponse | None:
         """Requests from a Slack workspace not in ``policy.workspaces`` are refused."""
         if self.allowed_team_ids:
-            team = _team_of(body)
+            team = team_of(body)
             if team not in self.allowed_team_ids:
                 log.warning("refused a request from workspace %r", team[:32])
                 text = "This trainbot serves another Slack workspace; ask your own admins."
@@ -380,6 +400,8 @@ def build_app(
     app.command(re.compile(f"^({known})$"))(listeners.on_command)
     app.command(re.compile(".*"))(listeners.on_unknown_command)
     app.action(re.compile("^" + re.escape(ACTION_PREFIX)))(listeners.on_action)
+    app.view(re.compile("^" + re.escape(VIEW_PREFIX)))(listeners.on_view)
+    app.shortcut(SHORTCUT_LAUNCH)(listeners.on_shortcut)
     app.event("app_mention")(listeners.on_mention)
     app.event(re.compile(".*"))(listeners.on_other_event)
     return app

@@ -7,7 +7,7 @@ where each request passes ``bot.slack.signed``'s checks (signature, well-formed
 body, not a replay: the record of seen requests is in Redis when the service
 passes ``replay_guard``, so every bot process shares it) before bolt parses
 anything. Either way ``GET /healthz`` and ``GET /metrics`` are served on
-``http_host:http_port``.
+``http_host:http_port``, and the HTTP API (``/api/v1/``) when the web role hands it over.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 HealthCheck = Callable[[], Awaitable[tuple[bool, str]]]
 MetricsText = Callable[[], Awaitable[str] | str]  # async or plain
 EVENTS_PATH = "/slack/events"
+API_PATH = "/api/v1/"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -102,10 +103,11 @@ def build_web_app(
     app: AsyncApp | None = None,
     signing_secret: str = "",
     replay_guard: ReplayGuard | None = None,
+    api: web.Application | None = None,
 ) -> web.Application:
     """``/healthz`` and ``/metrics`` (unless ``metrics`` is None: served apart);
     ``POST /slack/events`` when ``app`` is given (signature checked with
-    ``signing_secret`` before bolt parses the body)."""
+    ``signing_secret`` before bolt parses the body); ``api`` mounted at ``/api/v1/``."""
 
     async def healthz(_: web.Request) -> web.Response:
         try:
@@ -135,6 +137,8 @@ def build_web_app(
             return await to_aiohttp_response(bolt_response)
 
         web_app.router.add_post(EVENTS_PATH, events)
+    if api is not None:
+        web_app.add_subapp(API_PATH, api)
     return web_app
 
 
@@ -254,11 +258,13 @@ async def run_slack(
     metrics: MetricsText,
     front: SlackFront | None = None,
     replay_guard: ReplayGuard | None = None,
+    api: web.Application | None = None,
 ) -> AsyncIterator[SlackService]:
     """Serve Slack until the block exits; Socket Mode when ``params.app_token`` is set.
 
     Pass ``front`` (from ``bot.slack.webapi.open_front``) when the core needs the
-    Front before requests can arrive; otherwise one is opened here. On exit the
+    Front before requests can arrive; otherwise one is opened here. ``api`` (the HTTP
+    API's routes) is served on the same listener, under ``/api/v1/``. On exit the
     listener stops, running handlers get ``drain_timeout_s`` to finish, then the
     HTTP connections close.
     """
@@ -302,6 +308,7 @@ async def run_slack(
             app=None if socket_mode else app,
             signing_secret=secret,
             replay_guard=replay_guard,
+            api=api,
         )
         port = await stack.enter_async_context(
             _serve_http(web_app, params.http_host, params.http_port)

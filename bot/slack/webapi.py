@@ -183,8 +183,12 @@ class SlackFront:
 
     async def post_to_user(self, user: str, text: str) -> None:
         """A direct message from the bot to ``user`` (``conversations.open``, then a post)."""
+        await self.post(await self.open_dm(user), text)
+
+    async def open_dm(self, user: str) -> str:
+        """The id of the bot's direct message with ``user`` (``conversations.open``)."""
         data = await self._call("conversations.open", self.client.conversations_open(users=user))
-        await self.post(str(data["channel"]["id"]), text)
+        return str(data["channel"]["id"])
 
     async def can_post(self, channel: str) -> str:
         """ "" when the bot may post in ``channel``, else why not and what to do (mrkdwn).
@@ -251,6 +255,27 @@ class SlackFront:
         """The person's App Home tab (``views.publish``)."""
         view = {"type": "home", "blocks": blocks[:BLOCKS_MAX]}
         await self._call("views.publish", self.client.views_publish(user_id=user, view=view))
+
+    async def open_modal(
+        self, trigger_id: str, title: str, blocks: Blocks, *, submit_as: str = ""
+    ) -> None:
+        """A modal on the person's screen (``views.open``, within 3 s of their click);
+        with ``submit_as`` (its callback id) it has a Submit button."""
+        view: dict[str, Any] = {
+            "type": "modal",
+            "title": {"type": "plain_text", "text": title[:24]},
+            "close": {"type": "plain_text", "text": "Cancel" if submit_as else "Done"},
+            "blocks": blocks[:BLOCKS_MAX],
+        }
+        if submit_as:
+            view["callback_id"] = submit_as
+            view["submit"] = {"type": "plain_text", "text": "Launch"}
+        await self._call("views.open", self.client.views_open(trigger_id=trigger_id, view=view))
+
+    async def update_view(self, view_id: str, view_hash: str, view: dict[str, Any]) -> None:
+        """An open modal changed (``views.update``; ``view_hash`` guards against a newer one)."""
+        call = self.client.views_update(view_id=view_id, hash=view_hash, view=view)
+        await self._call("views.update", call)
 
     async def usergroup_members(self, usergroup_id: str) -> list[str]:
         call = self.client.usergroups_users_list(usergroup=usergroup_id)

@@ -188,3 +188,18 @@ def quiet_held(lane: str) -> str:
 def dm_sent(event_id: str) -> str:
     """Set once the DMs about a thread line (an outbox entry) were written."""
     return f"{PREFIX}:notify:dm-sent:{event_id}"
+
+
+def token(digest: str) -> str:
+    """A personal API token's record (JSON), by the sha256 of the token (never the token)."""
+    return f"{PREFIX}:token:{digest}"
+
+
+def token_id(token_id: str) -> str:
+    """A token id -> the sha256 it is kept under (to revoke it by its id)."""
+    return f"{PREFIX}:token-id:{token_id}"
+
+
+def user_tokens(user_id: str) -> str:
+    """Set: the ids of a person's API tokens (their App Home lists them)."""
+    return f"{PREFIX}:user:{user_id}:tokens"

@@ -26,9 +26,12 @@ from bot.store.leases import Leases
 from bot.store.marks import Marks
 from bot.store.people import People
 from bot.store.streams import Streams
+from bot.store.tokens import Tokens
 
 
-class Store(Launches, Budgets, History, Streams, Marks, Leases, Asks, Lanes, People, StoreBase):
+class Store(
+    Launches, Budgets, History, Streams, Marks, Leases, Asks, Lanes, People, Tokens, StoreBase
+):
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""
 

@@ -50,6 +50,10 @@ class Reply:
     # Filled when the answer is a file (long logs, a loss curve).
     file_name: str = ""
     file_content: bytes = b""
+    # Set: the answer is shown in a modal of this title (``blocks``), not as a message;
+    # for what must be seen once and never sit in a channel (a new API token).
+    modal: str = ""
+    modal_submit: str = ""  # the modal's callback id, when it has inputs to submit
 
 
 class Handler(Protocol):

@@ -29,6 +29,18 @@ ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_RUN_AGAIN = "trainbot_run_again"  # value: the launch id; its request, once more
+ACTION_EDIT_RELAUNCH = "trainbot_edit_relaunch"  # value: the launch id; a modal to edit it
+# A modal's callback id: its submission comes to the core as Incoming(action_id=VIEW_...),
+# the value of its one input in ``text`` and that input's block id in ``action_value``.
+VIEW_PREFIX = "trainbot_view_"
+VIEW_RELAUNCH = "trainbot_view_relaunch"  # Edit & relaunch: the input's block id is the launch
+VIEW_LAUNCH = "trainbot_view_launch"  # the shortcut's form: its thread goes to the person's DM
+SHORTCUT_LAUNCH = "trainbot_shortcut_launch"  # the global shortcut "Launch training"
+ACTION_FORM_CHECK = "trainbot_form_check"  # the launch form's input, checked as it is typed
+ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _revoke
+ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
+ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
 ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
 
 _FENCE = "```"
@@ -215,6 +227,39 @@ def attach_button(value: str) -> Block:
 
 def retry_button(value: str) -> Block:
     return button("Retry", ACTION_RETRY, value, style="primary")
+
+
+def run_again_button(value: str) -> Block:
+    return button("Run again", ACTION_RUN_AGAIN, value)
+
+
+def edit_relaunch_button(value: str) -> Block:
+    return button("Edit & relaunch", ACTION_EDIT_RELAUNCH, value)
+
+
+def text_input(
+    block_id: str, label: str, initial: str, hint: str = "", *, check_as: str = ""
+) -> Block:
+    """A one-line text input of a modal; ``block_id`` comes back with its value. With
+    ``check_as`` (an action id) Slack sends what is typed as it is typed, to be checked."""
+    element: Block = {
+        "type": "plain_text_input",
+        "action_id": check_as or "text",
+        "initial_value": initial[:3000],
+        "max_length": 3000,
+    }
+    block: Block = {
+        "type": "input",
+        "block_id": block_id[:255],
+        "label": _plain(label, 2000),
+        "element": element,
+    }
+    if check_as:
+        block["dispatch_action"] = True
+        element["dispatch_action_config"] = {"trigger_actions_on": ["on_character_entered"]}
+    if hint:
+        block["hint"] = _plain(hint, 2000)
+    return block
 
 
 def use_partition_button(partition: str, value: str) -> Block:

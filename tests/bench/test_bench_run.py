@@ -28,7 +28,7 @@ def test_quick_run_prints_every_row_with_its_anchor(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| P")]
-    assert [row.split("|")[1].strip() for row in rows] == ["P1", "P2", "P3", "P4", "P5", "P6"]
+    assert [row.split("|")[1].strip() for row in rows] == ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == 7, row

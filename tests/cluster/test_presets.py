@@ -135,6 +135,7 @@ def test_the_nccl_settings_are_exported_before_the_launcher() -> None:
     exports = [line for line in lines if line.startswith("export NCCL_")]
     assert exports == ["export NCCL_IB_HCA=mlx5_0,mlx5_1", "export NCCL_SOCKET_IFNAME=ib0"]
     assert lines.index(exports[-1]) < len(lines) - 1
+    assert {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"} <= set(plan_launch(spec).env_names)
 
 
 def test_prices_per_cluster_then_name_type_and_gpu_model() -> None:

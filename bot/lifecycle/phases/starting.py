@@ -103,6 +103,7 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     attempt = launch.attempts[-1]  # a retry's attempt was made when it was decided
     attempt.job_id, attempt.submitted_at = job_id, facts.now
     attempt.tracking = facts.tracking
+    attempt.record = facts.record or attempt.record
     if launch.phase != P.SUBMITTING or launch.cancelled_by:  # cancelled meanwhile
         attempt.slurm_state = "CANCELLED"
         return launch, [thread_line(launch, "submitted", appeared_after_cancel(job_id), job=job_id)]
@@ -117,6 +118,8 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     )
     if len(launch.attempts) > 1:
         text += f" (attempt {len(launch.attempts)})"
+    if facts.record is not None:
+        text += "\n" + escape(facts.record.summary())
     return launch, [thread_line(launch, "submitted", text, job=job_id), update_parent(launch)]
 
 

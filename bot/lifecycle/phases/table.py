@@ -12,6 +12,7 @@ from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase
 
 if TYPE_CHECKING:
     from cluster.framework_base import Tracking
+    from cluster.run_record import RunRecord
 
 P = Phase
 
@@ -93,6 +94,7 @@ class Facts:
     data: Mapping[str, object] = field(default_factory=dict)  # the thread line's (buttons)
     attempt: Attempt | None = None  # the new attempt of a retry the failure catalog decided
     tracking: Tracking | None = None  # the job's files, as the framework records them
+    record: RunRecord | None = None  # what a submit ran (cluster.run_record)
     partition: str = ""
     nodes: str = ""  # where the job runs
     cluster: str = ""  # where a reroute moves it

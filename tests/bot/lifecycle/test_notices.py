@@ -36,7 +36,7 @@ def test_completed_mentions_the_owner_on_the_final_line() -> None:
     )
     assert found == ["completed"] and mention
     lines = [e for e in events if e.kind == "thread"]
-    assert lines[-1].data == {"notices": ["completed"], "mention": True}
+    assert lines[-1].data == {"buttons": ["run_again"], "notices": ["completed"], "mention": True}
     assert notices.thread_text(item, lines[-1].text, lines[-1].data).startswith(
         "<@U0ALICE> ✅ COMPLETED in 10 min"
     )
