@@ -72,6 +72,9 @@ class Framework(ABC):
     passes_comment: bool = False  # whether argv gives sbatch the comment (else set after)
     help_argv: tuple[str, ...] = ()  # how pre-flight reads the launcher's --help (() = never)
     launcher_flags: tuple[str, ...] = ()  # flags argv may send that a site's launcher may lack
+    # from=: whether a job saves and prunes where it starts (NeMo-RL's checkpoint_dir), so a
+    # child starts from a copy of the parent's checkpoint in a directory of its own
+    starts_in_copy: bool = False
 
     def work_dir(self, profile: ClusterProfile) -> str:
         return join_remote(profile.recipes_dir, self.subdir)
@@ -158,6 +161,18 @@ class Framework(ABC):
         given the parent's framework and whether it ran the same workload; ValueError
         saying why when this framework cannot."""
         raise ValueError(f"{self.name} has no way to start from another launch's checkpoint")
+
+    def start_copy(
+        self, parent: Tracking, checkpoint: str, profile: ClusterProfile, launch_id: str
+    ) -> tuple[str, str, str]:
+        """``from=`` where the framework :attr:`starts_in_copy`: (the parent's checkpoint to
+        copy, where the copy goes, the value for :meth:`start_key`), all in ``profile``'s
+        terms: the child's own directory under the framework's, named for ``launch_id``."""
+        work = self.work_dir(profile)
+        found = parent.checkpoint_dir
+        base = found if found.startswith(("/", "~")) else join_remote(work, found)
+        own = join_remote(f"from-{launch_id}", "checkpoints")
+        return join_remote(base, checkpoint), join_remote(work, own, checkpoint), own
 
     def start_value(self, parent: Tracking, checkpoint: str, profile: ClusterProfile) -> str:
         """The value for :meth:`start_key`: the parent's ``checkpoint`` (a name in its

@@ -7,6 +7,7 @@ the rule models of :mod:`commands.rules` (no I/O).
   logs and loss curve, per cluster (a team's user group on its cluster, say).
 - ``accounts``: which Slurm account (``--account``) a person's jobs are charged to,
   per cluster, so fair-share and ``sacct`` reports show teams, not the bot's login.
+- ``start_from``: who besides a launch's owner may start from its checkpoints (``from=``).
 - ``custom_images``: who may run an ``image=`` path that is not one of the
   cluster's own images, from which directories, and whether such a launch
   gets the job secrets (by default it does not).
@@ -106,6 +107,32 @@ def may_view_logs(
         allowed=False,
         reason="That launch belongs to someone else: its logs are for its owner, trainbot "
         f"admins and the people policy.log_viewers names for {cluster}. /jobs lists yours.",
+    )
+
+
+def may_start_from(
+    policy: Policy,
+    *,
+    user_id: str,
+    group_ids: Collection[str],
+    owner_id: str,
+    owner_name: str = "",
+    launch_id: str,
+    cluster: str,
+) -> Decision:
+    """Whether ``user_id`` may start a launch (``from=``) from the checkpoints of
+    ``owner_id``'s launch ``launch_id`` on ``cluster``: its owner, or the people a
+    ``policy.start_from`` rule names there (admins too only when named)."""
+    if user_id == owner_id:
+        return Decision(allowed=True, reason="Allowed: it is your launch.")
+    if any(r.covers(user_id, group_ids, cluster) for r in policy.start_from):
+        return Decision(allowed=True, reason=f"Allowed: policy.start_from names you on {cluster}.")
+    who = owner_name or owner_id
+    return Decision(
+        allowed=False,
+        reason=f"{launch_id} is {who}'s: only its owner may start from its checkpoints, or "
+        f"the people policy.start_from names for {cluster}. Start from one of your own "
+        "launches (/jobs lists them), or ask its owner to.",
     )
 
 

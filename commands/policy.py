@@ -7,7 +7,7 @@ parsing) and never need approval. ``max_concurrent`` counts the asking user's
 active launches. Launches with more nodes than ``approval_above_nodes`` (of the
 rule, else of the policy) wait for a second person's approval: an admin or one
 of ``approvers`` (:mod:`commands.rules` holds the rules for approvers, log viewers,
-custom images and on-call; :mod:`commands.access` decides over them).
+custom images, ``from=`` and on-call; :mod:`commands.access` decides over them).
 ``workspaces`` lists the Slack team ids served (empty: any).
 """
 
@@ -27,6 +27,7 @@ from commands.rules import (
     ClusterPattern,
     ImageRule,
     PrincipalId,
+    StartFromRule,
     TeamId,
     ViewerRule,
 )
@@ -200,6 +201,9 @@ class Policy(BaseModel):
     size."""
     log_viewers: tuple[ViewerRule, ...] = ()
     """Who besides a launch's owner and the admins may read its logs, per cluster."""
+    start_from: tuple[StartFromRule, ...] = ()
+    """Who besides a launch's owner may start a launch from its checkpoints (`from=`), per
+    cluster; reading its logs is not enough. None: only the owner (admins only when named)."""
     custom_images: tuple[ImageRule, ...] = ()
     """Who may run a custom image (`image=<path to a .sqsh>`), from which directories; none: only
     the clusters' images."""

@@ -148,6 +148,7 @@ class TrainRequest(_LaunchFields):
     framework: FrameworkName
     overrides: tuple[Override, ...] = ()
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
+    from_running: bool = False  # from= a launch that still runs, said on purpose
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -160,6 +161,7 @@ class TrainRequest(_LaunchFields):
         words = [self.command, self.workload, self.model, f"framework={self.framework}"]
         words += self._launch_pairs()
         words += [f"from={self.start_from}"] if self.start_from else []
+        words += ["from_running=yes"] if self.start_from and self.from_running else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

@@ -64,6 +64,11 @@ class ViewerRule(_People):
     """Who may read the logs of other people's launches on ``clusters``."""
 
 
+class StartFromRule(_People):
+    """Who may start (``from=``) from the checkpoints of other people's launches on
+    ``clusters``: their job then reads those files as its own Unix user."""
+
+
 class AccountRule(_People):
     """People whose launches on ``clusters`` run under the Slurm ``account``."""
 

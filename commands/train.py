@@ -37,11 +37,12 @@ from commands.values import (
     parse_nodes,
 )
 
+FROM_RUNNING_KEY = "from_running"  # from= a launch still running: said on purpose
 LAUNCH_KEYS = (
     "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget",
     "at", "after",
 )  # fmt: skip
-TRAIN_KEYS = (*LAUNCH_KEYS, "framework", "from", SEEDS_KEY)
+TRAIN_KEYS = (*LAUNCH_KEYS, "framework", "from", FROM_RUNNING_KEY, SEEDS_KEY)
 SUBCOMMANDS = ("interactive", "help", "recipes")
 
 
@@ -175,12 +176,20 @@ def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEnt
                 field=key,
             )
     start_from = args.pairs.get("from")
+    running = args.pairs.get(FROM_RUNNING_KEY)
+    if running is not None and start_from is None:
+        raise CommandError(
+            f"{FROM_RUNNING_KEY}= goes with from=: give from=<launch> {FROM_RUNNING_KEY}=yes "
+            f"to start from a launch that still runs, or leave {FROM_RUNNING_KEY}= out.",
+            field=FROM_RUNNING_KEY,
+        )
     return TrainRequest(
         workload=workload,
         model=entry.model,
         framework=entry.framework,
         overrides=tuple(pairs),
         start_from=None if start_from is None else parse_from(start_from),
+        from_running=running is not None and parse_bool(FROM_RUNNING_KEY, running),
         **base.model_dump(exclude={"kind"}),
     )
 

@@ -32,6 +32,7 @@ class Directory:
         self.front = front
         self._groups: dict[str, tuple[float, set[str]]] = {}
         self.unconfirmed: set[str] = set()  # privileged groups Slack did not answer for
+        self.unanswered: set[str] = set()  # any group whose members Slack did not say last time
 
     def forget(self, group: str) -> None:
         """A user group's members changed: ask Slack again at the next check."""
@@ -65,12 +66,14 @@ class Directory:
                     members = set(await self.front.usergroup_members(group))
                 except Exception:  # never marked fresh: asked again next time
                     log.warning("could not list members of user group %s", group)
+                    self.unanswered.add(group)
                     if group in privileged:  # fail closed: a removed admin keeps nothing
                         self.unconfirmed.add(group)
                         continue
                 else:
                     self._groups[group] = (time.monotonic(), members)
                     self.unconfirmed.discard(group)
+                    self.unanswered.discard(group)
             if user_id in members:
                 found.add(group)
         return found

@@ -13,14 +13,24 @@ RATE_WINDOW_S = 60.0  # the rate limits of policy ``limits`` count over this win
 
 
 async def slow_down(
-    store: Store, context: CommandContext, user_id: str, kind: Literal["launches", "commands"]
+    store: Store,
+    context: CommandContext,
+    user_id: str,
+    kind: Literal["launches", "commands"],
+    uses: int = 1,
 ) -> None:
-    """Count a costly request against the person's limit (policy ``limits``), or refuse
-    it, saying how long to wait."""
+    """Count a costly request (``uses`` launches: a sweep's members) against the person's
+    limit (policy ``limits``), all or none, or refuse it, saying how long to wait."""
     limit = _limit(context, kind)
     if limit is None:
         return
-    wait_s = await store.take_rate(kind, user_id, limit=limit, window_s=RATE_WINDOW_S)
+    if uses > limit:
+        raise CommandError(
+            f"This starts {uses} launches, and you may start at most {limit} a minute "
+            "(policy limits.launches_per_minute counts each member of a sweep). Give fewer "
+            "values, or split it into sweeps a minute apart."
+        )
+    wait_s = await store.take_rate(kind, user_id, limit=limit, window_s=RATE_WINDOW_S, uses=uses)
     _too_fast(kind, limit, wait_s)
 
 

@@ -4,25 +4,24 @@ approval and one budget check of the total."""
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from bot.core import usage
 from bot.core.rates import slow_down
 from bot.core.train import Launcher
 from bot.engine import sweeps
-from bot.engine.cost import appraise
+from bot.engine.cost import CostEstimate, appraise
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Sweep
-from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
+from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard
 from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import escape
-from commands.access import slurm_account
+from commands.admission import Admission, admit
 from commands.context import User
 from commands.errors import CommandError
 from commands.placement import AUTO
-from commands.policy import decide
 from commands.requests import SweepRequest, TrainRequest
 
 log = logging.getLogger(__name__)
@@ -47,40 +46,34 @@ def _sweep_first_events(sweep: Sweep, first_id: str, approval: str | None) -> li
 async def start_sweep(
     launcher: Launcher, request: SweepRequest, incoming: Incoming, user: User
 ) -> Reply:
-    """A sweep: every member checked as its own launch, one approval, one budget check
-    of the total, all members written at once; those past the person's room under
-    ``max_concurrent`` each wait for an earlier member to end, in order."""
+    """A sweep: every member admitted as its own launch (:func:`admit`: the policy, its
+    budget with the members before it counted, an unknown estimate refused as /train
+    refuses it), counted per member against the rate limit, one approval, all members
+    written at once; those past the person's room under ``max_concurrent``, counted in
+    the same transaction as the write, each wait for an earlier member to end, in order."""
     policy = launcher.context.policy
     members = request.members
     first = members[0]
     _one_launch_keys(first)
     active, _ = await launcher.store.active_counts(user.id)
-    decisions = [
-        decide(policy, m, user_id=user.id, group_ids=user.groups, active_launches=active)
-        for m in members
-    ]
-    if refused := next((d for d in decisions if not d.allowed), None):
+    admissions, costs = await _admit_each(launcher, members, user, active)
+    if refused := next((a for a in admissions if not a.allowed), None):
+        if refused.field:
+            raise CommandError(refused.reason, field=refused.field)
         return Reply(refused.reason, error=True)
-    await slow_down(launcher.store, launcher.context, user.id, "launches")
-    image_secrets = launcher.check_image(first, user)
+    await slow_down(launcher.store, launcher.context, user.id, "launches", uses=len(members))
     cluster_user = await launcher.people.cluster_user(first.cluster, user)
     problem = await launcher.front.can_post(incoming.channel_id) if launcher.front else ""
     if problem:
         return Reply(problem, error=True)
-    account = slurm_account(policy, user_id=user.id, group_ids=user.groups, cluster=first.cluster)
-    if first.over_budget and not policy.is_admin(user.id, user.groups):
-        raise CommandError(
-            "over_budget=true is for trainbot admins only; leave it out (the sweep is "
-            "then checked against your weekly GPU-hour budget) or ask an admin.",
-            field="over_budget",
-        )
     appraisals = [
         await appraise(
             launcher.store, launcher.clusters, launcher.calls, policy, member, user,
-            account=account, estimates=launcher.start_estimates, cluster_user=cluster_user,
-            timeout_s=launcher.start_estimate_timeout_s,
+            account=admissions[0].account or None, estimates=launcher.start_estimates,
+            cluster_user=cluster_user, timeout_s=launcher.start_estimate_timeout_s,
+            known=(cost, 0.0, 0.0),
         )
-        for member in members
+        for member, cost in zip(members, costs, strict=True)
     ]  # fmt: skip
     known = [a.cost.gpu_hours for a in appraisals if a.cost.gpu_hours is not None]
     total = sum(known) if len(known) == len(appraisals) else None
@@ -102,29 +95,30 @@ async def start_sweep(
         f"Sweep {sweep.id}: {len(members)} launches of {escape(sweep.title)} on "
         f"{escape(sweep.where)}{each}.\n{escape(appraisals[0].start)}"
     )
-    budget = None
-    if whole.budget_total and total is not None and not first.over_budget:
-        charged, held = await launcher.store.budget_use(user.id, first.cluster, whole.week)
-        if charged + held + total > whole.budget_total:
+    over = next((a.budget for a in admissions if a.over_budget), None)
+    if over is not None and not request.dry_run:
+        if total is not None:  # said as before: the whole sweep against what is left
+            charged, held = await launcher.store.budget_use(user.id, first.cluster, whole.week)
             return Reply(f"{said}\n{escape(whole.refusal(charged, held))}", error=True)
-        budget = BudgetGuard(first.cluster, whole.week, whole.budget_total)
+        return Reply(f"{said}\n{escape(over.reason)}", error=True)
+    head = admissions[0]
+    budget = None
+    if head.budget is not None and total is not None and not first.over_budget:
+        budget = BudgetGuard(first.cluster, head.week, head.budget_total)
     if request.dry_run:
         lines = [f"{i + 1}. {escape(sweep.label(i))}" for i in range(len(members))]
         return Reply(f"{said}\nMembers:\n" + "\n".join(lines) + "\nNothing was launched.")
-    approval = next((d for d in decisions if d.needs_approval), None)
-    room = max(1, (decisions[0].max_concurrent or len(members)) - active)
+    approval = next((a for a in admissions if a.needs_approval), None)
     launches = [
         Launch(request=m, user_id=user.id, user_name=user.name, channel=incoming.channel_id)
         for m in members
     ]
-    for index, (launch, appraisal) in enumerate(zip(launches, appraisals, strict=True)):
+    for launch, appraisal in zip(launches, appraisals, strict=True):
         launch.sweep = sweep.id
-        launch.image_secrets, launch.cluster_user = image_secrets, cluster_user
-        launch.slurm_account = account or ""
+        launch.image_secrets, launch.cluster_user = head.image_secrets, cluster_user
+        launch.slurm_account = head.account
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
         launch.tz, launch.groups = user.tz, sorted(user.groups)
-        if index >= room:  # max_concurrent: each waits for the member ``room`` before it
-            launch.waits_for = launches[index - room].id
         # queued, or waiting for the sweep's approval: said once, in the sweep's thread
         move = phases.queue if approval is None else phases.ask_approval
         move(launch, phases.Facts(by=user.id, reason=approval.reason if approval else ""))
@@ -132,22 +126,46 @@ async def start_sweep(
     events = _sweep_first_events(
         sweep, launches[0].id, None if approval is None else approval.reason
     )
-    teams = usage.team_guards(policy, user, account or "", first, time.time())
+    teams = tuple(TeamGuard(t.team, t.window, t.limit) for t in head.teams)
     try:
-        await launcher.store.create_sweep(
-            sweep, launches, events, enqueue=approval is None, budget=budget, teams=teams
-        )
+        created = await launcher.store.create_sweep(
+            sweep, launches, events, enqueue=approval is None, max_active=head.max_concurrent,
+            budget=budget, teams=teams,
+        )  # fmt: skip
     except (OverBudget, OverTeamBudget) as exc:  # another launch took the room
         return Reply(usage.refused(exc, whole, policy, launches[0]) + "\n" + said, error=True)
+    if not created:  # another launch or sweep took the room meanwhile
+        limit = head.max_concurrent or 0
+        return Reply(
+            f"You already have {limit} active launch{'es' if limit != 1 else ''} (your limit "
+            f"is {limit}). Wait for one to finish or /cancel one.\n{said}",
+            error=True,
+        )
     log.info("sweep %s queued by %s: %s", sweep.id, user.id, sweep.text)
     if approval is not None:
         return Reply(f"{said}\nIt needs a second person's approval; asked in its thread.")
-    waits = (
-        f" {len(members) - room} wait their turn (your max_concurrent)."
-        if len(members) > room
-        else ""
-    )
+    waiting = sum(1 for launch in launches if launch.waits_for)
+    waits = f" {waiting} wait their turn (your max_concurrent)." if waiting else ""
     return Reply(f"{said}\nQueued; the table in its thread follows every member.{waits}")
+
+
+async def _admit_each(
+    launcher: Launcher, members: Sequence[TrainRequest], user: User, active: int
+) -> tuple[list[Admission], list[CostEstimate]]:
+    """Each member admitted as its own /train would be, the estimates of the members
+    before it held against the budget as if they were already active."""
+    admissions, costs = [], []
+    earlier = 0.0
+    for member in members:
+        standing, cost = await launcher.standing(member, user, active)
+        standing = replace(standing, held_gpu_hours=standing.held_gpu_hours + earlier)
+        images = launcher.clusters.profile(member.cluster).images
+        admissions.append(
+            admit(launcher.context.policy, member, user, images=images, standing=standing)
+        )
+        costs.append(cost)
+        earlier += cost.gpu_hours or 0.0
+    return admissions, costs
 
 
 def _one_launch_keys(first: TrainRequest) -> None:

@@ -13,30 +13,34 @@ from pydantic import ValidationError
 from bot.core import usage
 from bot.core.lookup import Lookup
 from bot.core.rates import active_slowed_down
-from bot.engine import pipelines, placement
+from bot.engine import pipelines, placement, start_from
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import (
     START_ESTIMATE_STALE_S,
     START_ESTIMATE_TIMEOUT_S,
+    Appraisal,
+    CostEstimate,
     StartEstimates,
     appraise,
+    estimate_cost,
 )
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Launch
+from bot.lifecycle.launch import Launch, recipe_key
 from bot.settings.logs import launch_fields
-from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget
+from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
-from commands.access import is_custom_image, may_use_image, slurm_account
+from commands.access import is_custom_image, may_use_image
+from commands.admission import Admission, Standing, admit
+from commands.budget import budget_for, iso_week
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
-from commands.policy import decide
 from commands.requests import InteractiveRequest, JobRef, TrainRequest
 
 log = logging.getLogger(__name__)
@@ -82,94 +86,110 @@ class Launcher:
     async def train(
         self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
     ) -> Reply:
+        """Estimate, admit, create, reply: the launch checked once (:func:`admit`) and
+        stored within its limits, or the reason it is not."""
         active = await active_slowed_down(self.store, self.context, user.id)
         request, placed, starts_from = await self.auto_place(request, user)
-        decision = decide(
-            self.context.policy,
-            request,
-            user_id=user.id,
-            group_ids=user.groups,
-            active_launches=active,
-        )
-        if not decision.allowed:
-            return Reply(decision.reason, error=True)
-        image_secrets = self.check_image(request, user)
+        standing, cost = await self.standing(request, user, active)
+        images = self.clusters.profile(request.cluster).images
+        admission = admit(self.context.policy, request, user, images=images, standing=standing)
+        if not admission.allowed:
+            if admission.field:
+                raise CommandError(admission.reason, field=admission.field)
+            return Reply(admission.reason, error=True)
         cluster_user = await self.people.cluster_user(request.cluster, user)
         # Its thread goes where /train was typed: refuse now if no one could see it there.
         problem = await self.front.can_post(incoming.channel_id) if self.front else ""
         if problem:
             return Reply(problem, error=True)
-        account = slurm_account(
-            self.context.policy, user_id=user.id, group_ids=user.groups, cluster=request.cluster
-        )
-        if request.over_budget and not self.context.policy.is_admin(user.id, user.groups):
-            raise CommandError(
-                "over_budget=true is for trainbot admins only; leave it out (your launch is "
-                "then checked against your weekly GPU-hour budget) or ask an admin.",
-                field="over_budget",
-            )
         appraisal = await appraise(
-            self.store,
-            self.clusters,
-            self.calls,
-            self.context.policy,
-            request,
-            user,
-            account=account,
-            estimates=self.start_estimates,
-            cluster_user=cluster_user,
-            timeout_s=self.start_estimate_timeout_s,
-        )
+            self.store, self.clusters, self.calls, self.context.policy, request, user,
+            account=admission.account or None, estimates=self.start_estimates,
+            cluster_user=cluster_user, timeout_s=self.start_estimate_timeout_s,
+            known=(cost, standing.charged_gpu_hours, standing.held_gpu_hours),
+        )  # fmt: skip
         before = "\n" + "\n".join(escape(line) for line in appraisal.lines())
-        budget = appraisal.budget
-        if budget is not None and not budget.allowed:
+        if admission.budget is not None and not admission.budget.allowed:
             if not request.dry_run:
-                return Reply(escape(budget.reason) + before, error=True)
-            before += f"\nA real launch would be refused: {escape(budget.reason)}"
+                return Reply(escape(admission.budget.reason) + before, error=True)
+            before += f"\nA real launch would be refused: {escape(admission.budget.reason)}"
         launch = Launch(
             request=request, user_id=user.id, user_name=user.name, channel=incoming.channel_id
         )
-        launch.image_secrets = image_secrets
-        launch.cluster_user = cluster_user
-        launch.slurm_account = account or ""
+        launch.image_secrets, launch.cluster_user = admission.image_secrets, cluster_user
+        launch.slurm_account = admission.account
         launch.estimate_gpu_hours = appraisal.cost.gpu_hours
         launch.placed, launch.starts_from = placed, starts_from
         waits = await self.waits(launch, user)
-        limits = self.context.policy.limits
-        limit = limits.dry_runs_at_once if request.dry_run else decision.max_concurrent
+        return await self.create(launch, admission, appraisal, before, waits, user)
+
+    async def standing(
+        self, request: TrainRequest | InteractiveRequest, user: User, active: int
+    ) -> tuple[Standing, CostEstimate]:
+        """What the store knows of the person for :func:`admit`: ``active`` launches, and
+        on the launch's cluster this week their GPU-hours charged and held (read only where
+        a budget covers them), and this launch's estimate (earlier runs of its recipe, else
+        its time limit)."""
+        now, cluster = time.time(), request.cluster
+        charged = held = 0.0
+        if budget_for(self.context.policy, user.id, user.groups, cluster) is not None:
+            charged, held = await self.store.budget_use(user.id, cluster, iso_week(now))
+        key = recipe_key(request)
+        runs = await self.store.step_runs(cluster, key, request.nodes) if key else []
+        cost = estimate_cost(request, self.clusters.profile(cluster), runs)
+        standing = Standing(
+            active_launches=active,
+            charged_gpu_hours=charged,
+            held_gpu_hours=held,
+            estimate_gpu_hours=cost.gpu_hours,
+            now=now,
+        )
+        return standing, cost
+
+    async def create(
+        self,
+        launch: Launch,
+        admission: Admission,
+        appraisal: Appraisal,
+        before: str,
+        waits: str,
+        user: User,
+    ) -> Reply:
+        """Store the admitted launch within its limits (queued, or asking for approval)
+        and the answer to /train; nothing is written when it no longer fits."""
+        request, policy = launch.request, self.context.policy
         guard = (
-            BudgetGuard(request.cluster, appraisal.week, appraisal.budget_total)
-            if budget is not None and not request.dry_run and not request.over_budget
+            BudgetGuard(request.cluster, admission.week, admission.budget_total)
+            if admission.budget is not None and not request.dry_run and not request.over_budget
             else None
         )
-        teams = usage.team_guards(self.context.policy, user, account or "", request, time.time())
+        teams = tuple(TeamGuard(t.team, t.window, t.limit) for t in admission.teams)
 
-        async def create(events: list[Event], *, enqueue: bool = True) -> str:
+        async def stored(events: list[Event], *, enqueue: bool = True) -> str:
             """Store the launch, within the limits; "" or why not (nothing written then)."""
             try:
                 if await self.store.create(
-                    launch, events, enqueue=enqueue, max_active=limit, budget=guard, teams=teams
-                ):
-                    policy = self.context.policy
+                    launch, events, enqueue=enqueue, max_active=admission.limit, budget=guard,
+                    teams=teams,
+                ):  # fmt: skip
                     await usage.team_alerts(self.store, self.front, policy, user.id, teams)
                     return ""
             except (OverBudget, OverTeamBudget) as exc:  # another launch took the room
-                return usage.refused(exc, appraisal, self.context.policy, launch) + before
-            return _at_limit(limit or 0, dry_run=request.dry_run)
+                return usage.refused(exc, appraisal, policy, launch) + before
+            return _at_limit(admission.limit or 0, dry_run=request.dry_run)
 
         what = render.request_text(launch)
-        if decision.needs_approval:
-            facts = phases.Facts(by=user.id, text=what, reason=decision.reason)
+        if admission.needs_approval:
+            facts = phases.Facts(by=user.id, text=what, reason=admission.reason)
             _, events = phases.ask_approval(launch, facts)
-            if refused := await create(events, enqueue=False):
+            if refused := await stored(events, enqueue=False):
                 return Reply(refused, error=True)
             return Reply(
-                f"{launch.id} needs a second person's approval ({escape(decision.reason)}); "
+                f"{launch.id} needs a second person's approval ({escape(admission.reason)}); "
                 f"asked in its thread.{before}"
             )
-        before += waits
         _, events = phases.queue(launch, phases.Facts(by=user.id, text=what + waits))
-        if refused := await create(events):
+        if refused := await stored(events):
             return Reply(refused, error=True)
         log.info(
             "launch %s queued by %s: %s",
@@ -179,7 +199,7 @@ class Launcher:
             extra=launch_fields(launch.id, cluster=launch.cluster),
         )
         profile = self.clusters.profiles.get(launch.cluster)
-        return Reply(render.queued_reply(launch, profile) + before)
+        return Reply(render.queued_reply(launch, profile) + before + waits)
 
     async def use_partition(self, incoming: Incoming, user: User) -> Reply:
         """The [Use a4] button under a refused launch: the same request on that partition."""
@@ -240,14 +260,19 @@ class Launcher:
                 f"starting from them runs there. Give cluster={parent.cluster}.",
                 field="cluster",
             )
+        if parent is not None and isinstance(request, TrainRequest):
+            if refused := start_from.start_refusal(self.context.policy, request, parent, user):
+                raise CommandError(f"from={request.start_from}: {refused}", field="from")
         return request, placed, "" if parent is None else parent.id
 
     async def start_parent(
         self, request: TrainRequest | InteractiveRequest, user: User
     ) -> Launch | None:
-        """``from=``: the launch to start from, which the person may see, whose framework
-        and workload this one can start from, and which has (or, still running, may yet
-        have) a complete checkpoint; else CommandError saying why."""
+        """``from=``: the launch to start from, which is the person's own (or
+        ``policy.start_from`` names them), whose framework and workload this one can start
+        from, which has ended (or ``from_running=yes`` says to start from a running one)
+        and which has (or, still running, may yet have) a complete checkpoint; else
+        CommandError saying why."""
         if not isinstance(request, TrainRequest) or request.start_from is None:
             return None
         known = None if request.cluster == AUTO else request.cluster
@@ -256,10 +281,10 @@ class Launcher:
             ref = JobRef(id=ref.id)  # a Slurm job id: on whichever cluster has it
         try:
             parent = await self.lookup.readable(ref, user)
-            pipelines.start_key(request, parent)
+            start_from.start_key(request, parent)
         except (CommandError, ValueError) as exc:
             raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
-        if not parent.active and pipelines.newest_checkpoint(parent) is None:
+        if not parent.active and start_from.newest_checkpoint(parent) is None:
             raise CommandError(
                 f"from={request.start_from}: {parent.id} ended "
                 f"{parent.outcome or parent.phase.value} without a complete checkpoint "
@@ -272,8 +297,7 @@ class Launcher:
     async def waits(self, launch: Launch, user: User) -> str:
         """at= and after=: noted on the launch; what it waits for, as a line ("": nothing)."""
         launch.tz = user.tz
-        if launch.request.at or launch.request.after or launch.placed:  # checked again then
-            launch.groups = sorted(user.groups)
+        launch.groups = sorted(user.groups)  # admitted again as it moves, should Slack not say
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
         text = pipelines.waits_text(launch, own_zone=True)  # only the asker sees it

@@ -250,11 +250,13 @@ async def appraise(
     estimates: StartEstimates,
     cluster_user: str = "",
     timeout_s: float = START_ESTIMATE_TIMEOUT_S,
+    known: tuple[CostEstimate, float, float] | None = None,
 ) -> Appraisal:
     """Start estimate (one SSH round trip by ``calls``, as the person's Unix user,
     ``cluster_user``, where it logs in as people; at most ``timeout_s``; shared by the
     same shape for a few seconds), GPU-hour estimate and budget check for ``request``
-    by ``user``."""
+    by ``user``. ``known``: the GPU-hour estimate and the GPU-hours charged and held this
+    week, already read from the store (not read again)."""
     profile = clusters.profile(request.cluster)
     task = estimates.ask(
         calls,
@@ -266,14 +268,20 @@ async def appraise(
     )
     asking = asyncio.ensure_future(asyncio.shield(task))  # one asker leaving stops no one
     try:
-        key = recipe_key(request)
-        runs = await store.step_runs(request.cluster, key, request.nodes) if key else []
-        cost = estimate_cost(request, profile, runs)
+        if known is None:
+            key = recipe_key(request)
+            runs = await store.step_runs(request.cluster, key, request.nodes) if key else []
+            cost = estimate_cost(request, profile, runs)
+        else:
+            cost = known[0]
         budget = budget_for(policy, user.id, user.groups, request.cluster)
         decision, left, week = None, None, ""
         if budget is not None:
             week = iso_week(time.time())
-            charged, active = await store.budget_use(user.id, request.cluster, week)
+            if known is None:
+                charged, active = await store.budget_use(user.id, request.cluster, week)
+            else:
+                charged, active = known[1], known[2]
             decision = check_budget(
                 budget=budget,
                 charged=charged,

@@ -12,6 +12,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from bot.engine.authority import Authority
+from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
@@ -38,6 +40,9 @@ class Holding:
         self.clusters = clusters
         self.name = name  # unique per process: its queue consumer and its launch locks
         self._fence = 0  # the token of the launch being handled
+        # who may still launch what, asked again as a launch comes due (the runtime gives it
+        # the person's groups as Slack says them; without, those recorded with the launch)
+        self.authority = Authority(store, clusters, People(clusters, None, clusters))
 
     async def _take(self, launch_id: str) -> Launch:
         """Raise the launch's fence: from now on only this worker's writes land."""

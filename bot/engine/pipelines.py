@@ -21,21 +21,17 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bot.lifecycle import phases, render
+from bot.engine.authority import Authority
+from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.mrkdwn import escape, slack_date
-from cluster.framework_base import Tracking
-from cluster.profiles import ClusterProfile
-from cluster.spec import framework
-from commands.budget import budget_for, check_budget, iso_week
-from commands.policy import Policy
-from commands.requests import TrainRequest
 from commands.schedule import at_epoch, show
 
 PARENT_LOOK_S = 5.0  # a child looks at its parent this often (a Redis read, no SSH)
 MAX_CHAIN = 20  # steps of a chain looked through for a cycle
+UNSURE_LOOK_S = 60.0  # a due launch whose person's groups Slack did not say: asked again then
 Mutate = Callable[[str, Callable[[Launch], list[Event]]], Awaitable[tuple[Launch, list[Event]]]]
 
 
@@ -81,10 +77,12 @@ async def must_wait(
     store: Store,
     item: Launch,
     mutate: Callable[..., Awaitable[object]],
-    policy: Policy | None = None,
+    authority: Authority | None = None,
 ) -> bool:
-    """True when ``item`` may not go yet (put back for later) or has ended here because
-    its parent ended for good without completing. A dry run goes at once: it submits
+    """True when ``item`` may not go yet (put back for later) or has ended here: its
+    parent ended for good without completing, or, now that it is due, the policy, the
+    person's groups, the identity map or the budget no longer let it go (``authority``
+    asks :func:`commands.admission.admit` again). A dry run goes at once: it submits
     nothing, and its answer already said what the launch would wait for."""
     if item.phase != Phase.QUEUED or item.attempts or item.request.dry_run:
         return False
@@ -93,7 +91,7 @@ async def must_wait(
         await store.requeue(item.id, after_s=max(due - now, 0.05))
         return True
     if not item.waits_for:
-        return await _over_budget(store, item, mutate, policy)
+        return await _no_longer_allowed(store, item, mutate, authority)
     parent = await store.get(item.waits_for)
     if parent is not None and parent.active:
         await store.requeue(item.id, after_s=PARENT_LOOK_S)
@@ -105,7 +103,7 @@ async def must_wait(
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
-        return await _over_budget(store, item, mutate, policy)
+        return await _no_longer_allowed(store, item, mutate, authority, parent)
     why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
     text = (
         f"⛔ Not started, because {item.waits_for}, which this launch "
@@ -119,35 +117,50 @@ async def must_wait(
     return True
 
 
-async def _over_budget(
-    store: Store, item: Launch, mutate: Callable[..., Awaitable[object]], policy: Policy | None
-) -> bool:
-    """A launch that waited is checked against its owner's budget again when it goes:
-    the week and what was charged since may differ from when it was asked for. Its own
-    estimate, held since then, is not counted twice. True when it ended here."""
-    if policy is None or not (item.request.at or item.waits_for):
-        return False
-    if item.request.over_budget or item.request.dry_run:
-        return False
-    budget = budget_for(policy, item.user_id, item.groups, item.cluster)
-    if budget is None:
-        return False
-    charged, held = await store.budget_use(item.user_id, item.cluster, iso_week(time.time()))
-    estimate = item.estimate_gpu_hours
-    decision = check_budget(
-        budget=budget,
-        charged=charged,
-        active=max(held - (estimate or 0.0), 0.0),
-        estimate=estimate,
-        cluster=item.cluster,
-        override=False,
-    )
-    if decision.allowed:
-        return False
-    text = f"⛔ Not started now that it is due: {escape(decision.reason)}"
+def waited(item: Launch) -> bool:
+    """Whether the launch waited since it was admitted: for a time (``at=``), another
+    launch (``after=``, a sweep member's turn), or a second person's approval."""
+    return bool(item.request.at or item.waits_for or item.sweep or item.approved_by)
 
-    detail = "Over the GPU-hour budget when it was due."
-    facts = phases.Facts(outcome="OVER_BUDGET", text=text, detail=detail)
+
+async def _no_longer_allowed(
+    store: Store,
+    item: Launch,
+    mutate: Callable[..., Awaitable[object]],
+    authority: Authority | None,
+    parent: Launch | None = None,
+) -> bool:
+    """A launch that waited is admitted again when it goes: the policy, the person's
+    groups, the identity map, the week and what was charged since may differ from when
+    it was asked for, and the launch it waited for (``after=``) must still be one they
+    may see. When the answer is now no it ends here, saying why (True); when its Unix
+    user, account or image secrets are now others, it goes with those."""
+    if authority is None or not waited(item):
+        return False
+    answer = await authority.readmit(item, follows=parent)
+    if answer.outcome == "UNSURE":  # Slack did not answer: nothing ends for want of it
+        await store.requeue(item.id, after_s=UNSURE_LOOK_S)
+        return True
+    if answer.allowed:
+        if answer.differs(item):
+            answer.apply(item)
+
+            def rederived(stored: Launch) -> list[Event]:
+                answer.apply(stored)
+                return []
+
+            await mutate(item.id, rederived)
+        return False
+    if answer.outcome == "OVER_BUDGET":
+        text = f"⛔ Not started now that it is due: {answer.why}"
+        detail = "Over the GPU-hour budget when it was due."
+    else:
+        text = (
+            f"⛔ <@{item.user_id}>: not started now that it is due: {answer.why} "
+            "Nothing was submitted."
+        )
+        detail = "No longer allowed when it was due."
+    facts = phases.Facts(outcome=answer.outcome, text=text, detail=detail)
     await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 
@@ -174,85 +187,3 @@ async def resolve_parent(
             break
         step = found
     return parent
-
-
-def newest_checkpoint(launch: Launch) -> tuple[Tracking, str, int] | None:
-    """``from=``: the launch's newest complete checkpoint (the poller lists only those whose
-    save finished) as (the tracking of the attempt that knows its directory, its name,
-    its step); None when it has none."""
-    known = [a.tracking for a in launch.attempts if a.tracking and a.tracking.checkpoint_dir]
-    if not known or not launch.checkpoints:
-        return None
-    ranked = [
-        (render.checkpoint_step(launch, name) or -1, order, name)
-        for order, name in enumerate(launch.checkpoints)
-    ]
-    step, _, name = max(ranked)
-    return known[-1], name, step
-
-
-def start_key(request: TrainRequest, parent: Launch) -> str:
-    """The recipe key ``request`` starts from ``parent``'s checkpoint with; ValueError
-    saying why when the pair cannot."""
-    theirs = parent.request
-    if not isinstance(theirs, TrainRequest):
-        raise ValueError(
-            f"{parent.id} is an interactive allocation, whose checkpoints trainbot "
-            "does not know; give a training launch"
-        )
-    try:
-        return framework(request.framework).start_key(
-            theirs.framework, theirs.workload == request.workload
-        )
-    except ValueError as exc:
-        raise ValueError(
-            f"{request.workload} on {request.framework} cannot start from {parent.id} "
-            f"({theirs.workload} on {theirs.framework}): {exc}"
-        ) from None
-
-
-async def start_point(
-    store: Store, item: Launch, mutate: Mutate, profile: ClusterProfile
-) -> Launch | None:
-    """``from=``: before its first attempt, the launch notes its parent's newest complete
-    checkpoint (its thread says which) and goes on; None when it ended here (the parent
-    has none: NO_CHECKPOINT). A retry keeps what the first attempt started from."""
-    request = item.request
-    if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
-        return item
-    parent = await store.get(item.starts_from)
-    found = newest_checkpoint(parent) if parent is not None else None
-    key, why = "", "it saved no complete checkpoint"
-    if parent is None:
-        why = "its record has expired, and with it where its checkpoints are"
-    elif found is not None:
-        try:
-            key = start_key(request, parent)
-        except ValueError as exc:
-            why = str(exc)
-    if parent is None or found is None or not key:
-        text = (
-            f"⛔ <@{item.user_id}>: not started (NO_CHECKPOINT): from={item.starts_from}, but "
-            f"{escape(why)}. Nothing was submitted. `/train` again without from= to start "
-            "from the recipe's own weights, or from a launch that saved a checkpoint."
-        )
-
-        detail = f"{item.starts_from} has no checkpoint to start from"
-        facts = phases.Facts(outcome="NO_CHECKPOINT", text=text, detail=detail)
-        await mutate(item.id, phases.step(phases.not_started, facts))
-        return None
-    tracking, name, step = found
-    value = framework(request.framework).start_value(tracking, name, profile)
-    text = (
-        f"▶️ Starts from {parent.id}'s newest complete checkpoint, step {step:,} "
-        f"(`{escape(name)}`): `{escape(key)}={escape(value)}`."
-    )
-
-    def noted(stored: Launch) -> list[Event]:
-        if stored.phase != Phase.QUEUED or stored.start_key:
-            return []
-        stored.start_key, stored.start_path = key, value
-        return [Event("thread", stored.id, text)]
-
-    stored, _ = await mutate(item.id, noted)
-    return stored if stored.start_key else None

@@ -10,20 +10,19 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 
 from bot.engine.asks import ClusterCalls
+from bot.engine.authority import Authority
 from bot.engine.cost import StartEstimates, estimate_shape
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import phases
-from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.launch import Launch, Phase, Terms
 from bot.lifecycle.render import duration
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, CommandTimeout
 from commands.access import slurm_account
-from commands.budget import budget_for, check_budget, iso_week
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.placement import NOW_TOLERANCE_S, Answer, choose
-from commands.policy import Policy
 from commands.requests import InteractiveRequest, TrainRequest
 from commands.train import auto_fits
 
@@ -131,10 +130,12 @@ async def place(
 
 
 def _due(launch: Launch, after_s: float, now: float) -> bool:
-    """Placed by cluster=auto, not moved yet, and its job still pending ``after_s`` on."""
+    """Placed by cluster=auto, not moved yet, and its job still pending ``after_s`` on; one
+    that starts from a parent's checkpoint (``from=``) stays on the parent's cluster."""
     attempt = launch.attempt
     return (
         bool(launch.placed)
+        and not launch.starts_from
         and not launch.rerouted
         and not launch.cancelled_by
         and launch.phase == Phase.SUBMITTED
@@ -150,7 +151,7 @@ async def reroute(
     clusters: Clusters,
     cluster: str,
     estimates: StartEstimates,
-    people: ClusterUser,
+    authority: Authority,
     *,
     timeout_s: float = PLACE_TIMEOUT_S,
 ) -> int:
@@ -158,7 +159,11 @@ async def reroute(
     (:func:`_due`) to another cluster that fits it and where Slurm would start it now,
     once: its job is cancelled only while still PENDING (``scancel --state=PENDING``),
     and only once Slurm shows it gone is a new attempt queued there, which a worker
-    submits exactly once (the launch's lock, fence and look-up). Returns how many moved."""
+    submits exactly once (the launch's lock, fence and look-up). The move is admitted
+    as /train was (``authority``: the person's groups now, the policy, the identity map
+    and budget of the target), and the launch runs there as the Unix user, with the
+    account and secrets, derived for the target; where the target refuses the person,
+    it stays and its thread says why. Returns how many moved."""
     policy = clusters.config.policy
     after_s = policy.placement.reroute_after_s
     if after_s is None:
@@ -171,7 +176,7 @@ async def reroute(
     for launch in await store.get_many(await store.tracked_ids(cluster)):
         if launch is None or not _due(launch, after_s, now):
             continue
-        user = User(id=launch.user_id, name=launch.user_name, groups=frozenset(launch.groups))
+        user = await authority.user(launch)
         others = [name for name in clusters.profiles if name != cluster]
         try:
             target, why, now_there = await place(
@@ -181,7 +186,7 @@ async def reroute(
                 estimates,
                 launch.request,
                 user,
-                people,
+                authority.people.cluster_user,
                 only=others,
                 left_out="where it waits now",
                 timeout_s=timeout_s,
@@ -192,42 +197,39 @@ async def reroute(
         if not now_there:
             log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, why)
             continue  # nowhere would start it now either
-        if not await _fits_budget(store, policy, launch, target):
+        answer = await authority.readmit(launch, target)
+        if answer.outcome == "UNSURE":
+            continue  # Slack did not say the person's groups: asked again next pass
+        if answer.outcome == "OVER_BUDGET":
             log.info(
                 "launch %s pending on %s, not moved: over budget on %s", launch.id, cluster, target
             )
             continue  # the person's budget there has no room for its estimate
-        if await _move(store, clusters, launch, target, why, after_s):
+        if not answer.allowed:
+            text = (
+                f"🔀 Still pending on {cluster}; {target} would start it now, but it was not "
+                f"moved there: {answer.why}"
+            )
+            facts = phases.Facts(cluster=target, text=text)
+            await store.mutate(launch.id, phases.step(phases.move_refused, facts))
+            continue
+        if await _move(store, clusters, launch, target, why, after_s, answer.terms):
             moved += 1
     return moved
 
 
-async def _fits_budget(store: Store, policy: Policy, launch: Launch, target: str) -> bool:
-    """Whether the launch's GPU-hour estimate fits its owner's budget on ``target``
-    this week, with what is charged and held there now."""
-    if launch.request.over_budget:
-        return True
-    groups = frozenset(launch.groups)
-    budget = budget_for(policy, launch.user_id, groups, target)
-    if budget is None:
-        return True
-    charged, held = await store.budget_use(launch.user_id, target, iso_week(time.time()))
-    return check_budget(
-        budget=budget,
-        charged=charged,
-        active=held,
-        estimate=launch.estimate_gpu_hours,
-        cluster=target,
-        override=False,
-    ).allowed
-
-
 async def _move(
-    store: Store, clusters: Clusters, launch: Launch, target: str, why: str, after_s: float
+    store: Store,
+    clusters: Clusters,
+    launch: Launch,
+    target: str,
+    why: str,
+    after_s: float,
+    terms: Terms,
 ) -> bool:
     old_job, left = launch.job_id, launch.cluster
     later = time.time() + HELD_MOVE_CHECK_S
-    facts = phases.Facts(job_id=old_job, cluster=target, due=later)
+    facts = phases.Facts(job_id=old_job, cluster=target, due=later, terms=terms)
     held, _ = await store.mutate(launch.id, phases.step(phases.reroute, facts))
     if held.phase != Phase.RETRYING or not held.attempts[-1].held:
         return False

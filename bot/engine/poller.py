@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.engine import placement
+from bot.engine.authority import Authority
 from bot.engine.charging import charge_ended
 from bot.engine.cost import StartEstimates
 from bot.engine.gpuwatch import sample_running
@@ -97,6 +98,8 @@ class Poller:
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
+        # reroute: the move admitted again (the runtime gives it the groups Slack says now)
+        self.authority = Authority(store, clusters, self.people)
 
     def start(self) -> None:
         placement = self.clusters.config.policy.placement
@@ -170,7 +173,7 @@ class Poller:
         with log_context(cluster=cluster):
             try:
                 return await placement.reroute(
-                    self.store, self.clusters, cluster, self.estimates, self.people.cluster_user
+                    self.store, self.clusters, cluster, self.estimates, self.authority
                 )
             except Exception:  # Redis away, say: the next run tries again
                 log.exception("rerouting pending launches of %s failed", cluster)

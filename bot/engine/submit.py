@@ -12,13 +12,14 @@ import dataclasses
 import math
 import time
 
-from bot.engine import pipelines
+from bot.engine import pipelines, start_from
 from bot.engine.holding import log
 from bot.engine.recovery import Recovery, submit_deadline
 from bot.lifecycle import phases, render
 from bot.lifecycle.launch import Launch, Phase
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.start_copy import copy_start
 
 THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
 THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
@@ -31,7 +32,14 @@ class Submitter(Recovery):
         if not await self._ready(item):
             return
         profile = self.clusters.profile_for(item)
-        started = await pipelines.start_point(self.store, item, self._mutate, profile)
+        started = await start_from.start_point(
+            self.store,
+            item,
+            self._mutate,
+            profile,
+            self.authority,
+            lambda source, target: copy_start(self.clusters.pool, profile, source, target),
+        )
         if started is None:
             return  # from=: the parent has no checkpoint to start from
         item = started
@@ -94,7 +102,7 @@ class Submitter(Recovery):
         """A retry's old job is gone, and a launch that already waited for its thread
         looks at it first: no pre-flight over SSH on each look while it waits. A launch
         waiting for a time or for another launch (at=, after=) goes back until then."""
-        if await pipelines.must_wait(self.store, item, self._mutate, self.clusters.config.policy):
+        if await pipelines.must_wait(self.store, item, self._mutate, self.authority):
             return False
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return False

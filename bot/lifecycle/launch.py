@@ -56,6 +56,18 @@ def new_launch_id() -> str:
     return "L-" + secrets.token_hex(LAUNCH_ID_HEX // 2)
 
 
+class Terms(BaseModel):
+    """Who a launch runs as on a cluster and on what terms, derived from the config for
+    its owner there: the Unix user ("": the shared account), the Slurm account ("": the
+    cluster's) and whether a custom image gets the job secrets."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    cluster_user: str = ""
+    slurm_account: str = ""
+    image_secrets: bool = False
+
+
 class Attempt(BaseModel):
     """One Slurm job of a launch. A retry is a new attempt (a new job)."""
 
@@ -84,6 +96,7 @@ class Attempt(BaseModel):
     cause_key: str = ""  # why it failed (cluster.diagnosis key)
     hang_reported: bool = False
     cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
+    terms: Terms | None = None  # a reroute: who the launch runs as on that cluster, derived there
     log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
     tail: str = ""  # the last lines of the main log, for the failure message
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
@@ -169,7 +182,10 @@ class Launch(BaseModel):
     starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from
     start_key: str = ""  # from=: the recipe key and checkpoint path, noted before its first job
     start_path: str = ""
-    rerouted: bool = False  # policy.placement.reroute_after_s moved it (once at most)
+    rerouted: bool = (
+        False  # policy.placement.reroute_after_s moved it (once at most), or refused to
+    )
+    approved_by: str = ""  # who approved it (a Slack user id): admitted again when it goes
     tz: str = ""  # the owner's time zone when it was made: at= is shown back in it
     # The owner's policy groups then: the budget of a launch that waited, a reroute's policy
     groups: list[str] = Field(default_factory=list)

@@ -28,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from bot.lifecycle import notices
 from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Launch
 from bot.lifecycle.prefs import quiet_until
 from bot.notify.lane_rules import SWEEP_KINDS, Retry, lane_of
 from bot.notify.paging import Pager
@@ -76,6 +77,9 @@ class Notifier:
         self.retried = 0
         self.dead_lettered = 0
         self.given_up = 0
+        # /watch is asked again when it acts: whether a watcher may still see the launch
+        # (the runtime gives it the policy and the groups Slack says now; None: all may)
+        self.may_see: Callable[[str, Launch], Awaitable[bool]] | None = None
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(PARALLEL)
         self._halt = asyncio.Event()
@@ -249,6 +253,10 @@ class Notifier:
         if launch is None:
             return
         people = dict.fromkeys([launch.user_id, *await self.store.watchers(launch.id)])
+        if self.may_see is not None:  # a watcher who may no longer see it gets nothing
+            people = {
+                p: None for p in people if p == launch.user_id or await self.may_see(p, launch)
+            }
         link = launch.permalink or await self.poster.permalink(launch)
         text = notices.dm_text(launch, event.text, link)
         dms = []

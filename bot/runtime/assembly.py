@@ -33,6 +33,8 @@ from bot.core.redact import (
     remove_log_filter,
 )
 from bot.engine.asks import WorkerAsks, serve_asks
+from bot.engine.authority import Authority
+from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
@@ -270,7 +272,19 @@ async def running(
             stop=stop,
             parts=parts,
         )
+        # A launch that moves or comes due is admitted again with the groups Slack says now.
+        directory = core.directory
+        authority = Authority(
+            store,
+            clusters,
+            People(clusters, front, clusters),
+            directory.groups_of,
+            lambda: bool(directory.unanswered),
+        )
+        bot.poller.authority = authority
+        bot.notifier.may_see = authority.may_see
         for worker in bot.workers:
+            worker.authority = authority
             bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))
         if bot.workers:  # the cluster work a web process asks for
             asks = serve_asks(store, clusters, stop)

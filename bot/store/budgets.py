@@ -23,12 +23,16 @@ from bot.store.base import StoreBase
 # how long until the oldest leaves; else note ARGV[4] at ARGV[1] and answer 0.
 _RATE = """
 local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local uses = tonumber(ARGV[5] or '1')
 redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
-if redis.call('zcard', KEYS[1]) >= limit then
-  local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+local count = redis.call('zcard', KEYS[1])
+if count + uses > limit then
+  if uses > limit then return tostring(window) end
+  local nth = count + uses - limit - 1
+  local oldest = redis.call('zrange', KEYS[1], nth, nth, 'WITHSCORES')
   return tostring(tonumber(oldest[2]) + window - now)
 end
-redis.call('zadd', KEYS[1], now, ARGV[4])
+for i = 1, uses do redis.call('zadd', KEYS[1], now, ARGV[4] .. ':' .. i) end
 redis.call('pexpire', KEYS[1], math.ceil(window * 1000))
 return '0'
 """
@@ -160,12 +164,14 @@ async def read_budget_use(
 
 
 def _rate_args(
-    name: str, user_id: str, limit: int, window_s: float, now: float
-) -> tuple[str, int, str, str, str, str, str]:
-    """The rate script's call: one use of ``name`` by ``user_id`` at ``now`` (a unique
-    member), counted when fewer than ``limit`` happened in the last ``window_s``."""
+    name: str, user_id: str, limit: int, window_s: float, now: float, uses: int = 1
+) -> tuple[str, int, str, str, str, str, str, str]:
+    """The rate script's call: ``uses`` uses of ``name`` by ``user_id`` at ``now`` (unique
+    members), counted, all or none, when they fit under ``limit`` in the last ``window_s``."""
     member = f"{now:.6f}:{secrets.token_hex(4)}"
-    return (_RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member)
+    return (
+        _RATE, 1, keys.rate(name, user_id), str(now), str(window_s), str(limit), member, str(uses)
+    )  # fmt: skip
 
 
 async def read_active_counts(client: Any, user_id: str) -> tuple[int, int]:
@@ -280,11 +286,19 @@ class Budgets(StoreBase):
         return real, dry, max(float(found[1]), 0.0) if limit is not None else 0.0
 
     async def take_rate(
-        self, name: str, user_id: str, *, limit: int, window_s: float, now: float | None = None
+        self,
+        name: str,
+        user_id: str,
+        *,
+        limit: int,
+        window_s: float,
+        now: float | None = None,
+        uses: int = 1,
     ) -> float:
-        """Count one use of ``name`` by ``user_id`` when fewer than ``limit`` happened in the
-        last ``window_s`` (one atomic step, shared by every process): 0.0; else nothing is
-        counted and the answer is how many seconds until one more would fit."""
+        """Count ``uses`` uses of ``name`` by ``user_id`` when they fit under ``limit`` in the
+        last ``window_s`` (one atomic step, shared by every process, all or none): 0.0; else
+        nothing is counted and the answer is how many seconds until they would fit (the
+        whole window when they never could: more than ``limit`` at once)."""
         now = time.time() if now is None else now
-        wait = await self.redis.eval(*_rate_args(name, user_id, limit, window_s, now))
+        wait = await self.redis.eval(*_rate_args(name, user_id, limit, window_s, now, uses))
         return max(float(wait), 0.0)

@@ -30,6 +30,7 @@ from bot.store.budgets import (
     guard_keys,
     has_room,
     hold_teams,
+    read_active_counts,
     read_budget_use,
 )
 from commands.budget import iso_week
@@ -144,11 +145,17 @@ class Launches(StoreBase):
         events: list[Event],
         *,
         enqueue: bool = True,
+        max_active: int | None = None,
         budget: BudgetGuard | None = None,
         teams: tuple[TeamGuard, ...] = (),
-    ) -> None:
+    ) -> bool:
         """Store a sweep and all its members at once, queue them, write ``events``.
 
+        With ``max_active``, the owner's active launches are counted in the same
+        transaction as the write (WATCH on their active set, as :meth:`create`): False,
+        nothing written, when they have no room left; else the members past the room
+        each wait for the member that many places before them (``waits_for``), so two
+        sweeps sent together never run more than ``max_active`` at once.
         With ``budget`` (and ``teams``), only while the members' estimates together fit
         what is left: one transaction, watched like :meth:`create`, so the sweep is
         refused whole (OverBudget, OverTeamBudget) before any member exists."""
@@ -156,7 +163,7 @@ class Launches(StoreBase):
         whole = launches[0].model_copy(update={"estimate_gpu_hours": total})
         op = self._op()
         if await self._redone(op) is not None:  # a lost reply: it was written
-            return
+            return True
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
@@ -168,6 +175,8 @@ class Launches(StoreBase):
                     if await pipe.exists(*taken):
                         await pipe.reset()  # type: ignore[no-untyped-call]
                         raise StoreError(f"sweep {sweep.id} or one of its launch ids is taken")
+                    if not await _sweep_room(pipe, sweep.user_id, launches, max_active):
+                        return False
                     if budget is not None:
                         charged, held = await read_budget_use(
                             pipe, sweep.user_id, budget.cluster, budget.week
@@ -191,10 +200,10 @@ class Launches(StoreBase):
                     self._mark_done(pipe, op)
                     await pipe.execute()
                     await self._wait_replicas(op)  # queued launches must survive a failover
-                    return
+                    return True
                 except WatchError:  # another writer, or a connection lost mid-transaction
                     if await self._redone(op, lost=True) is not None:
-                        return
+                        return True
                     continue
 
     async def get_sweep(self, sweep_id: str) -> Sweep | None:
@@ -336,3 +345,24 @@ class Launches(StoreBase):
             pipe.lpush(runs, run.model_dump_json())
             pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
             pipe.expire(runs, keep_s)
+
+
+async def _sweep_room(
+    pipe: Any, user_id: str, launches: list[Launch], max_active: int | None
+) -> bool:
+    """Whether the owner has room for a sweep under ``max_active`` (read inside the
+    watched transaction); the members past the room take turns. False: the watch is let go."""
+    if max_active is None:
+        return True
+    real, _ = await read_active_counts(pipe, user_id)
+    if real >= max_active:
+        await pipe.reset()
+        return False
+    take_turns(launches, max_active - real)
+    return True
+
+
+def take_turns(launches: list[Launch], room: int) -> None:
+    """The members past ``room`` each wait for the member ``room`` places before them."""
+    for index, launch in enumerate(launches):
+        launch.waits_for = launches[index - room].id if index >= room else ""

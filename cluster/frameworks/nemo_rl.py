@@ -95,6 +95,7 @@ class NeMoRL(Framework):
     script_label = "job script"
     passes_comment = True  # launch.sh passes its options to sbatch
     subdir = "nemo_rl"
+    starts_in_copy = True  # it resumes, saves and prunes in checkpointing.checkpoint_dir
     recipe_field = "job_script"
     recipe_globs = ("algorithms/*.sh",)
     interactive = True

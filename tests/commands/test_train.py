@@ -161,8 +161,8 @@ REJECTED = [
     (
         "/train sft llama3p1_8b nodez=2",
         "Unknown key 'nodez' for sft llama3p1_8b. Keys: cluster, nodes, partition, time, "
-        "name, image, dry_run, over_budget, at, after, framework, from, seeds; recipe overrides: "
-        "trainer.max_steps, trainer.val_check_interval, data.global_batch_size, "
+        "name, image, dry_run, over_budget, at, after, framework, from, from_running, seeds; "
+        "recipe overrides: trainer.max_steps, trainer.val_check_interval, data.global_batch_size, "
         "data.micro_batch_size, optim.config.lr. Did you mean nodes?",
     ),
     ("/train sft llama3p1_8b trainer.max_stpes=3", "Did you mean trainer.max_steps?"),

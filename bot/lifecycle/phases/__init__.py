@@ -19,6 +19,7 @@ the launch goes back to following it (:func:`old_job_stays`).
 from bot.lifecycle.phases.following import (
     cancel,
     ended,
+    move_refused,
     moved,
     old_job_gone,
     old_job_stays,
@@ -81,6 +82,7 @@ __all__ = [
     "queue",
     "reject",
     "requeued",
+    "move_refused",
     "reroute",
     "retry",
     "retry_failed",

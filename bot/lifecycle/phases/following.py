@@ -107,10 +107,22 @@ def reroute(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
             reason=f"moved from {launch.cluster} to {facts.cluster}",
             held=True,
             cluster=facts.cluster,
+            terms=facts.terms,
         )
     )
     go(launch, "reroute", P.RETRYING)
     return launch, [update_parent(launch), enqueue(launch, facts.due)]
+
+
+def move_refused(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """Still pending where ``facts.cluster`` would start it now, but its owner may not
+    launch there (``facts.text`` says why): it stays, and is not offered a move again."""
+    check(launch, "move_refused")
+    if launch.rerouted or launch.cancelled_by:
+        return launch, []
+    launch.rerouted = True
+    go(launch, "move_refused", P.SUBMITTED)
+    return launch, [thread_line(launch, "move_refused", facts.text, job=launch.job_id)]
 
 
 def _held(launch: Launch) -> bool:
@@ -136,6 +148,10 @@ def settle_move(launch: Launch) -> str:
     for attempt in launch.attempts[:-1]:
         attempt.cluster = attempt.cluster or left
     launch.request = launch.request.model_copy(update={"cluster": target})
+    terms = launch.attempts[-1].terms
+    if terms is not None:  # who it runs as there was derived for there, not kept from here
+        launch.cluster_user, launch.slurm_account = terms.cluster_user, terms.slurm_account
+        launch.image_secrets = terms.image_secrets
     return left
 
 

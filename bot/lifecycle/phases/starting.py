@@ -47,6 +47,7 @@ def approve(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     if launch.cancelled_by:
         return launch, []
     go(launch, "approve", P.QUEUED)
+    launch.approved_by = facts.by
     text = f"✅ Approved by <@{facts.by}>. Queued."
     line = thread_line(launch, "approve", text, by=facts.by)
     return launch, [line, update_parent(launch), enqueue(launch)]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase
+from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase, Terms
 
 if TYPE_CHECKING:
     from cluster.framework_base import Tracking
@@ -58,6 +58,7 @@ TABLE: tuple[Edge, ...] = (
     # retries: held until the old job is gone
     *_edges("retry", FOLLOWED, P.RETRYING),  # the Retry button
     Edge("reroute", P.SUBMITTED, P.RETRYING),  # still pending where another would start it
+    Edge("move_refused", P.SUBMITTED, P.SUBMITTED),  # the person may not go where it would
     Edge("old_job_gone", P.RETRYING, P.RETRYING),
     Edge("moved", P.RETRYING, P.RETRYING),
     Edge("old_job_stays", P.RETRYING, P.RUNNING),
@@ -99,6 +100,7 @@ class Facts:
     nodes: str = ""  # where the job runs
     cluster: str = ""  # where a reroute moves it
     due: float = 0.0  # not before this time
+    terms: Terms | None = None  # a reroute: who the launch runs as on its new cluster
 
 
 Move = Callable[[Launch, Facts], tuple[Launch, list[Event]]]

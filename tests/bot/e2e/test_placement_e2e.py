@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
-from bot.engine import pipelines
+from bot.engine import start_from
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
@@ -121,10 +121,10 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
         first = await wait_for_launch(bot.store, parent, timeout_s=300)
         second = await wait_for_launch(bot.store, child, timeout_s=300)
         await wait_delivered(bot.store)
-    assert jobs is not None and f"chain: {parent} -&gt; {child}" in jobs.text, jobs.text
+    assert jobs is not None and f"chain: {parent} -> {child}" in jobs.text, jobs.text
     assert f"from {parent}'s checkpoint" in jobs.text
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", front.lines
-    found = pipelines.newest_checkpoint(first)
+    found = start_from.newest_checkpoint(first)
     assert found is not None
     tracking, name, step = found
     # The newest complete checkpoint on disk is the one the bot chose.
@@ -146,6 +146,36 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
     path = f"{tracking.checkpoint_dir}/{name}".replace("~", home, 1)
     assert any(path in line.replace("'", "").replace('"', "") for line in script), (script, path)
     assert slurm_jobs_named(child) == [second.job_id]
+
+
+async def test_a_nemo_rl_child_starts_from_a_copy_and_leaves_the_parents_directory(
+    unique: str,
+) -> None:
+    """NeMo-RL resumes, saves and prunes in its checkpoint directory: the child runs in
+    a directory of its own holding a linked copy of the parent's newest step_N."""
+    front = ConsoleFront(io.StringIO(), color=False)
+    async with knobs(unique, **QUICK), running(bot_settings(), dev_config(), front) as bot:
+        parent = await train(bot, front, f"dpo llama3p1_8b cluster=a3u name={unique}a")
+        first = await wait_for_launch(bot.store, parent, timeout_s=300)
+        assert first.outcome == "COMPLETED", front.lines
+        found = start_from.newest_checkpoint(first)
+        assert found is not None
+        tracking, name, _ = found
+        home = login_run("echo $HOME").strip()
+        where = tracking.checkpoint_dir.replace("~", home, 1)
+        before = login_run(f"ls {where}").split()
+        child = await train(bot, front, f"dpo llama3p1_8b cluster=a3u name={unique}b from={parent}")
+        second = await wait_for_launch(bot.store, child, timeout_s=300)
+        await wait_delivered(bot.store)
+    assert second.outcome == "COMPLETED", front.lines
+    assert login_run(f"ls {where}").split() == before  # the parent's directory as it was
+    own = f"{home}/vertex-oss-training/nemo_rl/from-{child}/checkpoints"
+    assert second.start_path == f"from-{child}/checkpoints"
+    inodes = login_run(f"stat -c %i {where}/{name} {own}/{name}").split()
+    assert len(inodes) == 2, inodes  # both there (the copy's files are links)
+    said = "\n".join(front.lines)
+    assert f"{parent}'s own checkpoint directory is left as it is" in said, said
+    login_run(f"rm -rf {home}/vertex-oss-training/nemo_rl/from-{child}", check=False)
 
 
 def reroute_config(text: str) -> str:

@@ -11,10 +11,11 @@ import time
 from bot.engine import placement
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Attempt, Launch, Phase
-from commands.policy import BudgetRule, Policy
+from bot.lifecycle.launch import Attempt, Launch, Phase, Terms
+from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
+from tests.bot.engine.test_pipelines import authority_for
 
 
 class Cancels:
@@ -47,7 +48,7 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
         assert placement._due(item, 30, time.time())
         assert not placement._due(item, 120, time.time())  # not pending that long yet
         cancels = Cancels("")
-        moved = await placement._move(store, cancels, item, "a3u", "a3u: now", 30)  # type: ignore[arg-type]
+        moved = await placement._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert moved
         assert cancels.calls == [("a4", "4187", True)]  # only while still pending
         stored = await store.get(item.id)
@@ -62,7 +63,7 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
         assert await store.tracked_ids("a4") == []  # the old cluster's poller lets it go
         assert await store.find_job("4187") == [("a4", item.id)]
         assert not placement._due(stored, 30, time.time())
-        again = await placement._move(store, cancels, stored, "a3m", "a3m: now", 30)  # type: ignore[arg-type]
+        again = await placement._move(store, cancels, stored, "a3m", "a3m: now", 30, Terms())  # type: ignore[arg-type]
         assert not again and len(cancels.calls) == 1  # moved once at most
 
 
@@ -72,7 +73,7 @@ async def test_a_job_that_started_meanwhile_keeps_the_launch_where_it_is() -> No
         item = pending("4188")
         await store.create(item, [])
         cancels = Cancels("Slurm still shows it running after 15 s")
-        moved = await placement._move(store, cancels, item, "a3u", "a3u: now", 30)  # type: ignore[arg-type]
+        moved = await placement._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert not moved
         stored = await store.get(item.id)
         assert stored is not None
@@ -92,11 +93,14 @@ def test_settle_move_gives_earlier_attempts_their_cluster() -> None:
 
 async def test_a_move_needs_room_in_the_budget_there() -> None:
     await flush_test_redis()
-    policy = Policy(budgets=(BudgetRule(users=("U1",), clusters=("a3u",), gpu_hours_per_week=10),))
-    async with open_test_store() as store:
+    policy = Policy(
+        rules=(PolicyRule(users=("U1",)),),
+        budgets=(BudgetRule(users=("U1",), clusters=("a3u",), gpu_hours_per_week=10),),
+    )
+    async with open_test_store() as store, authority_for(store, policy) as authority:
         item = pending("4190")
         item.estimate_gpu_hours = 16.0
-        assert not await placement._fits_budget(store, policy, item, "a3u")
-        assert await placement._fits_budget(store, policy, item, "a3m")  # no budget there
+        assert (await authority.readmit(item, "a3u")).outcome == "OVER_BUDGET"
+        assert (await authority.readmit(item, "a3m")).allowed  # no budget there
         item.estimate_gpu_hours = 4.0
-        assert await placement._fits_budget(store, policy, item, "a3u")
+        assert (await authority.readmit(item, "a3u")).allowed

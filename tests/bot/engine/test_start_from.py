@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from bot.engine import pipelines
+from bot.engine import pipelines, start_from
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from cluster.errors import ClusterError
 from cluster.framework_base import Tracking
 from cluster.launch import plan_launch
 from cluster.profiles import ClusterProfile
@@ -16,6 +17,7 @@ from cluster.recipes import DEFAULT_CATALOG
 from cluster.remote import quote_path
 from cluster.spec import LaunchSpec, framework
 from commands import CommandError, TrainRequest, User
+from tests.bot.botkit import flush_test_redis, open_test_store
 from tests.commands.conftest import build_context
 from tests.commands.lines import parse_line
 
@@ -83,7 +85,7 @@ def test_the_override_for_each_pair_that_can(
 ) -> None:
     request = train(*child)
     ancestor = launch(train(*parent), [], NEMO_DIR)
-    assert pipelines.start_key(request, ancestor) == key
+    assert start_from.start_key(request, ancestor) == key
 
 
 @pytest.mark.parametrize(
@@ -107,7 +109,7 @@ def test_pairs_that_cannot_are_refused_with_the_reason(
 ) -> None:
     ancestor = launch(train(*parent), [], NEMO_DIR)
     with pytest.raises(ValueError) as raised:
-        pipelines.start_key(train(*child), ancestor)
+        start_from.start_key(train(*child), ancestor)
     text = str(raised.value)
     assert text.startswith(f"{child[0]} on {child[1]} cannot start from {ancestor.id} ")
     assert why in text
@@ -119,10 +121,10 @@ def test_the_newest_complete_checkpoint_is_the_highest_step() -> None:
         [NEMO_CKPT.format(9), NEMO_CKPT.format(29), NEMO_CKPT.format(19)],
         NEMO_DIR,
     )
-    tracking, name, step = pipelines.newest_checkpoint(parent) or (None, "", 0)
+    tracking, name, step = start_from.newest_checkpoint(parent) or (None, "", 0)
     assert (name, step) == (NEMO_CKPT.format(29), 29)
     assert tracking is not None and tracking.checkpoint_dir == NEMO_DIR
-    assert pipelines.newest_checkpoint(launch(train("pretrain"), [], NEMO_DIR)) is None
+    assert start_from.newest_checkpoint(launch(train("pretrain"), [], NEMO_DIR)) is None
 
 
 def test_the_nemo_command_line_names_the_checkpoint_with_home_kept() -> None:
@@ -140,15 +142,46 @@ def test_the_nemo_command_line_names_the_checkpoint_with_home_kept() -> None:
         dataclasses.replace(spec, start_from=("resume.restore_config.path", "~/a/../b"))
 
 
-def test_nemo_rl_continues_in_the_parents_directory_relative_to_its_work_dir() -> None:
+async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
+    """NeMo-RL resumes, saves and prunes in its checkpoint_dir: the child gets a copy of
+    the parent's step_N in from-<its id>/checkpoints, never the parent's directory; a
+    copy that cannot be made ends the child, nothing submitted."""
+    await flush_test_redis()
     fw = framework("nemo-rl")
     where = profile()
-    parent = Tracking(
-        framework="nemo-rl",
-        job_id="41",
-        checkpoint_dir=fw.work_dir(where) + "/41/checkpoints",
-    )
-    assert fw.start_value(parent, "step_30", where) == "41/checkpoints"
+    parent_dir = fw.work_dir(where) + "/41/checkpoints"
+    async with open_test_store() as store:
+        parent = launch(train("dpo", "nemo-rl"), ["step_10", "step_30"], parent_dir)
+        parent.phase, parent.outcome = Phase.DONE, "COMPLETED"
+        parent.attempts[0].tracking = parent.attempts[0].tracking.model_copy(  # type: ignore[union-attr]
+            update={"checkpoint_pattern": r"^step_([0-9]+)$"}
+        )
+        await store.create(parent, [], enqueue=False)
+        asked: list[tuple[str, str]] = []
+
+        async def copy(source: str, target: str) -> str:
+            asked.append((source, target))
+            return "linked"
+
+        child = launch(train("dpo", "nemo-rl", start_from=parent.id), [], "")
+        child.attempts, child.starts_from = [], parent.id
+        await store.create(child, [], enqueue=False)
+        went = await start_from.start_point(store, child, store.mutate, where, None, copy)
+        assert went is not None
+        own = f"from-{child.id}/checkpoints"
+        assert (went.start_key, went.start_path) == ("checkpointing.checkpoint_dir", own)
+        assert asked == [(f"{parent_dir}/step_30", f"{fw.work_dir(where)}/{own}/step_30")]
+
+        async def cannot(source: str, target: str) -> str:
+            raise ClusterError("copying checkpoint failed: No space left on device")
+
+        other = launch(train("dpo", "nemo-rl", start_from=parent.id), [], "")
+        other.attempts, other.starts_from = [], parent.id
+        await store.create(other, [], enqueue=False)
+        assert await start_from.start_point(store, other, store.mutate, where, None, cannot) is None
+        ended = await store.get(other.id)
+        assert ended is not None and ended.outcome == "NO_CHECKPOINT" and not ended.attempts
+        assert "No space left on device" in ended.detail or ended.detail.startswith("Could not")
 
 
 def test_chains_show_in_jobs_lines() -> None:

@@ -184,6 +184,13 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["update", "enqueue"],
         check=lambda item: item.rerouted and item.attempts[-1].cluster == "a3u",
     ),
+    ("move_refused", P.SUBMITTED, P.SUBMITTED): Case(
+        lambda: launch(P.SUBMITTED, job="41"),
+        phases.Facts(cluster="a3u", text="🔀 Still pending on a4; a3u would start it now, but"),
+        ["thread"],
+        "🔀 Still pending on a4; a3u would start it now, but",
+        lambda item: item.rerouted and len(item.attempts) == 1,
+    ),
     ("old_job_gone", P.RETRYING, P.RETRYING): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
         phases.Facts(now=NOW, job_id="41"),

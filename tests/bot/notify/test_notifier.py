@@ -26,6 +26,7 @@ from bot.notify.paging import Pager
 from bot.runtime.assembly import running
 from bot.settings.sections import Alerts
 from bot.slack.webapi import SlackFront
+from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Front
 from commands.requests import TrainRequest
@@ -392,3 +393,27 @@ async def test_pages_and_final_messages_survive_an_hour_of_slack_and_pagerduty_d
     assert len(oncall) == 2 and all(launch.id in text for text in oncall)
     assert "node dev1 failed" in oncall[0] and oncall[1].startswith("✅ Resolved")
     assert await store.retrying_count() == 0 and await store.given_up_count() == 0
+
+
+async def test_a_watcher_who_may_no_longer_see_the_launch_gets_no_dm(store: Store) -> None:
+    """/watch is asked again when it acts: the owner and a watcher who may still see the
+    launch get their DM; one who may not any more (left the log viewers' group) none."""
+    launch = Launch(request=request(), user_id="U0BOB", channel="C1", permalink="https://p/1")
+    await store.create(launch, [], enqueue=False)
+    for watcher in ("U0TESS", "U0GONE"):
+        await store.watch(launch.id, watcher)
+    notifier = Notifier(store, SlackFront.__new__(SlackFront), {}, owner="n1")
+    asked: list[str] = []
+
+    async def may_see(user_id: str, seen: Launch) -> bool:
+        asked.append(user_id)
+        return user_id != "U0GONE"
+
+    notifier.may_see = may_see
+    line = Event("thread", launch.id, "❌ FAILED", data={"notices": ["failed"]})
+    await notifier._write_dms(line)
+    entries = await store.redis.xrange(keys.OUTBOX)
+    dms = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
+    to = sorted(str(e.data["user"]) for e in dms if e.kind == "dm")
+    assert to == ["U0BOB", "U0TESS"], to
+    assert sorted(asked) == ["U0GONE", "U0TESS"]  # the owner is not asked
