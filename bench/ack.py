@@ -159,7 +159,9 @@ async def serve_asks() -> None:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with Store.connect(settings.redis_target()) as store, SSHPool() as pool:
         print("ready", flush=True)
-        await answer_asks(store, Clusters(config, settings, pool, store), stop)
+        assert settings.ask_key is not None, "TRAINBOT_ASK_KEY: the web role signs its asks"
+        key = settings.ask_key.get_secret_value().encode()
+        await answer_asks(store, Clusters(config, settings, pool, store), stop, key)
 
 
 def start_asks(config: Path, log_path: Path) -> subprocess.Popen[bytes]:

@@ -24,14 +24,17 @@ from pathlib import Path
 import aiohttp
 import redis.asyncio as aioredis
 
+from support.workspace import ASK_KEY
+
 PROJECT = Path(__file__).resolve().parents[1]
 DEV = PROJECT / ".devcluster"
 DEV_CONFIG = DEV / "trainbot.yaml"
 BENCH_DB = int(os.environ.get("TRAINBOT_BENCH_REDIS", "12"))
 REDIS_URL = f"redis://127.0.0.1:6379/{BENCH_DB}"
 # Where the bench's bot processes keep their store: REDIS_URL, unless bench/run
-# --sentinels points them at a Sentinel set (docs/sentinel.md) instead.
-BOT_REDIS_ENV: dict[str, str] = {"REDIS_URL": REDIS_URL}
+# --sentinels points them at a Sentinel set (docs/sentinel.md) instead; and the key
+# the web role signs its asks with (the asks process checks it).
+BOT_REDIS_ENV: dict[str, str] = {"REDIS_URL": REDIS_URL, "TRAINBOT_ASK_KEY": ASK_KEY}
 NEMO_VENV_PYTHON = Path("/opt/trainbot-devcluster/nemo-run/bin/python3")
 LOGIN_SSH = (
     "ssh",

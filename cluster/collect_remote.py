@@ -108,6 +108,19 @@ def find_log(job: dict[str, Any]) -> tuple[str, str, int]:
     return ("" if "*" in pattern else pattern), "", 0
 
 
+def inside(path: str, roots: list[str]) -> bool:
+    """Whether ``path``, every link resolved, lies in one of ``roots`` (none: anywhere).
+    The roots are the cluster's directories from the bot's config; the paths come from
+    a launch's record, which is only a claim."""
+    if not roots:
+        return True
+    real = os.path.realpath(os.path.expanduser(path))
+    return any(
+        real.startswith(os.path.realpath(os.path.expanduser(root)).rstrip(os.sep) + os.sep)
+        for root in roots
+    )
+
+
 def read_chunk(path: str, offset: int, limit: int) -> dict[str, Any]:
     """Bytes from ``offset`` (at most ``limit``, cut after the last full line)."""
     out: dict[str, Any] = {"path": path, "text": "", "offset": offset, "size": -1, "reset": False}
@@ -301,14 +314,19 @@ def completed_checkpoints(ckpt_dir: str, pattern: str, unfinished: str) -> list[
     return sorted(found)
 
 
-def collect_job(job: dict[str, Any], budget: int, max_ckpts: int) -> dict[str, Any]:
+def collect_job(
+    job: dict[str, Any], budget: int, max_ckpts: int, roots: list[str] | None = None
+) -> dict[str, Any]:
     directory, main_log, restart = find_log(job)
+    refused = main_log if main_log and not inside(main_log, roots or []) else ""
+    main_log = "" if refused else main_log
     known_path = os.path.expanduser(job.get("log_path") or "")
     offset = int(job.get("log_offset") or 0) if main_log and main_log == known_path else 0
     result: dict[str, Any] = {
         "dir": directory,
         "restart": restart,
         "log": read_chunk(main_log, offset, budget),
+        "refused": [refused] if refused else [],
     }
     if job.get("checkpoint_dir"):
         known = set(job.get("known_checkpoints") or [])
@@ -347,7 +365,11 @@ def evidence_files(job: dict[str, Any], directory: str) -> list[str]:
 def gather_evidence(payload: dict[str, Any]) -> dict[str, Any]:
     job = payload["job"]
     directory, main_log, _ = find_log(job)
-    paths = evidence_files(job, directory)
+    roots = [str(r) for r in payload.get("roots") or []]
+    found_paths = evidence_files(job, directory)
+    paths = [p for p in found_paths if inside(p, roots)]
+    if main_log and not inside(main_log, roots):
+        main_log = ""
     if main_log and os.path.normpath(main_log) in paths:
         paths.remove(os.path.normpath(main_log))
         paths.insert(0, os.path.normpath(main_log))
@@ -355,7 +377,7 @@ def gather_evidence(payload: dict[str, Any]) -> dict[str, Any]:
     per_file = max(
         4096, min(int(payload.get("max_bytes_per_file", 32 << 10)), total // max(len(paths), 1))
     )
-    out: dict[str, Any] = {"dir": directory}
+    out: dict[str, Any] = {"dir": directory, "refused": sorted(set(found_paths) - set(paths))}
     if payload.get("sacct_argv"):
         out["sacct"] = _run([*payload["sacct_argv"], "-j", job["job_id"]], 20.0)
     out["files"] = files = [read_tail(p, per_file) for p in paths]
@@ -402,7 +424,7 @@ def poll(payload: dict[str, Any]) -> dict[str, Any]:
     budget = max(4096, min(per_job, total // max(len(jobs), 1)))
     for job in jobs:
         out["jobs"][job["job_id"]] = collect_job(
-            job, budget, int(payload.get("max_checkpoints", 50))
+            job, budget, int(payload.get("max_checkpoints", 50)), list(payload.get("roots") or [])
         )
     return out
 

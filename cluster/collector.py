@@ -112,9 +112,12 @@ async def collect(
     timeout_s: float = 60.0,
     max_bytes_per_job: int = MAX_BYTES_PER_JOB,
     max_total_bytes: int = MAX_TOTAL_BYTES,
+    roots: Sequence[str] = (),
 ) -> PollResult:
     """Poll every job of one cluster in one SSH round trip. ``known_restarts``: the requeues
-    already seen of each job (a job requeued since has its ``sacct -D`` records read)."""
+    already seen of each job (a job requeued since has its ``sacct -D`` records read);
+    ``roots``: a log that does not lie in one of these directories (links resolved on
+    the login node) is not read."""
     if not jobs:
         return PollResult(cluster, {}, (), 0, 0.0)
     started = time.monotonic()
@@ -136,6 +139,7 @@ async def collect(
         "max_bytes_per_job": max_bytes_per_job,
         "max_total_bytes": max_total_bytes,
         "slurm_timeout_s": max(timeout_s / 3, 5.0),
+        "roots": list(roots),
     }
     raw = await run_remote_python(
         pool, login, "collect_remote.py", payload, timeout_s=timeout_s, cluster=cluster

@@ -116,9 +116,14 @@ def scan_patterns(catalog: Sequence[FailureKind]) -> list[str]:
 
 
 def evidence_payload(
-    tracking: Tracking, *, with_sacct: bool = True, catalog: Sequence[FailureKind] = ()
+    tracking: Tracking,
+    *,
+    with_sacct: bool = True,
+    catalog: Sequence[FailureKind] = (),
+    roots: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The remote half's input for one job (``catalog``: the built-in one when empty)."""
+    """The remote half's input for one job (``catalog``: the built-in one when empty;
+    ``roots``: only files inside these directories, links resolved, are read)."""
     patterns = scan_patterns(catalog or builtin_catalog())
     payload: dict[str, Any] = {
         "mode": "evidence",
@@ -128,6 +133,7 @@ def evidence_payload(
         "scan_s": SCAN_S,
         "scan_patterns": patterns,
         "scan_keywords": keywords([*patterns, GENERIC_ERROR_RE]),
+        "roots": list(roots),
     }
     if with_sacct:
         payload["sacct_argv"] = shlex.split(build_sacct(duplicates=True))
@@ -167,6 +173,7 @@ async def gather(
     record: AcctRecord | None = None,
     cluster: str = "",
     catalog: Sequence[FailureKind] = (),
+    roots: Sequence[str] = (),
 ) -> Evidence:
     """Every file the job left and its Slurm record, in one round trip. ``state`` and
     ``record`` (what the poll saw) stand in when sacct has no record yet; ``catalog``
@@ -175,7 +182,7 @@ async def gather(
         pool,
         login,
         "collect_remote.py",
-        evidence_payload(tracking, catalog=catalog),
+        evidence_payload(tracking, catalog=catalog, roots=roots),
         timeout_s=EVIDENCE_TIMEOUT_S,
         cluster=cluster,
     )

@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cluster.errors import ClusterError
 from cluster.profiles import ClusterProfile
 from cluster.remote import quote_path
 from cluster.sacct import Usage, build_sacct, merge_acct, parse_sacct, usage_of
@@ -123,9 +124,48 @@ async def cancel(
         log.info("job=%s cluster=%s cancelled", job_id, profile.name)
 
 
-async def tail_log(pool: SSHPool, profile: ClusterProfile, path: str, *, lines: int = 50) -> str:
-    """The last ``lines`` lines of a log file on the login node ("" if it is not there)."""
+OUTSIDE_ROOTS_RC = 3  # what the tail script exits with for a file outside its directories
+
+
+def build_tail(path: str, count: int, roots: Sequence[str] = ()) -> str:
+    """``tail`` of ``path``; with ``roots``, only once the file, all links resolved
+    (``realpath -e``), lies inside one of them (else exit :data:`OUTSIDE_ROOTS_RC`)."""
+    if not roots:
+        return f"tail -n {count} -- {quote_path(path)} 2>/dev/null || true"
+    dirs = " ".join(quote_path(root) for root in roots)
+    return (
+        f"p=$(realpath -e -- {quote_path(path)} 2>/dev/null) || exit 0; "
+        f'for r in {dirs}; do r=$(realpath -m -- "$r") || continue; '
+        f'case "$p" in "$r"/*) tail -n {count} -- "$p" 2>/dev/null; exit 0;; esac; done; '
+        f'echo "$p" >&2; exit {OUTSIDE_ROOTS_RC}'
+    )
+
+
+async def tail_log(
+    pool: SSHPool,
+    profile: ClusterProfile,
+    path: str,
+    *,
+    lines: int = 50,
+    roots: Sequence[str] = (),
+) -> str:
+    """The last ``lines`` lines of a log file on the login node ("" if it is not there);
+    with ``roots``, a file that is not inside one of them once its links are resolved is
+    refused (ClusterError) and not read."""
     count = max(1, min(lines, MAX_TAIL_LINES))
-    command = f"tail -n {count} -- {quote_path(path)} 2>/dev/null || true"
-    result = await pool.run(profile.login, command, timeout_s=30.0, cluster=profile.name)
+    command = build_tail(path, count, roots)
+    result = await pool.run(
+        profile.login, command, timeout_s=30.0, check=False, cluster=profile.name
+    )
+    if roots and result.returncode == OUTSIDE_ROOTS_RC:
+        resolved = result.stderr.strip()[:300]
+        log.warning(
+            "cluster=%s refused to read %s (resolves to %s): outside %s",
+            profile.name, path, resolved, ", ".join(roots),
+        )  # fmt: skip
+        raise ClusterError(
+            f"{path} resolves to {resolved}, outside the launch's directories "
+            f"({', '.join(roots)}); trainbot reads logs only there",
+            cluster=profile.name,
+        )
     return result.stdout

@@ -21,6 +21,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from cluster.profile_fields import ENV_NAME_PATTERN
+from cluster.ssh.principals import UID_MAX_DEFAULT, UID_MIN_DEFAULT, PersonRules
 
 CLUSTER_USER_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
 ClusterUser = Annotated[str, Field(pattern=CLUSTER_USER_PATTERN)]
@@ -99,6 +100,9 @@ class Hop:
     user_ca_key_file: Path | None
     cert_ttl_s: int
     key_id: str
+    # The CA's rules for a person's name: the login's when the hop logs in as the login's
+    # user (a person's route), None for a hop that names its own account in the config.
+    person_rules: PersonRules | None = None
 
     @property
     def where(self) -> str:
@@ -144,6 +148,8 @@ class LoginNode(BaseModel):
     # Not in the config: the key id of the certificates signed for this login, naming
     # the person and what for (set by :meth:`as_user`); sshd logs it with each login.
     _key_id: str = PrivateAttr(default="")
+    # Not in the config: set by :meth:`as_user`, which names the CA may sign for as a person.
+    _person_rules: PersonRules | None = PrivateAttr(default=None)
 
     @property
     def key_id(self) -> str:
@@ -162,6 +168,7 @@ class LoginNode(BaseModel):
                 user_ca_key_file=self.user_ca_key_file,
                 cert_ttl_s=self.cert_ttl_s,
                 key_id=self.key_id,
+                person_rules=self.person_rules if jump.user is None else None,
             )
             for jump in self.jump
         )
@@ -182,13 +189,20 @@ class LoginNode(BaseModel):
         jump = ",".join(hop.where for hop in self.hops())
         return f"ssh -t {'-J ' + jump + ' ' if jump else ''}-p {self.port} {self.user}@{self.host}"
 
-    def as_user(self, user: str, key_id: str = "") -> LoginNode:
+    @property
+    def person_rules(self) -> PersonRules | None:
+        """None for the shared account's own login; a person's login: what the CA checks."""
+        return self._person_rules
+
+    def as_user(self, user: str, key_id: str = "", rules: PersonRules | None = None) -> LoginNode:
         """The same login node, reached as ``user`` with a certificate (no key file)
-        whose key id is ``key_id`` (``trainbot:<person>:<user>:<launch or purpose>``)."""
+        whose key id is ``key_id`` (``trainbot:<person>:<user>:<launch or purpose>``);
+        the CA signs it only for a name ``rules`` allows (by default: a person's name)."""
         if user == self.user:
             return self
         login = self.model_copy(update={"user": user, "key_file": None})
         login._key_id = key_id
+        login._person_rules = rules or PersonRules(shared=self.user, shared_login=self)
         return login
 
 
@@ -253,6 +267,65 @@ class Identity(BaseModel):
     org_secrets: tuple[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ...] = ()
     """The `{env: NAME}` job secrets people's own jobs get (a person's job can read and keep them);
     default none."""
+    uid_min: int = Field(default=UID_MIN_DEFAULT, ge=1)
+    """The user CA signs for a person only when the login node gives the name a uid from
+    `uid_min` to `uid_max` (root, system accounts and `login.user`: never)."""
+    uid_max: int = Field(default=UID_MAX_DEFAULT, ge=1)
+    """The highest uid a person may have (see `uid_min`)."""
+    name_pattern: str = Field(default=CLUSTER_USER_PATTERN, min_length=1, max_length=200)
+    """A regular expression every person's Unix user must match before the CA signs for it."""
+    reserved: tuple[ClusterUser, ...] = ()
+    """Names the CA never signs for (the site's service accounts), besides root and the rest."""
+
+    @model_validator(mode="after")
+    def _uid_range(self) -> Identity:
+        if self.uid_min > self.uid_max:
+            raise ValueError(
+                f"identity.uid_min ({self.uid_min}) is above identity.uid_max "
+                f"({self.uid_max}); people's uids lie between them (e.g. 1000 and 60000)"
+            )
+        try:
+            re.compile(self.name_pattern)
+        except re.error as exc:
+            raise ValueError(
+                f"identity.name_pattern is not a regular expression ({exc}); "
+                f"e.g. {CLUSTER_USER_PATTERN}"
+            ) from None
+        return self
+
+    def person_rules(self, login: LoginNode) -> PersonRules:
+        """What the CA checks before it signs for a person on this cluster."""
+        return PersonRules(
+            shared=login.user,
+            shared_login=login,
+            uid_min=self.uid_min,
+            uid_max=self.uid_max,
+            name_pattern=self.name_pattern,
+            reserved=frozenset(self.reserved),
+        )
+
+    def check_user(self, user_id: str, name: str, shared: str) -> str:
+        """Why ``name`` ("": the shared account) cannot be whom ``user_id``'s launches run
+        as, by this config alone ("" when it can). The email behind a ``from_email`` name is
+        checked by whoever can ask Slack; here: what no record may claim."""
+        if user_id in self.users:
+            mapped = self.users[user_id]
+            if name != mapped:
+                return f"the configuration maps {user_id} to {mapped}, not to {name or shared}"
+            return ""
+        if not name:
+            if self.unmapped == "shared":
+                return ""
+            return f"{user_id} has no user here and unmapped people are refused"
+        if not self.from_email:
+            return f"the configuration names no user for {user_id} (the record says {name})"
+        if name in RESERVED_USERS or name == shared:
+            return f"{name} is not a person's user"
+        if name in self.users.values():
+            return f"{name} is someone else's user here"
+        if not re.fullmatch(CLUSTER_USER_PATTERN, name):
+            return f"{name!r} is not a username"
+        return ""
 
     @model_validator(mode="after")
     def _email_needs_domains(self) -> Identity:

@@ -228,7 +228,8 @@ class ClusterProfile(BaseModel):
         the shared account."""
         if not user or user == self.login.user:
             return self
-        return self.model_copy(update={"login": self.login.as_user(user, key_id)})
+        rules = None if self.identity is None else self.identity.person_rules(self.login)
+        return self.model_copy(update={"login": self.login.as_user(user, key_id, rules)})
 
     @property
     def machine(self) -> str:

@@ -108,6 +108,7 @@ def test_the_systemd_unit_runs_one_role_and_reads_secrets_as_credentials() -> No
     credentials = {value.split(":", 1)[0] for key, value in lines if key == "LoadCredential"}
     assert credentials == {
         "slack_bot_token", "slack_signing_secret", "slack_app_token", "redis_password",
+        "trainbot_ask_key",
     }  # fmt: skip
     env = dict(value.split("=", 1) for key, value in lines if key == "Environment")
     for name in credentials:
@@ -136,8 +137,9 @@ ROLE_SECRETS = {
         "slack_app_token",
         "redis_url",
         "redis_password",
+        "trainbot_ask_key",
     },  # fmt: skip
-    "worker": {"redis_url", "redis_password"},
+    "worker": {"redis_url", "redis_password", "trainbot_ask_key"},  # the web role's asks
     "poller": {"slack_bot_token", "redis_url", "redis_password"},
 }
 

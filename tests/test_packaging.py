@@ -32,6 +32,8 @@ INTERFACE_ENV = {
     "TRAINBOT_HTTP_PORT",
     "REDIS_SENTINELS",
     "REDIS_PASSWORD",
+    "REDIS_USERNAME",
+    "TRAINBOT_ASK_KEY",
 }
 SECRET_ENV = {"SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN"}
 
@@ -67,7 +69,7 @@ SECRET_FILES = {
     "SLACK_SIGNING_SECRET_FILE": "slack_signing_secret",
     "SLACK_APP_TOKEN_FILE": "slack_app_token",
     "REDIS_URL_FILE": "redis_url",
-    "REDIS_PASSWORD_FILE": "redis_password",
+    "TRAINBOT_ASK_KEY_FILE": "ask_key",
 }
 SENTINEL_PROFILE = ("redis-replica", "sentinel-1", "sentinel-2", "sentinel-3")
 
@@ -81,6 +83,10 @@ def test_compose_services(compose: dict[str, Any]) -> None:
     assert "--appendonly yes" in command
     assert "requirepass" in command and "/run/secrets/redis_password" in command
     assert "redis_password" in redis["secrets"]
+    # each role's ACL user: only trainbot's keys, no admin or dangerous command, no pub/sub
+    assert "user %s on >%s ~trainbot:* resetchannels +@all -@admin -@dangerous" in command
+    for role in ROLES:
+        assert f"redis_password_{role}" in redis["secrets"]
     assert "ports" not in redis  # only the compose network reaches Redis
     volume = redis["volumes"][0].split(":")
     assert volume[1] == "/data" and volume[0] in compose["volumes"]  # named, not a bind mount
@@ -113,22 +119,29 @@ def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
         assert not SECRET_ENV & set(env), "secrets come from files, not the compose file"
         assert "REDIS_URL" not in env  # it carries the Redis password: a secret file
         assert "REDIS_PASSWORD" not in env
+        assert env["REDIS_USERNAME"] == role  # its own ACL user and password
+        assert env["REDIS_PASSWORD_FILE"] == f"/run/secrets/redis_password_{role}"
         for variable, value in env.items():
             if variable.endswith("_FILE"):
-                secret = SECRET_FILES[variable]
+                secret = SECRET_FILES.get(variable, f"redis_password_{role}")
                 assert value == f"/run/secrets/{secret}"
                 assert secret in secret_names(service)
                 assert declared[secret]["file"] == f"./secrets/{secret}"
     # Each role holds only the Slack secrets it needs; the user CA only those that log
     # in as people (workers and pollers).
     assert "SLACK_SIGNING_SECRET_FILE" in compose["services"]["web"]["environment"]
-    assert secret_names(compose["services"]["worker"]) == {"redis_url", "redis_password", "user_ca"}
-    assert secret_names(compose["services"]["poller"]) == {
+    assert secret_names(compose["services"]["worker"]) == {
         "redis_url",
-        "redis_password",
-        "slack_bot_token",
+        "redis_password_worker",
+        "ask_key",
         "user_ca",
     }
+    assert secret_names(compose["services"]["poller"]) == {
+        "redis_url",
+        "redis_password_poller",
+        "slack_bot_token",
+        "user_ca",
+    }  # the poller neither asks nor answers: no ask key
     assert "user_ca" not in secret_names(compose["services"]["web"])
     # Every role goes through the sentinels when .env sets REDIS_SENTINELS, else REDIS_URL.
     for role in ROLES:
@@ -181,7 +194,8 @@ def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
         service = services[name]
         assert service["profiles"] == ["sentinel"]
         assert "ports" not in service
-        assert service["secrets"] == ["redis_password"]
+        roles = [f"redis_password_{role}" for role in ROLES] if name == "redis-replica" else []
+        assert service["secrets"] == ["redis_password", *roles]  # a replica keeps the users
         assert service["volumes"][0].split(":")[0] in compose["volumes"]
         assert service["restart"] == "unless-stopped"
     replica = " ".join(services["redis-replica"]["command"])

@@ -10,24 +10,34 @@ A process with keys (a worker, or ``--role all``) makes them itself
 maps them) and answers on a list the asker waits on. An ask no worker answers in
 time is an error saying so. So the web role needs neither SSH key nor user CA,
 and Slack's ack never waits on SSH (the Slack edge answers late asks ephemerally).
+
+A worker believes an ask only as far as it must (:mod:`bot.engine.ask_wire`): it is
+signed with ``TRAINBOT_ASK_KEY``, bounded in size and age, and used once. Even then it
+names only a launch or a cluster: the log a ``tail`` reads, the jobs a ``cancel`` ends
+and whom either runs as come from the launch's record, checked against the config
+(:mod:`bot.engine.trust`); an ``estimate`` runs as the person's configured user, for a
+shape the policy allows them. A refused ask is logged and answered with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
+from bot.engine import ask_wire as wire
 from bot.engine.on_cluster import Clusters
+from bot.engine.trust import estimate_user, recorded_jobs, recorded_log, shape_problem
 from bot.lifecycle.launch import Launch
+from bot.settings.logs import launch_fields
 from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.jobs import MAX_TAIL_LINES
 from cluster.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
@@ -59,23 +69,31 @@ class ClusterCalls(Protocol):
     async def account(self, cluster: str, name: str) -> Account: ...
 
     async def start_estimate(
-        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+        self,
+        cluster: str,
+        shape: JobShape,
+        *,
+        user_id: str,
+        cluster_user: str,
+        timeout_s: float,
+        groups: frozenset[str] = frozenset(),
     ) -> StartEstimate: ...
 
 
 class WorkerAsks:
-    """:class:`ClusterCalls` made by the workers, for a process without SSH keys."""
+    """:class:`ClusterCalls` made by the workers, for a process without SSH keys; each
+    ask signed with ``key`` (the web and worker processes' TRAINBOT_ASK_KEY)."""
 
     acts_as_people = True  # the workers log in as people where a cluster maps them
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, key: bytes) -> None:
         self.store = store
+        self.key = key
 
-    async def _ask(self, kind: str, args: dict[str, Any], *, cluster: str, timeout_s: float) -> Any:
-        ask_id = secrets.token_hex(12)
-        until = time.time() + timeout_s
-        await self.store.push_ask({"id": ask_id, "kind": kind, "until": until, "args": args})
-        answer = await self.store.wait_answer(ask_id, timeout_s)
+    async def _ask(self, what: wire.What, *, cluster: str, timeout_s: float) -> Any:
+        ask = wire.Ask.new(what, timeout_s)
+        await self.store.push_ask(wire.seal(ask, self.key))
+        answer = await self.store.wait_answer(ask.id, timeout_s)
         if answer is None:
             raise CommandTimeout(
                 f"no worker answered within {timeout_s:g} s (is a worker running?)",
@@ -87,45 +105,61 @@ class WorkerAsks:
         return answer.get("value")
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
-        args = {"cluster": cluster}
-        value = await self._ask("capacity", args, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
+        what = wire.Capacity(cluster=cluster)
+        value = await self._ask(what, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
         return _CAPACITY.validate_python(value)
 
     async def cancel(self, item: Launch, job_ids: list[str]) -> None:
-        args = {"launch": item.id, "job_ids": job_ids}
-        await self._ask("cancel", args, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S)
+        """Cancel the launch's jobs: the worker takes them from its record (the one
+        written cancelled before this is asked), not from here."""
+        what = wire.Cancel(launch=item.id)
+        await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S)
 
     async def tail(self, item: Launch, path: str, lines: int) -> str:
-        args = {"launch": item.id, "path": path, "lines": lines}
-        return str(await self._ask("tail", args, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
+        """The launch's log: the worker reads the one its record names, not ``path``."""
+        what = wire.Tail(launch=item.id, lines=max(1, min(lines, MAX_TAIL_LINES)))
+        return str(await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
 
     async def account(self, cluster: str, name: str) -> Account:
-        args = {"cluster": cluster, "name": name}
-        value = await self._ask("account", args, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
+        what = wire.AccountOf(cluster=cluster, name=name)
+        value = await self._ask(what, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
         return _ACCOUNT.validate_python(value)
 
     async def start_estimate(
-        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+        self,
+        cluster: str,
+        shape: JobShape,
+        *,
+        user_id: str,
+        cluster_user: str,
+        timeout_s: float,
+        groups: frozenset[str] = frozenset(),
     ) -> StartEstimate:
-        args = {
-            "cluster": cluster, "shape": _SHAPE.dump_python(shape), "user_id": user_id,
-            "cluster_user": cluster_user, "timeout_s": timeout_s,
-        }  # fmt: skip
-        value = await self._ask("estimate", args, cluster=cluster, timeout_s=timeout_s)
+        """As whom is the worker's to say (``cluster_user`` is not sent)."""
+        what = wire.Estimate(
+            cluster=cluster, user_id=user_id, groups=tuple(sorted(groups)),
+            shape=wire.Shape.model_validate(_SHAPE.dump_python(shape)), timeout_s=timeout_s,
+        )  # fmt: skip
+        value = await self._ask(what, cluster=cluster, timeout_s=timeout_s)
         return _ESTIMATE.validate_python(value)
 
 
-async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event) -> None:
-    """A worker's loop: take each ask, run it with this process's keys, answer it. Asks
-    run side by side (a slow tail holds up no estimate); one past its time is dropped."""
+class Refused(ClusterError):
+    """An ask the worker will not do: what it asked for is not the launch's or the person's."""
+
+
+async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event, key: bytes) -> None:
+    """A worker's loop: take each ask, check it (:func:`bot.engine.ask_wire.unseal`, then
+    used once), run it with this process's keys, answer it. Asks run side by side (a
+    slow tail holds up no estimate); a bad one is logged, answered with why, and dropped."""
     running: set[asyncio.Task[None]] = set()
     try:
         while not stop.is_set():
-            ask = await store.take_ask(TAKE_WAIT_S)
-            if ask is None:
+            raw = await store.take_ask(TAKE_WAIT_S)
+            if raw is None:
                 continue
-            if float(ask.get("until", 0)) < time.time():
-                log.info("ask %s came too late; dropped", ask.get("kind"))
+            ask = await _checked(store, raw, key)
+            if ask is None:
                 continue
             task = asyncio.create_task(_answer(store, clusters, ask))
             running.add(task)
@@ -136,43 +170,83 @@ async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event) -> N
         await asyncio.gather(*running, return_exceptions=True)
 
 
-async def _answer(store: Store, clusters: Clusters, ask: dict[str, Any]) -> None:
-    ask_id, kind, args = str(ask.get("id", "")), str(ask.get("kind", "")), ask.get("args", {})
-    timeout_s = max(float(ask.get("until", 0)) - time.time(), 0.1)
+async def _checked(store: Store, raw: str, key: bytes) -> wire.Ask | None:
+    """The ask in ``raw`` when it is good and new; else None, logged (and answered with
+    the reason when it names an id, so its asker does not wait in vain)."""
     try:
-        value = await asyncio.wait_for(_run(store, clusters, kind, args), timeout_s)
+        ask = wire.unseal(raw, key)
+    except wire.BadAsk as exc:
+        log.warning("ask refused and dropped: %s", exc.reason)
+        if exc.ask_id:
+            refusal = {"error": f"the worker refused the ask: {exc.reason}", "error_type": ""}
+            await store.put_answer(exc.ask_id, refusal)
+        return None
+    if not await store.first_ask(ask.id, ask.until - time.time() + 1):
+        log.warning("ask %s (%s) refused and dropped: its id was used already", ask.id, ask.kind)
+        return None
+    return ask
+
+
+async def _answer(store: Store, clusters: Clusters, ask: wire.Ask) -> None:
+    timeout_s = max(ask.until - time.time(), 0.1)
+    try:
+        value = await asyncio.wait_for(_run(store, clusters, ask.what), timeout_s)
         answer: dict[str, Any] = {"value": value}
     except TimeoutError:
         answer = {"error": f"no answer within {timeout_s:.1f} s", "error_type": "CommandTimeout"}
     except ClusterError as exc:
-        answer = {"error": exc.message, "error_type": type(exc).__name__, "cluster": exc.cluster}
+        error_type = "ClusterError" if isinstance(exc, Refused) else type(exc).__name__
+        answer = {"error": exc.message, "error_type": error_type, "cluster": exc.cluster}
     except Exception as exc:  # a bug here must not leave the asker waiting
-        log.exception("ask %s failed inside trainbot", kind)
+        log.exception("ask %s failed inside trainbot", ask.kind)
         answer = {"error": f"failed inside trainbot ({type(exc).__name__})"}
-    await store.put_answer(ask_id, answer)
+    await store.put_answer(ask.id, answer)
 
 
-async def _run(store: Store, clusters: Clusters, kind: str, args: dict[str, Any]) -> Any:
-    if kind == "capacity":
-        return _CAPACITY.dump_python(await clusters.capacity(str(args["cluster"])), mode="json")
-    if kind == "account":
-        account = await clusters.account(str(args["cluster"]), str(args["name"]))
+def _refuse(what: wire.What, cluster: str, why: str, launch_id: str = "") -> Refused:
+    fields = launch_fields(launch_id, cluster=cluster)
+    log.warning("ask %s refused: %s", what.kind, why, extra=fields)
+    return Refused(why, cluster=cluster)
+
+
+async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
+    if isinstance(what, wire.Capacity):
+        return _CAPACITY.dump_python(await clusters.capacity(what.cluster), mode="json")
+    if isinstance(what, wire.AccountOf):
+        account = await clusters.account(what.cluster, what.name)
         return _ACCOUNT.dump_python(account, mode="json")
-    if kind == "estimate":
-        found = await clusters.start_estimate(
-            str(args["cluster"]),
-            _SHAPE.validate_python(args["shape"]),
-            user_id=str(args["user_id"]),
-            cluster_user=str(args["cluster_user"]),
-            timeout_s=float(args["timeout_s"]),
-        )
-        return _ESTIMATE.dump_python(found, mode="json")
-    item = await store.get(str(args["launch"]))
+    if isinstance(what, wire.Estimate):
+        return await _estimate(clusters, what)
+    item = await store.get(what.launch)
     if item is None:
-        raise ClusterError(f"launch {args['launch']} is not known")
-    if kind == "cancel":
-        await clusters.cancel(item, [str(j) for j in args["job_ids"]])
+        raise _refuse(what, "", f"launch {what.launch} is not known", what.launch)
+    if isinstance(what, wire.Cancel):
+        if not item.cancelled_by:
+            why = f"{item.id} is not cancelled in its record"
+            raise _refuse(what, item.cluster, why, item.id)
+        job_ids = recorded_jobs(item)
+        if job_ids:
+            await clusters.cancel(item, job_ids)  # as its person, the record's user checked
         return None
-    if kind == "tail":
-        return await clusters.tail(item, str(args["path"]), int(args["lines"]))
-    raise ClusterError(f"unknown ask {kind!r}")
+    path = recorded_log(item)
+    if not path:
+        raise Refused(f"{item.id} has not recorded a log yet", cluster=item.cluster)
+    return await clusters.tail(item, path, what.lines)  # checked there, read as its person
+
+
+async def _estimate(clusters: Clusters, what: wire.Estimate) -> Any:
+    profile = clusters.profile(what.cluster)
+    shape = JobShape(**what.shape.model_dump())
+    groups = frozenset(what.groups)
+    policy = clusters.config.policy
+    problem = shape_problem(policy, profile, shape, user_id=what.user_id, groups=groups)
+    if problem:
+        raise _refuse(what, what.cluster, f"no estimate: {problem}")
+    found = await clusters.start_estimate(
+        what.cluster,
+        shape,
+        user_id=what.user_id,
+        cluster_user=estimate_user(profile, what.user_id),  # the config's word, not the ask's
+        timeout_s=what.timeout_s,
+    )
+    return _ESTIMATE.dump_python(found, mode="json")

@@ -188,6 +188,7 @@ class StartEstimates:
         user_id: str,
         cluster_user: str,
         timeout_s: float,
+        groups: frozenset[str] = frozenset(),
     ) -> asyncio.Future[StartEstimate]:
         """The estimate for ``shape`` on ``cluster``, asked as ``cluster_user`` where
         ``calls`` logs in as people (else as the shared account, for everyone)."""
@@ -202,8 +203,13 @@ class StartEstimates:
                 return task if task.done() else self._last_or(key, task, now)
         task = asyncio.create_task(
             calls.start_estimate(
-                cluster, shape, user_id=user_id, cluster_user=as_user, timeout_s=timeout_s
-            )
+                cluster,
+                shape,
+                user_id=user_id,
+                cluster_user=as_user,
+                timeout_s=timeout_s,
+                groups=groups,
+            )  # fmt: skip
         )
         task.add_done_callback(lambda done: self._keep(key, now, done))
         self._asked[key] = (now, task)
@@ -265,6 +271,7 @@ async def appraise(
         user_id=user.id,
         cluster_user=cluster_user,
         timeout_s=timeout_s,
+        groups=user.groups,
     )
     asking = asyncio.ensure_future(asyncio.shield(task))  # one asker leaving stops no one
     try:

@@ -7,6 +7,11 @@ gives no other), in one of ``email_domains``; the name is not root, not the shar
 account, not a name ``users`` gives someone else; and the login node says it is a
 person's account (:mod:`cluster.accounts`: it exists, its uid is in the site's range
 for people), asked over the shared connection and remembered for a while.
+
+This is decided where the person asks (``/train``) and written on the launch; the
+record is then only a claim. Whoever acts on it checks it against the config again
+(:func:`bot.engine.trust.user_problem`, in ``Clusters.profile_for``), and the user CA
+signs no reserved name (:mod:`cluster.ssh.principals`).
 """
 
 from __future__ import annotations

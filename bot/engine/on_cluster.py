@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 
 from pydantic import SecretStr
 
+from bot.engine.trust import log_path_problem, log_roots, user_problem
 from bot.lifecycle.launch import Launch
 from bot.settings.config import Config
 from bot.settings.env import Settings
+from bot.settings.logs import launch_fields
 from bot.store.store import Store
 from cluster import jobs, launch
 from cluster import preflight as checks
 from cluster.accounts import Account, lookup_account
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, PersonRefused
 from cluster.launcher_options import LauncherOptions
 from cluster.login import cert_key_id
 from cluster.profiles import ClusterProfile
@@ -75,9 +77,24 @@ class Clusters:
 
     def profile_for(self, item: Launch) -> ClusterProfile:
         """The launch's cluster as its person: logged in as their Unix user, with
-        certificates whose key id names them and the launch."""
+        certificates whose key id names them and the launch. The record's Unix user is
+        checked against the config first (a record is only what Redis says): one the
+        config cannot give its person is refused (PersonRefused), nothing is run."""
+        profile = self.profile(item.cluster)
+        problem = user_problem(profile, item.user_id, item.cluster_user)
+        if problem:
+            log.warning(
+                "launch %s refused: its record says it runs as %r on %s, but %s",
+                item.id, item.cluster_user or profile.login.user, item.cluster, problem,
+                extra=launch_fields(item.id, cluster=item.cluster),
+            )  # fmt: skip
+            raise PersonRefused(
+                f"launch {item.id} is not run: its record names the Unix user "
+                f"{item.cluster_user or profile.login.user}, and {problem}",
+                cluster=item.cluster,
+            )
         key_id = cert_key_id(item.user_id, item.cluster_user, item.id)
-        return self.profile(item.cluster).as_user(item.cluster_user, key_id)
+        return profile.as_user(item.cluster_user, key_id)
 
     def secrets(self, profile: ClusterProfile) -> tuple[dict[str, SecretStr], list[str]]:
         """The profile's ``{env: NAME}`` job secrets from the bot's environment, by job
@@ -246,7 +263,23 @@ class Clusters:
         return await jobs.launch_usage(self.pool, self.profile_for(item), item.id, job_ids)
 
     async def tail(self, item: Launch, path: str, lines: int) -> str:
-        return await jobs.tail_log(self.pool, self.profile_for(item), path, lines=lines)
+        """The last lines of the launch's own log, as its person: ``path`` must be the log
+        its record names, look like one of its job's logs, and resolve (links followed, on
+        the login node) inside the cluster's directories; else ClusterError, nothing read."""
+        problem = log_path_problem(item, path)
+        if problem:
+            log.warning(
+                "launch %s: refused to read %s: %s", item.id, path, problem,
+                extra=launch_fields(item.id, cluster=item.cluster),
+            )  # fmt: skip
+            raise ClusterError(
+                f"trainbot reads only {item.id}'s own log, and {path} is not it: {problem}",
+                cluster=item.cluster,
+            )
+        profile = self.profile_for(item)
+        return await jobs.tail_log(
+            self.pool, profile, path, lines=lines, roots=log_roots(self.profile(item.cluster))
+        )
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))
@@ -261,7 +294,14 @@ class Clusters:
         return self.pool.act_as_people
 
     async def start_estimate(
-        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+        self,
+        cluster: str,
+        shape: JobShape,
+        *,
+        user_id: str,
+        cluster_user: str,
+        timeout_s: float,
+        groups: frozenset[str] = frozenset(),  # for a worker's check of an ask (asks.py)
     ) -> StartEstimate:
         """Slurm's start estimate for a job of ``shape``, asked as the person's Unix user
         (``cluster_user``) where this process logs in as people, else as the shared account."""

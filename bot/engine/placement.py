@@ -62,6 +62,7 @@ async def ask(
         user_id=user.id,
         cluster_user=unix_user,
         timeout_s=timeout_s,
+        groups=user.groups,
     )
     try:
         estimate = await asyncio.shield(task)

@@ -32,6 +32,7 @@ from bot.engine.gpuwatch import sample_running
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, tracked
+from bot.engine.trust import log_roots, user_problem
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
@@ -268,6 +269,7 @@ class Poller:
                 known_checkpoints={j: launches[j].checkpoints for j in job_ids},
                 known_restarts={j: launches[j].attempts[-1].restarts for j in job_ids},
                 cluster=profile.name,
+                roots=log_roots(profile),  # the config's directories, not the record's
             )
         except ClusterError as exc:
             log.warning("poll of %s as %s failed: %s", profile.name, profile.login.user, exc)
@@ -277,11 +279,21 @@ class Poller:
         """The launches ``cluster``'s jobs belong to, and the jobs, by job id."""
         launches: dict[str, Launch] = {}
         jobs: dict[str, Tracking] = {}
+        profile = self.clusters.profile(cluster)
         for launch in await self.store.get_many(await self.store.tracked_ids(cluster)):
             job = tracked(launch) if launch else None
-            if launch is not None and job is not None:
-                launches[job.job_id] = launch
-                jobs[job.job_id] = job
+            if launch is None or job is None:
+                continue
+            # Read as whom the config gives its person, never as whom its record claims.
+            problem = user_problem(profile, launch.user_id, launch.cluster_user)
+            if problem:
+                log.warning(
+                    "launch %s not polled: its record says it runs as %r, but %s",
+                    launch.id, launch.cluster_user or profile.login.user, problem,
+                )  # fmt: skip
+                continue
+            launches[job.job_id] = launch
+            jobs[job.job_id] = job
         return launches, jobs
 
     async def _apply(
@@ -352,6 +364,7 @@ class Poller:
             record=snap.acct,
             cluster=profile.name,
             catalog=catalog,
+            roots=log_roots(profile),
         )
         found = diagnose(evidence, catalog)
         if found is not None and found.kind is UNKNOWN and first is None and delay_s > 0:

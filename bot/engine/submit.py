@@ -17,9 +17,11 @@ from bot.engine.holding import log
 from bot.engine.recovery import Recovery, submit_deadline
 from bot.lifecycle import phases, render
 from bot.lifecycle.launch import Launch, Phase
+from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
-from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.start_copy import copy_start
+from commands.access import is_custom_image, may_use_image, slurm_account
 
 THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,
 THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
@@ -31,7 +33,7 @@ class Submitter(Recovery):
             return  # found and recorded, or the cluster did not answer: looked up again later
         if not await self._ready(item):
             return
-        profile = self.clusters.profile_for(item)
+        profile = self.clusters.profile_for(item)  # its Unix user checked against the config
         started = await start_from.start_point(
             self.store,
             item,
@@ -43,7 +45,7 @@ class Submitter(Recovery):
         if started is None:
             return  # from=: the parent has no checkpoint to start from
         item = started
-        built = self.clusters.spec_for(item)
+        built = self.clusters.spec_for(self._derived(item))
         spec = built.spec
         item, _ = await self._move(item.id, phases.preflight, phases.Facts())
         if item.phase != Phase.PREFLIGHT:
@@ -97,6 +99,46 @@ class Submitter(Recovery):
             await self._failed_submit(item, exc)
             return
         await self._record(item, submission=submission)
+
+    def _derived(self, item: Launch) -> Launch:
+        """The launch no further than the config and the policy give its person, whatever its
+        record in Redis says: a custom image only where ``policy.custom_images`` allows it
+        (else ClusterError: the launch ends with the reason, nothing run); job secrets only
+        where both the record and the policy give them; the record's Slurm account only if
+        the policy gives it them or it is the cluster's own (""), else the policy's. (A
+        move's re-admission may have narrowed the record with fresher groups: never widened
+        here. ``profile_for`` checks its Unix user, and the CA the name it signs for.)"""
+        policy = self.clusters.config.policy
+        profile = self.clusters.profile(item.cluster)
+        req, fields = item.request, launch_fields(item.id, cluster=item.cluster)
+        secrets = True
+        if is_custom_image(req.image, {*profile.images, *profile.images.values()}):
+            decision, secrets = may_use_image(
+                policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster,
+                image=str(req.image), cluster_images=list(profile.images),
+            )  # fmt: skip
+            if not decision.allowed:
+                log.warning(
+                    "launch %s refused: its record asks for image %s, which %s may not run "
+                    "on %s", item.id, req.image, item.user_id, item.cluster, extra=fields,
+                )  # fmt: skip
+                raise ClusterError(
+                    f"the launch's record asks for image={req.image}, which the policy does "
+                    f"not let {item.user_id} run on {item.cluster} ({decision.reason})",
+                    cluster=item.cluster,
+                )
+        given = slurm_account(
+            policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster
+        )
+        account = item.slurm_account if item.slurm_account in ("", given) else given or ""
+        secrets = secrets and item.image_secrets
+        if account != item.slurm_account:
+            log.warning(
+                "launch %s: its record says Slurm account %r, which the policy does not give "
+                "%s; %r is used", item.id, item.slurm_account, item.user_id, account,
+                extra=fields,
+            )  # fmt: skip
+        return item.model_copy(update={"slurm_account": account, "image_secrets": secrets})
 
     async def _ready(self, item: Launch) -> bool:
         """A retry's old job is gone, and a launch that already waited for its thread

@@ -84,6 +84,33 @@ def check_role_config(config: Config, parts: frozenset[str]) -> None:
         check_ca_key(path)
 
 
+def check_ask_key(settings: Settings, parts: frozenset[str]) -> bytes | None:
+    """The key asks are signed with (TRAINBOT_ASK_KEY), or None. A web process without
+    one cannot work (every cluster answer of its commands is asked of the workers): it
+    refuses to start. A worker without one answers no asks (an unsigned ask is never
+    believed), and says so once at start; ``all`` needs none for itself."""
+    key = settings.ask_key
+    if key is not None:
+        return key.get_secret_value().encode()
+    if "web" in parts and not parts & {"worker", "poller"}:
+        raise ConfigError(
+            "is not set: the web role asks the workers for what its commands need of a "
+            "cluster (/logs, /clusters, cancels, start estimates) and signs each ask with "
+            "it; give the web and worker processes the same value of at least 32 "
+            "characters (e.g. python3 -c 'import secrets; print(secrets.token_hex(32))'), "
+            "or TRAINBOT_ASK_KEY_FILE",
+            source="environment",
+            path="TRAINBOT_ASK_KEY",
+        )
+    if "worker" in parts:
+        log.warning(
+            "TRAINBOT_ASK_KEY is not set: this process answers no asks, so a --role web "
+            "process gets no /logs, /clusters, cancels or start estimates from it (this "
+            "process's own commands do not need them)"
+        )
+    return None
+
+
 def role_parts(role: str) -> frozenset[str]:
     """The parts a process of ``role`` runs."""
     if role not in ROLES:
@@ -179,6 +206,7 @@ def secret_redactor(settings: Settings, config: Config) -> Redactor:
         names.add(webhook.routing_key.env)
     values = [settings.env_secret(name) for name in sorted(names)]
     values += [
+        settings.ask_key,
         settings.slack_bot_token,
         settings.slack_app_token,
         settings.slack_signing_secret,
@@ -233,8 +261,9 @@ async def running(
             SSHPool(act_as_people=people, person_idle_s=settings.ssh_person_idle_s)
         )
         clusters = Clusters(config, settings, pool, store)
+        ask_key = check_ask_key(settings, parts)
         # A process without the workers' keys (the web role) asks them for cluster work.
-        calls = None if parts & {"worker", "poller"} else WorkerAsks(store)
+        calls = None if parts & {"worker", "poller"} else WorkerAsks(store, ask_key or b"")
         core = Core(
             store, clusters, config.command_context(), front, calls=calls, redactor=redactor
         )
@@ -286,8 +315,8 @@ async def running(
         for worker in bot.workers:
             worker.authority = authority
             bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))
-        if bot.workers:  # the cluster work a web process asks for
-            asks = serve_asks(store, clusters, stop)
+        if bot.workers and ask_key is not None:  # the cluster work a web process asks for
+            asks = serve_asks(store, clusters, stop, ask_key)
             bot.tasks.append(asyncio.create_task(asks, name="asks"))
         if "poller" in parts:
             bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))

@@ -35,6 +35,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
+ASK_KEY_MIN_CHARS = 32  # TRAINBOT_ASK_KEY: 128 bits and more as hex
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
@@ -52,6 +53,7 @@ class Target:
     sentinels: tuple[tuple[str, int], ...] = ()
     service: str = "mymaster"
     password: SecretStr | None = None
+    username: str | None = None  # an ACL user (with ``password``); None: the default user
     db: int = 0
     wait_replicas: int = 0
     wait_timeout_ms: int = 500
@@ -78,6 +80,10 @@ class Settings(BaseSettings):
         default="mymaster", alias="REDIS_SENTINEL_SERVICE", min_length=1
     )
     redis_password: SecretStr | None = Field(default=None, alias="REDIS_PASSWORD")
+    # the Redis ACL user this process logs in as (docker-compose.yml: web, worker, poller)
+    redis_username: str | None = Field(
+        default=None, alias="REDIS_USERNAME", pattern=r"^[A-Za-z0-9_.-]{1,64}$"
+    )
     redis_db: int = Field(default=0, alias="REDIS_DB", ge=0, le=15)  # with Sentinel
     # replicas a queued launch, a job id or a cancel must reach (WAIT); default 1 with
     # Sentinel, 0 with a plain URL
@@ -88,6 +94,9 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    # signs the asks a web process puts on Redis for the workers (bot.engine.ask_wire); the
+    # web and worker processes share it, Redis never holds it
+    ask_key: SecretStr | None = Field(default=None, alias="TRAINBOT_ASK_KEY")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_host: str = Field(default="127.0.0.1", alias="TRAINBOT_HTTP_HOST", min_length=1)
     http_port: int = Field(default=3000, alias="TRAINBOT_HTTP_PORT", ge=1, le=65535)
@@ -105,6 +114,17 @@ class Settings(BaseSettings):
     # and the person's API token
     api_url: str | None = Field(default=None, alias="TRAINBOT_URL", min_length=1)
     api_token: SecretStr | None = Field(default=None, alias="TRAINBOT_TOKEN")
+
+    @field_validator("ask_key")
+    @classmethod
+    def _ask_key_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < ASK_KEY_MIN_CHARS:
+            raise ValueError(
+                f"is {len(value.get_secret_value())} characters; it must be at least "
+                f"{ASK_KEY_MIN_CHARS} (e.g. python3 -c 'import secrets; "
+                "print(secrets.token_hex(32))'), the same in the web and worker processes"
+            )
+        return value
 
     @model_validator(mode="after")
     def _metrics_host_needs_port(self) -> Settings:
@@ -173,6 +193,7 @@ class Settings(BaseSettings):
             sentinels=self.redis_sentinels,
             service=self.redis_sentinel_service,
             password=self.redis_password,
+            username=self.redis_username,
             db=self.redis_db,
             wait_replicas=(1 if sentinel else 0) if wait is None else wait,
             wait_timeout_ms=self.redis_wait_timeout_ms,

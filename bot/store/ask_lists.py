@@ -1,26 +1,41 @@
 """Asks: cluster work the web role hands the workers (it holds no SSH key), and their
-answers (see :mod:`bot.engine.asks`)."""
+answers (see :mod:`bot.engine.asks`). An ask travels signed, as the text the asker
+wrote (:mod:`bot.engine.ask_wire`): the store neither reads nor changes it."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from bot.store import keys
 from bot.store.base import StoreBase
 
+MAX_TAKEN_BYTES = 65536  # anything longer on the list is cut here (and then refused)
+
 
 class Asks(StoreBase):
     """Asks and answers."""
 
-    async def push_ask(self, ask: dict[str, Any]) -> None:
-        """Put an ask on the list every worker takes from (see bot.engine.asks)."""
-        await self.redis.rpush(keys.ASKS, json.dumps(ask))
+    async def push_ask(self, sealed: str) -> None:
+        """Put a sealed ask on the list every worker takes from (see bot.engine.asks)."""
+        await self.redis.rpush(keys.ASKS, sealed)
 
-    async def take_ask(self, timeout_s: float) -> dict[str, Any] | None:
-        """The oldest ask, waiting up to ``timeout_s`` for one (None: none came)."""
+    async def take_ask(self, timeout_s: float) -> str | None:
+        """The oldest ask as it was written, waiting up to ``timeout_s`` (None: none came)."""
         found = await self.redis.blpop([keys.ASKS], timeout=timeout_s)
-        return None if found is None else dict(json.loads(found[1]))
+        if found is None:
+            return None
+        raw = found[1]
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+        return text[:MAX_TAKEN_BYTES]
+
+    async def first_ask(self, ask_id: str, keep_s: float) -> bool:
+        """Whether ``ask_id`` is taken for the first time (remembered ``keep_s``, at least 1 s)."""
+        seen = await self.redis.set(
+            keys.ask_seen(ask_id), "1", nx=True, ex=max(1, math.ceil(keep_s))
+        )
+        return bool(seen)
 
     async def put_answer(self, ask_id: str, answer: dict[str, Any], keep_s: int = 60) -> None:
         """A worker's answer, kept ``keep_s`` for the asker to take."""

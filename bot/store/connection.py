@@ -36,6 +36,7 @@ async def open_redis(
     """A client of ``target``'s Redis, closed (with its sentinels) when the block ends.
     ``decode_responses=False`` gives bytes (a backup's ``DUMP`` payloads)."""
     password = target.password.get_secret_value() if target.password else None
+    user = {"username": target.username} if target.username else {}  # a role's ACL user
     sentinel: Sentinel | None = None
     if target.sentinels:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -57,6 +58,7 @@ async def open_redis(
             health_check_interval=30,
             password=password,
             db=target.db,
+            **user,
         )
     else:
         # A blocking pool: when every connection is busy (a burst of slash commands), a
@@ -70,6 +72,7 @@ async def open_redis(
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             socket_timeout=REDIS_SOCKET_TIMEOUT_S,
             **({"password": password} if password else {}),
+            **user,
         )
         client = aioredis.Redis.from_pool(pool)
     try:

@@ -160,6 +160,11 @@ def store_op(op_id: str) -> str:
     return f"{PREFIX}:op:{op_id}"
 
 
+def ask_seen(ask_id: str) -> str:
+    """An ask id a worker took, kept for the ask's life: the same ask again is refused."""
+    return f"{PREFIX}:ask-seen:{ask_id}"
+
+
 def answer(ask_id: str) -> str:
     """List: a worker's answer to the ask ``ask_id`` (see bot.engine.asks), kept briefly."""
     return f"{PREFIX}:answer:{ask_id}"

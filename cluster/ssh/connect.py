@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import asyncssh
 
 from cluster.errors import ClusterUnreachable, ConfigError, HostKeyMismatch, PersonRefused
+from cluster.ssh.principals import PersonRules
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class HopLike(Protocol):
     def cert_ttl_s(self) -> int: ...
     @property
     def key_id(self) -> str: ...
+    @property
+    def person_rules(self) -> PersonRules | None: ...
 
 
 class LoginLike(HopLike, Protocol):
@@ -204,8 +207,22 @@ def user_certificate(
     """A fresh key pair and a certificate for it, signed by the login's user CA: valid
     for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding (port
     forwarding only with ``forwarding``: a jump host's, which forwards to the next hop),
-    a random serial and ``login.key_id`` as its key id (sshd logs both with the login)."""
+    a random serial and ``login.key_id`` as its key id (sshd logs both with the login). A
+    person's login (``login.person_rules``) is signed only for a name those rules allow."""
     assert login.user_ca_key_file is not None
+    rules = login.person_rules
+    problem = rules.name_problem(login.user) if rules is not None else ""
+    if problem:
+        log.warning(
+            "cluster=%s the user CA refused to sign for %s (key id %s): %s",
+            cluster,
+            login.user,
+            login.key_id,
+            problem,
+        )
+        raise PersonRefused(
+            f"trainbot's CA signs no certificate for {login.user}: {problem}", cluster=cluster
+        )
     try:
         check_ca_key(login.user_ca_key_file)
     except ConfigError as exc:

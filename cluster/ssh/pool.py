@@ -23,6 +23,7 @@ from cluster.errors import (
     SlurmCommandFailed,
 )
 from cluster.ssh.connect import LoginLike, open_connection, personal
+from cluster.ssh.principals import parse_uid, uid_command
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class PoolStats:
 _Key = tuple[str, int, str, str, str, str, str, str]
 RETIRE_GRACE_S = 300.0  # an expired connection's commands get this long to finish
 PERSON_IDLE_S = 60.0  # a person's connection unused this long is closed
+UID_TTL_S = 600.0  # a person's uid, asked of the login node before the CA signs, is kept this long
 
 
 class _Link:
@@ -102,6 +104,7 @@ class SSHPool:
         self.stats = PoolStats()
         self._links: dict[_Key, _Link] = {}
         self._retired: set[asyncssh.SSHClientConnection] = set()
+        self._uids: dict[tuple[str, int, str], tuple[float, int | None]] = {}
 
     async def __aenter__(self) -> SSHPool:
         return self
@@ -284,6 +287,7 @@ class SSHPool:
             if link.conn is not None and not link.conn.is_closed():
                 return link.conn
             link.conn = None
+            await self._vet_person(login, cluster, deadline)
             last: ClusterUnreachable | None = None
             for attempt in range(self.connect_attempts):
                 wait_s = link.retry_at - time.monotonic()
@@ -315,6 +319,38 @@ class SSHPool:
                 self.stats.connects += 1
                 return link.conn
             raise last or ClusterUnreachable("login node not reachable", cluster=cluster)
+
+    async def _vet_person(self, login: LoginLike, cluster: str, deadline: float) -> None:
+        """Before the CA signs for a person: the login node, asked as the shared account,
+        must say the name is a user whose uid lies in the people's range (cached a while)."""
+        rules = login.person_rules
+        if rules is None or not personal(login) or not self.act_as_people:
+            return
+        problem = rules.name_problem(login.user)  # signing refuses these too, saying so
+        if problem:
+            return
+        key = (login.host, login.port, login.user)
+        known = self._uids.get(key)
+        if known is None or time.monotonic() - known[0] > UID_TTL_S:
+            timeout_s = max(min(deadline - time.monotonic(), 20.0), 1.0)
+            result = await self.run(
+                rules.shared_login, uid_command(login.user), timeout_s=timeout_s, check=False,
+                cluster=cluster,
+            )  # fmt: skip
+            known = (time.monotonic(), parse_uid(result.stdout))
+            self._uids[key] = known
+        problem = rules.uid_problem(login.user, known[1])
+        if problem:
+            log.warning(
+                "cluster=%s the user CA refused to sign for %s (key id %s): %s",
+                cluster,
+                login.user,
+                login.key_id,
+                problem,
+            )
+            raise PersonRefused(
+                f"trainbot's CA signs no certificate for {login.user}: {problem}", cluster=cluster
+            )
 
 
 def _text(data: object) -> str:

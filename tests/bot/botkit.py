@@ -20,6 +20,7 @@ from bot.lifecycle.launch import Launch
 from bot.settings.config import Config, parse_config
 from bot.settings.env import Settings
 from bot.store.store import Store
+from support.workspace import ASK_KEY
 from tests import devlogin
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,7 @@ def dev_config(
 
 
 def bot_settings(**env: str) -> Settings:
-    return Settings.from_environ({"REDIS_URL": TEST_REDIS, **env})
+    return Settings.from_environ({"REDIS_URL": TEST_REDIS, "TRAINBOT_ASK_KEY": ASK_KEY, **env})
 
 
 async def flush_test_redis() -> None:

@@ -9,7 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from bot.settings.config import parse_config
+from cluster.errors import PersonRefused
 from cluster.login import Identity, JumpHost, LoginNode, oslogin_username
+from cluster.ssh.connect import user_certificate
 
 
 def login(**fields: Any) -> LoginNode:
@@ -138,3 +140,13 @@ def test_identity_maps_emails_to_oslogin_usernames() -> None:
         )
         == "alice"
     )  # the default stays the local part
+
+
+def test_a_persons_jump_host_is_signed_under_the_cas_rules_for_people() -> None:
+    alice = login(jump=["bastion", "svc@inner"]).as_user("alice", "trainbot:U0A:alice:L-1")
+    first, second = alice.hops()
+    assert first.person_rules is not None and first.person_rules is alice.person_rules
+    assert second.person_rules is None  # the config's own account on that hop
+    root = login(jump=["bastion"]).as_user("root", "trainbot:U0X:root:L-1")
+    with pytest.raises(PersonRefused, match="signs no certificate for root"):
+        user_certificate(root.hops()[0], forwarding=True)

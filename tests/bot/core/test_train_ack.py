@@ -56,7 +56,14 @@ class Workers:
         self.answer.set()
 
     async def start_estimate(
-        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+        self,
+        cluster: str,
+        shape: JobShape,
+        *,
+        user_id: str,
+        cluster_user: str,
+        timeout_s: float,
+        groups: frozenset[str] = frozenset(),
     ) -> StartEstimate:
         self.asked += 1
         asked = self.asked

@@ -22,6 +22,10 @@ from tests.cluster.test_diagnosis import FAKE_JOB_ID, JOBS, lay_out, text, with_
 pytestmark = [pytest.mark.devcluster]
 
 
+# The jobs are laid out under JOBS, the cluster's log directory here: the poller reads a
+# job's files only inside the cluster's directories.
+
+
 @pytest.fixture
 def job_root(unique: str) -> Iterator[Path]:
     root = JOBS / unique
@@ -44,7 +48,7 @@ def failed(tracking: Tracking) -> JobSnapshot:
 async def test_a_cause_that_shows_up_late_is_found_on_the_second_read(job_root: Path) -> None:
     tracking = lay_out(job_root, "nemo_x", log="GPU available: True\n")
     async with console_bot(evidence_reread_s=2.0) as (bot, _):
-        profile = bot.clusters.profile("a4")
+        profile = bot.clusters.profile("a4").model_copy(update={"log_dir": str(JOBS)})
         assert await bot.poller.diagnose(profile, tracking, failed(tracking)) is None
         # The shared file system catches up: the sbatch log now holds the cause.
         late = Path(tracking.log_dir) / f"sbatch_trainer-trainer.x_{FAKE_JOB_ID}.out"
@@ -61,7 +65,7 @@ async def test_an_unknown_cause_stands_after_the_delay_and_says_what_was_read(
 ) -> None:
     tracking = lay_out(job_root, "nemo_x", log="GPU available: True\nValueError: odd\n")
     async with console_bot(evidence_reread_s=1.0) as (bot, _):
-        profile = bot.clusters.profile("a4")
+        profile = bot.clusters.profile("a4").model_copy(update={"log_dir": str(JOBS)})
         snap = failed(tracking)
         assert await bot.poller.diagnose(profile, tracking, snap) is None
         assert await bot.poller.diagnose(profile, tracking, snap) is None  # too soon

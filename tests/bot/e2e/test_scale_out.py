@@ -31,7 +31,7 @@ from bot.lifecycle.launch import Phase
 from bot.store import keys
 from support.slack_requests import post_signed, slash_command_body
 from support.slack_standin import SlackStandin
-from support.workspace import BOT_TOKEN, SIGNING_SECRET
+from support.workspace import ASK_KEY, BOT_TOKEN, SIGNING_SECRET
 from tests.bot.botkit import (
     DEV,
     LAUNCH_RE,
@@ -87,6 +87,7 @@ def start(role: str, index: int, tmp_path: Path, config: Path, standin: SlackSta
         "SLACK_API_URL": standin.api_url,
         "TRAINBOT_HTTP_PORT": str(port),
         "TRAINBOT_HF_TOKEN": "hf_test_token_value",
+        "TRAINBOT_ASK_KEY": ASK_KEY,  # web signs its asks, workers check them
     }
     # Each role gets only the Slack secrets it needs: workers none, pollers the bot token.
     if role in ("web", "poller"):

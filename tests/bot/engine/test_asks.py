@@ -11,17 +11,21 @@ import pytest
 
 from bot.engine.asks import WorkerAsks, serve_asks
 from bot.engine.on_cluster import Clusters
-from bot.lifecycle.launch import Launch
+from bot.lifecycle.launch import Attempt, Launch
 from bot.settings.config import parse_config
 from bot.settings.env import Settings
 from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterUnreachable, CommandTimeout
+from cluster.framework_base import Tracking
 from cluster.sbatch import JobShape, StartEstimate
 from cluster.sinfo import PartitionInfo
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
+from support.workspace import ASK_KEY
+
+KEY = ASK_KEY.encode()
 
 CONFIG = """
 clusters:
@@ -30,7 +34,10 @@ clusters:
     login: {host: 127.0.0.1, port: 2222, user: trainer}
     partition: a4
     max_nodes: 4
+policy:
+  rules: [{users: ["*"], clusters: ["*"], max_nodes: 4}]
 """
+LOG = "~/vertex-oss-training/nemo/logs/log-x_42_0.out"
 CAPACITY = ClusterCapacity(
     "a4",
     (PartitionInfo("a4", True, True, 4, 4, 32, 8, 8),),
@@ -65,7 +72,14 @@ class ScriptedClusters(Clusters):
         return Account(name, 1500)
 
     async def start_estimate(
-        self, cluster: str, shape: JobShape, *, user_id: str, cluster_user: str, timeout_s: float
+        self,
+        cluster: str,
+        shape: JobShape,
+        *,
+        user_id: str,
+        cluster_user: str,
+        timeout_s: float,
+        groups: frozenset[str] = frozenset(),
     ) -> StartEstimate:
         self.asked.append(("estimate", cluster, shape, user_id, cluster_user))
         return StartEstimate(None, error="Requested node configuration is not available")
@@ -75,22 +89,27 @@ async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) ->
     async with SSHPool() as pool:
         clusters = ScriptedClusters(pool)
         stop = asyncio.Event()
-        worker = asyncio.create_task(serve_asks(store, clusters, stop))
+        worker = asyncio.create_task(serve_asks(store, clusters, stop, KEY))
         try:
-            asks = WorkerAsks(store)
+            asks = WorkerAsks(store, KEY)
             item = Launch(
                 request=TrainRequest(
                     workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4"
                 ),
                 user_id="U0ALICE",
                 channel="C1",
-            )
+                cancelled_by="U0ALICE",
+                attempts=[Attempt(number=1, job_id="42", tracking=Tracking(
+                    framework="nemo", job_id="42", log_path=LOG
+                ))],
+            )  # fmt: skip
             await store.create(item, [], enqueue=False)
             assert await asks.capacity("a4") == CAPACITY
+            # the path and job ids given here are not sent: the worker reads the record's
             assert await asks.tail(item, "~/x.log", 7) == "step 1\nstep 2"
-            await asks.cancel(item, ["42"])
+            await asks.cancel(item, ["77"])
             assert await asks.account("a4", "alice") == Account("alice", 1500)
-            shape = JobShape(nodes=2, partition="a4", time_limit="01:00:00", account="vision")
+            shape = JobShape(nodes=2, partition="a4", time_limit="01:00:00")
             estimate = await asks.start_estimate(
                 "a4", shape, user_id="U0ALICE", cluster_user="alice", timeout_s=5
             )
@@ -104,16 +123,16 @@ async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) ->
             await worker
     assert clusters.asked == [
         ("capacity", "a4"),
-        ("tail", item.id, "~/x.log", 7),
+        ("tail", item.id, LOG, 7),
         ("cancel", item.id, ("42",)),
         ("account", "a4", "alice"),
-        ("estimate", "a4", shape, "U0ALICE", "alice"),
+        ("estimate", "a4", shape, "U0ALICE", ""),  # as whom is the config's word
         ("capacity", "a4"),
     ]
 
 
 async def test_an_ask_no_worker_takes_fails_in_its_time_saying_so(store: Store) -> None:
-    asks = WorkerAsks(store)
+    asks = WorkerAsks(store, KEY)
     shape = JobShape(nodes=1, partition="a4")
     started = asyncio.get_running_loop().time()
     with pytest.raises(CommandTimeout) as caught:
@@ -123,7 +142,7 @@ async def test_an_ask_no_worker_takes_fails_in_its_time_saying_so(store: Store) 
     async with SSHPool() as pool:  # a worker that starts later drops the ask: its time is up
         clusters = ScriptedClusters(pool)
         stop = asyncio.Event()
-        worker = asyncio.create_task(serve_asks(store, clusters, stop))
+        worker = asyncio.create_task(serve_asks(store, clusters, stop, KEY))
         await asyncio.sleep(1.5)
         stop.set()
         await worker

@@ -30,10 +30,13 @@ async def standin() -> AsyncIterator[SlackStandin]:
 
 @pytest.fixture
 def log_file(unique: str) -> Iterator[str]:
-    """A job log on the login node that echoes the job's secrets, as a careless job might."""
+    """A job log on the login node that echoes the job's secrets, as a careless job might
+    (where the launch's logs are: under the recipes checkout, naming its job, 990001)."""
     home = login_run("echo $HOME").strip()
-    path = f"{home}/sectest-{unique}.log"
+    logs = f"{home}/vertex-oss-training/nemo/logs/sectest-{unique}"
+    path = f"{logs}/log-sectest_990001_0.out"
     b64 = base64.b64encode(f"token={HF_TOKEN}".encode()).decode()
-    login_run(f"printf 'step 1 loss 2.5\\nHF_TOKEN={HF_TOKEN}\\nenv64={b64}\\n' > {path}")
+    text = f"step 1 loss 2.5\\nHF_TOKEN={HF_TOKEN}\\nenv64={b64}\\n"
+    login_run(f"mkdir -p {logs} && printf '{text}' > {path}")
     yield path
-    login_run(f"rm -f {path}", check=False)
+    login_run(f"rm -rf {logs}", check=False)

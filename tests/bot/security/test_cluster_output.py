@@ -89,7 +89,7 @@ async def test_a_node_a_log_names_counts_only_if_it_is_the_jobs_own(
     """A running launch's log says ``Node failure on <name>``, then the job fails. Only its
     own node is excluded on retry or paged for; any other name changes nothing."""
     home = (await asyncio.to_thread(login_run, "echo $HOME")).strip()
-    root = f"{home}/sectest-{unique}"
+    root = f"{home}/vertex-oss-training/nemo/logs/sectest-{unique}"  # where logs are read
     body = (
         "other=$(for n in dev0 dev1 dev2 dev3; do [ $n = $SLURMD_NODENAME ] || echo $n; done "
         "| head -n 1)\n"
@@ -136,7 +136,7 @@ async def test_names_and_lines_from_the_cluster_never_ping_anyone(
     takes it) and log lines full of Slack markup, then fails: what Slack receives pings
     no one, yet says what happened."""
     home = (await asyncio.to_thread(login_run, "echo $HOME")).strip()
-    root = f"{home}/sectest-{unique}"
+    root = f"{home}/vertex-oss-training/nemo/logs/sectest-{unique}"  # where logs are read
     async with secure_bot(standin, watch={"evidence_reread_s": 0}) as s:
         launch_id = await queued(s, f"sft llama3p1_8b cluster=a4 name=sec{unique}")
         log_dir = s.bot.clusters.profile("a4").log_dir.replace("~", home, 1)

@@ -61,7 +61,8 @@ def spec_secrets(config_text: str, cluster_user: str) -> tuple[set[str], list[st
     env = {"TRAINBOT_HF_TOKEN": "hf_org_secret_value", "TRAINBOT_WANDB_API_KEY": "w" * 24}
     clusters = Clusters(config, Settings.from_environ(env), SSHPool())
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U0ALICE", channel="C1", cluster_user=cluster_user)
+    who = "U0ALICE" if cluster_user else "U0BOB"  # the config maps alice; bob is unmapped
+    item = Launch(request=request, user_id=who, channel="C1", cluster_user=cluster_user)
     built = clusters.spec_for(item)
     return {*built.spec.secrets, *built.spec.profile.job_secrets}, built.notes
 
@@ -75,7 +76,10 @@ def test_an_organisation_secret_reaches_a_persons_job_only_where_allowed() -> No
     )
     got, _ = spec_secrets(allowed, "alice")
     assert got == {"OWN_TOKEN", "WANDB_API_KEY"}, got
-    got, notes = spec_secrets(CONFIG, "")  # the shared account's job, as before
+    shared = CONFIG.replace(
+        "users: {U0ALICE: alice}", "users: {U0ALICE: alice}\n      unmapped: shared"
+    )
+    got, notes = spec_secrets(shared, "")  # the shared account's job, as before
     assert got == {"OWN_TOKEN", "HF_TOKEN", "WANDB_API_KEY"} and notes == []
 
 

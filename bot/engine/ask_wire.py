@@ -1,0 +1,176 @@
+"""An ask as it travels on Redis: a validated model, bounded in size and age, signed.
+
+The web role writes each ask as ``{"body": "<the ask as JSON>", "sig": "<hex>"}``, the
+HMAC-SHA256 of the body's bytes under ``TRAINBOT_ASK_KEY``, a key the web and worker
+processes hold and Redis never does. A worker checks, in this order, before it parses
+anything: the size (:data:`MAX_ASK_BYTES`), the signature (constant-time), then the
+body against :class:`Ask` (unknown fields refused), then its times: issued no later
+than a few seconds from now, not past ``until``, and alive no longer than
+:data:`MAX_ASK_LIFETIME_S`. A used id is refused for the ask's whole life (the store
+remembers it until then), so an ask copied back onto the list does nothing.
+
+An ask names a launch and what to do, never a path, a Unix user or job ids: a worker
+finds those in the launch's record and checks them there (:mod:`bot.engine.asks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cluster.jobs import MAX_TAIL_LINES
+from cluster.login import CLUSTER_USER_PATTERN
+from cluster.profile_fields import CLUSTER_NAME_PATTERN, SLURM_NAME_PATTERN
+from commands.values import LAUNCH_ID_PATTERN
+
+MAX_ASK_BYTES = 4096  # an ask holds ids and a shape; anything longer is not one
+MAX_ASK_LIFETIME_S = 120.0  # no ask lives longer (asks wait at most a minute)
+CLOCK_SKEW_S = 5.0  # an ask issued this far in the future is still taken
+ASK_ID_PATTERN = r"^[0-9a-f]{24}$"
+SLACK_ID_PATTERN = r"^[A-Za-z0-9._@-]{1,80}$"
+
+ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
+LaunchId = Annotated[str, Field(pattern=LAUNCH_ID_PATTERN)]
+
+
+class BadAsk(Exception):
+    """An ask a worker refuses: what was wrong, and the ask's id when one could be read
+    (so the asker gets the reason instead of waiting)."""
+
+    def __init__(self, reason: str, ask_id: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.ask_id = ask_id
+
+
+class _What(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Capacity(_What):
+    kind: Literal["capacity"] = "capacity"
+    cluster: ClusterName
+
+
+class AccountOf(_What):
+    kind: Literal["account"] = "account"
+    cluster: ClusterName
+    name: str = Field(pattern=CLUSTER_USER_PATTERN)
+
+
+class Shape(_What):
+    nodes: int = Field(ge=1, le=4096)
+    partition: str = Field(pattern=SLURM_NAME_PATTERN)
+    time_limit: str | None = Field(default=None, pattern=r"^[0-9][0-9:-]{0,15}$")
+    account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")  # policy's
+    exclude: str | None = Field(default=None, pattern=r"^[A-Za-z0-9,\[\]_-]{1,200}$")
+
+
+class Estimate(_What):
+    """A start estimate for a person: the worker decides as whom, and checks the shape."""
+
+    kind: Literal["estimate"] = "estimate"
+    cluster: ClusterName
+    user_id: str = Field(pattern=SLACK_ID_PATTERN)
+    groups: tuple[Annotated[str, Field(pattern=SLACK_ID_PATTERN)], ...] = Field(
+        default=(), max_length=64
+    )
+    shape: Shape
+    timeout_s: float = Field(gt=0, le=MAX_ASK_LIFETIME_S)
+
+
+class Cancel(_What):
+    """Cancel the Slurm jobs a cancelled launch's record holds."""
+
+    kind: Literal["cancel"] = "cancel"
+    launch: LaunchId
+
+
+class Tail(_What):
+    """The last lines of the log the launch's record names."""
+
+    kind: Literal["tail"] = "tail"
+    launch: LaunchId
+    lines: int = Field(ge=1, le=MAX_TAIL_LINES)
+
+
+What = Annotated[Capacity | AccountOf | Estimate | Cancel | Tail, Field(discriminator="kind")]
+
+
+class Ask(BaseModel):
+    """One ask: its id (a fresh random one), when it was issued and until when it may be
+    answered, and what to do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=ASK_ID_PATTERN)
+    issued_at: float
+    until: float
+    what: What
+
+    @classmethod
+    def new(cls, what: What, timeout_s: float) -> Ask:
+        now = time.time()
+        return cls(id=secrets.token_hex(12), issued_at=now, until=now + timeout_s, what=what)
+
+    @property
+    def kind(self) -> str:
+        return self.what.kind
+
+
+def _mac(key: bytes, body: bytes) -> str:
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def seal(ask: Ask, key: bytes) -> str:
+    """The ask as it goes on the list: its body and the body's signature."""
+    body = ask.model_dump_json()
+    return json.dumps({"body": body, "sig": _mac(key, body.encode())})
+
+
+def _loose_id(body: object) -> str:
+    """The id an unverified body claims, only to address a refusal to its asker."""
+    found = re.search(r'"id"\s*:\s*"([0-9a-f]{24})"', body) if isinstance(body, str) else None
+    return found.group(1) if found else ""
+
+
+def unseal(raw: str, key: bytes, now: float | None = None) -> Ask:
+    """The ask in ``raw``, checked (size, signature, fields, times); else :class:`BadAsk`."""
+    if len(raw.encode()) > MAX_ASK_BYTES:
+        raise BadAsk(f"the ask is {len(raw.encode())} bytes; at most {MAX_ASK_BYTES} are taken")
+    try:
+        outer = json.loads(raw)
+    except ValueError:
+        raise BadAsk("the ask is not JSON") from None
+    if not isinstance(outer, dict) or set(outer) != {"body", "sig"}:
+        raise BadAsk("the ask is not signed (it needs exactly a body and a sig)", _loose_id(raw))
+    body, sig = outer["body"], outer["sig"]
+    if not isinstance(body, str) or not isinstance(sig, str):
+        raise BadAsk("the ask's body and sig must be strings", _loose_id(body))
+    if not hmac.compare_digest(_mac(key, body.encode()), sig):
+        raise BadAsk(
+            "the ask's signature does not match (the web and worker processes must share "
+            "the same TRAINBOT_ASK_KEY)",
+            _loose_id(body),
+        )
+    try:
+        ask = Ask.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadAsk(f"the ask is malformed ({where}: {first['msg']})", _loose_id(body)) from None
+    now = time.time() if now is None else now
+    if ask.issued_at > now + CLOCK_SKEW_S:
+        raise BadAsk("the ask was issued in the future (are the clocks apart?)", ask.id)
+    if ask.until - ask.issued_at > MAX_ASK_LIFETIME_S:
+        raise BadAsk(f"the ask would live over {MAX_ASK_LIFETIME_S:g} s", ask.id)
+    if ask.until < now:
+        raise BadAsk(f"the ask expired {now - ask.until:.1f} s ago", ask.id)
+    return ask
