@@ -64,6 +64,7 @@ _HARDWARE_LINE_RE = re.compile(r"ecc|\bxid\b", re.IGNORECASE)
 _RANK_RE = re.compile(r"\[rank ?(\d+)\]", re.IGNORECASE)
 _ERRORISH_RE = re.compile(r"error|exception|traceback|fatal|killed|abort", re.IGNORECASE)
 _FORCE_TERMINATED_RE = re.compile(r"^srun: Force Terminated (?:StepId|job step)")
+_PERSON_CANCEL_RE = re.compile(r"CANCELLED by [1-9][0-9]*")
 _NOISE_RE = re.compile(r"^\+ |^srun: (?:error: [\w.-]+: tasks? [\d,-]+: |launch/|Force Term)")
 
 
@@ -80,6 +81,7 @@ class Diagnosis:
     requeued_by_slurm: bool = False  # an earlier incarnation failed; Slurm runs it again
     read: str = ""  # which files were read (said when the cause is unknown)
     output_cut: bool = False  # srun force-terminated the step: its last output may be lost
+    underlying: str = ""  # a wrapper's (Ray's, vLLM's) own cause, printed above it
 
     @property
     def key(self) -> str:
@@ -94,7 +96,27 @@ class Diagnosis:
         """The cause in plain words, with the rank or node when known."""
         where = [f"rank {self.rank}"] if self.rank is not None else []
         where += [f"node {self.failed_node}"] if self.failed_node else []
-        return f"{self.kind.cause} ({', '.join(where)})" if where else self.kind.cause
+        cause = f"{self.kind.cause} ({', '.join(where)})" if where else self.kind.cause
+        return f"{cause}; underneath: {self.underlying}" if self.underlying else cause
+
+
+# Failures that wrap another: Ray's actor death and vLLM's dead engine report a cause that
+# their own traceback, printed above them, names ("See stack trace (above) for the root
+# cause", vllm/v1/engine/exceptions.py).
+WRAPPERS = frozenset({"ray_actor_died", "vllm_engine_dead"})
+_EXCEPTION_RE = re.compile(
+    r"(?:^|[\s:\]])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:\([^)]*\))?: \S.*)$"
+)
+
+
+def _underlying(kind: FailureKind, scan: Sequence[str]) -> str:
+    """The last exception line above the first line that shows ``kind`` (a wrapper)."""
+    first = next((i for i, ln in enumerate(scan) if any(p.search(ln) for p in kind.patterns)), -1)
+    for line in reversed(scan[:first] if first > 0 else []):
+        found = _EXCEPTION_RE.search(line)
+        if found and not any(p.search(line) for p in kind.patterns):
+            return _cut(found["exc"])[:200]
+    return ""
 
 
 def _cut(line: str) -> str:
@@ -181,6 +203,19 @@ def _exit_status(exit_code: str) -> int | None:
     return int(head) if head.isdigit() and int(head) else None
 
 
+def _cancelled_by_person(
+    slurm_state: str | None, catalog: Sequence[FailureKind]
+) -> FailureKind | None:
+    """The catalog's ``cancelled`` entry when a person cancelled the job: sacct's ``CANCELLED
+    by <uid>`` with a uid other than root's (a ``scancel`` typed on the login node, by the
+    job's own user or an operator as themselves). Slurm's own ends read otherwise
+    (TIMEOUT, PREEMPTED, NODE_FAIL) or ``CANCELLED by 0``, which stay diagnosed as before."""
+    found = _PERSON_CANCEL_RE.fullmatch(slurm_state or "")
+    if found is None:
+        return None
+    return next((kind for kind in catalog if kind.key == "cancelled"), None)
+
+
 def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Diagnosis | None:
     """The most specific known failure in everything the job left.
 
@@ -202,6 +237,10 @@ def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Di
     if state == "COMPLETED":
         return None
     lines = evidence.text.splitlines()
+    person = _cancelled_by_person(slurm_state, catalog)
+    if person is not None:  # what the log shows then is the cancel's doing (NCCL errors)
+        line = _state_line(slurm_state or "", exit_code, node_list)
+        return Diagnosis(person, (line,), slurm_state=state)
     earlier_states = evidence.earlier_states
     scan = [ln[:_SCAN_CHARS] for ln in lines]
     earlier = [normalize_state(s) for s in earlier_states]
@@ -235,6 +274,7 @@ def diagnose(evidence: Evidence, catalog: Sequence[FailureKind] = CATALOG) -> Di
             rank=rank,
             slurm_state=state,
             requeued_by_slurm=before,
+            underlying=_underlying(kind, scan) if kind.key in WRAPPERS else "",
         )
     if not ended:
         return None

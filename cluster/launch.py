@@ -10,10 +10,12 @@ checks it, submitting nothing.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.errors import SlurmCommandFailed
+from cluster.errors import ClusterUnreachable, SlurmCommandFailed
 from cluster.framework_base import Tracking
 from cluster.remote import RemoteArg, export_lines, join_argv, quote_path
 from cluster.run_record import RunRecord, probe_lines, read_record, without_record
@@ -46,8 +48,9 @@ class LaunchPlan:
         names |= set(spec.fw.script_env(spec))
         return tuple(sorted(names))
 
-    def script(self, *, redact: bool = True) -> str:
-        """The script sent on stdin to ``bash -l -s``; secrets shown only if ``redact`` is false."""
+    def script(self, *, redact: bool = True, submit_by: int | None = None) -> str:
+        """The script sent on stdin to ``bash -l -s``; secrets shown only if ``redact`` is
+        false. ``submit_by``: the bound on the login node's own clock (default: the spec's)."""
         spec = self.spec
         exports = export_lines(spec.env, spec.secrets, spec.secret_files(), redact=redact)
         return render_script(
@@ -55,7 +58,7 @@ class LaunchPlan:
             exports,
             self.argv,
             env={**spec.profile.nccl_env, **spec.fw.script_env(spec)},
-            submit_by=spec.submit_by,
+            submit_by=spec.submit_by if submit_by is None else submit_by,
             probe=probe_lines(spec.profile.recipes_dir, spec.image_path),
         )
 
@@ -125,21 +128,56 @@ class Submission:
         return self.tracking.job_id
 
 
+def on_login_clock(submit_by: float, login_now: int, read_by: float) -> int:
+    """``submit_by`` (this machine's clock) as a bound on the login node's clock, from its
+    clock's reading ``login_now`` (``date +%s``), taken before ``read_by`` (this machine's
+    clock, when the reading had come back): the reading plus the time left, a duration on
+    this machine's clock. No clock is compared with the other, so a login node whose
+    clock is off by minutes bounds the submit the same; the time the reading took
+    counts as spent (the bound is never later than this side believes)."""
+    return login_now + math.floor(submit_by - read_by)
+
+
+async def login_bound(pool: SSHPool, spec: LaunchSpec, now: Callable[[], float] = time.time) -> int:
+    """The spec's ``submit_by`` on the login node's clock (one round trip, ``date +%s``).
+    A clock that cannot be read is ClusterUnreachable: nothing was submitted, and the
+    worker looks the launch up before it submits again, as after any lost submit."""
+    result = await pool.run(
+        spec.profile.login, "date +%s", timeout_s=10, check=False, cluster=spec.cluster
+    )
+    read_by = now()
+    text = result.stdout.strip()
+    if result.returncode != 0 or not text.isdigit():
+        raise ClusterUnreachable(
+            f"the login node's clock could not be read (date +%s gave {text[:40]!r}, exit "
+            f"{result.returncode}); nothing was submitted",
+            cluster=spec.cluster,
+        )
+    return on_login_clock(spec.submit_by, int(text), read_by)
+
+
 async def submit(
-    pool: SSHPool, plan: LaunchPlan, *, timeout_s: float = SUBMIT_TIMEOUT_S
+    pool: SSHPool,
+    plan: LaunchPlan,
+    *,
+    timeout_s: float = SUBMIT_TIMEOUT_S,
+    now: Callable[[], float] = time.time,
 ) -> Submission:
-    """Run the plan on the login node (one round trip). Raises SlurmCommandFailed on refusal.
+    """Run the plan on the login node (one round trip, and one to read its clock when the
+    spec has a ``submit_by``). Raises SlurmCommandFailed on refusal.
 
     Not idempotent: look for an earlier submission with ``find_jobs_for_launch`` first.
     """
     spec = plan.spec
+    login_by: int | None = None
     if spec.submit_by:  # the login node stops it then; this side waits no longer either
-        timeout_s = min(timeout_s, max(spec.submit_by - time.time(), 0.001))
+        login_by = await login_bound(pool, spec, now)
+        timeout_s = min(timeout_s, max(spec.submit_by - now(), 0.001))
     try:
         result = await pool.run(
             spec.profile.login,
             REMOTE_SHELL,
-            input=plan.script(redact=False),
+            input=plan.script(redact=False, submit_by=login_by),
             timeout_s=timeout_s,
             cluster=spec.cluster,
         )

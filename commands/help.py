@@ -72,7 +72,8 @@ _DETAILS: dict[HelpTopic, str] = {
     "attach": "How to attach to your interactive job (only you see it). " + _JOB,
     "jobs": (
         "Your active launches, one line each, with what a waiting one waits for (at=, "
-        "after=), a sweep's members grouped under it; /jobs all for everyone's; "
+        "after=), a sweep's members grouped under it; /jobs all for everyone's on the "
+        "clusters /clusters shows you; "
         "/jobs history [days=N] for your finished ones "
         "(admins: /jobs all history); /jobs watching for the launches you watch."
     ),

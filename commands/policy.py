@@ -163,7 +163,8 @@ class Limits(BaseModel):
 
     ``launches_per_minute`` counts ``/train`` (dry runs too: each costs a record, a
     thread and an SSH round trip) and the Retry button; ``commands_per_minute`` the
-    other commands that ask a cluster (``/logs``, ``/clusters``, the Logs button). Both
+    other costly commands: those that ask a cluster (``/logs``, ``/clusters``, the Logs
+    button) and ``/usage`` (its chart takes seconds to draw). Both
     are sliding windows of 60 s kept in Redis, shared by every bot process; ``null``
     turns one off. A cancel is never refused. ``dry_runs_at_once`` caps a person's dry
     runs in flight; dry runs do not count against ``max_concurrent`` (a dry run checks

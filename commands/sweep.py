@@ -20,7 +20,7 @@ from commands.suggest import join_names, quote
 
 SEEDS_KEY = "seeds"
 MAX_SEEDS = 16
-SWEEP_ID_PATTERN = r"^S-[0-9a-f]{4,12}$"
+SWEEP_ID_PATTERN = r"^S-[0-9a-f]{4,16}$"  # 16 since ids have 64 bits; 6 before
 Axis = tuple[str, tuple[str, ...]]
 
 

@@ -35,7 +35,10 @@ def _person(word: str, user: User) -> str:
     if mention := _MENTION_RE.fullmatch(word):
         return mention.group(1)
     if name := _NAME_RE.fullmatch(word):
-        return name.group(1)
+        # One's own name typed stands for one's own id: "own" is decided by id alone.
+        return (
+            user.id if user.name and name.group(1).lower() == user.name.lower() else name.group(1)
+        )
     raise CommandError(
         f"Unexpected {quote(word)}. Usage: {USAGE_TEXT}."
         f"{did_you_mean(word.lower(), ['me', *_WINDOWS])}",

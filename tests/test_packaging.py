@@ -32,6 +32,12 @@ INTERFACE_ENV = {
     "TRAINBOT_HTTP_PORT",
     "REDIS_SENTINELS",
     "REDIS_PASSWORD",
+    "REDIS_SENTINEL_PASSWORD",
+    # added beside them (docs/sentinel.md): an ACL user and TLS through Sentinel
+    "REDIS_SENTINEL_USERNAME",
+    "REDIS_SENTINEL_TLS",
+    "REDIS_TLS",
+    "REDIS_TLS_CA_CERT",
     "REDIS_USERNAME",
     "TRAINBOT_ASK_KEY",
 }
@@ -69,6 +75,7 @@ SECRET_FILES = {
     "SLACK_SIGNING_SECRET_FILE": "slack_signing_secret",
     "SLACK_APP_TOKEN_FILE": "slack_app_token",
     "REDIS_URL_FILE": "redis_url",
+    "REDIS_SENTINEL_PASSWORD_FILE": "redis_sentinel_password",
     "TRAINBOT_ASK_KEY_FILE": "ask_key",
 }
 SENTINEL_PROFILE = ("redis-replica", "sentinel-1", "sentinel-2", "sentinel-3")
@@ -134,11 +141,13 @@ def test_compose_environment_and_secret_files(compose: dict[str, Any]) -> None:
         "redis_url",
         "redis_password_worker",
         "ask_key",
+        "redis_sentinel_password",
         "user_ca",
     }
     assert secret_names(compose["services"]["poller"]) == {
         "redis_url",
         "redis_password_poller",
+        "redis_sentinel_password",
         "slack_bot_token",
         "user_ca",
     }  # the poller neither asks nor answers: no ask key
@@ -195,7 +204,8 @@ def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
         assert service["profiles"] == ["sentinel"]
         assert "ports" not in service
         roles = [f"redis_password_{role}" for role in ROLES] if name == "redis-replica" else []
-        assert service["secrets"] == ["redis_password", *roles]  # a replica keeps the users
+        own = ["redis_sentinel_password"] if name.startswith("sentinel") else []
+        assert service["secrets"] == ["redis_password", *roles, *own]  # a replica keeps the users
         assert service["volumes"][0].split(":")[0] in compose["volumes"]
         assert service["restart"] == "unless-stopped"
     replica = " ".join(services["redis-replica"]["command"])
@@ -207,6 +217,8 @@ def test_compose_sentinel_profile(compose: dict[str, Any]) -> None:
         sentinel = " ".join(services[f"sentinel-{i}"]["command"])
         assert "sentinel monitor mymaster redis 6379 2" in sentinel
         assert "auth-pass mymaster" in sentinel and "/run/secrets/redis_password" in sentinel
+        # the sentinels' own password, from its secret file into their configuration
+        assert "requirepass" in sentinel and "/run/secrets/redis_sentinel_password" in sentinel
         assert sentinel.endswith("--sentinel")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from bot.engine import pipelines
 from bot.engine.asks import ClusterCalls
@@ -23,11 +23,22 @@ from commands.context import User
 INLINE_LOG_CHARS = 2800
 
 
-async def jobs(store: Store, user: User, *, all_users: bool, cluster: str | None = None) -> Reply:
-    """/jobs: active launches (on ``cluster`` only, when given), one line each."""
+async def jobs(
+    store: Store,
+    user: User,
+    *,
+    all_users: bool,
+    cluster: str | None = None,
+    visible: Collection[str] | None = None,
+) -> Reply:
+    """/jobs: active launches (on ``cluster`` only, when given), one line each. Others'
+    launches only on the ``visible`` clusters (None: every cluster): /jobs all shows no
+    more than /clusters would."""
     ids = await store.active_ids(None if all_users else user.id)
     launches = [launch for launch in await asyncio.gather(*(store.get(i) for i in ids)) if launch]
     launches = [item for item in launches if cluster is None or item.cluster == cluster]
+    if visible is not None:
+        launches = [i for i in launches if i.user_id == user.id or i.cluster in visible]
     if not launches:
         where = f" on {cluster}" if cluster else ""
         return Reply(

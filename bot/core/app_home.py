@@ -1,5 +1,6 @@
 """The App Home as it is gathered for one person: their launches, their history, the
-clusters' capacity and, for admins, undelivered messages (:mod:`bot.core.home` lays
+capacity of the clusters they may launch on (what /clusters would show them) and, for
+admins, undelivered messages (:mod:`bot.core.home` lays
 them out)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from bot.core.capacity import Capacity
 from bot.core.directory import Directory
 from bot.store.store import Store
 from bot.text.front import Reply
-from commands.context import CommandContext
+from commands.context import CommandContext, User
 
 HOME_MIN_INTERVAL_S = 5.0  # an App Home opened again sooner is left as it is
 
@@ -47,14 +48,16 @@ class AppHome:
         recent = await self.store.history(user_id=user_id, limit=home.RECENT_SHOWN)
         links = {item.id: item.permalink for item in active}
         links |= {entry.id: entry.permalink for entry in recent}
-        capacity = await self.capacity.for_home(now)
+        groups = await self.directory.groups_of(user_id)
+        person = User(id=user_id, groups=frozenset(groups))
+        capacity = await self.capacity.for_home(now, self.capacity.visible(person))
         sweep_ids = sorted({item.sweep for item in active if item.sweep})
         found_sweeps = await asyncio.gather(*(self.store.get_sweep(i) for i in sweep_ids))
         in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
         blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)
         blocks += home.prefs_blocks(await self.store.prefs(user_id))
         blocks += api_tokens.home_blocks(await self.store.tokens_of(user_id), now)
-        if self.context.policy.is_admin(user_id, await self.directory.groups_of(user_id)):
+        if self.context.policy.is_admin(user_id, groups):
             retrying = await self.store.retrying_letters()
             owed = home.dead_letter_text(retrying, await self.store.given_up_count())
             blocks += home.dead_letter_blocks(owed)

@@ -32,11 +32,15 @@ class Capacity:
         self._capacity_at: dict[str, tuple[float, ClusterCapacity | str]] = {}
         self._clusters_asked: dict[str, tuple[float, asyncio.Future[ClusterCapacity]]] = {}
 
-    async def for_home(self, now: float) -> dict[str, ClusterCapacity | str]:
-        """Every cluster's capacity, asked again only when older than a minute."""
+    async def for_home(
+        self, now: float, names: list[str] | None = None
+    ) -> dict[str, ClusterCapacity | str]:
+        """The capacity of ``names`` (default: every cluster), each asked again only when
+        older than a minute."""
+        names = list(self.clusters.profiles) if names is None else names
         stale = [
             name
-            for name in self.clusters.profiles
+            for name in names
             if now - self._capacity_at.get(name, (0.0, ""))[0] >= CAPACITY_TTL_S
         ]
         answers_ = await asyncio.gather(
@@ -49,15 +53,22 @@ class Capacity:
                 else answer
             )
             self._capacity_at[name] = (now, value)
-        return {name: self._capacity_at[name][1] for name in self.clusters.profiles}
+        return {name: self._capacity_at[name][1] for name in names}
+
+    def visible(self, user: User) -> list[str]:
+        """The clusters ``user`` may see: those they may launch on (admins: all). What
+        /clusters shows, and the most /jobs all and the App Home show too."""
+        policy = self.context.policy
+        names = list(self.clusters.profiles)
+        if policy.is_admin(user.id, user.groups):
+            return names
+        return [n for n in names if policy.rule_for(user.id, user.groups, n)]
 
     async def cluster_list(self, only: str | None, user: User) -> Reply:
         """/clusters: the clusters the person may launch on (admins: all), each answer
         shared for a few seconds."""
-        policy = self.context.policy
-        names = [only] if only else list(self.clusters.profiles)
-        if not policy.is_admin(user.id, user.groups):
-            names = [n for n in names if policy.rule_for(user.id, user.groups, n)]
+        visible = self.visible(user)
+        names = [n for n in ([only] if only else list(self.clusters.profiles)) if n in visible]
         if not names:
             where = f"on {only}" if only else "on any cluster"
             raise CommandError(

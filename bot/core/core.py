@@ -26,6 +26,7 @@ from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
 from bot.core.launch_form import LaunchForm
 from bot.core.lookup import Lookup
+from bot.core.node_ledger import NodeLedger
 from bot.core.rates import slow_down
 from bot.core.redact import Redactor
 from bot.core.sweep_start import start_sweep
@@ -34,6 +35,7 @@ from bot.engine.asks import ClusterCalls
 from bot.engine.identity import NoUser, People
 from bot.engine.on_cluster import Clusters
 from bot.engine.sweeps import ACTION_CANCEL_MEMBER
+from bot.lifecycle.launch import Launch
 from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
 from bot.text.mrkdwn import (
@@ -44,8 +46,11 @@ from bot.text.mrkdwn import (
     ACTION_FORM_CHECK,
     ACTION_HELP,
     ACTION_LOGS,
+    ACTION_NODE_DRAIN,
+    ACTION_NODE_RESUME,
     ACTION_PREFS,
     ACTION_REJECT,
+    ACTION_RESUME,
     ACTION_RETRY,
     ACTION_RUN_AGAIN,
     ACTION_TOKEN_CREATE,
@@ -54,6 +59,7 @@ from bot.text.mrkdwn import (
     HELP_TOPICS,
     SHORTCUT_LAUNCH,
     VIEW_LAUNCH,
+    VIEW_NODE_DRAIN,
     VIEW_RELAUNCH,
     escape,
 )
@@ -92,6 +98,18 @@ LAUNCH_FORMS = frozenset(
 )  # the launch form: Run again, Edit & relaunch, the shortcut, checks and submissions
 
 
+def resumed(launch: Launch) -> TrainRequest:
+    """The request that goes on from ``launch``'s newest checkpoint (``from=``): the same
+    run, waiting for nothing; only a run that stopped early and was not resumed has one."""
+    if launch.outcome != "STOPPED_EARLY" or not isinstance(launch.request, TrainRequest):
+        raise CommandError(
+            f"{launch.id} did not stop early ({launch.outcome or launch.phase.value}): "
+            "only a run that stopped early goes on from its checkpoint with this button."
+        )
+    update = {"start_from": launch.id, "after": None, "after_any": False, "at": None}
+    return launch.request.model_copy(update=update)
+
+
 class Core:
     def __init__(
         self,
@@ -116,6 +134,7 @@ class Core:
         self.directory = Directory(context, clusters, front)
         self.lookup = Lookup(store, clusters, context)
         self.capacity = Capacity(store, clusters, self.calls, context)
+        self.ledger = NodeLedger(store, self.calls, context, self.people)
         self.app_home = AppHome(store, context, self.capacity, self.directory)
         self.launcher = Launcher(
             store, clusters, self.calls, context, front, self.people, self.lookup
@@ -195,10 +214,16 @@ class Core:
             )
         if isinstance(request, JobsRequest):
             return await answers.jobs(
-                self.store, user, all_users=request.all_users, cluster=request.cluster
+                self.store,
+                user,
+                all_users=request.all_users,
+                cluster=request.cluster,
+                visible=None if self._admin(user) else self.capacity.visible(user),
             )
         if isinstance(request, ClustersRequest):
-            return await self.capacity.cluster_list(request.cluster, user)
+            reply = await self.capacity.cluster_list(request.cluster, user)
+            names = [request.cluster] if request.cluster else list(self.clusters.profiles)
+            return await self.ledger.with_ledger(reply, names, user)
         if isinstance(request, CancelRequest) and request.job.is_sweep_id:
             members = await self.lookup.sweep_members(request.job.id, user, "cancel")
             return sweep_answers.confirm_cancel(*members)
@@ -216,6 +241,7 @@ class Core:
                 self.clusters, await self.lookup.owned(request.job, user, "attach to")
             )
         if isinstance(request, UsageRequest):
+            await slow_down(self.store, self.context, user.id, "commands")  # a chart is costly
             return await usage.answer(
                 self.store,
                 self.context.policy,
@@ -225,6 +251,9 @@ class Core:
                 self.directory.team_members,
             )
         raise CommandError("That command is not handled yet.")
+
+    def _admin(self, user: User) -> bool:
+        return self.context.policy.is_admin(user.id, user.groups)
 
     async def on_relaunch(self, incoming: Incoming, user: User) -> Reply:
         """Run again, Edit & relaunch, the "Launch training" shortcut, and their forms
@@ -267,6 +296,8 @@ class Core:
             self.app_home.forget(user.id)
             tz = await self.directory.people_tz(user.id)
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
+        if incoming.action_id in (ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN):
+            return await self.ledger.on_action(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)
@@ -288,4 +319,7 @@ class Core:
             launch = await self.lookup.actable(ref, user, "retry")
             await slow_down(self.store, self.context, user.id, "launches")
             return await self.decisions.retry(launch, user)
+        if incoming.action_id == ACTION_RESUME:  # as if its owner typed /train ... from=<it>
+            launch = await self.lookup.owned(ref, user, "resume")
+            return await self.launcher.train(resumed(launch), incoming, user)
         return Reply(f"That button ({escape(incoming.action_id)}) is not handled yet.", error=True)

@@ -54,7 +54,7 @@ class Directory:
             policy.admins.groups
         )
         oncall = self.clusters.config.alerts.oncall_usergroup
-        if oncall and policy.oncall_may_act:
+        if oncall:  # on-call acts on launches that paged them, and sees the node ledger
             privileged.add(oncall)
         wanted = policy.group_ids() | privileged
         found = set()

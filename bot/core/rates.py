@@ -59,7 +59,7 @@ def _too_fast(kind: Literal["launches", "commands"], limit: int, wait_s: float) 
     what = (
         f"started {limit} launch{plural}"
         if kind == "launches"
-        else f"ran {limit} command{plural} that ask a cluster"
+        else f"ran {limit} costly command{plural} (/logs, /clusters, /usage)"
     )
     raise CommandError(
         f"Slow down: you {what} in the last minute; try again in {math.ceil(wait_s)} s."

@@ -4,18 +4,22 @@ bar chart (PNG) and, on request, a CSV file.
 The figures are the charges :mod:`bot.engine.charging` took from ``sacct`` (``ElapsedRaw``
 times the GPUs of ``AllocTRES``, every job of a launch), one record per ended launch
 (:meth:`bot.store.store.Store.charges`), counted in the window by when the launch ended.
-Who may see whose: their own, always; a team's lead (policy ``usage.teams``) their
-team's members; admins anyone, any team and any cluster.
+Who may see whose: their own (by Slack user id, never by the deprecated ``user_name``),
+always; a team's lead (policy ``usage.teams``) their team's members; admins anyone, any
+team and any cluster.
 """
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import logging
+import re
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from bot.engine.cost import Appraisal
@@ -35,6 +39,8 @@ from commands.rules import ANY
 log = logging.getLogger(__name__)
 CSV_FIELDS = ("day", "user_id", "user_name", "cluster", "launch_id", "outcome", "gpu_hours", "cost")
 WIDTH_PX, HEIGHT_PX, DPI = 900, 450, 100
+_CHARTS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-chart")
+SLACK_ID_RE = re.compile(r"[UW][A-Z0-9]{2,31}")
 COLOURS = ("#08519c", "#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b", "#8c6d31")
 
 
@@ -59,7 +65,7 @@ def may_see(
     if policy.is_admin(user.id, user.groups):
         return
     led = policy.usage.led_by(user.id)
-    own = request.target in (user.id, user.name)
+    own = request.target == user.id  # never by name: user_name is Slack's deprecated field
     if request.scope == "person" and (own or request.target in members):
         return
     if request.scope == "team" and request.target in led:
@@ -82,6 +88,8 @@ def select(
         return [c for c in charges if c.cluster == request.target]
     if request.scope == "team":
         return [c for c in charges if c.user_id in members]
+    if SLACK_ID_RE.fullmatch(request.target):  # an id is matched as an id only
+        return [c for c in charges if c.user_id == request.target]
     target = request.target.lower()
     return [c for c in charges if target in (c.user_id.lower(), c.user_name.lower())]
 
@@ -207,7 +215,7 @@ async def answer(
     since, when = window(request, now)
     rows = select(await store.charges(since, now), request, team)
     prices = {name: price(policy, profiles, name) for name in profiles}
-    mine = request.target in (user.id, user.name)
+    mine = request.target == user.id
     who = {"person": "Your" if mine else f"{request.target}'s"}.get(
         request.scope, f"{request.scope.capitalize()} {request.target}'s"
     )
@@ -230,7 +238,12 @@ async def answer(
     text = "\n".join(lines)
     if request.csv:
         return Reply(text, file_name="usage.csv", file_content=csv_bytes(rows, prices))
-    return Reply(text, file_name="usage.png", file_content=chart_png(rows, title, since, now))
+    # A year of bars takes seconds to draw: off the event loop (every ack waits on it),
+    # one chart at a time (matplotlib is not thread-safe), charged to the person's
+    # rate limit by the core.
+    loop = asyncio.get_running_loop()
+    png = await loop.run_in_executor(_CHARTS, chart_png, rows, title, since, now)
+    return Reply(text, file_name="usage.png", file_content=png)
 
 
 async def budget_lines(
@@ -240,7 +253,7 @@ async def budget_lines(
     asker's teams' when they ask for their own usage."""
     if request.scope == "team":
         rules = [r for r in policy.team_budgets if r.group == request.target]
-    elif request.scope == "person" and request.target in (user.id, user.name):
+    elif request.scope == "person" and request.target == user.id:
         rules = [r for r in policy.team_budgets if r.group in user.groups]
     else:
         return []

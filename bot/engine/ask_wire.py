@@ -101,7 +101,24 @@ class Tail(_What):
     lines: int = Field(ge=1, le=MAX_TAIL_LINES)
 
 
-What = Annotated[Capacity | AccountOf | Estimate | Cancel | Tail, Field(discriminator="kind")]
+class NodeUpdate(_What):
+    """Drain or resume a node for on-call: the worker decides as whom, and asks again
+    whether the person may."""
+
+    kind: Literal["node"] = "node"
+    cluster: ClusterName
+    node: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
+    action: Literal["drain", "resume"]
+    reason: str = Field(default="", pattern=r"^[\w .,:;()/@#+=-]{0,200}$")
+    user_id: str = Field(pattern=SLACK_ID_PATTERN)
+    groups: tuple[Annotated[str, Field(pattern=SLACK_ID_PATTERN)], ...] = Field(
+        default=(), max_length=64
+    )
+
+
+What = Annotated[
+    Capacity | AccountOf | Estimate | Cancel | Tail | NodeUpdate, Field(discriminator="kind")
+]
 
 
 class Ask(BaseModel):

@@ -1,8 +1,9 @@
 """Cluster work for a process that holds no SSH key: the web role, Slack's listener.
 
 The core speaks to the clusters through :class:`ClusterCalls`: a cluster's capacity
-(/clusters, App Home), a cancel, a log's tail (/logs), a start estimate (/train) and
-what a login node says of a Unix user (``identity.from_email``).
+(/clusters, App Home), a cancel, a log's tail (/logs), a start estimate (/train),
+what a login node says of a Unix user (``identity.from_email``) and a node's drain or
+resume (the node ledger: on-call or an admin, asked again by the worker).
 A process with keys (a worker, or ``--role all``) makes them itself
 (:class:`bot.engine.on_cluster.Clusters`); the web role makes them through
 :class:`WorkerAsks`: each call is one entry on a Redis list that any worker takes
@@ -38,6 +39,7 @@ from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.jobs import MAX_TAIL_LINES
+from cluster.nodes import NodeAction
 from cluster.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,18 @@ class ClusterCalls(Protocol):
         timeout_s: float,
         groups: frozenset[str] = frozenset(),
     ) -> StartEstimate: ...
+
+    async def update_node(
+        self,
+        cluster: str,
+        node: str,
+        action: NodeAction,
+        reason: str = "",
+        *,
+        user_id: str,
+        cluster_user: str,
+        groups: frozenset[str] = frozenset(),
+    ) -> str: ...
 
 
 class WorkerAsks:
@@ -142,6 +156,25 @@ class WorkerAsks:
         )  # fmt: skip
         value = await self._ask(what, cluster=cluster, timeout_s=timeout_s)
         return _ESTIMATE.validate_python(value)
+
+    async def update_node(
+        self,
+        cluster: str,
+        node: str,
+        action: NodeAction,
+        reason: str = "",
+        *,
+        user_id: str,
+        cluster_user: str,
+        groups: frozenset[str] = frozenset(),
+    ) -> str:
+        """As whom is the worker's to say (``cluster_user`` is not sent), and it asks
+        again whether the person may (on-call or admin, by the groups sent)."""
+        what = wire.NodeUpdate(
+            cluster=cluster, node=node, action=action, reason=reason, user_id=user_id,
+            groups=tuple(sorted(groups)),
+        )  # fmt: skip
+        return str(await self._ask(what, cluster=cluster, timeout_s=ASK_TIMEOUT_S))
 
 
 class Refused(ClusterError):
@@ -217,6 +250,8 @@ async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
         return _ACCOUNT.dump_python(account, mode="json")
     if isinstance(what, wire.Estimate):
         return await _estimate(clusters, what)
+    if isinstance(what, wire.NodeUpdate):
+        return await _node(clusters, what)
     item = await store.get(what.launch)
     if item is None:
         raise _refuse(what, "", f"launch {what.launch} is not known", what.launch)
@@ -250,3 +285,18 @@ async def _estimate(clusters: Clusters, what: wire.Estimate) -> Any:
         timeout_s=what.timeout_s,
     )
     return _ESTIMATE.dump_python(found, mode="json")
+
+
+async def _node(clusters: Clusters, what: wire.NodeUpdate) -> Any:
+    """Drain or resume for on-call or an admin (asked again here, with the policy of this
+    worker), as the Unix user the config maps the person to, else the shared account."""
+    config = clusters.config
+    groups = frozenset(what.groups)
+    oncall = config.alerts.oncall_usergroup
+    if not (config.policy.is_admin(what.user_id, groups) or (oncall and oncall in groups)):
+        raise _refuse(what, what.cluster, f"{what.user_id} is neither on-call nor an admin")
+    profile = clusters.profile(what.cluster)
+    return await clusters.update_node(
+        what.cluster, what.node, what.action, what.reason, user_id=what.user_id,
+        cluster_user=estimate_user(profile, what.user_id),
+    )  # fmt: skip

@@ -12,7 +12,11 @@ from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
+from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis, retry_decision
+from cluster.progress import TIME_BUDGET
+from cluster.slurm_reasons import explain_pending
+from commands.requests import TrainRequest
 
 EVIDENCE_LINES = 5
 
@@ -109,29 +113,131 @@ def on_failure(
     return events + queued, True
 
 
-def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
-    """RUNNING with no new progress line for too long: say so once, and page.
+def early_stop_reason(launch: Launch) -> str:
+    """Why a run that ended COMPLETED stopped short of its total ("its time budget"), or ""
+    when it finished: its own early-stop line, else its last step short of the total by more
+    than its log interval (a run that printed its last step, or said it reached it, did not
+    stop early)."""
+    p = launch.progress
+    if p.finished or not p.total or p.step >= p.total:
+        return ""  # (a time budget that runs out at the last step ends nothing early)
+    if p.stopped_early:
+        return p.stopped_early
+    if p.step + max(1, p.log_interval) > p.total:
+        return ""
+    return "no early-stop line; its last step is short of the total"
 
-    Before the attempt's first step, start-up counts as progress while the log grows
-    (``attempt.log_grew_at``): a long start-up that keeps printing is not a hang, a
-    silent one still is, and one past ``watch.startup_max_s`` is, whatever it prints."""
+
+def on_stopped_early(
+    launch: Launch, watch: Watch, *, why: str, now: float
+) -> tuple[list[Event], str]:
+    """The job ended COMPLETED short of its total (``why``, :func:`early_stop_reason`).
+    Resumed from its newest checkpoint as a new attempt when ``watch.resume_stopped_early``
+    says so (the launch stays active: ``after=`` dependents wait), else the launch ends
+    STOPPED_EARLY. Returns the events and, when not resumed, the line that explains it
+    ("" when resumed)."""
+    attempt, p = launch.attempts[-1], launch.progress
+    saved = len(launch.checkpoints) > attempt.checkpoints_at_start
+    where = f"step {p.step:,} / {p.total:,}"
+    ckpt = ""
+    if launch.checkpoints:
+        ckpt = f" · checkpoint {escape(render.checkpoint_label(launch, launch.checkpoints[-1]))}"
+    head = f"⏸️ STOPPED EARLY at {where} ({escape(why)}; Slurm: COMPLETED){ckpt}"
+    mode = watch.resume_stopped_early
+    wanted = mode == "always" or (mode == "time_budget" and why == TIME_BUDGET)
+    if launch.cancelled_by:
+        blocker = "it was cancelled"
+    elif not wanted:
+        which = "no run" if mode == "never" else "only a run that stopped on its time budget"
+        blocker = f"the policy resumes {which} (watch.resume_stopped_early)"
+    elif not saved:
+        blocker = "it saved no checkpoint in this attempt"
+    elif p.step <= attempt.from_step:
+        blocker = "it made no progress in this attempt"
+    elif launch.resumes >= watch.max_resumes:
+        blocker = f"it was resumed {launch.resumes} times already (watch.max_resumes)"
+    else:
+        number = len(launch.attempts) + 1
+        new = Attempt(
+            number=number,
+            reason=f"resumed after it stopped early at {where} ({why})",
+            resume=True,
+            checkpoints_at_start=len(launch.checkpoints),
+            from_step=p.step,
+        )
+        text = f"{head} · resuming from it (attempt {number})."
+        _, events = phases.resume(launch, phases.Facts(now=now, attempt=new, text=text))
+        return events, ""
+    request, again = launch.request, ""
+    if isinstance(request, TrainRequest):
+        update = {"start_from": launch.id, "after": None, "after_any": False, "at": None}
+        again = request.model_copy(update=update).to_text()
+    detail = f"Stopped early at {where} ({why}); not resumed: {blocker}."
+    phases.stopped_early(launch, phases.Facts(detail=detail[:300]))
+    line = f"{head}. Not resumed: {escape(blocker)}."
+    if again:
+        line += f" To go on from its checkpoint: `{escape(again)}`"
+    return [], line
+
+
+def pending_reason(launch: Launch, snap: JobSnapshot) -> list[Event]:
+    """While the job waits, why (squeue's reason, :func:`cluster.slurm_reasons.explain_pending`):
+    each new reason updates the parent; one that never clears by itself (a hold, a limit
+    the request is over, a dependency that can no longer be met) is said at once in the
+    thread with the fix, and a hold only on-call can lift (a node's prolog failed, an
+    admin's hold) is paged, once per launch."""
+    attempt = launch.attempts[-1]
+    if launch.phase != Phase.SUBMITTED or snap.state != "PENDING" or snap.queue is None:
+        attempt.pending_reason = ""
+        return []
+    why = explain_pending(snap.queue.reason)
+    code = why.code if why is not None else ""
+    if code == attempt.pending_reason:
+        return []
+    attempt.pending_reason = code
+    events = [Event("update", launch.id)]
+    if why is None or not why.stuck:
+        return events
+    label = "⛔ HELD" if why.held else "⛔ CANNOT START"
+    job = snap.job_id
+    text = f"{label} · job {job} is {escape(why.words)} (Slurm: `{escape(code)}`)."
+    if why.fix:
+        text += f" {escape(why.fix)}"
+    events.append(Event("thread", launch.id, text, data={"buttons": ["cancel"]}))
+    if why.page:
+        cause = f"job {job} is {escape(why.words)} (Slurm: {escape(code)})"
+        events += oncall(launch, "job_held", cause, "Release it (scontrol release) or cancel it.")
+    return events
+
+
+def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
+    """RUNNING with no output for too long: say so once, and page.
+
+    Any growth of the log counts (``attempt.log_grew_at``: a line, or the block a buffered
+    run writes), not only a new step: a run whose driver writes in blocks, or prints every
+    ``log_interval`` steps, is not silent while its log grows. The bound is
+    ``watch.hang_after_s`` of the run's median step time times its log interval (the steps
+    between two printed points). Before the first step, a start-up past
+    ``watch.startup_max_s`` is a hang whatever it prints."""
     attempt = launch.attempt
     if launch.phase != Phase.RUNNING or attempt is None or attempt.hang_reported:
         return []
     if launch.interactive or not attempt.started_at:
         return []
-    starting = launch.progress.updated_at < attempt.started_at  # no step in this attempt yet
-    last = max(launch.progress.updated_at, attempt.started_at)
-    bound = watch.hang_after_s(launch.progress.median_step_time_s)
+    p = launch.progress
+    starting = p.updated_at < attempt.started_at  # no step in this attempt yet
+    last = max(p.updated_at, attempt.started_at, attempt.log_grew_at)
+    interval = max(1, p.log_interval)
+    bound = watch.hang_after_s((p.median_step_time_s or 0.0) * interval)
     if starting:
-        last, bound = max(last, attempt.log_grew_at), watch.hang_min_s
+        bound = watch.hang_min_s
         if now - attempt.started_at >= watch.startup_max_s:
             last, bound = attempt.started_at, watch.startup_max_s
     if now - last < bound:
         return []
     attempt.hang_reported = True
     quiet = render.duration(now - last)
-    where = f"step {launch.progress.step:,}" if not starting else "start-up"
+    where = f"step {p.step:,}" if not starting else "start-up"
     if starting and attempt.tail.strip():
         where += f", last line `{escape(attempt.tail.strip().splitlines()[-1][:120])}`"
     text = (

@@ -21,13 +21,14 @@ from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.settings.logs import launch_fields
 from bot.store.store import Store
-from cluster import jobs, launch
+from cluster import jobs, launch, wandb_run
 from cluster import preflight as checks
 from cluster.accounts import Account, lookup_account
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError, PersonRefused
 from cluster.launcher_options import LauncherOptions
 from cluster.login import cert_key_id
+from cluster.nodes import NodeAction, update_node
 from cluster.profiles import ClusterProfile
 from cluster.sacct import Usage
 from cluster.sbatch import JobShape, StartEstimate
@@ -50,6 +51,15 @@ def job_comment(item: Launch) -> str:
     """What Slurm's ``--comment`` says about a launch: which launch, and whose."""
     who = re.sub(r"[^A-Za-z0-9._@-]", "", item.user_id)[:40] or "unknown"
     return f"trainbot {item.id} by {who}"
+
+
+def wandb_env(item: Launch, cluster: str) -> dict[str, str]:
+    """The W&B variables of a launch's job (:mod:`cluster.wandb_run`): one run for every attempt,
+    the sweep as its group, tagged with the launch, the cluster and the owner's name."""
+    owner = item.cluster_user or item.user_name or item.user_id
+    return wandb_run.run_env(
+        item.id, cluster=cluster, owner=owner, sweep=item.sweep, notes=item.request.to_text()
+    )
 
 
 CANCEL_CONFIRM_TRIES = 15  # seconds to wait for a cancelled job to leave the queue
@@ -150,6 +160,7 @@ class Clusters:
                 name=req.name,
                 image=req.image,
                 overrides=tuple(req.overrides),
+                env=wandb_env(item, profile.name),
                 secrets=secrets,
                 comment=job_comment(item),
             )
@@ -167,6 +178,7 @@ class Clusters:
                 image=req.image,
                 interactive=True,
                 comment=job_comment(item),
+                env=wandb_env(item, profile.name),
                 secrets=secrets,
             )
         return Spec(self._for_attempt(item, spec), notes)
@@ -309,3 +321,21 @@ class Clusters:
         if self.pool.act_as_people:
             profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, "estimate"))
         return await start_estimate(self.pool, profile, shape, timeout_s=timeout_s)
+
+    async def update_node(
+        self,
+        cluster: str,
+        node: str,
+        action: NodeAction,
+        reason: str = "",
+        *,
+        user_id: str,
+        cluster_user: str,
+        groups: frozenset[str] = frozenset(),
+    ) -> str:
+        """Drain or resume ``node`` (``scontrol update``) as the person's Unix user where this
+        process logs in as people, else as the shared account; Slurm's state for it after."""
+        profile = self.profile(cluster)
+        if self.pool.act_as_people:
+            profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, action))
+        return await update_node(self.pool, profile, node, action, reason)

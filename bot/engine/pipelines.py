@@ -31,6 +31,9 @@ from commands.schedule import at_epoch, show
 
 PARENT_LOOK_S = 5.0  # a child looks at its parent this often (a Redis read, no SSH)
 MAX_CHAIN = 20  # steps of a chain looked through for a cycle
+# A child whose parent still awaits approval this long after it was asked ends (its
+# place among its owner's active launches is not held for ever): PARENT_UNAPPROVED.
+APPROVAL_PATIENCE_S = 24 * 3600.0
 UNSURE_LOOK_S = 60.0  # a due launch whose person's groups Slack did not say: asked again then
 Mutate = Callable[[str, Callable[[Launch], list[Event]]], Awaitable[tuple[Launch, list[Event]]]]
 
@@ -93,6 +96,9 @@ async def must_wait(
     if not item.waits_for:
         return await _no_longer_allowed(store, item, mutate, authority)
     parent = await store.get(item.waits_for)
+    if parent is not None and parent.phase == Phase.AWAITING_APPROVAL:
+        if now - parent.created_at > APPROVAL_PATIENCE_S:
+            return await _unapproved(item, parent, mutate)
     if parent is not None and parent.active:
         await store.requeue(item.id, after_s=PARENT_LOOK_S)
         return True
@@ -113,6 +119,25 @@ async def must_wait(
 
     detail = f"{item.waits_for} ended {outcome}"
     facts = phases.Facts(outcome="PARENT_FAILED", text=text, detail=detail)
+    await mutate(item.id, phases.step(phases.not_started, facts))
+    return True
+
+
+async def _unapproved(
+    item: Launch, parent: Launch, mutate: Callable[..., Awaitable[object]]
+) -> bool:
+    """``item`` waited ``APPROVAL_PATIENCE_S`` for a parent that still awaits approval: it
+    ends here, giving back the place it held among its owner's active launches (their
+    ``max_concurrent``) and its budget hold, and says how to go on."""
+    hours = APPROVAL_PATIENCE_S / 3600
+    text = (
+        f"⛔ Not started: {parent.id}, which this launch waits for, has awaited approval for "
+        f"over {hours:g} h. This launch ends here, so it no longer counts against your "
+        f"active launches (max_concurrent) and budget. Once {parent.id} is approved, "
+        f"`/train` it again with after={parent.id}."
+    )
+    detail = f"{parent.id} still awaited approval after {hours:g} h"
+    facts = phases.Facts(outcome="PARENT_UNAPPROVED", text=text, detail=detail)
     await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 

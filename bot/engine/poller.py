@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.engine import placement
+from bot.engine import placement, wandb_summary
 from bot.engine.authority import Authority
 from bot.engine.charging import charge_ended
 from bot.engine.cost import StartEstimates
@@ -37,6 +37,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
 from bot.settings.logs import log_context
+from bot.store.base import StoreError
+from bot.store.nodes import NodeEntry
 from bot.store.store import Store
 from cluster.collector import JobSnapshot, PollResult, collect
 from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
@@ -96,6 +98,7 @@ class Poller:
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
         self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
+        self.wandb = wandb_summary.ReadBacks(store, wandb_summary.reader_for(clusters.settings))
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
@@ -322,8 +325,30 @@ class Poller:
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         stored, _ = await self.store.mutate(launch.id, change)
+        if launch.active and not stored.active:  # it ended now: its W&B run's summary
+            self.wandb.start(stored)
+        if diagnosis is not None and diagnosis.failed_node:
+            await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
             await self._finish_cancel(stored, job.job_id, grace_s=0.0)
+
+    async def record_faulty_node(
+        self, cluster: str, launch: Launch, job_id: str, diagnosis: Diagnosis, now: float
+    ) -> None:
+        """The node the diagnosis names as faulty goes into the node ledger (once per job)."""
+        node = diagnosis.failed_node or ""
+        entry = NodeEntry(
+            at=now,
+            launch_id=launch.id,
+            job_id=job_id,
+            cause_key=diagnosis.key,
+            cause=diagnosis.cause[:300],
+        )
+        try:
+            if await self.store.record_node(cluster, node, entry):
+                log.info("node=%s cluster=%s job=%s in the node ledger", node, cluster, job_id)
+        except (StoreError, ValueError) as exc:  # the launch moved on; only the ledger lacks it
+            log.warning("node %s of job %s not written to the ledger: %s", node, job_id, exc)
 
     async def _finish_cancel(
         self, launch: Launch, job_id: str, grace_s: float = CANCEL_GRACE_S

@@ -234,3 +234,26 @@ def where(request: SweepRequest) -> str:
 
 def short_values(sweep: Sweep, index: int) -> str:
     return escape(sweep.label(index))
+
+
+WANDB_COLUMNS = 4  # the W&B summary keys a sweep's comparison shows, most shared first
+
+
+def wandb_comparison_text(sweep: Sweep, launches: list[Launch | None]) -> str:
+    """The members' W&B run summaries side by side: the keys most members report ("" when
+    no member has one). Every key is escaped: whoever writes a run chose it."""
+    summaries = [launch.wandb_summary if launch else {} for launch in launches]
+    counts: dict[str, int] = {}
+    for summary in summaries:
+        for key in summary:
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ""
+    shown = sorted(counts, key=lambda k: (-counts[k], k))[:WANDB_COLUMNS]
+    header = ["#", *sweep.keys, *shown]
+    body = [
+        [str(i + 1), *sweep.values[i], *(_num(summary.get(key)) for key in shown)]
+        for i, summary in enumerate(summaries)
+    ]
+    lines = [escape(line) for line in _columns(header, body)]
+    return f"📈 W&B summaries of sweep {sweep.id}:\n```" + "\n".join(lines) + "```"

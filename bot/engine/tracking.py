@@ -23,8 +23,8 @@ from cluster.diagnosis import Diagnosis
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
-from cluster.remote import quote_path
 from cluster.slurm import is_terminal, slurm_time_seconds
+from cluster.slurm_reasons import explain_pending
 from cluster.spec import framework
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,11 @@ class _Step:
             return False
         text, used = complete_lines(chunk.text)
         attempt.tracking = self.snap.advance(attempt.tracking, consumed=used)
+        # Any growth of the log, a line cut mid-way included, says the run is alive; a cut
+        # line read again (its end not written yet: a tqdm bar, a stalled block) is not growth.
+        if chunk.text and (chunk.offset > attempt.log_size or chunk.reset):
+            attempt.log_grew_at, attempt.log_size = self.now, chunk.offset
         if text:
-            attempt.log_grew_at = self.now  # before the first step: start-up progress
             lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
             attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
             self.trackers(text, attempt.tracking)
@@ -96,8 +99,16 @@ class _Step:
             self.checkpoints_unread = True  # a directory not listed by this poll's collect
             attempt.tracking = attempt.tracking.model_copy(update={"checkpoint_dir": ckpt_dir})
         val = launch.validation_history[-1][1] if launch.validation_history else None
-        carry = Point(p.step, p.total, p.loss, p.step_time_s, p.base, val) if p.total else None
+        carry = (
+            Point(p.step, p.total, p.loss, p.step_time_s, p.base, val, p.reward, p.max_steps)
+            if p.total
+            else None
+        )
         progress = fw.parse_progress(text, carry)
+        p.stopped_early = progress.stopped_early or p.stopped_early
+        p.finished = p.finished or progress.finished
+        launch.accuracy_history.extend(progress.accuracy)  # validation may come between steps
+        p.accuracy = launch.accuracy_history[-1][1] if launch.accuracy_history else p.accuracy
         last = progress.last
         if last is None:
             return False
@@ -108,7 +119,11 @@ class _Step:
             launch, progress, rules, ended=ended, saved_steps=saved, now=self.now
         ):
             self.say(text)
+        # Steps between printed points: the parser's word, else the gap since the last poll's.
+        gap = last.step - p.step if p.step and len(progress.points) == 1 else 0
+        p.log_interval = progress.interval or (gap if gap > 0 else p.log_interval)
         p.step, p.total, p.base, p.updated_at = last.step, last.total, last.base, self.now
+        p.max_steps = last.cap
         p.loss = last.loss if health.finite(last.loss) else p.loss
         p.step_time_s = last.step_time_s if last.step_time_s is not None else p.step_time_s
         p.recent_step_times_s.extend(q.step_time_s for q in progress.points if q.step_time_s)
@@ -119,8 +134,12 @@ class _Step:
             for q in progress.points
             if q.loss is not None and health.finite(q.loss)
         )
+        rewards = [(q.step, q.reward) for q in progress.points if health.finite(q.reward)]
+        launch.reward_history.extend((s, r) for s, r in rewards if r is not None)
+        p.reward = launch.reward_history[-1][1] if launch.reward_history else p.reward
         launch.validation_history.extend(progress.validation)
-        for kept in (history, launch.validation_history):
+        kept_lists = (history, launch.validation_history, launch.reward_history)
+        for kept in (*kept_lists, launch.accuracy_history):
             if len(kept) > HISTORY_MAX:  # the whole run at half the resolution, spikes kept
                 kept[:] = reduce_per_column(kept, HISTORY_MAX // 4)
         return True
@@ -136,14 +155,15 @@ class _Step:
                 continue
             if url not in launch.run_links:
                 launch.run_links.append(url)
-                self.say(f"📈 W&B run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
+                tracker = "MLflow" if "/experiments/" in url else "W&B"
+                self.say(f"📈 {tracker} run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
         for printed in tensorboard_dirs(text):
             where = framework(tracking.framework).tensorboard_dir(
                 printed, tracking, self.snap.directory
             )
             if where not in launch.tensorboard_dirs:
                 launch.tensorboard_dirs.append(where)
-                self.say(tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
+                self.say(render.tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
 
     def checkpoints(self) -> None:
         """Each saved step once: NeMo's ``-last`` copy (pretraining) or link (fine-tuning)
@@ -174,17 +194,21 @@ class _Step:
         ended = acct.earlier[attempt.restarts : snap.restarts] or acct.earlier[-1:]
         attempt.restarts = snap.restarts
         failed = [r for r in ended if r.state.startswith("NODE_FAIL")]
+        why = explain_pending(snap.queue.reason) if snap.queue is not None else None
+        again = "it will run again from its newest checkpoint"
+        if why is not None and why.held:  # requeued held: it runs again only once released
+            again = f"it is {escape(why.words)} and will not run again until it is released"
         if not failed:
             before = ended[-1].state if ended else "REQUEUED"
             self.say(
                 f"🔁 Slurm requeued job {snap.job_id} (restart {snap.restarts}; the run before "
-                f"ended {escape(before)}, not a node failure); it will run again from its newest "
-                "checkpoint. No second job was submitted."
+                f"ended {escape(before)}, not a node failure); {again}. No second job was "
+                "submitted."
             )
             return
         self.say(
             f"⚠️ Slurm requeued job {snap.job_id} (restart {snap.restarts}) after a node "
-            "failure; it will run again from its newest checkpoint. No second job was submitted."
+            f"failure; {again}. No second job was submitted."
         )
         nodes = f" on {escape(failed[-1].nodelist)}" if failed[-1].nodelist else ""
         cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {snap.job_id}"
@@ -221,6 +245,8 @@ class _Step:
             return
         if is_terminal(state) and self.checkpoints_unread:
             return  # the end is taken at the next poll, with the checkpoints it lists
+        if is_terminal(state) and self.snap.log.more:
+            return  # the end is taken once the log is read to its end (its last step, its why)
         previous, attempt.slurm_state = attempt.slurm_state, state
         self.visible = True
         if state in ("RUNNING", "COMPLETING"):
@@ -232,21 +258,40 @@ class _Step:
         elif previous and state not in ("PENDING", "CONFIGURING"):
             self.say(f"Slurm state: {state}.")
 
+    def end(self, state: str) -> str | None:
+        """The launch ends ``state``; a run that COMPLETED short of its total is resumed
+        (None) or ends STOPPED_EARLY, never ✅ (the line that says why it stopped)."""
+        why = babysit.early_stop_reason(self.launch) if state == "COMPLETED" else ""
+        if not why:
+            phases.ended(self.launch, phases.Facts(outcome=state))
+            return ""
+        events, stopped = babysit.on_stopped_early(self.launch, self.watch, why=why, now=self.now)
+        self.events += events
+        self.visible = True
+        return stopped or None
+
+    def accounted(self) -> None:
+        """What Slurm's accounting says of the ended attempt: exit code, nodes, GPU-hours,
+        and its own run time (it beats when the poller first saw the job running)."""
+        attempt = self.attempt
+        if self.snap.acct is None:
+            return
+        latest = self.snap.acct.latest
+        attempt.exit_code = latest.exit_code
+        attempt.node_list = latest.nodelist or attempt.node_list
+        if self.snap.acct.gpu_hours > 0:  # ElapsedRaw x AllocTRES gres/gpu, per incarnation
+            attempt.gpu_hours = self.snap.acct.gpu_hours
+        try:
+            ran_s = slurm_time_seconds(latest.elapsed)
+        except ValueError:
+            ran_s = 0
+        if ran_s:
+            attempt.started_at = min(attempt.started_at or self.now, self.now - ran_s)
+
     def terminal(self, state: str) -> None:
         attempt, launch = self.attempt, self.launch
         attempt.ended_at = self.now
-        if self.snap.acct is not None:
-            latest = self.snap.acct.latest
-            attempt.exit_code = latest.exit_code
-            attempt.node_list = latest.nodelist or attempt.node_list
-            if self.snap.acct.gpu_hours > 0:  # ElapsedRaw x AllocTRES gres/gpu, per incarnation
-                attempt.gpu_hours = self.snap.acct.gpu_hours
-            try:  # Slurm's own run time beats when the poller first saw the job running
-                ran_s = slurm_time_seconds(latest.elapsed)
-            except ValueError:
-                ran_s = 0
-            if ran_s:
-                attempt.started_at = min(attempt.started_at or self.now, self.now - ran_s)
+        self.accounted()
         if state != "COMPLETED":
             events, retrying = babysit.on_failure(
                 launch, self.watch, state=state, diagnosis=self.diagnosis, now=self.now
@@ -255,8 +300,12 @@ class _Step:
             self.visible = True
             if retrying:
                 return
-        phases.ended(launch, phases.Facts(outcome=state))
+        stopped = self.end(state)
+        if stopped is None:
+            return  # resumed as a new attempt
         summary = final_summary(launch, self.profile, self.now)
+        if stopped:
+            summary = f"{stopped}\n{summary}"
         if state == "COMPLETED":  # a run whose loss went NaN is no plain success
             summary = health.completed_text(launch, summary)
         launch.detail = launch.detail or summary.split("\n", 1)[0]
@@ -268,7 +317,8 @@ class _Step:
         ):
             lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
             summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
-        self.say(summary, {"buttons": ["run_again"]})  # the final line: Run again
+        # The final line: Run again; a run left stopped early also goes on from its checkpoint.
+        self.say(summary, {"buttons": ["resume", "run_again"] if stopped else ["run_again"]})
         if state == "COMPLETED":  # recovered: close what was paged for it
             self.events += babysit.resolve_alerts(launch, state)
         if len(launch.progress_history) >= 2:
@@ -300,25 +350,13 @@ def apply_snapshot(
     step.requeues()
     step.attach()
     step.state()
+    step.events += babysit.pending_reason(launch, snap)
     step.events += babysit.check_hang(launch, step.watch, step.now)
     stale = step.now - launch.parent_rendered_at >= PARENT_REFRESH_S
     if step.visible or (progressed and stale):
         launch.parent_rendered_at = step.now
         step.events.append(Event("update", launch.id))
     return step.events
-
-
-def tensorboard_text(profile: ClusterProfile, log_dir: str, job_id: str, launch_id: str) -> str:
-    """The thread line for a run that logs to TensorBoard in ``log_dir`` (a path from the
-    cluster): the cluster's link when it has one, else how to view it on the login node."""
-    url = profile.tensorboard_url(log_dir=log_dir, job_id=job_id, launch_id=launch_id)
-    if url is not None:
-        return f"📊 TensorBoard: <{escape(url)}|job {escape(job_id)}> (logs in `{escape(log_dir)}`)"
-    return (
-        f"📊 TensorBoard logs in `{escape(log_dir)}`. To view them, run "
-        f"`tensorboard --logdir {escape(quote_path(log_dir))}` on the login node "
-        f"({escape(profile.login.host)})."
-    )
 
 
 def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:

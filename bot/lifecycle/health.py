@@ -54,6 +54,7 @@ def observe(
     ``launch.health`` (and, for a NaN loss under "stop", records trainbot's cancel:
     the poller then sends ``scancel``). Call before the new points join the histories."""
     said = _loss_checks(launch, progress, rules, ended=ended, now=now)
+    said += _reward_checks(launch, progress, rules)
     said += _validation_check(launch, progress, rules)
     said += _speed_checks(launch, progress, rules, saved_steps)
     return said
@@ -64,6 +65,9 @@ def _loss_checks(
 ) -> list[str]:
     h, said = launch.health, []
     window = [loss for _, loss in launch.progress_history[-rules.spike_window :]]
+    # An RL run's loss (GRPO's clipped policy-gradient term) sits near zero, of either sign:
+    # a ratio to its median is noise. Its reward is watched instead (_reward_checks).
+    rl = bool(launch.reward_history) or any(q.reward is not None for q in progress.points)
     for q in progress.points:
         if q.loss is None:
             continue
@@ -72,9 +76,10 @@ def _loss_checks(
                 h.nan_step = q.step
                 said.append(_nan_text(launch, q.step, q.loss, rules, ended=ended, now=now))
             continue
-        if len(window) >= rules.spike_min_points:
-            typical = median(window[-rules.spike_window :])
-            if typical > 0 and q.loss > rules.spike_factor * typical:
+        recent = window[-rules.spike_window :]
+        if not rl and len(window) >= rules.spike_min_points and min(recent) > 0:
+            typical = median(recent)
+            if q.loss > rules.spike_factor * typical:
                 if h.spike_step is None:
                     h.spike_step = q.step
                     said.append(
@@ -107,6 +112,44 @@ def _nan_text(
         f"{what}. The run goes on (health policy: flag); what it trains from here is "
         "likely unusable: cancel it if it should not."
     )
+
+
+def _reward_checks(launch: Launch, progress: Progress, rules: Rules) -> list[str]:
+    """RL: the reward collapsing (its recent median under (1 - ``reward_collapse``) x its best)
+    or going flat (``reward_flat_steps`` steps with one value): each said once per episode."""
+    h, said = launch.health, []
+    rewards = [
+        r for _, r in launch.reward_history[-max(rules.reward_window, rules.reward_flat_steps) :]
+    ]
+    for q in progress.points:
+        if q.reward is None or not math.isfinite(q.reward):
+            continue
+        rewards.append(q.reward)
+        if len(rewards) >= rules.reward_window:
+            typical = median(rewards[-rules.reward_window :])
+            best = h.reward_best
+            if best is not None and best > 0 and typical < (1 - rules.reward_collapse) * best:
+                if h.reward_collapse_step is None:
+                    h.reward_collapse_step = q.step
+                    said.append(
+                        f"📉 The reward collapsed at step {q.step:,}: its median over the last "
+                        f"{rules.reward_window} steps is {typical:.3g}, its best was {best:.3g}."
+                    )
+            elif h.reward_collapse_step is not None:
+                h.reward_collapse_step = None
+            h.reward_best = typical if best is None else max(best, typical)
+        flat = rewards[-rules.reward_flat_steps :]
+        if len(flat) == rules.reward_flat_steps and max(flat) - min(flat) <= 1e-9:
+            if h.reward_flat_step is None:
+                h.reward_flat_step = q.step
+                said.append(
+                    f"📏 The reward has been {flat[-1]:.3g} for {rules.reward_flat_steps} steps "
+                    f"(up to step {q.step:,}): every answer scores the same, so the policy gets "
+                    "no learning signal."
+                )
+        elif h.reward_flat_step is not None:
+            h.reward_flat_step = None
+    return said
 
 
 def _validation_check(launch: Launch, progress: Progress, rules: Rules) -> list[str]:

@@ -97,8 +97,10 @@ class Attempt(BaseModel):
     hang_reported: bool = False
     cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
     terms: Terms | None = None  # a reroute: who the launch runs as on that cluster, derived there
-    log_grew_at: float = 0.0  # before its first step: when its log last grew (start-up progress)
+    log_grew_at: float = 0.0  # when its log last grew (any output counts against a hang)
+    log_size: int = 0  # how far into the log any read reached when it last grew
     tail: str = ""  # the last lines of the main log, for the failure message
+    pending_reason: str = ""  # squeue's reason while the job waits (said when it changes)
     gpu_hours: float | None = None  # what Slurm's accounting says the job used (None: not read)
     record: RunRecord | None = None  # what its submit ran: command, env names, checkout, image
 
@@ -117,6 +119,12 @@ class Progress(BaseModel):
     loss: float | None = None
     step_time_s: float | None = None
     base: int = 0  # NeMo-RL: the steps of earlier epochs (its step counter restarts each epoch)
+    reward: float | None = None  # RL: the last step's mean reward
+    accuracy: float | None = None  # RL: the last validation's accuracy
+    log_interval: int = 1  # steps between two printed progress points
+    max_steps: int = 0  # NeMo-RL: max_num_steps as the run's config says (0: not known)
+    finished: bool = False  # the run said it reached its last step (NeMo's max_steps line)
+    stopped_early: str = ""  # why the run said it stops early ("its time budget"), this attempt
     recent_step_times_s: list[float] = Field(default_factory=list)  # the last few, for the median
 
     @property
@@ -146,6 +154,9 @@ class Health(BaseModel):
     gpu_sampled_at: float = 0.0
     gpu_idle_since: float | None = None  # the first sample of the current idle stretch
     gpu_idle_said: bool = False  # the idle warning of that stretch was said
+    reward_collapse_step: int | None = None  # the open "reward collapsed" episode (said)
+    reward_best: float | None = None  # the best median reward over reward_window steps so far
+    reward_flat_step: int | None = None  # the open "reward went flat" episode (said)
 
 
 class Launch(BaseModel):
@@ -167,7 +178,12 @@ class Launch(BaseModel):
     checkpoints: list[str] = Field(default_factory=list)
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
+    reward_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, mean reward)
+    accuracy_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, val acc.)
+    resumes: int = 0  # attempts made to go on after the run stopped early on its own
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
+    wandb_summary: dict[str, float] = Field(default_factory=dict)  # read back at the end
+    wandb_read: bool = False  # the read-back was tried (once per launch)
     tensorboard_dirs: list[str] = Field(default_factory=list)  # said in the thread, once each
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)
@@ -304,8 +320,13 @@ class HistoryEntry(BaseModel):
         )
 
 
+SWEEP_ID_HEX = 16  # 64 random bits: a sweep id is not guessed, nor drawn twice
+
+
 def new_sweep_id() -> str:
-    return f"S-{secrets.token_hex(3)}"
+    """A fresh sweep id (``S-`` and 16 hex digits). Ids of earlier versions (``S-`` and 6
+    hex digits) keep resolving: 4 to 16 hex digits are accepted."""
+    return "S-" + secrets.token_hex(SWEEP_ID_HEX // 2)
 
 
 class Sweep(BaseModel):

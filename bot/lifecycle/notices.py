@@ -79,8 +79,8 @@ def classify(before: Before | None, after: Launch) -> tuple[list[Notice], bool]:
         elif now == Phase.DONE:
             outcome = after.outcome or ""
             found.append(
-                "completed"
-                if outcome == "COMPLETED"
+                "completed"  # a run that stopped early ends as a run does, not as a failure
+                if outcome in ("COMPLETED", "STOPPED_EARLY")
                 else "cancelled"
                 if outcome == "CANCELLED"
                 else "failed"

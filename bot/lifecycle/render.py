@@ -16,6 +16,8 @@ from bot.text import mrkdwn as st
 from bot.text.plot import Marks, render_loss_png
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
+from cluster.remote import quote_path
+from cluster.slurm_reasons import PendingWhy, explain_pending
 from cluster.spec import LaunchSpec
 
 OUTCOME_ICONS = {
@@ -28,7 +30,9 @@ OUTCOME_ICONS = {
     "PREEMPTED": "⏸️",
     "BOOT_FAIL": "💥",
     "DEADLINE": "⌛",
+    "STOPPED_EARLY": "⏸️",
 }
+OUTCOME_WORDS = {"STOPPED_EARLY": "STOPPED EARLY"}  # trainbot's own outcomes, in words
 PHASE_LABELS = {
     Phase.AWAITING_APPROVAL: ("✋", "AWAITING APPROVAL"),
     Phase.QUEUED: ("⏳", "QUEUED"),
@@ -56,13 +60,33 @@ def duration(seconds: float) -> str:
 def status_label(launch: Launch) -> tuple[str, str]:
     if launch.phase == Phase.DONE:
         word = launch.outcome or "DONE"
-        return OUTCOME_ICONS.get(word, "❔"), word
+        return OUTCOME_ICONS.get(word, "❔"), OUTCOME_WORDS.get(word, word)
     icon, word = PHASE_LABELS.get(launch.phase, ("❔", launch.phase.upper()))
     if launch.phase in (Phase.SUBMITTED, Phase.RUNNING) and launch.attempt:
         state = launch.attempt.slurm_state
         if state and state not in ("PENDING", "RUNNING"):
             word = state
+        why = waiting(launch)
+        if why is not None and why.stuck:
+            icon, word = "⛔", "HELD" if why.held else "CANNOT START"
     return icon, word
+
+
+def waiting(launch: Launch) -> PendingWhy | None:
+    """Why the launch's job waits (squeue's reason, read), while it does."""
+    attempt = launch.attempt
+    if launch.phase != Phase.SUBMITTED or attempt is None or not attempt.pending_reason:
+        return None
+    return explain_pending(attempt.pending_reason)
+
+
+def waiting_line(launch: Launch) -> str:
+    """``waiting behind jobs with a higher priority (Slurm: Priority)`` and what would help."""
+    why = waiting(launch)
+    if why is None:
+        return ""
+    line = f"{st.escape(why.words)} (Slurm: `{st.escape(why.code)}`)"
+    return f"{line}. {st.escape(why.fix)}" if why.fix else line
 
 
 def headline(launch: Launch, profile: ClusterProfile | None) -> str:
@@ -84,7 +108,11 @@ def progress_line(launch: Launch) -> str:
     parts: list[str] = []
     if p.total:
         parts.append(f"step {p.step:,} / {p.total:,}")
-        if p.loss is not None:
+        if p.reward is not None:  # RL: the reward and accuracy are what people watch
+            parts.append(f"reward {p.reward:.3g}")
+            if p.accuracy is not None:
+                parts.append(f"accuracy {p.accuracy:.3g} (val)")
+        elif p.loss is not None:
             parts.append(f"loss {p.loss:.3g}")
         if p.step_time_s:
             parts.append(f"{p.step_time_s:.2g} s/step")
@@ -131,6 +159,8 @@ def parent(
     """The parent message: one glance tells the state."""
     now = time.time() if now is None else now
     lines = [headline(launch, profile)]
+    if wait := waiting_line(launch):
+        lines.append(wait)
     if progress := progress_line(launch):
         lines.append(progress)
     if launch.detail and not launch.active:
@@ -184,16 +214,36 @@ def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
 
 
 def loss_curve(launch: Launch) -> bytes:
-    """The loss curve as a PNG; ValueError while there are too few points to draw."""
-    title = f"{launch.id} · {launch.words} · loss"
+    """The curve of the run's primary metric as a PNG: its loss, or for an RL run (one that
+    reports a reward per step) its reward with the validation accuracy; ValueError while
+    there are too few points to draw."""
+    rl = len(launch.reward_history) >= 2
+    metric = "reward" if rl else "loss"
+    title = f"{launch.id} · {launch.words} · {metric}"
     steps = (checkpoint_step(launch, name) for name in launch.checkpoints)
     marks = Marks(
         retries=[a.from_step for a in launch.attempts[1:] if a.from_step],
         checkpoints=[s for s in steps if s is not None],
     )
     return render_loss_png(
-        launch.progress_history,
+        launch.reward_history if rl else launch.progress_history,
         title=title,
-        validation=launch.validation_history,
+        validation=launch.accuracy_history if rl else launch.validation_history,
         marks=marks,
+        metric=metric,
+        validation_label="validation accuracy" if rl else "validation loss",
+    )
+
+
+def tensorboard_text(profile: ClusterProfile, log_dir: str, job_id: str, launch_id: str) -> str:
+    """The thread line for a run that logs to TensorBoard in ``log_dir`` (a path from the
+    cluster): the cluster's link when it has one, else how to view it on the login node."""
+    url = profile.tensorboard_url(log_dir=log_dir, job_id=job_id, launch_id=launch_id)
+    if url is not None:
+        link = f"<{st.escape(url)}|job {st.escape(job_id)}>"
+        return f"📊 TensorBoard: {link} (logs in `{st.escape(log_dir)}`)"
+    return (
+        f"📊 TensorBoard logs in `{st.escape(log_dir)}`. To view them, run "
+        f"`tensorboard --logdir {st.escape(quote_path(log_dir))}` on the login node "
+        f"({st.escape(profile.login.host)})."
     )

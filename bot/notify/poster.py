@@ -26,6 +26,7 @@ from bot.text.mrkdwn import (
     cancel_button,
     edit_relaunch_button,
     reject_button,
+    resume_button,
     retry_button,
     run_again_button,
     section,
@@ -188,7 +189,8 @@ class Poster:
 
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
-    Use <partition> (a refused partition), Run again and Edit & relaunch (the final line)."""
+    Use <partition> (a refused partition), Run again and Edit & relaunch (the final line),
+    Resume from checkpoint (a run that stopped early and was not resumed)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -196,6 +198,8 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons.append(cancel_button(launch.id, job_label=label))
     if "retry" in wanted and launch.active:
         buttons.append(retry_button(launch.id))
+    if "resume" in wanted and launch.outcome == "STOPPED_EARLY":
+        buttons.append(resume_button(launch.id))
     if "run_again" in wanted and not launch.active and not launch.sweep:
         buttons += [run_again_button(launch.id), edit_relaunch_button(launch.id)]
     partition = str(event.data.get("partition", ""))

@@ -1,5 +1,6 @@
-"""The usage report: top users, clusters, failures by cause and the GPU-hours failed
-runs used, posted to the configured channel on a cron schedule (``report:``).
+"""The usage report: top users, clusters, failures by cause, the GPU-hours failed
+runs used and the nodes that failed launches (the node ledger), posted to the
+configured channel on a cron schedule (``report:``).
 
 Every process that runs the poller schedules it; at each slot of the schedule the
 first process to set the slot's mark in Redis (set-if-absent) posts and the others
@@ -21,18 +22,51 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from bot.core.usage import hours
 from bot.settings.cron import cron_trigger, slot_of
 from bot.store.budgets import Charge
+from bot.store.nodes import NodeRecord
 from bot.store.store import Store
 from bot.text.front import Front
 from bot.text.mrkdwn import escape, slack_date
 
 log = logging.getLogger(__name__)
 
-SUCCEEDED = frozenset({"COMPLETED", "CANCELLED", ""})  # not a failure
+SUCCEEDED = frozenset({"COMPLETED", "CANCELLED", "STOPPED_EARLY", ""})  # not a failure
 MARK_KEEP_S = 90 * 86400
 
 
-def report_text(charges: Sequence[Charge], *, since: float, until: float, top: int) -> str:
-    """The report's text (mrkdwn)."""
+def node_line(nodes: Sequence[NodeRecord], *, since: float, top: int) -> str:
+    """The node ledger in the window: each node with the launches it failed then, most first."""
+    counted = []
+    for record in nodes:
+        failures = record.failures_since(since)
+        launches = {e.launch_id for e in failures if e.launch_id}
+        if launches:
+            causes = ", ".join(dict.fromkeys(e.cause_key or "unknown" for e in failures))
+            counted.append((len(launches), record.cluster, record.node, causes))
+    if not counted:
+        return ""
+    counted.sort(key=lambda row: (-row[0], row[1], row[2]))
+    parts = [
+        f"{escape(cluster)}/{escape(node)} {count} ({escape(causes)})"
+        for count, cluster, node, causes in counted[:top]
+    ]
+    return "Nodes that failed launches (launches, causes): " + ", ".join(parts)
+
+
+def report_text(
+    charges: Sequence[Charge],
+    *,
+    since: float,
+    until: float,
+    top: int,
+    nodes: Sequence[NodeRecord] = (),
+) -> str:
+    """The report's text (mrkdwn); ``nodes``: the node ledger of every cluster."""
+    text = _usage_text(charges, since=since, until=until, top=top)
+    ledger = node_line(nodes, since=since, top=top)
+    return f"{text}\n{ledger}" if ledger else text
+
+
+def _usage_text(charges: Sequence[Charge], *, since: float, until: float, top: int) -> str:
     start, end = slack_date(since), slack_date(until)  # each reader's own time zone
     total = sum(c.gpu_hours for c in charges)
     lines = [
@@ -73,9 +107,10 @@ class Reporter:
 
     def __init__(
         self, store: Store, front: Front, *, channel: str, cron: str, days: int, top: int,
-        owner: str,
+        owner: str, clusters: Sequence[str] = (),
     ) -> None:  # fmt: skip
         self.store, self.front, self.owner = store, front, owner
+        self.clusters = list(clusters)  # whose node ledgers the report shows
         self.channel, self.days, self.top = channel, days, top
         self.trigger = cron_trigger(cron)
         self.scheduler = AsyncIOScheduler(timezone=UTC)
@@ -97,8 +132,9 @@ class Reporter:
         until = min(slot.timestamp(), time.time())
         since = until - self.days * 86400
         try:
+            nodes = [r for c in self.clusters for r in await self.store.node_ledger(c, since=since)]
             text = report_text(await self.store.charges(since, until), since=since,
-                               until=until, top=self.top)  # fmt: skip
+                               until=until, top=self.top, nodes=nodes)  # fmt: skip
             await self.front.post(self.channel, text)
         except Exception:
             log.exception("usage report of %s not posted", name)

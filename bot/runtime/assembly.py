@@ -16,6 +16,7 @@ in Redis for the next start), the poller stops, the SSH pool closes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -44,6 +45,7 @@ from bot.notify.notifier import Notifier
 from bot.notify.paging import Pager
 from bot.notify.report import Reporter
 from bot.runtime.metrics import Counts, Metrics
+from bot.runtime.supervise import Supervisor
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.slack.webapi import observe_slack_errors
@@ -129,7 +131,7 @@ class Bot:
     notifier: Notifier
     poller: Poller
     stop: asyncio.Event
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    supervisor: Supervisor
     parts: frozenset[str] = PARTS
 
     meters: Metrics = field(init=False)
@@ -150,6 +152,7 @@ class Bot:
         stats.observers.append(meters.observe_ssh)
         self.poller.observers.append(meters.observe_poll)
         self.notifier.on_delivered.append(meters.observe_delivery)
+        self.supervisor.observers.append(meters.observe_loop_restart)
         observe_slack_errors(self.core.front, meters.observe_slack_error)
         meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
         meters.add_dead_letters("queue_retrying", self.store.queue_retrying_count)
@@ -160,7 +163,9 @@ class Bot:
 
     async def healthy(self) -> tuple[bool, str]:
         """(True, "ok"), or False and which part is broken: redis, queue groups, poller
-        lease, or a stopped task. (Socket Mode is checked where it runs: bot.slack.http.)"""
+        lease, or a loop failing (bot.runtime.supervise); a loop restarted and running
+        well since is said on the "ok". (Socket Mode is checked where it runs:
+        bot.slack.http.)"""
         failing_over = self.store.failing_over()
         if failing_over:
             return False, f"redis: {failing_over}"
@@ -182,15 +187,18 @@ class Bot:
                 return False, f"redis: {exc}"
             if unpolled:
                 return False, "poller lease: no process polls " + ", ".join(unpolled)
-        dead = [t.get_name() for t in self.tasks if t.done()]
-        if dead:
-            return False, "stopped: " + ", ".join(dead)
+        failing, restarted = self.supervisor.problems()
+        if failing:
+            return False, "failing: " + "; ".join(failing)
         try:
             retrying = await self.store.retrying_letters()
             owed = dead_letter_text(retrying, await self.store.given_up_count())
         except Exception as exc:
             return False, f"redis: {exc}"
-        return True, "ok" + (f"; {owed}" if owed else "")
+        said = ([owed] if owed else []) + (
+            ["restarted: " + "; ".join(restarted)] if restarted else []
+        )
+        return True, "; ".join(["ok", *said])
 
     async def metrics(self) -> str:
         """The Prometheus text exposition (what Redis holds is read now)."""
@@ -199,7 +207,8 @@ class Bot:
 
 def secret_redactor(settings: Settings, config: Config) -> Redactor:
     """One redactor for every secret value this process holds: the values of the
-    variables the config names (job secrets, PagerDuty key) and the Slack secrets."""
+    variables the config names (job secrets, PagerDuty key), the Slack secrets and the
+    Redis passwords (the data nodes', the sentinels', one inside ``REDIS_URL``)."""
     names = {ref.env for p in config.clusters.values() for ref in p.job_secrets.values() if ref.env}
     webhook = config.alerts.webhook
     if webhook is not None and webhook.routing_key is not None:
@@ -212,6 +221,7 @@ def secret_redactor(settings: Settings, config: Config) -> Redactor:
         settings.slack_signing_secret,
     ]
     found = [v.get_secret_value() for v in values if v is not None]
+    found += [v for v in settings.redis_secrets() if v]
     short = [v for v in found if len(v) < MIN_SECRET_CHARS]
     if short:
         log.warning(
@@ -274,6 +284,7 @@ async def running(
             pagerduty = await stack.enter_async_context(PagerDuty(webhook.url, key))
         pager = Pager(front, config.alerts, pagerduty)
         stop = asyncio.Event()
+        supervisor = Supervisor(stop, redact=redactor)
         bot = Bot(
             settings=settings,
             config=config,
@@ -299,6 +310,7 @@ async def running(
             ),
             poller=Poller(store, clusters, owner=owner),
             stop=stop,
+            supervisor=supervisor,
             parts=parts,
         )
         # A launch that moves or comes due is admitted again with the groups Slack says now.
@@ -312,32 +324,32 @@ async def running(
         )
         bot.poller.authority = authority
         bot.notifier.may_see = authority.may_see
+        # Every loop under the supervisor: one that raises is logged, counted and started
+        # again after a back-off; /healthz says which (bot.runtime.supervise).
         for worker in bot.workers:
             worker.authority = authority
-            bot.tasks.append(asyncio.create_task(worker.run(stop), name=worker.name))
+            supervisor.run(worker.name, functools.partial(worker.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
-            asks = serve_asks(store, clusters, stop, ask_key)
-            bot.tasks.append(asyncio.create_task(asks, name="asks"))
+            asks = functools.partial(serve_asks, store, clusters, stop, ask_key)
+            supervisor.run("asks", asks)
         if "poller" in parts:
-            bot.tasks.append(asyncio.create_task(bot.notifier.run(stop), name="notifier"))
+            supervisor.run("notifier", functools.partial(bot.notifier.run, stop))
+            supervisor.watch_scheduler("poller", bot.poller.scheduler)
             bot.poller.start()
         if "poller" in parts and config.report is not None:
             report = config.report
             reporter = Reporter(
                 store, front, channel=report.channel, cron=report.cron, days=report.days,
-                top=report.top, owner=owner,
+                top=report.top, owner=owner, clusters=list(config.clusters),
             )  # fmt: skip
+            supervisor.watch_scheduler("report", reporter.scheduler)
             reporter.start()
             stack.callback(reporter.shutdown)
 
         async def shutdown() -> None:
             stop.set()
             bot.poller.shutdown()
-            if bot.tasks:
-                done, pending = await asyncio.wait(bot.tasks, timeout=15)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+            await supervisor.wait(15)
             await bot.poller.release()
 
         stack.push_async_callback(shutdown)

@@ -135,6 +135,13 @@ class Metrics:
             "call succeeds again).",
             registry=reg,
         )
+        self.loop_restarts = Counter(
+            "trainbot_loop_restarts",
+            "Long-running loops started again after they raised (asks, notifier, workers), "
+            "and scheduled jobs whose run raised (the next run is their restart), by loop.",
+            ["loop"],
+            registry=reg,
+        )
         reg.register(_ScrapeCollector(self))
 
     # -- hooks --------------------------------------------------------------
@@ -149,6 +156,10 @@ class Metrics:
         self.store_retries.labels(reason).inc()
         if episode:
             self.store_failovers.inc()
+
+    def observe_loop_restart(self, loop: str) -> None:
+        """A loop failed and is started again (bot.runtime.supervise)."""
+        self.loop_restarts.labels(loop).inc()
 
     def observe_change(self, change: Change) -> None:
         """A launch written by this process: count its end, a new attempt, its pages."""

@@ -10,13 +10,15 @@ Any variable can instead be given as a file: ``NAME_FILE=/run/secrets/name``
 (Docker and Kubernetes secrets) stands for ``NAME`` with that file's content,
 one trailing newline dropped. The settings' own variables are read at start;
 a variable the config names (``{env: NAME}``) when the bot first asks for it,
-which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error. A
+which is also at start. Setting both ``NAME`` and ``NAME_FILE`` is an error, and so
+is a file others (or a group not the process's own) can read (``chmod 600``). A
 file's content is never logged nor shown in an error, only its path.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from bot.settings.redis_urls import url_password, without_password
 from cluster.errors import ConfigError
 
 FILE_SUFFIX = "_FILE"
@@ -58,13 +61,25 @@ class Target:
     wait_replicas: int = 0
     wait_timeout_ms: int = 500
     retry_for_s: float = 2.0
+    # Sentinel's own hop: the sentinels' password (``requirepass`` in sentinel.conf), TLS
+    sentinel_password: SecretStr | None = None
+    sentinel_username: str = ""  # an ACL user of the sentinels ("": the default user)
+    sentinel_tls: bool = False
+    tls: bool = False  # the data nodes named by the sentinels speak TLS (a URL: rediss://)
+    tls_ca_file: str = ""  # the CA that signed the servers' certificates ("": the system's)
 
     def describe(self) -> str:
-        """Where, for logs and ``doctor`` (never the password)."""
+        """Where, for logs and ``doctor`` (never a password)."""
         if self.sentinels:
             where = ",".join(f"{host}:{port}" for host, port in self.sentinels)
-            return f"sentinel {self.service} via {where}"
-        return self.url.split("@")[-1]
+            hops = [
+                what
+                for what, on in (("sentinels", self.sentinel_tls), ("data nodes", self.tls))
+                if on
+            ]
+            tls = f" (TLS to the {' and '.join(hops)})" if hops else ""
+            return f"sentinel {self.service} via {where}{tls}"
+        return without_password(self.url)
 
 
 class Settings(BaseSettings):
@@ -84,6 +99,17 @@ class Settings(BaseSettings):
     redis_username: str | None = Field(
         default=None, alias="REDIS_USERNAME", pattern=r"^[A-Za-z0-9_.-]{1,64}$"
     )
+    # the sentinels' own password (their requirepass); the data nodes' is REDIS_PASSWORD
+    redis_sentinel_password: SecretStr | None = Field(default=None, alias="REDIS_SENTINEL_PASSWORD")
+    # an ACL user of the sentinels (with REDIS_SENTINEL_PASSWORD); unset: the default user
+    redis_sentinel_username: str = Field(
+        default="", alias="REDIS_SENTINEL_USERNAME", pattern=r"^[A-Za-z0-9._-]{0,64}$"
+    )
+    # TLS through Sentinel: to the sentinels, to the data nodes they name (with a plain
+    # URL, rediss:// says it); the CA file verifies both (unset: the system's CAs)
+    redis_sentinel_tls: bool = Field(default=False, alias="REDIS_SENTINEL_TLS")
+    redis_tls: bool = Field(default=False, alias="REDIS_TLS")
+    redis_tls_ca_file: Path | None = Field(default=None, alias="REDIS_TLS_CA_CERT")
     redis_db: int = Field(default=0, alias="REDIS_DB", ge=0, le=15)  # with Sentinel
     # replicas a queued launch, a job id or a cancel must reach (WAIT); default 1 with
     # Sentinel, 0 with a plain URL
@@ -108,6 +134,9 @@ class Settings(BaseSettings):
         default=60.0, alias="TRAINBOT_SSH_PERSON_IDLE_S", gt=0, le=3600
     )
     # None: INFO for ``serve``; WARNING where the terminal is the interface (console, doctor)
+    # A read-only W&B key: a finished run's summary is read back into its thread
+    wandb_read_key: SecretStr | None = Field(default=None, alias="TRAINBOT_WANDB_READ_KEY")
+    wandb_api_url: str = Field(default="https://api.wandb.ai", alias="TRAINBOT_WANDB_API_URL")
     log_level: LogLevel | None = Field(default=None, alias="TRAINBOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="TRAINBOT_LOG_FORMAT")
     # the CLI's API commands (trainbot train, jobs, logs, ...): where the web role listens,
@@ -150,6 +179,38 @@ class Settings(BaseSettings):
         """Only explicit values: the environment comes in through :meth:`from_environ`."""
         return (init_settings,)
 
+    @model_validator(mode="after")
+    def _tls_where_it_applies(self) -> Settings:
+        if self.redis_sentinels:
+            return self
+        sentinel_only = (
+            self.redis_sentinel_password is not None
+            or self.redis_sentinel_tls
+            or self.redis_sentinel_username
+        )
+        if sentinel_only:
+            raise ValueError(
+                "REDIS_SENTINEL_PASSWORD, REDIS_SENTINEL_USERNAME and REDIS_SENTINEL_TLS "
+                "apply to the sentinels: set REDIS_SENTINELS too, or leave them unset with "
+                "a plain REDIS_URL"
+            )
+        if self.redis_tls and not self.redis_url.startswith("rediss://"):
+            raise ValueError(
+                "REDIS_TLS=true with a plain REDIS_URL: write the URL as rediss://host:port/db "
+                "instead (REDIS_TLS is for the data nodes reached through REDIS_SENTINELS)"
+            )
+        return self
+
+    @field_validator("redis_tls_ca_file")
+    @classmethod
+    def _readable_ca(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(
+                f"{value} is not a file: give the PEM file of the CA that signed the Redis "
+                "servers' and sentinels' certificates"
+            )
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
@@ -165,6 +226,21 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str) -> str:
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
+        if value.startswith("unix://"):
+            return value
+        parsed = urllib.parse.urlsplit(value)
+        try:
+            parsed.port  # noqa: B018 - read for its check
+        except ValueError:
+            raise ValueError(
+                "its port is not a number: write redis://[:password@]host:port/db, e.g. "
+                "redis://redis:6379/0"
+            ) from None
+        db = parsed.path.strip("/")
+        if db and not db.isdigit():
+            raise ValueError(
+                "the database after the host must be a number, e.g. redis://redis:6379/0"
+            )
         return value
 
     @field_validator("redis_sentinels", mode="before")
@@ -198,7 +274,19 @@ class Settings(BaseSettings):
             wait_replicas=(1 if sentinel else 0) if wait is None else wait,
             wait_timeout_ms=self.redis_wait_timeout_ms,
             retry_for_s=(30.0 if sentinel else 2.0) if retry is None else retry,
+            sentinel_password=self.redis_sentinel_password,
+            sentinel_username=self.redis_sentinel_username,
+            sentinel_tls=self.redis_sentinel_tls,
+            tls=self.redis_tls or self.redis_url.startswith("rediss://"),
+            tls_ca_file=str(self.redis_tls_ca_file or ""),
         )
+
+    def redis_secrets(self) -> list[str]:
+        """Every Redis password this process holds (for the redactor): the data nodes',
+        the sentinels' and any in ``REDIS_URL``."""
+        found = [self.redis_password, self.redis_sentinel_password]
+        values = [v.get_secret_value() for v in found if v is not None]
+        return [*values, url_password(self.redis_url)]
 
     @field_validator("slack_api_url")
     @classmethod
@@ -226,6 +314,8 @@ class Settings(BaseSettings):
             first = exc.errors()[0]
             name = str(first["loc"][0]) if first["loc"] else ""
             got = values.get(name, "")
+            if name == "REDIS_URL":  # it may carry the password: never echoed with it
+                got = without_password(got)
             shown = "" if _is_secret(cls, name) else f" (got {got!r})"
             msg = str(first["msg"]).removeprefix("Value error, ")
             raise ConfigError(f"{msg}{shown}", source="environment", path=name) from None
@@ -271,6 +361,15 @@ def _read_secret_file(name: str, env: dict[str, str]) -> str:
         raise ConfigError(f"set {name} or {variable}, not both", source="environment", path=name)
     path = Path(env[variable])
     try:
+        found = path.stat()
+        if who := _who_else_reads(found.st_mode, found.st_gid):
+            raise ConfigError(
+                f"{path} can be read by {who} (mode {found.st_mode & 0o777:04o}): a secret "
+                f"file must be readable by the user trainbot runs as (and its own group) "
+                f"alone; chmod 600 {path}",
+                source="environment",
+                path=variable,
+            )
         content = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
@@ -278,6 +377,17 @@ def _read_secret_file(name: str, env: dict[str, str]) -> str:
             f"cannot read {path}: {reason}", source="environment", path=variable
         ) from None
     return content.removesuffix("\n").removesuffix("\r")
+
+
+def _who_else_reads(mode: int, gid: int) -> str:
+    """Who, besides the process, may read a file of ``mode`` and group ``gid`` ("": no
+    one): others, or a group that is not the process's own. A group-readable file of the
+    process's own group is allowed: Kubernetes mounts secrets so (``fsGroup``, mode 0440)."""
+    if mode & 0o004:
+        return "others"
+    if mode & 0o040 and gid != os.getgid():
+        return f"its group (gid {gid}, not this process's {os.getgid()})"
+    return ""
 
 
 def _is_secret(cls: type[Settings], alias: str) -> bool:

@@ -88,7 +88,17 @@ class Health(BaseModel):
     spike_window: int = Field(default=20, ge=3, le=1000)
     """Losses whose median a spike is measured against."""
     spike_min_points: int = Field(default=5, ge=2, le=1000)
-    """Losses seen before spikes are looked for."""
+    """Losses seen before spikes are looked for. The spike rule is off for a run that reports a
+    reward (RL: its loss is a clipped policy-gradient term near zero, of either sign) and while
+    any loss in the window is zero or below."""
+    reward_window: int = Field(default=10, ge=2, le=1000)
+    """RL runs: the median reward of the last this many steps is compared with its best."""
+    reward_collapse: float = Field(default=0.5, gt=0, lt=1)
+    """RL runs: a median reward under (1 - this) x its best such median is a collapse (said
+    once)."""
+    reward_flat_steps: int = Field(default=20, ge=3, le=10_000)
+    """RL runs: this many steps in a row with the same reward (all 0 or all 1: no learning signal)
+    is flat (said once)."""
     val_rising: int = Field(default=3, ge=2, le=100)
     """Validation loss higher at this many validations in a row while the training loss fell: one
     note."""
@@ -142,7 +152,15 @@ class Watch(BaseModel):
     systems lag) before its cause is called unknown."""
     link_hosts: tuple[Annotated[str, Field(pattern=LINK_HOST_PATTERN)], ...] = ("wandb.ai",)
     """Hosts (and their subdomains) whose https links trainbot posts from job output, such as W&B
-    run pages; add your own W&B server's host."""
+    or MLflow run pages; add your own W&B or MLflow server's host."""
+    resume_stopped_early: Literal["never", "time_budget", "always"] = "time_budget"
+    """A run that ends COMPLETED short of its total because it stopped early: `time_budget`
+    resumes it from its newest checkpoint when it stopped on its own time budget (NeMo-RL's
+    `checkpoint_must_save_by`, Megatron's `exit_duration_in_mins`, Lightning's `max_time`),
+    `always` whatever made it stop short, `never` ends it STOPPED_EARLY. A resume needs a
+    checkpoint saved and progress made in the attempt."""
+    max_resumes: int = Field(default=20, ge=0, le=1000)
+    """Resumes of a run that stopped early, at most, per launch."""
     health: Health = Field(default_factory=Health)
     """A running run's health checks: NaN losses, spikes, slow steps, idle GPUs (docs/health.md)."""
 

@@ -52,6 +52,7 @@ from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_EDIT_RELAUNCH,
     ACTION_FORM_CHECK,
+    ACTION_NODE_DRAIN,
     ACTION_PREFIX,
     ACTION_PREFS,
     ACTION_TOKEN,
@@ -175,7 +176,7 @@ class Listeners:
         if incoming.action_id.startswith(ACTION_TOKEN):  # API tokens in the App Home
             self._spawn(self._modal_after(incoming, answer, home=True))
             return
-        if incoming.action_id == ACTION_EDIT_RELAUNCH:  # a modal to edit and launch
+        if incoming.action_id in (ACTION_EDIT_RELAUNCH, ACTION_NODE_DRAIN):  # a modal to fill
             self._spawn(self._modal_after(incoming, answer, home=False))
             return
         if incoming.action_id == ACTION_FORM_CHECK:  # typed in the launch form

@@ -25,7 +25,7 @@ from bot.lifecycle.launch import Launch
 from bot.settings.config import Retention
 from bot.settings.env import Target
 from bot.store import keys
-from bot.store.connection import failover_reason
+from bot.store.connection import REDIS_SOCKET_TIMEOUT_S, error_text, failover_reason
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ class StoreError(TrainbotError):
 
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 2.0
+# No retry for this long (the longest back-off and the longest try): nothing rides through.
+EPISODE_OVER_S = RETRY_MAX_S + REDIS_SOCKET_TIMEOUT_S + 1.0
 OP_DONE_S = 86400  # how long a done-mark is kept (far longer than any retry)
 
 
@@ -106,6 +108,7 @@ class Failover:
     since: float | None = None  # monotonic time of the first retry of this episode
     reason: str = ""
     retries: int = 0
+    last_retry: float = 0.0  # monotonic time of the latest retry
 
 
 class StoreBase:
@@ -132,16 +135,24 @@ class StoreBase:
         try:
             await self.redis.ping()
         except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis is unreachable: {exc}") from exc
+            where = self.target.describe()
+            raise StoreError(f"Redis is unreachable ({where}): {error_text(exc)}") from exc
 
     def failing_over(self) -> str:
-        """ "" while the store works; else what it is riding through, for ``/healthz``."""
-        if self.failover.since is None:
+        """ "" while the store works; else what it is riding through, for ``/healthz``.
+        An episode whose calls all gave up (none has retried for longer than the longest
+        back-off) is over: a process that makes no other call since (an idle web role)
+        must not stay unhealthy for it once Redis is back."""
+        episode = self.failover
+        if episode.since is None:
             return ""
-        for_s = time.monotonic() - self.failover.since
+        if time.monotonic() - episode.last_retry > EPISODE_OVER_S:
+            self.failover = Failover()
+            return ""
+        for_s = time.monotonic() - episode.since
         return (
-            f"store failing over for {for_s:.1f} s ({self.failover.reason}, "
-            f"{self.failover.retries} retries so far)"
+            f"store failing over for {for_s:.1f} s ({episode.reason}, "
+            f"{episode.retries} retries so far)"
         )
 
     async def ride(self, call: Callable[[], Awaitable[T]], op: _Op) -> T:
@@ -155,11 +166,11 @@ class StoreBase:
             except (RedisError, OSError) as exc:
                 reason = failover_reason(exc)
                 if not reason:
-                    raise StoreError(f"Redis is unreachable or failed: {exc}") from exc
+                    raise StoreError(f"Redis is unreachable or failed: {error_text(exc)}") from exc
                 if time.monotonic() + delay > deadline:
                     raise StoreError(
                         f"Redis is unreachable: not back within {self.target.retry_for_s:g} s "
-                        f"({self.target.describe()}; last error: {exc}); check that a "
+                        f"({self.target.describe()}; last error: {error_text(exc)}); check that a "
                         "primary is up and, with Sentinel, that the sentinels agree on it"
                     ) from exc
                 self._note_retry(reason)
@@ -180,6 +191,7 @@ class StoreBase:
             log.warning("redis: %s; retrying (%s)", reason, self.target.describe())
         self.failover.reason = reason
         self.failover.retries += 1
+        self.failover.last_retry = time.monotonic()
         for observer in self.retry_observers:
             observer(reason, episode)
 

@@ -208,3 +208,18 @@ def token_id(token_id: str) -> str:
 def user_tokens(user_id: str) -> str:
     """Set: the ids of a person's API tokens (their App Home lists them)."""
     return f"{PREFIX}:user:{user_id}:tokens"
+
+
+# -- the node ledger (bot.store.nodes): each node's failures across launches --
+NODE_HISTORY = 50  # entries kept per node (newest first)
+NODE_KEEP_S = 90 * 86400  # a node with no entry for this long is forgotten
+
+
+def nodes(cluster: str) -> str:
+    """Sorted set: node name -> when its newest ledger entry was written."""
+    return f"{PREFIX}:nodes:{cluster}"
+
+
+def node(cluster: str, name: str) -> str:
+    """List: a node's ledger entries (JSON, :class:`bot.store.nodes.NodeEntry`), newest first."""
+    return f"{PREFIX}:node:{cluster}:{name}"

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
 from redis.exceptions import WatchError
 
 from bot.lifecycle import notices
@@ -54,12 +55,26 @@ class Launches(StoreBase):
         return Launch.model_validate_json(raw) if raw else None
 
     async def get_many(self, launch_ids: list[str], chunk: int = 500) -> list[Launch | None]:
-        """The launches, in order (None for one that is gone): one MGET per ``chunk``."""
+        """The launches, in order (None for one that is gone): one MGET per ``chunk``. A
+        record that does not read as a launch (written by hand, or by another version) is
+        logged and counted as gone, left as it is in Redis: one bad entry must not stop
+        every poll of its cluster, nor every listing."""
         found: list[Launch | None] = []
         for start in range(0, len(launch_ids), chunk):
-            names = [keys.launch(i) for i in launch_ids[start : start + chunk]]
-            for raw in await self.redis.mget(names):
-                found.append(Launch.model_validate_json(raw) if raw else None)
+            ids = launch_ids[start : start + chunk]
+            raws = await self.redis.mget([keys.launch(i) for i in ids])
+            for launch_id, raw in zip(ids, raws, strict=True):
+                try:
+                    found.append(Launch.model_validate_json(raw) if raw else None)
+                except ValidationError as exc:
+                    log.error(
+                        "launch %s: its record in Redis is not a launch; skipped (%d errors, "
+                        "first: %s)",
+                        launch_id,
+                        exc.error_count(),
+                        exc.errors()[0]["msg"],
+                    )
+                    found.append(None)
         return found
 
     async def create(

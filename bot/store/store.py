@@ -24,13 +24,25 @@ from bot.store.lanes import Lanes
 from bot.store.launches import Launches
 from bot.store.leases import Leases
 from bot.store.marks import Marks
+from bot.store.nodes import Nodes
 from bot.store.people import People
 from bot.store.streams import Streams
 from bot.store.tokens import Tokens
 
 
 class Store(
-    Launches, Budgets, History, Streams, Marks, Leases, Asks, Lanes, People, Tokens, StoreBase
+    Launches,
+    Budgets,
+    History,
+    Streams,
+    Marks,
+    Leases,
+    Asks,
+    Lanes,
+    People,
+    Tokens,
+    Nodes,
+    StoreBase,
 ):
     """Launch records, the queue, the outbox and leases. Every public coroutine
     raises StoreError, never a redis exception."""

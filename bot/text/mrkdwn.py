@@ -25,16 +25,20 @@ ACTION_CANCEL = "trainbot_cancel"
 ACTION_LOGS = "trainbot_logs"
 ACTION_ATTACH = "trainbot_attach"
 ACTION_RETRY = "trainbot_retry"
+ACTION_RESUME = "trainbot_resume"  # a run that stopped early: a new launch from its checkpoint
 ACTION_USE_PARTITION = "trainbot_use_partition"
 ACTION_APPROVE = "trainbot_approve"
 ACTION_REJECT = "trainbot_reject"
 ACTION_PREFS = "trainbot_prefs"  # App Home notification settings: trainbot_prefs_<which>
+ACTION_NODE_DRAIN = "trainbot_node_drain"  # the node ledger: the value is "<cluster> <node>"
+ACTION_NODE_RESUME = "trainbot_node_resume"
 ACTION_RUN_AGAIN = "trainbot_run_again"  # value: the launch id; its request, once more
 ACTION_EDIT_RELAUNCH = "trainbot_edit_relaunch"  # value: the launch id; a modal to edit it
 # A modal's callback id: its submission comes to the core as Incoming(action_id=VIEW_...),
 # the value of its one input in ``text`` and that input's block id in ``action_value``.
 VIEW_PREFIX = "trainbot_view_"
 VIEW_RELAUNCH = "trainbot_view_relaunch"  # Edit & relaunch: the input's block id is the launch
+VIEW_NODE_DRAIN = "trainbot_view_node_drain"  # Drain's modal: block id "<cluster> <node>"
 VIEW_LAUNCH = "trainbot_view_launch"  # the shortcut's form: its thread goes to the person's DM
 SHORTCUT_LAUNCH = "trainbot_shortcut_launch"  # the global shortcut "Launch training"
 ACTION_FORM_CHECK = "trainbot_form_check"  # the launch form's input, checked as it is typed
@@ -227,6 +231,10 @@ def attach_button(value: str) -> Block:
 
 def retry_button(value: str) -> Block:
     return button("Retry", ACTION_RETRY, value, style="primary")
+
+
+def resume_button(value: str) -> Block:
+    return button("Resume from checkpoint", ACTION_RESUME, value, style="primary")
 
 
 def run_again_button(value: str) -> Block:

@@ -41,11 +41,14 @@ def render_loss_png(
     marks: Marks | None = None,
     width_px: int = WIDTH_PX,
     height_px: int = HEIGHT_PX,
+    metric: str = "loss",
+    validation_label: str = "validation loss",
 ) -> bytes:
-    """The PNG; ValueError when fewer than two finite points are known."""
+    """The PNG of ``metric`` per step (the run's primary metric: its loss, or an RL run's
+    reward); ValueError when fewer than two finite points are known."""
     points = sorted((float(s), float(v)) for s, v in history if _finite(s) and _finite(v))
     if len(points) < 2:
-        raise ValueError("fewer than two loss values so far")
+        raise ValueError(f"fewer than two {metric} values so far")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -53,21 +56,21 @@ def render_loss_png(
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     steps, raw = zip(*reduce_per_column(points, width_px), strict=True)
-    axes.plot(steps, raw, color=RAW, linewidth=0.8, label="loss")
+    axes.plot(steps, raw, color=RAW, linewidth=0.8, label=metric)
     smooth = smoothed(points)
     axes.plot([s for s, _ in smooth], [v for _, v in smooth], color=SMOOTH, linewidth=2.0,
-              label="loss (smoothed)")  # fmt: skip
+              label=f"{metric} (smoothed)")  # fmt: skip
     checked = [(float(s), float(v)) for s, v in validation if _finite(s) and _finite(v)]
     if checked:
         axes.plot(*zip(*sorted(checked), strict=True), color=VALIDATION, marker="o",
-                  markersize=4, linewidth=1.2, label="validation loss")  # fmt: skip
+                  markersize=4, linewidth=1.2, label=validation_label)  # fmt: skip
     _mark(axes, marks or Marks())
     low, high = _limits([v for _, v in points] + [v for _, v in checked])
     axes.set_ylim(low, high)
     axes.set_xlim(points[0][0], points[-1][0])
     axes.set_title(title, fontsize=10)
     axes.set_xlabel("step")
-    axes.set_ylabel("loss")
+    axes.set_ylabel(metric)
     axes.grid(True, color="#e0e0e0", linewidth=0.6)
     axes.legend(loc="upper right", fontsize=8, frameon=False)
     figure.tight_layout()

@@ -178,7 +178,12 @@ class NeMo(Framework):
         return argv
 
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
-        env: dict[str, RemoteArg] = {"NEMORUN_HOME": RPath(spec.profile.nemorun_home)}
+        # PYTHONUNBUFFERED: rank output reaches the log as it is printed, not in 8 KiB blocks
+        # (nemo-run's sbatch script runs srun, which passes the environment on to the ranks).
+        env: dict[str, RemoteArg] = {
+            "NEMORUN_HOME": RPath(spec.profile.nemorun_home),
+            "PYTHONUNBUFFERED": "1",
+        }
         has = _has(spec)
         shape = spec.shape
         for flag, value in (("-t", shape.time_limit), ("--account", shape.account)):

@@ -42,6 +42,8 @@ OVERRIDES = {
     "policy.train_global_batch_size": "[0-9]{1,5}",
     "policy.train_micro_batch_size": "[0-9]{1,3}",
     "checkpointing.save_period": STEPS_PATTERN,
+    # DD:HH:MM:SS: save and stop early before this much time has passed (nemo_rl/utils/timer.py)
+    "checkpointing.checkpoint_must_save_by": "[0-9]{2}:[0-9]{2}:[0-9]{2}:[0-9]{2}",
     "logger.wandb_enabled": "True|False",
     "logger.tensorboard_enabled": "True|False",
 }
@@ -52,6 +54,7 @@ ALGORITHM_OVERRIDES: dict[str, dict[str, str]] = {
         "grpo.max_num_steps": STEPS_PATTERN,
         "grpo.num_prompts_per_step": "[0-9]{1,5}",
         "grpo.num_generations_per_prompt": "[0-9]{1,4}",
+        "grpo.val_period": STEPS_PATTERN,
     },
     "rm": {"rm.max_num_steps": STEPS_PATTERN},
 }
@@ -128,7 +131,11 @@ class NeMoRL(Framework):
         return [*argv, RSetting("=".join(spec.start_from))] if spec.start_from else argv
 
     def script_env(self, spec: LaunchSpec) -> dict[str, RemoteArg]:
-        return {"CONTAINER": RPath(spec.image_path)}
+        # The drivers print with plain print() and ray.sub sends the driver's output to a
+        # file: without PYTHONUNBUFFERED Python writes it in 8 KiB blocks, minutes apart
+        # (sbatch exports it to the job; srun and pyxis pass it on to the ranks and the
+        # driver's container).
+        return {"CONTAINER": RPath(spec.image_path), "PYTHONUNBUFFERED": "1"}
 
     def preflight_mounts(self, spec: LaunchSpec) -> dict[str, Mount]:
         # NeMo-RL's ray.sub mounts MOUNTS, "src:dst[:flags],..." (pyxis' --container-mounts).
@@ -151,6 +158,10 @@ class NeMoRL(Framework):
     def found(self, spec: LaunchSpec, job_id: str) -> Tracking:
         check_job_id(job_id)
         job_dir = join_remote(spec.work_dir, job_id)
+        # ray.sub writes its logs under BASE_LOG_DIR (default: the submit directory).
+        log_base = spec.env.get("BASE_LOG_DIR", "").rstrip("/")
+        if not log_base.startswith(("/", "~/")) or not _REMOTE_PATH_RE.fullmatch(log_base):
+            log_base = spec.work_dir
         checkpoints = dict(spec.overrides).get(CHECKPOINT_DIR_KEY, "")
         if checkpoints and not checkpoints.startswith(("/", "~")):
             checkpoints = join_remote(spec.work_dir, checkpoints)  # the job runs in work_dir
@@ -162,8 +173,8 @@ class NeMoRL(Framework):
             log_names=("nemo_rl_output.log",),
             log_globs=(
                 join_remote(job_dir, "nemo_rl_output.log"),
-                join_remote(spec.work_dir, f"{job_id}-logs", "ray-driver.log"),
-                join_remote(spec.work_dir, f"{job_id}-[0-9]*-logs", "ray-driver.log"),
+                join_remote(log_base, f"{job_id}-logs", "ray-driver.log"),
+                join_remote(log_base, f"{job_id}-[0-9]*-logs", "ray-driver.log"),
             ),
             restart_pattern=rf"/{re.escape(job_id)}-([0-9]+)-logs/ray-driver\.log$",
             checkpoint_dir=checkpoints or join_remote(job_dir, "checkpoints"),

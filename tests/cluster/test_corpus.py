@@ -29,6 +29,9 @@ for _sample in SAMPLES:  # a sample captured on a real machine lives in its own 
 NEW_CAUSES = {
     "cuda_illegal_memory", "nan_loss", "xid_hardware", "xid_gpu_fault", "ray_actor_died",
     "vllm_kv_cache", "checkpoint_load", "import_error", "nccl_config",
+    # texts real runs print today: containers, hubs, watchdogs, GPUs that need a reset
+    "container_mount", "image_registry_auth", "image_missing", "nccl_heartbeat",
+    "hub_rate_limit", "xid_gpu_reset", "ray_node_lost", "vllm_engine_dead",
 }  # fmt: skip
 
 
@@ -65,6 +68,10 @@ async def test_corpus_sample(
     assert found.key == (sample["expect"] or "unknown"), (found.key, found.evidence)
     if sample["expect"]:
         assert found.evidence and not found.read
+    if "reaction" in sample:  # the reaction on-call would choose for it
+        assert found.reaction == sample["reaction"], (found.key, found.reaction)
+    if "pages" in sample:  # a person's mistake never pages; a GPU that needs a reset does
+        assert found.kind.page_oncall == sample["pages"], found.key
     if "rank" in sample:
         assert found.rank == sample["rank"]
     if "failed_node" in sample:

@@ -270,6 +270,7 @@ async def test_invalid_partition_recorded_by_the_launch_tests(read: Read) -> Non
         ("PREEMPTED", "a4-0", "preempted", None),
         ("OUT_OF_MEMORY", "a4-0", "host_oom", None),
         ("CANCELLED by 1000", "a4-0", "cancelled", None),
+        ("DEADLINE", "a4-0", "deadline", None),
         ("FAILED", "a4-0", "unknown", None),
     ],
 )
@@ -279,6 +280,27 @@ async def test_bare_slurm_states(
     found = await read(state=state, node_list=node_list)
     assert found is not None and (found.key, found.failed_node) == (key, failed_node)
     assert found.evidence == (f"Slurm state {state}, exit code 0:9, nodes {node_list}",)
+
+
+async def test_a_wrapper_names_the_error_printed_above_it(read: Read) -> None:
+    """vLLM's EngineDeadError and Ray's ActorDiedError wrap another failure: the cause says
+    the last exception above them; a known cause above them wins outright."""
+    log = (
+        "(EngineCore_DP0 pid=5120) ERROR [core.py:710] EngineCore encountered a fatal error.\n"
+        "(EngineCore_DP0 pid=5120) ERROR [core.py:710] KeyError: 'model.layers.31.mlp'\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
+        "stack trace (above) for the root cause.\n"
+    )
+    found = await read(log=log, state="FAILED")
+    assert found is not None and found.key == "vllm_engine_dead"
+    assert found.cause.endswith("; underneath: KeyError: 'model.layers.31.mlp'"), found.cause
+    ray = "ValueError: bad shape (4, 8)\nray.exceptions.ActorDiedError: The actor died\n"
+    found = await read(log=ray, state="FAILED")
+    assert found is not None and found.key == "ray_actor_died"
+    assert found.underlying == "ValueError: bad shape (4, 8)", found
+    oom = "torch.OutOfMemoryError: CUDA out of memory.\nEngineDeadError: EngineCore encountered\n"
+    found = await read(log=oom, state="FAILED")
+    assert found is not None and found.key == "gpu_oom" and not found.underlying
 
 
 async def test_a_log_line_beats_a_bare_state(read: Read) -> None:
@@ -584,3 +606,31 @@ async def test_first_error_lines_are_rank_aware_and_bounded(
     generic = [ln for ln in main.first if "something else" in ln]
     assert len(generic) == 10  # ten ranks' first error lines, one each (no more per rank)
     assert len(main.first) == len(watchdog) + len(generic)  # nothing else kept
+
+
+@pytest.mark.parametrize(
+    ("state", "key", "retried"),
+    [
+        # scancel typed on the login node by the job's own user (uid 1000): the other
+        # ranks' NCCL errors are the cancel's doing, not a failure to retry
+        ("CANCELLED by 1000", "cancelled", False),
+        ("CANCELLED by 0", "nccl_timeout", True),  # root / slurmctld: diagnosed as before
+        ("FAILED", "nccl_timeout", True),
+    ],
+)
+def test_a_persons_scancel_after_an_nccl_line_is_not_retried(
+    state: str, key: str, retried: bool
+) -> None:
+    log = text("nemo_nccl")
+    row = parse_sacct(f"77|root-root.t1|{state}|0:15|0:0|None|00:01:00|dev0|60|gres/gpu=8\n")
+    evidence = Evidence(
+        "77", files=(EvidenceFile("log-77_0.out", log, len(log)),), record=merge_acct(row)["77"]
+    )
+    found = diagnose(evidence)
+    assert found is not None and found.key == key, found
+    decision = retry_decision(
+        found, attempt=1, max_attempts=3, previous_keys=(), newer_checkpoint=True
+    )
+    assert decision.retry is retried, decision
+    if not retried:
+        assert found.evidence == ("Slurm state CANCELLED by 1000, exit code 0:15, nodes dev0",)

@@ -272,3 +272,24 @@ def test_the_nemo_rl_stand_in_names_the_directory_it_writes_events_to(
         ]
     quiet = subprocess.run(argv[:-1], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert quiet.returncode == 0 and tensorboard_dirs(quiet.stdout) == []
+
+
+@pytest.mark.parametrize("workload", ["sft", "grpo"])
+def test_launches_export_pythonunbuffered_to_the_job(
+    profile: ClusterProfile, workload: str
+) -> None:
+    """NeMo-RL's drivers and NeMo's ranks print into a file: without PYTHONUNBUFFERED Python
+    writes it in 8 KiB blocks, minutes apart. sbatch exports it to the job's processes."""
+    spec = spec_for(profile, workload)
+    assert spec.fw.script_env(spec)["PYTHONUNBUFFERED"] == "1"
+
+
+def test_ray_sub_logs_are_looked_for_under_its_base_log_dir(profile: ClusterProfile) -> None:
+    """ray.sub writes <BASE_LOG_DIR>/<job id>-logs/ray-driver.log (default: the submit
+    directory); a relative or odd BASE_LOG_DIR is not searched."""
+    spec = spec_for(profile, "grpo", env={"BASE_LOG_DIR": "/lustre/logs/rl/"})
+    globs = NEMO_RL.tracking(spec, "42\n").log_globs
+    assert "/lustre/logs/rl/42-logs/ray-driver.log" in globs
+    assert "/lustre/logs/rl/42-[0-9]*-logs/ray-driver.log" in globs
+    odd = spec_for(profile, "grpo", env={"BASE_LOG_DIR": "logs; rm -rf ~"})
+    assert all(g.startswith(spec.work_dir) for g in NEMO_RL.tracking(odd, "42\n").log_globs)

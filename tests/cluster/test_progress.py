@@ -97,3 +97,96 @@ def test_nemo_names_the_experiment_directory_its_checkpoints_go_under() -> None:
         "/lustre/logs/run-1/default\n"
     )
     assert progress.experiment_dirs(text) == ["/lustre/logs/run-1/default"]
+
+
+def grpo_step(k: int, n: int, loss: float, reward: float) -> str:
+    return rl_step(
+        k,
+        n,
+        f"  • Loss: {loss:.4f}",
+        "  • Generation KL Error: 0.0012",
+        f"  • Avg Reward: {reward:.4f}",
+        "  • Mean Generation Length: 512.0000",
+    )
+
+
+def grpo_validation(k: int, accuracy: float) -> str:
+    return "\n".join(
+        [
+            f"▶ Starting validation at step {k}...",
+            "",
+            "📊 Validation Results:",
+            f"    • Accuracy: {accuracy:.4f}",
+            "    • Average response length: 512.3 tokens",
+            "    • Samples processed: 64",
+        ]
+    )
+
+
+def test_grpo_reward_and_validation_accuracy_are_read_beside_its_signed_loss() -> None:
+    """grpo.py prints "  • Avg Reward:" in its training results and "    • Accuracy:" under
+    "📊 Validation Results:"; DPO's lower-case "accuracy" is a training metric, not it."""
+    text = "\n".join(
+        [
+            grpo_step(1, 4, -0.0021, 0.31),
+            grpo_step(2, 4, 0.0034, 0.42),
+            grpo_validation(2, 0.48),
+        ]
+    )
+    read = parse_nemo_rl(text)
+    assert [(p.step, p.loss, p.reward) for p in read.points] == [
+        (1, -0.0021, 0.31),
+        (2, 0.0034, 0.42),
+    ]
+    assert read.accuracy == ((2, 0.48),)
+    # The validation block alone, in a chunk of its own, keeps the step it follows.
+    alone = parse_nemo_rl(grpo_validation(2, 0.5), read.last)
+    assert alone.accuracy == ((2, 0.5),) and alone.points == ()
+    dpo = parse_nemo_rl(rl_step(1, 5, *dpo_metrics(0.6931)))
+    assert dpo.accuracy == () and dpo.points[0].reward is None
+
+
+def test_a_run_that_stops_early_on_purpose_says_why() -> None:
+    """NeMo-RL's checkpoint_must_save_by, Megatron's exit_duration_in_mins and
+    exit_interval, Lightning's max_time: each line says the run stopped early; NeMo-RL's
+    normal end ("Max number of steps has been reached, stopping training early") does not."""
+    assert progress.early_stop("Timeout has been reached, stopping training early") == (
+        progress.TIME_BUDGET
+    )
+    assert progress.early_stop(" [exiting program after 230.5 minutes]") == progress.TIME_BUDGET
+    assert progress.early_stop("[exiting program at iteration 400]") == "its exit interval"
+    lightning = "Time limit reached. Elapsed time is 4:00:00. Signaling Trainer to stop."
+    assert progress.early_stop(lightning) == progress.TIME_BUDGET
+    normal = "Max number of steps has been reached, stopping training early"
+    assert progress.early_stop(normal) == ""
+    stopped = parse_nemo_rl(
+        rl_step(3, 10, "  • Loss: 0.5") + "\nTimeout has been reached, stopping training early\n"
+    )
+    assert stopped.stopped_early == progress.TIME_BUDGET and not stopped.finished
+
+
+def test_max_num_steps_mid_epoch_is_the_total_not_epochs_times_steps() -> None:
+    """A 3-epoch run of 4 batches each with max_num_steps=5 prints "Step k/4" under "Epoch
+    e/3": its total is min(5, 3 x 4) = 5, from the config it prints at start, and its own
+    "Max number of steps has been reached" line ends it as finished."""
+    config = "Final config:\n{'sft': {'max_num_epochs': 3, 'max_num_steps': 5, 'val_period': 10}}"
+    lines = [config, *sft_epochs(3, 4)[:2]]  # epoch 1 and its 4 steps, epoch 2's header
+    first = parse_nemo_rl("\n".join(lines))
+    assert {p.total for p in first.points} == {5}
+    rest = rl_step(1, 4, "  • Loss: 0.2") + "\nMax number of steps has been reached, stopping"
+    rest += " training early\n"
+    last = parse_nemo_rl(f"{BAR} Epoch 2/3 {BAR}\n" + rest, first.last)
+    assert [(p.step, p.total) for p in last.points] == [(5, 5)] and last.finished
+    assert last.stopped_early == ""
+
+
+def test_mlflow_run_links_are_found_beside_wandb_ones() -> None:
+    text = (
+        "wandb: 🚀 View run at https://wandb.ai/team/proj/runs/abc123\n"
+        "🏃 View run bold-fox-42 at: https://mlflow.example.com/#/experiments/3/runs/0a1b2c3d\n"
+        "🧪 View experiment at: https://mlflow.example.com/#/experiments/3\n"
+    )
+    assert progress.run_links(text) == [
+        "https://wandb.ai/team/proj/runs/abc123",
+        "https://mlflow.example.com/#/experiments/3/runs/0a1b2c3d",
+    ]

@@ -9,7 +9,14 @@ import time
 import pytest
 
 from cluster.jobs import find_jobs_for_launch
-from cluster.launch import REMOTE_SHELL, SUBMIT_TOO_LATE, plan_launch
+from cluster.launch import (
+    REMOTE_SHELL,
+    SUBMIT_TOO_LATE,
+    login_bound,
+    on_login_clock,
+    plan_launch,
+    submit,
+)
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
 from cluster.ssh.pool import SSHPool
@@ -66,3 +73,39 @@ async def test_a_command_given_up_on_ends_on_the_login_node(
             return
         await asyncio.sleep(0.2)
     raise AssertionError("the remote command still runs after the caller gave up")
+
+
+@pytest.mark.parametrize(
+    "read_by",
+    [1_000_000.4, 400_000.0, 1_600_000.0],  # clocks agree; this side 10 min behind; ahead
+)
+def test_the_bound_on_the_login_node_is_its_own_reading_plus_the_time_left(
+    read_by: float,
+) -> None:
+    submit_by = read_by + 299.6  # 299.6 s left on this side's clock, whatever it reads
+    assert on_login_clock(submit_by, 1_000_000, read_by) == 1_000_000 + 299
+
+
+async def test_a_login_node_whose_clock_differs_by_minutes_submits_within_the_same_bound(
+    pool: SSHPool, dev_profile: ClusterProfile, launch_id: str, jobs_to_cancel: list[str]
+) -> None:
+    """This side's clock 10 minutes behind the login node's: the login node used to read
+    the deadline as passed and refuse every submit (and, 10 minutes ahead, to let a
+    stalled one run 10 minutes past the bound the workers rely on). The bound now is
+    the login node's own reading plus the time left, measured on this side's clock."""
+    behind_s = 600.0
+
+    def skewed() -> float:
+        return time.time() - behind_s
+
+    spec = LaunchSpec(
+        profile=dev_profile, launch_id=launch_id, framework="nemo", nodes=1,
+        script="sft/llama3p1_8b_sft.py", name="skew", submit_by=int(skewed()) + 120,
+    )  # fmt: skip
+    bound = await login_bound(pool, spec, skewed)
+    assert abs(bound - (time.time() + 120)) <= 2  # about 120 s from now, on the login node
+    submission = await submit(pool, plan_launch(spec), now=skewed)
+    jobs_to_cancel.append(submission.job_id)
+    assert [j.job_id for j in await find_jobs_for_launch(pool, dev_profile, launch_id)] == [
+        submission.job_id
+    ]

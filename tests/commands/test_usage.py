@@ -14,6 +14,7 @@ ACCEPTED = [
     ("/usage me month", UsageRequest(target="U0ALICE", window="month")),
     ("/usage <@U0BOB|bob> week", UsageRequest(target="U0BOB")),
     ("/usage @bob days=30", UsageRequest(target="bob", window="days", days=30)),
+    ("/usage @Alice", UsageRequest(target="U0ALICE")),  # one's own name: one's own id
     ("/usage team=S0ML month", UsageRequest(scope="team", target="S0ML", window="month")),
     ("/usage team=<!subteam^S0ML|ml>", UsageRequest(scope="team", target="S0ML")),
     ("/usage cluster=A4 csv=true", UsageRequest(scope="cluster", target="a4", csv=True)),

@@ -62,6 +62,35 @@ def retry_failure(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     return launch, [Event("enqueue", launch.id, data=due), update_parent(launch)]
 
 
+def resume(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """The job ended COMPLETED short of its total because it stopped early on purpose (its
+    time budget, ``facts.reason``): ``facts.attempt`` goes on from its newest checkpoint.
+    The launch stays active, so ``after=`` dependents wait for the real end."""
+    check(launch, "resume")
+    assert facts.attempt is not None, "resume needs the new attempt"
+    previous = launch.attempts[-1]
+    previous.ended_at = previous.ended_at or facts.now
+    launch.attempts.append(facts.attempt)
+    launch.resumes += 1
+    launch.progress.stopped_early, launch.progress.finished = "", False
+    go(launch, "resume", P.RETRYING)
+    line = thread_line(launch, "resume", facts.text, job=previous.job_id)
+    due = {"due": facts.attempt.not_before} if facts.attempt.not_before else {}
+    return launch, [line, Event("enqueue", launch.id, data=due), update_parent(launch)]
+
+
+def stopped_early(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
+    """The job ended COMPLETED short of its total (``facts.reason`` says why) and is not
+    resumed: the launch ends STOPPED_EARLY, never a plain success, so an ``after=`` child
+    that needs success does not start from a half-trained checkpoint. The closing line is
+    the caller's."""
+    check(launch, "stopped_early")
+    go(launch, "stopped_early", P.DONE)
+    launch.outcome = "CANCELLED" if launch.cancelled_by else "STOPPED_EARLY"
+    launch.detail = facts.detail or launch.detail
+    return launch, []
+
+
 # -- retries: held until the old job is gone ---------------------------------------------
 
 

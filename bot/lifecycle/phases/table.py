@@ -55,6 +55,9 @@ TABLE: tuple[Edge, ...] = (
     Edge("requeued", P.RUNNING, P.SUBMITTED),
     *_edges("ended", FOLLOWED, P.DONE),
     *_edges("retry_failure", FOLLOWED, P.RETRYING),  # the failure catalog retries it
+    # it stopped early on purpose (its time budget): resumed from its checkpoint, or ended
+    *_edges("resume", FOLLOWED, P.RETRYING),
+    *_edges("stopped_early", FOLLOWED, P.DONE),
     # retries: held until the old job is gone
     *_edges("retry", FOLLOWED, P.RETRYING),  # the Retry button
     Edge("reroute", P.SUBMITTED, P.RETRYING),  # still pending where another would start it

@@ -19,6 +19,7 @@ from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Launch, Phase
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
+from cluster.wandb_run import run_id as run_id_of
 from tests import devlogin
 from tests.bot.botkit import (
     LAUNCH_RE,
@@ -163,6 +164,18 @@ async def test_tokenizer_race_twice_seeds_the_cache_then_completes(unique: str) 
     assert "Seeding the tokenizer cache, then retrying (attempt 3 of 3)" in text
     assert "megatron-gpt-345m_vocab" in login_run(f"ls {cache}/torch/megatron")
     login_run(f"rm -rf {cache}", check=False)
+    # Two retries, one W&B run: every attempt's job was given the launch's run id, the
+    # first created it and the two retries resumed it (the stand-in records each start).
+    run_id = run_id_of(launch_id)
+    starts = login_run(f"cat ~/.cache/devcluster-wandb/{run_id}.starts").splitlines()
+    assert [line.split()[0] for line in starts] == [f"job={a.job_id}" for a in launch.attempts]
+    assert all(f"tags=launch:{launch_id},cluster:a3m,owner:" in line for line in starts)
+    assert launch.run_links == [f"https://wandb.ai/devcluster/nemo/runs/{run_id}"]
+    logs = [
+        login_run(f"cat {a.tracking.log_path}") for a in launch.attempts if a.tracking is not None
+    ]
+    assert len(logs) == 3 and "Syncing run" in logs[0]
+    assert all(f"wandb: Resuming run {run_id}" in log for log in logs[1:])
 
 
 async def test_gpu_oom_is_not_retried_and_says_what_to_change(unique: str) -> None:

@@ -40,7 +40,7 @@ from tests.bot.conftest import standin_params
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 QUICK = {"step_time_s": 0.4, "save_time_s": 0.1, "ckpt_every": 1, "tokenizer_race": "off"}
-SWEEP_RE = re.compile(r"\bS-[0-9a-f]{4,12}\b")
+SWEEP_RE = re.compile(r"\bS-[0-9a-f]{4,16}\b")
 
 
 @asynccontextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pydantic import ValidationError
 
 from bot.engine.asks import WorkerAsks, serve_asks
 from bot.engine.on_cluster import Clusters
@@ -17,8 +18,9 @@ from bot.settings.env import Settings
 from bot.store.store import Store
 from cluster.accounts import Account
 from cluster.discovery import ClusterCapacity
-from cluster.errors import ClusterUnreachable, CommandTimeout
+from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout
 from cluster.framework_base import Tracking
+from cluster.nodes import NodeAction
 from cluster.sbatch import JobShape, StartEstimate
 from cluster.sinfo import PartitionInfo
 from cluster.ssh.pool import SSHPool
@@ -147,3 +149,50 @@ async def test_an_ask_no_worker_takes_fails_in_its_time_saying_so(store: Store) 
         stop.set()
         await worker
     assert clusters.asked == []
+
+
+class NodeClusters(ScriptedClusters):
+    async def update_node(
+        self,
+        cluster: str,
+        node: str,
+        action: NodeAction,
+        reason: str = "",
+        *,
+        user_id: str,
+        cluster_user: str,
+        groups: frozenset[str] = frozenset(),
+    ) -> str:
+        self.asked.append(("node", cluster, node, action, reason, user_id, cluster_user))
+        return "drained"
+
+
+async def test_a_node_ask_is_done_only_for_on_call_and_as_the_config_says(store: Store) -> None:
+    """The worker asks again whether the person may drain (the on-call group the ask names),
+    and runs it as the config's user for them, whatever the ask says of a Unix user."""
+    config = CONFIG + "alerts: {oncall_usergroup: S0ONCALL}\n"
+    async with SSHPool() as pool:
+        clusters = NodeClusters(pool)
+        clusters.config = parse_config(config)
+        stop = asyncio.Event()
+        worker = asyncio.create_task(serve_asks(store, clusters, stop, KEY))
+        try:
+            asks = WorkerAsks(store, KEY)
+            done = await asks.update_node(
+                "a4", "dev3", "drain", "Xid 79 twice", user_id="U0BOB", cluster_user="root",
+                groups=frozenset({"S0ONCALL"}),
+            )  # fmt: skip
+            assert done == "drained"
+            with pytest.raises(ClusterError, match="U0ALICE is neither on-call nor an admin"):
+                await asks.update_node(
+                    "a4", "dev3", "resume", user_id="U0ALICE", cluster_user="trainer"
+                )
+            with pytest.raises(ValidationError):  # never leaves the web role
+                await asks.update_node(
+                    "a4", "dev3;id", "drain", "x", user_id="U0BOB", cluster_user="",
+                    groups=frozenset({"S0ONCALL"}),
+                )  # fmt: skip
+        finally:
+            stop.set()
+            await worker
+    assert clusters.asked == [("node", "a4", "dev3", "drain", "Xid 79 twice", "U0BOB", "")]

@@ -12,7 +12,7 @@ import pytest
 from bot.engine.authority import Authority, GroupsOf
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
-from bot.engine.pipelines import PARENT_LOOK_S, must_wait
+from bot.engine.pipelines import APPROVAL_PATIENCE_S, PARENT_LOOK_S, must_wait
 from bot.engine.start_from import checkpoint_outside, start_point
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
@@ -276,3 +276,37 @@ async def test_after_and_an_approval_are_asked_again_when_the_launch_goes() -> N
         assert await must_wait(store, approved, store.mutate, authority)
         gone = await store.get(approved.id)
         assert gone is not None and gone.outcome == "NOT_ALLOWED"
+
+
+async def test_a_child_of_a_parent_stuck_in_approval_ends_and_frees_its_place() -> None:
+    """A parent no one approves (nor rejects) used to keep its child waiting for ever,
+    counted among its owner's active launches (max_concurrent). The child waits a day at
+    most, then ends saying why and how to go on."""
+    await flush_test_redis()
+    async with open_test_store() as store:
+        parent = Launch(request=request(nodes=4), user_id="U0ALICE", channel="C1")
+        parent.phase = Phase.AWAITING_APPROVAL
+        await stored(store, parent)
+        child = Launch(request=request(after=parent.id), user_id="U0ALICE", channel="C1")
+        child.waits_for = parent.id
+        await stored(store, child)
+        assert (await store.active_counts("U0ALICE"))[0] == 2
+
+        assert await must_wait(store, child, store.mutate)  # a fresh ask: it waits
+        assert (await store.get(child.id)).phase == Phase.QUEUED  # type: ignore[union-attr]
+
+        def asked_long_ago(launch: Launch) -> list[Event]:
+            launch.created_at = time.time() - APPROVAL_PATIENCE_S - 60
+            return []
+
+        await store.mutate(parent.id, asked_long_ago)
+        assert await must_wait(store, child, store.mutate)
+        ended = await store.get(child.id)
+        assert ended is not None and ended.phase == Phase.DONE
+        assert ended.outcome == "PARENT_UNAPPROVED"
+        assert ended.detail == f"{parent.id} still awaited approval after 24 h"
+        said = await thread_texts(store, child.id)
+        assert any(
+            "has awaited approval for over 24 h" in t and f"after={parent.id}" in t for t in said
+        ), said
+        assert (await store.active_counts("U0ALICE"))[0] == 1  # its place given back

@@ -169,6 +169,28 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         for source in (P.SUBMITTED, P.RUNNING)
     },
     **{
+        ("resume", source, P.RETRYING): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(
+                now=NOW,
+                attempt=Attempt(number=2, resume=True),
+                text="⏸️ STOPPED EARLY at step 37 / 100",
+            ),
+            ["thread", "enqueue", "update"],
+            "⏸️ STOPPED EARLY at step 37 / 100",
+            lambda item: item.resumes == 1 and item.attempts[-1].resume and item.active,
+        )
+        for source in (P.SUBMITTED, P.RUNNING)
+    },
+    **{
+        ("stopped_early", source, P.DONE): Case(
+            lambda source=source: launch(source, job="41"),
+            phases.Facts(detail="Stopped early at step 37 / 100."),
+            check=lambda item: item.outcome == "STOPPED_EARLY" and not item.active,
+        )
+        for source in (P.SUBMITTED, P.RUNNING)
+    },
+    **{
         ("retry", source, P.RETRYING): Case(
             lambda source=source: launch(source, job="41"),
             phases.Facts(now=NOW, by="U2", job_id="41"),

@@ -16,6 +16,7 @@ from bot.runtime.assembly import running
 from bot.settings.config import Config
 from bot.settings.sections import Report
 from bot.store.budgets import Charge
+from bot.store.nodes import NodeEntry, NodeRecord
 from bot.text.front import Blocks, MessageRef
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config
 
@@ -99,3 +100,30 @@ def test_the_report_ranks_people_and_clusters_and_counts_failed_runs_by_cause() 
     assert "Clusters: a4 14.00, a3m 6.00" in text, text
     assert "Failures by cause: cuda_oom 2, node_fail 1" in text, text
     assert "GPU-hours used by failed runs: 10.00 (50%)" in text, text
+
+
+def test_a_run_that_stopped_early_is_no_failure_in_the_report() -> None:
+    early = Charge(launch_id="L-000001", user_id="U1", cluster="a4", gpu_hours=3.0,
+                   ended_at=1000.0, outcome="STOPPED_EARLY")  # fmt: skip
+    text = report_text([early], since=0.0, until=86400.0, top=2)
+    assert "3.00 GPU-hours in 1 launch" in text and "Failures by cause" not in text, text
+
+
+def test_the_report_names_the_nodes_that_failed_launches_in_its_window() -> None:
+    def failed(launch_id: str, at: float, cause_key: str = "xid_hardware") -> NodeEntry:
+        return NodeEntry(at=at, launch_id=launch_id, job_id=launch_id[-2:], cause_key=cause_key)
+
+    drained = NodeEntry(kind="drain", at=5000.0, by="U0BOB", reason="x")
+    nodes = [
+        NodeRecord("a4", "dev1", (failed("L-000003", 5000.0),)),
+        NodeRecord("a4", "dev3", (drained, failed("L-000002", 4000.0, "node_failure"),
+                                  failed("L-000001", 3000.0), failed("L-000000", 10.0))),
+        NodeRecord("a3m", "dev0", (failed("L-000004", 10.0),)),  # before the window
+    ]  # fmt: skip
+    text = report_text([], since=1000.0, until=86400.0, top=5, nodes=nodes)
+    assert text.endswith(
+        "\nNodes that failed launches (launches, causes): "
+        "a4/dev3 2 (node_failure, xid_hardware), a4/dev1 1 (xid_hardware)"
+    ), text
+    assert "dev0" not in text
+    assert "Nodes that failed" not in report_text([], since=1000.0, until=86400.0, top=5)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
 from bot.settings.env import Settings
+from bot.settings.redis_urls import without_password
 from cluster.errors import ConfigError
+
+
+def secret_file(path: Path, text: str) -> Path:
+    """A secret file as an operator writes it: its owner's alone (mode 600)."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
 
 
 def test_defaults_per_interface() -> None:
@@ -76,8 +85,8 @@ def test_bad_values_name_the_variable(environ: dict[str, str], message: str) -> 
 
 
 def test_secrets_from_files(tmp_path: Path) -> None:
-    (tmp_path / "bot_token").write_text("xoxb-from-a-file\n")
-    (tmp_path / "hf").write_text("hf_from_a_file")
+    secret_file(tmp_path / "bot_token", "xoxb-from-a-file\n")
+    secret_file(tmp_path / "hf", "hf_from_a_file")
     settings = Settings.from_environ(
         {
             "SLACK_BOT_TOKEN_FILE": str(tmp_path / "bot_token"),
@@ -95,7 +104,7 @@ def test_secrets_from_files(tmp_path: Path) -> None:
 
 
 def test_a_redis_url_with_a_password_from_a_file(tmp_path: Path) -> None:
-    (tmp_path / "url").write_text("redis://:s3cret-pass@redis:6379/0\n")
+    secret_file(tmp_path / "url", "redis://:s3cret-pass@redis:6379/0\n")
     settings = Settings.from_environ({"REDIS_URL_FILE": str(tmp_path / "url")})
     assert settings.redis_url == "redis://:s3cret-pass@redis:6379/0"
 
@@ -105,7 +114,7 @@ def test_secret_file_errors_name_the_variable_never_the_content(tmp_path: Path) 
         Settings.from_environ({"SLACK_SIGNING_SECRET_FILE": str(tmp_path / "nope")})
     assert "SLACK_SIGNING_SECRET_FILE" in str(missing.value)
     assert "nope" in str(missing.value)
-    (tmp_path / "secret").write_text("sign-from-file")
+    secret_file(tmp_path / "secret", "sign-from-file")
     with pytest.raises(ConfigError, match="not both") as both:
         Settings.from_environ(
             {"SLACK_SIGNING_SECRET": "sign", "SLACK_SIGNING_SECRET_FILE": str(tmp_path / "secret")}
@@ -134,3 +143,137 @@ def test_sentinels_make_a_sentinel_target_that_waits_for_a_replica() -> None:
 def test_a_sentinel_that_is_not_host_port_is_named() -> None:
     with pytest.raises(ConfigError, match="REDIS_SENTINELS: 'sentinel-a' is not host:port"):
         Settings.from_environ({"REDIS_SENTINELS": "sentinel-a,10.0.0.6:26379"})
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o444])
+def test_a_secret_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
+    path = secret_file(tmp_path / "redis_password", "s3cret-redis-pass")
+    path.chmod(mode)
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)})
+    said = str(caught.value)
+    assert said.startswith(f"environment: REDIS_PASSWORD_FILE: {path} can be read by others")
+    assert f"(mode {mode:04o})" in said and f"chmod 600 {path}" in said
+    assert "s3cret-redis-pass" not in said
+    lazy = Settings.from_environ({"TRAINBOT_HF_TOKEN_FILE": str(path)})  # a config's {env: ...}
+    with pytest.raises(ConfigError, match="TRAINBOT_HF_TOKEN_FILE: .* can be read by others"):
+        lazy.env_secret("TRAINBOT_HF_TOKEN")
+    path.chmod(0o400)
+    settings = Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)})
+    assert settings.redis_password == SecretStr("s3cret-redis-pass")
+
+
+def test_a_secret_file_readable_by_a_group_is_refused_unless_it_is_the_processs_own(
+    tmp_path: Path,
+) -> None:
+    """Kubernetes mounts secrets as root:<fsGroup> 0440 (deploy/kubernetes): the pod's own
+    group, which is allowed; a group that is not the process's own is refused."""
+    path = secret_file(tmp_path / "redis_password", "s3cret-redis-pass")
+    path.chmod(0o440)
+    assert os.stat(path).st_gid == os.getgid()
+    assert Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)}).redis_password
+    other = next(g for g in (65534, 65533, 12345) if g != os.getgid())
+    try:
+        os.chown(path, -1, other)
+    except PermissionError:
+        pytest.skip("changing a file's group needs root")
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"REDIS_PASSWORD_FILE": str(path)})
+    assert f"can be read by its group (gid {other}, not this process's" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis//:hunter2-pass@redis:6379/0",  # the colon forgotten
+        "http://:hunter2-pass@redis:6379/0",  # the wrong scheme
+        "redis:/user:hunter2-pass@redis:6379/0",
+        "redis//redis:6379/0?password=hunter2-pass",
+    ],
+)
+def test_a_mistyped_redis_url_is_never_echoed_with_its_password(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"REDIS_URL": url})
+    said = str(caught.value)
+    assert "must start with redis://, rediss:// or unix://" in said
+    assert "hunter2-pass" not in said and "redis:6379/0" in said
+
+
+def test_redis_passwords_are_handed_to_the_redactor() -> None:
+    settings = Settings.from_environ(
+        {
+            "REDIS_URL": "redis://:url-pass%40x@redis:6379/0",
+            "REDIS_PASSWORD": "data-node-pass",
+        }
+    )
+    assert set(settings.redis_secrets()) == {"url-pass@x", "data-node-pass"}
+    assert without_password("rediss://u:p@w@h:1/0") == "rediss://h:1/0"
+    assert without_password("redis://h:1/0?password=qs-pass-1") == "redis://h:1/0"
+    query = Settings.from_environ({"REDIS_URL": "redis://h:1/0?password=qs-pass-1"})
+    assert "qs-pass-1" in query.redis_secrets()
+    sentinel = Settings.from_environ(
+        {"REDIS_SENTINELS": "s1:26379", "REDIS_SENTINEL_PASSWORD": "sentinel-pass"}
+    )
+    assert "sentinel-pass" in sentinel.redis_secrets()
+
+
+def test_sentinel_secrets_and_tls_reach_the_target(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    settings = Settings.from_environ(
+        {
+            "REDIS_SENTINELS": "s1:26379,s2:26379",
+            "REDIS_SENTINEL_PASSWORD": "sentinel-pass",
+            "REDIS_SENTINEL_TLS": "true",
+            "REDIS_TLS": "true",
+            "REDIS_TLS_CA_CERT": str(ca),
+        }
+    )
+    target = settings.redis_target()
+    assert target.sentinel_password == SecretStr("sentinel-pass")
+    assert (target.sentinel_tls, target.tls, target.tls_ca_file) == (True, True, str(ca))
+    assert target.describe() == (
+        "sentinel mymaster via s1:26379,s2:26379 (TLS to the sentinels and data nodes)"
+    )
+    assert Settings.from_environ({"REDIS_URL": "rediss://h:6380/0"}).redis_target().tls
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"REDIS_SENTINEL_PASSWORD": "pw-123456"},
+            "REDIS_SENTINEL_PASSWORD, REDIS_SENTINEL_USERNAME",
+        ),
+        ({"REDIS_SENTINEL_TLS": "true"}, "apply to the sentinels: set REDIS_SENTINELS too"),
+        ({"REDIS_SENTINEL_USERNAME": "trainbot"}, "apply to the sentinels: set REDIS_SENTINELS"),
+        ({"REDIS_TLS": "true"}, "write the URL as rediss://host:port/db"),
+        (
+            {"REDIS_SENTINELS": "s1:26379", "REDIS_TLS_CA_CERT": "/nowhere/ca.pem"},
+            "REDIS_TLS_CA_CERT: /nowhere/ca.pem is not a file",
+        ),
+    ],
+)
+def test_sentinel_and_tls_settings_where_they_do_not_apply(
+    environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ(environ)
+    assert message in str(caught.value)
+    assert "pw-123456" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://:hunter2-pass@redis:abc/0", "its port is not a number"),
+        ("redis://:hunter2-pass@redis:6379/zero", "the database after the host must be a number"),
+    ],
+)
+def test_a_redis_url_that_cannot_be_used_is_refused_at_start(url: str, says: str) -> None:
+    """Such a URL passed the check and then stopped the bot with a traceback."""
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"REDIS_URL": url})
+    said = str(caught.value)
+    assert says in said and "hunter2-pass" not in said and "(got 'redis://redis:" in said
+    assert Settings.from_environ({"REDIS_URL": "unix:///run/redis.sock?db=2"}).redis_url

@@ -22,7 +22,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.settings.env import Target
 from bot.store import keys
-from bot.store.base import StoreError
+from bot.store.base import EPISODE_OVER_S, StoreError
 from bot.store.store import Store
 from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, flush_test_redis
@@ -273,3 +273,35 @@ async def test_wait_without_replicas_costs_its_timeout_and_still_writes() -> Non
         assert await store.create(item, [Event("parent", item.id)])
         assert time.monotonic() - started >= 0.29
         assert await store.get(item.id) is not None
+
+
+async def test_a_record_that_is_not_a_launch_is_skipped_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One bad entry (written by hand into Redis, or by another version) used to make
+    every get_many raise: every poll of its cluster, and every /jobs all, failed."""
+    await flush_test_redis()
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    async with Store.connect(TEST_REDIS) as store:
+        good = Launch(request=request, user_id="U1", channel="C1")
+        await store.create(good, [], enqueue=False)
+        await store.redis.set(keys.launch("L-0badbad0"), '{"id": "L-0badbad0", "phase": 7}')
+        await store.redis.set(keys.launch("L-0badbad1"), "not json at all")
+        found = await store.get_many(["L-0badbad0", good.id, "L-0badbad1", "L-gone"])
+        assert [f.id if f else None for f in found] == [None, good.id, None, None]
+        assert await store.redis.get(keys.launch("L-0badbad1")) == "not json at all"  # kept
+    said = [r.getMessage() for r in caplog.records if "is not a launch" in r.getMessage()]
+    assert len(said) == 2 and "L-0badbad0" in said[0] and "L-0badbad1" in said[1], said
+
+
+async def test_a_failover_whose_calls_all_gave_up_is_over_for_health() -> None:
+    """A call that gave up left the store 'failing over' until some later call succeeded:
+    a process that makes no other call (an idle web role) stayed 503 with Redis back."""
+    store = Store(aioredis.from_url(CLOSED), target=Target(url=CLOSED, retry_for_s=0.3))
+    with pytest.raises(StoreError):
+        await store.get("L-abcdef")
+    assert store.failing_over().startswith("store failing over for")  # just gave up
+    store.failover.last_retry -= EPISODE_OVER_S + 0.1  # no call retried since: none rides now
+    assert store.failing_over() == ""
+    assert store.failover.since is None
+    await store.redis.aclose()

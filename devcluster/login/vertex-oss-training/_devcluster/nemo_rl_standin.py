@@ -12,7 +12,21 @@ commit 7ea279abfbeb698b092856d0dab61e7cf39bc909, nemo_rl/algorithms/{sft,dpo,rm,
 the set-up block, "Epoch e/E" headers with "Step k/min(len(loader), max_num_steps)"
 under them (k restarts each epoch), and each algorithm's "Training Results": SFT and
 GRPO print "  • Loss:", DPO and RM print their metrics by field name ("  • loss:",
-"  • accuracy:", ...), GRPO adds its reward and generation lines.
+"  • accuracy:", ...), GRPO adds its reward and generation lines; its loss is a clipped
+policy-gradient term near zero, of either sign, and every grpo.val_period steps it
+validates ("📊 Validation Results:" with "    • Accuracy: <x>", grpo.py ``validate``).
+
+What real drivers do that a well-behaved stand-in would hide:
+- Output is block-buffered: the drivers print with plain print() and ray.sub sends the
+  driver's output to a file, so Python writes it in 8 KiB blocks unless PYTHONUNBUFFERED
+  is set (knob rl_buffered=1; off by default while launchers without PYTHONUNBUFFERED
+  share this dev cluster).
+- checkpointing.checkpoint_must_save_by=DD:HH:MM:SS (nemo_rl/utils/timer.py
+  TimeoutChecker, fit_last_save_time: it stops when one more step would pass the budget)
+  saves a checkpoint, prints "Timeout has been reached, stopping training early" and
+  returns: the job exits 0 and Slurm says COMPLETED at a step short of the total.
+- With max_num_steps below epochs x len(loader), the step header's total is per epoch
+  and the run ends mid-epoch (knob epoch_steps).
 """
 
 from __future__ import annotations
@@ -55,9 +69,39 @@ STARTUP_LINES = [
 ]
 
 
-def results(algorithm: str, loss: float, step_time_s: float) -> list[str]:
+def grpo_loss(step: int) -> float:
+    """GRPO's clipped policy-gradient loss: near zero, of either sign, now and then several
+    times its usual size (a ratio rule calls that a spike; it is noise)."""
+    return 0.0015 + 0.002 * s.math.sin(step * 1.7) + (0.012 if step % 5 == 0 else 0.0)
+
+
+def grpo_reward(step: int, steps: int) -> float:
+    """The mean reward of a GRPO step: rising as the policy learns."""
+    rng = s.random.Random(step * 31)
+    return 0.2 + 0.5 * (1 - s.math.exp(-3.0 * step / max(steps, 1))) + rng.uniform(-0.02, 0.02)
+
+
+def validation(step: int, steps: int) -> list[str]:
+    """GRPO's validation block (grpo.py ``validate``)."""
+    accuracy = 0.1 + 0.5 * (1 - s.math.exp(-3.0 * step / max(steps, 1)))
+    return [
+        f"▶ Starting validation at step {step}...",
+        "",
+        "📊 Validation Results:",
+        f"    • Accuracy: {accuracy:.4f}",
+        "    • Average response length: 512.3 tokens",
+        "    • Samples processed: 64",
+        "",
+        "  ⏱️  Validation Timing:",
+        "    • Total validation time: 0.50s",
+    ]
+
+
+def results(
+    algorithm: str, loss: float, step_time_s: float, reward: float | None = None
+) -> list[str]:
     """One step's "Training Results" and "Timing" blocks, as each algorithm prints them."""
-    rng = s.random.Random(int(loss * 1e6))
+    rng = s.random.Random(int(abs(loss) * 1e6))
     lines = ["", "📊 Training Results:"]
     if algorithm == "dpo":
         values = {"loss": loss, "sft_loss": 0.0, "preference_loss": loss,
@@ -76,7 +120,7 @@ def results(algorithm: str, loss: float, step_time_s: float) -> list[str]:
         if algorithm == "grpo":
             lines += [
                 f"  • Generation KL Error: {rng.uniform(0, 0.01):.4f}",
-                f"  • Avg Reward: {rng.uniform(0, 1):.4f}",
+                f"  • Avg Reward: {reward if reward is not None else rng.uniform(0, 1):.4f}",
                 f"  • Mean Generation Length: {rng.uniform(200, 900):.4f}",
             ]
     took = step_time_s * rng.uniform(0.97, 1.03)
@@ -95,6 +139,8 @@ def tensorboard(base: Path) -> None:
 
 def main(algorithm: str) -> None:
     k = s.knobs()
+    if k.get("rl_buffered", "0") in ("1", "true", "yes"):
+        s.buffer_output()
     overrides = s.parse_overrides(sys.argv[1:])
     job_dir = Path(os.environ.get("NEMO_RL_JOB_DIR") or Path.cwd())
     ckpt_dir = Path(overrides.get("checkpointing.checkpoint_dir") or job_dir / "checkpoints")
@@ -108,6 +154,10 @@ def main(algorithm: str) -> None:
     model = overrides.get("policy.model_name", "meta-llama/Llama-3.1-8B-Instruct")
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(1, steps // 3))
+    budget = s.duration_s(
+        overrides.get("checkpointing.checkpoint_must_save_by") or k.get("must_save_by", "")
+    )
+    val_period = int(overrides.get("grpo.val_period") or s.int_knob(k, "val_every", 0))
 
     epochs = int(overrides.get(f"{algorithm}.max_num_epochs") or s.int_knob(k, "epochs", 1))
     per_epoch = max(1, s.int_knob(k, "epoch_steps", steps))  # len(train_dataloader)
@@ -118,6 +168,7 @@ def main(algorithm: str) -> None:
         *s.secret_fingerprints(),
         f"Loaded configuration: policy.model_name={model} {algorithm}.max_num_steps={steps} "
         f"checkpointing.checkpoint_dir={ckpt_dir} logger.wandb_enabled={wandb_enabled}",
+        *(s.wandb_lines("nemo-rl") if wandb_enabled else []),
     )
     s.startup(k, STARTUP_LINES)
     s.say(
@@ -141,6 +192,8 @@ def main(algorithm: str) -> None:
     if fault == "wandb" and wandb_enabled:
         s.wandb_error()
         sys.exit(1)
+    if s.start_fault(fault):
+        sys.exit(1)
 
     done = completed_steps(ckpt_dir)
     total_steps = done[-1] if done else 0
@@ -151,6 +204,7 @@ def main(algorithm: str) -> None:
     # "Step k/N" counts within the epoch, checkpoints and the stop count total steps.
     epoch, current = divmod(total_steps, per_epoch)
     shown = min(per_epoch, steps)
+    began, took = time.monotonic(), 0.0
     while epoch < epochs and total_steps < steps:
         s.say("", f"{'=' * 25} Epoch {epoch + 1}/{epochs} {'=' * 25}")
         while current < per_epoch and total_steps < steps:
@@ -165,14 +219,26 @@ def main(algorithm: str) -> None:
                 s.say("▶ Preparing batch...", "▶ Taking a training step...")
             else:
                 s.say("▶ Taking a training step...")
+            started = time.monotonic()
             time.sleep(step_time_s)
+            took = time.monotonic() - started
             loss = s.loss_at(step, steps, start=0.6931, floor=0.35)
-            if step % save_period == 0 or step == steps:
+            reward = None
+            if algorithm == "grpo":
+                loss, reward = grpo_loss(step), grpo_reward(step, steps)
+                if val_period and step % val_period == 0:
+                    s.say(*validation(step, steps))
+            # TimeoutChecker(fit_last_save_time=True): stop when one more step would pass it.
+            timed_out = budget is not None and time.monotonic() - began + took >= budget
+            if step % save_period == 0 or step == steps or timed_out:
                 s.say(f"Saving checkpoint for step {step}...")
                 save_checkpoint(ckpt_dir, step, save_time_s)
-            s.say(*results(algorithm, loss, step_time_s))
+            s.say(*results(algorithm, loss, step_time_s, reward))
             current += 1
             total_steps += 1
+            if timed_out:
+                s.say("Timeout has been reached, stopping training early")
+                return
             if total_steps >= steps:
                 s.say("Max number of steps has been reached, stopping training early")
         epoch += 1

@@ -151,6 +151,7 @@ def main(workload: str, model: str) -> None:
         "(dev cluster: no GPUs, nothing is trained)",
         f"[NeMo I {s.stamp()} nemo_logging:393] Slurm job: {s.job_summary()}",
         *(f"[NeMo I {s.stamp()} nemo_logging:393] {line}" for line in s.secret_fingerprints()),
+        *s.wandb_lines("nemo"),
     )
     s.startup(k, STARTUP_LINES)
     s.say(
@@ -171,6 +172,8 @@ def main(workload: str, model: str) -> None:
     if fault == "wandb":
         s.wandb_error()
         s.finish(1)
+    if s.start_fault(fault):
+        s.finish(1)
     if tokenizer_race(cache_dir, k.get("tokenizer_race", "cold")):
         s.finish(1)
 
@@ -182,6 +185,10 @@ def main(workload: str, model: str) -> None:
         s.say(f"[NeMo I {s.stamp()} nemo_logging:393] Restoring states from the checkpoint path at {path}")
     link = workload == "sft"  # fine-tuning keeps a -last link; pretraining (and CPT) a copy
     val_loss: float | None = None
+    # Lightning's Timer callback (lightning/pytorch/callbacks/timer.py): past trainer.max_time
+    # it says so and signals the trainer to stop; the checkpoint callback saves at train end.
+    budget = s.duration_s(overrides.get("trainer.max_time") or k.get("max_time", ""))
+    began = time.monotonic()
     for step in range(start, steps):
         s.strike(fault, step, fault_at, s.finish)
         took_s = step_time_s * s.slow_factor_at(k, step)
@@ -198,7 +205,12 @@ def main(workload: str, model: str) -> None:
             for batch in range(1, 3):
                 s.say(f"Validation: iteration {batch}/2")
             val_loss = s.loss_at(step, steps) + 0.05
-        if (step + 1) % ckpt_every == 0 or step + 1 == steps:
+        timed_out = budget is not None and time.monotonic() - began >= budget and step + 1 < steps
+        if (step + 1) % ckpt_every == 0 or step + 1 == steps or timed_out:
             save_checkpoint(ckpt_dir, step, save_time_s, val_loss, link)
+        if timed_out:
+            elapsed = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - began))
+            s.say(f"Time limit reached. Elapsed time is {elapsed}. Signaling Trainer to stop.")
+            s.finish(0)
     s.say(f"`Trainer.fit` stopped: `max_steps={steps}` reached.")
     s.finish(0)

@@ -10,7 +10,10 @@ Knobs and faults come from, in rising precedence:
   ~/devcluster-control/<tag>.env        applies to jobs whose Slurm job name contains <tag>
   DEVCLUSTER_<KEY> environment variables
 Each file holds KEY=VALUE lines. Keys:
-  fault           oom | nccl | hang | gated | wandb | none
+  fault           oom | nccl | hang | gated | wandb | none, or a failure real runs print
+                  today (START_FAULTS before step 1, STEP_FAULTS at fault_at_step):
+                  pyxis_mount | registry_401 | sqsh_missing | hub_429 | heartbeat |
+                  xid154 | ray_node | vllm_dead
   fault_at_step   step at which oom, nccl or hang strike (default: a third of the way)
   fault_once      1: the fault strikes only the first job that matches (then it is spent)
   steps           training steps (default 30)
@@ -34,6 +37,13 @@ Each file holds KEY=VALUE lines. Keys:
   spike_at        NeMo: this step's loss is spike_factor (default 10) times the usual one
   slow_at         NeMo: from this step, slow_steps steps (default 5) take slow_factor
                   (default 4) times step_time_s, and print that as their step timing
+  rl_buffered     NeMo-RL: 1 prints without flushing, as the real drivers do (block-buffered
+                  into the log unless PYTHONUNBUFFERED reaches the driver; default 0)
+  max_time        NeMo: trainer.max_time (DD:HH:MM:SS) when the launch does not give it: past it,
+                  Lightning's Timer stops the run after a checkpoint and it exits 0
+  must_save_by    NeMo-RL: checkpointing.checkpoint_must_save_by (DD:HH:MM:SS) when the launch
+                  does not give it
+  val_every       (NeMo-RL GRPO: validate every N steps, as grpo.val_period)
   rl_layout       NeMo-RL launch.sh: seed (default: <job id>/nemo_rl_output.log, ray-logs/) or
                   ray.sub (upstream: <job id>[-<restart>]-logs/ray-driver.log, <job id>-attach.sh);
                   rl_layout_<cluster type> (e.g. rl_layout_hcc-a3h=ray.sub) picks it per cluster
@@ -96,9 +106,19 @@ def fault_armed(k: dict[str, str]) -> str:
     return fault
 
 
+FLUSH = True  # buffer_output() makes say() print as the real drivers do: plain print()
+
+
+def buffer_output() -> None:
+    """From now on, say() prints without flushing, as NeMo-RL's drivers do: into a file,
+    Python then writes in blocks (io.DEFAULT_BUFFER_SIZE) unless PYTHONUNBUFFERED is set."""
+    global FLUSH
+    FLUSH = False
+
+
 def say(*lines: str) -> None:
     for line in lines:
-        print(line, flush=True)
+        print(line, flush=FLUSH)
 
 
 def warn(*lines: str) -> None:
@@ -166,10 +186,73 @@ def hang() -> None:
         time.sleep(3600)
 
 
+# Failures real runs print today, each in its upstream format (the sources are cited with
+# the same texts in tests/cluster/data/corpus/corpus.yaml): pyxis and enroot before the
+# program starts, the Hugging Face Hub's rate limit at start-up, PyTorch's NCCL heartbeat
+# monitor, an Xid that needs a GPU reset, Ray losing a node, vLLM's dead engine.
+START_FAULTS = {
+    "pyxis_mount": [
+        "slurmstepd: error: pyxis: --container-mounts: source path does not exist: "
+        "/home/trainer/data/missing",
+        "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1",
+    ],
+    "registry_401": [
+        "slurmstepd: error: pyxis: failed to import docker image: nvcr.io#nvidia/nemo:26.02",
+        "slurmstepd: error: pyxis: printing enroot log file:",
+        "slurmstepd: error: pyxis:     [ERROR] URL https://nvcr.io/v2/nvidia/nemo/manifests/26.02 "
+        "returned error code: 401 Unauthorized",
+        "slurmstepd: error: pyxis: couldn't start container",
+    ],
+    "sqsh_missing": [
+        "slurmstepd: error: pyxis: failed to create container filesystem for image: "
+        "/home/trainer/images/missing.sqsh",
+        "slurmstepd: error: pyxis: printing enroot log file:",
+        "slurmstepd: error: pyxis:     [ERROR] No such file or directory: "
+        "/home/trainer/images/missing.sqsh",
+        "slurmstepd: error: pyxis: couldn't start container",
+    ],
+    "hub_429": [
+        "huggingface_hub.errors.HfHubHTTPError: 429 Client Error: Too Many Requests for url: "
+        "https://huggingface.co/api/models/meta-llama/Llama-3.1-8B-Instruct/revision/main",
+    ],
+}
+STEP_FAULTS = {
+    "heartbeat": [
+        "[rank0]:[E1203 20:11:04.481000000 ProcessGroupNCCL.cpp:1316] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 0] Heartbeat monitor timed out! Process will be terminated after "
+        "dumping debug info. workMetaList_.size()=1",
+    ],
+    "xid154": [
+        "NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+        "(GPU Reset Required)",
+    ],
+    "ray_node": [
+        "(raylet) The node with node id: 4f2a0c1d and address: 10.0.0.12 and node name: dev2 has "
+        "been marked dead because the detector has missed too many heartbeats from it.",
+    ],
+    "vllm_dead": [
+        "(EngineCore_DP0 pid=5120) ERROR [core.py:710] AssertionError: weight shapes differ",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+        "trace (above) for the root cause.",
+    ],
+}
+
+
+def start_fault(fault: str) -> bool:
+    """A failure before the first step (START_FAULTS): printed; True when it struck."""
+    if fault not in START_FAULTS:
+        return False
+    warn(*START_FAULTS[fault])
+    return True
+
+
 def strike(fault: str, step: int, fault_at: int, end: Callable[[int], None]) -> None:
-    """A training-time fault (oom, nccl, hang) once ``step`` reaches ``fault_at``."""
-    if fault not in ("oom", "nccl", "hang") or step < fault_at:
+    """A training-time fault (oom, nccl, hang, STEP_FAULTS) once ``step`` reaches ``fault_at``."""
+    if fault not in ("oom", "nccl", "hang", *STEP_FAULTS) or step < fault_at:
         return
+    if fault in STEP_FAULTS:
+        warn(*STEP_FAULTS[fault])
+        end(134 if fault == "heartbeat" else 1)
     if fault == "oom":
         oom_error()
         end(1)
@@ -195,6 +278,36 @@ def secret_fingerprints() -> list[str]:
         else:
             lines.append(f"{name} is not set")
     return lines
+
+
+WANDB_RUNS = Path.home() / ".cache" / "devcluster-wandb"  # the runs this stand-in "created"
+
+
+def wandb_lines(project: str) -> list[str]:
+    """What wandb.init prints for the run W&B's own variables name (WANDB_RUN_ID,
+    WANDB_RESUME, WANDB_RUN_GROUP, WANDB_TAGS): a new run the first time, "Resuming"
+    afterwards. Each start is also appended to <run dir>/<id>.starts, one line per start
+    (job id, restart count, group, tags), so a test can see which run every attempt used."""
+    run_id = os.environ.get("WANDB_RUN_ID", "")
+    if not run_id:
+        return []
+    WANDB_RUNS.mkdir(parents=True, exist_ok=True)
+    record = WANDB_RUNS / f"{run_id}.starts"
+    resumed = record.exists()
+    if resumed and os.environ.get("WANDB_RESUME", "") not in ("allow", "must", "auto"):
+        warn(f"wandb: ERROR run {run_id} exists and resume is not set")
+    job = os.environ.get("SLURM_JOB_ID", "")
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    group = os.environ.get("WANDB_RUN_GROUP", "")
+    tags = os.environ.get("WANDB_TAGS", "")
+    with record.open("a") as out:
+        out.write(f"job={job} restart={restart} group={group} tags={tags}\n")
+    url = f"https://wandb.ai/devcluster/{project}"
+    return [
+        f"wandb: {'Resuming' if resumed else 'Syncing'} run {run_id}",
+        f"wandb: ⭐️ View project at {url}",
+        f"wandb: 🚀 View run at {url}/runs/{run_id}",
+    ]
 
 
 def gated_repo_error(repo: str) -> None:
@@ -273,6 +386,15 @@ def write_files(directory: Path, names: dict[str, str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in names.items():
         (directory / name).write_text(text)
+
+
+def duration_s(value: str) -> float | None:
+    """A time budget as NeMo-RL's checkpoint_must_save_by and Lightning's max_time write it,
+    "DD:HH:MM:SS", in seconds (None when not set)."""
+    if not value or value.lower() in ("null", "none"):
+        return None
+    days, hours, minutes, seconds = (int(part) for part in value.split(":"))
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def int_knob(k: dict[str, str], key: str, default: int) -> int:

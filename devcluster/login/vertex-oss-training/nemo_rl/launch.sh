@@ -70,11 +70,13 @@ knob() {
 LAYOUT=$(knob rl_layout seed)
 JOB_DIR=$RL_DIR/$SLURM_JOB_ID
 if [ "$LAYOUT" = ray.sub ]; then
-    # As ray.sub: a restart (SLURM_RESTART_COUNT is set only then) gets its own log dir.
+    # As ray.sub: logs under BASE_LOG_DIR (default: the submit directory); a restart
+    # (SLURM_RESTART_COUNT is set only then) gets its own log dir.
+    BASE_LOG_DIR=${BASE_LOG_DIR:-$RL_DIR}
     if [ -n "${SLURM_RESTART_COUNT:-}" ]; then
-        LOG_DIR=$RL_DIR/$SLURM_JOB_ID-$SLURM_RESTART_COUNT-logs
+        LOG_DIR=$BASE_LOG_DIR/$SLURM_JOB_ID-$SLURM_RESTART_COUNT-logs
     else
-        LOG_DIR=$RL_DIR/$SLURM_JOB_ID-logs
+        LOG_DIR=$BASE_LOG_DIR/$SLURM_JOB_ID-logs
     fi
     DRIVER_LOG=$LOG_DIR/ray-driver.log
     HEAD_LOG=$LOG_DIR/ray-head.log
