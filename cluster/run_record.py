@@ -11,6 +11,9 @@ Nothing here fails a submit: a line that cannot be read leaves its field unknown
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 import time
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +21,14 @@ from pydantic import BaseModel, ConfigDict
 from cluster.remote import quote_path
 
 MARK = "trainbot-record"
+MAX_DIFF_BYTES = 8192  # the uncommitted changes kept, at most; beyond, said as truncated
+# Files whose changes are never read: the guide's secrets file (HF_TOKEN, WANDB_API_KEY).
+SECRET_FILES = ("*auth.sh", "*.env", "*secret*", "*token*", "*credential*")
+# A changed line that sets something named like a secret keeps its name, not its value.
+SECRET_LINE_RE = re.compile(
+    r"(?i)^([+-][^=:\n]*(?:token|secret|password|passwd|api_key|apikey|_key)[^=:\n]*[=:]).*$",
+    re.MULTILINE,
+)
 
 
 class RunRecord(BaseModel):
@@ -30,6 +41,8 @@ class RunRecord(BaseModel):
     recipes_dir: str = ""
     recipes_commit: str = ""  # "" when the checkout is not a git repository (or unknown)
     recipes_changed: int = 0  # files changed and not committed (git status --porcelain)
+    recipes_diff: str = ""  # those changes (git diff HEAD), secrets' values left out
+    recipes_diff_truncated: bool = False  # the diff went on past MAX_DIFF_BYTES
     image: str = ""  # the image's path
     image_size: int | None = None  # bytes; None when it could not be read
     image_mtime: int | None = None  # epoch seconds
@@ -66,6 +79,10 @@ def probe_lines(recipes_dir: str, image: str) -> list[str]:
         " >&2 || true",
         f'printf "{MARK} changed %s\\n" "$(git -C {repo} status --porcelain 2>/dev/null'
         ' | wc -l || true)" >&2 || true',
+        f'printf "{MARK} diff %s\\n" "$(git -C {repo} diff HEAD -- . '
+        + " ".join(f"':(exclude){p}'" for p in SECRET_FILES)
+        + f' 2>/dev/null | head -c {MAX_DIFF_BYTES + 1} | base64 -w0 2>/dev/null || true)"'
+        " >&2 || true",
     ]
     if image:
         lines.append(
@@ -89,16 +106,32 @@ def read_record(stderr: str, *, command: str, env_names: tuple[str, ...], recipe
     parts = found.get("image", "").split()
     if len(parts) == 2 and all(p.isdigit() for p in parts):
         size, mtime = int(parts[0]), int(parts[1])
+    diff, truncated = read_diff(found.get("diff", ""))
     return RunRecord(
         command=command,
         env_names=env_names,
         recipes_dir=recipes_dir,
         recipes_commit=commit if len(commit) == 40 and commit.isalnum() else "",
         recipes_changed=int(changed) if changed.isdigit() else 0,
+        recipes_diff=diff,
+        recipes_diff_truncated=truncated,
         image=image,
         image_size=size,
         image_mtime=mtime,
     )
+
+
+def read_diff(encoded: str) -> tuple[str, bool]:
+    """The probe's base64 diff as text, cut to :data:`MAX_DIFF_BYTES` (True: it was longer),
+    each line that sets something named like a secret keeping only its name; ("", False)
+    when there is none or it does not decode."""
+    try:
+        raw = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return "", False
+    truncated = len(raw) > MAX_DIFF_BYTES
+    text = raw[:MAX_DIFF_BYTES].decode("utf-8", errors="replace")
+    return SECRET_LINE_RE.sub(r"\1 <value not kept>", text), truncated
 
 
 def without_record(stderr: str) -> str:

@@ -11,6 +11,7 @@ from commands.errors import CommandError
 from commands.job_commands import (
     parse_attach,
     parse_cancel,
+    parse_checkpoints,
     parse_clusters,
     parse_jobs,
     parse_logs,
@@ -35,6 +36,7 @@ COMMANDS: dict[str, Parser] = {
     "/usage": parse_usage,
     "/watch": parse_watch,
     "/unwatch": parse_unwatch,
+    "/checkpoints": parse_checkpoints,
 }
 
 

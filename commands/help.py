@@ -19,6 +19,7 @@ USAGE: dict[HelpTopic, str] = {
     "usage": "/usage [me|@person|team=<group>|cluster=C] [week|month|days=N] [csv=true]",
     "watch": "/watch <job> [cluster=C]",
     "unwatch": "/unwatch <job> [cluster=C]",
+    "checkpoints": "/checkpoints <job> [keep=K] [cluster=C]",
 }
 
 _JOB = (
@@ -51,6 +52,8 @@ _DETAILS: dict[HelpTopic, str] = {
         "                   only your own launches (or where policy.start_from lets you)\n"
         "  from_running=yes start from= a launch that still runs (its newest complete\n"
         "                   checkpoint when this one goes); without it, a running one is refused\n"
+        "  from=J@S         start from launch J's checkpoint of step S instead of its newest;\n"
+        "                   a step J never saved is refused with the steps it did save\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
         "Recipe overrides (see /train recipes) go the same way: trainer.max_steps=100.\n"
@@ -84,6 +87,13 @@ _DETAILS: dict[HelpTopic, str] = {
         "hold them. /jobs watching lists what you watch. " + _JOB
     ),
     "unwatch": "Stop getting DMs about a launch you watch. " + _JOB,
+    "checkpoints": (
+        "A launch's complete checkpoints (of a launch you may see, as for /logs): each "
+        "one's step and the validation loss the log gave at or before it, the best and "
+        "the last marked; from=<job>@<step> starts a new /train from one. Its owner (or an "
+        "admin) gets a button that deletes all but the best K (keep=K, default 1) and the "
+        "last, after a confirm; the thread records it. " + _JOB
+    ),
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (
         "Each cluster's partitions with idle and total nodes, free GPUs, queue length, and "

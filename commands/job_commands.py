@@ -11,6 +11,7 @@ from commands.parse import Args
 from commands.requests import (
     AttachRequest,
     CancelRequest,
+    CheckpointsRequest,
     ClustersRequest,
     HelpTopic,
     JobRef,
@@ -22,7 +23,13 @@ from commands.requests import (
 from commands.suggest import did_you_mean, quote
 from commands.sweep import SWEEP_ID_PATTERN
 from commands.train import check_keys
-from commands.values import LAUNCH_ID_PATTERN, SLURM_JOB_ID_PATTERN, parse_days, parse_lines
+from commands.values import (
+    LAUNCH_ID_PATTERN,
+    SLURM_JOB_ID_PATTERN,
+    parse_days,
+    parse_keep,
+    parse_lines,
+)
 
 
 def parse_job_ref(raw: str, cluster: str | None, context: CommandContext) -> JobRef:
@@ -60,6 +67,13 @@ def parse_watch(args: Args, user: User, context: CommandContext) -> WatchRequest
 def parse_unwatch(args: Args, user: User, context: CommandContext) -> UnwatchRequest:
     check_keys(args, ("cluster",), "/unwatch")
     return UnwatchRequest(job=_one_job(args, context, "unwatch"))
+
+
+def parse_checkpoints(args: Args, user: User, context: CommandContext) -> CheckpointsRequest:
+    check_keys(args, ("cluster", "keep"), "/checkpoints")
+    keep = args.pairs.get("keep")
+    job = _one_job(args, context, "checkpoints")
+    return CheckpointsRequest(job=job, keep=1 if keep is None else parse_keep(keep))
 
 
 def parse_attach(args: Args, user: User, context: CommandContext) -> AttachRequest:

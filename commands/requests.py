@@ -42,6 +42,7 @@ HelpTopic = Literal[
     "usage",
     "watch",
     "unwatch",
+    "checkpoints",
 ]
 HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
 MAX_NODES = 4096
@@ -148,6 +149,7 @@ class TrainRequest(_LaunchFields):
     framework: FrameworkName
     overrides: tuple[Override, ...] = ()
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
+    start_step: int | None = Field(default=None, ge=0)  # from=<job>@<step>: not the newest
     from_running: bool = False  # from= a launch that still runs, said on purpose
 
     @model_validator(mode="after")
@@ -160,7 +162,8 @@ class TrainRequest(_LaunchFields):
     def to_text(self) -> str:
         words = [self.command, self.workload, self.model, f"framework={self.framework}"]
         words += self._launch_pairs()
-        words += [f"from={self.start_from}"] if self.start_from else []
+        step = "" if self.start_step is None else f"@{self.start_step}"
+        words += [f"from={self.start_from}{step}"] if self.start_from else []
         words += ["from_running=yes"] if self.start_from and self.from_running else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
@@ -252,6 +255,17 @@ class UnwatchRequest(_OneJob):
 
     command: ClassVar[str] = "/unwatch"
     kind: Literal["unwatch"] = "unwatch"
+
+
+class CheckpointsRequest(_OneJob):
+    """``/checkpoints <job>``: a launch's complete checkpoints, with what to do with each."""
+
+    command: ClassVar[str] = "/checkpoints"
+    kind: Literal["checkpoints"] = "checkpoints"
+    keep: int = Field(default=1, ge=1, le=100)  # Delete all but the best ``keep`` and the last
+
+    def to_text(self) -> str:
+        return super().to_text() + ("" if self.keep == 1 else f" keep={self.keep}")
 
 
 class LogsRequest(_Request):
@@ -358,6 +372,7 @@ Request = Annotated[
     | CancelRequest
     | WatchRequest
     | UnwatchRequest
+    | CheckpointsRequest
     | LogsRequest
     | JobsRequest
     | ClustersRequest

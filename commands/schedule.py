@@ -166,17 +166,29 @@ def parse_after(raw: str) -> tuple[str, Literal["ok", "any"]]:
     )
 
 
-def parse_from(raw: str) -> str:
-    """``from=<job>``: a launch id or a Slurm job id."""
-    value = _job_value(raw)
+def parse_from(raw: str) -> tuple[str, int | None]:
+    """``from=<job>[@<step>]``: a launch id or a Slurm job id, and the step of the
+    checkpoint to start from (None: its newest complete one)."""
+    job, at, step_text = raw.partition("@")
+    value = _job_value(job)
     if value is None:
         raise CommandError(
             f"from={quote(raw)} is not a job. Give the launch whose newest checkpoint to "
             "start from: a launch id such as from=L-7f3a9c2b41 or a Slurm job id such as "
-            "from=4187.",
+            "from=4187, and @<step> for another of its checkpoints (from=L-7f3a9c2b41@200).",
             field="from",
         )
-    return value
+    if not at:
+        return value, None
+    step = step_text.replace("_", "")
+    if not step.isdigit() or len(step) > 12:
+        raise CommandError(
+            f"from={quote(raw)}: {quote(step_text)} is not a step. After @ give the step "
+            f"of one of its checkpoints, a whole number such as from={value}@200 "
+            f"(`/checkpoints {value}` lists them).",
+            field="from",
+        )
+    return value, int(step)
 
 
 def _job_value(text: str) -> str | None:

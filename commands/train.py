@@ -175,7 +175,8 @@ def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEnt
                 f"the value must match {entry.overrides[key]}.",
                 field=key,
             )
-    start_from = args.pairs.get("from")
+    raw_from = args.pairs.get("from")
+    start_from, start_step = (None, None) if raw_from is None else parse_from(raw_from)
     running = args.pairs.get(FROM_RUNNING_KEY)
     if running is not None and start_from is None:
         raise CommandError(
@@ -188,7 +189,8 @@ def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEnt
         model=entry.model,
         framework=entry.framework,
         overrides=tuple(pairs),
-        start_from=None if start_from is None else parse_from(start_from),
+        start_from=start_from,
+        start_step=start_step,
         from_running=running is not None and parse_bool(FROM_RUNNING_KEY, running),
         **base.model_dump(exclude={"kind"}),
     )

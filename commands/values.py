@@ -183,6 +183,14 @@ def parse_lines(raw: str) -> int:
     return _count("lines", raw, MAX_LOG_LINES, 50)
 
 
+MAX_KEEP_BEST = 100
+
+
+def parse_keep(raw: str) -> int:
+    """``/checkpoints keep=K``: how many of the best checkpoints to keep, 1 to 100."""
+    return _count("keep", raw, MAX_KEEP_BEST, 2)
+
+
 def _count(key: str, raw: str, high: int, example: int) -> int:
     """``key=raw`` as a whole number from 1 to ``high``, or a CommandError saying which."""
     value = _digits(key, raw, 1, high, example)

@@ -19,7 +19,15 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from bot.core import answers, api_tokens, sweep_answers, usage, watching
+from bot.core import (
+    answers,
+    api_tokens,
+    checkpoint_list,
+    record_view,
+    sweep_answers,
+    usage,
+    watching,
+)
 from bot.core.app_home import AppHome
 from bot.core.capacity import Capacity
 from bot.core.decisions import Decisions
@@ -49,6 +57,8 @@ from bot.text.mrkdwn import (
     ACTION_NODE_DRAIN,
     ACTION_NODE_RESUME,
     ACTION_PREFS,
+    ACTION_PRUNE,
+    ACTION_RECORD,
     ACTION_REJECT,
     ACTION_RESUME,
     ACTION_RETRY,
@@ -72,6 +82,7 @@ from commands.job_commands import parse_job_ref
 from commands.requests import (
     AttachRequest,
     CancelRequest,
+    CheckpointsRequest,
     ClustersRequest,
     HelpRequest,
     InteractiveRequest,
@@ -84,6 +95,7 @@ from commands.requests import (
     UsageRequest,
     WatchRequest,
 )
+from commands.values import parse_keep
 
 log = logging.getLogger(__name__)
 LAUNCH_FORMS = frozenset(
@@ -196,6 +208,9 @@ class Core:
             return await watching.watch(
                 self.store, await self.lookup.readable(request.job, user), user
             )
+        if isinstance(request, CheckpointsRequest):
+            launch = await self.lookup.readable(request.job, user)
+            return checkpoint_list.listing(launch, request.keep)
         if isinstance(request, UnwatchRequest):
             return await watching.unwatch(
                 self.store, (await self.lookup.find(request.job)).id, user
@@ -301,6 +316,12 @@ class Core:
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)
+        if incoming.action_id == ACTION_RECORD:
+            return record_view.record_reply(await self.lookup.readable(ref, user))
+        if incoming.action_id.startswith(ACTION_PRUNE):  # the owner or an admin only
+            keep = parse_keep(incoming.action_id.removeprefix(ACTION_PRUNE))
+            launch = await self.lookup.owned(ref, user, "delete checkpoints of")
+            return await checkpoint_list.prune(self.store, self.calls, launch, user, keep)
         if incoming.action_id == ACTION_CANCEL_MEMBER:
             return answers.confirm_cancel(await self.lookup.actable(ref, user, "cancel"))
         if incoming.action_id == ACTION_CANCEL:

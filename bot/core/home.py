@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bot.core import record_view
 from bot.engine import pipelines
 from bot.lifecycle import health, render
 from bot.lifecycle.launch import HistoryEntry, Launch, Sweep
@@ -56,7 +57,11 @@ def home_blocks(
                     blocks.append(section(launch.sweep))  # the sweep's block goes here
                 grouped[launch.sweep].append(launch)
             else:
-                blocks.append(section(_active_line(launch, links.get(launch.id, ""), now, active)))
+                line = _active_line(launch, links.get(launch.id, ""), now, active)
+                shown = record_view.record_button(launch)
+                blocks.append(
+                    section(line) if shown is None else {**section(line), "accessory": shown}
+                )
         for sweep_id, members in grouped.items():
             at = blocks.index(section(sweep_id))
             text = _sweep_text(sweep_id, (sweeps or {}).get(sweep_id), members, links, now)

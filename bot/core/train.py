@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from bot.core import usage
 from bot.core.lookup import Lookup
 from bot.core.rates import active_slowed_down
-from bot.engine import pipelines, placement, start_from
+from bot.engine import checkpoints, pipelines, placement, start_from
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import (
     START_ESTIMATE_STALE_S,
@@ -284,6 +284,13 @@ class Launcher:
             start_from.start_key(request, parent)
         except (CommandError, ValueError) as exc:
             raise CommandError(f"from={request.start_from}: {exc}", field="from") from None
+        step = request.start_step
+        if (
+            step is not None
+            and not parent.active
+            and (why := checkpoints.missing_step(parent, step))
+        ):
+            raise CommandError(f"from={request.start_from}@{step}: {why}", field="from")
         if not parent.active and start_from.newest_checkpoint(parent) is None:
             raise CommandError(
                 f"from={request.start_from}: {parent.id} ended "

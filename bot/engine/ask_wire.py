@@ -116,8 +116,18 @@ class NodeUpdate(_What):
     )
 
 
+class DeleteCheckpoints(_What):
+    """Delete some of an ended launch's checkpoints: names its record lists, in the
+    directory its record names (the worker takes both from the record)."""
+
+    kind: Literal["delete_checkpoints"] = "delete_checkpoints"
+    launch: LaunchId
+    names: tuple[str, ...] = Field(min_length=1, max_length=1000)
+
+
 What = Annotated[
-    Capacity | AccountOf | Estimate | Cancel | Tail | NodeUpdate, Field(discriminator="kind")
+    Capacity | AccountOf | Estimate | Cancel | Tail | NodeUpdate | DeleteCheckpoints,
+    Field(discriminator="kind"),
 ]
 
 

@@ -68,6 +68,10 @@ class ClusterCalls(Protocol):
 
     async def tail(self, item: Launch, path: str, lines: int) -> str: ...
 
+    async def delete_checkpoints(
+        self, item: Launch, directory: str, names: list[str], pattern: str
+    ) -> None: ...
+
     async def account(self, cluster: str, name: str) -> Account: ...
 
     async def start_estimate(
@@ -133,6 +137,13 @@ class WorkerAsks:
         """The launch's log: the worker reads the one its record names, not ``path``."""
         what = wire.Tail(launch=item.id, lines=max(1, min(lines, MAX_TAIL_LINES)))
         return str(await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
+
+    async def delete_checkpoints(
+        self, item: Launch, directory: str, names: list[str], pattern: str
+    ) -> None:
+        """The worker deletes ``names`` where the launch's record says (not ``directory``)."""
+        what = wire.DeleteCheckpoints(launch=item.id, names=tuple(names))
+        await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S)
 
     async def account(self, cluster: str, name: str) -> Account:
         what = wire.AccountOf(cluster=cluster, name=name)
@@ -263,6 +274,8 @@ async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
         if job_ids:
             await clusters.cancel(item, job_ids)  # as its person, the record's user checked
         return None
+    if isinstance(what, wire.DeleteCheckpoints):
+        return await _delete(clusters, item, what)
     path = recorded_log(item)
     if not path:
         raise Refused(f"{item.id} has not recorded a log yet", cluster=item.cluster)
@@ -300,3 +313,17 @@ async def _node(clusters: Clusters, what: wire.NodeUpdate) -> Any:
         what.cluster, what.node, what.action, what.reason, user_id=what.user_id,
         cluster_user=estimate_user(profile, what.user_id),
     )  # fmt: skip
+
+
+async def _delete(clusters: Clusters, item: Launch, what: wire.DeleteCheckpoints) -> None:
+    """Only names the ended launch's record lists, in the directory its record names."""
+    tracking = next(
+        (a.tracking for a in reversed(item.attempts) if a.tracking and a.tracking.checkpoint_dir),
+        None,
+    )
+    if item.active or tracking is None or not set(what.names) <= set(item.checkpoints):
+        raise _refuse(what, item.cluster, f"{item.id} has no such checkpoints to delete", item.id)
+    names = list(what.names)
+    await clusters.delete_checkpoints(
+        item, tracking.checkpoint_dir, names, tracking.checkpoint_pattern
+    )

@@ -24,6 +24,7 @@ from bot.store.store import Store
 from cluster import jobs, launch, wandb_run
 from cluster import preflight as checks
 from cluster.accounts import Account, lookup_account
+from cluster.checkpoint_files import delete_checkpoints
 from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError, PersonRefused
 from cluster.launcher_options import LauncherOptions
@@ -292,6 +293,12 @@ class Clusters:
         return await jobs.tail_log(
             self.pool, profile, path, lines=lines, roots=log_roots(self.profile(item.cluster))
         )
+
+    async def delete_checkpoints(
+        self, item: Launch, directory: str, names: list[str], pattern: str
+    ) -> None:
+        """Delete some of the launch's checkpoints, as its person where the cluster maps them."""
+        await delete_checkpoints(self.pool, self.profile_for(item), directory, names, pattern)
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))

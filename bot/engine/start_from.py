@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+from bot.engine import checkpoints
 from bot.engine.authority import Authority
 from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
@@ -133,9 +134,10 @@ async def start_point(
     copy: CopyStart | None = None,
 ) -> Launch | None:
     """``from=``: before its first attempt, the launch notes its parent's newest complete
-    checkpoint (its thread says which) and goes on; None when it ended here (the parent
-    has none: NO_CHECKPOINT, or its checkpoint lies outside the parent's cluster's job
-    directories). ``authority``: the person may still start from it (their own, or
+    checkpoint, or the one at ``from=<job>@<step>`` (its thread says which), and goes on;
+    None when it ended here (the parent has none, or none at that step: NO_CHECKPOINT,
+    or its checkpoint lies outside the parent's cluster's job directories). ``authority``:
+    the person may still start from it (their own, or
     ``policy.start_from``; a running parent only with ``from_running=yes``), else it ends
     NOT_ALLOWED. Where the framework goes on writing where it starts (NeMo-RL), the
     child starts from ``copy`` of the checkpoint in a directory of its own, never in the
@@ -144,10 +146,13 @@ async def start_point(
     if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
         return item
     parent = await store.get(item.starts_from)
-    found = newest_checkpoint(parent) if parent is not None else None
+    step = request.start_step
+    found = checkpoints.chosen(parent, step) if parent is not None else None
     key, why = "", "it saved no complete checkpoint"
     if parent is None:
         why = "its record has expired, and with it where its checkpoints are"
+    elif step is not None and found is None:
+        why = checkpoints.missing_step(parent, step).rstrip(".") or why
     elif authority is not None and (
         refused := start_refusal(
             authority.clusters.config.policy, request, parent, await authority.user(item)
@@ -174,15 +179,16 @@ async def start_point(
         facts = phases.Facts(outcome="NO_CHECKPOINT", text=text, detail=detail)
         await mutate(item.id, phases.step(phases.not_started, facts))
         return None
-    tracking, name, step = found
+    tracking, name, found_step = found
     fw = framework(request.framework)
     try:
         value, copied = await _start_value(fw, tracking, name, profile, item, parent, copy)
     except ClusterError as exc:
         await _no_copy(item, mutate, str(exc))
         return None
+    which = "newest complete checkpoint" if step is None else "checkpoint"
     text = (
-        f"▶️ Starts from {parent.id}'s newest complete checkpoint, step {step:,} "
+        f"▶️ Starts from {parent.id}'s {which}, step {found_step:,} "
         f"(`{escape(name)}`): `{escape(key)}={escape(value)}`.{copied}"
     )
 

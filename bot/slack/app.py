@@ -55,6 +55,7 @@ from bot.text.mrkdwn import (
     ACTION_NODE_DRAIN,
     ACTION_PREFIX,
     ACTION_PREFS,
+    ACTION_RECORD,
     ACTION_TOKEN,
     HELP_CARD_TEXT,
     MESSAGE_TEXT_MAX,
@@ -81,6 +82,7 @@ COMMANDS = (
     "/usage",
     "/watch",
     "/unwatch",
+    "/checkpoints",
 )
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (
@@ -176,7 +178,11 @@ class Listeners:
         if incoming.action_id.startswith(ACTION_TOKEN):  # API tokens in the App Home
             self._spawn(self._modal_after(incoming, answer, home=True))
             return
-        if incoming.action_id in (ACTION_EDIT_RELAUNCH, ACTION_NODE_DRAIN):  # a modal to fill
+        if incoming.action_id in (
+            ACTION_EDIT_RELAUNCH,
+            ACTION_NODE_DRAIN,
+            ACTION_RECORD,
+        ):  # a modal
             self._spawn(self._modal_after(incoming, answer, home=False))
             return
         if incoming.action_id == ACTION_FORM_CHECK:  # typed in the launch form

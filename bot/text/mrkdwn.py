@@ -46,6 +46,8 @@ ACTION_TOKEN = "trainbot_token"  # App Home API tokens: trainbot_token_create, _
 ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separated
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
 ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
+ACTION_RECORD = "trainbot_record"  # value: the launch id; its run record in a modal
+ACTION_PRUNE = "trainbot_prune_"  # + K: delete all but the best K and the last; value: launch id
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.

@@ -115,12 +115,12 @@ REJECTED = [
     (
         "/trian sft",
         "Unknown command '/trian'. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, "
-        "/usage, /watch, /unwatch. Did you mean /train?",
+        "/usage, /watch, /unwatch, /checkpoints. Did you mean /train?",
     ),
     (
         "",
         "Unknown command ''. Commands: /train, /attach, /jobs, /cancel, /logs, /clusters, /usage, "
-        "/watch, /unwatch.",
+        "/watch, /unwatch, /checkpoints.",
     ),
 ]
 
