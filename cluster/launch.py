@@ -44,7 +44,8 @@ class LaunchPlan:
     def env_names(self) -> tuple[str, ...]:
         """The names of what the script exports (never the values)."""
         spec = self.spec
-        names = {*spec.env, *spec.secrets, *spec.secret_files(), *spec.fw.script_env(spec)}
+        names = {*spec.env, *spec.secrets, *spec.secret_files(), *spec.profile.nccl_env}
+        names |= set(spec.fw.script_env(spec))
         return tuple(sorted(names))
 
     def script(self, *, redact: bool = True, submit_by: int | None = None) -> str:
@@ -56,7 +57,7 @@ class LaunchPlan:
             spec.work_dir,
             exports,
             self.argv,
-            env=spec.fw.script_env(spec),
+            env={**spec.profile.nccl_env, **spec.fw.script_env(spec)},
             submit_by=spec.submit_by if submit_by is None else submit_by,
             probe=probe_lines(spec.profile.recipes_dir, spec.image_path),
         )

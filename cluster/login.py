@@ -1,19 +1,113 @@
-"""Who logs in where: a cluster's login node, the certificates the bot signs for it, and
-whose Unix user a launch runs as (:class:`Identity`)."""
+"""Who logs in where: a cluster's login node and the jump hosts in front of it, the
+certificates the bot signs for it, and whose Unix user a launch runs as
+(:class:`Identity`)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from cluster.profile_fields import ENV_NAME_PATTERN
 from cluster.ssh.principals import UID_MAX_DEFAULT, UID_MIN_DEFAULT, PersonRules
 
 CLUSTER_USER_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
 ClusterUser = Annotated[str, Field(pattern=CLUSTER_USER_PATTERN)]
+HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
+_JUMP_RE = re.compile(
+    r"(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:@\s]+)(?::(?P<port>[0-9]+))?"
+)
+# The same, for the JSON Schema of trainbot.yaml (editors check the text form with it).
+JUMP_TEXT_PATTERN = r"^(?:[^@\s]+@)?(?:\[[^\]\s]+\]|[^:@\s]+)(?::[0-9]+)?$"
+
+
+class JumpHost(BaseModel):
+    """One jump host (bastion) on the way to a login node, as ``user@host:port`` or a
+    mapping. ``user`` defaults to the login's user (the person's, when the bot acts as
+    one), ``key_file`` and ``known_hosts_file`` to the login's; with no key file at all
+    the hop gets a certificate from the login's user CA, as the login does. Its host key
+    is checked against its known_hosts like the login node's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    host: str = Field(pattern=HOST_PATTERN)
+    """The jump host's name or address, as the hop before it (or the bot) reaches it."""
+    port: int = Field(default=22, ge=1, le=65535)
+    """Its SSH port."""
+    user: ClusterUser | None = None
+    """Who logs in there; default: the login's user (the person's, when the bot acts as one)."""
+    key_file: Path | None = None
+    """On the bot's machine: the key to log in there with; default: the login's (or a
+    certificate from its user CA)."""
+    known_hosts_file: Path | None = None
+    """On the bot's machine: its host key; default: the login's known_hosts file."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """A jump host is a mapping or its ``user@host:port`` text: the schema takes both."""
+        text = {"type": "string", "pattern": JUMP_TEXT_PATTERN, "title": "user@host:port"}
+        return {"anyOf": [text, handler(core_schema)]}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        """``user@host:port`` (user and port optional; ``[::1]:22`` for IPv6)."""
+        if not isinstance(data, str):
+            return data
+        found = _JUMP_RE.fullmatch(data.strip())
+        if found is None:
+            raise ValueError(
+                f"a jump host is user@host:port (user and port optional) or a mapping "
+                f"with host, port, user, key_file, known_hosts_file (got {data!r})"
+            )
+        parsed: dict[str, Any] = {"host": found["host"].strip("[]")}
+        if found["user"]:
+            parsed["user"] = found["user"]
+        if found["port"]:
+            parsed["port"] = int(found["port"])
+        return parsed
+
+
+def where(user: str, host: str, port: int) -> str:
+    """``user@host:port``, an IPv6 address in brackets (``user@[fd00::1]:22``)."""
+    return f"{user}@{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One SSH connection of a route to a login node, everything resolved: a jump host
+    or the login node itself (what :mod:`cluster.ssh` connects to)."""
+
+    host: str
+    port: int
+    user: str
+    key_file: Path | None
+    known_hosts_file: Path | None
+    user_ca_key_file: Path | None
+    cert_ttl_s: int
+    key_id: str
+    # The CA's rules for a person's name: the login's when the hop logs in as the login's
+    # user (a person's route), None for a hop that names its own account in the config.
+    person_rules: PersonRules | None = None
+
+    @property
+    def where(self) -> str:
+        """``user@host:port`` as ``ssh -J`` takes it (an IPv6 address in brackets)."""
+        return where(self.user, self.host, self.port)
 
 
 class LoginNode(BaseModel):
@@ -28,8 +122,9 @@ class LoginNode(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    host: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
-    """The login node's host name or address, as the bot's machine reaches it."""
+    host: str = Field(pattern=HOST_PATTERN)
+    """The login node's host name or address, as the bot's machine reaches it (or, with
+    `jump`, as the last jump host does)."""
     port: int = Field(default=22, ge=1, le=65535)
     """Its SSH port."""
     user: ClusterUser
@@ -47,6 +142,9 @@ class LoginNode(BaseModel):
     cert_ttl_s: int = Field(default=300, ge=60, le=86400)
     """Seconds each certificate the bot signs is valid (60 to 86400); a connection is replaced once
     it runs out."""
+    jump: tuple[JumpHost, ...] = Field(default=(), max_length=8)
+    """Jump hosts, first to last (`user@host:port` or a mapping): the login node is reached
+    through each in turn, every host key checked (docs/clusters.md)."""
     # Not in the config: the key id of the certificates signed for this login, naming
     # the person and what for (set by :meth:`as_user`); sshd logs it with each login.
     _key_id: str = PrivateAttr(default="")
@@ -56,6 +154,40 @@ class LoginNode(BaseModel):
     @property
     def key_id(self) -> str:
         return self._key_id or f"trainbot:-:{self.user}:-"
+
+    def hops(self) -> tuple[Hop, ...]:
+        """The jump hosts, first to last, each resolved against this login (see
+        :class:`JumpHost`); empty when the login node is reached directly."""
+        return tuple(
+            Hop(
+                host=jump.host,
+                port=jump.port,
+                user=jump.user or self.user,
+                key_file=jump.key_file or self.key_file,
+                known_hosts_file=jump.known_hosts_file or self.known_hosts_file,
+                user_ca_key_file=self.user_ca_key_file,
+                cert_ttl_s=self.cert_ttl_s,
+                key_id=self.key_id,
+                person_rules=self.person_rules if jump.user is None else None,
+            )
+            for jump in self.jump
+        )
+
+    @property
+    def route(self) -> str:
+        """``user@host:port`` of each jump host then the login node, joined by `` -> ``."""
+        return " -> ".join([*(hop.where for hop in self.hops()), self.where])
+
+    @property
+    def where(self) -> str:
+        """``user@host:port`` as ``ssh -J`` takes it (an IPv6 address in brackets)."""
+        return where(self.user, self.host, self.port)
+
+    def ssh_command(self) -> str:
+        """How a person reaches this login node by hand with a terminal:
+        ``ssh -t [-J jump@bastion:22] -p 22 user@host``."""
+        jump = ",".join(hop.where for hop in self.hops())
+        return f"ssh -t {'-J ' + jump + ' ' if jump else ''}-p {self.port} {self.user}@{self.host}"
 
     @property
     def person_rules(self) -> PersonRules | None:
@@ -102,6 +234,13 @@ class Identity(BaseModel):
     (``unmapped: refuse``, the default) or runs as the shared login account
     (``unmapped: shared``). Needs ``login.user_ca_key_file``.
 
+    ``email_username`` says how an email becomes a username: ``local_part``
+    (``alice@example.com`` -> ``alice``) or ``oslogin``, Google Cloud OS Login's POSIX
+    usernames (the whole address, lower case, every character other than a letter or
+    digit made ``_``: ``alice@example.com`` -> ``alice_example_com``). A name longer than
+    32 characters is refused (OS Login shortens those its own way): map such a person
+    in ``users``.
+
     ``org_secrets`` names the ``job_secrets`` given as ``{env: NAME}`` (the
     organisation's, held by the bot) that people's jobs get; every other ``{env: ...}``
     secret is withheld from them (a person's job could read it).
@@ -114,11 +253,14 @@ class Identity(BaseModel):
     )
     """Slack user id (or console name) to Unix user name on this cluster."""
     from_email: bool = False
-    """For people not in `users`: the local part of their Slack profile's confirmed email, in one of
-    `email_domains`, is their user name (never root, `login.user` or a name `users` gives someone
-    else)."""
+    """For people not in `users`: their Slack profile's confirmed email, in one of
+    `email_domains`, names their user (its local part, or as `email_username` says; never root,
+    `login.user` or a name `users` gives someone else)."""
     email_domains: tuple[Annotated[str, Field(pattern=DOMAIN_PATTERN)], ...] = ()
     """The email domains `from_email` accepts (needed with it)."""
+    email_username: Literal["local_part", "oslogin"] = "local_part"
+    """How an email names the user: `local_part` (`alice@example.com` -> `alice`) or `oslogin`
+    (Google Cloud OS Login: `alice_example_com`)."""
     unmapped: Literal["refuse", "shared"] = "refuse"
     """People neither `users` nor `from_email` maps: `refuse` (with a message naming whom to ask) or
     `shared` (run as `login.user`)."""
@@ -215,6 +357,8 @@ class Identity(BaseModel):
             return None, (
                 f"your Slack profile's email is in {domain}, not in {', '.join(self.email_domains)}"
             )
+        if self.email_username == "oslogin":
+            local = oslogin_username(local, domain)
         if not re.fullmatch(CLUSTER_USER_PATTERN, local):
             return None, f"the name in your Slack profile's email ({local}) is not a username"
         if local in RESERVED_USERS or local == shared:
@@ -222,3 +366,10 @@ class Identity(BaseModel):
         if local in self.users.values():
             return None, f"your Slack profile's email names {local}, who is someone else here"
         return local, ""
+
+
+def oslogin_username(local: str, domain: str) -> str:
+    """The OS Login POSIX username of ``local@domain``: lower case, every character
+    other than a letter or digit made ``_`` (``alice.b@example.com`` ->
+    ``alice_b_example_com``)."""
+    return re.sub(r"[^a-z0-9]", "_", f"{local}@{domain}".lower())

@@ -1,10 +1,13 @@
 """Cluster profiles: where a cluster's login node is and how jobs run there.
 
-A profile is one entry under ``clusters:`` in the config file. A cluster
-*type* names the machine and its GPUs per node (:data:`TYPE_DEFAULTS`; a
-profile may override ``gpus_per_node``). The NCCL set-up and the container
-flags are the launchers' business: trainbot passes the type to them
-(``run.py --slurm-type``, ``launch.sh --cluster_type``), as a person would.
+A profile is one entry under ``clusters:`` in the config file. A cluster is
+described by what it has (GPUs per node and their model, the network fabric and
+the NCCL settings its jobs get, the launcher's cluster type when the recipes want
+one: :mod:`cluster.presets`); a *type* names one of the four Google Cloud presets,
+which fills those in (a profile may still override any of them). The container
+flags, and the NCCL set-up of a preset, are the launchers' business: trainbot passes
+the type to them (``run.py --slurm-type``, ``launch.sh --cluster_type``), as a
+person would; ``nccl_env`` is exported before the launcher runs.
 
 The values its fields hold are checked by :mod:`cluster.profile_fields` (paths on
 the login node are strings, absolute or starting with ``~/``, made of characters
@@ -23,6 +26,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from cluster.framework_registry import frameworks
 from cluster.images import ImageRef
 from cluster.login import RESERVED_USERS, Identity, LoginNode
+from cluster.presets import (
+    GPU_MODEL_PATTERN,
+    NCCL_NAME_PATTERN,
+    PRESETS,
+    Fabric,
+    NcclValue,
+    Preset,
+    PresetName,
+    describe_machine,
+)
 from cluster.profile_fields import (
     CLUSTER_NAME_PATTERN,
     ENV_NAME_PATTERN,
@@ -39,36 +52,25 @@ from cluster.profile_fields import (
 from cluster.remote import join_remote
 from cluster.sbatch import JobShape
 
-ClusterType = Literal["hcc-a3m", "hcc-a3u", "hcc-a4", "hcc-a3h"]
+ClusterType = PresetName
 _NULLABLE = (
     "account", "time_limit", "attach_url_template", "tensorboard_url_template", "region",
 )  # fmt: skip
-
-
-class TypeDefaults(BaseModel):
-    """What a cluster type implies; see FIELD_GUIDE section 2."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    machine: str
-    gpus_per_node: int = 8
-
-
-TYPE_DEFAULTS: dict[ClusterType, TypeDefaults] = {
-    "hcc-a3m": TypeDefaults(machine="A3 Mega (H100, TCPXO)"),
-    "hcc-a3u": TypeDefaults(machine="A3 Ultra (H200, RDMA)"),
-    "hcc-a4": TypeDefaults(machine="A4 (B200, RDMA)"),
-    "hcc-a3h": TypeDefaults(machine="A3 High (H100)"),
-}
+_PRESET_NAMES = ", ".join(PRESETS)
+_BY_NAME: dict[str, Preset] = {str(name): preset for name, preset in PRESETS.items()}
+TYPE_DEFAULTS = PRESETS  # the presets under their older name
 
 
 class ClusterProfile(BaseModel):
     """One cluster: the login node, Slurm defaults, images and directories.
 
-    Fields left out take their defaults from the cluster ``type`` and from
-    ``recipes_dir`` (see :meth:`_fill_defaults`), so every field of a built
-    profile holds a concrete value. ``images`` holds each framework's default
-    image under the framework's name unless the config names another.
+    Fields left out take their defaults from the cluster ``type`` (a preset) and from
+    ``recipes_dir`` (see :meth:`_fill_defaults`). Without a ``type``, the cluster says
+    what it has: ``gpus_per_node`` (required), ``gpu_model``, ``fabric``, ``nccl_env``,
+    and ``launcher_type`` when its recipes want a cluster type. ``images`` holds each
+    framework's default image under the framework's name unless the config names
+    another. ``price_per_gpu_hour`` prices this cluster's GPU-hours for ``/usage``
+    (before ``policy.usage.price_per_gpu_hour``).
     """
 
     model_config = ConfigDict(
@@ -77,10 +79,26 @@ class ClusterProfile(BaseModel):
 
     name: str = Field(pattern=CLUSTER_NAME_PATTERN)
     """The cluster's name: its key under `clusters` (not written in the file)."""
-    type: ClusterType
-    """The cluster type, passed to the launchers (`run.py --slurm-type`, `launch.sh
-    --cluster_type`), which set up NCCL and the container for it; it also gives `gpus_per_node`
-    unless that is set."""
+    type: ClusterType | None = None
+    """A Google Cloud preset (`hcc-a3m`, `hcc-a3u`, `hcc-a4`, `hcc-a3h`) that fills in
+    `gpus_per_node`, `gpu_model`, `fabric` and `launcher_type`; left out: any Slurm GPU
+    cluster, which says what it has (docs/clusters.md)."""
+    gpu_model: str | None = Field(default=None, pattern=GPU_MODEL_PATTERN)
+    """The GPUs' model (`H100`, `A100-80GB`): shown beside the cluster's name, a key of
+    `policy.usage.price_per_gpu_hour`, compared by `trainbot doctor` with Slurm's GRES."""
+    fabric: Fabric | None = None
+    """What the GPUs talk over: `tcpx`, `tcpxo`, `rdma`, `infiniband`, `roce`, `efa` or
+    `ethernet`."""
+    nccl_env: dict[Annotated[str, Field(pattern=NCCL_NAME_PATTERN)], NcclValue] = Field(
+        default_factory=dict
+    )
+    """`NCCL_*` (and `UCX_*`, `FI_*`, `OMPI_MCA_*`, `TORCH_NCCL_*`) variables exported before
+    the launcher runs, so the job's NCCL finds the fabric."""
+    launcher_type: str | None = Field(default=None, pattern=SLURM_NAME_PATTERN)
+    """The value passed as `run.py --slurm-type` and `launch.sh --cluster_type`; default: the
+    preset's type; without one, the flag is not passed."""
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1_000_000)
+    """What a GPU-hour costs here, for `/usage` (before `policy.usage.price_per_gpu_hour`)."""
     description: str = Field(default="", max_length=200)
     """Shown in `/clusters`."""
     login: LoginNode
@@ -139,7 +157,8 @@ class ClusterProfile(BaseModel):
     """An https link to a run's TensorBoard, for runs that log to it; placeholders `{log_dir}`
     `{job_id}` `{launch_id}`, each URL-quoted; null: the thread names the directory instead."""
     gpus_per_node: int = Field(default=0, ge=1, le=64)
-    """GPUs per node; 0: the cluster type's."""
+    """GPUs per node, as Slurm's GRES says (`gpu:h100:8` is 8); default: the preset's; required
+    without a `type`."""
     tokenizer_seed: TokenizerSeed | None = None
     """Where to get the GPT-2 tokenizer files when NeMo's tokenizer download races between ranks
     ([Errno 18] Invalid cross-device link); left out: no seeding."""
@@ -184,9 +203,19 @@ class ClusterProfile(BaseModel):
         if not isinstance(data, dict):
             return data
         data = {k: v for k, v in data.items() if v is not None or k in _NULLABLE}
-        defaults = TYPE_DEFAULTS.get(data.get("type"))
-        if defaults is not None:
-            data.setdefault("gpus_per_node", defaults.gpus_per_node)
+        kind = data.get("type")
+        preset = _BY_NAME.get(kind) if isinstance(kind, str) else None
+        if preset is not None:
+            data.setdefault("gpus_per_node", preset.gpus_per_node)
+            data.setdefault("gpu_model", preset.gpu_model)
+            data.setdefault("fabric", preset.fabric)
+            data.setdefault("launcher_type", kind)
+        elif kind is None and "gpus_per_node" not in data:
+            raise ValueError(
+                "gpus_per_node is required for a cluster without a type preset "
+                f"({_PRESET_NAMES}): say how many GPUs a node has (Slurm's GRES, "
+                "e.g. gpu:h100:8 is 8; trainbot doctor shows what sinfo reports)"
+            )
         recipes_dir = data.setdefault("recipes_dir", "~/vertex-oss-training")
         try:
             check_remote_path(recipes_dir)
@@ -214,7 +243,25 @@ class ClusterProfile(BaseModel):
 
     @property
     def machine(self) -> str:
-        return TYPE_DEFAULTS[self.type].machine
+        """The machine in words: the preset's name, or what the cluster has."""
+        if self.type is not None:
+            return PRESETS[self.type].machine
+        return describe_machine(self.gpu_model, self.gpus_per_node, self.fabric)
+
+    @property
+    def kind(self) -> str:
+        """A short word for the cluster's kind: its preset type, else its GPU model."""
+        return self.type or self.gpu_model or "Slurm"
+
+    def gpu_hour_price(self, table: dict[str, float]) -> float | None:
+        """What a GPU-hour costs here: this cluster's own ``price_per_gpu_hour``, else
+        ``table``'s entry for its name, its type, then its GPU model (None: no price)."""
+        if self.price_per_gpu_hour is not None:
+            return self.price_per_gpu_hour
+        for key in (self.name, self.type, self.gpu_model):
+            if key is not None and key in table:
+                return table[key]
+        return None
 
     def image_for(self, framework: str) -> str:
         """The default image path for a framework (by default, its image in its directory)."""

@@ -138,15 +138,18 @@ class Team(BaseModel):
 
 
 class UsagePolicy(BaseModel):
-    """Who leads which team, and what a GPU-hour costs per cluster type (``hcc-a4``...)
-    for ``/usage`` (no price: GPU-hours only)."""
+    """Who leads which team, and what a GPU-hour costs for ``/usage`` (no price: GPU-hours
+    only). ``price_per_gpu_hour`` is keyed by a cluster's name, its type (``hcc-a4``) or
+    its GPU model (``H100``), tried in that order after the cluster's own
+    ``clusters.<name>.price_per_gpu_hour``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     teams: tuple[Team, ...] = ()
     """Teams whose leads see their members' usage in `/usage`."""
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
-    """A price per GPU-hour per cluster type (`hcc-a4: 10.5`): `/usage` then shows cost."""
+    """A price per GPU-hour by cluster name, type (`hcc-a4: 10.5`) or GPU model (`H100: 4.0`),
+    tried in that order after `clusters.<name>.price_per_gpu_hour`: `/usage` then shows cost."""
     currency: str = Field(default="USD", pattern=r"^[A-Za-z$€£]{1,8}$")
     """The currency the prices are in."""
 

@@ -4,6 +4,8 @@
 STATE=/var/lib/trainbot-devcluster
 CLUSTER_NAME=trainbot-dev
 LOGIN_PORT=2222
+BASTION_PORT=2200 # the bastion; the login node behind it listens on HIDDEN_PORT (bastion.sh)
+HIDDEN_PORT=2201
 PEOPLE="alice bob" # login users besides trainer, the bot's shared account
 SSHD_PID=/run/trainbot-devcluster-sshd.pid
 NEMO_VENV=/opt/trainbot-devcluster/nemo-run

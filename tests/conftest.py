@@ -27,6 +27,7 @@ from tests import devlogin
 
 PROJECT = Path(__file__).resolve().parents[1]
 DEV_CONFIG = PROJECT / ".devcluster" / "trainbot.yaml"
+BASTION_CONFIG = PROJECT / ".devcluster" / "trainbot-bastion.yaml"
 SSHD_PID = Path("/run/trainbot-devcluster-sshd.pid")
 SSHD_CONFIG = Path("/var/lib/trainbot-devcluster/sshd_config")
 
@@ -49,6 +50,16 @@ def dev_profiles() -> dict[str, ClusterProfile]:
 def dev_profile(dev_profiles: dict[str, ClusterProfile]) -> ClusterProfile:
     """The dev cluster's "a4" profile (all four point at the same login node)."""
     return dev_profiles["a4"]
+
+
+@pytest.fixture(scope="session")
+def bastion_profile() -> ClusterProfile:
+    """The dev cluster as .devcluster/trainbot-bastion.yaml describes it: a generic Slurm
+    GPU cluster ("hpc") whose login node only the bastion on 127.0.0.1:2200 reaches."""
+    if not BASTION_CONFIG.is_file():
+        pytest.skip(f"no {BASTION_CONFIG} (run devcluster/up as root)")
+    body = yaml.safe_load(BASTION_CONFIG.read_text())["clusters"]["hpc"]
+    return ClusterProfile(name="hpc", **body)
 
 
 @pytest.fixture

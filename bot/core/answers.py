@@ -147,7 +147,8 @@ async def cluster_list(
     lines = []
     for name, result in zip(names, results, strict=True):
         profile = clusters.profile(name)
-        head = f"*{name}* ({profile.type}, {escape(profile.machine)})"
+        what = f"{profile.type}, {profile.machine}" if profile.type else profile.machine
+        head = f"*{name}* ({escape(what)})"
         if isinstance(result, BaseException):
             lines.append(f"{head}: unreachable: {escape(str(result))}")
         else:
@@ -288,7 +289,7 @@ def attach(clusters: Clusters, launch: Launch) -> Reply:
         )
     profile = clusters.profile_for(launch)  # the person's own user: their own key works
     login = profile.login
-    command = f"ssh -t -p {login.port} {login.user}@{login.host} {remote}"
+    command = f"{login.ssh_command()} {remote}"
     text = (
         f"Attach to job {attempt.job_id} (re-run it after a lost connection):\n"
         f"```{escape(command)}```"

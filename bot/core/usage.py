@@ -95,9 +95,9 @@ def select(
 
 
 def price(policy: Policy, profiles: dict[str, ClusterProfile], cluster: str) -> float | None:
-    """The price of a GPU-hour on ``cluster`` (by its type), or None."""
+    """The price of a GPU-hour on ``cluster`` (:meth:`ClusterProfile.gpu_hour_price`), or None."""
     profile = profiles.get(cluster)
-    return None if profile is None else policy.usage.price_per_gpu_hour.get(profile.type)
+    return None if profile is None else profile.gpu_hour_price(policy.usage.price_per_gpu_hour)
 
 
 def hours(value: float) -> str:

@@ -93,7 +93,7 @@ def waiting_line(launch: Launch) -> str:
 def headline(launch: Launch, profile: ClusterProfile | None) -> str:
     req = launch.request
     gpus = profile.gpus_per_node if profile else 8
-    where = f"{launch.cluster} ({profile.type})" if profile else launch.cluster
+    where = f"{launch.cluster} ({profile.kind})" if profile else launch.cluster
     unit = "node" if req.nodes == 1 else "nodes"
     parts = [launch.title, f"{req.nodes} {unit} × {gpus} GPU", where]
     if launch.job_id:

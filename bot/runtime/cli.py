@@ -59,8 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--train",
         metavar="TEXT",
-        default="sft llama3p1_8b nodes=2 cluster=a4",
-        help="what to /train (default: %(default)s)",
+        help="what to /train (default: sft llama3p1_8b nodes=2 cluster=a4, or cluster=hpc "
+        "with --bastion)",
+    )
+    demo.add_argument(
+        "--bastion",
+        action="store_true",
+        help="use .devcluster/trainbot-bastion.yaml: the dev cluster as a generic Slurm GPU "
+        "cluster (no type preset) whose login node only its bastion reaches",
     )
     doctor = sub.add_parser(
         "doctor",
@@ -68,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         "recipes and directories",
     )
     doctor.add_argument("--config", metavar="PATH", help="config file (default: $TRAINBOT_CONFIG)")
+    doctor.add_argument(
+        "--known-hosts",
+        action="store_true",
+        help="print the host keys each cluster's login node and jump hosts show, as "
+        "known_hosts lines to confirm (nothing else is checked)",
+    )
     backup = sub.add_parser(
         "backup",
         help="copy every trainbot key of Redis (REDIS_URL, or the sentinels) to a file: "
@@ -135,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 - one branch a
         if args.command == "demo":
             from bot.runtime.demo import run_demo
 
-            return asyncio.run(run_demo(settings, args.train))
+            return asyncio.run(run_demo(settings, args.train, bastion=args.bastion))
         if args.command in ("backup", "restore"):
             return asyncio.run(run_backup(args, settings))
         settings, config = load(args, settings)
@@ -144,8 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 - one branch a
 
             return asyncio.run(run_console(settings, config, user=args.user or getpass.getuser()))
         if args.command == "doctor":
-            from bot.runtime.doctor import run_doctor
+            from bot.runtime.doctor import run_doctor, run_known_hosts
 
+            if args.known_hosts:
+                return asyncio.run(run_known_hosts(config))
             return asyncio.run(run_doctor(settings, config))
         if args.command == "token":
             return asyncio.run(tokens_cli.run_token(args, settings, config, sys.stdout))

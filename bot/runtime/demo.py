@@ -4,6 +4,8 @@ The dev cluster is not part of the product: its scripts live in trainbot's check
 (``devcluster/``, and ``scripts/devcluster-ensure`` which brings it and Redis up when
 needed). The demo finds that checkout beside the package or in the current directory,
 runs the script, then runs a real /train in the console and follows it to its final state.
+With ``bastion``, the config is ``.devcluster/trainbot-bastion.yaml``: the same cluster as
+a generic Slurm GPU cluster, reached only through the dev cluster's bastion.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from cluster.errors import TrainbotError
 
 ENSURE = Path("scripts") / "devcluster-ensure"
 DEV_CONFIG = Path(".devcluster") / "trainbot.yaml"
+BASTION_CONFIG = Path(".devcluster") / "trainbot-bastion.yaml"
+TRAIN = "sft llama3p1_8b nodes=2 cluster=a4"
+BASTION_TRAIN = "sft llama3p1_8b nodes=2 cluster=hpc"
 USER = "demo"
 TIMEOUT_S = 900.0
 
@@ -41,19 +46,20 @@ def find_checkout(*candidates: Path) -> Path:
     )
 
 
-def bring_up(checkout: Path) -> Path:
+def bring_up(checkout: Path, config_file: Path = DEV_CONFIG) -> Path:
     """Run the checkout's ``scripts/devcluster-ensure``; the dev cluster's config file."""
     proc = subprocess.run([str(checkout / ENSURE)], stdout=sys.stdout, stderr=sys.stderr)
     if proc.returncode != 0:
         raise TrainbotError(f"{ENSURE} failed (exit {proc.returncode}): see above")
-    config = checkout / DEV_CONFIG
+    config = checkout / config_file
     if not config.is_file():
         raise TrainbotError(f"{config} is missing after {ENSURE}: run sudo devcluster/up")
     return config
 
 
-async def run_demo(settings: Settings, train: str) -> int:
-    config = load_config(bring_up(find_checkout()))
+async def run_demo(settings: Settings, train: str | None = None, *, bastion: bool = False) -> int:
+    config = load_config(bring_up(find_checkout(), BASTION_CONFIG if bastion else DEV_CONFIG))
+    train = train or (BASTION_TRAIN if bastion else TRAIN)
     front = ConsoleFront()
     async with running(settings, config, front) as bot:
         for line in ("/clusters", f"/train {train}"):

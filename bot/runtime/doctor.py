@@ -2,10 +2,16 @@
 
 Config (already loaded when this runs), Redis (with what the notifier still owes
 and its dead letters, which do not fail the check), and for every cluster: SSH with
-its host key, the partition, the images, the catalog's recipes, everything
+its host key (through its jump hosts), what Slurm says its GPUs are (GRES: GPUs per
+node and model, against the config) and its partitions, whether its accounting
+records jobs and their GPUs (what usage is counted from), the images, the catalog's
+recipes, everything
 pre-flight checks (directories, mounts, NeMo-RL's auth.sh), and which flags the
 site's ``run.py`` lacks (read from its ``--help`` in the same round trip, and kept
 in Redis for the workers). Exit 0 when everything passes.
+
+``--known-hosts`` (:func:`run_known_hosts`) prints instead the host keys each cluster's
+route shows, jump hosts first, as known_hosts lines for an admin to confirm.
 """
 
 from __future__ import annotations
@@ -22,10 +28,18 @@ from bot.store.lanes import DeadLetter
 from bot.store.store import Store
 from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
+from cluster.gres import (
+    accounting_report,
+    build_accounting_query,
+    build_gres_query,
+    gres_report,
+    parse_gres_rows,
+)
 from cluster.login import LoginNode, cert_key_id
 from cluster.preflight import PreflightResult, preflight
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec
+from cluster.ssh.hostkeys import route_host_keys
 from cluster.ssh.pool import SSHPool
 
 
@@ -56,9 +70,10 @@ async def can_log_in(
 async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
     name = profile.name
     login = profile.login
-    shared = f"{name}: ssh {login.user}@{login.host}:{login.port}"
-    if not await can_log_in(report, clusters, login, name, shared, " (host key verified)"):
+    shared = f"{name}: ssh {login.route}"
+    if not await can_log_in(report, clusters, login, name, shared, " (host keys verified)"):
         return
+    await check_gres(report, clusters, profile)
     for user in sorted(set(profile.identity.users.values()) if profile.identity else ()):
         person = f"{name}: ssh {user}@{login.host} with a CA certificate"
         login = profile.as_user(user, cert_key_id("doctor", user, "doctor")).login
@@ -90,6 +105,31 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
         if spec.fw.help_argv:
             report.line(*launcher_line(spec, result))
             await clusters.remember(spec, result)
+
+
+async def check_gres(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
+    """What Slurm says the cluster's GPUs are (GRES), against the config, and whether its
+    accounting records jobs and their GPUs (what usage is counted from)."""
+    what = f"{profile.name}: Slurm GRES ({profile.machine})"
+    try:
+        result = await clusters.pool.run(
+            profile.login, build_gres_query(), timeout_s=30, cluster=profile.name
+        )
+    except TrainbotError as exc:
+        report.line(False, what, str(exc))
+        return
+    ok, detail = gres_report(profile, parse_gres_rows(result.stdout))
+    report.line(ok, what, detail)
+    what = f"{profile.name}: Slurm accounting"
+    try:
+        result = await clusters.pool.run(
+            profile.login, build_accounting_query(), timeout_s=30, cluster=profile.name
+        )
+    except TrainbotError as exc:
+        report.line(False, what, str(exc))
+        return
+    ok, detail = accounting_report(result.stdout)
+    report.line(ok, what, detail)
 
 
 def launcher_line(spec: LaunchSpec, result: PreflightResult) -> tuple[bool, str, str]:
@@ -172,3 +212,35 @@ async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = N
         file=report.out,
     )
     return 1 if report.failed else 0
+
+
+async def run_known_hosts(config: Config, out: IO[str] | None = None) -> int:
+    """Print each cluster's host keys, jump hosts first, as known_hosts lines with a
+    comment saying whether its known_hosts file has it; exit 0 only when every key on
+    every route is already trusted."""
+    out = out or sys.stdout
+    untrusted = 0
+    for profile in config.clusters.values():
+        print(f"# {profile.name}: {profile.login.route}", file=out)
+        for seen in await route_host_keys(profile.login, profile.name):
+            if seen.known is None:
+                untrusted += 1
+                print(f"# {seen.hop}: {seen.note}", file=out)
+                continue
+            if seen.known:
+                print(f"# {seen.hop}: {seen.fingerprint}, already in its known_hosts", file=out)
+            else:
+                untrusted += 1
+                print(
+                    f"# {seen.hop}: {seen.fingerprint}, NOT in its known_hosts: confirm this "
+                    "fingerprint with the host's admin (ssh-keygen -lf on its host key) "
+                    "before adding the line below",
+                    file=out,
+                )
+            print(seen.line, file=out)
+    print(
+        f"# {untrusted} host key(s) to confirm" if untrusted else "# every host key is trusted",
+        file=out,
+        flush=True,
+    )
+    return 1 if untrusted else 0

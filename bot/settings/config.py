@@ -370,7 +370,8 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _resolve_local_paths(config: Config, base_dir: Path) -> Config:
-    """Key, CA key and known_hosts paths: ``~`` expanded, relative ones taken from ``base_dir``."""
+    """Key, CA key and known_hosts paths (the jump hosts' too): ``~`` expanded, relative
+    ones taken from ``base_dir``."""
 
     def local(value: Path | None) -> Path | None:
         if value is None:
@@ -386,6 +387,15 @@ def _resolve_local_paths(config: Config, base_dir: Path) -> Config:
                         "key_file": local(profile.login.key_file),
                         "known_hosts_file": local(profile.login.known_hosts_file),
                         "user_ca_key_file": local(profile.login.user_ca_key_file),
+                        "jump": tuple(
+                            hop.model_copy(
+                                update={
+                                    "key_file": local(hop.key_file),
+                                    "known_hosts_file": local(hop.known_hosts_file),
+                                }
+                            )
+                            for hop in profile.login.jump
+                        ),
                     }
                 )
             }

@@ -121,13 +121,14 @@ def batch_script(spec: LaunchSpec) -> str:
     ]
     if profile.type in HOPPER:
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
-    setup = NCCL_SETUP.get(profile.type)
-    if setup:
+    kind = profile.type  # a preset's NCCL set-up; a cluster without one exports its nccl_env
+    setup = NCCL_SETUP.get(kind) if kind else None
+    if kind and setup:
         lines.append(
             f"if [ -f {setup} ]; then . {setup}; "
             f"else echo 'trainbot: no {setup} on this node: NCCL runs on its defaults'; fi"
         )
-        mounts.append(NCCL_MOUNT[profile.type])
+        mounts.append(NCCL_MOUNT[kind])
     container = ",".join(f"{m}:{m}" for m in mounts)
     lines += [
         f"export CONTAINER_IMAGE={image_arg}",

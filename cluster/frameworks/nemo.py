@@ -55,7 +55,7 @@ SBATCH_ENV = {"-t": "SBATCH_TIMELIMIT", "--account": "SBATCH_ACCOUNT"}
 def nemo_run_argv(
     shape: JobShape,
     *,
-    cluster_type: str,
+    cluster_type: str | None,
     work_dir: str,
     image: str,
     script: str,
@@ -69,7 +69,9 @@ def nemo_run_argv(
     go under sbatch's own flags (:func:`cluster.sbatch.limit_options`), which run.py hands
     to sbatch; give a shape without those the site's run.py lacks."""
     argv: list[RemoteArg] = ["python3", "run.py", "-e", "slurm"]
-    argv += ["--slurm-type", cluster_type, "--partition", shape.partition]
+    if cluster_type:
+        argv += ["--slurm-type", cluster_type]
+    argv += ["--partition", shape.partition]
     argv += ["-d", RPath(work_dir), "-i", RPath(image), "-s", script, "-n", str(shape.nodes)]
     argv += ["--experiment-name", experiment_name]
     for flag, path in (
@@ -160,7 +162,7 @@ class NeMo(Framework):
                 account=shape.account if has("--account") else None,
                 exclude=shape.exclude if has("--exclude") else None,
             ),
-            cluster_type=profile.type,
+            cluster_type=profile.launcher_type,
             work_dir=spec.work_dir,
             image=spec.image_path,
             script=spec.script or "",

@@ -64,7 +64,7 @@ def sbatch_argv(
     shape: JobShape,
     *,
     job_name: str,
-    cluster_type: str,
+    cluster_type: str | None,
     job_script: str | None = None,
     interactive: bool = False,
     comment: str | None = None,
@@ -76,7 +76,9 @@ def sbatch_argv(
     argv: list[RemoteArg] = ["sbatch", "--parsable", *sbatch_options(shape), "-J", job_name]
     if comment:
         argv += ["--comment", comment]
-    argv += ["launch.sh", "--cluster_type", cluster_type]
+    argv.append("launch.sh")
+    if cluster_type:
+        argv += ["--cluster_type", cluster_type]
     if interactive:
         argv.append("--interactive")
     if job_script:
@@ -120,7 +122,7 @@ class NeMoRL(Framework):
         argv = sbatch_argv(
             spec.shape,
             job_name=spec.job_name,
-            cluster_type=profile.type,
+            cluster_type=profile.launcher_type,
             job_script=spec.script,
             interactive=spec.interactive,
             comment=spec.comment,

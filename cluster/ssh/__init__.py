@@ -16,6 +16,12 @@ closed once idle for ``person_idle_s``. The CA key must be the running user's an
 unreadable by anyone else (:func:`~cluster.ssh.connect.check_ca_key`), and only a pool made with
 ``act_as_people=True`` reads it.
 
+A login node behind jump hosts (``login.jump``) is reached through each in turn: one
+SSH connection per hop, each tunnelled through the one before and each hop's host key
+checked against its known_hosts; the pooled connection is the last, and closing it
+closes the hops.
+
 :mod:`cluster.ssh.pool` holds the pool and its connections; :mod:`cluster.ssh.connect`
-opens one connection (host keys, key files, the certificates signed here).
+opens one connection (jump hosts, host keys, key files, the certificates signed here);
+:mod:`cluster.ssh.hostkeys` reads the host keys along a route for an admin to confirm.
 """

@@ -1,7 +1,9 @@
-"""Opening one connection to a login node: the host key checked against the profile's
-known_hosts (an unknown or changed key is refused), then a key file, or a certificate
-signed here for that one username (:func:`user_certificate`); asyncssh's and OSError's
-exceptions translated into :mod:`cluster.errors`."""
+"""Opening one connection to a login node, through its jump hosts when it has them
+(each hop an SSH connection tunnelled through the one before): at every hop the host
+key checked against its known_hosts (an unknown or changed key is refused), then a
+key file, or a certificate signed here for that one username (:func:`user_certificate`);
+asyncssh's and OSError's exceptions translated into :mod:`cluster.errors`, naming the
+hop that failed."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,8 +26,9 @@ log = logging.getLogger(__name__)
 CERT_SKEW_S = 60  # a certificate is valid from a minute ago: clocks differ a little
 
 
-class LoginLike(Protocol):
-    """What the pool needs to know about a login node (``cluster.login.LoginNode`` fits)."""
+class HopLike(Protocol):
+    """One SSH connection of a route: a jump host or the login node
+    (``cluster.login.Hop`` and ``cluster.login.LoginNode`` fit)."""
 
     @property
     def host(self) -> str: ...
@@ -46,7 +50,14 @@ class LoginLike(Protocol):
     def person_rules(self) -> PersonRules | None: ...
 
 
-def personal(login: LoginLike) -> bool:
+class LoginLike(HopLike, Protocol):
+    """What the pool needs to know about a login node (``cluster.login.LoginNode`` fits):
+    the node itself and the jump hosts in front of it."""
+
+    def hops(self) -> Sequence[HopLike]: ...
+
+
+def personal(login: HopLike) -> bool:
     """Whether the pool logs in as ``login`` with a certificate it signs."""
     return login.key_file is None and login.user_ca_key_file is not None
 
@@ -60,9 +71,68 @@ async def open_connection(
     connect_timeout_s: float,
     act_as_people: bool,
 ) -> tuple[asyncssh.SSHClientConnection, float]:
-    """A new connection, and when it must be replaced (monotonic; inf: never).
+    """A new connection, and when it must be replaced (monotonic; inf: never): through
+    each jump host in turn, then to the login node. Closing it closes the hops too.
     ``act_as_people``: False refuses a login that needs a certificate (no CA key read)."""
-    where = f"{login.user}@{login.host}:{login.port}"
+    options = {
+        "keepalive_interval": keepalive_interval_s,
+        "keepalive_count_max": keepalive_count_max,
+        "connect_timeout": connect_timeout_s,
+    }
+    tunnel: asyncssh.SSHClientConnection | None = None
+    expires_at = float("inf")
+    hops = [*login.hops(), login]
+    try:
+        for number, hop in enumerate(hops):
+            conn, until = await connect_hop(
+                hop,
+                cluster,
+                tunnel,
+                describe_hop(hops, number),
+                act_as_people,
+                options,
+                forwards=hop is not login,
+            )
+            conn.set_tunnel(tunnel)  # closing this connection closes the ones it rides on
+            tunnel, expires_at = conn, min(expires_at, until)
+    except BaseException:
+        if tunnel is not None:
+            tunnel.close()
+        raise
+    assert tunnel is not None
+    return tunnel, expires_at
+
+
+def _where(hop: HopLike) -> str:
+    return f"{hop.user}@{hop.host}:{hop.port}"
+
+
+def describe_hop(hops: Sequence[HopLike], number: int) -> str:
+    """``trainer@login:22`` alone; with jump hosts, which hop and through which one."""
+    hop = hops[number]
+    if len(hops) == 1:
+        return _where(hop)
+    if number == len(hops) - 1:
+        role = "login node"
+    else:
+        role = f"jump host {number + 1} of {len(hops) - 1}"
+    before = hops[number - 1]
+    via = f" through {before.host}:{before.port}" if number else ""
+    return f"{role} {_where(hop)}{via}"
+
+
+async def connect_hop(
+    login: HopLike,
+    cluster: str,
+    tunnel: asyncssh.SSHClientConnection | None,
+    where: str,
+    act_as_people: bool,
+    timing: dict[str, float],
+    *,
+    forwards: bool,
+) -> tuple[asyncssh.SSHClientConnection, float]:
+    """One SSH connection of a route (``tunnel``: the hop before it, or None); a jump
+    host ``forwards`` to the next hop, so a certificate for it permits port forwarding."""
     known_hosts = login.known_hosts_file
     if known_hosts is None or not Path(known_hosts).is_file():
         raise HostKeyMismatch(
@@ -70,12 +140,11 @@ async def open_connection(
             cluster=cluster,
         )
     options: dict[str, Any] = {
+        **timing,
+        "tunnel": tunnel or (),
         "port": login.port,
         "username": login.user,
         "known_hosts": str(known_hosts),
-        "keepalive_interval": keepalive_interval_s,
-        "keepalive_count_max": keepalive_count_max,
-        "connect_timeout": connect_timeout_s,
         "agent_path": None,
         "config": None,
     }
@@ -89,7 +158,7 @@ async def open_connection(
                 f"cannot log in as {login.user}; a worker or poller process does that",
                 cluster=cluster,
             )
-        options["client_keys"] = [user_certificate(login, cluster)]
+        options["client_keys"] = [user_certificate(login, cluster, forwarding=forwards)]
         expires_at = time.monotonic() + login.cert_ttl_s
     try:
         conn = await asyncssh.connect(login.host, **options)
@@ -133,12 +202,13 @@ def check_ca_key(path: Path) -> None:
 
 
 def user_certificate(
-    login: LoginLike, cluster: str = ""
+    login: HopLike, cluster: str = "", *, forwarding: bool = False
 ) -> tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
     """A fresh key pair and a certificate for it, signed by the login's user CA: valid
-    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding, a random
-    serial and ``login.key_id`` as its key id (sshd logs both with the login). A person's
-    login (``login.person_rules``) is signed only for a name those rules allow."""
+    for ``login.user`` alone, for ``cert_ttl_s``, with no pty and no forwarding (port
+    forwarding only with ``forwarding``: a jump host's, which forwards to the next hop),
+    a random serial and ``login.key_id`` as its key id (sshd logs both with the login). A
+    person's login (``login.person_rules``) is signed only for a name those rules allow."""
     assert login.user_ca_key_file is not None
     rules = login.person_rules
     problem = rules.name_problem(login.user) if rules is not None else ""
@@ -175,7 +245,7 @@ def user_certificate(
         valid_before=int(now + login.cert_ttl_s),
         permit_x11_forwarding=False,
         permit_agent_forwarding=False,
-        permit_port_forwarding=False,
+        permit_port_forwarding=forwarding,
         permit_pty=False,
         permit_user_rc=False,
     )

@@ -56,7 +56,7 @@ class PoolStats:
                 log.exception("ssh timing observer failed")
 
 
-_Key = tuple[str, int, str, str, str, str, str]
+_Key = tuple[str, int, str, str, str, str, str, str]
 RETIRE_GRACE_S = 300.0  # an expired connection's commands get this long to finish
 PERSON_IDLE_S = 60.0  # a person's connection unused this long is closed
 UID_TTL_S = 600.0  # a person's uid, asked of the login node before the CA signs, is kept this long
@@ -209,7 +209,7 @@ class SSHPool:
         return Result(stdout=stdout, stderr=stderr, returncode=rc)
 
     def _link(self, login: LoginLike) -> _Link:
-        key = (
+        key: _Key = (
             login.host,
             login.port,
             login.user,
@@ -217,6 +217,10 @@ class SSHPool:
             str(login.known_hosts_file or ""),
             str(login.user_ca_key_file or ""),
             login.key_id if personal(login) else "",
+            ",".join(
+                f"{hop.user}@{hop.host}:{hop.port}|{hop.key_file}|{hop.known_hosts_file}"
+                for hop in login.hops()
+            ),
         )
         if key not in self._links:
             self._links[key] = _Link(self.max_channels)

@@ -46,14 +46,17 @@ def dev_config(
     hf_token_file: str = "",
     failures: str = "",
     edit: Callable[[str], str] | None = None,
+    file: str = "trainbot.yaml",
     **watch: float,
 ) -> Config:
     """The dev cluster's config, polled faster; ``cache_dir``, ``data_dir``, the recipes
     checkout (every path under it) and ``watch`` fields replaced.
     ``people`` maps users to Unix users (every cluster's ``identity``), ``hf_token_file``
     makes HF_TOKEN come from that file on the login node; ``failures`` is the YAML of the
-    failure catalog's site entries (``failures:``); ``edit`` changes the YAML text last."""
-    path = DEV / "trainbot.yaml"
+    failure catalog's site entries (``failures:``); ``edit`` changes the YAML text last.
+    ``file``: which of ``.devcluster``'s configs (``trainbot-bastion.yaml``: behind the
+    bastion)."""
+    path = DEV / file
     if not path.is_file():
         pytest.skip("the dev cluster is not up: run devcluster/up first")
     text = re.sub(

@@ -42,9 +42,10 @@ def test_the_schema_is_a_valid_json_schema() -> None:
 
 def test_the_example_and_the_dev_cluster_config_pass(tmp_path: Path) -> None:
     files = [EXAMPLE]
-    dev = ROOT / ".devcluster" / "trainbot.yaml"
-    if dev.is_file():
-        files.append(dev)
+    for name in ("trainbot.yaml", "trainbot-bastion.yaml"):  # behind the bastion: login.jump
+        dev = ROOT / ".devcluster" / name
+        if dev.is_file():
+            files.append(dev)
     proc = check_jsonschema(*files)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
