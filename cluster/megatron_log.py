@@ -43,7 +43,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from cluster.progress import Point, Progress
+from cluster.progress import Point, Progress, early_stop
 
 ITERATION_RE = re.compile(
     r"^\s*\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]"
@@ -164,7 +164,16 @@ def parse_megatron(text: str, carry: Point | None = None) -> Progress:
             ):
                 points.append(Point(step=step, total=total, loss=float(match["r1"] or match["r2"])))
     finished = bool(points) and points[-1].step >= points[-1].total
-    return Progress(tuple(points), finished, tuple(validation))
+    interval = next(
+        (int(m["n"]) for line in text.splitlines() if (m := LOG_INTERVAL_RE.match(line))), 0
+    )
+    return Progress(
+        tuple(points),
+        finished,
+        tuple(validation),
+        stopped_early=early_stop(text),  # exit_duration_in_mins / exit_interval: on purpose
+        log_interval=interval,  # the recipe's printed log_interval, when the log has it
+    )
 
 
 def megatron_facts(text: str) -> MegatronFacts:

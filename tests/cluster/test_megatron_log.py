@@ -66,6 +66,13 @@ def test_an_early_exit_is_a_stop_with_its_step_and_reason_not_an_end() -> None:
     stop = megatron_facts(text).stop_early
     assert stop is not None and (stop.reason, stop.step) == ("exit interval", 15)
     assert stop.line.startswith("[exiting program at iteration 15]")
+    # The progress itself carries the stop, so the thread says a stopped-early ending.
+    assert progress.stopped_early == "its exit interval"
+    assert parse_megatron(fixture("normal.log")).stopped_early == ""
+
+
+def test_the_printed_log_interval_reaches_the_hang_rule() -> None:
+    assert parse_megatron(fixture("megatron-lm.log")).interval == 5
 
 
 def test_sigterm_with_the_signal_handler_is_a_stop_early_after_a_save() -> None:
