@@ -53,6 +53,10 @@ class Report:
         mark = "ok  " if ok else "FAIL"
         print(f"{mark} {what}{': ' + detail if detail else ''}", file=self.out, flush=True)
 
+    def note(self, what: str, detail: str) -> None:
+        """A line that is no failure but that an operator should read (an unset secret)."""
+        print(f"note {what}: {detail}", file=self.out, flush=True)
+
 
 async def can_log_in(
     report: Report, clusters: Clusters, login: LoginNode, cluster: str, what: str, ok: str = ""
@@ -71,6 +75,8 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
     name = profile.name
     login = profile.login
     shared = f"{name}: ssh {login.route}"
+    for note in clusters.secrets(profile)[1]:  # an {env: NAME} job secret the env lacks
+        report.note(f"{name}: job secrets", f"{note}: its launches go without it")
     if not await can_log_in(report, clusters, login, name, shared, " (host keys verified)"):
         return
     await check_gres(report, clusters, profile)

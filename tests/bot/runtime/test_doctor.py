@@ -75,3 +75,17 @@ async def test_a_cluster_it_cannot_reach_fails_the_run_and_redis_still_passes() 
     assert lines[2] == "ok   messages: 0 waiting; no dead letters"
     assert lines[3].startswith("FAIL a4: ssh trainer@127.0.0.1:1")
     assert lines[-1] == "1 check(s) failed"
+
+
+async def test_a_job_secret_the_environment_lacks_is_said_and_fails_nothing() -> None:
+    await flush_test_redis()
+    out = io.StringIO()
+    settings = bot_settings(TRAINBOT_CONFIG="/etc/trainbot/trainbot.yaml")
+    config = UNREACHABLE + "    job_secrets: {HF_TOKEN: {env: TRAINBOT_HF_TOKEN}}\n"
+    assert await run_doctor(settings, parse_config(config), out) == 1  # the ssh line alone
+    lines = out.getvalue().splitlines()
+    assert lines[3] == (
+        "note a4: job secrets: HF_TOKEN is not configured for a4 (TRAINBOT_HF_TOKEN is "
+        "unset): its launches go without it"
+    )
+    assert lines[4].startswith("FAIL a4: ssh") and lines[-1] == "1 check(s) failed"
