@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -21,18 +22,27 @@ def test_quick_run_prints_every_row_with_its_anchor(tmp_path: Path) -> None:
     if problem:
         pytest.skip(problem)
     results = tmp_path / "RESULTS.md"
-    done = subprocess.run(
+    # Its own session, so a run that overstays is ended with every bot it started: a bot
+    # left behind would hold the bench database's poller lease for whatever runs next.
+    run = subprocess.Popen(
         [str(PROJECT / "bench" / "run"), "--quick", "--results", str(results)],
-        cwd=PROJECT, capture_output=True, text=True, timeout=380,
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
         env={**os.environ, "TRAINBOT_BENCH_REDIS": os.environ.get("TRAINBOT_BENCH_REDIS", "12")},
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| P")]
+    try:
+        stdout, stderr = run.communicate(timeout=380)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        stdout, stderr = run.communicate()
+        pytest.fail("bench/run --quick took over 380 s:\n" + stdout[-3000:] + stderr[-3000:])
+    assert run.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    rows = [line for line in stdout.splitlines() if line.startswith("| P")]
     assert [row.split("|")[1].strip() for row in rows] == ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == 7, row
         assert cells[6] in ("pass", "short", "not measured"), row
-    assert "Machine: " in done.stdout and " cores, " in done.stdout
+    assert "Machine: " in stdout and " cores, " in stdout
     written = results.read_text()
     assert "| P6 |" in written and "slurm" in written.lower()
