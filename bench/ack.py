@@ -27,7 +27,8 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,46 +198,36 @@ async def _wait_up(url: str, proc: subprocess.Popen[bytes], expect: str) -> None
     raise RuntimeError("anchor app never answered")
 
 
-async def measure(
-    standin: SlackStandin,
-    config: Path,
-    workdir: Path,
-    *,
-    rates: tuple[int, ...],
-    duration_s: float,
-    tag: str,
-) -> Row:
-    """Both apps at every rate (anchor first at each rate, then trainbot)."""
-    measure_text = (
-        f"ack latency, signed HTTP, {'/'.join(map(str, rates))} req/s for {duration_s:g} s"
-    )
-    bot = BotProcess(standin.api_url, config, workdir / "bot-web.log", role="web")
+@asynccontextmanager
+async def apps(
+    standin: SlackStandin, config: Path, workdir: Path, name: str = ""
+) -> AsyncIterator[tuple[BotProcess, str]]:
+    """trainbot's web role (its asks answered by the workers' ask loop: it holds no SSH
+    key) and the bare bolt app, both answering; the bot and the bare app's URL. Logs in
+    ``workdir`` as ``bot-web{name}.log``, ``bare{name}.log``, ``asks{name}.log``."""
+    bot = BotProcess(standin.api_url, config, workdir / f"bot-web{name}.log", role="web")
     port = free_port()
     bare = subprocess.Popen(
         [sys.executable, "-m", "bench.ack", "serve-bare", str(port), standin.api_url],
         stdout=subprocess.DEVNULL,
-        stderr=(workdir / "bare.log").open("ab"),
+        stderr=(workdir / f"bare{name}.log").open("ab"),
     )
     bare_url = f"http://127.0.0.1:{port}/slack/events"
-    results: dict[int, tuple[Load, Load]] = {}
-    # The web role asks the workers for each /train's start estimate (it holds no SSH key).
-    asks = start_asks(config, workdir / "asks.log")
+    asks = start_asks(config, workdir / f"asks{name}.log")
     try:
         await bot.start()
         await _wait_up(bare_url, bare, BARE_TEXT)
-        await load(bot.events_url, 20, 1.0, tag=f"{tag}w", expect="Queued")  # warm up
-        for number, rate in enumerate(rates):
-            anchor = await load(bare_url, rate, duration_s, tag=f"{tag}b{number}", expect="Queued")
-            ours = await load(
-                bot.events_url, rate, duration_s, tag=f"{tag}t{number}", expect="Queued"
-            )
-            results[rate] = (ours, anchor)
+        yield bot, bare_url
     finally:
         bot.stop()
         asks.terminate()
         asks.wait(timeout=20)
         bare.terminate()
         bare.wait(timeout=20)
+
+
+def summary(id: str, measure_text: str, goal: str, results: dict[int, tuple[Load, Load]]) -> Row:
+    """The row of an ack measurement: trainbot's and the anchor's load at each rate."""
     figure = "; ".join(
         f"{r}/s p50 {ms(o.p50)} p99 {ms(o.p99)} max {ms(o.worst)} err {o.errors}"
         for r, (o, _) in results.items()
@@ -266,15 +257,40 @@ async def measure(
         if worst_top > BUDGET_S:
             notes.append(f"an ack took {ms(worst_top)} at {top}/s (goal ≤ 3 s)")
     return Row(
-        "P1",
+        id,
         measure_text,
         figure,
         anchor_text,
         f"p99 {p99_ratio:.2f}x at {mid}/s",
-        GOAL,
+        goal,
         "pass" if ok else "short",
         notes,
     )
+
+
+async def measure(
+    standin: SlackStandin,
+    config: Path,
+    workdir: Path,
+    *,
+    rates: tuple[int, ...],
+    duration_s: float,
+    tag: str,
+) -> Row:
+    """Both apps at every rate (anchor first at each rate, then trainbot)."""
+    measure_text = (
+        f"ack latency, signed HTTP, {'/'.join(map(str, rates))} req/s for {duration_s:g} s"
+    )
+    results: dict[int, tuple[Load, Load]] = {}
+    async with apps(standin, config, workdir) as (bot, bare_url):
+        await load(bot.events_url, 20, 1.0, tag=f"{tag}w", expect="Queued")  # warm up
+        for number, rate in enumerate(rates):
+            anchor = await load(bare_url, rate, duration_s, tag=f"{tag}b{number}", expect="Queued")
+            ours = await load(
+                bot.events_url, rate, duration_s, tag=f"{tag}t{number}", expect="Queued"
+            )
+            results[rate] = (ours, anchor)
+    return summary("P1", measure_text, GOAL, results)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,10 @@ only by the way in. The anchor is P1's: a bare slack-bolt app acking ``/train``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from bench import ack
-from bench.common import REDIS_URL, BotProcess, Row, free_port, ms, ratio
+from bench.common import REDIS_URL, Row
 from bot.store.store import Store
 from support.slack_standin import SlackStandin
 
@@ -58,18 +56,8 @@ async def measure(
         f"API ack latency, POST /api/v1/launches, {'/'.join(map(str, rates))} req/s "
         f"for {duration_s:g} s"
     )
-    bot = BotProcess(standin.api_url, config, workdir / "bot-web-api.log", role="web")
-    port = free_port()
-    bare = subprocess.Popen(
-        [sys.executable, "-m", "bench.ack", "serve-bare", str(port), standin.api_url],
-        stdout=subprocess.DEVNULL,
-        stderr=(workdir / "bare-api.log").open("ab"),
-    )
-    bare_url = f"http://127.0.0.1:{port}/slack/events"
     results: dict[int, tuple[ack.Load, ack.Load]] = {}
-    asks = ack.start_asks(config, workdir / "asks-api.log")
-    try:
-        await bot.start()
+    async with ack.apps(standin, config, workdir, "-api") as (bot, bare_url):
         url = f"{bot.base}/api/v1/launches"
         warm_tag = f"{tag}aw"
         warm = await tokens(20, warm_tag)
@@ -91,41 +79,4 @@ async def measure(
                 request=api_train(run_tag, made),
             )
             results[rate] = (ours, anchor)
-    finally:
-        bot.stop()
-        asks.terminate()
-        asks.wait(timeout=20)
-        bare.terminate()
-        bare.wait(timeout=20)
-    figure = "; ".join(
-        f"{r}/s p50 {ms(o.p50)} p99 {ms(o.p99)} max {ms(o.worst)} err {o.errors}"
-        for r, (o, _) in results.items()
-    )
-    anchor_text = "; ".join(
-        f"{r}/s p50 {ms(a.p50)} p99 {ms(a.p99)} err {a.errors}" for r, (_, a) in results.items()
-    )
-    mid = 100 if 100 in results else sorted(results)[len(results) // 2]
-    top = max(results)
-    p99_ratio = ratio(results[mid][0].p99, results[mid][1].p99)
-    errors = sum(o.errors for o, _ in results.values())
-    worst_top = results[top][0].worst
-    ok = p99_ratio <= 2.0 and errors == 0 and worst_top <= ack.BUDGET_S
-    notes = [
-        f"p99 ratio at {mid}/s: {p99_ratio:.2f}; errors at all rates: {errors}; "
-        f"slowest ack at {top}/s: {ms(worst_top)}"
-    ]
-    if errors:
-        seen = [x for o, _ in results.values() for x in o.samples][:3]
-        notes.append(
-            f"{errors} requests failed or got an unexpected answer, e.g. " + "; ".join(seen)
-        )
-    return Row(
-        "P7",
-        measure_text,
-        figure,
-        anchor_text,
-        f"p99 {p99_ratio:.2f}x at {mid}/s",
-        GOAL,
-        "pass" if ok else "short",
-        notes,
-    )
+    return ack.summary("P7", measure_text, GOAL, results)
