@@ -329,9 +329,7 @@ class Clusters:
     ) -> StartEstimate:
         """Slurm's start estimate for a job of ``shape``, asked as the person's Unix user
         (``cluster_user``) where this process logs in as people, else as the shared account."""
-        profile = self.profile(cluster)
-        if self.pool.act_as_people:
-            profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, "estimate"))
+        profile = self._as_person(cluster, user_id, cluster_user, "estimate")
         return await start_estimate(self.pool, profile, shape, timeout_s=timeout_s)
 
     async def update_node(
@@ -347,7 +345,15 @@ class Clusters:
     ) -> str:
         """Drain or resume ``node`` (``scontrol update``) as the person's Unix user where this
         process logs in as people, else as the shared account; Slurm's state for it after."""
+        profile = self._as_person(cluster, user_id, cluster_user, action)
+        return await update_node(self.pool, profile, node, action, reason)
+
+    def _as_person(
+        self, cluster: str, user_id: str, cluster_user: str, purpose: str
+    ) -> ClusterProfile:
+        """``cluster``'s profile as the person's Unix user where this process logs in as
+        people (its certificate naming ``purpose``), else as the shared account."""
         profile = self.profile(cluster)
         if self.pool.act_as_people:
-            profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, action))
-        return await update_node(self.pool, profile, node, action, reason)
+            profile = profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, purpose))
+        return profile
