@@ -13,6 +13,7 @@ import pytest
 
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.wording import thread
 from cluster import collect_remote, framework_registry
 from cluster.collector import Checkpoint, parse_collect_output
 from cluster.framework_base import STEPS_PATTERN, Tracking, check_job_id
@@ -171,7 +172,7 @@ def test_a_registered_framework_is_chosen_planned_and_tracked(
     assert snapshot.new_checkpoints == (Checkpoint(step=10, name="step10"),)
 
     events = apply_snapshot(launch, snapshot, profile, now=100.0)
-    assert "💾 Checkpoint step 10 saved." in [e.text for e in events if e.kind == "thread"]
+    assert "💾 Checkpoint step 10 saved." in [thread.line(e) for e in events if e.kind == "thread"]
     assert (launch.progress.step, launch.progress.total, launch.progress.loss) == (10, 20, 1.5)
     moved = launch.attempts[0].tracking
     assert moved is not None

@@ -178,9 +178,8 @@ class Launcher:
                 return usage.refused(exc, appraisal, policy, launch) + before
             return _at_limit(admission.limit or 0, dry_run=request.dry_run)
 
-        what = render.request_text(launch)
         if admission.needs_approval:
-            facts = phases.Facts(by=user.id, text=what, reason=admission.reason)
+            facts = phases.Facts(by=user.id, reason=admission.reason)
             _, events = phases.ask_approval(launch, facts)
             if refused := await stored(events, enqueue=False):
                 return Reply(refused, error=True)
@@ -188,7 +187,7 @@ class Launcher:
                 f"{launch.id} needs a second person's approval ({escape(admission.reason)}); "
                 f"asked in its thread.{before}"
             )
-        _, events = phases.queue(launch, phases.Facts(by=user.id, text=what + waits))
+        _, events = phases.queue(launch, phases.Facts(by=user.id, text=waits))
         if refused := await stored(events):
             return Reply(refused, error=True)
         log.info(

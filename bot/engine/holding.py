@@ -85,6 +85,11 @@ class Holding:
         """``move`` of the held launch, unless it moved on meanwhile (a cancel wins)."""
         return await self._mutate(launch_id, phases.step(move, facts))
 
+    async def _tell(self, launch_id: str, move: str, **facts: object) -> None:
+        """One line in the launch's thread, as ``move``'s facts (bot.wording words them)."""
+        data = {"move": move, **facts}
+        await self._mutate(launch_id, lambda stored: [Event("thread", stored.id, data=data)])
+
     async def _say(self, launch_id: str, text: str) -> None:
         """One line in the launch's thread, nothing else changed."""
         await self._mutate(launch_id, lambda stored: [Event("thread", stored.id, text)])
@@ -106,7 +111,7 @@ class Holding:
         *,
         submission: Submission | None = None,
         job_id: str = "",
-        how: str = "Submitted",
+        how: str = "submitted",
     ) -> None:
         """Slurm has the launch's job (submitted, or found by the launch id): it is the
         current attempt's; one that appeared after a cancel is cancelled."""
@@ -116,7 +121,7 @@ class Holding:
         facts = phases.Facts(
             now=time.time(),
             job_id=job_id,
-            text=how,
+            how=how,
             tracking=tracking,
             partition=spec.slurm_partition,
             record=submission.record if submission else None,

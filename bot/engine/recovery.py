@@ -55,7 +55,7 @@ class Recovery(Holding):
             await self.store.requeue(item.id, after_s=wait_s)
             return False
         if found:  # submitted before a crash or a lost connection: adopt, never resubmit
-            how = "Found the job submitted before a restart"
+            how = "found_after_restart"
             await self._record(item, job_id=found[-1].job_id, how=how)
             return False
         # "No job yet" is not "never submitted" while a submit may still be in flight (its
@@ -80,7 +80,7 @@ class Recovery(Holding):
             await self.store.requeue(item.id, after_s=LOOKUP_AGAIN_S)
             return
         for job in found:
-            await self._say(item.id, phases.appeared_after_cancel(job.job_id))
+            await self._tell(item.id, "submitted", job=job.job_id, after_cancel=True)
             await self._cancel_late_job(item, job.job_id)
         settled_at = submit_deadline(item) + SUBMIT_SETTLE_S
         if time.time() < settled_at:  # a submit still in flight could yet land
@@ -114,7 +114,7 @@ class Recovery(Holding):
         if not found:
             await self._reject(item, "SUBMIT_FAILED", "Slurm refused the job:\n" + output)
             return
-        how = "The launcher reported an error after its sbatch worked; following"
+        how = "found_after_error"
         await self._record(item, job_id=found[-1].job_id, how=how)
         await self._say(item.id, "The launcher's error:\n" + output)
 

@@ -2,10 +2,11 @@
 
 Pure. :meth:`bot.store.store.Store.mutate` (and ``create``) compare a launch before and
 after a change with :func:`classify`; the notices found ride on the last thread line
-the change writes (``data["notices"]``, ``data["mention"]``). The notifier renders
-the mention when it posts that line, and after it is posted, sends each person who
-wants one (the owner and the launch's watchers, by their preferences) a DM that
-links to the thread, so a DM is never ahead of the line it refers to.
+the change writes (``data["notices"]``, ``data["mention"]``). The notifier posts that
+line with the mention (``bot.wording.thread`` words both), and after it is posted,
+sends each person who wants one (the owner and the launch's watchers, by their
+preferences) a DM that links to the thread, so a DM is never ahead of the line it
+refers to.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ DM_EVENT_OF: dict[str, DmEvent] = {
 # someone else's.
 SWEEP_MEMBER_NOTICES: frozenset[str] = frozenset({"failed", "hung", "cancelled"})
 URGENT: frozenset[str] = frozenset({"failed", "hung"})  # may break through quiet hours
-SHOWN_MAX = 300  # characters of the thread line a DM repeats
 
 
 @dataclass(frozen=True)
@@ -118,27 +118,3 @@ def tag(events: list[Any], notices: list[Notice], mention: bool) -> None:
             if mention:
                 event.data["mention"] = True
             return
-
-
-def thread_text(launch: Launch, text: str, data: dict[str, Any]) -> str:
-    """A thread line as posted: with the owner's mention first when it concerns them."""
-    return f"<@{launch.user_id}> {text}" if data.get("mention") else text
-
-
-def dm_text(launch: Launch, line: str, link: str) -> str:
-    """``sft llama3p1_8b on a4 (L-7f3a9c): ✅ COMPLETED in 41 min · ... · <link|thread>``:
-    the first line of the thread line it refers to (already escaped mrkdwn)."""
-    first = line.split("\n", 1)[0]
-    if len(first) > SHOWN_MAX:
-        first = first[: SHOWN_MAX - 1] + "…"
-    thread = f" · <{link}|thread>" if link else ""
-    return f"{launch.words} on {launch.cluster} (`{launch.id}`): {first}{thread}"
-
-
-def summary_text(lines: list[str]) -> str:
-    """What waited through quiet hours, as one message."""
-    if len(lines) == 1:
-        return lines[0]
-    return f"While your quiet hours lasted ({len(lines)} updates):\n" + "\n".join(
-        f"• {line}" for line in lines
-    )

@@ -31,7 +31,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from bot.lifecycle import notices
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.lifecycle.prefs import quiet_until
@@ -43,6 +42,7 @@ from bot.store.lanes import DeadLetter
 from bot.store.store import Store
 from bot.text.front import Front, FrontError
 from bot.text.mrkdwn import undeliverable_text
+from bot.wording import thread
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class Notifier:
                 p: None for p in people if p == launch.user_id or await self.may_see(p, launch)
             }
         link = launch.permalink or await self.poster.permalink(launch)
-        text = notices.dm_text(launch, event.text, link)
+        text = thread.dm(launch, thread.line(event), link)
         dms = []
         for person in people:
             prefs = await self.store.prefs(person)

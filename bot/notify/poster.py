@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any, assert_never
 
-from bot.lifecycle import notices, render
+from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.notify import sweep_notes
@@ -32,6 +32,7 @@ from bot.text.mrkdwn import (
     section,
     use_partition_button,
 )
+from bot.wording import thread
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Poster:
         if not todo:
             return
         await self.front.post_to_user(
-            str(todo[0].data.get("user", "")), notices.summary_text([dm.text for dm in todo])
+            str(todo[0].data.get("user", "")), thread.summary([dm.text for dm in todo])
         )
         for dm in todo:
             await self.store.mark_posted(dm.id)
@@ -93,7 +94,7 @@ class Poster:
                     MessageRef(launch.channel, launch.parent_ts), text, blocks=blocks
                 )
             case "thread":
-                text = notices.thread_text(launch, event.text, event.data)
+                text = thread.posted(launch, event)
                 await self.front.post(
                     launch.channel,
                     text,
@@ -210,4 +211,4 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons += [approve_button(target), reject_button(target)]
     if not buttons:
         return None
-    return [section(text or event.text), actions(*buttons)]
+    return [section(text or thread.line(event)), actions(*buttons)]

@@ -23,6 +23,7 @@ from bot.lifecycle.launch import Launch, Sweep
 from bot.store.store import Store
 from bot.text.front import Front, MessageRef
 from bot.text.plot import render_overlay_png
+from bot.wording import thread
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ async def deliver(
     elif event.kind == "thread":
         index = sweep.members.index(launch.id) if launch.id in sweep.members else -1
         who = f"*#{index + 1}* ({sweeps.short_values(sweep, index)}) " if index >= 0 else ""
-        labelled = Event(event.kind, event.launch_id, who + event.text, event.data, event.id)
+        said = who + thread.line(event)
+        labelled = Event(event.kind, event.launch_id, said, event.data, event.id)
         await front.post(
             sweep.channel,
             labelled.text,

@@ -34,7 +34,6 @@ from bot.lifecycle.phases.following import (
     stopped_early,
 )
 from bot.lifecycle.phases.starting import (
-    appeared_after_cancel,
     approve,
     ask_approval,
     dry_run,
@@ -68,7 +67,6 @@ __all__ = [
     "NotAllowed",
     "TABLE",
     "allowed",
-    "appeared_after_cancel",
     "approve",
     "ask_approval",
     "cancel",

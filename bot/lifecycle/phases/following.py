@@ -14,8 +14,8 @@ from bot.lifecycle.phases.table import (
     go,
     thread_line,
     update_parent,
+    worded,
 )
-from bot.text.mrkdwn import escape
 
 # -- the poller: Slurm's word on the job -----------------------------------------------
 
@@ -29,16 +29,15 @@ def running(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         launch.progress.updated_at = facts.now
     attempt.started_at = attempt.started_at or facts.now
     attempt.node_list = facts.nodes or attempt.node_list
-    text = f"Running on {escape(attempt.node_list)}." if attempt.node_list else "Running."
-    return launch, [thread_line(launch, "running", text, job=attempt.job_id)]
+    line = thread_line(launch, "running", job=attempt.job_id, nodes=attempt.node_list)
+    return launch, [line]
 
 
 def requeued(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     """Slurm put the running job back in its queue (same job id)."""
     check(launch, "requeued")
     go(launch, "requeued", P.SUBMITTED)
-    text = f"Job {facts.job_id} is pending again (requeued)."
-    return launch, [thread_line(launch, "requeued", text, job=facts.job_id)]
+    return launch, [thread_line(launch, "requeued", job=facts.job_id)]
 
 
 def ended(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
@@ -74,7 +73,7 @@ def resume(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     launch.resumes += 1
     launch.progress.stopped_early, launch.progress.finished = "", False
     go(launch, "resume", P.RETRYING)
-    line = thread_line(launch, "resume", facts.text, job=previous.job_id)
+    line = worded(launch, "resume", facts.text, job=previous.job_id)
     due = {"due": facts.attempt.not_before} if facts.attempt.not_before else {}
     return launch, [line, Event("enqueue", launch.id, data=due), update_parent(launch)]
 
@@ -114,11 +113,7 @@ def retry(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         )
     )
     go(launch, "retry", P.RETRYING)
-    text = (
-        f"🔁 Retry asked for by <@{facts.by}>: cancelling job {old}; a new attempt is "
-        "submitted once Slurm shows it gone."
-    )
-    line = thread_line(launch, "retry", text, by=facts.by, job=old)
+    line = thread_line(launch, "retry", by=facts.by, job=old)
     return launch, [line, update_parent(launch), enqueue(launch)]
 
 
@@ -151,7 +146,7 @@ def move_refused(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         return launch, []
     launch.rerouted = True
     go(launch, "move_refused", P.SUBMITTED)
-    return launch, [thread_line(launch, "move_refused", facts.text, job=launch.job_id)]
+    return launch, [worded(launch, "move_refused", facts.text, job=launch.job_id)]
 
 
 def _held(launch: Launch) -> bool:
@@ -193,10 +188,9 @@ def old_job_gone(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     go(launch, "old_job_gone", P.RETRYING)
     old = facts.job_id
     if left := _release(launch, facts.now):  # a reroute cut short
-        text = f"🔀 Job {old} on {left} is gone; moved to {launch.cluster}."
-        return launch, [thread_line(launch, "old_job_gone", text, job=old), update_parent(launch)]
-    text = f"Job {old} is gone: submitting a new attempt."
-    return launch, [thread_line(launch, "old_job_gone", text, job=old)]
+        line = thread_line(launch, "old_job_gone", job=old, left=left, cluster=launch.cluster)
+        return launch, [line, update_parent(launch)]
+    return launch, [thread_line(launch, "old_job_gone", job=old)]
 
 
 def moved(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
@@ -207,7 +201,7 @@ def moved(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         return launch, []  # a cancel meanwhile made it DONE: nothing new
     go(launch, "moved", P.RETRYING)
     _release(launch, facts.now)
-    line = thread_line(launch, "moved", facts.text, job=facts.job_id)
+    line = worded(launch, "moved", facts.text, job=facts.job_id)
     return launch, [line, enqueue(launch), update_parent(launch)]
 
 
@@ -220,9 +214,7 @@ def old_job_stays(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         return launch, []
     launch.attempts.pop()
     go(launch, "old_job_stays", P.RUNNING if launch.attempts[-1].started_at else P.SUBMITTED)
-    said = (
-        [thread_line(launch, "old_job_stays", facts.text, job=facts.job_id)] if facts.text else []
-    )
+    said = [worded(launch, "old_job_stays", facts.text, job=facts.job_id)] if facts.text else []
     return launch, [*said, update_parent(launch)]
 
 
@@ -233,7 +225,7 @@ def retry_failed(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     launch.attempts.pop()
     go(launch, "retry_failed", P.DONE)
     launch.outcome, launch.detail = "FAILED", facts.text
-    return launch, [thread_line(launch, "retry_failed", facts.text), update_parent(launch)]
+    return launch, [worded(launch, "retry_failed", facts.text), update_parent(launch)]
 
 
 # -- Cancel -----------------------------------------------------------------------------
@@ -244,20 +236,16 @@ def cancel(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     a launch without a job to follow ends here, CANCELLED; one whose job Slurm has ends
     when the job does (:func:`ended`). A submit in flight is looked up by a worker."""
     check(launch, "cancel")
-    text = f"🚫 Cancelled by <@{facts.by}>."
     events = []
     if not launch.cancelled_by:
         launch.cancelled_by, launch.cancelled_at = facts.by, facts.now
     target = launch.phase
     if launch.phase not in FOLLOWED or not launch.job_id:
         target = P.DONE
-        launch.outcome, launch.detail = "CANCELLED", text
+        launch.outcome, launch.detail = "CANCELLED", f"🚫 Cancelled by <@{facts.by}>."
     go(launch, "cancel", target)
-    if launch.submit_started_at:  # a worker looks the job up and cancels it
-        text += (
-            " A submission was in flight: trainbot looks the job up by the launch id "
-            "and cancels it if Slurm has it."
-        )
+    in_flight = bool(launch.submit_started_at)
+    if in_flight:  # a worker looks the job up and cancels it
         events.append(enqueue(launch))
-    line = thread_line(launch, "cancel", text, by=facts.by, job=launch.job_id)
+    line = thread_line(launch, "cancel", by=facts.by, job=launch.job_id, in_flight=in_flight)
     return launch, [line, update_parent(launch), *events]

@@ -13,31 +13,36 @@ from bot.lifecycle.phases.table import (
     go,
     thread_line,
     update_parent,
+    worded,
 )
-from bot.text.mrkdwn import escape
 
 # -- /train, approval ---------------------------------------------------------------
 
 
 def queue(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """A new launch goes on the queue. ``facts.text``: the request as words (and what it
-    waits for)."""
+    """A new launch goes on the queue. ``facts.text``: what it waits for, as its asker
+    was told (the core's words), or ""."""
     check(launch, "queue")
     go(launch, "queue", P.QUEUED)
-    text = f"Queued by <@{facts.by}>: {facts.text}"
-    return launch, [Event("parent", launch.id), thread_line(launch, "queue", text, by=facts.by)]
+    command = launch.request.to_text()
+    line = thread_line(launch, "queue", by=facts.by, command=command, waits=facts.text)
+    return launch, [Event("parent", launch.id), line]
 
 
 def ask_approval(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """A new launch above the policy's node threshold waits for a second person.
-    ``facts.text``: the request as words; ``facts.reason``: the policy's reason."""
+    """A new launch above the policy's node threshold waits for a second person
+    (``facts.reason``: the policy's reason)."""
     check(launch, "ask_approval")
     go(launch, "ask_approval", P.AWAITING_APPROVAL)
-    ask = (
-        f"✋ asks for {facts.text}. {escape(facts.reason)} A trainbot admin or an approver "
-        f"for {launch.cluster} can approve it."
+    line = thread_line(
+        launch,
+        "ask_approval",
+        by=facts.by,
+        command=launch.request.to_text(),
+        reason=facts.reason,
+        cluster=launch.cluster,
+        buttons=["approve", "reject"],
     )
-    line = thread_line(launch, "ask_approval", ask, by=facts.by, buttons=["approve", "reject"])
     return launch, [Event("parent", launch.id), line]
 
 
@@ -48,8 +53,7 @@ def approve(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         return launch, []
     go(launch, "approve", P.QUEUED)
     launch.approved_by = facts.by
-    text = f"✅ Approved by <@{facts.by}>. Queued."
-    line = thread_line(launch, "approve", text, by=facts.by)
+    line = thread_line(launch, "approve", by=facts.by)
     return launch, [line, update_parent(launch), enqueue(launch)]
 
 
@@ -61,8 +65,7 @@ def reject(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     go(launch, "reject", P.REJECTED)
     launch.outcome = "NOT_APPROVED"
     launch.detail = f"Not approved by <@{facts.by}>."
-    text = f"⛔ {launch.detail} Nothing was submitted."
-    return launch, [thread_line(launch, "reject", text, by=facts.by), update_parent(launch)]
+    return launch, [thread_line(launch, "reject", by=facts.by), update_parent(launch)]
 
 
 # -- a worker: pre-flight and submit ---------------------------------------------------
@@ -86,14 +89,14 @@ def submitting(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     if launch.preflight_said == len(launch.attempts):
         return launch, [update_parent(launch)]
     launch.preflight_said = len(launch.attempts)
-    return launch, [thread_line(launch, "submitting", facts.text), update_parent(launch)]
+    return launch, [worded(launch, "submitting", facts.text), update_parent(launch)]
 
 
 def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     """Slurm has the launch's job ``facts.job_id`` (submitted, or found by the launch id):
     it is the current attempt's. One that appears after a cancel is recorded as CANCELLED
-    (its worker cancels it). ``facts.text`` says how it came (``Submitted``, ``Found the
-    job submitted before a restart``); ``facts.tracking``, where its files are."""
+    (its worker cancels it). ``facts.how`` says how it came (``submitted``,
+    ``found_after_restart``, ``found_after_error``); ``facts.tracking``, where its files are."""
     check(launch, "submitted")
     job_id = facts.job_id
     launch.submit_started_at = 0.0  # Slurm has answered: this is the job
@@ -107,25 +110,22 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     attempt.record = facts.record or attempt.record
     if launch.phase != P.SUBMITTING or launch.cancelled_by:  # cancelled meanwhile
         attempt.slurm_state = "CANCELLED"
-        return launch, [thread_line(launch, "submitted", appeared_after_cancel(job_id), job=job_id)]
+        return launch, [thread_line(launch, "submitted", job=job_id, after_cancel=True)]
     go(launch, "submitted", P.SUBMITTED)
-    unit = "node" if launch.request.nodes == 1 else "nodes"
-    log_dir = facts.tracking.log_dir if facts.tracking else ""
-    where = f" Logs: `{escape(log_dir)}`" if log_dir else ""
-    as_user = f" as {launch.cluster_user}" if launch.cluster_user else ""
-    text = (
-        f"{facts.text}: Slurm job {job_id} on {launch.cluster}, partition {facts.partition}, "
-        f"{launch.request.nodes} {unit}{as_user}.{where}"
+    line = thread_line(
+        launch,
+        "submitted",
+        job=job_id,
+        how=facts.how or "submitted",
+        cluster=launch.cluster,
+        partition=facts.partition,
+        nodes=launch.request.nodes,
+        user=launch.cluster_user,
+        log_dir=facts.tracking.log_dir if facts.tracking else "",
+        attempt=len(launch.attempts),
+        record=facts.record.summary() if facts.record is not None else "",
     )
-    if len(launch.attempts) > 1:
-        text += f" (attempt {len(launch.attempts)})"
-    if facts.record is not None:
-        text += "\n" + escape(facts.record.summary())
-    return launch, [thread_line(launch, "submitted", text, job=job_id), update_parent(launch)]
-
-
-def appeared_after_cancel(job_id: str) -> str:
-    return f"🚫 Slurm job {job_id} appeared after the launch was cancelled: cancelling it."
+    return launch, [line, update_parent(launch)]
 
 
 def _end_here(launch: Launch, move: str, target: Phase, facts: Facts) -> list[Event]:
@@ -136,7 +136,7 @@ def _end_here(launch: Launch, move: str, target: Phase, facts: Facts) -> list[Ev
     launch.outcome = facts.outcome
     launch.detail = facts.detail or facts.text.split("\n", 1)[0][:300]
     launch.submit_started_at = 0.0
-    line = thread_line(launch, move, facts.text, **facts.data)
+    line = worded(launch, move, facts.text, **facts.data)
     return [line, update_parent(launch)]
 
 
@@ -162,4 +162,4 @@ def given_up(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     check(launch, "given_up")
     go(launch, "given_up", P.DONE)
     launch.outcome, launch.detail = "INTERNAL_ERROR", facts.text
-    return launch, [thread_line(launch, "given_up", facts.text), update_parent(launch)]
+    return launch, [worded(launch, "given_up", facts.text), update_parent(launch)]

@@ -92,7 +92,8 @@ class Facts:
     by_name: str = ""
     job_id: str = ""  # which Slurm job
     outcome: str = ""  # the launch's final word (PREFLIGHT, SUBMIT_FAILED, COMPLETED, ...)
-    text: str = ""  # the thread line, as the caller wrote it (mrkdwn)
+    text: str = ""  # the thread line, where the caller still words it (mrkdwn)
+    how: str = ""  # submitted: how the job came (submitted, found_after_restart, ...)
     detail: str = ""  # the record's short sentence about the outcome
     reason: str = ""  # why (a policy's reason, an error)
     data: Mapping[str, object] = field(default_factory=dict)  # the thread line's (buttons)
@@ -146,11 +147,19 @@ def step(move: Move, facts: Facts) -> Change:
     return change
 
 
-def thread_line(launch: Launch, move: str, text: str, **facts: object) -> Event:
-    """A thread line of a move, carrying its facts (the move, who, which job)."""
+def thread_line(launch: Launch, move: str, **facts: object) -> Event:
+    """A thread line of a move: the move and its facts (who, which job, where...), no
+    words; ``bot.wording.thread`` says it. Facts that are empty are left out."""
     data: dict[str, object] = {"move": move}
     data.update((key, value) for key, value in facts.items() if value)
-    return Event("thread", launch.id, text, data=data)
+    return Event("thread", launch.id, data=data)
+
+
+def worded(launch: Launch, move: str, text: str, **facts: object) -> Event:
+    """A thread line of a move whose caller still words it: ``text`` beside the facts."""
+    event = thread_line(launch, move, **facts)
+    event.text = text
+    return event
 
 
 def update_parent(launch: Launch) -> Event:

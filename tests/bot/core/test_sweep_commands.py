@@ -20,6 +20,7 @@ from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Incoming
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
+from bot.wording import thread
 from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule
@@ -117,7 +118,7 @@ async def test_one_approval_for_the_sweep_starts_all_and_one_rejection_ends_all(
             Event.decode(entry_id, fields)
             for entry_id, fields in await store.redis.xrange(keys.OUTBOX)
         ]
-        asks = [e for e in outbox if "asks for sweep" in e.text]
+        asks = [e for e in outbox if e.kind == "thread" and "asks for sweep" in thread.line(e)]
         assert len(asks) == 1 and asks[0].data["sweep"] == sweep_id  # asked once
 
         own = await core(click(ACTION_APPROVE, sweep_id, "U0ALICE"))

@@ -16,6 +16,7 @@ from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
+from bot.wording import thread
 from cluster.collector import collect
 from cluster.launch import plan_launch, submit
 from cluster.profiles import ClusterProfile
@@ -77,7 +78,7 @@ async def follow(
         for launch in live:
             snap = result.jobs[launch.job_id]
             events = apply_snapshot(launch, snap, profile, watch or Watch(), now=time.time())
-            said[launch.id] += [e.text for e in events if e.kind == "thread"]
+            said[launch.id] += [thread.line(e) for e in events if e.kind == "thread"]
             if events_out is not None:
                 events_out += events
         if meanwhile is not None:

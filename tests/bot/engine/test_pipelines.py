@@ -19,6 +19,7 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
+from bot.wording import thread
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
@@ -47,7 +48,7 @@ async def stored(store: Store, launch: Launch) -> Launch:
 async def thread_texts(store: Store, launch_id: str) -> list[str]:
     entries = await store.redis.xrange(keys.OUTBOX)
     decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
-    return [e.text for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
+    return [thread.line(e) for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
 
 
 async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:

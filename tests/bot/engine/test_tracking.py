@@ -14,6 +14,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
+from bot.wording import thread
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile
@@ -69,7 +70,7 @@ def progress_line(step: int, total: int, loss: float) -> str:
 
 
 def threads(events: list[Event]) -> list[str]:
-    return [e.text for e in events if e.kind == "thread"]
+    return [thread.line(e) for e in events if e.kind == "thread"]
 
 
 def test_running_progress_checkpoints_and_no_repeats() -> None:

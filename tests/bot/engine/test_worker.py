@@ -29,6 +29,7 @@ from bot.settings.sections import Watch
 from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
+from bot.wording import thread
 from cluster.collector import JobSnapshot, LogChunk
 from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
@@ -136,7 +137,12 @@ async def queued(store: Store, **request: object) -> Launch:
 
 async def thread_texts(store: Store, launch_id: str) -> list[str]:
     entries: Any = await store.redis.xrange(keys.OUTBOX)
-    return [f.get("text", "") for _, f in entries if f.get("launch") == launch_id]
+    decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
+    return [
+        thread.line(e) if e.kind == "thread" else e.text
+        for e in decoded
+        if e.launch_id == launch_id
+    ]
 
 
 def test_worker_names_are_unique_per_process_and_instance() -> None:

@@ -9,6 +9,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.notices import Before, classify
 from bot.settings.sections import Watch
+from bot.wording import thread
 from tests.bot.engine.test_tracking import PROFILE, launch, snapshot
 
 
@@ -37,9 +38,7 @@ def test_completed_mentions_the_owner_on_the_final_line() -> None:
     assert found == ["completed"] and mention
     lines = [e for e in events if e.kind == "thread"]
     assert lines[-1].data == {"buttons": ["run_again"], "notices": ["completed"], "mention": True}
-    assert notices.thread_text(item, lines[-1].text, lines[-1].data).startswith(
-        "<@U0ALICE> ✅ COMPLETED in 10 min"
-    )
+    assert thread.posted(item, lines[-1]).startswith("<@U0ALICE> ✅ COMPLETED in 10 min")
 
 
 def test_a_start_and_a_checkpoint_are_quiet() -> None:
@@ -52,7 +51,7 @@ def test_a_start_and_a_checkpoint_are_quiet() -> None:
     assert found == ["started", "checkpoint"] and not mention
     last = [e for e in events if e.kind == "thread"][-1]
     assert last.data == {"notices": ["started", "checkpoint"]}
-    assert notices.thread_text(item, last.text, last.data) == last.text  # no mention
+    assert thread.posted(item, last) == last.text  # no mention
 
 
 def test_a_hang_mentions_the_owner_once() -> None:
@@ -119,14 +118,12 @@ def test_a_change_without_a_thread_line_carries_no_notice() -> None:
 
 def test_dm_text_is_one_short_line_with_the_thread_link() -> None:
     item = launch(Phase.DONE)
-    text = notices.dm_text(item, "✅ COMPLETED in 41 min · 1 attempt\nmore", "https://x/p1")
+    text = thread.dm(item, "✅ COMPLETED in 41 min · 1 attempt\nmore", "https://x/p1")
     assert text == (
         "sft llama3p1_8b on a4 (`L-7f3a9c`): ✅ COMPLETED in 41 min · 1 attempt · "
         "<https://x/p1|thread>"
     )
-    assert (
-        notices.summary_text(["a", "b"]) == "While your quiet hours lasted (2 updates):\n• a\n• b"
-    )
+    assert thread.summary(["a", "b"]) == "While your quiet hours lasted (2 updates):\n• a\n• b"
 
 
 def test_a_sweep_member_concerns_its_owner_only_when_it_fails_hangs_or_another_cancels() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from bot.lifecycle import phases
 from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase
+from bot.wording import thread
 from cluster.framework_base import Tracking
 from commands.requests import TrainRequest
 
@@ -40,8 +41,9 @@ class Case:
     make: Callable[[], Launch]
     facts: phases.Facts = field(default_factory=phases.Facts)
     kinds: list[str] = field(default_factory=list)  # the events' kinds, in order
-    says: str = ""  # in the thread line
+    says: str = ""  # in the thread line, as bot.wording words it
     check: Callable[[Launch], bool] = lambda _: True
+    carries: dict[str, object] = field(default_factory=dict)  # the facts of its thread line
 
 
 def tracking(job: str) -> Tracking:
@@ -53,21 +55,26 @@ NOTHING_RAN = (P.QUEUED, P.PREFLIGHT, P.SUBMITTING, P.RETRYING)
 CASES: dict[tuple[str, Phase, Phase], Case] = {
     ("queue", P.QUEUED, P.QUEUED): Case(
         lambda: launch(P.QUEUED),
-        phases.Facts(by="U1", text="sft llama3p1_8b"),
+        phases.Facts(by="U1", text="; waits until L-1 completes"),
         ["parent", "thread"],
-        "Queued by <@U1>: sft llama3p1_8b",
+        "Queued by <@U1>: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1`; waits "
+        "until L-1",
+        carries={"by": "U1", "command": "/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1"},
     ),
     ("ask_approval", P.QUEUED, P.AWAITING_APPROVAL): Case(
         lambda: launch(P.QUEUED),
-        phases.Facts(by="U1", text="8 nodes", reason="above 4 nodes"),
+        phases.Facts(by="U1", reason="above 4 nodes"),
         ["parent", "thread"],
-        "✋ asks for 8 nodes. above 4 nodes",
+        "✋ asks for `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1`. above 4 nodes "
+        "A trainbot admin or an approver for a4",
+        carries={"by": "U1", "reason": "above 4 nodes", "cluster": "a4"},
     ),
     ("approve", P.AWAITING_APPROVAL, P.QUEUED): Case(
         lambda: launch(P.AWAITING_APPROVAL),
         phases.Facts(by="U2"),
         ["thread", "update", "enqueue"],
         "✅ Approved by <@U2>. Queued.",
+        carries={"by": "U2"},
     ),
     ("reject", P.AWAITING_APPROVAL, P.REJECTED): Case(
         lambda: launch(P.AWAITING_APPROVAL),
@@ -75,6 +82,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["thread", "update"],
         "⛔ Not approved by <@U2>. Nothing was submitted.",
         lambda item: item.outcome == "NOT_APPROVED",
+        {"by": "U2"},
     ),
     **{
         ("preflight", source, P.PREFLIGHT): Case(
@@ -99,10 +107,19 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("submitted", P.SUBMITTING, P.SUBMITTED): Case(
         lambda: launch(P.SUBMITTING),
-        phases.Facts(now=NOW, job_id="41", text="Submitted", tracking=tracking("41")),
+        phases.Facts(now=NOW, job_id="41", partition="a4", tracking=tracking("41")),
         ["thread", "update"],
-        "Submitted: Slurm job 41 on a4",
+        "Submitted: Slurm job 41 on a4, partition a4, 1 node. Logs: `/logs/L`",
         lambda item: item.job_id == "41" and item.submit_started_at == 0.0,
+        {
+            "job": "41",
+            "how": "submitted",
+            "cluster": "a4",
+            "partition": "a4",
+            "nodes": 1,
+            "log_dir": "/logs/L",
+            "attempt": 1,
+        },
     ),
     ("submitted", P.DONE, P.DONE): Case(
         lambda: launch(P.DONE),
@@ -110,6 +127,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["thread"],
         "🚫 Slurm job 41 appeared after the launch was cancelled",
         lambda item: item.attempts[-1].slurm_state == "CANCELLED",
+        {"job": "41", "after_cancel": True},
     ),
     **{
         ("not_submitted", source, P.REJECTED): Case(
@@ -144,12 +162,14 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["thread"],
         "Running on dev[0-1].",
         lambda item: item.attempts[-1].started_at == NOW,
+        {"job": "41", "nodes": "dev[0-1]"},
     ),
     ("requeued", P.RUNNING, P.SUBMITTED): Case(
         lambda: launch(P.RUNNING, job="41", started=True),
         phases.Facts(job_id="41"),
         ["thread"],
         "Job 41 is pending again (requeued).",
+        carries={"job": "41"},
     ),
     **{
         ("ended", source, P.DONE): Case(
@@ -197,6 +217,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             ["thread", "update", "enqueue"],
             "🔁 Retry asked for by <@U2>: cancelling job 41",
             lambda item: item.attempts[-1].held and item.attempts[-1].resume,
+            {"by": "U2", "job": "41"},
         )
         for source in (P.SUBMITTED, P.RUNNING)
     },
@@ -219,6 +240,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["thread"],
         "Job 41 is gone: submitting a new attempt.",
         lambda item: not item.attempts[-1].held and item.attempts[0].ended_at == NOW,
+        {"job": "41"},
     ),
     ("moved", P.RETRYING, P.RETRYING): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
@@ -253,6 +275,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",
             lambda item: item.outcome == "CANCELLED" and item.cancelled_by == "U2",
+            {"by": "U2"},
         )
         for source in ACTIVE_PHASES
     },
@@ -263,6 +286,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",
             lambda item: item.cancelled_at == NOW and not item.outcome,
+            {"by": "U2", "job": "41"},
         )
         for source in (P.SUBMITTED, P.RUNNING)
     },
@@ -291,7 +315,9 @@ def test_each_allowed_move(key: tuple[str, Phase, Phase]) -> None:
     assert [e.kind for e in events] == case.kinds
     lines = [e for e in events if e.kind == "thread"]
     if case.says:
-        assert case.says in lines[-1].text
+        assert case.says in thread.line(lines[-1])
+    if case.carries:  # a move says what happened as facts, and no words of its own
+        assert lines[-1].data.items() >= case.carries.items() and not lines[-1].text
     for line in lines:  # each line carries the move's facts
         assert line.data["move"] == name
         if case.facts.by:
@@ -349,10 +375,10 @@ def test_a_retry_holds_and_queues_and_a_cancel_wins() -> None:
 
 
 def test_the_module_is_pure() -> None:
-    """bot/lifecycle/phases/ imports the standard library, the launch and its events, and
-    Slack text pieces: nothing that does I/O."""
+    """bot/lifecycle/phases/ imports the standard library, the launch and its events:
+    nothing that does I/O, and no Slack words (bot.wording says them)."""
     allowed = {"__future__", "collections.abc", "dataclasses", "typing"}
-    allowed |= {"bot.lifecycle.events", "bot.lifecycle.launch", "bot.text.mrkdwn"}
+    allowed |= {"bot.lifecycle.events", "bot.lifecycle.launch"}
     allowed |= {f"bot.lifecycle.phases.{part}" for part in ("following", "starting", "table")}
     allowed |= {"cluster.framework_base", "cluster.run_record"}  # TYPE_CHECKING only: types
     imported = set()

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.alerts import PagerDuty
@@ -417,3 +418,48 @@ async def test_a_watcher_who_may_no_longer_see_the_launch_gets_no_dm(store: Stor
     to = sorted(str(e.data["user"]) for e in dms if e.kind == "dm")
     assert to == ["U0BOB", "U0TESS"], to
     assert sorted(asked) == ["U0GONE", "U0TESS"]  # the owner is not asked
+
+
+# -- entries of both ages: text written before events carried facts, and facts ------------
+
+
+async def test_an_old_entry_with_text_and_a_new_one_with_facts_both_post_in_order(
+    store: Store, standin: SlackStandin, front: SlackFront
+) -> None:
+    """An outbox entry written by a version whose moves worded their lines (its text, the
+    move in its data) is posted as it is; a line written now holds only the move's facts
+    and is posted in bot.wording's words, mention and DM included, after it in order."""
+    launch = await new_launch(store, TRAIN)
+    old = {"move": "running", "job": "41"}
+    await store.redis.xadd(  # as an older trainbot wrote it, straight into the outbox
+        keys.OUTBOX,
+        {
+            "kind": "thread",
+            "launch": launch.id,
+            "text": "Running on dev[9].",
+            "data": json.dumps(old),
+        },
+    )
+
+    def requeued_then_cancelled(stored: Launch) -> list[Event]:
+        _, said = phases.cancel(stored, phases.Facts(now=3.0, by="U0BOB"))
+        return [Event("thread", stored.id, data={"move": "requeued", "job": "41"}), *said]
+
+    _, events = await store.mutate(launch.id, requeued_then_cancelled)
+    lines = [e for e in events if e.kind == "thread"]
+    assert [e.text for e in lines] == ["", ""]  # facts, no words
+    assert lines[1].data == {
+        "move": "cancel", "by": "U0BOB", "notices": ["cancelled"], "mention": True
+    }  # fmt: skip
+    async with notifying(Notifier(store, front, {}, owner="n1")) as notifier:
+        await standin.wait_for(
+            "chat.postMessage", lambda c: "Cancelled by" in str(c.params["text"]), timeout_s=10
+        )
+        await wait_until(lambda: notifier.delivered >= 4, "the DM after the last line", 10)
+    assert thread(standin, TRAIN) == [
+        "Running on dev[9].",
+        "Job 41 is pending again (requeued).",
+        "<@U0ALICE> 🚫 Cancelled by <@U0BOB>.",  # cancelled by someone else: the owner is told
+    ]
+    dms = [str(c.params["text"]) for c in posted(standin, "DU0ALICE")]
+    assert len(dms) == 1 and f"(`{launch.id}`): 🚫 Cancelled by <@U0BOB>." in dms[0], dms

@@ -27,6 +27,7 @@ from bot.settings.config import Config
 from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Incoming
+from bot.wording import thread
 from cluster.ssh.pool import SSHPool
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
@@ -63,7 +64,7 @@ async def clusters_of(config: Config, store: Store) -> AsyncIterator[Clusters]:
 async def thread_texts(store: Store, launch_id: str) -> list[str]:
     entries = await store.redis.xrange(keys.OUTBOX)
     decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
-    return [e.text for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
+    return [thread.line(e) for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
 
 
 async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_the_reason(

@@ -1,0 +1,190 @@
+"""The words of a launch's thread lines: one function per move, from the facts its event
+carries (``event.data``: ``move``, ``by``, ``job``, ``nodes``...).
+
+Pure: a launch and an outbox event in, Slack mrkdwn out. Every fact that a person typed,
+a cluster printed or a config named is escaped here. An entry written before events
+carried facts holds its text, and that text is posted as it is; so is a line whose
+caller still words it (``event.text``). A front end other than Slack, or the API, reads
+the same facts and words them its own way: the moves know no words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Launch
+from bot.text.mrkdwn import escape
+
+Facts = Mapping[str, Any]
+SHOWN_MAX = 300  # characters of the thread line a DM repeats
+
+
+def _s(facts: Facts, key: str) -> str:
+    """A fact as text ("" when absent): who wrote it is the move, from what it was given."""
+    value = facts.get(key, "")
+    return value if isinstance(value, str) else str(value)
+
+
+def _n(facts: Facts, key: str) -> int:
+    value = facts.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _mention(user: str) -> str:
+    """``<@U123>``: Slack shows the person's name. A user id is letters and digits."""
+    return f"<@{escape(user)}>"
+
+
+# -- /train, approval ------------------------------------------------------------------
+
+
+def queue(facts: Facts) -> str:
+    """``Queued by @alice: `/train sft ...```, then what it waits for (the core's words)."""
+    return f"Queued by {_mention(_s(facts, 'by'))}: {command(facts)}{_s(facts, 'waits')}"
+
+
+def ask_approval(facts: Facts) -> str:
+    return (
+        f"✋ asks for {command(facts)}. {escape(_s(facts, 'reason'))} A trainbot admin or an "
+        f"approver for {escape(_s(facts, 'cluster'))} can approve it."
+    )
+
+
+def command(facts: Facts) -> str:
+    """The command as it was understood, in code: ``/train sft llama3p1_8b ...``."""
+    return f"`{escape(_s(facts, 'command'))}`"
+
+
+def approve(facts: Facts) -> str:
+    return f"✅ Approved by {_mention(_s(facts, 'by'))}. Queued."
+
+
+def reject(facts: Facts) -> str:
+    return f"⛔ Not approved by {_mention(_s(facts, 'by'))}. Nothing was submitted."
+
+
+# -- a worker: submit ------------------------------------------------------------------
+
+HOW = {
+    "submitted": "Submitted",
+    "found_after_restart": "Found the job submitted before a restart",
+    "found_after_error": "The launcher reported an error after its sbatch worked; following",
+}
+
+
+def submitted(facts: Facts) -> str:
+    """``Submitted: Slurm job 41 on a4, partition a4, 2 nodes. Logs: `...```, or, for a
+    job that appeared after a cancel, that it is being cancelled."""
+    job = escape(_s(facts, "job"))
+    if facts.get("after_cancel"):
+        return f"🚫 Slurm job {job} appeared after the launch was cancelled: cancelling it."
+    how = HOW.get(_s(facts, "how"), HOW["submitted"])
+    nodes = _n(facts, "nodes")
+    unit = "node" if nodes == 1 else "nodes"
+    as_user = f" as {escape(_s(facts, 'user'))}" if facts.get("user") else ""
+    logs = f" Logs: `{escape(_s(facts, 'log_dir'))}`" if facts.get("log_dir") else ""
+    text = (
+        f"{how}: Slurm job {job} on {escape(_s(facts, 'cluster'))}, partition "
+        f"{escape(_s(facts, 'partition'))}, {nodes} {unit}{as_user}.{logs}"
+    )
+    if _n(facts, "attempt") > 1:
+        text += f" (attempt {_n(facts, 'attempt')})"
+    if facts.get("record"):
+        text += "\n" + escape(_s(facts, "record"))
+    return text
+
+
+# -- the poller: Slurm's word on the job -------------------------------------------------
+
+
+def running(facts: Facts) -> str:
+    nodes = _s(facts, "nodes")
+    return f"Running on {escape(nodes)}." if nodes else "Running."
+
+
+def requeued(facts: Facts) -> str:
+    return f"Job {escape(_s(facts, 'job'))} is pending again (requeued)."
+
+
+# -- retries, Cancel ---------------------------------------------------------------------
+
+
+def retry(facts: Facts) -> str:
+    return (
+        f"🔁 Retry asked for by {_mention(_s(facts, 'by'))}: cancelling job "
+        f"{escape(_s(facts, 'job'))}; a new attempt is submitted once Slurm shows it gone."
+    )
+
+
+def old_job_gone(facts: Facts) -> str:
+    job = escape(_s(facts, "job"))
+    if facts.get("left"):  # a reroute cut short: it moved
+        left, cluster = escape(_s(facts, "left")), escape(_s(facts, "cluster"))
+        return f"🔀 Job {job} on {left} is gone; moved to {cluster}."
+    return f"Job {job} is gone: submitting a new attempt."
+
+
+def cancel(facts: Facts) -> str:
+    text = f"🚫 Cancelled by {_mention(_s(facts, 'by'))}."
+    if facts.get("in_flight"):
+        text += (
+            " A submission was in flight: trainbot looks the job up by the launch id "
+            "and cancels it if Slurm has it."
+        )
+    return text
+
+
+SAYINGS: dict[str, Callable[[Facts], str]] = {
+    "queue": queue,
+    "ask_approval": ask_approval,
+    "approve": approve,
+    "reject": reject,
+    "submitted": submitted,
+    "running": running,
+    "requeued": requeued,
+    "retry": retry,
+    "old_job_gone": old_job_gone,
+    "cancel": cancel,
+}
+
+
+def line(event: Event) -> str:
+    """What a thread event says. Its own text when it has one (an entry written before
+    events carried facts, or a line its caller words); else its move's words."""
+    if event.text:
+        return event.text
+    move = str(event.data.get("move", ""))
+    say = SAYINGS.get(move)
+    if say is None:
+        raise ValueError(
+            f"thread event {event.id or '(unsaved)'} of launch {event.launch_id} has no text "
+            f"and its move {move!r} has no words here (one of: {', '.join(sorted(SAYINGS))})"
+        )
+    return say(event.data)
+
+
+def posted(launch: Launch, event: Event) -> str:
+    """A thread line as posted: with the owner's mention first when it concerns them."""
+    text = line(event)
+    return f"{_mention(launch.user_id)} {text}" if event.data.get("mention") else text
+
+
+def dm(launch: Launch, line_text: str, link: str) -> str:
+    """``sft llama3p1_8b on a4 (L-7f3a9c): ✅ COMPLETED in 41 min · ... · <link|thread>``:
+    the first line of the thread line it refers to (already escaped mrkdwn)."""
+    first = line_text.split("\n", 1)[0]
+    if len(first) > SHOWN_MAX:
+        first = first[: SHOWN_MAX - 1] + "…"
+    thread = f" · <{link}|thread>" if link else ""
+    return f"{launch.words} on {launch.cluster} (`{launch.id}`): {first}{thread}"
+
+
+def summary(lines: list[str]) -> str:
+    """What waited through quiet hours, as one message."""
+    if len(lines) == 1:
+        return lines[0]
+    return f"While your quiet hours lasted ({len(lines)} updates):\n" + "\n".join(
+        f"• {line}" for line in lines
+    )

@@ -1,0 +1,127 @@
+"""The words of each move's thread line (bot/wording/thread.py), from the facts its event
+carries: one test per wording, what a person or a cluster wrote escaped, an entry that
+holds its own text posted as it is, and a move with no words refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.lifecycle import phases
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Launch
+from bot.wording import thread
+from commands.requests import TrainRequest
+
+
+def says(move: str, **facts: object) -> str:
+    return thread.line(Event("thread", "L-1", data={"move": move, **facts}))
+
+
+COMMAND = "/train sft llama3p1_8b cluster=a4"
+
+
+def test_queue() -> None:
+    assert says("queue", by="U1", command=COMMAND) == f"Queued by <@U1>: `{COMMAND}`"
+    waits = says("queue", by="U1", command=COMMAND, waits="; waits until L-0 completes")
+    assert waits == f"Queued by <@U1>: `{COMMAND}`; waits until L-0 completes"
+
+
+def test_ask_approval() -> None:
+    assert says(
+        "ask_approval", by="U1", command=COMMAND, reason="above 4 nodes.", cluster="a4"
+    ) == (
+        f"✋ asks for `{COMMAND}`. above 4 nodes. A trainbot admin or an approver for a4 "
+        "can approve it."
+    )
+
+
+def test_approve_and_reject() -> None:
+    assert says("approve", by="U2") == "✅ Approved by <@U2>. Queued."
+    assert says("reject", by="U2") == "⛔ Not approved by <@U2>. Nothing was submitted."
+
+
+def test_submitted() -> None:
+    facts = {"job": "41", "cluster": "a4", "partition": "gpu", "nodes": 2, "attempt": 1}
+    assert says("submitted", how="submitted", **facts) == (
+        "Submitted: Slurm job 41 on a4, partition gpu, 2 nodes."
+    )
+    more = says(
+        "submitted", how="found_after_restart", user="svc-train", log_dir="/logs/L",
+        record="recipes at abc, clean", **{**facts, "nodes": 1, "attempt": 2},
+    )  # fmt: skip
+    assert more == (
+        "Found the job submitted before a restart: Slurm job 41 on a4, partition gpu, 1 node "
+        "as svc-train. Logs: `/logs/L` (attempt 2)\nrecipes at abc, clean"
+    )
+    assert says("submitted", job="41", after_cancel=True) == (
+        "🚫 Slurm job 41 appeared after the launch was cancelled: cancelling it."
+    )
+
+
+def test_running_and_requeued() -> None:
+    assert says("running", job="41", nodes="dev[1-2]") == "Running on dev[1-2]."
+    assert says("running", job="41") == "Running."
+    assert says("requeued", job="41") == "Job 41 is pending again (requeued)."
+
+
+def test_retry_and_old_job_gone() -> None:
+    assert says("retry", by="U2", job="41") == (
+        "🔁 Retry asked for by <@U2>: cancelling job 41; a new attempt is submitted once "
+        "Slurm shows it gone."
+    )
+    assert says("old_job_gone", job="41") == "Job 41 is gone: submitting a new attempt."
+    assert says("old_job_gone", job="41", left="a4", cluster="a3u") == (
+        "🔀 Job 41 on a4 is gone; moved to a3u."
+    )
+
+
+def test_cancel() -> None:
+    assert says("cancel", by="U2") == "🚫 Cancelled by <@U2>."
+    assert says("cancel", by="U2", in_flight=True) == (
+        "🚫 Cancelled by <@U2>. A submission was in flight: trainbot looks the job up by "
+        "the launch id and cancels it if Slurm has it."
+    )
+
+
+def test_what_a_person_or_a_cluster_wrote_is_escaped() -> None:
+    """Facts come from a request, a config or a cluster: Slack's control characters in
+    them show as typed, never as a mention or a link."""
+    assert says("running", nodes="<!channel>") == "Running on &lt;!channel&gt;."
+    line = says("queue", by="U1", command="/train sft <@U9> & co")
+    assert line == "Queued by <@U1>: `/train sft &lt;@U9&gt; &amp; co`"
+    assert "&lt;!here&gt;" in says("ask_approval", by="U1", command=COMMAND, reason="<!here>")
+
+
+def test_an_entry_that_holds_its_text_is_posted_as_it_is() -> None:
+    """Written before events carried facts (or by a caller that still words its line)."""
+    old = Event("thread", "L-1", "Running on dev[9].", data={"move": "running", "job": "41"})
+    assert thread.line(old) == "Running on dev[9]."
+    bare = Event("thread", "L-1", "📟 On-call was paged in the on-call channel.")
+    assert thread.line(bare) == "📟 On-call was paged in the on-call channel."
+
+
+def test_a_line_with_no_text_and_no_words_for_its_move_is_refused_with_a_reason() -> None:
+    with pytest.raises(ValueError, match=r"move 'resume' has no words here \(one of: .*cancel"):
+        thread.line(Event("thread", "L-1", data={"move": "resume"}))
+
+
+def test_every_move_that_writes_facts_alone_has_words() -> None:
+    """A move whose thread line carries no text must be one the wording knows."""
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    item = Launch(request=request, user_id="U1", channel="C1")
+    _, events = phases.queue(item, phases.Facts(by="U1"))
+    (line,) = [e for e in events if e.kind == "thread"]
+    assert not line.text and line.data["move"] in thread.SAYINGS
+
+
+def test_the_mention_and_the_dm() -> None:
+    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+    item = Launch(request=request, user_id="U0ALICE", channel="C1")
+    line = Event("thread", item.id, data={"move": "cancel", "by": "U2", "mention": True})
+    assert thread.posted(item, line) == "<@U0ALICE> 🚫 Cancelled by <@U2>."
+    quiet = Event("thread", item.id, data={"move": "running", "nodes": "dev1"})
+    assert thread.posted(item, quiet) == "Running on dev1."
+    dm = thread.dm(item, thread.line(line), "https://x/p")
+    assert (
+        dm == f"sft llama3p1_8b on a4 (`{item.id}`): 🚫 Cancelled by <@U2>. · <https://x/p|thread>"
+    )
