@@ -1,5 +1,5 @@
 """What the soak reads in a launch's thread: trainbot's words (as
-``bot/lifecycle/render.py`` and the notices write them), a launch as the soak planned it
+``bot/wording/render.py`` and the notices write them), a launch as the soak planned it
 (:class:`Plan`), everything known about it at the end (:class:`View`), and a thread
 parsed into its submits, checkpoints and final lines. Pure."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from bench.soak_slurm import JobRow
 
-# The parent's headline: "<icon> *<WORD>*  ..." (bot/lifecycle/render.py)
+# The parent's headline: "<icon> *<WORD>*  ..." (bot/wording/render.py)
 PARENT_WORD_RE = re.compile(r"^\S+ \*([A-Z_ -]+)\*")
 # Words of a launch still under way (phases, and Slurm states that are not the end).
 ACTIVE_WORDS = {

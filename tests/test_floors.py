@@ -73,7 +73,6 @@ STILL_WORDING = frozenset(
         "bot/engine/wandb_summary.py",
         "bot/engine/worker.py",
         "bot/lifecycle/health.py",
-        "bot/lifecycle/render.py",
     }
 )
 

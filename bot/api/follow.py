@@ -18,8 +18,8 @@ import logging
 from aiohttp import web
 
 from bot.core.core import Core
-from bot.lifecycle import render
 from bot.lifecycle.launch import Launch
+from bot.wording import render
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)

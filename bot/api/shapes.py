@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bot.lifecycle import render
+from bot.lifecycle import measures
 from bot.lifecycle.launch import Launch
+from bot.wording import render
 from commands.sweep import SWEEP_ID_PATTERN
 from commands.values import LAUNCH_ID_PATTERN
 
@@ -58,12 +59,12 @@ def checkpoints_json(launch: Launch) -> list[dict[str, Any]]:
     val = dict(launch.validation_history)
     found = []
     for name in launch.checkpoints:
-        step = render.checkpoint_step(launch, name)
+        step = measures.checkpoint_step(launch, name)
         found.append(
             {
                 "path": name,
                 "step": step,
-                "label": render.checkpoint_label(launch, name),
+                "label": measures.checkpoint_label(launch, name),
                 "val_loss": val.get(step) if step is not None else None,
             }
         )

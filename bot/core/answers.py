@@ -12,11 +12,12 @@ from bot.engine import pipelines
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import wait_words
 from bot.engine.on_cluster import Clusters
-from bot.lifecycle import render
+from bot.lifecycle import measures
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import actions, cancel_button, code_block, escape, section
+from bot.wording import render
 from cluster.discovery import ClusterCapacity
 from cluster.slurm import expand_hostlist
 from cluster.spec import framework
@@ -77,7 +78,7 @@ def _job_line(launch: Launch, now: float, all_users: bool, others: Sequence[Laun
     chain = pipelines.chain_text(launch, others)  # mrkdwn: ids and a <!date>
     return (
         f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step}{chain} · "
-        f"{render.duration(now - launch.created_at)} old{who}"
+        f"{measures.duration(now - launch.created_at)} old{who}"
     )
 
 
@@ -119,14 +120,14 @@ async def history(
     lines = [f"Finished in the last {days} days{where} (newest first):"]
     now = time.time()
     for entry in entries:
-        ran = f" · ran {render.duration(entry.run_s)}" if entry.run_s else ""
+        ran = f" · ran {measures.duration(entry.run_s)}" if entry.run_s else ""
         hours = f" · {entry.gpu_hours:.2g} GPU-hours" if entry.gpu_hours else ""
         link = f" · <{entry.permalink}|thread>" if entry.permalink.startswith("https://") else ""
         who = f" · <@{entry.user_id}>" if all_users else ""
         lines.append(
             f"`{entry.id}` {escape(entry.title.replace(' · ', ' '))} · {entry.cluster} · "
             f"{escape(entry.outcome or entry.phase)}{ran}{hours} · "
-            f"{render.duration(now - entry.ended_at)} ago{link}{who}"
+            f"{measures.duration(now - entry.ended_at)} ago{link}{who}"
         )
     if len(entries) == 50:
         lines.append("(the 50 newest; days=N or cluster=C narrows it)")

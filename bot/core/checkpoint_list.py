@@ -11,12 +11,13 @@ from __future__ import annotations
 from bot.engine import checkpoints
 from bot.engine.asks import ClusterCalls
 from bot.engine.checkpoints import Saved
-from bot.lifecycle import render
+from bot.lifecycle import measures
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_PRUNE, actions, button, confirm_dialog, escape, section
+from bot.wording import render
 from cluster.errors import ClusterError
 from commands.context import User
 
@@ -86,7 +87,7 @@ def pruned_names(launch: Launch, keep: int) -> tuple[list[Saved], list[str]]:
     points = checkpoints.with_losses(checkpoints.saved(launch), dict(launch.validation_history))
     doomed = checkpoints.prune_plan(points, keep)
     steps = {p.step for p in doomed}
-    names = [n for n in launch.checkpoints if render.checkpoint_step(launch, n) in steps]
+    names = [n for n in launch.checkpoints if measures.checkpoint_step(launch, n) in steps]
     return doomed, names
 
 

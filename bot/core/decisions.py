@@ -7,12 +7,13 @@ import time
 
 from bot.core.lookup import Lookup
 from bot.engine.asks import ClusterCalls
-from bot.lifecycle import health, phases, render
+from bot.lifecycle import health, phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
+from bot.wording import render
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject
 from commands.context import CommandContext, User

@@ -13,7 +13,7 @@ from typing import Any
 
 from bot.core import record_view
 from bot.engine import pipelines
-from bot.lifecycle import health, render
+from bot.lifecycle import health, measures
 from bot.lifecycle.launch import HistoryEntry, Launch, Sweep
 from bot.lifecycle.notices import DM_EVENTS
 from bot.lifecycle.prefs import EVENT_LABELS, Prefs
@@ -29,6 +29,7 @@ from bot.text.mrkdwn import (
     hour_select,
     section,
 )
+from bot.wording import render
 from cluster.discovery import ClusterCapacity
 
 RECENT_SHOWN = 10
@@ -91,7 +92,7 @@ def _active_line(launch: Launch, link: str, now: float, active: Sequence[Launch]
     progress = launch.progress
     step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
     job = f" · job {launch.job_id}" if launch.job_id else ""
-    age = render.duration(now - launch.created_at)
+    age = measures.duration(now - launch.created_at)
     gpu = f" · {text}" if (text := health.gpu_text(launch)) else ""
     return (
         f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
@@ -129,13 +130,15 @@ def _member_line(launch: Launch, now: float) -> str:
     progress = launch.progress
     step = f" · step {progress.step:,}/{progress.total:,}" if progress.total else ""
     job = f" · job {launch.job_id}" if launch.job_id else ""
-    return f"{icon} `{launch.id}`{job} · {word}{step} · {render.duration(now - launch.created_at)}"
+    return (
+        f"{icon} `{launch.id}`{job} · {word}{step} · {measures.duration(now - launch.created_at)}"
+    )
 
 
 def _recent_line(entry: HistoryEntry, link: str) -> str:
     outcome = entry.outcome or entry.phase
     hours = f" · {entry.gpu_hours:.2g} GPU-hours" if entry.gpu_hours else ""
-    ran = f" · ran {render.duration(entry.run_s)}" if entry.run_s else ""
+    ran = f" · ran {measures.duration(entry.run_s)}" if entry.run_s else ""
     return (
         f"`{entry.id}` {escape(entry.title.replace(' · ', ' '))} · {entry.cluster} · "
         f"{escape(outcome)}{ran}{hours}{_thread(link)}"

@@ -26,7 +26,7 @@ from bot.engine.cost import (
 )
 from bot.engine.identity import People
 from bot.engine.on_cluster import Clusters
-from bot.lifecycle import phases, render
+from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, recipe_key
 from bot.settings.logs import launch_fields
@@ -34,6 +34,7 @@ from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
+from bot.wording import render
 from commands.access import is_custom_image, may_use_image
 from commands.admission import Admission, Standing, admit
 from commands.budget import budget_for, iso_week

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 
-from bot.lifecycle import render
 from bot.lifecycle.launch import Launch
 from bot.lifecycle.notices import dm_lane
 from bot.lifecycle.prefs import EVENT_LABELS, Prefs, apply_choice, hours_text
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import escape
+from bot.wording import render
 from commands.context import User
 from commands.errors import CommandError
 

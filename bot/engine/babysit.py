@@ -7,7 +7,7 @@ retry rules live in cluster.diagnosis; this module applies them to a launch.
 
 from __future__ import annotations
 
-from bot.lifecycle import health, phases, render
+from bot.lifecycle import health, measures, phases
 from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
@@ -78,7 +78,7 @@ def on_failure(
         previous_keys=previous,
         newer_checkpoint=len(launch.checkpoints) > attempt.checkpoints_at_start,
     )
-    ran = render.duration(now - (attempt.started_at or attempt.submitted_at or now))
+    ran = measures.duration(now - (attempt.started_at or attempt.submitted_at or now))
     job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
     text = f"⚠️ {job} failed ({state}) after {ran}: {escape(diagnosis.cause)}."
     if block := evidence_block(diagnosis):
@@ -141,7 +141,7 @@ def on_stopped_early(
     where = f"step {p.step:,} / {p.total:,}"
     ckpt = ""
     if launch.checkpoints:
-        ckpt = f" · checkpoint {escape(render.checkpoint_label(launch, launch.checkpoints[-1]))}"
+        ckpt = f" · checkpoint {escape(measures.checkpoint_label(launch, launch.checkpoints[-1]))}"
     head = f"⏸️ STOPPED EARLY at {where} ({escape(why)}; Slurm: COMPLETED){ckpt}"
     mode = watch.resume_stopped_early
     wanted = mode == "always" or (mode == "time_budget" and why == TIME_BUDGET)
@@ -236,12 +236,13 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
     if now - last < bound:
         return []
     attempt.hang_reported = True
-    quiet = render.duration(now - last)
+    quiet = measures.duration(now - last)
     where = f"step {p.step:,}" if not starting else "start-up"
     if starting and attempt.tail.strip():
         where += f", last line `{escape(attempt.tail.strip().splitlines()[-1][:120])}`"
     text = (
-        f"⚠️ No progress for {quiet} (last seen at {where}; the bound is {render.duration(bound)}). "
+        f"⚠️ No progress for {quiet} (last seen at {where}; the bound is "
+        f"{measures.duration(bound)}). "
         f"Job {attempt.job_id} is still RUNNING and may be hung. "
         "Cancel or Retry below."
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bot.lifecycle import render
+from bot.lifecycle import measures
 from bot.lifecycle.launch import Launch
 from cluster.framework_base import Tracking
 
@@ -33,7 +33,7 @@ def saved(launch: Launch) -> list[Saved]:
     name listed for it stands)."""
     found: dict[int, str] = {}
     for name in launch.checkpoints:
-        step = render.checkpoint_step(launch, name)
+        step = measures.checkpoint_step(launch, name)
         if step is not None and step not in found:
             found[step] = name
     return [Saved(name, step) for step, name in sorted(found.items())]
@@ -69,7 +69,7 @@ def chosen(launch: Launch, step: int | None) -> tuple[Tracking, str, int] | None
         return None
     if step is None:
         ranked = [
-            (render.checkpoint_step(launch, name) or -1, order, name)
+            (measures.checkpoint_step(launch, name) or -1, order, name)
             for order, name in enumerate(launch.checkpoints)
         ]
         newest, _, name = max(ranked)

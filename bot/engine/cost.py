@@ -19,7 +19,7 @@ from typing import Any
 
 from bot.engine.asks import ClusterCalls
 from bot.engine.on_cluster import Clusters
-from bot.lifecycle import render
+from bot.lifecycle import measures
 from bot.lifecycle.launch import StepRun, recipe_key
 from bot.store.store import Store
 from cluster.errors import ClusterError, CommandTimeout
@@ -78,7 +78,7 @@ def estimate_cost(
         )
         if limit_h is not None and hours > limit_h:
             hours = limit_h
-            basis += f", capped by the {render.duration(limit_h * 3600)} time limit"
+            basis += f", capped by the {measures.duration(limit_h * 3600)} time limit"
         return CostEstimate(hours * gpus, basis)
     if limit_h is not None:
         why = (
@@ -88,7 +88,7 @@ def estimate_cost(
         )
         return CostEstimate(
             limit_h * gpus,
-            f"at most: the whole {render.duration(limit_h * 3600)} time limit; {why}",
+            f"at most: the whole {measures.duration(limit_h * 3600)} time limit; {why}",
         )
     return CostEstimate(None, "no time limit and no earlier run to go by")
 
@@ -102,7 +102,7 @@ def wait_words(estimate: StartEstimate) -> str:
         return "at " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(estimate.start))
     if wait <= NOW_TOLERANCE_S:
         return "now"
-    return f"in about {render.duration(wait)}"
+    return f"in about {measures.duration(wait)}"
 
 
 def start_text(estimate: StartEstimate | None, problem: str = "") -> str:

@@ -15,7 +15,7 @@ from bot.engine.cost import StartEstimates, estimate_shape
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase, Terms
-from bot.lifecycle.render import duration
+from bot.lifecycle.measures import duration
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, CommandTimeout

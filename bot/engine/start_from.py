@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bot.engine import checkpoints
 from bot.engine.authority import Authority
-from bot.lifecycle import phases, render
+from bot.lifecycle import measures, phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
@@ -39,7 +39,7 @@ def newest_checkpoint(launch: Launch) -> tuple[Tracking, str, int] | None:
     if not known or not launch.checkpoints:
         return None
     ranked = [
-        (render.checkpoint_step(launch, name) or -1, order, name)
+        (measures.checkpoint_step(launch, name) or -1, order, name)
         for order, name in enumerate(launch.checkpoints)
     ]
     step, _, name = max(ranked)

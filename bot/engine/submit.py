@@ -15,10 +15,11 @@ import time
 from bot.engine import pipelines, start_from
 from bot.engine.holding import log
 from bot.engine.recovery import Recovery, submit_deadline
-from bot.lifecycle import phases, render
+from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
+from bot.wording import render
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.start_copy import copy_start
 from commands.access import is_custom_image, may_use_image, slurm_account

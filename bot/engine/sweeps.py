@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bot.lifecycle import render
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.text.mrkdwn import (
     ACTION_CANCEL,
@@ -24,6 +23,7 @@ from bot.text.mrkdwn import (
     escape,
     section,
 )
+from bot.wording import render
 from commands.requests import SweepRequest
 
 TABLE_SECTIONS_MAX = 3  # sections of rows in the parent; past that the table is summarised

@@ -12,12 +12,13 @@ import re
 import time
 
 from bot.engine import babysit
-from bot.lifecycle import health, phases, render
+from bot.lifecycle import health, measures, phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
+from bot.wording import render
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
 from cluster.framework_base import Tracking
@@ -381,13 +382,13 @@ def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
     gpu_hours = launch.gpu_hours = used_gpu_hours(launch, profile, now)
     attempts = len(launch.attempts)
     parts = [
-        f"in {render.duration(elapsed)}",
+        f"in {measures.duration(elapsed)}",
         f"{attempts} attempt{'s' if attempts != 1 else ''}",
         f"{gpu_hours:.2g} GPU-hours",
     ]
     if launch.checkpoints:
         parts.append(
-            f"last checkpoint {escape(render.checkpoint_label(launch, launch.checkpoints[-1]))}"
+            f"last checkpoint {escape(measures.checkpoint_label(launch, launch.checkpoints[-1]))}"
         )
     exit_code = launch.attempt.exit_code if launch.attempt else ""
     if word != "COMPLETED" and exit_code and exit_code != "0:0":

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from typing import Any, assert_never
 
-from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.notify import sweep_notes
@@ -32,7 +31,7 @@ from bot.text.mrkdwn import (
     section,
     use_partition_button,
 )
-from bot.wording import thread
+from bot.wording import render, thread
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ import pytest
 
 from bot.core.core import resumed
 from bot.engine.tracking import apply_snapshot
-from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.lifecycle.notices import Before, classify
 from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
+from bot.wording import render
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.sacct import AcctRecord, parse_sacct

@@ -9,12 +9,11 @@ from dataclasses import replace
 from PIL import Image
 
 from bot.engine.tracking import HISTORY_MAX, apply_snapshot
-from bot.lifecycle import render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
-from bot.wording import thread
+from bot.wording import render, thread
 from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile

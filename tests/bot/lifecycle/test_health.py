@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from bot.core.home import home_blocks
 from bot.engine.tracking import apply_snapshot
-from bot.lifecycle import render
 from bot.lifecycle.health import TRAINBOT, gpu_sampled, observe
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Health, Watch
+from bot.wording import render
 from cluster.gpu import GpuSample, parse_samples, sample_script
 from cluster.progress import Point, Progress, parse_nemo
 from tests.bot.engine.test_tracking import PROFILE, snapshot, threads

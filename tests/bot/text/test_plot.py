@@ -10,7 +10,6 @@ import math
 import pytest
 from PIL import Image
 
-from bot.lifecycle import render
 from bot.lifecycle.launch import Attempt, Launch
 from bot.text.plot import (
     CHECKPOINT,
@@ -21,6 +20,7 @@ from bot.text.plot import (
     reduce_per_column,
     render_loss_png,
 )
+from bot.wording import render
 from cluster.frameworks.nemo import NEMO
 from cluster.profiles import ClusterProfile
 from cluster.spec import LaunchSpec

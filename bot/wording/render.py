@@ -1,24 +1,25 @@
-"""What a launch looks like in a channel: the parent message and the thread lines.
+"""What a launch looks like in a channel: the parent message, its status and progress,
+the reply to /train, pre-flight's summary, the loss curve and TensorBoard's line.
 
 Pure: a launch (and its cluster's profile) in, mrkdwn text and Block Kit out.
-Every user- or log-derived string is escaped here.
+Every user- or log-derived string is escaped here. The plain measures it shows (a
+duration, a checkpoint's step, why a job waits) are ``bot.lifecycle.measures``'.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 from bot.lifecycle import health
 from bot.lifecycle.launch import Launch, Phase
+from bot.lifecycle.measures import checkpoint_label, checkpoint_step, duration, waiting
 from bot.text import mrkdwn as st
 from bot.text.plot import Marks, render_loss_png
 from cluster.images import IMPORT_NOTE, is_registry_ref, pyxis_image
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
 from cluster.remote import quote_path
-from cluster.slurm_reasons import PendingWhy, explain_pending
 from cluster.spec import LaunchSpec
 
 OUTCOME_ICONS = {
@@ -47,17 +48,6 @@ PHASE_LABELS = {
 }
 
 
-def duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-
-
 def status_label(launch: Launch) -> tuple[str, str]:
     if launch.phase == Phase.DONE:
         word = launch.outcome or "DONE"
@@ -71,14 +61,6 @@ def status_label(launch: Launch) -> tuple[str, str]:
         if why is not None and why.stuck:
             icon, word = "⛔", "HELD" if why.held else "CANNOT START"
     return icon, word
-
-
-def waiting(launch: Launch) -> PendingWhy | None:
-    """Why the launch's job waits (squeue's reason, read), while it does."""
-    attempt = launch.attempt
-    if launch.phase != Phase.SUBMITTED or attempt is None or not attempt.pending_reason:
-        return None
-    return explain_pending(attempt.pending_reason)
 
 
 def waiting_line(launch: Launch) -> str:
@@ -138,22 +120,6 @@ def footer(launch: Launch, now: float) -> str:
     return " · ".join(parts)
 
 
-def checkpoint_step(launch: Launch, name: str) -> int | None:
-    """The step in one of the launch's checkpoint names, by its framework's rule (the
-    tracking record's ``checkpoint_pattern``, group 1)."""
-    for attempt in reversed(launch.attempts):
-        if attempt.tracking is not None and attempt.tracking.checkpoint_pattern:
-            match = re.search(attempt.tracking.checkpoint_pattern, name)
-            return int(match.group(1)) if match else None
-    return None
-
-
-def checkpoint_label(launch: Launch, name: str) -> str:
-    """``step 1,200`` for one of the launch's checkpoint names (the name when it has no step)."""
-    step = checkpoint_step(launch, name)
-    return name if step is None else f"step {step:,}"
-
-
 def parent(
     launch: Launch, profile: ClusterProfile | None, now: float | None = None
 ) -> tuple[str, list[dict[str, Any]]]:
@@ -191,11 +157,6 @@ def queued_reply(launch: Launch, profile: ClusterProfile | None) -> str:
     if req.dry_run:
         return f"Dry run {launch.id}: {what}. The commands and checks follow in the thread."
     return f"Queued {launch.id}: {what}. Following it in the thread."
-
-
-def request_text(launch: Launch) -> str:
-    """The command as it was understood, escaped, for the thread."""
-    return f"`{st.escape(launch.request.to_text())}`"
 
 
 def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
