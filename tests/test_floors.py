@@ -72,7 +72,6 @@ STILL_WORDING = frozenset(
         "bot/engine/tracking.py",
         "bot/engine/wandb_summary.py",
         "bot/engine/worker.py",
-        "bot/lifecycle/health.py",
     }
 )
 

@@ -7,12 +7,13 @@ import time
 
 from bot.core.lookup import Lookup
 from bot.engine.asks import ClusterCalls
-from bot.lifecycle import health, phases
+from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
+from bot.wording import health as health_words
 from bot.wording import render
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject
@@ -95,7 +96,9 @@ class Decisions:
         old one gone (Retry's one rule, bot/lifecycle/phases/; when it cannot be
         cancelled, the launch goes back to following it). Nothing here asks a cluster."""
         if launch.cancelled_by:
-            return Reply(f"{launch.id} was cancelled by {health.canceller(launch)}.", error=True)
+            return Reply(
+                f"{launch.id} was cancelled by {health_words.canceller(launch)}.", error=True
+            )
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(
                 f"{launch.id} is not running ({render.status_label(launch)[1]}).", error=True

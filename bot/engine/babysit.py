@@ -7,11 +7,12 @@ retry rules live in cluster.diagnosis; this module applies them to a launch.
 
 from __future__ import annotations
 
-from bot.lifecycle import health, measures, phases
+from bot.lifecycle import measures, phases
 from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
+from bot.wording import health as health_words
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis, retry_decision
 from cluster.progress import TIME_BUDGET
@@ -63,7 +64,7 @@ def on_failure(
     attempt = launch.attempts[-1]
     if launch.cancelled_by:  # a cancel is final: whatever the log shows, nothing is retried
         job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
-        who = health.canceller(launch)
+        who = health_words.canceller(launch)
         launch.detail = f"Cancelled by {who}."
         text = f"🚫 {job} ended ({state}) after {who} cancelled it; not retried."
         return [Event("thread", launch.id, text)], False

@@ -60,9 +60,8 @@ async def _apply(store: Store, launch: Launch, found: GpuSample, rules: Health, 
         if stored.phase != Phase.RUNNING or stored.job_id != job_id:
             return []  # ended or moved on since it was read
         shown = gpu_text(stored)
-        events = [
-            Event("thread", stored.id, text) for text in gpu_sampled(stored, found, rules, now)
-        ]
+        notes = gpu_sampled(stored, found, rules, now)
+        events = [Event("thread", stored.id, data=note) for note in notes]
         if events or gpu_text(stored) != shown:  # the status line's figure changed
             events.append(Event("update", stored.id))
         return events

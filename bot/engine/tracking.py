@@ -18,6 +18,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
+from bot.wording import health as health_words
 from bot.wording import render
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
@@ -73,6 +74,10 @@ class _Step:
 
     def say(self, text: str, data: dict[str, object] | None = None) -> None:
         self.events.append(Event("thread", self.launch.id, text, data=dict(data or {})))
+
+    def tell(self, facts: dict[str, object]) -> None:
+        """A thread line as facts (``facts["move"]`` says what it tells; bot.wording words it)."""
+        self.events.append(Event("thread", self.launch.id, data=dict(facts)))
         self.visible = True
 
     def move(self, move: phases.Move, facts: phases.Facts) -> None:
@@ -116,10 +121,10 @@ class _Step:
         saved = (c.step for c in self.snap.new_checkpoints)
         ended = is_terminal(self.snap.state or "")
         rules = self.watch.health
-        for text in health.observe(
+        for note in health.observe(
             launch, progress, rules, ended=ended, saved_steps=saved, now=self.now
         ):
-            self.say(text)
+            self.tell(note)
         # Steps between printed points: the parser's word, else the gap since the last poll's.
         gap = last.step - p.step if p.step and len(progress.points) == 1 else 0
         p.log_interval = progress.interval or (gap if gap > 0 else p.log_interval)
@@ -308,7 +313,7 @@ class _Step:
         if stopped:
             summary = f"{stopped}\n{summary}"
         if state == "COMPLETED":  # a run whose loss went NaN is no plain success
-            summary = health.completed_text(launch, summary)
+            summary = health_words.completed_text(launch, summary)
         launch.detail = launch.detail or summary.split("\n", 1)[0]
         if (
             state != "COMPLETED"

@@ -6,6 +6,9 @@ run's recent median, validation loss rising while training loss falls. Speed: st
 well above the run's own median for several steps in a row, and its recovery. Each is
 said once per episode; what was said lives on the launch (:class:`bot.lifecycle.launch.Health`),
 so a restarted bot does not say it again. See docs/health.md.
+
+What is found is a :data:`Note`: its kind (``note``) and its figures, no words;
+``bot.wording.health`` says each in the thread.
 """
 
 from __future__ import annotations
@@ -14,31 +17,30 @@ import math
 import re
 from collections.abc import Iterable
 from statistics import median
+from typing import Any
 
 from bot.lifecycle.launch import Launch
 from bot.settings.sections import Health as Rules
-from bot.text.mrkdwn import escape
 from cluster.gpu import GpuSample
 from cluster.progress import Progress
 
 TRAINBOT = "trainbot"  # cancelled_by of a run trainbot stopped itself (its loss went NaN)
+Note = dict[str, Any]
+"""One thing health has to say, as facts: ``{"move": "health", "note": "loss_spike",
+"step": 120, "loss": 9.1, ...}`` (the kinds: loss_nan, loss_spike, reward_collapse,
+reward_flat, val_rising, slow, speed_back, gpu_idle). It rides a thread event's data."""
+
+
+def note(kind: str, **facts: Any) -> Note:
+    return {"move": "health", "note": kind, **facts}
+
+
 STEP_RE = re.compile(r"step=(\d+)")
 BASELINE_KEPT = 50
 
 
 def finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
-
-
-def canceller(launch: Launch) -> str:
-    """Who cancelled ``launch``, as the thread says it."""
-    if launch.cancelled_by == TRAINBOT:
-        return "trainbot (its loss went NaN)"
-    return f"<@{launch.cancelled_by}>"
-
-
-def _loss(value: float) -> str:
-    return f"{value:.4g}"
 
 
 def observe(
@@ -49,8 +51,8 @@ def observe(
     ended: bool,
     saved_steps: Iterable[int],
     now: float,
-) -> list[str]:
-    """The thread lines ``progress`` (new since the last poll) calls for; edits
+) -> list[Note]:
+    """The notes ``progress`` (new since the last poll) calls for, as facts; edits
     ``launch.health`` (and, for a NaN loss under "stop", records trainbot's cancel:
     the poller then sends ``scancel``). Call before the new points join the histories."""
     said = _loss_checks(launch, progress, rules, ended=ended, now=now)
@@ -62,7 +64,7 @@ def observe(
 
 def _loss_checks(
     launch: Launch, progress: Progress, rules: Rules, *, ended: bool, now: float
-) -> list[str]:
+) -> list[Note]:
     h, said = launch.health, []
     window = [loss for _, loss in launch.progress_history[-rules.spike_window :]]
     # An RL run's loss (GRPO's clipped policy-gradient term) sits near zero, of either sign:
@@ -74,7 +76,7 @@ def _loss_checks(
         if not math.isfinite(q.loss):
             if h.nan_step is None:
                 h.nan_step = q.step
-                said.append(_nan_text(launch, q.step, q.loss, rules, ended=ended, now=now))
+                said.append(_nan(launch, q.step, q.loss, rules, ended=ended, now=now))
             continue
         recent = window[-rules.spike_window :]
         if not rl and len(window) >= rules.spike_min_points and min(recent) > 0:
@@ -83,8 +85,13 @@ def _loss_checks(
                 if h.spike_step is None:
                     h.spike_step = q.step
                     said.append(
-                        f"⚠️ Loss spike at step {q.step:,}: {_loss(q.loss)}, over "
-                        f"{rules.spike_factor:g}× the recent median ({_loss(typical)})."
+                        note(
+                            "loss_spike",
+                            step=q.step,
+                            loss=q.loss,
+                            factor=rules.spike_factor,
+                            median=typical,
+                        )
                     )
             elif h.spike_step is not None:
                 h.spike_step = None  # back under the line: a later spike is a new episode
@@ -92,29 +99,22 @@ def _loss_checks(
     return said
 
 
-def _nan_text(
-    launch: Launch, step: int, loss: float, rules: Rules, *, ended: bool, now: float
-) -> str:
-    owner = f"<@{launch.user_id}>"
-    what = f"🛑 {owner} the training loss is {loss} at step {step:,}"
+def _nan(launch: Launch, step: int, loss: float, rules: Rules, *, ended: bool, now: float) -> Note:
+    """A NaN or inf loss: what happens to the run (``then``: ended, stop or flag). The
+    loss is kept as its text (``nan``, ``inf``): JSON has no NaN."""
+    facts = {"owner": launch.user_id, "step": step, "loss": str(loss)}
     if ended:
-        return f"{what}; the job has already ended."
+        return note("loss_nan", then="ended", **facts)
     if (
         rules.nan_action_for(launch.cluster, launch.slurm_account) == "stop"
         and not launch.cancelled_by
     ):
         launch.cancelled_by, launch.cancelled_at = TRAINBOT, now
-        return (
-            f"{what}: trainbot is stopping the run (health policy: stop on NaN). "
-            "It will not be retried."
-        )
-    return (
-        f"{what}. The run goes on (health policy: flag); what it trains from here is "
-        "likely unusable: cancel it if it should not."
-    )
+        return note("loss_nan", then="stop", **facts)
+    return note("loss_nan", then="flag", **facts)
 
 
-def _reward_checks(launch: Launch, progress: Progress, rules: Rules) -> list[str]:
+def _reward_checks(launch: Launch, progress: Progress, rules: Rules) -> list[Note]:
     """RL: the reward collapsing (its recent median under (1 - ``reward_collapse``) x its best)
     or going flat (``reward_flat_steps`` steps with one value): each said once per episode."""
     h, said = launch.health, []
@@ -132,8 +132,13 @@ def _reward_checks(launch: Launch, progress: Progress, rules: Rules) -> list[str
                 if h.reward_collapse_step is None:
                     h.reward_collapse_step = q.step
                     said.append(
-                        f"📉 The reward collapsed at step {q.step:,}: its median over the last "
-                        f"{rules.reward_window} steps is {typical:.3g}, its best was {best:.3g}."
+                        note(
+                            "reward_collapse",
+                            step=q.step,
+                            window=rules.reward_window,
+                            median=typical,
+                            best=best,
+                        )
                     )
             elif h.reward_collapse_step is not None:
                 h.reward_collapse_step = None
@@ -143,16 +148,14 @@ def _reward_checks(launch: Launch, progress: Progress, rules: Rules) -> list[str
             if h.reward_flat_step is None:
                 h.reward_flat_step = q.step
                 said.append(
-                    f"📏 The reward has been {flat[-1]:.3g} for {rules.reward_flat_steps} steps "
-                    f"(up to step {q.step:,}): every answer scores the same, so the policy gets "
-                    "no learning signal."
+                    note("reward_flat", reward=flat[-1], steps=rules.reward_flat_steps, step=q.step)
                 )
         elif h.reward_flat_step is not None:
             h.reward_flat_step = None
     return said
 
 
-def _validation_check(launch: Launch, progress: Progress, rules: Rules) -> list[str]:
+def _validation_check(launch: Launch, progress: Progress, rules: Rules) -> list[Note]:
     """Validation loss higher at each of the last ``val_rising`` validations while the
     training loss fell over the same steps: one note per episode."""
     if not progress.validation:
@@ -174,17 +177,20 @@ def _validation_check(launch: Launch, progress: Progress, rules: Rules) -> list[
     if not before or not train or train[-1][1] >= before[-1] or h.val_rising_step is not None:
         return []
     h.val_rising_step = vals[-1][0]
-    figures = " → ".join(_loss(v) for _, v in vals)
     return [
-        f"📝 Validation loss rose over the last {len(vals)} validations ({figures}, up to "
-        f"step {vals[-1][0]:,}) while the training loss fell ({_loss(before[-1])} → "
-        f"{_loss(train[-1][1])}): the run may be overfitting."
+        note(
+            "val_rising",
+            validations=[v for _, v in vals],
+            step=vals[-1][0],
+            train_from=before[-1],
+            train_to=train[-1][1],
+        )
     ]
 
 
 def _speed_checks(
     launch: Launch, progress: Progress, rules: Rules, saved_steps: Iterable[int]
-) -> list[str]:
+) -> list[Note]:
     h, said = launch.health, []
     times = h.usual_step_times_s  # slow steps stay out: a long slow window moves no median
     saved = set(saved_steps) | {
@@ -202,48 +208,27 @@ def _speed_checks(
                 h.slow_run += 1
                 if h.slow_run >= rules.slow_steps and h.slow_since is None:
                     h.slow_since = h.slow_from
-                    said.append(_slow_text(h.slow_from, q.step, t, typical, saved))
+                    in_window = sorted(x for x in saved if h.slow_from - 1 <= x <= q.step)
+                    said.append(
+                        note(
+                            "slow",
+                            first=h.slow_from,
+                            step=q.step,
+                            step_time_s=t,
+                            median_s=typical,
+                            saves=in_window,
+                        )
+                    )
             else:
                 if h.slow_since is not None:
-                    said.append(
-                        f"✅ Step time is back to normal at step {q.step:,} ({t:.3g} s; "
-                        f"median {typical:.3g} s)."
-                    )
+                    said.append(note("speed_back", step=q.step, step_time_s=t, median_s=typical))
                 h.slow_run, h.slow_since = 0, None
         if h.slow_run == 0:
             times[:] = [*times, t][-BASELINE_KEPT:]
     return said
 
 
-def _slow_text(first: int, step: int, t: float, typical: float, saved: set[int]) -> str:
-    in_window = sorted(s for s in saved if first - 1 <= s <= step)
-    if in_window:
-        cause = "Likely cause: checkpoint saves at step " + ", ".join(f"{s:,}" for s in in_window)
-    else:
-        cause = (
-            "No checkpoint save in that window; the usual causes are a node whose tasks "
-            "lag the others, I/O waits or a starved data loader"
-        )
-    return (
-        f"🐢 Steps are slow since step {first:,}: {t:.3g} s at step {step:,}, the run's "
-        f"median is {typical:.3g} s. {escape(cause)}."
-    )
-
-
-def completed_text(launch: Launch, summary: str) -> str:
-    """The closing line of a run that COMPLETED although its loss went NaN or inf: not a
-    plain success."""
-    if launch.health.nan_step is None:
-        return summary
-    first, _, rest = summary.partition("\n")
-    note = (
-        f"⚠️ {first} — but its loss went NaN/inf at step {launch.health.nan_step:,}: "
-        "the model it saved after that is likely unusable."
-    )
-    return note + ("\n" + rest if rest else "")
-
-
-def gpu_sampled(launch: Launch, sample: GpuSample, rules: Rules, now: float) -> list[str]:
+def gpu_sampled(launch: Launch, sample: GpuSample, rules: Rules, now: float) -> list[Note]:
     """One GPU sample of ``launch``'s running job: kept for the status line; GPUs at or
     under ``idle_util_pct`` for ``idle_window_s`` are warned of once per idle stretch."""
     h = launch.health
@@ -257,11 +242,15 @@ def gpu_sampled(launch: Launch, sample: GpuSample, rules: Rules, now: float) -> 
     if h.gpu_idle_said or now - h.gpu_idle_since < rules.idle_window_s:
         return []
     h.gpu_idle_said = True
-    minutes = (now - h.gpu_idle_since) / 60
     return [
-        f"🪫 <@{launch.user_id}> the {sample.gpus} GPUs of job {launch.job_id} have been nearly "
-        f"idle for {minutes:.0f} min: {sample.describe()}. A starved data loader, I/O waits "
-        "or a stuck rank are the usual causes."
+        note(
+            "gpu_idle",
+            owner=launch.user_id,
+            gpus=sample.gpus,
+            job=launch.job_id,
+            minutes=round((now - h.gpu_idle_since) / 60),
+            sample=sample.describe(),
+        )
     ]
 
 

@@ -1,5 +1,6 @@
 """The words of a launch's thread lines: one function per move, from the facts its event
-carries (``event.data``: ``move``, ``by``, ``job``, ``nodes``...).
+carries (``event.data``: ``move``, ``by``, ``job``, ``nodes``...). A line that no move
+writes names what it tells in ``move`` too (``health``: bot.wording.health words it).
 
 Pure: a launch and an outbox event in, Slack mrkdwn out. Every fact that a person typed,
 a cluster printed or a config named is escaped here. An entry written before events
@@ -16,6 +17,7 @@ from typing import Any
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.text.mrkdwn import escape
+from bot.wording import health
 
 Facts = Mapping[str, Any]
 SHOWN_MAX = 300  # characters of the thread line a DM repeats
@@ -147,6 +149,7 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "retry": retry,
     "old_job_gone": old_job_gone,
     "cancel": cancel,
+    "health": health.note,  # no move: what a run's health calls for (bot.lifecycle.health)
 }
 
 

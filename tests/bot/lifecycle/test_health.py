@@ -13,6 +13,7 @@ from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.health import TRAINBOT, gpu_sampled, observe
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Health, Watch
+from bot.wording import health as health_words
 from bot.wording import render
 from cluster.gpu import GpuSample, parse_samples, sample_script
 from cluster.progress import Point, Progress, parse_nemo
@@ -115,7 +116,13 @@ def test_validation_rising_while_training_falls_is_one_note() -> None:
     said = observe(
         record, Progress(tuple(points), False, vals), rules, ended=False, saved_steps=(), now=1.0
     )
-    assert len(said) == 1 and "Validation loss rose over the last 3 validations" in said[0]
+    assert len(said) == 1 and said[0] == {
+        "move": "health", "note": "val_rising", "validations": [1.0, 1.1, 1.2], "step": 15,
+        "train_from": 2.5, "train_to": 1.1,
+    }  # fmt: skip
+    assert "Validation loss rose over the last 3 validations (1 → 1.1 → 1.2, up to step 15)" in (
+        health_words.note(said[0])
+    )
     record.validation_history.extend(vals)
     record.progress_history.extend((q.step, q.loss or 0.0) for q in points)
     more = Progress((Point(step=21, total=100, loss=0.9),), False, ((20, 1.3),))
@@ -138,8 +145,16 @@ def test_gpu_figures_show_on_the_status_line_and_app_home_and_idle_is_said_once(
     blocks = json.dumps(home_blocks([record], [], {}, {}, now=1000.0))
     assert "GPU 2%" in blocks
     said = gpu_sampled(record, idle, rules, now=1600.0)
-    assert len(said) == 1 and "16 GPUs of job 7 have been nearly idle for 10 min" in said[0]
-    assert "2% busy, 1.0/80 GiB memory" in said[0] and "<@U0ALICE>" in said[0]
+    assert len(said) == 1 and said[0]["note"] == "gpu_idle", said
+    assert (said[0]["owner"], said[0]["gpus"], said[0]["job"], said[0]["minutes"]) == (
+        "U0ALICE",
+        16,
+        "7",
+        10,
+    )
+    words = health_words.note(said[0])
+    assert "16 GPUs of job 7 have been nearly idle for 10 min" in words
+    assert "2% busy, 1.0/80 GiB memory" in words and "<@U0ALICE>" in words
     assert gpu_sampled(record, idle, rules, now=1900.0) == []
     busy = GpuSample(gpus=16, util_pct=90.0, mem_used_mib=60000.0, mem_total_mib=81559.0)
     assert gpu_sampled(record, busy, rules, now=2000.0) == []
