@@ -61,16 +61,13 @@ STILL_WORDING = frozenset(
     {
         "bot/engine/authority.py",
         "bot/engine/babysit.py",
-        "bot/engine/holding.py",
         "bot/engine/identity.py",
         "bot/engine/pipelines.py",
-        "bot/engine/placement.py",
         "bot/engine/recovery.py",
         "bot/engine/start_from.py",
         "bot/engine/submit.py",
         "bot/engine/sweeps.py",
         "bot/engine/tracking.py",
-        "bot/engine/wandb_summary.py",
         "bot/engine/worker.py",
     }
 )

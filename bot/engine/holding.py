@@ -20,7 +20,6 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import set_job_id
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, TrainbotError
 from cluster.jobs import FoundJob
 from cluster.launch import Submission
@@ -138,11 +137,8 @@ class Holding:
         how that went."""
         try:
             await self.clusters.cancel(item, [job_id])
-            text = f"Cancelled Slurm job {job_id}."
+            error = ""
         except ClusterError as exc:
-            text = (
-                f"⚠️ Could not cancel Slurm job {job_id} ({escape(str(exc))}): "
-                f"cancel it by hand (`scancel {job_id}` on {escape(item.cluster)})."
-            )
-        log.info("job %s appeared after the launch was cancelled: %s", job_id, text)
-        await self._say(item.id, text)
+            error = str(exc)
+        log.info("job %s appeared after the launch was cancelled: %s", job_id, error or "cancelled")
+        await self._tell(item.id, "late_job", job=job_id, cluster=item.cluster, error=error)

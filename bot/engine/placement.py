@@ -15,9 +15,7 @@ from bot.engine.cost import StartEstimates, estimate_shape
 from bot.engine.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase, Terms
-from bot.lifecycle.measures import duration
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, CommandTimeout
 from commands.access import slurm_account
 from commands.context import CommandContext, User
@@ -207,11 +205,7 @@ async def reroute(
             )
             continue  # the person's budget there has no room for its estimate
         if not answer.allowed:
-            text = (
-                f"🔀 Still pending on {cluster}; {target} would start it now, but it was not "
-                f"moved there: {answer.why}"
-            )
-            facts = phases.Facts(cluster=target, text=text)
+            facts = phases.Facts(cluster=target, data={"left": cluster, "refusal": answer.why})
             await store.mutate(launch.id, phases.step(phases.move_refused, facts))
             continue
         if await _move(store, clusters, launch, target, why, after_s, answer.terms):
@@ -239,11 +233,10 @@ async def _move(
         log.info("launch %s not moved to %s: %s", launch.id, target, problem)
         await store.mutate(launch.id, phases.step(phases.old_job_stays, phases.Facts()))
         return False
-    text = (
-        f"🔀 Still pending on {left} after {duration(after_s)} while {target} would start it "
-        f"now ({escape(why)}): cancelled job {old_job} there before it started and moved "
-        f"the launch to {target}, once; its GPU-hour estimate counts on {target} now."
+    facts = phases.Facts(
+        now=time.time(),
+        job_id=old_job,
+        data={"left": left, "waited_s": after_s, "why": why},
     )
-    facts = phases.Facts(now=time.time(), job_id=old_job, text=text)
     moved, _ = await store.mutate(launch.id, phases.step(phases.moved, facts))
     return moved.cluster == target

@@ -34,7 +34,6 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.settings.env import Settings
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,6 @@ RUN_QUERY = (
     "}"
 )
 TIMEOUT_S = 10.0
-MAX_METRICS = 8
 _LINK_RE = re.compile(
     r"^https://[A-Za-z0-9.-]+(?::\d+)?/(?P<entity>[\w.-]+)/(?P<project>[\w.-]+)/runs/(?P<run>[\w-]+)/?$"
 )
@@ -83,15 +81,6 @@ def parse_summary(payload: Any) -> dict[str, float] | None:
         if isinstance(value, int | float) and math.isfinite(value):
             metrics[key[:64]] = float(value)
     return metrics
-
-
-def summary_text(run_id: str, metrics: dict[str, float]) -> str:
-    """The thread line (mrkdwn, every key escaped: anyone who writes the run chose them)."""
-    shown = sorted(metrics.items())[:MAX_METRICS]
-    parts = [f"{escape(key)} {value:.4g}" for key, value in shown]
-    more = len(metrics) - len(shown)
-    tail = f" (and {more} more)" if more > 0 else ""
-    return f"📈 W&B summary of run `{escape(run_id)}`: " + " · ".join(parts) + tail
 
 
 class WandbReader:
@@ -172,7 +161,8 @@ async def read_back(store: Store, reader: RunSummaries | None, launch: Launch) -
         if not metrics or where is None:
             return []
         stored.wandb_summary = dict(metrics)
-        return [Event("thread", stored.id, summary_text(where[2], metrics))]
+        facts = {"move": "wandb_summary", "run": where[2], "metrics": dict(metrics)}
+        return [Event("thread", stored.id, data=facts)]
 
     stored, _ = await store.mutate(launch.id, record)
     if stored.sweep:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
+from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import escape
 from bot.wording import health
 
@@ -128,6 +129,37 @@ def old_job_gone(facts: Facts) -> str:
     return f"Job {job} is gone: submitting a new attempt."
 
 
+def move_refused(facts: Facts) -> str:
+    """``refusal`` is the policy's answer, worded (mrkdwn) where it was decided."""
+    return (
+        f"🔀 Still pending on {escape(_s(facts, 'left'))}; {escape(_s(facts, 'cluster'))} "
+        f"would start it now, but it was not moved there: {_s(facts, 'refusal')}"
+    )
+
+
+def moved(facts: Facts) -> str:
+    cluster, job = escape(_s(facts, "cluster")), escape(_s(facts, "job"))
+    waited = facts.get("waited_s", 0)
+    return (
+        f"🔀 Still pending on {escape(_s(facts, 'left'))} after "
+        f"{duration(waited if isinstance(waited, int | float) else 0)} while {cluster} would "
+        f"start it now ({escape(_s(facts, 'why'))}): cancelled job {job} there before it "
+        f"started and moved the launch to {cluster}, once; its GPU-hour estimate counts on "
+        f"{cluster} now."
+    )
+
+
+def late_job(facts: Facts) -> str:
+    """A job that appeared after its launch was cancelled: cancelled, or not (``error``)."""
+    job = escape(_s(facts, "job"))
+    if not facts.get("error"):
+        return f"Cancelled Slurm job {job}."
+    return (
+        f"⚠️ Could not cancel Slurm job {job} ({escape(_s(facts, 'error'))}): "
+        f"cancel it by hand (`scancel {job}` on {escape(_s(facts, 'cluster'))})."
+    )
+
+
 def cancel(facts: Facts) -> str:
     text = f"🚫 Cancelled by {_mention(_s(facts, 'by'))}."
     if facts.get("in_flight"):
@@ -136,6 +168,22 @@ def cancel(facts: Facts) -> str:
             "and cancels it if Slurm has it."
         )
     return text
+
+
+# -- what the run says of itself --------------------------------------------------------
+
+MAX_METRICS = 8  # of a W&B summary, shown in the thread
+
+
+def wandb_summary(facts: Facts) -> str:
+    """``📈 W&B summary of run `r1`: loss 0.98 · lr 3e-05``: every key escaped (anyone who
+    writes the run chose them)."""
+    metrics = facts.get("metrics") or {}
+    shown = sorted(metrics.items())[:MAX_METRICS]
+    parts = [f"{escape(str(key))} {float(value):.4g}" for key, value in shown]
+    more = len(metrics) - len(shown)
+    tail = f" (and {more} more)" if more > 0 else ""
+    return f"📈 W&B summary of run `{escape(_s(facts, 'run'))}`: " + " · ".join(parts) + tail
 
 
 SAYINGS: dict[str, Callable[[Facts], str]] = {
@@ -148,8 +196,12 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "requeued": requeued,
     "retry": retry,
     "old_job_gone": old_job_gone,
+    "move_refused": move_refused,
+    "moved": moved,
+    "late_job": late_job,
     "cancel": cancel,
-    "health": health.note,  # no move: what a run's health calls for (bot.lifecycle.health)
+    "health": health.note,
+    "wandb_summary": wandb_summary,  # no move: what a run's health calls for (bot.lifecycle.health)
 }
 
 

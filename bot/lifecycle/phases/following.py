@@ -139,14 +139,18 @@ def reroute(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def move_refused(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """Still pending where ``facts.cluster`` would start it now, but its owner may not
-    launch there (``facts.text`` says why): it stays, and is not offered a move again."""
+    """Still pending (on ``facts.data["left"]``) where ``facts.cluster`` would start it now,
+    but its owner may not launch there (``facts.data["refusal"]``, the policy's answer):
+    it stays, and is not offered a move again."""
     check(launch, "move_refused")
     if launch.rerouted or launch.cancelled_by:
         return launch, []
     launch.rerouted = True
     go(launch, "move_refused", P.SUBMITTED)
-    return launch, [worded(launch, "move_refused", facts.text, job=launch.job_id)]
+    line = thread_line(
+        launch, "move_refused", job=launch.job_id, cluster=facts.cluster, **facts.data
+    )
+    return launch, [line]
 
 
 def _held(launch: Launch) -> bool:
@@ -195,13 +199,14 @@ def old_job_gone(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 def moved(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     """A reroute cancelled the old job ``facts.job_id`` before it started: the launch takes
-    its new cluster and goes on the queue. ``facts.text`` says why it moved."""
+    its new cluster and goes on the queue. ``facts.data`` says from where, after how long
+    and why it moved (``left``, ``waited_s``, ``why``)."""
     check(launch, "moved")
     if not _held(launch):
         return launch, []  # a cancel meanwhile made it DONE: nothing new
     go(launch, "moved", P.RETRYING)
     _release(launch, facts.now)
-    line = worded(launch, "moved", facts.text, job=facts.job_id)
+    line = thread_line(launch, "moved", job=facts.job_id, cluster=launch.cluster, **facts.data)
     return launch, [line, enqueue(launch), update_parent(launch)]
 
 

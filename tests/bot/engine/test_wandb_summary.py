@@ -17,11 +17,12 @@ from bot.engine.wandb_summary import (
     parse_summary,
     read_back,
     reader_for,
-    summary_text,
 )
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.store import keys
 from bot.store.store import Store
+from bot.wording import thread
 from commands.requests import TrainRequest
 from support.wandb_standin import WandbStandin
 from tests.bot.botkit import bot_settings
@@ -76,7 +77,7 @@ def test_summaries(payload: object, expected: dict[str, float] | None) -> None:
 
 
 def test_the_line_escapes_what_the_run_chose() -> None:
-    text = summary_text("r1", {"<!channel>": 1.0, "loss": 0.98123})
+    text = thread.wandb_summary({"run": "r1", "metrics": {"<!channel>": 1.0, "loss": 0.98123}})
     assert "<!channel>" not in text and "&lt;!channel&gt; 1" in text and "loss 0.9812" in text
 
 
@@ -124,7 +125,8 @@ async def test_an_ended_launch_gets_its_summary_once(store: Store, wandb: WandbS
     await read_back(store, reader, stored)  # read once
     assert len(wandb.seen) == 1
     entries = await store.redis.xrange(keys.OUTBOX)
-    lines = [f["text"] for _, f in entries if f["launch"] == launch.id and f["kind"] == "thread"]
+    said = [Event.decode(i, f) for i, f in entries if f["launch"] == launch.id]
+    lines = [thread.line(e) for e in said if e.kind == "thread"]
     assert lines == [
         "📈 W&B summary of run `trainbot-l-7f3a9c`: lr 3e-05 · train/loss 0.98 · val_loss 1.02"
     ]

@@ -229,10 +229,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("move_refused", P.SUBMITTED, P.SUBMITTED): Case(
         lambda: launch(P.SUBMITTED, job="41"),
-        phases.Facts(cluster="a3u", text="🔀 Still pending on a4; a3u would start it now, but"),
+        phases.Facts(cluster="a3u", data={"left": "a4", "refusal": "you may not."}),
         ["thread"],
-        "🔀 Still pending on a4; a3u would start it now, but",
+        "🔀 Still pending on a4; a3u would start it now, but it was not moved there: you may not.",
         lambda item: item.rerouted and len(item.attempts) == 1,
+        {"job": "41", "cluster": "a3u", "left": "a4", "refusal": "you may not."},
     ),
     ("old_job_gone", P.RETRYING, P.RETRYING): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
@@ -244,10 +245,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("moved", P.RETRYING, P.RETRYING): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
-        phases.Facts(now=NOW, job_id="41", text="🔀 Still pending on a4"),
+        phases.Facts(now=NOW, job_id="41", data={"left": "a4", "waited_s": 600, "why": "idle"}),
         ["thread", "enqueue", "update"],
-        "🔀 Still pending on a4",
+        "🔀 Still pending on a4 after 10 min while a4 would start it now (idle): cancelled job 41",
         lambda item: not item.attempts[-1].held,
+        {"job": "41", "left": "a4", "waited_s": 600, "why": "idle"},
     ),
     ("old_job_stays", P.RETRYING, P.RUNNING): Case(
         lambda: launch(P.RETRYING, job="41", started=True, held=True),

@@ -125,3 +125,33 @@ def test_the_mention_and_the_dm() -> None:
     assert (
         dm == f"sft llama3p1_8b on a4 (`{item.id}`): 🚫 Cancelled by <@U2>. · <https://x/p|thread>"
     )
+
+
+def test_move_refused_and_moved() -> None:
+    refused = says("move_refused", job="41", left="a4", cluster="a3u", refusal="not yours.")
+    assert refused == (
+        "🔀 Still pending on a4; a3u would start it now, but it was not moved there: not yours."
+    )
+    moved = says("moved", job="41", left="a4", cluster="a3u", waited_s=900, why="3 nodes idle")
+    assert moved == (
+        "🔀 Still pending on a4 after 15 min while a3u would start it now (3 nodes idle): "
+        "cancelled job 41 there before it started and moved the launch to a3u, once; its "
+        "GPU-hour estimate counts on a3u now."
+    )
+
+
+def test_late_job() -> None:
+    assert says("late_job", job="41", cluster="a4", error="") == "Cancelled Slurm job 41."
+    assert says("late_job", job="41", cluster="a4", error="timed out <x>") == (
+        "⚠️ Could not cancel Slurm job 41 (timed out &lt;x&gt;): cancel it by hand "
+        "(`scancel 41` on a4)."
+    )
+
+
+def test_wandb_summary() -> None:
+    metrics = {f"m{i}": float(i) for i in range(10)}
+    said = says("wandb_summary", run="r1", metrics=metrics)
+    assert said == (
+        "📈 W&B summary of run `r1`: m0 0 · m1 1 · m2 2 · m3 3 · m4 4 · m5 5 · m6 6 · m7 7 "
+        "(and 2 more)"
+    )
