@@ -66,7 +66,6 @@ STILL_WORDING = frozenset(
         "bot/engine/recovery.py",
         "bot/engine/start_from.py",
         "bot/engine/submit.py",
-        "bot/engine/sweeps.py",
         "bot/engine/tracking.py",
         "bot/engine/worker.py",
     }

@@ -43,7 +43,6 @@ from bot.core.train import Launcher
 from bot.engine.asks import ClusterCalls
 from bot.engine.identity import NoUser, People
 from bot.engine.on_cluster import Clusters
-from bot.engine.sweeps import ACTION_CANCEL_MEMBER
 from bot.lifecycle.launch import Launch
 from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -74,6 +73,7 @@ from bot.text.mrkdwn import (
     VIEW_RELAUNCH,
     escape,
 )
+from bot.wording.sweeps import ACTION_CANCEL_MEMBER
 from cluster.errors import TrainbotError
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command

@@ -10,9 +10,8 @@ from dataclasses import replace
 from bot.core import usage
 from bot.core.rates import slow_down
 from bot.core.train import Launcher
-from bot.engine import sweeps
 from bot.engine.cost import CostEstimate, appraise
-from bot.lifecycle import phases
+from bot.lifecycle import phases, sweeps
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Sweep
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard

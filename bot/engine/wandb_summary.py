@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import aiohttp
 from pydantic import SecretStr
 
-from bot.engine import sweeps
+from bot.lifecycle import sweeps
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.settings.env import Settings
@@ -182,7 +182,8 @@ async def _compare_sweep(store: Store, launch: Launch) -> None:
     members = await store.get_many(sweep.members)
     if any(m is not None and (m.active or (m.run_links and not m.wandb_read)) for m in members):
         return
-    text = sweeps.wandb_comparison_text(sweep, members)
-    if not text or not await store.first_seen(f"sweep-wandb:{sweep.id}", SWEEP_MARK_TTL_S):
+    header, rows = sweeps.wandb_columns(sweep, members)
+    if not rows or not await store.first_seen(f"sweep-wandb:{sweep.id}", SWEEP_MARK_TTL_S):
         return
-    await store.mutate(launch.id, lambda _stored: [Event("thread", launch.id, text)])
+    facts = {"move": "wandb_comparison", "sweep": sweep.id, "header": header, "rows": rows}
+    await store.mutate(launch.id, lambda _stored: [Event("thread", launch.id, data=facts)])

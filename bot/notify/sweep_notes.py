@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.engine import sweeps
+from bot.lifecycle import sweeps as sweep_math
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Sweep
 from bot.store.store import Store
 from bot.text.front import Front, MessageRef
 from bot.text.plot import render_overlay_png
-from bot.wording import thread
+from bot.wording import sweeps, thread
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ async def _update(store: Store, front: Front, sweep: Sweep) -> None:
     now = time.time()
     text, blocks = sweeps.table_blocks(sweep, members, now)
     await front.update(MessageRef(sweep.channel, sweep.parent_ts), text, blocks=blocks)
-    if not sweeps.ended(members) or await store.was_posted(f"sweep-end:{sweep.id}"):
+    if not sweep_math.ended(members) or await store.was_posted(f"sweep-end:{sweep.id}"):
         return
     if not await store.was_posted(f"sweep-compared:{sweep.id}"):
         text = f"<@{sweep.user_id}> {sweeps.comparison_text(sweep, members, now)}"
@@ -108,7 +108,7 @@ async def _update(store: Store, front: Front, sweep: Sweep) -> None:
     try:
         png = await asyncio.to_thread(
             render_overlay_png,
-            sweeps.curves(sweep, members),
+            sweep_math.curves(sweep, members),
             title=f"Sweep {sweep.id}: {sweep.title.replace(' · ', ' ')} · loss by member",
         )
     except ValueError as exc:

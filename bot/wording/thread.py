@@ -18,7 +18,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import escape
-from bot.wording import health
+from bot.wording import health, sweeps
 
 Facts = Mapping[str, Any]
 SHOWN_MAX = 300  # characters of the thread line a DM repeats
@@ -200,8 +200,11 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "moved": moved,
     "late_job": late_job,
     "cancel": cancel,
+    # lines no move writes: what a run's health calls for (bot.lifecycle.health), and what
+    # W&B says of a run and of a sweep's runs
     "health": health.note,
-    "wandb_summary": wandb_summary,  # no move: what a run's health calls for (bot.lifecycle.health)
+    "wandb_summary": wandb_summary,
+    "wandb_comparison": sweeps.wandb_comparison,
 }
 
 

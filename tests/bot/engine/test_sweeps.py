@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.engine import sweeps
+from bot.lifecycle import sweeps as sweep_math
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.notify.notifier import Notifier
@@ -22,6 +22,7 @@ from bot.slack.webapi import SlackFront
 from bot.store import keys
 from bot.store.budgets import BudgetGuard, OverBudget
 from bot.store.store import Store
+from bot.wording import sweeps
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
@@ -176,7 +177,7 @@ def test_the_overlay_labels_each_member_by_its_values() -> None:
     sweep, launches = make_sweep(["1e-5", "3e-5"], ["100", "200"])
     for launch, final in zip(launches, [1.9, 1.1, 1.5, 0.8], strict=True):
         launch.progress_history = [(s, final + 2.0 * math.exp(-s / 15)) for s in range(0, 101)]
-    curves = sweeps.curves(sweep, list(launches))
+    curves = sweep_math.curves(sweep, list(launches))
     assert [label for label, _ in curves] == [
         "#1 lr=1e-5, max_steps=100", "#2 lr=1e-5, max_steps=200",
         "#3 lr=3e-5, max_steps=100", "#4 lr=3e-5, max_steps=200",

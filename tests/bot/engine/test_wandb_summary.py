@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import SecretStr
 
-from bot.engine.sweeps import wandb_comparison_text
 from bot.engine.wandb_summary import (
     RUN_QUERY,
     WandbReader,
@@ -20,6 +19,7 @@ from bot.engine.wandb_summary import (
 )
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.lifecycle.sweeps import wandb_columns
 from bot.store import keys
 from bot.store.store import Store
 from bot.wording import thread
@@ -165,9 +165,11 @@ async def test_a_sweep_compares_its_members_summaries_once_all_are_read(
 def test_no_summaries_no_comparison() -> None:
     sweep = Sweep(user_id="U", channel="C", title="t", text="/train", where="w", keys=["k"],
                   members=["L-000001"], values=[["1"]])  # fmt: skip
-    assert wandb_comparison_text(sweep, [None]) == ""
+    assert wandb_columns(sweep, [None]) == ([], [])
 
 
 async def thread_lines(store: Store, start: str) -> list[str]:
+    """The thread lines in the outbox that start with ``start``, as bot.wording says them."""
     entries = await store.redis.xrange(keys.OUTBOX)
-    return [f["text"] for _, f in entries if f["kind"] == "thread" and f["text"].startswith(start)]
+    said = [thread.line(Event.decode(i, f)) for i, f in entries if f["kind"] == "thread"]
+    return [line for line in said if line.startswith(start)]

@@ -1,18 +1,18 @@
-"""A sweep: its record, the table its parent message holds, and the comparison at the end.
-
-A sweep is one launch per combination of the values a ``/train`` line listed
-(:class:`commands.requests.SweepRequest`). Each member is an ordinary launch that
-names its sweep; the sweep's own record keeps the members' order and values and
-the parent message. The members' thread lines go into the sweep's thread; their
-parent updates re-render the one table (the notifier coalesces them).
+"""How a sweep looks in its channel: the table its parent message holds (Block Kit), each
+member's label in the sweep's thread, the comparison at the end and the members' W&B
+summaries side by side. The arithmetic (final losses, GPU-hours, the ranking) is
+``bot.lifecycle.sweeps``'; the members' thread lines go into the sweep's thread, and
+their parent updates re-render the one table (the notifier coalesces them).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.lifecycle.launch import Launch, Sweep
+from bot.lifecycle.sweeps import final_loss, final_val_loss, gpu_hours, ranked
 from bot.text.mrkdwn import (
     ACTION_CANCEL,
     SECTION_TEXT_MAX,
@@ -24,34 +24,10 @@ from bot.text.mrkdwn import (
     section,
 )
 from bot.wording import render
-from commands.requests import SweepRequest
 
 TABLE_SECTIONS_MAX = 3  # sections of rows in the parent; past that the table is summarised
 SELECT_OPTIONS_MAX = 100  # Slack's limit for a static select
 ACTION_CANCEL_MEMBER = "trainbot_cancel_member"
-
-
-def final_loss(launch: Launch) -> float | None:
-    if launch.progress_history:
-        return launch.progress_history[-1][1]
-    return launch.progress.loss
-
-
-def final_val_loss(launch: Launch) -> float | None:
-    return launch.validation_history[-1][1] if launch.validation_history else None
-
-
-def gpu_hours(launch: Launch, now: float) -> float:
-    """What the member used: Slurm's figure once charged, else nodes x GPUs x time so far."""
-    if launch.gpu_hours:
-        return launch.gpu_hours
-    gpus = launch.request.nodes * 8
-    seconds = sum(
-        (a.ended_at or (now if launch.active else a.submitted_at)) - a.submitted_at
-        for a in launch.attempts
-        if a.submitted_at
-    )
-    return max(seconds, 0.0) * gpus / 3600
 
 
 def _num(value: float | None) -> str:
@@ -174,20 +150,6 @@ def _controls(sweep: Sweep, launches: list[Launch | None]) -> list[Block]:
     return [button, select]
 
 
-def ranked(sweep: Sweep, launches: list[Launch | None]) -> list[tuple[int, Launch]]:
-    """Members with a record, best first: by final validation loss where every ranked
-    member has one, else by final loss; members without a loss last."""
-    known = [(i, launch) for i, launch in enumerate(launches) if launch is not None]
-    use_val = bool(known) and all(final_val_loss(launch) is not None for _, launch in known)
-
-    def key(item: tuple[int, Launch]) -> tuple[int, float, int]:
-        value = final_val_loss(item[1]) if use_val else final_loss(item[1])
-        finite = value is not None and math.isfinite(value)
-        return (0 if finite else 1, value if finite and value is not None else 0.0, item[0])
-
-    return sorted(known, key=key)
-
-
 def comparison_text(sweep: Sweep, launches: list[Launch | None], now: float) -> str:
     """The end of the sweep: every member, best final loss first."""
     header = ["rank", "#", *sweep.keys, "outcome", "loss", "val loss", "GPU-h"]
@@ -207,31 +169,6 @@ def comparison_text(sweep: Sweep, launches: list[Launch | None], now: float) -> 
     )
 
 
-def curves(
-    sweep: Sweep, launches: list[Launch | None]
-) -> list[tuple[str, list[tuple[float, float]]]]:
-    """Each member's loss history, labelled by the values that differ."""
-    return [
-        (f"#{i + 1} {sweep.label(i)}", [(float(s), float(v)) for s, v in launch.progress_history])
-        for i, launch in enumerate(launches)
-        if launch is not None and launch.progress_history
-    ]
-
-
-def ended(launches: list[Launch | None]) -> bool:
-    return all(
-        launch is None or launch.phase == Phase.DONE or not launch.active for launch in launches
-    )
-
-
-def where(request: SweepRequest) -> str:
-    """``2 nodes × a4`` (or ``1-2 nodes × a4`` when nodes vary)."""
-    nodes = sorted({m.nodes for m in request.members})
-    count = str(nodes[0]) if len(nodes) == 1 else f"{nodes[0]}-{nodes[-1]}"
-    unit = "node" if nodes == [1] else "nodes"
-    return f"{count} {unit} × {request.cluster}"
-
-
 def short_values(sweep: Sweep, index: int) -> str:
     return escape(sweep.label(index))
 
@@ -239,21 +176,16 @@ def short_values(sweep: Sweep, index: int) -> str:
 WANDB_COLUMNS = 4  # the W&B summary keys a sweep's comparison shows, most shared first
 
 
-def wandb_comparison_text(sweep: Sweep, launches: list[Launch | None]) -> str:
-    """The members' W&B run summaries side by side: the keys most members report ("" when
-    no member has one). Every key is escaped: whoever writes a run chose it."""
-    summaries = [launch.wandb_summary if launch else {} for launch in launches]
-    counts: dict[str, int] = {}
-    for summary in summaries:
-        for key in summary:
-            counts[key] = counts.get(key, 0) + 1
-    if not counts:
-        return ""
-    shown = sorted(counts, key=lambda k: (-counts[k], k))[:WANDB_COLUMNS]
-    header = ["#", *sweep.keys, *shown]
-    body = [
-        [str(i + 1), *sweep.values[i], *(_num(summary.get(key)) for key in shown)]
-        for i, summary in enumerate(summaries)
-    ]
+def wandb_comparison(facts: Mapping[str, Any]) -> str:
+    """The members' W&B run summaries side by side (``header`` and ``rows`` of the thread
+    event's facts: see ``bot.lifecycle.sweeps.wandb_columns``). Every cell is escaped:
+    whoever writes a run chose its keys."""
+    header = [str(cell) for cell in facts.get("header") or []]
+    body = [[_num(cell) if not isinstance(cell, str) else cell for cell in row]
+            for row in facts.get("rows") or []]  # fmt: skip
     lines = [escape(line) for line in _columns(header, body)]
-    return f"📈 W&B summaries of sweep {sweep.id}:\n```" + "\n".join(lines) + "```"
+    return (
+        f"📈 W&B summaries of sweep {escape(str(facts.get('sweep', '')))}:\n```"
+        + "\n".join(lines)
+        + "```"
+    )
