@@ -161,15 +161,25 @@ class _Step:
                 continue
             if url not in launch.run_links:
                 launch.run_links.append(url)
-                tracker = "MLflow" if "/experiments/" in url else "W&B"
-                self.say(f"📈 {tracker} run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
+                tracker = "mlflow" if "/experiments/" in url else "wandb"
+                self.tell({"move": "run_link", "tracker": tracker, "url": url})
         for printed in tensorboard_dirs(text):
             where = framework(tracking.framework).tensorboard_dir(
                 printed, tracking, self.snap.directory
             )
             if where not in launch.tensorboard_dirs:
                 launch.tensorboard_dirs.append(where)
-                self.say(render.tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
+                job = self.snap.job_id
+                link = self.profile.tensorboard_url(log_dir=where, job_id=job, launch_id=launch.id)
+                self.tell(
+                    {
+                        "move": "tensorboard",
+                        "log_dir": where,
+                        "job": job,
+                        "url": link or "",
+                        "host": self.profile.login.host,
+                    }
+                )
 
     def checkpoints(self) -> None:
         """Each saved step once: NeMo's ``-last`` copy (pretraining) or link (fine-tuning)
@@ -185,7 +195,7 @@ class _Step:
             if ckpt.name not in self.launch.checkpoints and ckpt.step not in steps:
                 self.launch.checkpoints.append(ckpt.name)
                 steps.add(ckpt.step)
-                self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
+                self.tell({"move": "checkpoint", "step": ckpt.step})
 
     def requeues(self) -> None:
         """Slurm's own requeue (node failure, --requeue, scontrol requeue): same job id, a new
@@ -201,21 +211,16 @@ class _Step:
         attempt.restarts = snap.restarts
         failed = [r for r in ended if r.state.startswith("NODE_FAIL")]
         why = explain_pending(snap.queue.reason) if snap.queue is not None else None
-        again = "it will run again from its newest checkpoint"
-        if why is not None and why.held:  # requeued held: it runs again only once released
-            again = f"it is {escape(why.words)} and will not run again until it is released"
+        facts: dict[str, object] = {
+            "move": "slurm_requeue",
+            "job": snap.job_id,
+            "restart": snap.restarts,
+            "held": why.words if why is not None and why.held else "",  # runs once released
+        }
         if not failed:
-            before = ended[-1].state if ended else "REQUEUED"
-            self.say(
-                f"🔁 Slurm requeued job {snap.job_id} (restart {snap.restarts}; the run before "
-                f"ended {escape(before)}, not a node failure); {again}. No second job was "
-                "submitted."
-            )
+            self.tell({**facts, "before": ended[-1].state if ended else "REQUEUED"})
             return
-        self.say(
-            f"⚠️ Slurm requeued job {snap.job_id} (restart {snap.restarts}) after a node "
-            f"failure; {again}. No second job was submitted."
-        )
+        self.tell({**facts, "node_failure": True})
         nodes = f" on {escape(failed[-1].nodelist)}" if failed[-1].nodelist else ""
         cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {snap.job_id}"
         self.events += babysit.oncall(self.launch, "node_failure", cause, "Slurm runs it again.")
@@ -228,10 +233,8 @@ class _Step:
                 tracking = tracking.model_copy(update={"attach_path": self.snap.attach_found})
                 self.attempt.tracking = tracking
             command = framework(tracking.framework).attach_command(tracking) or ""
-            self.say(
-                f"🔌 Interactive job {self.snap.job_id} is ready to attach: "
-                f"`/attach {self.launch.id}` shows you how (`{escape(command)}`)."
-            )
+            facts = {"move": "attach_ready", "job": self.snap.job_id, "launch": self.launch.id}
+            self.tell({**facts, "command": command})
 
     def started(self) -> None:
         """First sight of the job running (or already past it): say where, before anything else."""
@@ -262,7 +265,7 @@ class _Step:
         elif state == "PENDING" and previous in ("RUNNING", "COMPLETING"):
             self.move(phases.requeued, phases.Facts(job_id=self.snap.job_id))
         elif previous and state not in ("PENDING", "CONFIGURING"):
-            self.say(f"Slurm state: {state}.")
+            self.tell({"move": "slurm_state", "state": state})
 
     def end(self, state: str) -> str | None:
         """The launch ends ``state``; a run that COMPLETED short of its total is resumed

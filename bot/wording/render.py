@@ -19,7 +19,6 @@ from bot.text.plot import Marks, render_loss_png
 from cluster.images import IMPORT_NOTE, is_registry_ref, pyxis_image
 from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
-from cluster.remote import quote_path
 from cluster.spec import LaunchSpec
 
 OUTCOME_ICONS = {
@@ -197,18 +196,4 @@ def loss_curve(launch: Launch) -> bytes:
         marks=marks,
         metric=metric,
         validation_label="validation accuracy" if rl else "validation loss",
-    )
-
-
-def tensorboard_text(profile: ClusterProfile, log_dir: str, job_id: str, launch_id: str) -> str:
-    """The thread line for a run that logs to TensorBoard in ``log_dir`` (a path from the
-    cluster): the cluster's link when it has one, else how to view it on the login node."""
-    url = profile.tensorboard_url(log_dir=log_dir, job_id=job_id, launch_id=launch_id)
-    if url is not None:
-        link = f"<{st.escape(url)}|job {st.escape(job_id)}>"
-        return f"📊 TensorBoard: {link} (logs in `{st.escape(log_dir)}`)"
-    return (
-        f"📊 TensorBoard logs in `{st.escape(log_dir)}`. To view them, run "
-        f"`tensorboard --logdir {st.escape(quote_path(log_dir))}` on the login node "
-        f"({st.escape(profile.login.host)})."
     )

@@ -19,6 +19,7 @@ from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import escape
 from bot.wording import health, sweeps
+from cluster.remote import quote_path
 
 Facts = Mapping[str, Any]
 SHOWN_MAX = 300  # characters of the thread line a DM repeats
@@ -186,6 +187,65 @@ def wandb_summary(facts: Facts) -> str:
     return f"📈 W&B summary of run `{escape(_s(facts, 'run'))}`: " + " · ".join(parts) + tail
 
 
+# -- what the poller reads of a running job -----------------------------------------------
+
+
+def checkpoint(facts: Facts) -> str:
+    return f"💾 Checkpoint step {_n(facts, 'step'):,} saved."
+
+
+TRACKERS = {"wandb": "W&B", "mlflow": "MLflow"}
+
+
+def run_link(facts: Facts) -> str:
+    """``📈 W&B run: <url|name>``: the link the run printed (its host allowed by the config)."""
+    url, tracker = _s(facts, "url"), TRACKERS.get(_s(facts, "tracker"), "W&B")
+    return f"📈 {tracker} run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>"
+
+
+def tensorboard(facts: Facts) -> str:
+    """The cluster's TensorBoard link when it has one (``url``), else how to view the logs
+    on the login node (``host``)."""
+    log_dir = _s(facts, "log_dir")
+    if facts.get("url"):
+        link = f"<{escape(_s(facts, 'url'))}|job {escape(_s(facts, 'job'))}>"
+        return f"📊 TensorBoard: {link} (logs in `{escape(log_dir)}`)"
+    return (
+        f"📊 TensorBoard logs in `{escape(log_dir)}`. To view them, run "
+        f"`tensorboard --logdir {escape(quote_path(log_dir))}` on the login node "
+        f"({escape(_s(facts, 'host'))})."
+    )
+
+
+def slurm_requeue(facts: Facts) -> str:
+    job, restart = escape(_s(facts, "job")), _n(facts, "restart")
+    again = "it will run again from its newest checkpoint"
+    if facts.get("held"):
+        again = f"it is {escape(_s(facts, 'held'))} and will not run again until it is released"
+    if facts.get("node_failure"):
+        return (
+            f"⚠️ Slurm requeued job {job} (restart {restart}) after a node failure; {again}. "
+            "No second job was submitted."
+        )
+    return (
+        f"🔁 Slurm requeued job {job} (restart {restart}; the run before ended "
+        f"{escape(_s(facts, 'before'))}, not a node failure); {again}. No second job was "
+        "submitted."
+    )
+
+
+def attach_ready(facts: Facts) -> str:
+    return (
+        f"🔌 Interactive job {escape(_s(facts, 'job'))} is ready to attach: "
+        f"`/attach {escape(_s(facts, 'launch'))}` shows you how "
+        f"(`{escape(_s(facts, 'command'))}`)."
+    )
+
+
+def slurm_state(facts: Facts) -> str:
+    return f"Slurm state: {escape(_s(facts, 'state'))}."
+
+
 SAYINGS: dict[str, Callable[[Facts], str]] = {
     "queue": queue,
     "ask_approval": ask_approval,
@@ -200,7 +260,14 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "moved": moved,
     "late_job": late_job,
     "cancel": cancel,
-    # lines no move writes: what a run's health calls for (bot.lifecycle.health), and what
+    # lines no move writes: what the poller reads of the job,
+    "checkpoint": checkpoint,
+    "run_link": run_link,
+    "tensorboard": tensorboard,
+    "slurm_requeue": slurm_requeue,
+    "attach_ready": attach_ready,
+    "slurm_state": slurm_state,
+    # ... what a run's health calls for (bot.lifecycle.health), and what
     # W&B says of a run and of a sweep's runs
     "health": health.note,
     "wandb_summary": wandb_summary,

@@ -50,8 +50,8 @@ def test_a_start_and_a_checkpoint_are_quiet() -> None:
     )
     assert found == ["started", "checkpoint"] and not mention
     last = [e for e in events if e.kind == "thread"][-1]
-    assert last.data == {"notices": ["started", "checkpoint"]}
-    assert thread.posted(item, last) == last.text  # no mention
+    assert last.data == {"move": "checkpoint", "step": 19, "notices": ["started", "checkpoint"]}
+    assert thread.posted(item, last) == "💾 Checkpoint step 19 saved."  # no mention
 
 
 def test_a_hang_mentions_the_owner_once() -> None:

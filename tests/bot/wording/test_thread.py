@@ -155,3 +155,37 @@ def test_wandb_summary() -> None:
         "📈 W&B summary of run `r1`: m0 0 · m1 1 · m2 2 · m3 3 · m4 4 · m5 5 · m6 6 · m7 7 "
         "(and 2 more)"
     )
+
+
+def test_what_the_poller_reads_of_a_running_job() -> None:
+    assert says("checkpoint", step=1200) == "💾 Checkpoint step 1,200 saved."
+    assert says("run_link", tracker="wandb", url="https://wandb.ai/e/p/runs/r1") == (
+        "📈 W&B run: <https://wandb.ai/e/p/runs/r1|r1>"
+    )
+    assert says("slurm_state", state="SUSPENDED") == "Slurm state: SUSPENDED."
+    assert says("attach_ready", job="41", launch="L-1", command="srun --jobid 41 --pty bash") == (
+        "🔌 Interactive job 41 is ready to attach: `/attach L-1` shows you how "
+        "(`srun --jobid 41 --pty bash`)."
+    )
+
+
+def test_tensorboard_with_and_without_the_clusters_link() -> None:
+    linked = says("tensorboard", log_dir="/logs/a b", job="41", url="https://tb/x?j=41", host="h")
+    assert linked == "📊 TensorBoard: <https://tb/x?j=41|job 41> (logs in `/logs/a b`)"
+    bare = says("tensorboard", log_dir="/logs/a b", job="41", url="", host="login.a4")
+    assert bare == (
+        "📊 TensorBoard logs in `/logs/a b`. To view them, run `tensorboard --logdir "
+        "'/logs/a b'` on the login node (login.a4)."
+    )
+
+
+def test_slurm_requeue_after_a_node_failure_or_another_cause_or_held() -> None:
+    assert says("slurm_requeue", job="41", restart=1, node_failure=True) == (
+        "⚠️ Slurm requeued job 41 (restart 1) after a node failure; it will run again from "
+        "its newest checkpoint. No second job was submitted."
+    )
+    assert says("slurm_requeue", job="41", restart=2, before="PREEMPTED", held="held by <x>") == (
+        "🔁 Slurm requeued job 41 (restart 2; the run before ended PREEMPTED, not a node "
+        "failure); it is held by &lt;x&gt; and will not run again until it is released. No "
+        "second job was submitted."
+    )
