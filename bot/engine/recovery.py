@@ -46,12 +46,9 @@ class Recovery(Holding):
             wait_s = min(2.0**tries, MAX_LOOKUP_WAIT_S)
             log.warning("launch %s: lookup failed (%d): %s", item.id, tries, exc)
             if tries == 1:
-                text = (
-                    f"⚠️ {escape(item.cluster)} cannot be reached ({escape(str(exc))}), so "
-                    "trainbot cannot tell whether the job was submitted. It keeps looking it "
-                    "up by the launch id and submits nothing until Slurm answers."
+                await self._tell(
+                    item.id, "lookup_unreachable", cluster=item.cluster, error=str(exc)
                 )
-                await self._say(item.id, text)
             await self.store.requeue(item.id, after_s=wait_s)
             return False
         if found:  # submitted before a crash or a lost connection: adopt, never resubmit
@@ -94,29 +91,25 @@ class Recovery(Holding):
         await self._mutate(item.id, settled)
 
     async def _outcome_unknown(self, item: Launch, exc: ClusterError) -> None:
-        text = (
-            f"⚠️ The submission on {escape(item.cluster)} did not finish ({escape(str(exc))}): "
-            f"the job may exist. Looking it up by the launch id in {SUBMIT_SETTLE_S:.0f} s "
-            "before anything else."
-        )
-        await self._say(item.id, text)
+        facts = {"cluster": item.cluster, "error": str(exc), "wait_s": SUBMIT_SETTLE_S}
+        await self._tell(item.id, "outcome_unknown", **facts)
         await self.store.requeue(item.id, after_s=SUBMIT_SETTLE_S)
 
     async def _failed_submit(self, item: Launch, exc: SlurmCommandFailed) -> None:
         """The launcher exited with an error. nemo-run can fail after its sbatch worked,
         so Slurm is asked by the launch id before the launch is called refused."""
-        output = code_block(exc.stderr or str(exc))
         try:
             found = await self._new_jobs(item)
         except ClusterError as lookup:
             await self._outcome_unknown(item, lookup)
             return
         if not found:
+            output = code_block(exc.stderr or str(exc))
             await self._reject(item, "SUBMIT_FAILED", "Slurm refused the job:\n" + output)
             return
         how = "found_after_error"
         await self._record(item, job_id=found[-1].job_id, how=how)
-        await self._say(item.id, "The launcher's error:\n" + output)
+        await self._tell(item.id, "launcher_error", output=exc.stderr or str(exc))
 
     async def _prepare_retry(self, item: Launch) -> bool:
         """Not before the backoff (a deferred entry, not a sleep); seed the tokenizer cache
@@ -145,7 +138,7 @@ class Recovery(Holding):
 
             await self._mutate(item.id, give_up)
             return False
-        await self._say(item.id, escape(result.summary()))
+        await self._tell(item.id, "tokenizer_seeded", summary=result.summary())
         return True
 
     async def _held_retry_may_go(self, item: Launch) -> bool:
@@ -177,11 +170,7 @@ class Recovery(Holding):
                 await self.store.requeue(item.id, after_s=0.05)
                 return False
             return True
-        text = (
-            f"⚠️ Job {old} could not be cancelled ({escape(why)}); it keeps running and "
-            "no second job was submitted."
-        )
-        await self._move(item.id, phases.old_job_stays, phases.Facts(job_id=old, text=text))
+        await self._move(item.id, phases.old_job_stays, phases.Facts(job_id=old, reason=why))
         return False
 
     async def _unreachable(self, launch_id: str, exc: ClusterUnreachable) -> None:

@@ -277,8 +277,23 @@ class StoreBase:
         return self._redact(launch.model_dump_json())
 
     def _redacted(self, event: Event) -> dict[str, str]:
-        """The event as stored (the outbox, a change's done-mark): every field redacted."""
-        return {k: self._redact(v) for k, v in event.encode().items()}
+        """The event as stored (the outbox, a change's done-mark): every field redacted, and
+        every text among its facts before they are JSON (where a secret's quote or
+        backslash would be escaped out of the redactor's sight)."""
+        facts = _redact_facts(event.data, self._redact)
+        plain = Event(event.kind, event.launch_id, event.text, facts, event.id)
+        return {k: self._redact(v) for k, v in plain.encode().items()}
 
     def _entry(self, event: Event) -> Any:
         return _fields(self._redacted(event))
+
+
+def _redact_facts(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` (an event's facts) with each string in it redacted, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): _redact_facts(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_facts(v, redact) for v in value]
+    return value

@@ -17,7 +17,7 @@ from typing import Any
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
-from bot.text.mrkdwn import escape
+from bot.text.mrkdwn import code_block, escape
 from bot.wording import health, sweeps
 from cluster.remote import quote_path
 
@@ -150,6 +150,38 @@ def moved(facts: Facts) -> str:
     )
 
 
+def old_job_stays(facts: Facts) -> str:
+    return (
+        f"⚠️ Job {escape(_s(facts, 'job'))} could not be cancelled "
+        f"({escape(_s(facts, 'error'))}); it keeps running and no second job was submitted."
+    )
+
+
+def lookup_unreachable(facts: Facts) -> str:
+    return (
+        f"⚠️ {escape(_s(facts, 'cluster'))} cannot be reached ({escape(_s(facts, 'error'))}), "
+        "so trainbot cannot tell whether the job was submitted. It keeps looking it up by the "
+        "launch id and submits nothing until Slurm answers."
+    )
+
+
+def outcome_unknown(facts: Facts) -> str:
+    wait = facts.get("wait_s", 0)
+    return (
+        f"⚠️ The submission on {escape(_s(facts, 'cluster'))} did not finish "
+        f"({escape(_s(facts, 'error'))}): the job may exist. Looking it up by the launch id "
+        f"in {wait if isinstance(wait, int | float) else 0:.0f} s before anything else."
+    )
+
+
+def launcher_error(facts: Facts) -> str:
+    return "The launcher's error:\n" + code_block(_s(facts, "output"))
+
+
+def tokenizer_seeded(facts: Facts) -> str:
+    return escape(_s(facts, "summary"))
+
+
 def late_job(facts: Facts) -> str:
     """A job that appeared after its launch was cancelled: cancelled, or not (``error``)."""
     job = escape(_s(facts, "job"))
@@ -258,7 +290,12 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "old_job_gone": old_job_gone,
     "move_refused": move_refused,
     "moved": moved,
+    "old_job_stays": old_job_stays,
     "late_job": late_job,
+    "lookup_unreachable": lookup_unreachable,
+    "outcome_unknown": outcome_unknown,
+    "launcher_error": launcher_error,
+    "tokenizer_seeded": tokenizer_seeded,
     "cancel": cancel,
     # lines no move writes: what the poller reads of the job,
     "checkpoint": checkpoint,

@@ -213,14 +213,14 @@ def moved(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 def old_job_stays(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     """The held retry's old job could not be cancelled (or started meanwhile, for a
     reroute): the new attempt is dropped and the launch follows the old job again.
-    ``facts.text``, when given, says so in the thread."""
+    ``facts.reason``, why it could not be cancelled, is said in the thread when given."""
     check(launch, "old_job_stays")
     if not _held(launch):
         return launch, []
     launch.attempts.pop()
     go(launch, "old_job_stays", P.RUNNING if launch.attempts[-1].started_at else P.SUBMITTED)
-    said = [worded(launch, "old_job_stays", facts.text, job=facts.job_id)] if facts.text else []
-    return launch, [*said, update_parent(launch)]
+    line = thread_line(launch, "old_job_stays", job=facts.job_id, error=facts.reason)
+    return launch, [line, update_parent(launch)] if facts.reason else [update_parent(launch)]
 
 
 def retry_failed(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:

@@ -253,10 +253,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("old_job_stays", P.RETRYING, P.RUNNING): Case(
         lambda: launch(P.RETRYING, job="41", started=True, held=True),
-        phases.Facts(job_id="41", text="⚠️ Job 41 could not be cancelled"),
+        phases.Facts(job_id="41", reason="scancel timed out"),
         ["thread", "update"],
-        "⚠️ Job 41 could not be cancelled",
+        "⚠️ Job 41 could not be cancelled (scancel timed out); it keeps running",
         lambda item: len(item.attempts) == 1,
+        {"job": "41", "error": "scancel timed out"},
     ),
     ("old_job_stays", P.RETRYING, P.SUBMITTED): Case(
         lambda: launch(P.RETRYING, job="41", held=True),

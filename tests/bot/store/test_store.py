@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -197,3 +198,25 @@ async def test_watchers_preferences_and_dms_written_once() -> None:
         assert await store.write_dms("1-0", [dm, dm])
         assert not await store.write_dms("1-0", [dm])  # a redelivered line writes none again
         assert await store.stream_length("trainbot:outbox") == before + 2
+
+
+async def test_the_facts_of_an_event_are_stored_redacted_even_where_json_escapes_them() -> None:
+    """A thread event's facts (a launcher's stderr, an error) are redacted value by value
+    before they are JSON: a secret with a quote or a backslash in it, which JSON writes
+    escaped, does not slip past the redactor."""
+    await flush_test_redis()
+    secret = 'hf_"quoted\\Secret'
+    async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
+        item = Launch(request=request(), user_id="U1", channel="C1")
+        facts = {"move": "launcher_error", "output": f"token {secret}", "more": [secret]}
+        await st.create(item, [Event("thread", item.id, data=facts)], enqueue=False)
+        client = aioredis.from_url(TEST_REDIS, decode_responses=True)
+        try:
+            entries = await client.xrange("trainbot:outbox")
+        finally:
+            await client.aclose()
+    stored = [json.loads(fields["data"]) for _, fields in entries if fields["kind"] == "thread"]
+    assert stored == [
+        {"move": "launcher_error", "output": "token [redacted]", "more": ["[redacted]"]}
+    ]
+    assert all('hf_\\"quoted' not in v for _, fields in entries for v in fields.values())

@@ -189,3 +189,23 @@ def test_slurm_requeue_after_a_node_failure_or_another_cause_or_held() -> None:
         "failure); it is held by &lt;x&gt; and will not run again until it is released. No "
         "second job was submitted."
     )
+
+
+def test_what_a_worker_finds_when_a_submit_went_wrong() -> None:
+    assert says("old_job_stays", job="41", error="timed out") == (
+        "⚠️ Job 41 could not be cancelled (timed out); it keeps running and no second job "
+        "was submitted."
+    )
+    assert says("lookup_unreachable", cluster="a4", error="no route") == (
+        "⚠️ a4 cannot be reached (no route), so trainbot cannot tell whether the job was "
+        "submitted. It keeps looking it up by the launch id and submits nothing until Slurm "
+        "answers."
+    )
+    assert says("outcome_unknown", cluster="a4", error="EOF", wait_s=90.0) == (
+        "⚠️ The submission on a4 did not finish (EOF): the job may exist. Looking it up by "
+        "the launch id in 90 s before anything else."
+    )
+    assert says("launcher_error", output="Traceback\n```boom```") == (
+        "The launcher's error:\n```\nTraceback\n`\u200b`\u200b`boom`\u200b`\u200b`\n```"
+    )
+    assert says("tokenizer_seeded", summary="seeded 3 files <ok>") == "seeded 3 files &lt;ok&gt;"
