@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 
 from bot.engine import pipelines, start_from
 from bot.engine.holding import log
@@ -19,8 +20,10 @@ from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
-from bot.wording import render
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
+from cluster.images import is_registry_ref, pyxis_image
+from cluster.preflight import PreflightResult
+from cluster.spec import LaunchSpec
 from cluster.start_copy import copy_start
 from commands.access import is_custom_image, may_use_image, slurm_account
 
@@ -76,11 +79,9 @@ class Submitter(Recovery):
                 data = {"buttons": ["use_partition"], "partition": default}
             await self._reject(item, "PREFLIGHT", text, data=data)
             return
-        notes = "".join(f"\nNote: {escape(n)}." for n in (*built.notes, *result.notes))
-        ok = render.preflight_summary(result, spec) + notes
         if not await self._thread_is_up(item):
             return
-        facts = phases.Facts(now=time.time(), text=ok)
+        facts = phases.Facts(now=time.time(), data=preflight_facts(result, spec, built.notes))
         item, _ = await self._move(item.id, phases.submitting, facts)
         if item.phase != Phase.SUBMITTING:
             return
@@ -177,3 +178,28 @@ class Submitter(Recovery):
         )
         await self.store.requeue(item.id, after_s=wait_s)
         return False
+
+
+def preflight_facts(
+    result: PreflightResult, spec: LaunchSpec, notes: Sequence[str]
+) -> dict[str, object]:
+    """What pre-flight found, for its thread line: the partition's nodes and GPUs, the
+    image (a registry's or a file), the recipe or script, and the notes of what the
+    launcher lacks."""
+    facts: dict[str, object] = {}
+    info = next((p for p in result.partitions if p.name == spec.slurm_partition), None)
+    if info is not None:
+        facts["partition"] = {
+            "name": info.name,
+            "usable": info.nodes_usable,
+            "nodes": info.nodes,
+            "gpus_idle": info.gpus_idle,
+        }
+    if is_registry_ref(spec.image_path):
+        facts["registry_image"] = pyxis_image(spec.image_path)
+    else:
+        facts["image"] = spec.image_path.rsplit("/", 1)[-1]
+    if spec.script:
+        facts["script_label"], facts["script"] = spec.fw.script_label, spec.script
+    facts["notes"] = [*notes, *result.notes]
+    return facts

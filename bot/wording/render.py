@@ -16,10 +16,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.measures import checkpoint_label, checkpoint_step, duration, waiting
 from bot.text import mrkdwn as st
 from bot.text.plot import Marks, render_loss_png
-from cluster.images import IMPORT_NOTE, is_registry_ref, pyxis_image
-from cluster.preflight import PreflightResult
 from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
 
 OUTCOME_ICONS = {
     "COMPLETED": "✅",
@@ -156,25 +153,6 @@ def queued_reply(launch: Launch, profile: ClusterProfile | None) -> str:
     if req.dry_run:
         return f"Dry run {launch.id}: {what}. The commands and checks follow in the thread."
     return f"Queued {launch.id}: {what}. Following it in the thread."
-
-
-def preflight_summary(result: PreflightResult, spec: LaunchSpec) -> str:
-    """``partition a4 up (4 nodes, 24 GPUs free), image nemo-20250721.sqsh found, ...``."""
-    parts = []
-    info = next((p for p in result.partitions if p.name == spec.slurm_partition), None)
-    if info is not None:
-        parts.append(
-            f"partition {info.name} up ({info.nodes_usable} of {info.nodes} nodes usable, "
-            f"{info.gpus_idle} GPUs free)"
-        )
-    if is_registry_ref(spec.image_path):
-        parts.append(f"image {pyxis_image(spec.image_path)} from its registry ({IMPORT_NOTE})")
-    else:
-        parts.append(f"image {spec.image_path.rsplit('/', 1)[-1]} found")
-    if spec.script:
-        parts.append(f"{spec.fw.script_label} {spec.script} found")
-    parts.append("directories writable")
-    return "Pre-flight ok: " + ", ".join(st.escape(p) for p in parts) + "."
 
 
 def loss_curve(launch: Launch) -> bytes:

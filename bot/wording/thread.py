@@ -19,6 +19,7 @@ from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
 from bot.wording import health, sweeps
+from cluster.images import IMPORT_NOTE
 from cluster.remote import quote_path
 
 Facts = Mapping[str, Any]
@@ -70,6 +71,28 @@ def reject(facts: Facts) -> str:
 
 
 # -- a worker: submit ------------------------------------------------------------------
+
+
+def submitting(facts: Facts) -> str:
+    """``Pre-flight ok: partition a4 up (4 of 4 nodes usable, 24 GPUs free), image
+    nemo.sqsh found, recipe sft/x.py found, directories writable.``, then its notes."""
+    parts = []
+    part = facts.get("partition")
+    if isinstance(part, Mapping):
+        parts.append(
+            f"partition {part.get('name', '')} up ({part.get('usable', 0)} of "
+            f"{part.get('nodes', 0)} nodes usable, {part.get('gpus_idle', 0)} GPUs free)"
+        )
+    if facts.get("registry_image"):
+        parts.append(f"image {_s(facts, 'registry_image')} from its registry ({IMPORT_NOTE})")
+    else:
+        parts.append(f"image {_s(facts, 'image')} found")
+    if facts.get("script"):
+        parts.append(f"{_s(facts, 'script_label')} {_s(facts, 'script')} found")
+    parts.append("directories writable")
+    notes = "".join(f"\nNote: {escape(str(n))}." for n in facts.get("notes") or [])
+    return "Pre-flight ok: " + ", ".join(escape(p) for p in parts) + "." + notes
+
 
 HOW = {
     "submitted": "Submitted",
@@ -283,6 +306,7 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "ask_approval": ask_approval,
     "approve": approve,
     "reject": reject,
+    "submitting": submitting,
     "submitted": submitted,
     "running": running,
     "requeued": requeued,

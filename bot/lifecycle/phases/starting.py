@@ -80,16 +80,16 @@ def preflight(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def submitting(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """Pre-flight passed: the submit begins at ``facts.now``. ``facts.text`` (the pre-flight
-    summary) is said once per attempt, even when a worker that died before its submit
-    already said it."""
+    """Pre-flight passed: the submit begins at ``facts.now``. What pre-flight found
+    (``facts.data``: the partition, the image, the script, notes) is said once per attempt,
+    even when a worker that died before its submit already said it."""
     check(launch, "submitting")
     go(launch, "submitting", P.SUBMITTING)
     launch.submit_started_at = facts.now
     if launch.preflight_said == len(launch.attempts):
         return launch, [update_parent(launch)]
     launch.preflight_said = len(launch.attempts)
-    return launch, [worded(launch, "submitting", facts.text), update_parent(launch)]
+    return launch, [thread_line(launch, "submitting", **facts.data), update_parent(launch)]
 
 
 def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:

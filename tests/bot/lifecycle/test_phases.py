@@ -100,10 +100,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("submitting", P.PREFLIGHT, P.SUBMITTING): Case(
         lambda: launch(P.PREFLIGHT),
-        phases.Facts(now=NOW, text="Pre-flight ok"),
+        phases.Facts(now=NOW, data={"image": "nemo.sqsh", "notes": ["no pyxis <x>"]}),
         ["thread", "update"],
-        "Pre-flight ok",
+        "Pre-flight ok: image nemo.sqsh found, directories writable.\nNote: no pyxis &lt;x&gt;.",
         lambda item: item.submit_started_at == NOW and item.preflight_said == 0,
+        {"image": "nemo.sqsh", "notes": ["no pyxis <x>"]},
     ),
     ("submitted", P.SUBMITTING, P.SUBMITTED): Case(
         lambda: launch(P.SUBMITTING),

@@ -209,3 +209,20 @@ def test_what_a_worker_finds_when_a_submit_went_wrong() -> None:
         "The launcher's error:\n```\nTraceback\n`\u200b`\u200b`boom`\u200b`\u200b`\n```"
     )
     assert says("tokenizer_seeded", summary="seeded 3 files <ok>") == "seeded 3 files &lt;ok&gt;"
+
+
+def test_submitting_says_what_pre_flight_found() -> None:
+    facts = {
+        "partition": {"name": "a4", "usable": 4, "nodes": 4, "gpus_idle": 24},
+        "image": "nemo-20250721.sqsh",
+        "script_label": "recipe",
+        "script": "sft/llama3p1_8b_sft.py",
+        "notes": ["HF_TOKEN is not configured for a4 (TRAINBOT_HF_TOKEN is unset)"],
+    }
+    assert says("submitting", **facts) == (
+        "Pre-flight ok: partition a4 up (4 of 4 nodes usable, 24 GPUs free), image "
+        "nemo-20250721.sqsh found, recipe sft/llama3p1_8b_sft.py found, directories "
+        "writable.\nNote: HF_TOKEN is not configured for a4 (TRAINBOT_HF_TOKEN is unset)."
+    )
+    pulled = says("submitting", registry_image="nvcr.io#nvidia/nemo:25.07", notes=[])
+    assert pulled.startswith("Pre-flight ok: image nvcr.io#nvidia/nemo:25.07 from its registry (")
