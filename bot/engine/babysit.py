@@ -166,8 +166,10 @@ def on_stopped_early(
             checkpoints_at_start=len(launch.checkpoints),
             from_step=p.step,
         )
-        text = f"{head} · resuming from it (attempt {number})."
-        _, events = phases.resume(launch, phases.Facts(now=now, attempt=new, text=text))
+        facts = {"step": p.step, "total": p.total, "why": why, "attempt": number}
+        if launch.checkpoints:
+            facts["checkpoint"] = measures.checkpoint_label(launch, launch.checkpoints[-1])
+        _, events = phases.resume(launch, phases.Facts(now=now, attempt=new, data=facts))
         return events, ""
     request, again = launch.request, ""
     if isinstance(request, TrainRequest):
@@ -199,12 +201,10 @@ def pending_reason(launch: Launch, snap: JobSnapshot) -> list[Event]:
     events = [Event("update", launch.id)]
     if why is None or not why.stuck:
         return events
-    label = "⛔ HELD" if why.held else "⛔ CANNOT START"
     job = snap.job_id
-    text = f"{label} · job {job} is {escape(why.words)} (Slurm: `{escape(code)}`)."
-    if why.fix:
-        text += f" {escape(why.fix)}"
-    events.append(Event("thread", launch.id, text, data={"buttons": ["cancel"]}))
+    facts = {"move": "job_stuck", "job": job, "held": why.held, "words": why.words}
+    facts |= {"code": code, "fix": why.fix, "buttons": ["cancel"]}
+    events.append(Event("thread", launch.id, data=facts))
     if why.page:
         cause = f"job {job} is {escape(why.words)} (Slurm: {escape(code)})"
         events += oncall(launch, "job_held", cause, "Release it (scontrol release) or cancel it.")
@@ -238,16 +238,12 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
         return []
     attempt.hang_reported = True
     quiet = measures.duration(now - last)
-    where = f"step {p.step:,}" if not starting else "start-up"
-    if starting and attempt.tail.strip():
-        where += f", last line `{escape(attempt.tail.strip().splitlines()[-1][:120])}`"
-    text = (
-        f"⚠️ No progress for {quiet} (last seen at {where}; the bound is "
-        f"{measures.duration(bound)}). "
-        f"Job {attempt.job_id} is still RUNNING and may be hung. "
-        "Cancel or Retry below."
-    )
-    data = {"buttons": ["cancel", "retry"]}
-    events = [Event("thread", launch.id, text, data=data), Event("update", launch.id)]
+    facts: dict[str, object] = {"move": "hang", "job": attempt.job_id, "quiet_s": now - last}
+    facts |= {"bound_s": bound, "buttons": ["cancel", "retry"]}
+    if not starting:
+        facts["step"] = p.step
+    elif attempt.tail.strip():
+        facts["last_line"] = attempt.tail.strip().splitlines()[-1][:120]
+    events = [Event("thread", launch.id, data=facts), Event("update", launch.id)]
     cause = f"no progress for {quiet} while RUNNING (silent hang?)"
     return events + oncall(launch, "silent_hang", cause, "Cancel or Retry from the thread.")

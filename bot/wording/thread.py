@@ -205,6 +205,49 @@ def tokenizer_seeded(facts: Facts) -> str:
     return escape(_s(facts, "summary"))
 
 
+def stopped_early_head(facts: Facts) -> str:
+    """``⏸️ STOPPED EARLY at step 37 / 100 (its time budget; Slurm: COMPLETED) · checkpoint
+    step 30``."""
+    where = f"step {_n(facts, 'step'):,} / {_n(facts, 'total'):,}"
+    ckpt = f" · checkpoint {escape(_s(facts, 'checkpoint'))}" if facts.get("checkpoint") else ""
+    return f"⏸️ STOPPED EARLY at {where} ({escape(_s(facts, 'why'))}; Slurm: COMPLETED){ckpt}"
+
+
+def resume(facts: Facts) -> str:
+    return f"{stopped_early_head(facts)} · resuming from it (attempt {_n(facts, 'attempt')})."
+
+
+def job_stuck(facts: Facts) -> str:
+    """A pending job that does not start by itself (a hold, a limit, a dead dependency)."""
+    label = "⛔ HELD" if facts.get("held") else "⛔ CANNOT START"
+    text = (
+        f"{label} · job {escape(_s(facts, 'job'))} is {escape(_s(facts, 'words'))} "
+        f"(Slurm: `{escape(_s(facts, 'code'))}`)."
+    )
+    return f"{text} {escape(_s(facts, 'fix'))}" if facts.get("fix") else text
+
+
+def _seconds(facts: Facts, key: str) -> float:
+    value = facts.get(key, 0)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def hang(facts: Facts) -> str:
+    """No progress for longer than the run's bound: at a step, or in start-up (with the
+    log's last line when there is one)."""
+    if "step" in facts:
+        where = f"step {_n(facts, 'step'):,}"
+    else:
+        where = "start-up"
+        if facts.get("last_line"):
+            where += f", last line `{escape(_s(facts, 'last_line'))}`"
+    return (
+        f"⚠️ No progress for {duration(_seconds(facts, 'quiet_s'))} (last seen at {where}; "
+        f"the bound is {duration(_seconds(facts, 'bound_s'))}). Job {escape(_s(facts, 'job'))} "
+        "is still RUNNING and may be hung. Cancel or Retry below."
+    )
+
+
 def late_job(facts: Facts) -> str:
     """A job that appeared after its launch was cancelled: cancelled, or not (``error``)."""
     job = escape(_s(facts, "job"))
@@ -316,6 +359,9 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "moved": moved,
     "old_job_stays": old_job_stays,
     "late_job": late_job,
+    "resume": resume,
+    "job_stuck": job_stuck,
+    "hang": hang,
     "lookup_unreachable": lookup_unreachable,
     "outcome_unknown": outcome_unknown,
     "launcher_error": launcher_error,

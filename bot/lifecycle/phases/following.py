@@ -62,8 +62,9 @@ def retry_failure(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def resume(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """The job ended COMPLETED short of its total because it stopped early on purpose (its
-    time budget, ``facts.reason``): ``facts.attempt`` goes on from its newest checkpoint.
+    """The job ended COMPLETED short of its total because it stopped early on purpose
+    (``facts.data``: where, why, its checkpoint): ``facts.attempt`` goes on from its newest
+    checkpoint.
     The launch stays active, so ``after=`` dependents wait for the real end."""
     check(launch, "resume")
     assert facts.attempt is not None, "resume needs the new attempt"
@@ -73,7 +74,7 @@ def resume(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     launch.resumes += 1
     launch.progress.stopped_early, launch.progress.finished = "", False
     go(launch, "resume", P.RETRYING)
-    line = worded(launch, "resume", facts.text, job=previous.job_id)
+    line = thread_line(launch, "resume", job=previous.job_id, **facts.data)
     due = {"due": facts.attempt.not_before} if facts.attempt.not_before else {}
     return launch, [line, Event("enqueue", launch.id, data=due), update_parent(launch)]
 

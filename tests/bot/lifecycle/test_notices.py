@@ -64,7 +64,7 @@ def test_a_hang_mentions_the_owner_once() -> None:
     )
     assert found == ["hung"] and mention
     tagged = [e for e in events if e.data.get("notices")]
-    assert [e.text[:18] for e in tagged] == ["⚠️ No progress for"]
+    assert [thread.line(e)[:18] for e in tagged] == ["⚠️ No progress for"]
     again, _, _ = change(item, lambda i: apply_snapshot(i, snap, PROFILE, watch, now=1300.0))
     assert again == []
 

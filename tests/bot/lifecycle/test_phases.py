@@ -195,11 +195,13 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             phases.Facts(
                 now=NOW,
                 attempt=Attempt(number=2, resume=True),
-                text="⏸️ STOPPED EARLY at step 37 / 100",
+                data={"step": 37, "total": 100, "why": "its time budget", "attempt": 2},
             ),
             ["thread", "enqueue", "update"],
-            "⏸️ STOPPED EARLY at step 37 / 100",
+            "⏸️ STOPPED EARLY at step 37 / 100 (its time budget; Slurm: COMPLETED) · resuming "
+            "from it (attempt 2).",
             lambda item: item.resumes == 1 and item.attempts[-1].resume and item.active,
+            {"job": "41", "step": 37, "total": 100, "attempt": 2},
         )
         for source in (P.SUBMITTED, P.RUNNING)
     },

@@ -101,8 +101,8 @@ def test_an_entry_that_holds_its_text_is_posted_as_it_is() -> None:
 
 
 def test_a_line_with_no_text_and_no_words_for_its_move_is_refused_with_a_reason() -> None:
-    with pytest.raises(ValueError, match=r"move 'resume' has no words here \(one of: .*cancel"):
-        thread.line(Event("thread", "L-1", data={"move": "resume"}))
+    with pytest.raises(ValueError, match=r"move 'gone' has no words here \(one of: .*cancel"):
+        thread.line(Event("thread", "L-1", data={"move": "gone"}))
 
 
 def test_every_move_that_writes_facts_alone_has_words() -> None:
@@ -226,3 +226,27 @@ def test_submitting_says_what_pre_flight_found() -> None:
     )
     pulled = says("submitting", registry_image="nvcr.io#nvidia/nemo:25.07", notes=[])
     assert pulled.startswith("Pre-flight ok: image nvcr.io#nvidia/nemo:25.07 from its registry (")
+
+
+def test_what_babysitting_says_of_a_stuck_a_hung_and_a_resumed_run() -> None:
+    assert says("job_stuck", job="41", held=True, words="held by an admin", code="JobHeldAdmin",
+                fix="Ask an admin to release it.") == (
+        "⛔ HELD · job 41 is held by an admin (Slurm: `JobHeldAdmin`). Ask an admin to "
+        "release it."
+    )  # fmt: skip
+    assert says("job_stuck", job="41", held=False, words="over a limit", code="QOSMax") == (
+        "⛔ CANNOT START · job 41 is over a limit (Slurm: `QOSMax`)."
+    )
+    assert says("hang", job="41", quiet_s=1800.0, bound_s=600.0, step=1200) == (
+        "⚠️ No progress for 30 min (last seen at step 1,200; the bound is 10 min). Job 41 is "
+        "still RUNNING and may be hung. Cancel or Retry below."
+    )
+    startup = says("hang", job="41", quiet_s=3600, bound_s=3600, last_line="loading <shards>")
+    assert "(last seen at start-up, last line `loading &lt;shards&gt;`; the bound is 1 h)" in (
+        startup
+    )
+    resumed = says("resume", step=37, total=100, why="time budget", attempt=2, checkpoint="step 30")
+    assert resumed == (
+        "⏸️ STOPPED EARLY at step 37 / 100 (time budget; Slurm: COMPLETED) · checkpoint step 30 "
+        "· resuming from it (attempt 2)."
+    )
