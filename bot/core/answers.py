@@ -8,7 +8,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
-from bot.engine import pipelines
 from bot.engine.asks import ClusterCalls
 from bot.engine.cost import wait_words
 from bot.engine.on_cluster import Clusters
@@ -17,7 +16,7 @@ from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import actions, cancel_button, code_block, escape, section
-from bot.wording import render
+from bot.wording import render, waits
 from cluster.discovery import ClusterCapacity
 from cluster.slurm import expand_hostlist
 from cluster.spec import framework
@@ -75,7 +74,7 @@ def _job_line(launch: Launch, now: float, all_users: bool, others: Sequence[Laun
     )
     job = f" · job {launch.job_id}" if launch.job_id else ""
     who = f" · <@{launch.user_id}>" if all_users else ""
-    chain = pipelines.chain_text(launch, others)  # mrkdwn: ids and a <!date>
+    chain = waits.chain_text(launch, others)  # mrkdwn: ids and a <!date>
     return (
         f"`{launch.id}` {launch.title} · {launch.cluster}{job} · {word}{step}{chain} · "
         f"{measures.duration(now - launch.created_at)} old{who}"

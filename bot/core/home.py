@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot.core import record_view
-from bot.engine import pipelines
 from bot.lifecycle import health, measures
 from bot.lifecycle.launch import HistoryEntry, Launch, Sweep
 from bot.lifecycle.notices import DM_EVENTS
@@ -29,7 +28,7 @@ from bot.text.mrkdwn import (
     hour_select,
     section,
 )
-from bot.wording import render
+from bot.wording import render, waits
 from cluster.discovery import ClusterCapacity
 
 RECENT_SHOWN = 10
@@ -96,7 +95,7 @@ def _active_line(launch: Launch, link: str, now: float, active: Sequence[Launch]
     gpu = f" · {text}" if (text := health.gpu_text(launch)) else ""
     return (
         f"{icon} `{launch.id}` {escape(launch.words)} · {launch.cluster}{job} · {word}{step}"
-        f"{gpu}{pipelines.chain_text(launch, active)} · {age}{_thread(link)}"
+        f"{gpu}{waits.chain_text(launch, active)} · {age}{_thread(link)}"
     )
 
 

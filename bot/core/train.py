@@ -35,6 +35,7 @@ from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
 from bot.wording import render
+from bot.wording import waits as waiting
 from commands.access import is_custom_image, may_use_image
 from commands.admission import Admission, Standing, admit
 from commands.budget import budget_for, iso_week
@@ -307,7 +308,7 @@ class Launcher:
         launch.groups = sorted(user.groups)  # admitted again as it moves, should Slack not say
         if launch.request.after:
             launch.waits_for = await self.parent_of(launch.request, user)
-        text = pipelines.waits_text(launch, own_zone=True)  # only the asker sees it
+        text = waiting.waits_text(launch, own_zone=True)  # only the asker sees it
         where = (
             f"\n📍 cluster=auto chose {escape(launch.placed)}: Slurm starts it there first."
             if launch.placed

@@ -19,15 +19,14 @@ queues in Slurm from then on.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 from bot.engine.authority import Authority
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
-from bot.text.mrkdwn import escape, slack_date
-from commands.schedule import at_epoch, show
+from commands.schedule import at_epoch
 
 PARENT_LOOK_S = 5.0  # a child looks at its parent this often (a Redis read, no SSH)
 MAX_CHAIN = 20  # steps of a chain looked through for a cycle
@@ -36,40 +35,6 @@ MAX_CHAIN = 20  # steps of a chain looked through for a cycle
 APPROVAL_PATIENCE_S = 24 * 3600.0
 UNSURE_LOOK_S = 60.0  # a due launch whose person's groups Slack did not say: asked again then
 Mutate = Callable[[str, Callable[[Launch], list[Event]]], Awaitable[tuple[Launch, list[Event]]]]
-
-
-def waits_text(launch: Launch, parent: Launch | None = None, *, own_zone: bool = False) -> str:
-    """What a launch waits for, as /jobs and its thread say it ("" when nothing): mrkdwn,
-    its ``at=`` time in each reader's own time zone (``own_zone``: in the owner's, as
-    words, for an answer only the owner sees)."""
-    parts = []
-    request = launch.request
-    if request.at:
-        due = at_epoch(request.at)
-        parts.append(f"starts at {show(due, launch.tz) if own_zone else slack_date(due)}")
-    if launch.waits_for:
-        cond = "ends" if request.after_any or launch.sweep else "completes"
-        now = f" (now {parent.phase.value})" if parent is not None and parent.active else ""
-        parts.append(f"waits until {launch.waits_for} {cond}{now}")
-    return "; ".join(parts)
-
-
-def chain_text(launch: Launch, others: Sequence[Launch]) -> str:
-    """What /jobs and App Home add to a launch's line (mrkdwn: ids and a ``<!date>``
-    only): when and for what it waits, the launch it starts from, and the launches among
-    ``others`` that wait for it or start from it (``chain: L-a -> L-b``); "" when none."""
-    parts = []
-    waits = waits_text(launch) if launch.phase == Phase.QUEUED else ""
-    if waits:
-        parts.append(f"⏳ {waits}")
-    elif launch.waits_for:
-        parts.append(f"after {launch.waits_for}")
-    if launch.starts_from:
-        parts.append(f"from {launch.starts_from}'s checkpoint")
-    children = [o.id for o in others if launch.id in (o.waits_for, o.starts_from)]
-    if children:
-        parts.append(f"chain: {launch.id} -> {', '.join(children)}")
-    return "".join(f" · {part}" for part in parts)
 
 
 def parent_ok(outcome: str, any_end: bool) -> bool:
@@ -110,15 +75,10 @@ async def must_wait(
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
         return await _no_longer_allowed(store, item, mutate, authority, parent)
-    why = f" ({detail.rstrip('.')})" if detail else ""  # its detail is mrkdwn already
-    text = (
-        f"⛔ Not started, because {item.waits_for}, which this launch "
-        f"waited for, ended {escape(outcome)}{why}. Nothing was submitted. "
-        f"To run it whatever the end, `/train` again with after={item.waits_for}:any."
-    )
-
+    said = {"why": "parent_ended", "parent": item.waits_for, "parent_outcome": outcome}
+    said["parent_detail"] = detail  # the record's sentence (mrkdwn), as its end wrote it
     detail = f"{item.waits_for} ended {outcome}"
-    facts = phases.Facts(outcome="PARENT_FAILED", text=text, detail=detail)
+    facts = phases.Facts(outcome="PARENT_FAILED", detail=detail, data=said)
     await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 
@@ -130,14 +90,9 @@ async def _unapproved(
     ends here, giving back the place it held among its owner's active launches (their
     ``max_concurrent``) and its budget hold, and says how to go on."""
     hours = APPROVAL_PATIENCE_S / 3600
-    text = (
-        f"⛔ Not started: {parent.id}, which this launch waits for, has awaited approval for "
-        f"over {hours:g} h. This launch ends here, so it no longer counts against your "
-        f"active launches (max_concurrent) and budget. Once {parent.id} is approved, "
-        f"`/train` it again with after={parent.id}."
-    )
+    said = {"why": "parent_unapproved", "parent": parent.id, "hours": hours}
     detail = f"{parent.id} still awaited approval after {hours:g} h"
-    facts = phases.Facts(outcome="PARENT_UNAPPROVED", text=text, detail=detail)
+    facts = phases.Facts(outcome="PARENT_UNAPPROVED", detail=detail, data=said)
     await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 
@@ -176,16 +131,14 @@ async def _no_longer_allowed(
 
             await mutate(item.id, rederived)
         return False
+    # answer.why: the policy's answer, worded (mrkdwn) where it was decided (authority)
     if answer.outcome == "OVER_BUDGET":
-        text = f"⛔ Not started now that it is due: {answer.why}"
+        said = {"why": "over_budget", "refusal": answer.why}
         detail = "Over the GPU-hour budget when it was due."
     else:
-        text = (
-            f"⛔ <@{item.user_id}>: not started now that it is due: {answer.why} "
-            "Nothing was submitted."
-        )
+        said = {"why": "no_longer_allowed", "owner": item.user_id, "refusal": answer.why}
         detail = "No longer allowed when it was due."
-    facts = phases.Facts(outcome=answer.outcome, text=text, detail=detail)
+    facts = phases.Facts(outcome=answer.outcome, detail=detail, data=said)
     await mutate(item.id, phases.step(phases.not_started, facts))
     return True
 

@@ -17,7 +17,6 @@ from bot.lifecycle import measures, phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError
 from cluster.framework_base import Tracking
 from cluster.profiles import ClusterProfile
@@ -169,14 +168,10 @@ async def start_point(
         if key and (outside := checkpoint_outside(found[0].checkpoint_dir, parent, base)):
             key, why = "", outside
     if parent is None or found is None or not key:
-        text = (
-            f"⛔ <@{item.user_id}>: not started (NO_CHECKPOINT): from={item.starts_from}, but "
-            f"{escape(why)}. Nothing was submitted. `/train` again without from= to start "
-            "from the recipe's own weights, or from a launch that saved a checkpoint."
-        )
-
+        said = {"why": "no_checkpoint", "owner": item.user_id, "start_from": item.starts_from}
+        said["error"] = why
         detail = f"{item.starts_from} has no checkpoint to start from"
-        facts = phases.Facts(outcome="NO_CHECKPOINT", text=text, detail=detail)
+        facts = phases.Facts(outcome="NO_CHECKPOINT", detail=detail, data=said)
         await mutate(item.id, phases.step(phases.not_started, facts))
         return None
     tracking, name, found_step = found
@@ -186,17 +181,14 @@ async def start_point(
     except ClusterError as exc:
         await _no_copy(item, mutate, str(exc))
         return None
-    which = "newest complete checkpoint" if step is None else "checkpoint"
-    text = (
-        f"▶️ Starts from {parent.id}'s {which}, step {found_step:,} "
-        f"(`{escape(name)}`): `{escape(key)}={escape(value)}`.{copied}"
-    )
+    told = {"move": "start_from", "parent": parent.id, "newest": step is None}
+    told |= {"step": found_step, "checkpoint": name, "key": key, "value": value, **copied}
 
     def noted(stored: Launch) -> list[Event]:
         if stored.phase != Phase.QUEUED or stored.start_key:
             return []
         stored.start_key, stored.start_path = key, value
-        return [Event("thread", stored.id, text)]
+        return [Event("thread", stored.id, data=told)]
 
     stored, _ = await mutate(item.id, noted)
     return stored if stored.start_key else None
@@ -210,40 +202,30 @@ async def _start_value(
     item: Launch,
     parent: Launch,
     copy: CopyStart | None,
-) -> tuple[str, str]:
-    """The value for the framework's start key, and what the thread adds about a copy:
-    where the framework goes on writing where it starts, the checkpoint is copied into
-    the child's own directory first (ClusterError when it cannot be)."""
+) -> tuple[str, dict[str, object]]:
+    """The value for the framework's start key, and the facts of a copy: where the
+    framework goes on writing where it starts, the checkpoint is copied into the child's
+    own directory first (ClusterError when it cannot be)."""
     if not fw.starts_in_copy:
-        return fw.start_value(tracking, name, profile), ""
+        return fw.start_value(tracking, name, profile), {}
     source, target, value = fw.start_copy(tracking, name, profile, item.id)
     if copy is None:
         raise ClusterError("no way to copy it here", cluster=item.cluster)
     how = await copy(source, target)
-    linked = "linked " if how == "linked" else ""
-    return value, (
-        f" It starts from a {linked}copy (`{escape(target)}`): {parent.id}'s own checkpoint "
-        "directory is left as it is."
-    )
+    return value, {"copy": target, "linked": how == "linked"}
 
 
 async def _not_allowed(item: Launch, mutate: Mutate, why: str) -> None:
     """``from=`` is no longer the person's to use: the launch ends, saying why."""
-    text = (
-        f"⛔ <@{item.user_id}>: not started (NOT_ALLOWED): from={item.starts_from}: "
-        f"{escape(why)} Nothing was submitted."
-    )
+    said = {"why": "not_allowed", "owner": item.user_id, "start_from": item.starts_from}
     detail = f"May not start from {item.starts_from}."
-    facts = phases.Facts(outcome="NOT_ALLOWED", text=text, detail=detail)
+    facts = phases.Facts(outcome="NOT_ALLOWED", detail=detail, data={**said, "error": why})
     await mutate(item.id, phases.step(phases.not_started, facts))
 
 
 async def _no_copy(item: Launch, mutate: Mutate, why: str) -> None:
     """The copy of the parent's checkpoint could not be made: the launch ends, saying why."""
-    text = (
-        f"⛔ <@{item.user_id}>: not started (NO_CHECKPOINT): from={item.starts_from}: "
-        f"{escape(why)}. Nothing was submitted."
-    )
+    said = {"why": "no_copy", "owner": item.user_id, "start_from": item.starts_from}
     detail = f"Could not copy {item.starts_from}'s checkpoint."
-    facts = phases.Facts(outcome="NO_CHECKPOINT", text=text, detail=detail)
+    facts = phases.Facts(outcome="NO_CHECKPOINT", detail=detail, data={**said, "error": why})
     await mutate(item.id, phases.step(phases.not_started, facts))

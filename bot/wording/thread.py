@@ -123,6 +123,78 @@ def submitted(facts: Facts) -> str:
     return text
 
 
+# -- a waiting launch that is due, but does not start --------------------------------------
+
+
+def not_started(facts: Facts) -> str:
+    """Why a launch that waited ends without a job (``why``): the launch it waited for ended
+    badly or is still unapproved, the budget has no room, its owner may no longer launch,
+    or its ``from=`` cannot be used. ``refusal`` and ``parent_detail`` are worded (mrkdwn)
+    already, by the policy and by the parent's end."""
+    why = _s(facts, "why")
+    parent, owner = escape(_s(facts, "parent")), _mention(_s(facts, "owner"))
+    start_from, error = escape(_s(facts, "start_from")), escape(_s(facts, "error"))
+    if why == "parent_ended":
+        detail = _s(facts, "parent_detail")
+        said = f" ({detail.rstrip('.')})" if detail else ""
+        return (
+            f"⛔ Not started, because {parent}, which this launch waited for, ended "
+            f"{escape(_s(facts, 'parent_outcome'))}{said}. Nothing was submitted. To run it "
+            f"whatever the end, `/train` again with after={parent}:any."
+        )
+    if why == "parent_unapproved":
+        hours = facts.get("hours", 0)
+        return (
+            f"⛔ Not started: {parent}, which this launch waits for, has awaited approval for "
+            f"over {hours:g} h. This launch ends here, so it no longer counts against your "
+            f"active launches (max_concurrent) and budget. Once {parent} is approved, "
+            f"`/train` it again with after={parent}."
+        )
+    if why == "over_budget":
+        return f"⛔ Not started now that it is due: {_s(facts, 'refusal')}"
+    if why == "no_longer_allowed":
+        return (
+            f"⛔ {owner}: not started now that it is due: {_s(facts, 'refusal')} "
+            "Nothing was submitted."
+        )
+    if why == "no_checkpoint":
+        return (
+            f"⛔ {owner}: not started (NO_CHECKPOINT): from={start_from}, but {error}. Nothing "
+            "was submitted. `/train` again without from= to start from the recipe's own "
+            "weights, or from a launch that saved a checkpoint."
+        )
+    if why == "not_allowed":
+        return (
+            f"⛔ {owner}: not started (NOT_ALLOWED): from={start_from}: {error} Nothing was "
+            "submitted."
+        )
+    if why == "no_copy":
+        return (
+            f"⛔ {owner}: not started (NO_CHECKPOINT): from={start_from}: {error}. Nothing was "
+            "submitted."
+        )
+    return f"⛔ Not started ({escape(_s(facts, 'outcome'))}). Nothing was submitted."
+
+
+def start_from(facts: Facts) -> str:
+    """``▶️ Starts from L-1's newest complete checkpoint, step 30 (`name`): `key=value`.``
+    and, for a framework that goes on writing where it starts, the copy it starts from."""
+    which = "newest complete checkpoint" if facts.get("newest") else "checkpoint"
+    parent = escape(_s(facts, "parent"))
+    text = (
+        f"▶️ Starts from {parent}'s {which}, step {_n(facts, 'step'):,} "
+        f"(`{escape(_s(facts, 'checkpoint'))}`): "
+        f"`{escape(_s(facts, 'key'))}={escape(_s(facts, 'value'))}`."
+    )
+    if facts.get("copy"):
+        linked = "linked " if facts.get("linked") else ""
+        text += (
+            f" It starts from a {linked}copy (`{escape(_s(facts, 'copy'))}`): {parent}'s own "
+            "checkpoint directory is left as it is."
+        )
+    return text
+
+
 # -- the poller: Slurm's word on the job -------------------------------------------------
 
 
@@ -351,6 +423,8 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "reject": reject,
     "submitting": submitting,
     "submitted": submitted,
+    "not_started": not_started,
+    "start_from": start_from,
     "running": running,
     "requeued": requeued,
     "retry": retry,

@@ -129,14 +129,18 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def _end_here(launch: Launch, move: str, target: Phase, facts: Facts) -> list[Event]:
-    """The launch ends without a job: ``facts.outcome``, the first line of ``facts.text``
-    (or ``facts.detail``) as its detail."""
+    """The launch ends without a job: ``facts.outcome``, ``facts.detail`` (or the first line
+    of ``facts.text``, where the caller still words its line) as its detail. A line with
+    no text is its facts (``facts.data``: ``why`` and what it needs), worded by bot.wording."""
     check(launch, move)
     go(launch, move, target)
     launch.outcome = facts.outcome
     launch.detail = facts.detail or facts.text.split("\n", 1)[0][:300]
     launch.submit_started_at = 0.0
-    line = worded(launch, move, facts.text, **facts.data)
+    if facts.text:
+        line = worded(launch, move, facts.text, **facts.data)
+    else:
+        line = thread_line(launch, move, outcome=facts.outcome, **facts.data)
     return [line, update_parent(launch)]
 
 

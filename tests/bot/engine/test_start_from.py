@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from bot.engine import pipelines, start_from
+from bot.engine import start_from
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.wording import waits
 from cluster.errors import ClusterError
 from cluster.framework_base import Tracking
 from cluster.launch import plan_launch
@@ -189,8 +190,8 @@ def test_chains_show_in_jobs_lines() -> None:
     first.phase = Phase.RUNNING
     second = launch(train("sft"), [], NEMO_DIR)
     second.waits_for, second.starts_from = first.id, first.id
-    assert pipelines.chain_text(first, [first, second]) == f" · chain: {first.id} -> {second.id}"
-    assert pipelines.chain_text(second, [first, second]) == (
+    assert waits.chain_text(first, [first, second]) == f" · chain: {first.id} -> {second.id}"
+    assert waits.chain_text(second, [first, second]) == (
         f" · ⏳ waits until {first.id} completes · from {first.id}'s checkpoint"
     )
 
@@ -200,9 +201,7 @@ def test_an_at_time_is_shown_in_each_readers_zone_and_in_the_owners_to_the_owner
     waiting.request = waiting.request.model_copy(update={"at": "2026-12-24T07:00:00Z"})
     waiting.tz = "Europe/Berlin"
     due = 1798095600  # 2026-12-24 07:00 UTC
-    assert pipelines.chain_text(waiting, [waiting]) == (
+    assert waits.chain_text(waiting, [waiting]) == (
         f" · ⏳ starts at <!date^{due}^{{date_short_pretty}} {{time}}|2026-12-24 07:00 UTC>"
     )
-    assert (
-        pipelines.waits_text(waiting, own_zone=True) == "starts at 2026-12-24 08:00 Europe/Berlin"
-    )
+    assert waits.waits_text(waiting, own_zone=True) == "starts at 2026-12-24 08:00 Europe/Berlin"

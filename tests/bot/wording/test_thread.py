@@ -250,3 +250,49 @@ def test_what_babysitting_says_of_a_stuck_a_hung_and_a_resumed_run() -> None:
         "⏸️ STOPPED EARLY at step 37 / 100 (time budget; Slurm: COMPLETED) · checkpoint step 30 "
         "· resuming from it (attempt 2)."
     )
+
+
+def test_not_started_for_each_reason() -> None:
+    parent = says("not_started", why="parent_ended", parent="L-1", parent_outcome="FAILED",
+                  parent_detail="OOM on dev1.")  # fmt: skip
+    assert parent == (
+        "⛔ Not started, because L-1, which this launch waited for, ended FAILED (OOM on "
+        "dev1). Nothing was submitted. To run it whatever the end, `/train` again with "
+        "after=L-1:any."
+    )
+    unapproved = says("not_started", why="parent_unapproved", parent="L-1", hours=24.0)
+    assert unapproved.startswith(
+        "⛔ Not started: L-1, which this launch waits for, has awaited approval for over 24 h."
+    )
+    assert says("not_started", why="over_budget", refusal="the a4 budget is spent.") == (
+        "⛔ Not started now that it is due: the a4 budget is spent."
+    )
+    assert says("not_started", why="no_longer_allowed", owner="U1", refusal="not in a4-users.") == (
+        "⛔ <@U1>: not started now that it is due: not in a4-users. Nothing was submitted."
+    )
+    no_ckpt = says("not_started", why="no_checkpoint", owner="U1", start_from="L-1",
+                   error="it saved <none>")  # fmt: skip
+    assert no_ckpt.startswith(
+        "⛔ <@U1>: not started (NO_CHECKPOINT): from=L-1, but it saved &lt;none&gt;. Nothing "
+        "was submitted. `/train` again without from="
+    )
+    assert says("not_started", why="not_allowed", owner="U1", start_from="L-1", error="No.") == (
+        "⛔ <@U1>: not started (NOT_ALLOWED): from=L-1: No. Nothing was submitted."
+    )
+    assert says("not_started", why="no_copy", owner="U1", start_from="L-1", error="disk full") == (
+        "⛔ <@U1>: not started (NO_CHECKPOINT): from=L-1: disk full. Nothing was submitted."
+    )
+
+
+def test_start_from_with_and_without_a_copy() -> None:
+    facts = {"parent": "L-1", "newest": True, "step": 1200, "checkpoint": "step=1200",
+             "key": "resume.restore_config.path", "value": "/ck/step=1200"}  # fmt: skip
+    assert says("start_from", **facts) == (
+        "▶️ Starts from L-1's newest complete checkpoint, step 1,200 (`step=1200`): "
+        "`resume.restore_config.path=/ck/step=1200`."
+    )
+    copied = says("start_from", **facts, copy="/mine/ck", linked=True)
+    assert copied.endswith(
+        " It starts from a linked copy (`/mine/ck`): L-1's own checkpoint directory is left "
+        "as it is."
+    )
