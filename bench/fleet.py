@@ -30,7 +30,7 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.store.store import Store
-from cluster.launch import LaunchPlan, plan_launch
+from cluster.launching.launch import LaunchPlan, plan_launch
 from commands.context import User
 from commands.dispatch import parse_command
 

@@ -17,9 +17,9 @@ from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import actions, cancel_button, code_block, escape, section
-from cluster.discovery import ClusterCapacity
-from cluster.slurm import expand_hostlist
-from cluster.spec import framework
+from cluster.launching.spec import framework
+from cluster.preflight.discovery import ClusterCapacity
+from cluster.slurm.base import expand_hostlist
 from commands.context import User
 from commands.requests import ShellRequest
 

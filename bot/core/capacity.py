@@ -12,7 +12,7 @@ from bot.engine.asks import ClusterCalls
 from bot.engine.on_cluster import Clusters
 from bot.store.store import Store
 from bot.text.front import Reply
-from cluster.discovery import ClusterCapacity
+from cluster.preflight.discovery import ClusterCapacity
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 

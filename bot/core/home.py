@@ -29,7 +29,7 @@ from bot.text.mrkdwn import (
     hour_select,
     section,
 )
-from cluster.discovery import ClusterCapacity
+from cluster.preflight.discovery import ClusterCapacity
 
 RECENT_SHOWN = 10
 

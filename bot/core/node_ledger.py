@@ -33,8 +33,8 @@ from bot.text.mrkdwn import (
     text_input,
 )
 from cluster.errors import ClusterError
-from cluster.nodes import NodeAction, clean_reason
-from cluster.slurm import HOSTNAME_RE
+from cluster.site.nodes import NodeAction, clean_reason
+from cluster.slurm.base import HOSTNAME_RE
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 

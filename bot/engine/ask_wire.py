@@ -25,9 +25,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cluster.jobs import MAX_TAIL_LINES
-from cluster.login import CLUSTER_USER_PATTERN
-from cluster.profile_fields import CLUSTER_NAME_PATTERN, SLURM_NAME_PATTERN
+from cluster.launching.jobs import MAX_TAIL_LINES
+from cluster.site.login import CLUSTER_USER_PATTERN
+from cluster.site.profile_fields import CLUSTER_NAME_PATTERN, SLURM_NAME_PATTERN
 from commands.values import LAUNCH_ID_PATTERN
 
 MAX_ASK_BYTES = 4096  # an ask holds ids and a shape; anything longer is not one

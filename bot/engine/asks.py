@@ -35,13 +35,13 @@ from bot.engine.trust import estimate_user, recorded_jobs, recorded_log, shape_p
 from bot.lifecycle.launch import Launch
 from bot.settings.logs import launch_fields
 from bot.store.store import Store
-from cluster.accounts import Account
-from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
-from cluster.image_listing import ImageListing
-from cluster.jobs import MAX_TAIL_LINES
-from cluster.nodes import NodeAction
-from cluster.sbatch import JobShape, StartEstimate
+from cluster.images.listing import ImageListing
+from cluster.launching.jobs import MAX_TAIL_LINES
+from cluster.preflight.discovery import ClusterCapacity
+from cluster.site.accounts import Account
+from cluster.site.nodes import NodeAction
+from cluster.slurm.sbatch import JobShape, StartEstimate
 
 log = logging.getLogger(__name__)
 

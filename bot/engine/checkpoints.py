@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bot.lifecycle import render
 from bot.lifecycle.launch import Launch
-from cluster.framework_base import Tracking
+from cluster.watching.tracking import Tracking
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from bot.lifecycle import render
 from bot.lifecycle.launch import StepRun, recipe_key
 from bot.store.store import Store
 from cluster.errors import ClusterError, CommandTimeout
-from cluster.profiles import ClusterProfile
-from cluster.sbatch import JobShape, StartEstimate
-from cluster.slurm import slurm_time_seconds
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import slurm_time_seconds
+from cluster.slurm.sbatch import JobShape, StartEstimate
 from commands.budget import budget_for, check_budget, iso_week
 from commands.context import User
 from commands.policy import Decision, Policy

@@ -22,8 +22,8 @@ from bot.settings.logs import set_job_id
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, TrainbotError
-from cluster.jobs import FoundJob
-from cluster.launch import Submission
+from cluster.launching.jobs import FoundJob
+from cluster.launching.launch import Submission
 
 log = logging.getLogger("bot.engine.worker")  # the worker's one log, whichever part writes
 

@@ -5,7 +5,7 @@ person's Slack profile email (``from_email``) must pass every check, or the pers
 is refused and nothing runs: the email is one Slack has confirmed (the front end
 gives no other), in one of ``email_domains``; the name is not root, not the shared
 account, not a name ``users`` gives someone else; and the login node says it is a
-person's account (:mod:`cluster.accounts`: it exists, its uid is in the site's range
+person's account (:mod:`cluster.site.accounts`: it exists, its uid is in the site's range
 for people), asked over the shared connection and remembered for a while.
 
 This is decided where the person asks (``/train``) and written on the launch; the

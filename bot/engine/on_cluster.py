@@ -21,21 +21,21 @@ from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.settings.logs import launch_fields
 from bot.store.store import Store
-from cluster import jobs, launch, wandb_run
-from cluster import preflight as checks
-from cluster.accounts import Account, lookup_account
-from cluster.checkpoint_files import delete_checkpoints
-from cluster.discovery import ClusterCapacity, cluster_capacity, start_estimate
 from cluster.errors import ClusterError, PersonRefused
-from cluster.image_listing import ImageListing, list_images
-from cluster.launcher_options import LauncherOptions
-from cluster.login import cert_key_id
-from cluster.nodes import NodeAction, update_node
-from cluster.profiles import ClusterProfile
-from cluster.sacct import Usage
-from cluster.sbatch import JobShape, StartEstimate
-from cluster.spec import LaunchSpec, interactive_framework
+from cluster.images.listing import ImageListing, list_images
+from cluster.launching import jobs, launch, wandb_run
+from cluster.launching.spec import LaunchSpec, interactive_framework
+from cluster.preflight import checks
+from cluster.preflight.discovery import ClusterCapacity, cluster_capacity, start_estimate
+from cluster.site.accounts import Account, lookup_account
+from cluster.site.launcher_options import LauncherOptions
+from cluster.site.login import cert_key_id
+from cluster.site.nodes import NodeAction, update_node
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.sacct import Usage
+from cluster.slurm.sbatch import JobShape, StartEstimate
 from cluster.ssh.pool import SSHPool
+from cluster.watching.checkpoint_files import delete_checkpoints
 from commands.access import is_custom_image
 from commands.requests import TrainRequest
 
@@ -56,8 +56,9 @@ def job_comment(item: Launch) -> str:
 
 
 def wandb_env(item: Launch, cluster: str) -> dict[str, str]:
-    """The W&B variables of a launch's job (:mod:`cluster.wandb_run`): one run for every attempt,
-    the sweep as its group, tagged with the launch, the cluster and the owner's name."""
+    """The W&B variables of a launch's job (:mod:`cluster.launching.wandb_run`): one run for
+    every attempt, the sweep as its group, tagged with the launch, the cluster and the owner's
+    name."""
     owner = item.cluster_user or item.user_name or item.user_id
     return wandb_run.run_env(
         item.id, cluster=cluster, owner=owner, sweep=item.sweep, notes=item.request.to_text()

@@ -3,7 +3,7 @@
 Each run needs the cluster's lease (so one bot process polls a cluster at a
 time), collects every tracked job of that cluster in one SSH round trip, and
 applies the snapshots to the launches. A job that ended other than COMPLETED is
-diagnosed first from everything it left (:func:`cluster.evidence.gather`, one
+diagnosed first from everything it left (:func:`cluster.watching.evidence.gather`, one
 more round trip); when that names no known cause, it is read once more after
 ``watch.evidence_reread_s`` (shared file systems lag) before "unknown" stands.
 
@@ -40,14 +40,14 @@ from bot.settings.logs import log_context
 from bot.store.base import StoreError
 from bot.store.nodes import NodeEntry
 from bot.store.store import Store
-from cluster.collector import JobSnapshot, PollResult, collect
-from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
-from cluster.evidence import gather
-from cluster.framework_base import Tracking
-from cluster.login import cert_key_id
-from cluster.profiles import ClusterProfile
-from cluster.slurm import is_terminal
+from cluster.site.login import cert_key_id
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import is_terminal
+from cluster.watching.collector import JobSnapshot, PollResult, collect
+from cluster.watching.diagnosis import UNKNOWN, Diagnosis, diagnose
+from cluster.watching.evidence import gather
+from cluster.watching.tracking import Tracking
 
 log = logging.getLogger(__name__)
 

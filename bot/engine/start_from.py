@@ -19,9 +19,9 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError
-from cluster.framework_base import Tracking
-from cluster.profiles import ClusterProfile
-from cluster.spec import Framework, framework
+from cluster.launching.spec import Framework, framework
+from cluster.site.profiles import ClusterProfile
+from cluster.watching.tracking import Tracking
 from commands.access import may_start_from
 from commands.context import User
 from commands.policy import Policy

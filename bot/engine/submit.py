@@ -20,7 +20,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
-from cluster.start_copy import copy_start
+from cluster.launching.start_copy import copy_start
 from commands.access import is_custom_image, may_use_image, slurm_account
 
 THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,

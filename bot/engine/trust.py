@@ -15,8 +15,8 @@ import re
 from collections.abc import Collection
 
 from bot.lifecycle.launch import Launch
-from cluster.profiles import ClusterProfile
-from cluster.sbatch import JobShape
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.sbatch import JobShape
 from commands.access import slurm_account
 from commands.policy import Policy
 

@@ -18,8 +18,8 @@ from statistics import median
 from bot.lifecycle.launch import Launch
 from bot.settings.sections import Health as Rules
 from bot.text.mrkdwn import escape
-from cluster.gpu import GpuSample
-from cluster.progress import Progress
+from cluster.preflight.gpu import GpuSample
+from cluster.watching.progress import Progress
 
 TRAINBOT = "trainbot"  # cancelled_by of a run trainbot stopped itself (its loss went NaN)
 STEP_RE = re.compile(r"step=(\d+)")

@@ -11,8 +11,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.framework_base import Tracking
-from cluster.run_record import RunRecord
+from cluster.launching.run_record import RunRecord
+from cluster.watching.tracking import Tracking
 from commands.requests import InteractiveRequest, TrainRequest
 
 
@@ -93,7 +93,7 @@ class Attempt(BaseModel):
     held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
     held_at: float = 0.0  # when the Retry held it (a worker waits for the old job from then)
     from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
-    cause_key: str = ""  # why it failed (cluster.diagnosis key)
+    cause_key: str = ""  # why it failed (cluster.watching.diagnosis key)
     hang_reported: bool = False
     cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
     terms: Terms | None = None  # a reroute: who the launch runs as on that cluster, derived there

@@ -14,12 +14,12 @@ from bot.lifecycle import health
 from bot.lifecycle.launch import Launch, Phase
 from bot.text import mrkdwn as st
 from bot.text.plot import Marks, render_loss_png
-from cluster.images import IMPORT_NOTE, is_registry_ref, pyxis_image
-from cluster.preflight import PreflightResult
-from cluster.profiles import ClusterProfile
-from cluster.remote import quote_path
-from cluster.slurm_reasons import PendingWhy, explain_pending
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import PreflightResult
+from cluster.site.image_refs import IMPORT_NOTE, is_registry_ref, pyxis_image
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.reasons import PendingWhy, explain_pending
+from cluster.ssh.remote import quote_path
 
 OUTCOME_ICONS = {
     "COMPLETED": "✅",

@@ -32,7 +32,7 @@ from bot.text.mrkdwn import (
     section,
     use_partition_button,
 )
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from bot.store import keys
 from bot.store.budgets import Charge
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.discovery import ClusterCapacity
+from cluster.preflight.discovery import ClusterCapacity
 from cluster.ssh.pool import SSHPool
 from commands.policy import Limits, PolicyRule
 from commands.requests import TrainRequest

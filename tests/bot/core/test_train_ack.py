@@ -19,7 +19,7 @@ from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.sbatch import JobShape, StartEstimate
+from cluster.slurm.sbatch import JobShape, StartEstimate
 from cluster.ssh.pool import SSHPool
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"

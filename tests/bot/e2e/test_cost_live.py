@@ -280,7 +280,7 @@ async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselv
     from bot.engine.cost import StartEstimates
     from bot.engine.on_cluster import Clusters
     from bot.settings.env import Settings
-    from cluster.sbatch import JobShape, StartEstimate
+    from cluster.slurm.sbatch import JobShape, StartEstimate
     from cluster.ssh.pool import SSHPool
 
     config = dev_config()

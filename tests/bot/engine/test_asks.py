@@ -16,14 +16,14 @@ from bot.lifecycle.launch import Attempt, Launch
 from bot.settings.config import parse_config
 from bot.settings.env import Settings
 from bot.store.store import Store
-from cluster.accounts import Account
-from cluster.discovery import ClusterCapacity
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout
-from cluster.framework_base import Tracking
-from cluster.nodes import NodeAction
-from cluster.sbatch import JobShape, StartEstimate
-from cluster.sinfo import PartitionInfo
+from cluster.preflight.discovery import ClusterCapacity
+from cluster.site.accounts import Account
+from cluster.site.nodes import NodeAction
+from cluster.slurm.sbatch import JobShape, StartEstimate
+from cluster.slurm.sinfo import PartitionInfo
 from cluster.ssh.pool import SSHPool
+from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
 from support.workspace import ASK_KEY
 

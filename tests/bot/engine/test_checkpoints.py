@@ -9,7 +9,7 @@ from bot.core import checkpoint_list
 from bot.engine import checkpoints
 from bot.engine.checkpoints import Saved
 from bot.lifecycle.launch import Attempt, Launch
-from cluster.framework_base import Tracking
+from cluster.watching.tracking import Tracking
 from commands import CommandError, TrainRequest, User
 from tests.commands.conftest import build_context
 from tests.commands.lines import parse_line

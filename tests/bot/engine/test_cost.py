@@ -18,8 +18,8 @@ from bot.settings.env import Settings
 from bot.store.budgets import BudgetGuard, OverBudget
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.profiles import ClusterProfile
-from cluster.sbatch import StartEstimate
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.sbatch import StartEstimate
 from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week
 from commands.policy import BudgetRule

@@ -12,8 +12,8 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
 from bot.settings.config import parse_config
 from bot.settings.env import Settings
-from cluster.launch import plan_launch
-from cluster.sbatch import build_test_only
+from cluster.launching.launch import plan_launch
+from cluster.slurm.sbatch import build_test_only
 from cluster.ssh.pool import SSHPool
 from commands.access import slurm_account
 from commands.requests import TrainRequest

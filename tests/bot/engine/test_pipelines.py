@@ -19,9 +19,9 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
-from cluster.framework_base import Tracking
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
+from cluster.watching.tracking import Tracking
 from commands.budget import iso_week
 from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.requests import TrainRequest

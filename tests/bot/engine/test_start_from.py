@@ -10,12 +10,12 @@ import pytest
 from bot.engine import pipelines, start_from
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from cluster.errors import ClusterError
-from cluster.framework_base import Tracking
-from cluster.launch import plan_launch
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.remote import quote_path
-from cluster.spec import LaunchSpec, framework
+from cluster.launching.launch import plan_launch
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec, framework
+from cluster.site.profiles import ClusterProfile
+from cluster.ssh.remote import quote_path
+from cluster.watching.tracking import Tracking
 from commands import CommandError, TrainRequest, User
 from tests.bot.botkit import flush_test_redis, open_test_store
 from tests.commands.conftest import build_context

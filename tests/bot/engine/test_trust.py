@@ -18,8 +18,8 @@ from bot.engine.trust import (
 )
 from bot.lifecycle.launch import Attempt, Launch
 from bot.settings.config import parse_config
-from cluster.framework_base import Tracking
-from cluster.sbatch import JobShape
+from cluster.slurm.sbatch import JobShape
+from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
 
 CONFIG = """

@@ -29,15 +29,15 @@ from bot.settings.sections import Watch
 from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
-from cluster.collector import JobSnapshot, LogChunk
-from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
-from cluster.evidence import Evidence, EvidenceFile
-from cluster.jobs import FoundJob
-from cluster.launch import Submission
-from cluster.preflight import PreflightResult
-from cluster.spec import LaunchSpec
+from cluster.launching.jobs import FoundJob
+from cluster.launching.launch import Submission
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import PreflightResult
 from cluster.ssh.pool import SSHPool
+from cluster.watching.collector import JobSnapshot, LogChunk
+from cluster.watching.diagnosis import diagnose
+from cluster.watching.evidence import Evidence, EvidenceFile
 from commands.context import User
 from commands.requests import TrainRequest
 

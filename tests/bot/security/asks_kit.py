@@ -22,8 +22,8 @@ from bot.engine.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store import keys
 from bot.store.store import Store
-from cluster.framework_base import Tracking
 from cluster.ssh.pool import SSHPool
+from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
 from support.workspace import ASK_KEY
 from tests.bot.botkit import bot_settings, dev_config, open_test_store
