@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from bench.common import job_info_rpcs, slurm_counters
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Config

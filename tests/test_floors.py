@@ -10,8 +10,9 @@ The rules:
   only the floors below it; ``support`` (the Slack stand-in) and ``bench`` are never
   imported by what ships;
 - inside ``bot/`` and ``cluster/`` the rooms stand in floors too (``ROOMS`` and
-  ``CLUSTER_ROOMS``, top down), and a room imports only the rooms below it; the Slack edge and the console import only ``text/`` (runtime
-  hands them the core);
+  ``CLUSTER_ROOMS``, top down), and a room imports only the rooms below it; ``core/`` and
+  ``engine/`` are peers that never import each other (``PEERS``); the Slack edge and the
+  console import only ``text/`` (runtime hands them the core);
 - one owner per outside system: ``redis`` only in ``bot/store/``, ``asyncssh`` only in
   ``cluster/ssh/``, ``slack_bolt``/``slack_sdk`` only in ``bot/slack/``;
 - ``commands/`` does no I/O: it imports no network, process or file-system module.
@@ -39,6 +40,8 @@ ROOMS = (
     "notify",
     "core",
     "engine",
+    "planning",
+    "gateway",
     "store",
     "slack",
     "console",
@@ -60,6 +63,8 @@ CLUSTER_ROOMS = (
     "errors",
 )
 FLOOR_PLANS = {"bot": ROOMS, "cluster": CLUSTER_ROOMS}
+# Rooms that stand side by side: neither imports the other (the answers and the loops).
+PEERS = {("bot", "core", "engine")}
 # Rooms that may import only these rooms of bot/ (the edges are handed the core).
 EDGE_ROOMS = {"slack": {"text"}, "console": {"text"}}
 
@@ -187,6 +192,10 @@ def room_faults(arrow: Arrow) -> list[str]:
     if package == "bot" and room in EDGE_ROOMS and other not in EDGE_ROOMS[room]:
         allowed = ", ".join(sorted(EDGE_ROOMS[room]))
         return [f"{arrow}: the {room} edge imports only {allowed}/ of bot/"]
+    if (package, room, other) in PEERS or (package, other, room) in PEERS:
+        return [
+            f"{arrow}: {package}/{room} and {package}/{other} are peers: neither imports the other"
+        ]
     if plan.index(other) < plan.index(room):
         return [f"{arrow}: {package}/{room} stands below {package}/{other} and may not import it"]
     return []
@@ -240,6 +249,8 @@ def test_the_floor_plan_is_the_one_the_architecture_page_draws() -> None:
         ("cluster/slurm/x.py", "import asyncssh\n", "only cluster/ssh/ imports asyncssh"),
         ("bot/store/x.py", "from bot.engine import worker\n", "stands below bot/engine"),
         ("bot/store/x.py", "from ..core import train\n", "stands below bot/core"),
+        ("bot/core/x.py", "from bot.engine import worker\n", "are peers"),
+        ("bot/gateway/x.py", "from bot.planning import cost\n", "stands below bot/planning"),
         ("cluster/slurm/x.py", "from cluster.site import profiles\n", "stands below cluster/site"),
         ("cluster/watching/x.py", "from ..launching import spec\n", "stands below"),
         ("cluster/ssh/x.py", "from cluster.frameworks import nemo\n", "stands below"),

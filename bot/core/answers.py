@@ -8,12 +8,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
-from bot.engine import pipelines
-from bot.engine.asks import ClusterCalls
-from bot.engine.cost import wait_words
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import render
 from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.planning import pipelines
+from bot.planning.cost import wait_words
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import actions, cancel_button, code_block, escape, section

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot.core import record_view
-from bot.engine import pipelines
 from bot.lifecycle import health, render
 from bot.lifecycle.launch import HistoryEntry, Launch, Sweep
 from bot.lifecycle.notices import DM_EVENTS
 from bot.lifecycle.prefs import EVENT_LABELS, Prefs
 from bot.lifecycle.prefs import hours_text as prefs_hours
+from bot.planning import pipelines
 from bot.store.lanes import DeadLetter
 from bot.text.mrkdwn import (
     ACTION_PREFS,

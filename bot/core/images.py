@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bot.engine.asks import ClusterCalls
+from bot.gateway.asks import ClusterCalls
 from bot.text.front import Reply
 from bot.text.mrkdwn import escape
 from cluster.errors import TrainbotError

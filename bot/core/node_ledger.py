@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.asks import ClusterCalls
-from bot.engine.identity import People
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.identity import People
 from bot.store.nodes import NodeEntry, NodeRecord
 from bot.store.store import Store
 from bot.text.front import Incoming, Reply

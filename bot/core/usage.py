@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
-from bot.engine.cost import Appraisal
 from bot.lifecycle.launch import Launch
+from bot.planning.cost import Appraisal
 from bot.store.budgets import Charge, OverBudget, OverTeamBudget, TeamGuard
 from bot.store.store import Store
 from bot.text.front import Front, FrontError, Reply

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import gpu_sampled, gpu_text
 from bot.lifecycle.launch import Launch, Phase

@@ -12,9 +12,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from bot.engine.authority import Authority
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
+from bot.gateway.authority import Authority
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase

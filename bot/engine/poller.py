@@ -24,18 +24,20 @@ from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.engine import placement, wandb_summary
-from bot.engine.authority import Authority
+from bot.engine import wandb_summary
 from bot.engine.charging import charge_ended
-from bot.engine.cost import StartEstimates
 from bot.engine.gpuwatch import sample_running
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, tracked
-from bot.engine.trust import log_roots, user_problem
+from bot.gateway.authority import Authority
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
+from bot.gateway.trust import log_roots, user_problem
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
+from bot.planning import placement
+from bot.planning.cost import StartEstimates
+from bot.planning.planner import Planner
 from bot.settings.logs import log_context
 from bot.store.base import StoreError
 from bot.store.nodes import NodeEntry
@@ -48,6 +50,7 @@ from cluster.watching.collector import JobSnapshot, PollResult, collect
 from cluster.watching.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.watching.evidence import gather
 from cluster.watching.tracking import Tracking
+from commands.context import CommandContext
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +100,20 @@ class Poller:
         self.stopping = False
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
-        self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
         self.wandb = wandb_summary.ReadBacks(store, wandb_summary.reader_for(clusters.settings))
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
         # reroute: the move admitted again (the runtime gives it the groups Slack says now)
         self.authority = Authority(store, clusters, self.people)
+        # reroute: where a pending launch would start now (Slurm's estimates, shared briefly)
+        config = clusters.config
+        context = CommandContext(
+            clusters=clusters.profiles, catalog=config.catalog, policy=config.policy
+        )
+        self.planner = Planner(
+            store, clusters, clusters, context, StartEstimates(), self.people.cluster_user
+        )
 
     def start(self) -> None:
         placement = self.clusters.config.policy.placement
@@ -170,15 +180,13 @@ class Poller:
 
     async def reroute(self, cluster: str) -> int:
         """Move launches still pending on ``cluster`` where another cluster would start
-        them now (policy ``placement.reroute_after_s``; :func:`bot.engine.placement.reroute`),
+        them now (policy ``placement.reroute_after_s``; :func:`bot.planning.placement.reroute`),
         while this poller holds the cluster's lease."""
         if cluster not in self.held or self.stopping:
             return 0
         with log_context(cluster=cluster):
             try:
-                return await placement.reroute(
-                    self.store, self.clusters, cluster, self.estimates, self.authority
-                )
+                return await placement.reroute(self.planner, cluster, self.authority)
             except Exception:  # Redis away, say: the next run tries again
                 log.exception("rerouting pending launches of %s failed", cluster)
                 return 0

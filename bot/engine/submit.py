@@ -12,11 +12,11 @@ import dataclasses
 import math
 import time
 
-from bot.engine import pipelines, start_from
 from bot.engine.holding import log
 from bot.engine.recovery import Recovery, submit_deadline
 from bot.lifecycle import phases, render
 from bot.lifecycle.launch import Launch, Phase
+from bot.planning import pipelines, start_from
 from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed

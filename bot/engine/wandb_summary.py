@@ -29,9 +29,9 @@ from typing import Any, Protocol
 import aiohttp
 from pydantic import SecretStr
 
-from bot.engine import sweeps
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
+from bot.planning import sweeps
 from bot.settings.env import Settings
 from bot.store.store import Store
 from bot.text.mrkdwn import escape

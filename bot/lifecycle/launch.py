@@ -192,8 +192,8 @@ class Launch(BaseModel):
     parent_rendered_at: float = 0.0
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
-    waits_for: str = ""  # after=: the launch this one starts after (bot.engine.pipelines)
-    sweep: str = ""  # the sweep this launch is a member of (bot.engine.sweeps), if any
+    waits_for: str = ""  # after=: the launch this one starts after (bot.planning.pipelines)
+    sweep: str = ""  # the sweep this launch is a member of (bot.planning.sweeps), if any
     placed: str = ""  # cluster=auto: the cluster chosen and Slurm's start estimates then
     starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from
     start_key: str = ""  # from=: the recipe key and checkpoint path, noted before its first job

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.engine import sweeps
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Sweep
+from bot.planning import sweeps
 from bot.store.store import Store
 from bot.text.front import Front, MessageRef
 from bot.text.plot import render_overlay_png

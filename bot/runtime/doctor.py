@@ -20,7 +20,7 @@ import sys
 from contextlib import AsyncExitStack
 from typing import IO
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.settings.config import Config
 from bot.settings.env import Settings, Target
 from bot.store.keys import NOTIFY_DEAD_LETTERS

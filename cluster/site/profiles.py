@@ -49,8 +49,8 @@ from cluster.site.profile_fields import (
     check_tensorboard_template,
     check_time_limit,
 )
-from cluster.ssh.remote import join_remote
 from cluster.slurm.sbatch import JobShape
+from cluster.ssh.remote import join_remote
 
 ClusterType = PresetName
 _NULLABLE = (

@@ -10,7 +10,7 @@ import os
 import signal
 
 from bot.engine import recovery, worker
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.runtime.cli import main
 from cluster.launching.launch import Submission
 from cluster.launching.spec import LaunchSpec

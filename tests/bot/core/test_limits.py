@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from bot.core.core import Core
 from bot.engine import worker
-from bot.engine.on_cluster import Clusters
 from bot.engine.worker import Worker
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.lane_rules import Retry

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import SecretStr
 
-from bot.engine.sweeps import wandb_comparison_text
 from bot.engine.wandb_summary import (
     RUN_QUERY,
     WandbReader,
@@ -20,6 +19,7 @@ from bot.engine.wandb_summary import (
     summary_text,
 )
 from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.planning.sweeps import wandb_comparison_text
 from bot.store import keys
 from bot.store.store import Store
 from commands.requests import TrainRequest

@@ -18,9 +18,9 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine import recovery, submit, worker
-from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import parse_config

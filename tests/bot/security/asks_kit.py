@@ -16,9 +16,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from bot.engine import ask_wire as wire
-from bot.engine.asks import WorkerAsks, serve_asks
-from bot.engine.on_cluster import Clusters
+from bot.gateway import ask_wire as wire
+from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store import keys
 from bot.store.store import Store

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from bot.engine import ask_wire as wire
-from bot.engine.asks import WorkerAsks
+from bot.gateway import ask_wire as wire
+from bot.gateway.asks import WorkerAsks
 from bot.runtime.assembly import check_ask_key
 from cluster.errors import ClusterError, ConfigError
 from tests.bot.botkit import bot_settings

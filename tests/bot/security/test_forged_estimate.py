@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine import ask_wire as wire
+from bot.gateway import ask_wire as wire
 from cluster.errors import ClusterError
 from cluster.slurm.sbatch import JobShape
 from tests.bot.security.asks_kit import ask_worker, old_style, with_field

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller
+from bot.gateway.on_cluster import Clusters
 from cluster.ssh.pool import SSHPool
 from cluster.watching import collect_remote as remote
 from tests.bot.botkit import bot_settings, dev_config, login_run, open_test_store

@@ -1,4 +1,4 @@
-"""bot.engine.pipelines against real Redis: what a waiting launch does when a worker takes it
+"""bot.planning.pipelines against real Redis: what a waiting launch does when a worker takes it
 (put back for its time or its parent's next look, or ended with its parent's reason)."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.engine.authority import Authority, GroupsOf
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
-from bot.engine.pipelines import APPROVAL_PATIENCE_S, PARENT_LOOK_S, must_wait
-from bot.engine.start_from import checkpoint_outside, start_point
+from bot.gateway.authority import Authority, GroupsOf
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.planning.pipelines import APPROVAL_PATIENCE_S, PARENT_LOOK_S, must_wait
+from bot.planning.start_from import checkpoint_outside, start_point
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store

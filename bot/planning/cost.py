@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.engine.asks import ClusterCalls
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import render
 from bot.lifecycle.launch import StepRun, recipe_key
 from bot.store.store import Store

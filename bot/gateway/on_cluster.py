@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pydantic import SecretStr
 
-from bot.engine.trust import log_path_problem, log_roots, user_problem
+from bot.gateway.trust import log_path_problem, log_roots, user_problem
 from bot.lifecycle.launch import Launch
 from bot.settings.config import Config
 from bot.settings.env import Settings

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from bot.core.core import Core
-from bot.engine.cost import estimate_cost, start_text
-from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import used_gpu_hours
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, StepRun
+from bot.planning.cost import estimate_cost, start_text
 from bot.settings.config import load_config
 from bot.settings.env import Settings
 from bot.store.budgets import BudgetGuard, OverBudget

@@ -15,8 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
-from bot.engine.identity import NoUser, People
-from bot.engine.on_cluster import Clusters
+from bot.gateway.identity import NoUser, People
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch, Terms
 from bot.store.store import Store
 from bot.text.mrkdwn import escape

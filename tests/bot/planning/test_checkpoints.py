@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from bot.core import checkpoint_list
-from bot.engine import checkpoints
-from bot.engine.checkpoints import Saved
 from bot.lifecycle.launch import Attempt, Launch
+from bot.planning import checkpoints
+from bot.planning.checkpoints import Saved
 from cluster.watching.tracking import Tracking
 from commands import CommandError, TrainRequest, User
 from tests.commands.conftest import build_context

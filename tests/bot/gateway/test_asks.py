@@ -1,4 +1,4 @@
-"""Cluster work asked of the workers (bot.engine.asks): what the web role's core gets back is
+"""Cluster work asked of the workers (bot.gateway.asks): what the web role's core gets back is
 what a worker's own call gave, errors keep their kind, and an ask no worker takes fails
 in its time saying so. Real Redis; the cluster side is scripted at trainbot's own seam
 (``Clusters``)."""
@@ -10,8 +10,8 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from bot.engine.asks import WorkerAsks, serve_asks
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch
 from bot.settings.config import parse_config
 from bot.settings.env import Settings

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.cost import estimate_shape
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
+from bot.planning.cost import estimate_shape
 from bot.settings.config import parse_config
 from bot.settings.env import Settings
 from cluster.launching.launch import plan_launch

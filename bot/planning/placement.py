@@ -8,14 +8,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
+from typing import TYPE_CHECKING
 
-from bot.engine.asks import ClusterCalls
-from bot.engine.authority import Authority
-from bot.engine.cost import StartEstimates, estimate_shape
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.authority import Authority
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase, Terms
 from bot.lifecycle.render import duration
+from bot.planning.cost import StartEstimates, estimate_shape
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, CommandTimeout
@@ -28,6 +29,9 @@ from commands.train import auto_fits
 
 PLACE_TIMEOUT_S = 10.0  # each cluster's answer is waited for at most this long
 HELD_MOVE_CHECK_S = 60.0  # a move cut short: a worker checks on the old job after this
+
+if TYPE_CHECKING:
+    from bot.planning.planner import Planner
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +152,8 @@ def _due(launch: Launch, after_s: float, now: float) -> bool:
 
 
 async def reroute(
-    store: Store,
-    clusters: Clusters,
+    planner: Planner,
     cluster: str,
-    estimates: StartEstimates,
     authority: Authority,
     *,
     timeout_s: float = PLACE_TIMEOUT_S,
@@ -165,13 +167,10 @@ async def reroute(
     and budget of the target), and the launch runs there as the Unix user, with the
     account and secrets, derived for the target; where the target refuses the person,
     it stays and its thread says why. Returns how many moved."""
-    policy = clusters.config.policy
-    after_s = policy.placement.reroute_after_s
+    store, clusters = planner.store, planner.clusters
+    after_s = planner.context.policy.placement.reroute_after_s
     if after_s is None:
         return 0
-    context = CommandContext(
-        clusters=clusters.profiles, catalog=clusters.config.catalog, policy=policy
-    )
     moved = 0
     now = time.time()
     for launch in await store.get_many(await store.tracked_ids(cluster)):
@@ -180,14 +179,9 @@ async def reroute(
         user = await authority.user(launch)
         others = [name for name in clusters.profiles if name != cluster]
         try:
-            target, why, now_there = await place(
-                clusters,
-                clusters,
-                context,
-                estimates,
+            target, why, now_there = await planner.place(
                 launch.request,
                 user,
-                authority.people.cluster_user,
                 only=others,
                 left_out="where it waits now",
                 timeout_s=timeout_s,

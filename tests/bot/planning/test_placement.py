@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import time
 
-from bot.engine import placement
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, Terms
+from bot.planning import placement
 from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
-from tests.bot.engine.test_pipelines import authority_for
+from tests.bot.planning.test_pipelines import authority_for
 
 
 class Cancels:

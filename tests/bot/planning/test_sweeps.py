@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.engine import sweeps
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.notify.notifier import Notifier
+from bot.planning import sweeps
 from bot.slack.webapi import SlackFront
 from bot.store import keys
 from bot.store.budgets import BudgetGuard, OverBudget

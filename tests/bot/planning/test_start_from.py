@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from bot.engine import pipelines, start_from
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.planning import pipelines, start_from
 from cluster.errors import ClusterError
 from cluster.launching.launch import plan_launch
 from cluster.launching.recipes import DEFAULT_CATALOG

@@ -1,4 +1,4 @@
-"""What a worker re-derives instead of believing Redis (bot.engine.trust), as tables: whom
+"""What a worker re-derives instead of believing Redis (bot.gateway.trust), as tables: whom
 a record may say a launch runs as, which log a tail may read, which jobs a cancel ends,
 and which estimate shapes the policy allows."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.trust import (
+from bot.gateway.trust import (
     estimate_user,
     log_path_problem,
     log_roots,

@@ -10,7 +10,7 @@ than a few seconds from now, not past ``until``, and alive no longer than
 remembers it until then), so an ask copied back onto the list does nothing.
 
 An ask names a launch and what to do, never a path, a Unix user or job ids: a worker
-finds those in the launch's record and checks them there (:mod:`bot.engine.asks`).
+finds those in the launch's record and checks them there (:mod:`bot.gateway.asks`).
 """
 
 from __future__ import annotations

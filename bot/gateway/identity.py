@@ -10,7 +10,7 @@ for people), asked over the shared connection and remembered for a while.
 
 This is decided where the person asks (``/train``) and written on the launch; the
 record is then only a claim. Whoever acts on it checks it against the config again
-(:func:`bot.engine.trust.user_problem`, in ``Clusters.profile_for``), and the user CA
+(:func:`bot.gateway.trust.user_problem`, in ``Clusters.profile_for``), and the user CA
 signs no reserved name (:mod:`cluster.ssh.principals`).
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.asks import ClusterCalls
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.on_cluster import Clusters
 from bot.text.front import Front
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError
@@ -46,7 +46,7 @@ class People:
 
     def __init__(self, clusters: Clusters, front: Front | None, calls: ClusterCalls) -> None:
         self.clusters = clusters
-        self.calls = calls  # how this process asks a login node (see bot.engine.asks)
+        self.calls = calls  # how this process asks a login node (see bot.gateway.asks)
         self.front = front
         self._accounts: dict[tuple[str, str], tuple[float, str]] = {}
 

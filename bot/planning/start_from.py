@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from bot.engine import checkpoints
-from bot.engine.authority import Authority
+from bot.gateway.authority import Authority
 from bot.lifecycle import phases, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
+from bot.planning import checkpoints
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError

@@ -5,18 +5,18 @@ The core speaks to the clusters through :class:`ClusterCalls`: a cluster's capac
 what a login node says of a Unix user (``identity.from_email``) and a node's drain or
 resume (the node ledger: on-call or an admin, asked again by the worker).
 A process with keys (a worker, or ``--role all``) makes them itself
-(:class:`bot.engine.on_cluster.Clusters`); the web role makes them through
+(:class:`bot.gateway.on_cluster.Clusters`); the web role makes them through
 :class:`WorkerAsks`: each call is one entry on a Redis list that any worker takes
 (:func:`serve_asks`), runs with its own keys (as the person, where the cluster
 maps them) and answers on a list the asker waits on. An ask no worker answers in
 time is an error saying so. So the web role needs neither SSH key nor user CA,
 and Slack's ack never waits on SSH (the Slack edge answers late asks ephemerally).
 
-A worker believes an ask only as far as it must (:mod:`bot.engine.ask_wire`): it is
+A worker believes an ask only as far as it must (:mod:`bot.gateway.ask_wire`): it is
 signed with ``TRAINBOT_ASK_KEY``, bounded in size and age, and used once. Even then it
 names only a launch or a cluster: the log a ``tail`` reads, the jobs a ``cancel`` ends
 and whom either runs as come from the launch's record, checked against the config
-(:mod:`bot.engine.trust`); an ``estimate`` runs as the person's configured user, for a
+(:mod:`bot.gateway.trust`); an ``estimate`` runs as the person's configured user, for a
 shape the policy allows them. A refused ask is logged and answered with the reason.
 """
 
@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-from bot.engine import ask_wire as wire
-from bot.engine.on_cluster import Clusters
-from bot.engine.trust import estimate_user, recorded_jobs, recorded_log, shape_problem
+from bot.gateway import ask_wire as wire
+from bot.gateway.on_cluster import Clusters
+from bot.gateway.trust import estimate_user, recorded_jobs, recorded_log, shape_problem
 from bot.lifecycle.launch import Launch
 from bot.settings.logs import launch_fields
 from bot.store.store import Store
@@ -202,7 +202,7 @@ class Refused(ClusterError):
 
 
 async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event, key: bytes) -> None:
-    """A worker's loop: take each ask, check it (:func:`bot.engine.ask_wire.unseal`, then
+    """A worker's loop: take each ask, check it (:func:`bot.gateway.ask_wire.unseal`, then
     used once), run it with this process's keys, answer it. Asks run side by side (a
     slow tail holds up no estimate); a bad one is logged, answered with why, and dropped."""
     running: set[asyncio.Task[None]] = set()
