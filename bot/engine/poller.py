@@ -27,6 +27,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from bot.engine import wandb_summary
 from bot.engine.charging import charge_ended
 from bot.engine.gpuwatch import sample_running
+from bot.engine.reroute import reroute as reroute_pending
 from bot.engine.tracking import apply_snapshot, tracked
 from bot.gateway.authority import Authority
 from bot.gateway.identity import People
@@ -35,7 +36,6 @@ from bot.gateway.trust import log_roots, user_problem
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
-from bot.planning import placement
 from bot.planning.cost import StartEstimates
 from bot.planning.planner import Planner
 from bot.settings.logs import log_context
@@ -180,13 +180,13 @@ class Poller:
 
     async def reroute(self, cluster: str) -> int:
         """Move launches still pending on ``cluster`` where another cluster would start
-        them now (policy ``placement.reroute_after_s``; :func:`bot.planning.placement.reroute`),
+        them now (policy ``placement.reroute_after_s``; :func:`bot.engine.reroute.reroute`),
         while this poller holds the cluster's lease."""
         if cluster not in self.held or self.stopping:
             return 0
         with log_context(cluster=cluster):
             try:
-                return await placement.reroute(self.planner, cluster, self.authority)
+                return await reroute_pending(self.planner, cluster, self.authority)
             except Exception:  # Redis away, say: the next run tries again
                 log.exception("rerouting pending launches of %s failed", cluster)
                 return 0

@@ -8,17 +8,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import TYPE_CHECKING
 
 from bot.gateway.asks import ClusterCalls
-from bot.gateway.authority import Authority
 from bot.gateway.on_cluster import Clusters
-from bot.lifecycle import phases
-from bot.lifecycle.launch import Launch, Phase, Terms
-from bot.lifecycle.render import duration
 from bot.planning.cost import StartEstimates, estimate_shape
-from bot.store.store import Store
-from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, CommandTimeout
 from commands.access import slurm_account
 from commands.context import CommandContext, User
@@ -28,10 +21,6 @@ from commands.requests import InteractiveRequest, TrainRequest
 from commands.train import auto_fits
 
 PLACE_TIMEOUT_S = 10.0  # each cluster's answer is waited for at most this long
-HELD_MOVE_CHECK_S = 60.0  # a move cut short: a worker checks on the old job after this
-
-if TYPE_CHECKING:
-    from bot.planning.planner import Planner
 
 log = logging.getLogger(__name__)
 
@@ -132,112 +121,3 @@ async def place(
     name, why = chosen
     best = next(a for a in answers if a.cluster == name)
     return name, why, best.wait_s is not None and best.wait_s <= NOW_TOLERANCE_S
-
-
-def _due(launch: Launch, after_s: float, now: float) -> bool:
-    """Placed by cluster=auto, not moved yet, and its job still pending ``after_s`` on; one
-    that starts from a parent's checkpoint (``from=``) stays on the parent's cluster."""
-    attempt = launch.attempt
-    return (
-        bool(launch.placed)
-        and not launch.starts_from
-        and not launch.rerouted
-        and not launch.cancelled_by
-        and launch.phase == Phase.SUBMITTED
-        and attempt is not None
-        and bool(attempt.job_id)
-        and not attempt.started_at
-        and 0 < attempt.submitted_at <= now - after_s
-    )
-
-
-async def reroute(
-    planner: Planner,
-    cluster: str,
-    authority: Authority,
-    *,
-    timeout_s: float = PLACE_TIMEOUT_S,
-) -> int:
-    """``policy.placement.reroute_after_s``: move each launch of ``cluster`` that is due
-    (:func:`_due`) to another cluster that fits it and where Slurm would start it now,
-    once: its job is cancelled only while still PENDING (``scancel --state=PENDING``),
-    and only once Slurm shows it gone is a new attempt queued there, which a worker
-    submits exactly once (the launch's lock, fence and look-up). The move is admitted
-    as /train was (``authority``: the person's groups now, the policy, the identity map
-    and budget of the target), and the launch runs there as the Unix user, with the
-    account and secrets, derived for the target; where the target refuses the person,
-    it stays and its thread says why. Returns how many moved."""
-    store, clusters = planner.store, planner.clusters
-    after_s = planner.context.policy.placement.reroute_after_s
-    if after_s is None:
-        return 0
-    moved = 0
-    now = time.time()
-    for launch in await store.get_many(await store.tracked_ids(cluster)):
-        if launch is None or not _due(launch, after_s, now):
-            continue
-        user = await authority.user(launch)
-        others = [name for name in clusters.profiles if name != cluster]
-        try:
-            target, why, now_there = await planner.place(
-                launch.request,
-                user,
-                only=others,
-                left_out="where it waits now",
-                timeout_s=timeout_s,
-            )
-        except CommandError as exc:
-            log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, exc)
-            continue  # no other cluster can take it: it stays
-        if not now_there:
-            log.info("launch %s pending on %s, not moved: %s", launch.id, cluster, why)
-            continue  # nowhere would start it now either
-        answer = await authority.readmit(launch, target)
-        if answer.outcome == "UNSURE":
-            continue  # Slack did not say the person's groups: asked again next pass
-        if answer.outcome == "OVER_BUDGET":
-            log.info(
-                "launch %s pending on %s, not moved: over budget on %s", launch.id, cluster, target
-            )
-            continue  # the person's budget there has no room for its estimate
-        if not answer.allowed:
-            text = (
-                f"🔀 Still pending on {cluster}; {target} would start it now, but it was not "
-                f"moved there: {answer.why}"
-            )
-            facts = phases.Facts(cluster=target, text=text)
-            await store.mutate(launch.id, phases.step(phases.move_refused, facts))
-            continue
-        if await _move(store, clusters, launch, target, why, after_s, answer.terms):
-            moved += 1
-    return moved
-
-
-async def _move(
-    store: Store,
-    clusters: Clusters,
-    launch: Launch,
-    target: str,
-    why: str,
-    after_s: float,
-    terms: Terms,
-) -> bool:
-    old_job, left = launch.job_id, launch.cluster
-    later = time.time() + HELD_MOVE_CHECK_S
-    facts = phases.Facts(job_id=old_job, cluster=target, due=later, terms=terms)
-    held, _ = await store.mutate(launch.id, phases.step(phases.reroute, facts))
-    if held.phase != Phase.RETRYING or not held.attempts[-1].held:
-        return False
-    problem = await clusters.cancel_and_confirm(held, old_job, pending_only=True)
-    if problem:  # it started meanwhile (scancel left it), or Slurm did not answer
-        log.info("launch %s not moved to %s: %s", launch.id, target, problem)
-        await store.mutate(launch.id, phases.step(phases.old_job_stays, phases.Facts()))
-        return False
-    text = (
-        f"🔀 Still pending on {left} after {duration(after_s)} while {target} would start it "
-        f"now ({escape(why)}): cancelled job {old_job} there before it started and moved "
-        f"the launch to {target}, once; its GPU-hour estimate counts on {target} now."
-    )
-    facts = phases.Facts(now=time.time(), job_id=old_job, text=text)
-    moved, _ = await store.mutate(launch.id, phases.step(phases.moved, facts))
-    return moved.cluster == target

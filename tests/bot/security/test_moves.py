@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bot.core.core import Core
+from bot.engine import reroute
 from bot.engine.worker import Worker
 from bot.gateway.authority import Authority
 from bot.gateway.identity import People
@@ -173,7 +174,7 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
             await store.create(item, [], enqueue=False)
             await store.mutate(item.id, lambda s: [Event("update", s.id)])  # tracked on a3m
         authority = Authority(store, clusters, People(clusters, None, clusters))
-        moved = await placement.reroute(planner_of(store, clusters, authority), "a3m", authority)
+        moved = await reroute.reroute(planner_of(store, clusters, authority), "a3m", authority)
         assert moved == 1
         went = await store.get(alice.id)
         stayed = await store.get(bob.id)
@@ -191,9 +192,7 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
         assert said.startswith("🔀 Still pending on a3m; a3u would start it now, but it was not")
         assert "You have no user on a3u" in said
         # Refused once: the next reroute pass does not ask again.
-        assert (
-            await placement.reroute(planner_of(store, clusters, authority), "a3m", authority) == 0
-        )
+        assert await reroute.reroute(planner_of(store, clusters, authority), "a3m", authority) == 0
         assert len(await thread_texts(store, bob.id)) == 1
 
         # A worker submits the moved launch on a3u: Slurm runs it as alice.

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 
+from bot.engine import reroute
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, Terms
-from bot.planning import placement
 from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
@@ -45,10 +45,10 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
         await store.create(item, [])
         await store.mutate(item.id, lambda s: [Event("update", s.id)])  # index as submitted
         assert await store.tracked_ids("a4") == [item.id]
-        assert placement._due(item, 30, time.time())
-        assert not placement._due(item, 120, time.time())  # not pending that long yet
+        assert reroute._due(item, 30, time.time())
+        assert not reroute._due(item, 120, time.time())  # not pending that long yet
         cancels = Cancels("")
-        moved = await placement._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
+        moved = await reroute._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert moved
         assert cancels.calls == [("a4", "4187", True)]  # only while still pending
         stored = await store.get(item.id)
@@ -62,8 +62,8 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
         assert stored.attempts[0].ended_at > 0  # billed until the move
         assert await store.tracked_ids("a4") == []  # the old cluster's poller lets it go
         assert await store.find_job("4187") == [("a4", item.id)]
-        assert not placement._due(stored, 30, time.time())
-        again = await placement._move(store, cancels, stored, "a3m", "a3m: now", 30, Terms())  # type: ignore[arg-type]
+        assert not reroute._due(stored, 30, time.time())
+        again = await reroute._move(store, cancels, stored, "a3m", "a3m: now", 30, Terms())  # type: ignore[arg-type]
         assert not again and len(cancels.calls) == 1  # moved once at most
 
 
@@ -73,7 +73,7 @@ async def test_a_job_that_started_meanwhile_keeps_the_launch_where_it_is() -> No
         item = pending("4188")
         await store.create(item, [])
         cancels = Cancels("Slurm still shows it running after 15 s")
-        moved = await placement._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
+        moved = await reroute._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert not moved
         stored = await store.get(item.id)
         assert stored is not None
