@@ -11,6 +11,11 @@ remembers it until then), so an ask copied back onto the list does nothing.
 
 An ask names a launch and what to do, never a path, a Unix user or job ids: a worker
 finds those in the launch's record and checks them there (:mod:`bot.gateway.asks`).
+
+The answer comes back signed the same way, bound to the ask's id
+(:func:`seal_answer`): the asker takes a worker's answer to its own ask only, and
+passes over anything else put on its answer list (:func:`unseal_answer`), so a capacity,
+an estimate, an account or a log tail shown to a person is what a worker read.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import json
 import re
 import secrets
 import time
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,6 +37,7 @@ from cluster.site.profile_fields import CLUSTER_NAME_PATTERN, SLURM_NAME_PATTERN
 from commands.values import LAUNCH_ID_PATTERN
 
 MAX_ASK_BYTES = 4096  # an ask holds ids and a shape; anything longer is not one
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a log tail is the longest answer (MAX_TAIL_LINES)
 MAX_ASK_LIFETIME_S = 120.0  # no ask lives longer (asks wait at most a minute)
 CLOCK_SKEW_S = 5.0  # an ask issued this far in the future is still taken
 ASK_ID_PATTERN = r"^[0-9a-f]{24}$"
@@ -169,6 +176,73 @@ def seal(ask: Ask, key: bytes) -> str:
     return json.dumps({"body": body, "sig": _mac(key, body.encode())})
 
 
+SIGNATURE_DIFFERS = (
+    "the ask's signature does not match (the web and worker processes must share "
+    "the same TRAINBOT_ASK_KEY)"
+)
+KEY_DIFFERS = (
+    "a worker could not check this ask's signature: the web and worker processes must "
+    "share the same TRAINBOT_ASK_KEY"
+)
+
+
+def says_key_differs(sealed: object) -> bool:
+    """Whether an answer the asker cannot check is a worker's refusal of a badly signed
+    ask: the one unchecked answer an asker acts on, and only to say :data:`KEY_DIFFERS`
+    in its own words (a forger can make an ask fail, which it could anyway, but can make
+    it say nothing of its own)."""
+    if not isinstance(sealed, dict) or not isinstance(sealed.get("body"), str):
+        return False
+    try:
+        answer = json.loads(sealed["body"])
+    except ValueError:
+        return False
+    return (
+        isinstance(answer, dict)
+        and answer.get("error") == f"the worker refused the ask: {SIGNATURE_DIFFERS}"
+    )
+
+
+class BadAnswer(Exception):
+    """An answer the asker passes over: not signed by a worker for this ask."""
+
+
+def _answer_mac(key: bytes, ask_id: str, body: str) -> str:
+    return _mac(key, f"answer:{ask_id}:".encode() + body.encode())
+
+
+def seal_answer(
+    ask_id: str, answer: dict[str, Any], key: bytes, redact: Callable[[str], str] | None = None
+) -> dict[str, str]:
+    """A worker's answer to ``ask_id`` as it goes on the answer list: its body (redacted
+    first, so the store's own redaction changes nothing signed) and the body's signature,
+    bound to the ask."""
+    body = json.dumps(answer)
+    if redact is not None:
+        body = redact(body)
+    return {"body": body, "sig": _answer_mac(key, ask_id, body)}
+
+
+def unseal_answer(ask_id: str, sealed: object, key: bytes) -> dict[str, Any]:
+    """The answer to ``ask_id`` in ``sealed``, its signature checked; else :class:`BadAnswer`."""
+    if not isinstance(sealed, dict) or set(sealed) != {"body", "sig"}:
+        raise BadAnswer("the answer is not signed (it needs exactly a body and a sig)")
+    body, sig = sealed["body"], sealed["sig"]
+    if not isinstance(body, str) or not isinstance(sig, str):
+        raise BadAnswer("the answer's body and sig must be strings")
+    if len(body.encode()) > MAX_ANSWER_BYTES:
+        raise BadAnswer(f"the answer is over {MAX_ANSWER_BYTES} bytes")
+    if not hmac.compare_digest(_answer_mac(key, ask_id, body), sig):
+        raise BadAnswer("the answer's signature does not match this ask")
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise BadAnswer("the answer's body is not JSON") from None
+    if not isinstance(answer, dict):
+        raise BadAnswer("the answer's body is not an object")
+    return answer
+
+
 def _loose_id(body: object) -> str:
     """The id an unverified body claims, only to address a refusal to its asker."""
     found = re.search(r'"id"\s*:\s*"([0-9a-f]{24})"', body) if isinstance(body, str) else None
@@ -189,11 +263,7 @@ def unseal(raw: str, key: bytes, now: float | None = None) -> Ask:
     if not isinstance(body, str) or not isinstance(sig, str):
         raise BadAsk("the ask's body and sig must be strings", _loose_id(body))
     if not hmac.compare_digest(_mac(key, body.encode()), sig):
-        raise BadAsk(
-            "the ask's signature does not match (the web and worker processes must share "
-            "the same TRAINBOT_ASK_KEY)",
-            _loose_id(body),
-        )
+        raise BadAsk(SIGNATURE_DIFFERS, _loose_id(body))
     try:
         ask = Ask.model_validate_json(body)
     except ValidationError as exc:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter
@@ -115,7 +116,7 @@ class WorkerAsks:
     async def _ask(self, what: wire.What, *, cluster: str, timeout_s: float) -> Any:
         ask = wire.Ask.new(what, timeout_s)
         await self.store.push_ask(wire.seal(ask, self.key))
-        answer = await self.store.wait_answer(ask.id, timeout_s)
+        answer = await self._signed_answer(ask, timeout_s)
         if answer is None:
             raise CommandTimeout(
                 f"no worker answered within {timeout_s:g} s (is a worker running?)",
@@ -125,6 +126,24 @@ class WorkerAsks:
             kind_ = _ERRORS.get(str(answer.get("error_type")), ClusterError)
             raise kind_(str(answer["error"]), cluster=str(answer.get("cluster", "")))
         return answer.get("value")
+
+    async def _signed_answer(self, ask: wire.Ask, timeout_s: float) -> dict[str, Any] | None:
+        """The first answer a worker signed for ``ask`` within ``timeout_s``; anything else
+        on its answer list (unsigned, signed for another ask) is logged and passed over."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            sealed = await self.store.wait_answer(ask.id, left)
+            if sealed is None:
+                return None
+            try:
+                return wire.unseal_answer(ask.id, sealed, self.key)
+            except wire.BadAnswer as exc:
+                log.warning("an answer to ask %s (%s) passed over: %s", ask.id, ask.kind, exc)
+                if wire.says_key_differs(sealed):
+                    # A worker with another key cannot sign for us either: say so in our
+                    # own words (never the unverified text) instead of waiting in vain.
+                    raise ClusterError(wire.KEY_DIFFERS) from None
+        return None
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         what = wire.Capacity(cluster=cluster)
@@ -201,10 +220,18 @@ class Refused(ClusterError):
     """An ask the worker will not do: what it asked for is not the launch's or the person's."""
 
 
-async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event, key: bytes) -> None:
+async def serve_asks(
+    store: Store,
+    clusters: Clusters,
+    stop: asyncio.Event,
+    key: bytes,
+    redact: Callable[[str], str] | None = None,
+) -> None:
     """A worker's loop: take each ask, check it (:func:`bot.gateway.ask_wire.unseal`, then
-    used once), run it with this process's keys, answer it. Asks run side by side (a
-    slow tail holds up no estimate); a bad one is logged, answered with why, and dropped."""
+    used once), run it with this process's keys, answer it, signed and bound to the ask
+    (:func:`bot.gateway.ask_wire.seal_answer`, ``redact`` applied first). Asks run side by
+    side (a slow tail holds up no estimate); a bad one is logged, answered with why, and
+    dropped."""
     running: set[asyncio.Task[None]] = set()
     try:
         while not stop.is_set():
@@ -214,7 +241,7 @@ async def serve_asks(store: Store, clusters: Clusters, stop: asyncio.Event, key:
             ask = await _checked(store, raw, key)
             if ask is None:
                 continue
-            task = asyncio.create_task(_answer(store, clusters, ask))
+            task = asyncio.create_task(_answer(store, clusters, ask, key, redact))
             running.add(task)
             task.add_done_callback(running.discard)
     finally:
@@ -232,7 +259,7 @@ async def _checked(store: Store, raw: str, key: bytes) -> wire.Ask | None:
         log.warning("ask refused and dropped: %s", exc.reason)
         if exc.ask_id:
             refusal = {"error": f"the worker refused the ask: {exc.reason}", "error_type": ""}
-            await store.put_answer(exc.ask_id, refusal)
+            await store.put_answer(exc.ask_id, wire.seal_answer(exc.ask_id, refusal, key))
         return None
     if not await store.first_ask(ask.id, ask.until - time.time() + 1):
         log.warning("ask %s (%s) refused and dropped: its id was used already", ask.id, ask.kind)
@@ -240,7 +267,13 @@ async def _checked(store: Store, raw: str, key: bytes) -> wire.Ask | None:
     return ask
 
 
-async def _answer(store: Store, clusters: Clusters, ask: wire.Ask) -> None:
+async def _answer(
+    store: Store,
+    clusters: Clusters,
+    ask: wire.Ask,
+    key: bytes,
+    redact: Callable[[str], str] | None,
+) -> None:
     timeout_s = max(ask.until - time.time(), 0.1)
     try:
         value = await asyncio.wait_for(_run(store, clusters, ask.what), timeout_s)
@@ -253,7 +286,7 @@ async def _answer(store: Store, clusters: Clusters, ask: wire.Ask) -> None:
     except Exception as exc:  # a bug here must not leave the asker waiting
         log.exception("ask %s failed inside trainbot", ask.kind)
         answer = {"error": f"failed inside trainbot ({type(exc).__name__})"}
-    await store.put_answer(ask.id, answer)
+    await store.put_answer(ask.id, wire.seal_answer(ask.id, answer, key, redact))
 
 
 def _refuse(what: wire.What, cluster: str, why: str, launch_id: str = "") -> Refused:

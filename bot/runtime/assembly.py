@@ -330,7 +330,7 @@ async def running(
             worker.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
-            asks = functools.partial(serve_asks, store, clusters, stop, ask_key)
+            asks = functools.partial(serve_asks, store, clusters, stop, ask_key, redactor)
             supervisor.run("asks", asks)
         if "poller" in parts:
             supervisor.run("notifier", functools.partial(bot.notifier.run, stop))
