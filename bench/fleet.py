@@ -24,13 +24,13 @@ import time
 from dataclasses import dataclass
 
 from bench.common import job_info_rpcs, slurm_counters
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.store.store import Store
-from cluster.launch import LaunchPlan, plan_launch
+from cluster.launching.launch import LaunchPlan, plan_launch
 from commands.context import User
 from commands.dispatch import parse_command
 

@@ -26,7 +26,7 @@ from bench.fleet import FLEET_USER, clusters_for
 from bot.lifecycle.launch import Launch
 from bot.settings.config import Config
 from bot.store.store import Store
-from cluster.launch import plan_launch
+from cluster.launching.launch import plan_launch
 from commands.context import User
 from commands.dispatch import parse_command
 from support.slack_requests import post_signed, slash_command_body

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from bench.soak_infra import run
-from cluster.sacct import tres_gpus
+from cluster.slurm.sacct import tres_gpus
 
 
 @dataclass(frozen=True)

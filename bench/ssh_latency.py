@@ -17,7 +17,7 @@ import subprocess
 import time
 
 from bench.common import LOGIN_SSH, NEMO_VENV_PYTHON, Row, ms, percentile, ratio
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 
 GOAL = "≥ 8x faster than SSHTunnel sequential, ≥ 15x at 40 concurrent"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog
+from cluster.launching.recipes import DEFAULT_CATALOG, RecipeCatalog
+from cluster.site.profiles import ClusterProfile
 from commands.errors import CommandError
 from commands.policy import Policy
 from commands.suggest import did_you_mean, join_names, quote

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cluster.framework_registry import frameworks, workloads
-from cluster.spec import interactive_framework
+from cluster.launching.spec import interactive_framework
+from cluster.site.framework_registry import frameworks, workloads
 from commands.context import CommandContext
 from commands.requests import HelpTopic
 

@@ -18,7 +18,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 
 AUTO = "auto"
 NOW_TOLERANCE_S = 2.0  # Slurm's start time has whole seconds, read after the clock was

@@ -14,12 +14,12 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from cluster.framework_base import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
-from cluster.framework_registry import FrameworkName, Workload
-from cluster.images import is_registry_ref
-from cluster.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
-from cluster.recipes import MODEL_PATTERN
-from cluster.slurm import slurm_time_seconds
+from cluster.launching.parts import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
+from cluster.launching.recipes import MODEL_PATTERN
+from cluster.site.framework_registry import FrameworkName, Workload
+from cluster.site.image_refs import is_registry_ref
+from cluster.site.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
+from cluster.slurm.base import slurm_time_seconds
 from commands.schedule import AFTER_PATTERN, AT_PATTERN
 from commands.sweep import SWEEP_ID_PATTERN
 from commands.values import (

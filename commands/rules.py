@@ -10,8 +10,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cluster.images import is_registry_ref, pyxis_image
-from cluster.profile_fields import SLURM_NAME_PATTERN, check_remote_path
+from cluster.site.image_refs import is_registry_ref, pyxis_image
+from cluster.site.profile_fields import SLURM_NAME_PATTERN, check_remote_path
 
 ANY = "*"
 NamedId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]

@@ -13,7 +13,7 @@ import itertools
 import re
 from collections.abc import Callable
 
-from cluster.recipes import RecipeEntry
+from cluster.launching.recipes import RecipeEntry
 from commands.errors import CommandError
 from commands.parse import Args
 from commands.suggest import join_names, quote

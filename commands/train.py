@@ -5,9 +5,9 @@ from __future__ import annotations
 import time as clock
 from collections.abc import Callable
 
-from cluster.framework_registry import default_framework, workloads
-from cluster.profiles import ClusterProfile
-from cluster.recipes import RecipeEntry
+from cluster.launching.recipes import RecipeEntry
+from cluster.site.framework_registry import default_framework, workloads
+from cluster.site.profiles import ClusterProfile
 from commands.access import may_use_image
 from commands.context import CommandContext, User
 from commands.errors import CommandError

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 
-from cluster.framework_registry import frameworks
-from cluster.images import is_registry_ref
-from cluster.profile_fields import IMAGE_NAME_PATTERN, SLURM_NAME_PATTERN
-from cluster.profiles import ClusterProfile
-from cluster.slurm import SLURM_TIME_FORMATS, slurm_time_seconds
+from cluster.site.framework_registry import frameworks
+from cluster.site.image_refs import is_registry_ref
+from cluster.site.profile_fields import IMAGE_NAME_PATTERN, SLURM_NAME_PATTERN
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import SLURM_TIME_FORMATS, slurm_time_seconds
 from commands.errors import CommandError
 from commands.suggest import did_you_mean, join_names, printable, quote
 
@@ -109,7 +109,7 @@ def check_partition(raw: str) -> str:
 
 def check_image(raw: str, profile: ClusterProfile) -> str:
     """An image: a name from the cluster's ``images`` list, a ``.sqsh`` path, or a registry
-    reference (:mod:`cluster.images`; pyxis imports it when the job starts).
+    reference (:mod:`cluster.site.image_refs`; pyxis imports it when the job starts).
 
     Names are the safe default: the cluster's operators chose those images.
     A path is accepted only when the profile allows custom images, only as an

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from bench.soak_infra import sentinel
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import Result, SSHPool
 from tests import devlogin
 

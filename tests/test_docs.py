@@ -48,8 +48,8 @@ def test_a_stale_configuration_reference_is_caught(tmp_path: Path) -> None:
 def test_every_config_key_is_in_the_reference() -> None:
     from bot.settings.config import Config
     from bot.settings.sections import Delivery, Watch
-    from cluster.login import Identity, LoginNode
-    from cluster.profiles import ClusterProfile
+    from cluster.site.login import Identity, LoginNode
+    from cluster.site.profiles import ClusterProfile
 
     text = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
     for model in (Config, Watch, Delivery, ClusterProfile, LoginNode, Identity):

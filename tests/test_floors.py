@@ -9,11 +9,13 @@ The rules:
 - the packages stand in floors, top down ``bot -> commands -> cluster``: a package imports
   only the floors below it; ``support`` (the Slack stand-in) and ``bench`` are never
   imported by what ships;
-- inside ``bot/`` the rooms stand in floors too (``ROOMS``, top down), and a room imports
-  only the rooms below it; the Slack edge and the console import only ``text/`` (runtime
-  hands them the core);
-- ``lifecycle/``, ``engine/`` and ``store/`` say what happened as facts: they import
-  neither ``wording/`` (which words a launch's thread) nor ``text.mrkdwn`` (Slack markup);
+- inside ``bot/`` and ``cluster/`` the rooms stand in floors too (``ROOMS`` and
+  ``CLUSTER_ROOMS``, top down), and a room imports only the rooms below it; ``core/`` and
+  ``engine/`` are peers that never import each other (``PEERS``); the Slack edge and the
+  console import only ``text/`` (runtime hands them the core);
+- the rooms that decide what happens (``lifecycle/``, ``engine/``, ``planning/``,
+  ``gateway/``, ``store/``) say it as facts: they import neither ``wording/`` (which words
+  a launch's thread) nor ``text.mrkdwn`` (Slack markup);
 - one owner per outside system: ``redis`` only in ``bot/store/``, ``asyncssh`` only in
   ``cluster/ssh/``, ``slack_bolt``/``slack_sdk`` only in ``bot/slack/``;
 - ``commands/`` does no I/O: it imports no network, process or file-system module.
@@ -41,6 +43,8 @@ ROOMS = (
     "notify",
     "core",
     "engine",
+    "planning",
+    "gateway",
     "store",
     "slack",
     "console",
@@ -49,19 +53,35 @@ ROOMS = (
     "settings",
     "text",
 )
+# cluster/'s rooms, top down (cluster/__init__.py, docs/architecture.md); errors.py is a room
+# of one file on the ground floor.
+CLUSTER_ROOMS = (
+    "frameworks",
+    "preflight",
+    "images",
+    "launching",
+    "watching",
+    "site",
+    "ssh",
+    "slurm",
+    "errors",
+)
+FLOOR_PLANS = {"bot": ROOMS, "cluster": CLUSTER_ROOMS}
+# Rooms that stand side by side: neither imports the other (the answers and the loops).
+PEERS = {("bot", "core", "engine")}
 # Rooms that may import only these rooms of bot/ (the edges are handed the core).
 EDGE_ROOMS = {"slack": {"text"}, "console": {"text"}}
 # The rooms that decide what happens say it as facts: they import neither the room that
 # words it nor Slack markup (mrkdwn, Block Kit). ``bot.text`` keeps plots and the Front seam.
-SPEAK_IN_FACTS = ("lifecycle", "engine", "store")
+SPEAK_IN_FACTS = ("lifecycle", "engine", "planning", "gateway", "store")
 MARKUP = (("bot", "wording"), ("bot", "text", "mrkdwn"))
 # Files of those rooms that still word their own lines, moved to bot/wording/ one by one:
 # this list only shrinks (a file here that no longer imports markup fails the test).
 STILL_WORDING = frozenset(
     {
-        "bot/engine/authority.py",
+        "bot/gateway/authority.py",
+        "bot/gateway/identity.py",
         "bot/engine/babysit.py",
-        "bot/engine/identity.py",
         "bot/engine/recovery.py",
         "bot/engine/submit.py",
         "bot/engine/tracking.py",
@@ -174,30 +194,38 @@ def package_faults(arrow: Arrow) -> list[str]:
 
 
 def room_faults(arrow: Arrow) -> list[str]:
-    """The rules between bot/'s rooms."""
+    """The rules between the rooms of bot/ and of cluster/."""
     src, dst = arrow.source, arrow.target
-    if src[0] != "bot" or dst[0] != "bot" or len(src) < 2 or len(dst) < 2 or src[1] == dst[1]:
+    package = src[0]
+    if package not in FLOOR_PLANS or dst[0] != package or len(src) < 2 or len(dst) < 2:
         return []
+    if src[1] == dst[1]:
+        return []
+    plan = FLOOR_PLANS[package]
     room, other = src[1], dst[1]
-    unplanned = [named for named in (room, other) if named not in ROOMS and named != "__main__"]
+    unplanned = [named for named in (room, other) if named not in plan and named != "__main__"]
     if unplanned:
         return [
-            f"{arrow}: bot/{named}/ is not in the floor plan; "
-            "place it in ROOMS here and in docs/architecture.md"
+            f"{arrow}: {package}/{named} is not in the floor plan; "
+            "place it in the plan here and in docs/architecture.md"
             for named in unplanned
         ]
-    if room not in ROOMS or other not in ROOMS:
+    if room not in plan or other not in plan:
         return []
-    if room in EDGE_ROOMS and other not in EDGE_ROOMS[room]:
+    if package == "bot" and room in EDGE_ROOMS and other not in EDGE_ROOMS[room]:
         allowed = ", ".join(sorted(EDGE_ROOMS[room]))
         return [f"{arrow}: the {room} edge imports only {allowed}/ of bot/"]
-    if ROOMS.index(other) < ROOMS.index(room):
-        return [f"{arrow}: bot/{room}/ stands below bot/{other}/ and may not import it"]
+    if (package, room, other) in PEERS or (package, other, room) in PEERS:
+        return [
+            f"{arrow}: {package}/{room} and {package}/{other} are peers: neither imports the other"
+        ]
+    if plan.index(other) < plan.index(room):
+        return [f"{arrow}: {package}/{room} stands below {package}/{other} and may not import it"]
     return markup_faults(arrow)
 
 
 def markup_faults(arrow: Arrow) -> list[str]:
-    """lifecycle/, engine/ and store/ carry facts: no words of Slack's."""
+    """The rooms that decide what happens carry facts: no words of Slack's."""
     src, dst = arrow.source, arrow.target
     if src[0] != "bot" or len(src) < 2 or src[1] not in SPEAK_IN_FACTS:
         return []
@@ -235,6 +263,21 @@ def test_every_room_of_bot_is_in_the_floor_plan() -> None:
     assert rooms == set(ROOMS), f"rooms on disk {sorted(rooms)} against the plan {list(ROOMS)}"
 
 
+def test_every_room_of_cluster_is_in_the_floor_plan() -> None:
+    rooms = {
+        p.stem if p.is_file() else p.name
+        for p in (PROJECT / "cluster").iterdir()
+        if (p / "__init__.py").is_file() or (p.suffix == ".py" and p.stem != "__init__")
+    }
+    assert rooms == set(CLUSTER_ROOMS), f"rooms on disk {sorted(rooms)} against {CLUSTER_ROOMS}"
+
+
+def test_cluster_says_its_floor_plan_in_its_own_words() -> None:
+    face = (PROJECT / "cluster" / "__init__.py").read_text(encoding="utf-8")
+    positions = [face.index(f"``{room}") for room in CLUSTER_ROOMS]
+    assert positions == sorted(positions), "cluster/__init__.py lists its rooms in another order"
+
+
 def test_the_floor_plan_is_the_one_the_architecture_page_draws() -> None:
     page = (PROJECT / "docs" / "architecture.md").read_text(encoding="utf-8")
     drawn = [room for room in ROOMS if f"{room}/" in page]
@@ -251,8 +294,14 @@ def test_the_floor_plan_is_the_one_the_architecture_page_draws() -> None:
         ("commands/x.py", "import subprocess\n", "does no I/O"),
         ("bot/core/x.py", "import redis\n", "only bot/store/ imports redis"),
         ("cluster/slurm/x.py", "import asyncssh\n", "only cluster/ssh/ imports asyncssh"),
-        ("bot/store/x.py", "from bot.engine import worker\n", "stands below bot/engine/"),
-        ("bot/store/x.py", "from ..core import train\n", "stands below bot/core/"),
+        ("bot/store/x.py", "from bot.engine import worker\n", "stands below bot/engine"),
+        ("bot/store/x.py", "from ..core import train\n", "stands below bot/core"),
+        ("bot/core/x.py", "from bot.engine import worker\n", "are peers"),
+        ("bot/gateway/x.py", "from bot.planning import cost\n", "stands below bot/planning"),
+        ("cluster/slurm/x.py", "from cluster.site import profiles\n", "stands below cluster/site"),
+        ("cluster/watching/x.py", "from ..launching import spec\n", "stands below"),
+        ("cluster/ssh/x.py", "from cluster.frameworks import nemo\n", "stands below"),
+        ("cluster/attic/x.py", "from cluster.ssh import pool\n", "not in the floor plan"),
         ("bot/slack/x.py", "from bot.lifecycle import launch\n", "the slack edge imports only"),
         ("bot/core/x.py", "from support import slack_standin\n", "is not shipped"),
         ("bot/attic/x.py", "from bot.text import mrkdwn\n", "not in the floor plan"),

@@ -231,7 +231,7 @@ def test_compose_mounts_are_read_only_and_only_workers_and_pollers_get_the_ssh_k
         targets = {mount.split(":")[1]: mount for mount in mounts}
         assert targets["/config/trainbot.yaml"].startswith("./trainbot.yaml:")
         assert all(mount.endswith(":ro") for mount in mounts), mounts
-        if role == "web":  # it asks the workers for cluster work (bot.engine.asks)
+        if role == "web":  # it asks the workers for cluster work (bot.gateway.asks)
             assert not set(key_files) & set(targets), mounts
         else:
             assert set(key_files) <= set(targets), mounts

@@ -14,17 +14,19 @@ import pytest
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.wording import thread
-from cluster import collect_remote, framework_registry
-from cluster.collector import Checkpoint, parse_collect_output
-from cluster.framework_base import STEPS_PATTERN, Tracking, check_job_id
-from cluster.framework_registry import RecipeFields, register
-from cluster.launch import plan_launch
-from cluster.profiles import ClusterProfile
-from cluster.progress import Point, Progress
-from cluster.recipes import default_catalog
-from cluster.remote import RemoteArg, RPath, join_remote
-from cluster.sbatch import parse_sbatch_parsable
-from cluster.spec import Framework, LaunchSpec
+from cluster.launching.launch import plan_launch
+from cluster.launching.parts import STEPS_PATTERN
+from cluster.launching.recipes import default_catalog
+from cluster.launching.spec import Framework, LaunchSpec
+from cluster.site import framework_registry
+from cluster.site.framework_registry import RecipeFields, register
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.sbatch import parse_sbatch_parsable
+from cluster.ssh.remote import RemoteArg, RPath, join_remote
+from cluster.watching import collect_remote
+from cluster.watching.collector import Checkpoint, parse_collect_output
+from cluster.watching.progress import Point, Progress
+from cluster.watching.tracking import Tracking, check_job_id
 from commands import CommandContext, CommandError, TrainRequest, User, help_text
 from commands.requests import REQUEST_ADAPTER
 from tests.commands.lines import parse_line
@@ -108,7 +110,7 @@ def test_a_registered_framework_is_chosen_planned_and_tracked(
         max_nodes=4,
         recipes_dir=str(tmp_path),
     )
-    # The built-in catalog is made when cluster.recipes is imported, after every module
+    # The built-in catalog is made when cluster.launching.recipes is imported, after every module
     # of cluster/frameworks/ registered; the toy registered later, so make it again.
     context = CommandContext(clusters={"a4": profile}, catalog=default_catalog())
     user = User(id="U0ALICE")

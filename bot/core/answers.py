@@ -8,18 +8,18 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
-from bot.engine.asks import ClusterCalls
-from bot.engine.cost import wait_words
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import measures
 from bot.lifecycle.launch import Launch, Phase, Sweep
+from bot.planning.cost import wait_words
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import actions, cancel_button, code_block, escape, section
 from bot.wording import render, waits
-from cluster.discovery import ClusterCapacity
-from cluster.slurm import expand_hostlist
-from cluster.spec import framework
+from cluster.launching.spec import framework
+from cluster.preflight.discovery import ClusterCapacity
+from cluster.slurm.base import expand_hostlist
 from commands.context import User
 from commands.requests import ShellRequest
 

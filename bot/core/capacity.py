@@ -8,11 +8,11 @@ import time
 
 from bot.core import answers
 from bot.core.rates import slow_down
-from bot.engine.asks import ClusterCalls
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.on_cluster import Clusters
 from bot.store.store import Store
 from bot.text.front import Reply
-from cluster.discovery import ClusterCapacity
+from cluster.preflight.discovery import ClusterCapacity
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 

@@ -8,12 +8,12 @@ Pure: the launch's record in, a reply out. Every name shown came from the run's 
 
 from __future__ import annotations
 
-from bot.engine import checkpoints
-from bot.engine.asks import ClusterCalls
-from bot.engine.checkpoints import Saved
+from bot.gateway.asks import ClusterCalls
 from bot.lifecycle import measures
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
+from bot.planning import checkpoints
+from bot.planning.checkpoints import Saved
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_PRUNE, actions, button, confirm_dialog, escape, section

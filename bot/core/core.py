@@ -4,7 +4,7 @@ Fast paths only: parse, check policy, write to Redis and answer. Launching is
 the workers' job and watching the poller's. A /train asks Slurm only when its job
 would start (``sbatch --test-only``, one round trip, at most
 ``start_estimate_timeout_s``); /cancel, /logs and /clusters make one SSH round trip.
-Each goes through ``calls`` (:class:`bot.engine.asks.ClusterCalls`): this process's own keys,
+Each goes through ``calls`` (:class:`bot.gateway.asks.ClusterCalls`): this process's own keys,
 or in the web role, which holds none, a worker's.
 
 :class:`Core` routes each command, button and event to the module that does it:
@@ -40,9 +40,9 @@ from bot.core.rates import slow_down
 from bot.core.redact import Redactor
 from bot.core.sweep_start import start_sweep
 from bot.core.train import Launcher
-from bot.engine.asks import ClusterCalls
-from bot.engine.identity import NoUser, People
-from bot.engine.on_cluster import Clusters
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.identity import NoUser, People
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
 from bot.store.store import Store
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
@@ -137,7 +137,7 @@ class Core:
         redactor: Redactor | None = None,
     ) -> None:
         """``calls``: how this process asks the clusters (by default itself, with its own
-        keys; the web role asks the workers: :class:`bot.engine.asks.WorkerAsks`).
+        keys; the web role asks the workers: :class:`bot.gateway.asks.WorkerAsks`).
         ``redactor``: secret values taken out of every reply (none by default)."""
         self.store = store
         self.clusters = clusters

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from bot.core.lookup import Lookup
-from bot.engine.asks import ClusterCalls
+from bot.gateway.asks import ClusterCalls
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.text.front import Front, Incoming
 from commands.context import CommandContext, User
 

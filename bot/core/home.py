@@ -29,7 +29,7 @@ from bot.text.mrkdwn import (
     section,
 )
 from bot.wording import render, waits
-from cluster.discovery import ClusterCapacity
+from cluster.preflight.discovery import ClusterCapacity
 
 RECENT_SHOWN = 10
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bot.engine.asks import ClusterCalls
+from bot.gateway.asks import ClusterCalls
 from bot.text.front import Reply
 from bot.text.mrkdwn import escape
 from cluster.errors import TrainbotError
-from cluster.image_listing import ImageFile, ImageListing
-from cluster.images import IMPORT_NOTE
+from cluster.images.listing import ImageFile, ImageListing
+from cluster.site.image_refs import IMPORT_NOTE
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.requests import ImagesRequest

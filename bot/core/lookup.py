@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch, Sweep
 from bot.store.store import Store
 from commands.access import may_act_as_oncall, may_view_logs

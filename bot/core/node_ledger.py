@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.asks import ClusterCalls
-from bot.engine.identity import People
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.identity import People
 from bot.store.nodes import NodeEntry, NodeRecord
 from bot.store.store import Store
 from bot.text.front import Incoming, Reply
@@ -33,8 +33,8 @@ from bot.text.mrkdwn import (
     text_input,
 )
 from cluster.errors import ClusterError
-from cluster.nodes import NodeAction, clean_reason
-from cluster.slurm import HOSTNAME_RE
+from cluster.site.nodes import NodeAction, clean_reason
+from cluster.slurm.base import HOSTNAME_RE
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 

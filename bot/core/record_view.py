@@ -11,7 +11,7 @@ from __future__ import annotations
 from bot.lifecycle.launch import Launch
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_RECORD, button, code_block, context, escape, section
-from cluster.run_record import MAX_DIFF_BYTES
+from cluster.launching.run_record import MAX_DIFF_BYTES
 
 MODAL_TITLE = "Run record"
 DIFF_CHARS = 2900  # a section holds 3000

@@ -10,10 +10,10 @@ from dataclasses import replace
 from bot.core import usage
 from bot.core.rates import slow_down
 from bot.core.train import Launcher
-from bot.engine.cost import CostEstimate, appraise
 from bot.lifecycle import phases, sweeps
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Sweep
+from bot.planning.cost import CostEstimate
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard
 from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import escape
@@ -66,10 +66,8 @@ async def start_sweep(
     if problem:
         return Reply(problem, error=True)
     appraisals = [
-        await appraise(
-            launcher.store, launcher.clusters, launcher.calls, policy, member, user,
-            account=admissions[0].account or None, estimates=launcher.start_estimates,
-            cluster_user=cluster_user, timeout_s=launcher.start_estimate_timeout_s,
+        await launcher.planner.appraise(
+            member, user, account=admissions[0].account or None, cluster_user=cluster_user,
             known=(cost, 0.0, 0.0),
         )
         for member, cost in zip(members, costs, strict=True)

@@ -13,22 +13,22 @@ from pydantic import ValidationError
 from bot.core import usage
 from bot.core.lookup import Lookup
 from bot.core.rates import active_slowed_down
-from bot.engine import checkpoints, pipelines, placement, start_from
-from bot.engine.asks import ClusterCalls
-from bot.engine.cost import (
+from bot.gateway.asks import ClusterCalls
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
+from bot.lifecycle import phases
+from bot.lifecycle.events import Event
+from bot.lifecycle.launch import Launch, recipe_key
+from bot.planning import checkpoints, pipelines, start_from
+from bot.planning.cost import (
     START_ESTIMATE_STALE_S,
     START_ESTIMATE_TIMEOUT_S,
     Appraisal,
     CostEstimate,
     StartEstimates,
-    appraise,
     estimate_cost,
 )
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
-from bot.lifecycle import phases
-from bot.lifecycle.events import Event
-from bot.lifecycle.launch import Launch, recipe_key
+from bot.planning.planner import Planner
 from bot.settings.logs import launch_fields
 from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard
 from bot.store.store import Store
@@ -81,9 +81,17 @@ class Launcher:
         self.front = front
         self.people = people
         self.lookup = lookup
-        self.start_estimate_timeout_s = START_ESTIMATE_TIMEOUT_S
         # a shape's estimate, once known, never holds up an ack while it is asked again
-        self.start_estimates = StartEstimates(stale_s=START_ESTIMATE_STALE_S)
+        estimates = StartEstimates(stale_s=START_ESTIMATE_STALE_S)
+        self.planner = Planner(
+            store,
+            clusters,
+            calls,
+            context,
+            estimates,
+            people.cluster_user,
+            START_ESTIMATE_TIMEOUT_S,
+        )
 
     async def train(
         self, request: TrainRequest | InteractiveRequest, incoming: Incoming, user: User
@@ -104,10 +112,8 @@ class Launcher:
         problem = await self.front.can_post(incoming.channel_id) if self.front else ""
         if problem:
             return Reply(problem, error=True)
-        appraisal = await appraise(
-            self.store, self.clusters, self.calls, self.context.policy, request, user,
-            account=admission.account or None, estimates=self.start_estimates,
-            cluster_user=cluster_user, timeout_s=self.start_estimate_timeout_s,
+        appraisal = await self.planner.appraise(
+            request, user, account=admission.account or None, cluster_user=cluster_user,
             known=(cost, standing.charged_gpu_hours, standing.held_gpu_hours),
         )  # fmt: skip
         before = "\n" + "\n".join(escape(line) for line in appraisal.lines())
@@ -242,17 +248,11 @@ class Launcher:
         parent = await self.start_parent(request, user)
         placed = ""
         if request.cluster == AUTO:
-            name, why, _ = await placement.place(
-                self.clusters,
-                self.calls,
-                self.context,
-                self.start_estimates,
+            name, why, _ = await self.planner.place(
                 request,
                 user,
-                self.people.cluster_user,
                 only=None if parent is None else (parent.cluster,),
                 left_out="from= needs the cluster of the launch it starts from",
-                timeout_s=max(self.start_estimate_timeout_s, placement.PLACE_TIMEOUT_S),
             )
             request, placed = request.model_copy(update={"cluster": name}), f"{name} ({why})"
         if parent is not None and parent.cluster != request.cluster:

@@ -22,13 +22,13 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
-from bot.engine.cost import Appraisal
 from bot.lifecycle.launch import Launch
+from bot.planning.cost import Appraisal
 from bot.store.budgets import Charge, OverBudget, OverTeamBudget, TeamGuard
 from bot.store.store import Store
 from bot.text.front import Front, FrontError, Reply
 from bot.text.mrkdwn import escape
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from commands.budget import budget_window, team_alert, team_budgets_for, team_refusal
 from commands.context import User
 from commands.errors import CommandError

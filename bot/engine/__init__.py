@@ -1,2 +1,3 @@
-"""What drives launches: workers, the poller, babysitting, placement,
-pipelines, sweeps and the calls to clusters."""
+"""The loops that drive launches: the workers (hold, submit, recover), the poller
+(tracking, babysitting, GPU watch, charging), starts from a checkpoint, W&B summaries and
+sweeps. What they ask of clusters is in ``gateway/``; what they plan, in ``planning/``."""

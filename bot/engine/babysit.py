@@ -2,7 +2,7 @@
 
 Pure: called inside a launch's transaction (see bot.engine.tracking), it edits the
 launch and returns the events to write with it. The failure catalog and the
-retry rules live in cluster.diagnosis; this module applies them to a launch.
+retry rules live in cluster.watching.diagnosis; this module applies them to a launch.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
 from bot.text.mrkdwn import code_block, escape
 from bot.wording import health as health_words
-from cluster.collector import JobSnapshot
-from cluster.diagnosis import Diagnosis, retry_decision
-from cluster.progress import TIME_BUDGET
-from cluster.slurm_reasons import explain_pending
+from cluster.slurm.reasons import explain_pending
+from cluster.watching.collector import JobSnapshot
+from cluster.watching.diagnosis import Diagnosis, retry_decision
+from cluster.watching.progress import TIME_BUDGET
 from commands.requests import TrainRequest
 
 EVIDENCE_LINES = 5
@@ -59,7 +59,7 @@ def on_failure(
     now: float,
 ) -> tuple[list[Event], bool]:
     """The attempt ended ``state`` (not COMPLETED) and its evidence showed ``diagnosis``
-    (:func:`cluster.diagnosis.diagnose`). Returns the events, and whether the launch goes
+    (:func:`cluster.watching.diagnosis.diagnose`). Returns the events, and whether the launch goes
     on (a retry is queued) rather than ending here."""
     attempt = launch.attempts[-1]
     if launch.cancelled_by:  # a cancel is final: whatever the log shows, nothing is retried
@@ -184,7 +184,7 @@ def on_stopped_early(
 
 
 def pending_reason(launch: Launch, snap: JobSnapshot) -> list[Event]:
-    """While the job waits, why (squeue's reason, :func:`cluster.slurm_reasons.explain_pending`):
+    """While the job waits, why (squeue's reason, :func:`cluster.slurm.reasons.explain_pending`):
     each new reason updates the parent; one that never clears by itself (a hold, a limit
     the request is over, a dependency that can no longer be met) is said at once in the
     thread with the fix, and a hold only on-call can lift (a node's prolog failed, an

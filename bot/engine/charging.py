@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.store.store import Store
 from cluster.errors import ClusterError
-from cluster.launch import SUBMIT_TIMEOUT_S
+from cluster.launching.launch import SUBMIT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

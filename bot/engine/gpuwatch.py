@@ -1,5 +1,5 @@
 """GPU health of running jobs: one cluster's running launches sampled on their nodes
-(:mod:`cluster.gpu`: one SSH round trip per Unix user whose jobs run there, one in all
+(:mod:`cluster.preflight.gpu`: one SSH round trip per Unix user whose jobs run there, one in all
 on a cluster without identity), each sample applied to its launch (:func:`bot.lifecycle.health.
 gpu_sampled`). The poller runs it every ``watch.health.gpu_sample_s`` per cluster while
 it holds the cluster's lease."""
@@ -9,15 +9,15 @@ from __future__ import annotations
 import logging
 import time
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import gpu_sampled, gpu_text
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Health
 from bot.store.store import Store
 from cluster.errors import ClusterError
-from cluster.gpu import GpuSample, sample
-from cluster.login import cert_key_id
+from cluster.preflight.gpu import GpuSample, sample
+from cluster.site.login import cert_key_id
 
 log = logging.getLogger(__name__)
 

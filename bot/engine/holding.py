@@ -12,17 +12,17 @@ import logging
 import time
 from collections.abc import Callable
 
-from bot.engine.authority import Authority
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
+from bot.gateway.authority import Authority
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import set_job_id
 from bot.store.store import Store
 from cluster.errors import ClusterError, TrainbotError
-from cluster.jobs import FoundJob
-from cluster.launch import Submission
+from cluster.launching.jobs import FoundJob
+from cluster.launching.launch import Submission
 
 log = logging.getLogger("bot.engine.worker")  # the worker's one log, whichever part writes
 
@@ -88,10 +88,6 @@ class Holding:
         """One line in the launch's thread, as ``move``'s facts (bot.wording words them)."""
         data = {"move": move, **facts}
         await self._mutate(launch_id, lambda stored: [Event("thread", stored.id, data=data)])
-
-    async def _say(self, launch_id: str, text: str) -> None:
-        """One line in the launch's thread, nothing else changed."""
-        await self._mutate(launch_id, lambda stored: [Event("thread", stored.id, text)])
 
     async def _reject(
         self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None

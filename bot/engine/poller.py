@@ -3,7 +3,7 @@
 Each run needs the cluster's lease (so one bot process polls a cluster at a
 time), collects every tracked job of that cluster in one SSH round trip, and
 applies the snapshots to the launches. A job that ended other than COMPLETED is
-diagnosed first from everything it left (:func:`cluster.evidence.gather`, one
+diagnosed first from everything it left (:func:`cluster.watching.evidence.gather`, one
 more round trip); when that names no known cause, it is read once more after
 ``watch.evidence_reread_s`` (shared file systems lag) before "unknown" stands.
 
@@ -24,30 +24,33 @@ from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.engine import placement, wandb_summary
-from bot.engine.authority import Authority
+from bot.engine import wandb_summary
 from bot.engine.charging import charge_ended
-from bot.engine.cost import StartEstimates
 from bot.engine.gpuwatch import sample_running
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
+from bot.engine.reroute import reroute as reroute_pending
 from bot.engine.tracking import apply_snapshot, tracked
-from bot.engine.trust import log_roots, user_problem
+from bot.gateway.authority import Authority
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
+from bot.gateway.trust import log_roots, user_problem
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Launch
+from bot.planning.cost import StartEstimates
+from bot.planning.planner import Planner
 from bot.settings.logs import log_context
 from bot.store.base import StoreError
 from bot.store.nodes import NodeEntry
 from bot.store.store import Store
-from cluster.collector import JobSnapshot, PollResult, collect
-from cluster.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.errors import ClusterError
-from cluster.evidence import gather
-from cluster.framework_base import Tracking
-from cluster.login import cert_key_id
-from cluster.profiles import ClusterProfile
-from cluster.slurm import is_terminal
+from cluster.site.login import cert_key_id
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import is_terminal
+from cluster.watching.collector import JobSnapshot, PollResult, collect
+from cluster.watching.diagnosis import UNKNOWN, Diagnosis, diagnose
+from cluster.watching.evidence import gather
+from cluster.watching.tracking import Tracking
+from commands.context import CommandContext
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +100,20 @@ class Poller:
         self.stopping = False
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
-        self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
         self.wandb = wandb_summary.ReadBacks(store, wandb_summary.reader_for(clusters.settings))
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
         # reroute: the move admitted again (the runtime gives it the groups Slack says now)
         self.authority = Authority(store, clusters, self.people)
+        # reroute: where a pending launch would start now (Slurm's estimates, shared briefly)
+        config = clusters.config
+        context = CommandContext(
+            clusters=clusters.profiles, catalog=config.catalog, policy=config.policy
+        )
+        self.planner = Planner(
+            store, clusters, clusters, context, StartEstimates(), self.people.cluster_user
+        )
 
     def start(self) -> None:
         placement = self.clusters.config.policy.placement
@@ -170,15 +180,13 @@ class Poller:
 
     async def reroute(self, cluster: str) -> int:
         """Move launches still pending on ``cluster`` where another cluster would start
-        them now (policy ``placement.reroute_after_s``; :func:`bot.engine.placement.reroute`),
+        them now (policy ``placement.reroute_after_s``; :func:`bot.engine.reroute.reroute`),
         while this poller holds the cluster's lease."""
         if cluster not in self.held or self.stopping:
             return 0
         with log_context(cluster=cluster):
             try:
-                return await placement.reroute(
-                    self.store, self.clusters, cluster, self.estimates, self.authority
-                )
+                return await reroute_pending(self.planner, cluster, self.authority)
             except Exception:  # Redis away, say: the next run tries again
                 log.exception("rerouting pending launches of %s failed", cluster)
                 return 0

@@ -17,8 +17,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError, ClusterUnreachable, SlurmCommandFailed
-from cluster.launch import SUBMIT_TIMEOUT_S
-from cluster.tokenizer import seed_tokenizer_cache
+from cluster.launching.launch import SUBMIT_TIMEOUT_S
+from cluster.launching.tokenizer import seed_tokenizer_cache
 
 UNREACHABLE_RETRIES = 5  # before anything was submitted
 MAX_LOOKUP_WAIT_S = 300.0

@@ -13,18 +13,18 @@ import math
 import time
 from collections.abc import Sequence
 
-from bot.engine import pipelines, start_from
 from bot.engine.holding import log
 from bot.engine.recovery import Recovery, submit_deadline
 from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase
+from bot.planning import pipelines, start_from
 from bot.settings.logs import launch_fields
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
-from cluster.images import is_registry_ref, pyxis_image
-from cluster.preflight import PreflightResult
-from cluster.spec import LaunchSpec
-from cluster.start_copy import copy_start
+from cluster.launching.spec import LaunchSpec
+from cluster.launching.start_copy import copy_start
+from cluster.preflight.checks import PreflightResult
+from cluster.site.image_refs import is_registry_ref, pyxis_image
 from commands.access import is_custom_image, may_use_image, slurm_account
 
 THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this much later,

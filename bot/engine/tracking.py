@@ -20,14 +20,14 @@ from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
 from bot.wording import health as health_words
 from bot.wording import render
-from cluster.collector import JobSnapshot
-from cluster.diagnosis import Diagnosis
-from cluster.framework_base import Tracking
-from cluster.profiles import ClusterProfile
-from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
-from cluster.slurm import is_terminal, slurm_time_seconds
-from cluster.slurm_reasons import explain_pending
-from cluster.spec import framework
+from cluster.launching.spec import framework
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import is_terminal, slurm_time_seconds
+from cluster.slurm.reasons import explain_pending
+from cluster.watching.collector import JobSnapshot
+from cluster.watching.diagnosis import Diagnosis
+from cluster.watching.progress import Point, complete_lines, run_links, tensorboard_dirs
+from cluster.watching.tracking import Tracking
 
 log = logging.getLogger(__name__)
 

@@ -150,7 +150,7 @@ async def read_back(store: Store, reader: RunSummaries | None, launch: Launch) -
     """Once a launch has ended: its W&B run's summary into the record and the thread (once)."""
     if reader is None or launch.active or launch.wandb_read or not launch.run_links:
         return
-    link = launch.run_links[0]  # every attempt writes to the one run (cluster.wandb_run)
+    link = launch.run_links[0]  # every attempt writes to the one run (cluster.launching.wandb_run)
     metrics = await reader.summary(link)
     where = parse_run_link(link)
 

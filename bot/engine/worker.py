@@ -29,8 +29,8 @@ import socket
 import time
 
 from bot.engine.holding import LostLock, log
-from bot.engine.on_cluster import Clusters
 from bot.engine.submit import Submitter
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase

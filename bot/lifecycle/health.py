@@ -21,8 +21,8 @@ from typing import Any
 
 from bot.lifecycle.launch import Launch
 from bot.settings.sections import Health as Rules
-from cluster.gpu import GpuSample
-from cluster.progress import Progress
+from cluster.preflight.gpu import GpuSample
+from cluster.watching.progress import Progress
 
 TRAINBOT = "trainbot"  # cancelled_by of a run trainbot stopped itself (its loss went NaN)
 Note = dict[str, Any]

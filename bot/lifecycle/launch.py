@@ -11,8 +11,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.framework_base import Tracking
-from cluster.run_record import RunRecord
+from cluster.launching.run_record import RunRecord
+from cluster.watching.tracking import Tracking
 from commands.requests import InteractiveRequest, TrainRequest
 
 
@@ -93,7 +93,7 @@ class Attempt(BaseModel):
     held: bool = False  # a Retry waiting for the old job to be cancelled: not to submit yet
     held_at: float = 0.0  # when the Retry held it (a worker waits for the old job from then)
     from_step: int = 0  # the training step when this attempt was decided (a retry's mark)
-    cause_key: str = ""  # why it failed (cluster.diagnosis key)
+    cause_key: str = ""  # why it failed (cluster.watching.diagnosis key)
     hang_reported: bool = False
     cluster: str = ""  # the cluster its job is (or is to be) on when not the launch's (reroute)
     terms: Terms | None = None  # a reroute: who the launch runs as on that cluster, derived there
@@ -192,7 +192,7 @@ class Launch(BaseModel):
     parent_rendered_at: float = 0.0
     permalink: str = ""  # the parent message's link, once known (App Home, /jobs history)
     gpu_hours: float = 0.0  # what the finished launch used (Slurm's accounting, once charged)
-    waits_for: str = ""  # after=: the launch this one starts after (bot.engine.pipelines)
+    waits_for: str = ""  # after=: the launch this one starts after (bot.planning.pipelines)
     sweep: str = ""  # the sweep this launch is a member of (bot.lifecycle.sweeps), if any
     placed: str = ""  # cluster=auto: the cluster chosen and Slurm's start estimates then
     starts_from: str = ""  # from=: the launch whose newest checkpoint this one starts from

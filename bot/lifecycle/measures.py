@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from bot.lifecycle.launch import Launch, Phase
-from cluster.slurm_reasons import PendingWhy, explain_pending
+from cluster.slurm.reasons import PendingWhy, explain_pending
 
 
 def duration(seconds: float) -> str:

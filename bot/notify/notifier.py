@@ -43,7 +43,7 @@ from bot.store.store import Store
 from bot.text.front import Front, FrontError
 from bot.text.mrkdwn import undeliverable_text
 from bot.wording import thread
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from bot.text.mrkdwn import (
     use_partition_button,
 )
 from bot.wording import render, thread
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
 

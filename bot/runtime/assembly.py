@@ -6,7 +6,7 @@ A process runs some of the bot's parts, by role (``trainbot serve --role``):
 poller it works under a Redis lease, so any number of poller processes can run
 and one of them does the work); ``all`` is all three in one process. The web
 role holds no SSH key and no user CA: the cluster work of its commands (start
-estimates, /logs, /clusters, cancels) is asked of the workers (bot.engine.asks).
+estimates, /logs, /clusters, cancels) is asked of the workers (bot.gateway.asks).
 
 Start-up and shutdown live in one AsyncExitStack, closed in reverse: on stop,
 the workers finish what they hold (an unfinished queue entry stays pending
@@ -33,12 +33,12 @@ from bot.core.redact import (
     install_log_filter,
     remove_log_filter,
 )
-from bot.engine.asks import WorkerAsks, serve_asks
-from bot.engine.authority import Authority
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
+from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.authority import Authority
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
 from bot.notify.alerts import PagerDuty
 from bot.notify.lane_rules import Retry
 from bot.notify.notifier import Notifier
@@ -71,7 +71,7 @@ def check_role_config(config: Config, parts: frozenset[str]) -> None:
     """What a process running ``parts`` needs of the config, checked before it connects
     to anything. One that logs in as people (a worker, a poller) needs the user CA key of
     every cluster with ``identity``, owner-only (see check_ca_key). The web role needs
-    neither a CA nor an SSH key: it asks the workers for cluster work (bot.engine.asks)."""
+    neither a CA nor an SSH key: it asks the workers for cluster work (bot.gateway.asks)."""
     if not acts_as_people(parts):
         return
     for name, profile in config.clusters.items():
@@ -330,7 +330,7 @@ async def running(
             worker.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
-            asks = functools.partial(serve_asks, store, clusters, stop, ask_key)
+            asks = functools.partial(serve_asks, store, clusters, stop, ask_key, redactor)
             supervisor.run("asks", asks)
         if "poller" in parts:
             supervisor.run("notifier", functools.partial(bot.notifier.run, stop))

@@ -20,25 +20,25 @@ import sys
 from contextlib import AsyncExitStack
 from typing import IO
 
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.settings.config import Config
 from bot.settings.env import Settings, Target
 from bot.store.keys import NOTIFY_DEAD_LETTERS
 from bot.store.lanes import DeadLetter
 from bot.store.store import Store
-from cluster.discovery import discover_recipes
 from cluster.errors import TrainbotError
-from cluster.gres import (
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import PreflightResult, preflight
+from cluster.preflight.discovery import discover_recipes
+from cluster.site.gres import (
     accounting_report,
     build_accounting_query,
     build_gres_query,
     gres_report,
     parse_gres_rows,
 )
-from cluster.login import LoginNode, cert_key_id
-from cluster.preflight import PreflightResult, preflight
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.site.login import LoginNode, cert_key_id
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.hostkeys import route_host_keys
 from cluster.ssh.pool import SSHPool
 

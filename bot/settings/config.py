@@ -22,10 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bot.settings.sections import Alerts, Delivery, Report, Watch
 from cluster.errors import ConfigError
-from cluster.failures import FailureKind, FailureRule, build_catalog
-from cluster.profile_fields import CLUSTER_NAME_PATTERN
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
+from cluster.launching.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
+from cluster.site.profile_fields import CLUSTER_NAME_PATTERN
+from cluster.site.profiles import ClusterProfile
+from cluster.watching.failures import FailureKind, FailureRule, build_catalog
 from commands.context import CommandContext
 from commands.policy import BudgetRule, Policy, PolicyRule, TeamBudgetRule
 from commands.rules import ANY, ApproverRule, ImageRule, ViewerRule
@@ -213,7 +213,7 @@ class Config(BaseModel):
 
     @cached_property
     def failure_catalog(self) -> tuple[FailureKind, ...]:
-        """The built-in failure catalog with ``failures`` applied (cluster.failures)."""
+        """The built-in failure catalog with ``failures`` applied (cluster.watching.failures)."""
         return build_catalog(self.failures)
 
     def command_context(self) -> CommandContext:

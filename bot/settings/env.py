@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
-    # signs the asks a web process puts on Redis for the workers (bot.engine.ask_wire); the
+    # signs the asks a web process puts on Redis for the workers (bot.gateway.ask_wire); the
     # web and worker processes share it, Redis never holds it
     ask_key: SecretStr | None = Field(default=None, alias="TRAINBOT_ASK_KEY")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")

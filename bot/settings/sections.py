@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bot.settings.cron import cron_trigger
-from cluster.profile_fields import EnvSecret
+from cluster.site.profile_fields import EnvSecret
 
 LINK_HOST_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 

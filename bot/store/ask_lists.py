@@ -1,6 +1,6 @@
 """Asks: cluster work the web role hands the workers (it holds no SSH key), and their
-answers (see :mod:`bot.engine.asks`). An ask travels signed, as the text the asker
-wrote (:mod:`bot.engine.ask_wire`): the store neither reads nor changes it."""
+answers (see :mod:`bot.gateway.asks`). An ask travels signed, as the text the asker
+wrote (:mod:`bot.gateway.ask_wire`): the store neither reads nor changes it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class Asks(StoreBase):
     """Asks and answers."""
 
     async def push_ask(self, sealed: str) -> None:
-        """Put a sealed ask on the list every worker takes from (see bot.engine.asks)."""
+        """Put a sealed ask on the list every worker takes from (see bot.gateway.asks)."""
         await self.redis.rpush(keys.ASKS, sealed)
 
     async def take_ask(self, timeout_s: float) -> str | None:

@@ -166,7 +166,7 @@ def ask_seen(ask_id: str) -> str:
 
 
 def answer(ask_id: str) -> str:
-    """List: a worker's answer to the ask ``ask_id`` (see bot.engine.asks), kept briefly."""
+    """List: a worker's answer to the ask ``ask_id`` (see bot.gateway.asks), kept briefly."""
     return f"{PREFIX}:answer:{ask_id}"
 
 

@@ -1,7 +1,7 @@
 """The node ledger: each node's failures across launches, and what on-call did about them.
 
 A failure is written when a failed job's diagnosis names the node as faulty (hardware
-evidence only, :attr:`cluster.diagnosis.Diagnosis.failed_node`: an Xid, an NCCL hang
+evidence only, :attr:`cluster.watching.diagnosis.Diagnosis.failed_node`: an Xid, an NCCL hang
 pinned on a node, a NODE_FAIL of a one-node job: whatever the failure catalog says
 names its node). Drains and resumes from the bot are written too, so on-call sees
 who drained a node and why. Each node keeps its newest :data:`keys.NODE_HISTORY`
@@ -39,7 +39,9 @@ class NodeEntry(BaseModel):
     at: float
     launch_id: str = Field(default="", max_length=64)
     job_id: str = Field(default="", max_length=32)
-    cause_key: str = Field(default="", max_length=64)  # cluster.diagnosis key (xid, nccl_hang ...)
+    cause_key: str = Field(
+        default="", max_length=64
+    )  # cluster.watching.diagnosis key (xid, nccl_hang ...)
     cause: str = Field(default="", max_length=300)  # in plain words
     by: str = Field(default="", max_length=64)  # who drained or resumed it (Slack user id)
     reason: str = Field(default="", max_length=300)

@@ -16,7 +16,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.measures import checkpoint_label, checkpoint_step, duration, waiting
 from bot.text import mrkdwn as st
 from bot.text.plot import Marks, render_loss_png
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 
 OUTCOME_ICONS = {
     "COMPLETED": "✅",

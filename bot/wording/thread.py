@@ -19,8 +19,8 @@ from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
 from bot.wording import health, sweeps
-from cluster.images import IMPORT_NOTE
-from cluster.remote import quote_path
+from cluster.site.image_refs import IMPORT_NOTE
+from cluster.ssh.remote import quote_path
 
 Facts = Mapping[str, Any]
 SHOWN_MAX = 300  # characters of the thread line a DM repeats

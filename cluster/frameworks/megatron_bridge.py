@@ -32,18 +32,19 @@ import re
 import shlex
 from typing import TYPE_CHECKING
 
-from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.framework_registry import RecipeFields, register
-from cluster.images import is_registry_ref, pyxis_image
-from cluster.megatron_log import parse_megatron
-from cluster.progress import Point, Progress
-from cluster.remote import RemoteArg, join_remote, quote_path
-from cluster.sbatch import parse_sbatch_parsable, sbatch_options
-from cluster.spec import Framework
+from cluster.launching.parts import FLOAT_PATTERN, STEPS_PATTERN, Mount
+from cluster.launching.spec import Framework
+from cluster.site.framework_registry import RecipeFields, register
+from cluster.site.image_refs import is_registry_ref, pyxis_image
+from cluster.slurm.sbatch import parse_sbatch_parsable, sbatch_options
+from cluster.ssh.remote import RemoteArg, join_remote, quote_path
+from cluster.watching.megatron_log import parse_megatron
+from cluster.watching.progress import Point, Progress
+from cluster.watching.tracking import Tracking, check_job_id
 
 if TYPE_CHECKING:
-    from cluster.profiles import ClusterProfile
-    from cluster.spec import LaunchSpec
+    from cluster.launching.spec import LaunchSpec
+    from cluster.site.profiles import ClusterProfile
 
 #: The bot's model names and Megatron-Bridge 0.6's recipe families (megatron.bridge.recipes.llama).
 MODELS = {"llama3p1_8b": "llama31_8b", "llama3p1_70b": "llama31_70b"}

@@ -18,15 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.framework_registry import RecipeFields, register
-from cluster.progress import Point, Progress, experiment_dirs, parse_nemo
-from cluster.remote import RemoteArg, RPath, RSetting, join_remote
-from cluster.sbatch import JobShape, limit_options
-from cluster.spec import Framework
+from cluster.launching.parts import FLOAT_PATTERN, STEPS_PATTERN, Mount
+from cluster.launching.spec import Framework
+from cluster.site.framework_registry import RecipeFields, register
+from cluster.slurm.sbatch import JobShape, limit_options
+from cluster.ssh.remote import RemoteArg, RPath, RSetting, join_remote
+from cluster.watching.progress import Point, Progress, experiment_dirs, parse_nemo
+from cluster.watching.tracking import Tracking, check_job_id
 
 if TYPE_CHECKING:
-    from cluster.spec import LaunchSpec
+    from cluster.launching.spec import LaunchSpec
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: The built-in recipes: ``<workload>/<model>_<suffix>.py`` for each model.
@@ -66,7 +67,7 @@ def nemo_run_argv(
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
     """``python3 run.py -e slurm ...``; recipe overrides follow ``--``. The shape's limits
-    go under sbatch's own flags (:func:`cluster.sbatch.limit_options`), which run.py hands
+    go under sbatch's own flags (:func:`cluster.slurm.sbatch.limit_options`), which run.py hands
     to sbatch; give a shape without those the site's run.py lacks."""
     argv: list[RemoteArg] = ["python3", "run.py", "-e", "slurm"]
     if cluster_type:

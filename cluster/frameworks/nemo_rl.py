@@ -18,16 +18,17 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from cluster.framework_base import FLOAT_PATTERN, STEPS_PATTERN, Mount, Tracking, check_job_id
-from cluster.framework_registry import RecipeFields, register
-from cluster.progress import Point, Progress, parse_nemo_rl
-from cluster.remote import RemoteArg, RPath, RSetting, join_remote
-from cluster.sbatch import JobShape, parse_sbatch_parsable, sbatch_options
-from cluster.spec import Framework
+from cluster.launching.parts import FLOAT_PATTERN, STEPS_PATTERN, Mount
+from cluster.launching.spec import Framework
+from cluster.site.framework_registry import RecipeFields, register
+from cluster.slurm.sbatch import JobShape, parse_sbatch_parsable, sbatch_options
+from cluster.ssh.remote import RemoteArg, RPath, RSetting, join_remote
+from cluster.watching.progress import Point, Progress, parse_nemo_rl
+from cluster.watching.tracking import Tracking, check_job_id
 
 if TYPE_CHECKING:
-    from cluster.profiles import ClusterProfile
-    from cluster.spec import LaunchSpec
+    from cluster.launching.spec import LaunchSpec
+    from cluster.site.profiles import ClusterProfile
 
 CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
 _REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
@@ -72,7 +73,8 @@ def sbatch_argv(
     overrides: tuple[tuple[str, str], ...] = (),
 ) -> list[RemoteArg]:
     """``sbatch --parsable -N n -p part [-t T] ... -J name launch.sh --cluster_type ...``:
-    the shape's options (:func:`cluster.sbatch.sbatch_options`), as its estimate gives them."""
+    the shape's options (:func:`cluster.slurm.sbatch.sbatch_options`), as its estimate gives
+    them."""
     argv: list[RemoteArg] = ["sbatch", "--parsable", *sbatch_options(shape), "-J", job_name]
     if comment:
         argv += ["--comment", comment]

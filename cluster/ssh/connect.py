@@ -28,7 +28,7 @@ CERT_SKEW_S = 60  # a certificate is valid from a minute ago: clocks differ a li
 
 class HopLike(Protocol):
     """One SSH connection of a route: a jump host or the login node
-    (``cluster.login.Hop`` and ``cluster.login.LoginNode`` fit)."""
+    (``cluster.site.login.Hop`` and ``cluster.site.login.LoginNode`` fit)."""
 
     @property
     def host(self) -> str: ...
@@ -51,7 +51,7 @@ class HopLike(Protocol):
 
 
 class LoginLike(HopLike, Protocol):
-    """What the pool needs to know about a login node (``cluster.login.LoginNode`` fits):
+    """What the pool needs to know about a login node (``cluster.site.login.LoginNode`` fits):
     the node itself and the jump hosts in front of it."""
 
     def hops(self) -> Sequence[HopLike]: ...

@@ -10,10 +10,10 @@ import os
 import signal
 
 from bot.engine import recovery, worker
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.runtime.cli import main
-from cluster.launch import Submission
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import Submission
+from cluster.launching.spec import LaunchSpec
 
 worker.LAUNCH_LOCK_MS = 3000
 worker.LOCK_RENEW_S = 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.checkpoint_files import delete_command
+from cluster.watching.checkpoint_files import delete_command
 
 NEMO = r"-step=([0-9]+)(?:-|$)"
 NAME = "model_name=0--val_loss=1.20-step=3-consumed_samples=128.0"

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster import collect_remote
-from cluster.collector import collect, parse_collect_output
-from cluster.framework_base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
+from cluster.watching import collect_remote
+from cluster.watching.collector import collect, parse_collect_output
+from cluster.watching.tracking import Tracking
 
 DATA = Path(__file__).parent / "data"
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.diagnosis import BY_KEY, CATALOG, diagnose
-from cluster.evidence import gather
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
+from cluster.watching.diagnosis import BY_KEY, CATALOG, diagnose
+from cluster.watching.evidence import gather
 from tests.cluster.test_diagnosis import JOBS, lay_out, with_state
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "corpus.yaml"

@@ -13,7 +13,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cluster.diagnosis import (
+from cluster.frameworks.nemo import NEMO
+from cluster.frameworks.nemo_rl import NEMO_RL
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import STATES
+from cluster.slurm.sacct import AcctRecord, merge_acct, parse_sacct
+from cluster.ssh.pool import SSHPool
+from cluster.watching.diagnosis import (
     BY_KEY,
     CATALOG,
     MAX_EVIDENCE,
@@ -24,23 +32,15 @@ from cluster.diagnosis import (
     diagnose,
     retry_decision,
 )
-from cluster.evidence import (
+from cluster.watching.evidence import (
     MAX_BYTES_PER_FILE,
     Evidence,
     EvidenceFile,
     evidence_payload,
     gather,
 )
-from cluster.failures import FailureRule, build_catalog
-from cluster.framework_base import Tracking
-from cluster.frameworks.nemo import NEMO
-from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.sacct import AcctRecord, merge_acct, parse_sacct
-from cluster.slurm import STATES
-from cluster.spec import LaunchSpec
-from cluster.ssh.pool import SSHPool
+from cluster.watching.failures import FailureRule, build_catalog
+from cluster.watching.tracking import Tracking
 
 DATA = Path(__file__).parent / "data" / "failures"
 # The dev cluster's login node is this machine: a job's files laid out here are read there.

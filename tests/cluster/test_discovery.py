@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.discovery import cluster_capacity, count_queue, discover_recipes
-from cluster.jobs import SEPARATOR, launch_name_matches, parse_found
-from cluster.profiles import ClusterProfile
+from cluster.launching.jobs import SEPARATOR, launch_name_matches, parse_found
+from cluster.preflight.discovery import cluster_capacity, count_queue, discover_recipes
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bot.settings.config import parse_config
-from cluster.diagnosis import CATALOG, Diagnosis, Reaction, RetryDecision, retry_decision
 from cluster.errors import ConfigError
-from cluster.failures import CATALOG_FILE, FailureRule, build_catalog, builtin_rules
+from cluster.watching.diagnosis import CATALOG, Diagnosis, Reaction, RetryDecision, retry_decision
+from cluster.watching.failures import CATALOG_FILE, FailureRule, build_catalog, builtin_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """
@@ -133,7 +133,7 @@ def test_configuration_and_program_errors_are_told_not_retried(key: str) -> None
 
 def test_the_built_in_catalog_ships_as_package_data() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    data = pyproject["tool"]["setuptools"]["package-data"]["cluster"]
+    data = pyproject["tool"]["setuptools"]["package-data"]["cluster.watching"]
     assert any(fnmatch(CATALOG_FILE, pattern) for pattern in data)
-    assert (ROOT / "cluster" / CATALOG_FILE).is_file()
+    assert (ROOT / "cluster" / "watching" / CATALOG_FILE).is_file()
     assert [rule.key for rule in builtin_rules()] == [kind.key for kind in CATALOG]

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from cluster import collect_remote
-from cluster.framework_registry import frameworks
 from cluster.frameworks.nemo import NEMO, parse_status_block
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.launch import plan_launch
-from cluster.profiles import ClusterProfile
-from cluster.progress import tensorboard_dirs
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.spec import LaunchSpec, framework
+from cluster.launching.launch import plan_launch
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec, framework
+from cluster.site.framework_registry import frameworks
+from cluster.site.profiles import ClusterProfile
+from cluster.watching import collect_remote
+from cluster.watching.progress import tensorboard_dirs
 
 DATA = Path(__file__).parent / "data"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from cluster.gres import Gpus, accounting_report, gpus_in, gres_report, parse_gres_rows
-from cluster.profiles import ClusterProfile
+from cluster.site.gres import Gpus, accounting_report, gpus_in, gres_report, parse_gres_rows
+from cluster.site.profiles import ClusterProfile
 
 
 def cluster(**fields: Any) -> ClusterProfile:

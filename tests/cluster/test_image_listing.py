@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bot.core.images import listing_text
-from cluster.image_listing import build_listing, list_images, prebuilt_for
-from cluster.profiles import ClusterProfile
+from cluster.images.listing import build_listing, list_images, prebuilt_for
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 
 

@@ -15,12 +15,12 @@ import pytest
 from pydantic import SecretStr
 
 from cluster.frameworks import nemo, nemo_rl
-from cluster.launch import plan_launch, render_script, submit
-from cluster.profiles import ClusterProfile
-from cluster.remote import RPath, export_lines
-from cluster.sbatch import JobShape, parse_sbatch_parsable
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch, render_script, submit
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.sbatch import JobShape, parse_sbatch_parsable
 from cluster.ssh.pool import SSHPool
+from cluster.ssh.remote import RPath, export_lines
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster

@@ -11,10 +11,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.collect_remote import GENERIC_ERROR_RE
-from cluster.diagnosis import CATALOG
-from cluster.evidence import scan_patterns
-from cluster.keywords import MIN_KEYWORD, keywords
+from cluster.watching.collect_remote import GENERIC_ERROR_RE
+from cluster.watching.diagnosis import CATALOG
+from cluster.watching.evidence import scan_patterns
+from cluster.watching.keywords import MIN_KEYWORD, keywords
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 PATTERNS = [*scan_patterns(CATALOG), GENERIC_ERROR_RE]

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cluster.launch import plan_launch
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.remote import quote_path
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
+from cluster.ssh.remote import quote_path
 
 DATA = Path(__file__).parent / "data"
 

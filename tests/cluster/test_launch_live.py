@@ -8,17 +8,17 @@ import hashlib
 import pytest
 from pydantic import SecretStr
 
-from cluster.collector import JobSnapshot, collect
 from cluster.errors import SlurmCommandFailed
-from cluster.evidence import gather
-from cluster.framework_base import Tracking
-from cluster.jobs import cancel, find_jobs_for_launch, tail_log
-from cluster.launch import plan_launch, submit
-from cluster.preflight import dry_run, preflight
-from cluster.profiles import ClusterProfile
-from cluster.slurm import is_terminal
-from cluster.spec import LaunchSpec
+from cluster.launching.jobs import cancel, find_jobs_for_launch, tail_log
+from cluster.launching.launch import plan_launch, submit
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import dry_run, preflight
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import is_terminal
 from cluster.ssh.pool import SSHPool
+from cluster.watching.collector import JobSnapshot, collect
+from cluster.watching.evidence import gather
+from cluster.watching.tracking import Tracking
 from tests.conftest import LoginShell
 
 pytestmark = pytest.mark.devcluster

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster.launch import plan_launch
-from cluster.launcher_options import LauncherOptions, parse_help
-from cluster.preflight import evaluate_preflight, preflight_payload
-from cluster.probe_remote import main as probe
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import evaluate_preflight, preflight_payload
+from cluster.preflight.probe_remote import main as probe
+from cluster.site.launcher_options import LauncherOptions, parse_help
+from cluster.site.profiles import ClusterProfile
 
 PROJECT = Path(__file__).resolve().parents[2]
 STANDIN_RUN_PY = PROJECT / "devcluster/login/vertex-oss-training/nemo/run.py"

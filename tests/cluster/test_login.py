@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from bot.settings.config import parse_config
 from cluster.errors import PersonRefused
-from cluster.login import Identity, JumpHost, LoginNode, oslogin_username
+from cluster.site.login import Identity, JumpHost, LoginNode, oslogin_username
 from cluster.ssh.connect import user_certificate
 
 

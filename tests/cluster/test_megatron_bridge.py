@@ -1,16 +1,16 @@
 """The Megatron-Bridge job model (pure): recipes, the sbatch + srun line, its files, from=,
-and registry images (cluster.images)."""
+and registry images (cluster.site.image_refs)."""
 
 from __future__ import annotations
 
 import pytest
 
 from cluster.frameworks.megatron_bridge import MEGATRON_BRIDGE, batch_script
-from cluster.images import check_image_ref, enroot_uri, is_registry_ref, pyxis_image
-from cluster.launch import plan_launch
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec
+from cluster.site.image_refs import check_image_ref, enroot_uri, is_registry_ref, pyxis_image
+from cluster.site.profiles import ClusterProfile
 from commands.rules import ImageRule
 
 

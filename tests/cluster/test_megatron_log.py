@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import collect_remote
-from cluster.megatron_log import megatron_facts, parse_megatron
-from cluster.progress import parse_nemo_rl
+from cluster.watching import collect_remote
+from cluster.watching.megatron_log import megatron_facts, parse_megatron
+from cluster.watching.progress import parse_nemo_rl
 
 DATA = Path(__file__).parent / "data" / "megatron"
 SAVE = "/home/trainer/vertex-oss-training/megatron_bridge/experiments/llama3p1_8b-L-7f3a9c"

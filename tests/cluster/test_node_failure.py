@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
-from cluster.collector import collect
-from cluster.launch import plan_launch, submit
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch, submit
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
+from cluster.watching.collector import collect
 from tests.conftest import PROJECT, LoginShell
 
 pytestmark = [

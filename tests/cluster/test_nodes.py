@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from cluster.errors import SlurmCommandFailed
-from cluster.nodes import (
+from cluster.site.nodes import (
     build_node_state,
     build_node_update,
     clean_reason,
     parse_node_state,
     update_node,
 )
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from cluster.launch import plan_launch, submit
-from cluster.preflight import preflight
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch, submit
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import preflight
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import Result, SSHPool
 from tests.conftest import LoginShell
 from tests.devlogin import copy_recipes_command
@@ -153,7 +153,7 @@ async def test_a_run_py_without_some_flags_launches_without_them_and_says_so(
     assert "--exclude" not in plan.command_line and " -t " not in plan.command_line
     assert "--data-dir" in plan.command_line  # what it has still goes
     assert "export SBATCH_TIMELIMIT=01:00:00" in plan.script()
-    caplog.set_level(logging.WARNING, logger="cluster.launch")
+    caplog.set_level(logging.WARNING, logger="cluster.launching.launch")
     sub = await submit(pool, plan)  # run.py accepts the line (it refused -t before)
     jobs_to_cancel.append(sub.job_id)
     shown = (await login.run(f"scontrol show job {sub.job_id} -o")).stdout

@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from bot.settings.config import parse_config
 from cluster.errors import ConfigError
-from cluster.launch import plan_launch
-from cluster.presets import PRESETS
-from cluster.profiles import ClusterProfile
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec
+from cluster.site.presets import PRESETS
+from cluster.site.profiles import ClusterProfile
 
 GENERIC: dict[str, Any] = {
     "name": "dgx",

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from cluster.login import Identity
-from cluster.profile_fields import TokenizerSeed, check_remote_path
-from cluster.profiles import ClusterProfile
-from cluster.slurm import slurm_time_seconds
+from cluster.site.login import Identity
+from cluster.site.profile_fields import TokenizerSeed, check_remote_path
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import slurm_time_seconds
 
 
 def profile(**fields: Any) -> ClusterProfile:

@@ -7,8 +7,8 @@ nemo/lightning/pytorch/callbacks/progress_printer.py, nemo_logger.py)."""
 
 from __future__ import annotations
 
-from cluster import progress
-from cluster.progress import Point, parse_nemo, parse_nemo_rl
+from cluster.watching import progress
+from cluster.watching.progress import Point, parse_nemo, parse_nemo_rl
 
 BAR = "=" * 25
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from cluster.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
+from cluster.launching.recipes import DEFAULT_CATALOG, RecipeCatalog, RecipeEntry
 
 
 def test_default_catalog_matches_the_recipes_tree() -> None:

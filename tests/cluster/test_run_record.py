@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from cluster.run_record import MARK, RunRecord, probe_lines, read_record, without_record
+from cluster.launching.run_record import MARK, RunRecord, probe_lines, read_record, without_record
 
 COMMIT = "8fa3a450733d90db0ec61d6074b2f6095f1f99d8"
 

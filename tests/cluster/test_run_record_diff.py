@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from cluster.run_record import MAX_DIFF_BYTES, probe_lines, read_record
+from cluster.launching.run_record import MAX_DIFF_BYTES, probe_lines, read_record
 
 
 def record_of(repo: Path) -> tuple[str, bool, int]:

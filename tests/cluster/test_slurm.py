@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import sacct, sbatch, sinfo, slurm
+from cluster.slurm import base as slurm
+from cluster.slurm import sacct, sbatch, sinfo
 
 DATA = Path(__file__).parent / "data"
 
@@ -234,7 +235,7 @@ def test_launch_usage_counts_each_job_once_and_only_the_launchs() -> None:
     """The recorded jobs, then every job named for the launch: one listed by both halves
     is counted once; a job named for another launch (even one whose id ends the same) is
     not counted; a job of the launch its attempts never recorded is."""
-    from cluster.jobs import SEPARATOR, build_usage, parse_usage
+    from cluster.launching.jobs import SEPARATOR, build_usage, parse_usage
 
     asked = acct("20", "CANCELLED by 1001", 3600, GPU8) + acct("21", "COMPLETED", 1800, GPU8)
     named = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.slurm_reasons import explain_pending
+from cluster.slurm.reasons import explain_pending
 
 
 @pytest.mark.parametrize(

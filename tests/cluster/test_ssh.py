@@ -22,8 +22,8 @@ from cluster.errors import (
     PersonRefused,
     SlurmCommandFailed,
 )
-from cluster.login import cert_key_id
-from cluster.profiles import ClusterProfile
+from cluster.site.login import cert_key_id
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.connect import CERT_SKEW_S, check_ca_key, user_certificate
 from cluster.ssh.pool import SSHPool
 from tests.conftest import SSHD_CONFIG, SSHD_PID

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import ClusterUnreachable, HostKeyMismatch
-from cluster.login import cert_key_id
-from cluster.profiles import ClusterProfile
+from cluster.site.login import cert_key_id
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.connect import user_certificate
 from cluster.ssh.hostkeys import route_host_keys
 from cluster.ssh.pool import SSHPool

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import ClusterError
-from cluster.framework_base import Tracking
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.profiles import ClusterProfile
+from cluster.launching.start_copy import copy_script, copy_start
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
-from cluster.start_copy import copy_script, copy_start
+from cluster.watching.tracking import Tracking
 from tests.bot.botkit import dev_config, login_run
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cluster import sacct, sbatch
+from cluster.slurm import sacct, sbatch
 
 # As the dev cluster's Slurm 22.05 printed them (times in UTC: TZ=UTC0).
 STARTS_NOW = (

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from cluster.jobs import find_jobs_for_launch
-from cluster.launch import (
+from cluster.launching.jobs import find_jobs_for_launch
+from cluster.launching.launch import (
     REMOTE_SHELL,
     SUBMIT_TOO_LATE,
     login_bound,
@@ -17,8 +17,8 @@ from cluster.launch import (
     plan_launch,
     submit,
 )
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 from tests.conftest import LoginShell
 

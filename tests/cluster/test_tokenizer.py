@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 
-from cluster.diagnosis import diagnose
 from cluster.errors import ClusterError
-from cluster.evidence import gather
 from cluster.frameworks.nemo import NEMO
-from cluster.profile_fields import TokenizerSeed
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
-from cluster.ssh.pool import SSHPool
-from cluster.tokenizer import (
+from cluster.launching.spec import LaunchSpec
+from cluster.launching.tokenizer import (
     MERGES_NAME,
     VOCAB_NAME,
     build_seed_script,
     parse_seed_output,
     seed_tokenizer_cache,
 )
+from cluster.site.profile_fields import TokenizerSeed
+from cluster.site.profiles import ClusterProfile
+from cluster.ssh.pool import SSHPool
+from cluster.watching.diagnosis import diagnose
+from cluster.watching.evidence import gather
 from tests.conftest import LoginShell
 
 VOCAB = '{"!": 0, "\\"": 1, "#": 2}\n'

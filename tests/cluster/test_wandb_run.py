@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.wandb_run import run_env, run_id, safe_tag
+from cluster.launching.wandb_run import run_env, run_id, safe_tag
 
 
 @pytest.mark.parametrize(

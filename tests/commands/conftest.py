@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.profiles import ClusterProfile
+from cluster.site.profiles import ClusterProfile
 from commands import CommandContext, Policy, PolicyRule, Principals, Request, User
 from tests.commands.lines import parse_line
 

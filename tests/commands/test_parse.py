@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.framework_base import OVERRIDE_VALUE_PATTERN
-from cluster.recipes import DEFAULT_CATALOG
-from cluster.slurm import slurm_time_seconds
+from cluster.launching.parts import OVERRIDE_VALUE_PATTERN
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.slurm.base import slurm_time_seconds
 from commands import (
     COMMANDS,
     REQUEST_ADAPTER,

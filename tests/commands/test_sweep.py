@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.recipes import DEFAULT_CATALOG, RecipeEntry
+from cluster.launching.recipes import DEFAULT_CATALOG, RecipeEntry
 from commands import CommandError, Policy, PolicyRule, Principals, TrainRequest, User
 from commands.context import CommandContext
 from commands.requests import SweepRequest

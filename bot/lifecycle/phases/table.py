@@ -11,8 +11,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import ACTIVE_PHASES, Attempt, Launch, Phase, Terms
 
 if TYPE_CHECKING:
-    from cluster.framework_base import Tracking
-    from cluster.run_record import RunRecord
+    from cluster.launching.run_record import RunRecord
+    from cluster.watching.tracking import Tracking
 
 P = Phase
 
@@ -99,7 +99,7 @@ class Facts:
     data: Mapping[str, object] = field(default_factory=dict)  # the thread line's (buttons)
     attempt: Attempt | None = None  # the new attempt of a retry the failure catalog decided
     tracking: Tracking | None = None  # the job's files, as the framework records them
-    record: RunRecord | None = None  # what a submit ran (cluster.run_record)
+    record: RunRecord | None = None  # what a submit ran (cluster.launching.run_record)
     partition: str = ""
     nodes: str = ""  # where the job runs
     cluster: str = ""  # where a reroute moves it

@@ -4,7 +4,7 @@ cluster without a preset has."""
 from __future__ import annotations
 
 from bot.core.answers import cluster_list
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.settings.config import parse_config
 from cluster.errors import ClusterUnreachable
 from cluster.ssh.pool import SSHPool

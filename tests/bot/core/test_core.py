@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import load_config

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.slack.http import SlackService, run_slack

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.settings.env import Settings
 from bot.text.front import Incoming
 from cluster.ssh.pool import SSHPool

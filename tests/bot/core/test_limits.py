@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
@@ -19,7 +19,7 @@ from bot.store import keys
 from bot.store.budgets import Charge
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.discovery import ClusterCapacity
+from cluster.preflight.discovery import ClusterCapacity
 from cluster.ssh.pool import SSHPool
 from commands.policy import Limits, PolicyRule
 from commands.requests import TrainRequest

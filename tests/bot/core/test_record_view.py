@@ -6,7 +6,7 @@ from __future__ import annotations
 from bot.core import home, record_view
 from bot.lifecycle.launch import Attempt, Launch
 from bot.text.mrkdwn import ACTION_RECORD
-from cluster.run_record import RunRecord
+from cluster.launching.run_record import RunRecord
 from commands import TrainRequest
 
 DIFF = "diff --git a/nemo/sft/x.py b/nemo/sft/x.py\n-lr = 1e-5\n+lr = 3e-5  # <!channel>\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import load_config

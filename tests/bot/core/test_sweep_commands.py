@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 
 from bot.core.core import Core
-from bot.engine import pipelines
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
+from bot.planning import pipelines
 from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.store import keys

@@ -13,13 +13,13 @@ import pytest
 from redis.asyncio.connection import AbstractConnection
 
 from bot.core.core import Core
-from bot.engine.cost import StartEstimates
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
+from bot.planning.cost import StartEstimates
 from bot.settings.config import Config, load_config
 from bot.settings.env import Settings
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.sbatch import JobShape, StartEstimate
+from cluster.slurm.sbatch import JobShape, StartEstimate
 from cluster.ssh.pool import SSHPool
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
@@ -111,7 +111,7 @@ async def test_a_train_does_not_wait_for_an_estimate_being_asked_again(store: St
     async with SSHPool() as pool:
         workers = Workers()
         core = core_for(store, pool, workers)
-        core.launcher.start_estimates = StartEstimates(ttl_s=0.0, stale_s=3600.0)  # asked anew
+        core.launcher.planner.estimates = StartEstimates(ttl_s=0.0, stale_s=3600.0)  # asked anew
         assert "answer 1" in await train(core, "U0A")
         workers.answer.clear()  # the workers are slow now: nothing answers
         answers = [

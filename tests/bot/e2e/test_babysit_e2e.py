@@ -19,7 +19,7 @@ from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Launch, Phase
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
-from cluster.wandb_run import run_id as run_id_of
+from cluster.launching.wandb_run import run_id as run_id_of
 from tests import devlogin
 from tests.bot.botkit import (
     LAUNCH_RE,

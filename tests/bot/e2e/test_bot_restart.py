@@ -16,7 +16,7 @@ import pytest
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Launch, Phase
 from bot.runtime.assembly import running
-from cluster import launch as cluster_launch
+from cluster.launching import launch as cluster_launch
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
     DEV,

@@ -10,9 +10,9 @@ import re
 import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
-from bot.engine import checkpoints
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
+from bot.planning import checkpoints
 from bot.runtime.assembly import running
 from bot.text.front import Incoming
 from bot.text.mrkdwn import ACTION_PRUNE

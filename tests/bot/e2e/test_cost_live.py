@@ -88,7 +88,7 @@ async def test_train_answer_and_clusters_give_slurms_start_estimate_on_a_full_cl
     fill: list[str] = []
     try:
         async with running(bot_settings(), dev_config(), front, workers=0) as bot:
-            bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+            bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
             fill = await fill_nodes(unique)
             own = "sbatch --test-only -N 2 -p a4 -t 01:00:00 --gres=gpu:8 --wrap=true"
             before = await asyncio.to_thread(slurm_start, own)
@@ -165,7 +165,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         knobs(unique, **FAST),
         running(bot_settings(), budget_config(5.0), front) as bot,
     ):
-        bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
         # 2 nodes x 4 GPUs (as a4's profile says) x the 1 h limit = 8 GPU-hours: over 5.
         big = await handle_line(f"{train} nodes=2", bot.core, front, user="alice")
         assert big is not None and big.error, big
@@ -239,7 +239,7 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
         knobs(unique, steps=400, step_time_s=0.5, tokenizer_race="off"),
         running(bot_settings(), budget_config(500.0), front) as bot,
     ):
-        bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
         reply = await handle_line(train, bot.core, front, user="alice")
         assert reply is not None and not reply.error, reply
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
@@ -277,10 +277,10 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
 async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselves() -> None:
     """Many /train of one shape within a few seconds share one ``sbatch --test-only``
     (the ack stays fast under load); another person, or another size, is asked anew."""
-    from bot.engine.cost import StartEstimates
-    from bot.engine.on_cluster import Clusters
+    from bot.gateway.on_cluster import Clusters
+    from bot.planning.cost import StartEstimates
     from bot.settings.env import Settings
-    from cluster.sbatch import JobShape, StartEstimate
+    from cluster.slurm.sbatch import JobShape, StartEstimate
     from cluster.ssh.pool import SSHPool
 
     config = dev_config()

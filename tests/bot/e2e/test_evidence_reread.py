@@ -13,8 +13,8 @@ import pytest
 
 from bot.engine.babysit import on_failure
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from cluster.collector import JobSnapshot, LogChunk
-from cluster.framework_base import Tracking
+from cluster.watching.collector import JobSnapshot, LogChunk
+from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
 from tests.bot.e2e.test_babysit_e2e import console_bot
 from tests.cluster.test_diagnosis import FAKE_JOB_ID, JOBS, lay_out, text, with_state

@@ -17,11 +17,11 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
 from bot.wording import thread
-from cluster.collector import collect
-from cluster.launch import plan_launch, submit
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.launch import plan_launch, submit
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
+from cluster.watching.collector import collect
 from commands.requests import InteractiveRequest, TrainRequest
 from tests.conftest import LoginShell
 

@@ -12,7 +12,7 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.engine.gpuwatch import sample_running
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.assembly import running

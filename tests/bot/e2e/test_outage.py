@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from bot.core.core import Core
 from bot.engine import worker
-from bot.engine.on_cluster import Clusters
 from bot.engine.worker import Worker
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.notify.lane_rules import Retry
@@ -30,8 +30,8 @@ from bot.store import keys
 from bot.store.lanes import DeadLetter
 from bot.store.store import Store
 from bot.text.front import Incoming
-from cluster.preflight import PreflightResult
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import PreflightResult
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin

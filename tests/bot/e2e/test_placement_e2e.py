@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
-from bot.engine import start_from
+from bot.planning import start_from
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
@@ -72,7 +72,7 @@ async def test_auto_picks_a_cluster_that_starts_now_and_says_why(unique: str) ->
     try:
         config = dev_config(edit=small_a3u)
         async with running(bot_settings(), config, front, workers=0) as bot:
-            bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+            bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
             fill = await fill_a4(unique)
             reply = await handle_line(
                 f"/train sft llama3p1_8b nodes=2 cluster=auto name={unique} dry_run=true",
@@ -225,7 +225,7 @@ async def test_a_pending_launch_moves_once_and_only_one_of_its_jobs_runs(unique:
             # take half of every node: an 8-GPU-per-node job (a4) must wait for them,
             # a 4-GPU-per-node one (a3u) could start now.
             async with running(bot_settings(), config, front, workers=0) as bot:
-                bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+                bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
                 reply = await handle_line(
                     f"/train sft llama3p1_2b cluster=auto name={unique}",
                     bot.core,
@@ -270,7 +270,7 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
         return reply.text
 
     async with running(bot_settings(), dev_config(), front) as bot:
-        bot.core.launcher.start_estimate_timeout_s = ESTIMATE_TIMEOUT_S
+        bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
         bobs = await train(
             bot, front, f"pretrain llama3p1_2b cluster=a3u name={unique} at={at}", "bob"
         )

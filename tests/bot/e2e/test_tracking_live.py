@@ -17,12 +17,12 @@ import pytest
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
-from cluster.collector import collect
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
+from cluster.watching.collector import collect
 from commands.requests import TrainRequest
 from tests.bot.botkit import login_run
 

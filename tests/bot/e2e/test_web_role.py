@@ -1,6 +1,6 @@
 """The web role, Slack's listener, holds no SSH key and no user CA: signed /train (with
 its start estimate), /jobs, /logs and /cancel (and the Cancel button) answered there
-over HTTP, the cluster work done by a worker that holds the keys (bot.engine.asks). The web
+over HTTP, the cluster work done by a worker that holds the keys (bot.gateway.asks). The web
 process itself never logs in anywhere."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bot.engine.asks import WorkerAsks
+from bot.gateway.asks import WorkerAsks
 from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from bot.settings.config import Config

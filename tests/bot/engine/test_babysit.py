@@ -16,11 +16,11 @@ from bot.lifecycle.notices import Before, classify
 from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
 from bot.wording import render
-from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo_rl import NEMO_RL
-from cluster.sacct import AcctRecord, parse_sacct
-from cluster.slurm import QueueRow
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.slurm.base import QueueRow
+from cluster.slurm.sacct import AcctRecord, parse_sacct
+from cluster.watching.collector import Checkpoint, JobSnapshot, LogChunk
 from commands.errors import CommandError
 from commands.requests import TrainRequest
 from tests.bot.engine.test_tracking import PROFILE, progress_line, snapshot, threads

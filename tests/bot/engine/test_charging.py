@@ -13,7 +13,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store.store import Store
 from cluster.errors import ClusterError
-from cluster.sacct import Usage
+from cluster.slurm.sacct import Usage
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

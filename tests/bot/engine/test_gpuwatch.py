@@ -16,8 +16,8 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Health
 from bot.store.store import Store
 from cluster.errors import ClusterError
-from cluster.gpu import GpuSample
-from cluster.profiles import ClusterProfile
+from cluster.preflight.gpu import GpuSample
+from cluster.site.profiles import ClusterProfile
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store
 
@@ -54,7 +54,7 @@ async def running(store: Store, user_id: str, cluster_user: str, job_id: str) ->
 
 
 class Sampler:
-    """``cluster.gpu.sample`` without SSH: canned figures by job, or an error by user."""
+    """``cluster.preflight.gpu.sample`` without SSH: canned figures by job, or an error by user."""
 
     def __init__(self, figures: dict[str, GpuSample], failing: str = "") -> None:
         self.figures, self.failing = figures, failing

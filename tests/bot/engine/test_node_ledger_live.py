@@ -14,7 +14,7 @@ from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import running
 from bot.text.front import Incoming, Reply
 from bot.text.mrkdwn import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
-from cluster.diagnosis import CATALOG, Diagnosis
+from cluster.watching.diagnosis import CATALOG, Diagnosis
 from commands.requests import TrainRequest
 from tests.bot.botkit import bot_settings, dev_config, login_run
 

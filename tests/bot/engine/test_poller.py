@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.engine.on_cluster import Clusters
 from bot.engine.poller import MIN_LEASE_S, RENEWALS_PER_INTERVAL, Poller, lease_ttl_ms
+from bot.gateway.on_cluster import Clusters
 from bot.settings.config import parse_config
 from cluster.ssh.pool import SSHPool
 from tests.bot.botkit import PROJECT, bot_settings, flush_test_redis, open_test_store

@@ -14,12 +14,12 @@ from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.notify.poster import thread_blocks
 from bot.settings.sections import Watch
 from bot.wording import render, thread
-from cluster.collector import Checkpoint, JobSnapshot, LogChunk
 from cluster.frameworks.nemo import NEMO
-from cluster.profiles import ClusterProfile
-from cluster.sacct import AcctRecord, parse_sacct
-from cluster.slurm import QueueRow
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
+from cluster.slurm.base import QueueRow
+from cluster.slurm.sacct import AcctRecord, parse_sacct
+from cluster.watching.collector import Checkpoint, JobSnapshot, LogChunk
 from commands.requests import TrainRequest
 
 PROFILE = ClusterProfile(

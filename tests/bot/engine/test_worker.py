@@ -18,9 +18,9 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine import recovery, submit, worker
-from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import parse_config
@@ -30,15 +30,15 @@ from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
 from bot.wording import thread
-from cluster.collector import JobSnapshot, LogChunk
-from cluster.diagnosis import diagnose
 from cluster.errors import ClusterUnreachable, CommandTimeout, SlurmCommandFailed
-from cluster.evidence import Evidence, EvidenceFile
-from cluster.jobs import FoundJob
-from cluster.launch import Submission
-from cluster.preflight import PreflightResult
-from cluster.spec import LaunchSpec
+from cluster.launching.jobs import FoundJob
+from cluster.launching.launch import Submission
+from cluster.launching.spec import LaunchSpec
+from cluster.preflight.checks import PreflightResult
 from cluster.ssh.pool import SSHPool
+from cluster.watching.collector import JobSnapshot, LogChunk
+from cluster.watching.diagnosis import diagnose
+from cluster.watching.evidence import Evidence, EvidenceFile
 from commands.context import User
 from commands.requests import TrainRequest
 

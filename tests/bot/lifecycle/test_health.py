@@ -15,14 +15,14 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Health, Watch
 from bot.wording import health as health_words
 from bot.wording import render
-from cluster.gpu import GpuSample, parse_samples, sample_script
-from cluster.progress import Point, Progress, parse_nemo
+from cluster.preflight.gpu import GpuSample, parse_samples, sample_script
+from cluster.watching.progress import Point, Progress, parse_nemo
 from tests.bot.engine.test_tracking import PROFILE, snapshot, threads
 from tests.bot.engine.test_tracking import launch as tracked_launch
 
 
 def nemo_line(it: int, loss: str, took: float = 1.0, last: int = 99) -> str:
-    """NeMo's progress printer's line (see cluster/progress.py for the upstream source)."""
+    """NeMo's progress printer's line (see cluster/watching/progress.py for the upstream source)."""
     return (
         f"Training epoch 0, iteration {it}/{last} | lr: 3e-05 | global_step: {it} | "
         f"reduced_train_loss: {loss} | train_step_timing in s: {took}\n"

@@ -10,7 +10,7 @@ import asyncio
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.console.chat import ConsoleFront
-from bot.engine.asks import WorkerAsks
+from bot.gateway.asks import WorkerAsks
 from bot.runtime.assembly import running
 from bot.runtime.supervise import Supervisor, describe_error
 from bot.store import keys

@@ -13,17 +13,17 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from bot.engine import ask_wire as wire
-from bot.engine.asks import WorkerAsks, serve_asks
-from bot.engine.on_cluster import Clusters
+from bot.gateway import ask_wire as wire
+from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store import keys
 from bot.store.store import Store
-from cluster.framework_base import Tracking
 from cluster.ssh.pool import SSHPool
+from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
 from support.workspace import ASK_KEY
 from tests.bot.botkit import bot_settings, dev_config, open_test_store
@@ -39,13 +39,23 @@ class AskWorker:
     store: Store
     clusters: Clusters
     asks: WorkerAsks
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    loops: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def serve(self) -> None:
+        """Start the worker's ask loop."""
+        self.loops.append(
+            asyncio.create_task(serve_asks(self.store, self.clusters, self.stop, KEY))
+        )
 
     async def push_raw(self, raw: str) -> None:
         """Any text on the asks list, as someone with Redis access would put it there."""
         await self.store.push_ask(raw)
 
     async def answer(self, ask_id: str, timeout_s: float = 30) -> dict[str, Any] | None:
-        return await self.store.wait_answer(ask_id, timeout_s)
+        """The worker's answer to ``ask_id``, its signature checked as the asker checks it."""
+        sealed = await self.store.wait_answer(ask_id, timeout_s)
+        return None if sealed is None else wire.unseal_answer(ask_id, sealed, KEY)
 
     async def rewrite(self, launch_id: str, **fields: Any) -> None:
         """Change the launch's record in Redis behind the bot's back."""
@@ -56,18 +66,21 @@ class AskWorker:
 
 
 @asynccontextmanager
-async def ask_worker(**config: Any) -> AsyncIterator[AskWorker]:
-    """The ask loop of a worker process (holding the SSH key and the user CA)."""
+async def ask_worker(*, serving: bool = True, **config: Any) -> AsyncIterator[AskWorker]:
+    """The ask loop of a worker process (holding the SSH key and the user CA); with
+    ``serving=False`` the loop starts only at :meth:`AskWorker.serve`."""
     cfg = dev_config(people=PEOPLE, **config)
     async with open_test_store() as store, SSHPool() as pool:
         clusters = Clusters(cfg, bot_settings(), pool, store)
         stop = asyncio.Event()
-        loop = asyncio.create_task(serve_asks(store, clusters, stop, KEY))
+        worker = AskWorker(store, clusters, WorkerAsks(store, KEY), stop)
+        if serving:
+            worker.serve()
         try:
-            yield AskWorker(store, clusters, WorkerAsks(store, KEY))
+            yield worker
         finally:
             stop.set()
-            await loop
+            await asyncio.gather(*worker.loops)
 
 
 def signed(body: str) -> str:

@@ -26,7 +26,7 @@ from bot.settings.config import Config
 from bot.slack.app import WORKING_TEXT
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import open_front
-from cluster.framework_base import Tracking
+from cluster.watching.tracking import Tracking
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from commands.rules import ApproverRule, ImageRule, ViewerRule

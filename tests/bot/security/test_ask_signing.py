@@ -6,13 +6,14 @@ the good asks read is the dev cluster's own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import pytest
 
-from bot.engine import ask_wire as wire
-from bot.engine.asks import WorkerAsks
+from bot.gateway import ask_wire as wire
+from bot.gateway.asks import WorkerAsks
 from bot.runtime.assembly import check_ask_key
 from cluster.errors import ClusterError, ConfigError
 from tests.bot.botkit import bot_settings
@@ -76,6 +77,36 @@ async def test_bad_asks_are_dropped_with_a_reason_and_good_ones_still_answered(
         f"ask {ask.id} (capacity) refused and dropped: its id was used already",
     ):
         assert reason in said, reason
+
+
+async def test_an_answer_a_worker_did_not_sign_for_this_ask_is_passed_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Someone with Redis access answers an ask before the worker does: unsigned, signed
+    with another key, and a worker's real answer to another ask copied over. The asker
+    passes over each (logged) and takes the worker's own answer, the dev cluster's real
+    capacity; with only forgeries it waits its time out instead of believing one."""
+    async with ask_worker(serving=False) as w:
+        asking = asyncio.create_task(w.asks.capacity("a4"))
+        raw = await w.store.take_ask(10)
+        assert raw is not None
+        ask = wire.unseal(raw, KEY)
+        fake = {"value": {"cluster": "a4", "partitions": []}}
+        other = wire.seal_answer("ef" * 12, fake, KEY)  # a real signature, another ask's
+        for forged in (fake, wire.seal_answer(ask.id, fake, b"not-the-key-" * 4), other):
+            await w.store.put_answer(ask.id, forged)
+        await w.push_raw(raw)  # the ask as the worker would have taken it
+        w.serve()
+        found = await asking
+        assert found.cluster == "a4" and found.partitions  # the forgeries had none
+        # Only forgeries: no worker answer is believed, the asker times out.
+        lone = wire.Ask.new(wire.Capacity(cluster="a4"), 30)
+        await w.store.put_answer(lone.id, fake)
+        assert await w.asks._signed_answer(lone, 2) is None
+    said = caplog.text
+    assert said.count(f"an answer to ask {ask.id} (capacity) passed over") == 3
+    assert "the answer is not signed" in said
+    assert "the answer's signature does not match this ask" in said
 
 
 def test_a_web_process_without_the_ask_key_refuses_to_start() -> None:

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from cluster.errors import PersonRefused
-from cluster.login import Identity, LoginNode, cert_key_id
+from cluster.site.login import Identity, LoginNode, cert_key_id
 from cluster.ssh.connect import user_certificate
 from cluster.ssh.pool import SSHPool
 from tests.bot.botkit import dev_config

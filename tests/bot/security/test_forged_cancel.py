@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.engine import ask_wire as wire
+from bot.gateway import ask_wire as wire
 from cluster.errors import ClusterError
 from tests.bot.botkit import login_run, wait_until
 from tests.bot.security.asks_kit import ask_worker, old_style, seeded, with_field

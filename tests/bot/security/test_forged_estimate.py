@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine import ask_wire as wire
+from bot.gateway import ask_wire as wire
 from cluster.errors import ClusterError
-from cluster.sbatch import JobShape
+from cluster.slurm.sbatch import JobShape
 from tests.bot.security.asks_kit import ask_worker, old_style, with_field
 
 pytestmark = pytest.mark.devcluster

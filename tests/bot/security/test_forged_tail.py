@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.engine import ask_wire as wire
+from bot.gateway import ask_wire as wire
 from cluster.errors import ClusterError
 from tests.bot.botkit import login_run
 from tests.bot.security.asks_kit import ask_worker, attempt, old_style, seeded, with_field

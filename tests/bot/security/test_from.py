@@ -8,7 +8,7 @@ import pytest
 
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from cluster.framework_base import Tracking
+from cluster.watching.tracking import Tracking
 from support.slack_standin import SlackStandin
 from tests.bot.security.kit import Secure, secure_bot, seed
 

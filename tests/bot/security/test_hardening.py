@@ -17,8 +17,8 @@ import pytest
 
 from bot.console.chat import ConsoleFront
 from bot.core import directory
-from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import running
 from bot.settings.config import parse_config

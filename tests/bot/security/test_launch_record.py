@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller
 from bot.engine.worker import Worker, worker_name
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool

@@ -15,20 +15,23 @@ from typing import Any
 import pytest
 
 from bot.core.core import Core
-from bot.engine import placement
-from bot.engine.authority import Authority
-from bot.engine.cost import StartEstimates
-from bot.engine.identity import People
-from bot.engine.on_cluster import Clusters
+from bot.engine import reroute
 from bot.engine.worker import Worker
+from bot.gateway.authority import Authority
+from bot.gateway.identity import People
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.planning import placement
+from bot.planning.cost import StartEstimates
+from bot.planning.planner import Planner
 from bot.settings.config import Config
 from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Incoming
 from bot.wording import thread
 from cluster.ssh.pool import SSHPool
+from commands.context import CommandContext
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from commands.rules import AccountRule
@@ -110,6 +113,17 @@ async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_
     assert "on a4" in said[0] and "identity.users" in said[0]
 
 
+def planner_of(store: Store, clusters: Clusters, authority: Authority) -> Planner:
+    """The poller's planner: it asks the clusters itself, as the poller does."""
+    config = clusters.config
+    context = CommandContext(
+        clusters=clusters.profiles, catalog=config.catalog, policy=config.policy
+    )
+    return Planner(
+        store, clusters, clusters, context, StartEstimates(), authority.people.cluster_user
+    )
+
+
 def pending_on(cluster: str, owner: str) -> Launch:
     request = TrainRequest(
         workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster, nodes=1,
@@ -161,7 +175,7 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
             await store.create(item, [], enqueue=False)
             await store.mutate(item.id, lambda s: [Event("update", s.id)])  # tracked on a3m
         authority = Authority(store, clusters, People(clusters, None, clusters))
-        moved = await placement.reroute(store, clusters, "a3m", StartEstimates(), authority)
+        moved = await reroute.reroute(planner_of(store, clusters, authority), "a3m", authority)
         assert moved == 1
         went = await store.get(alice.id)
         stayed = await store.get(bob.id)
@@ -179,7 +193,7 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
         assert said.startswith("🔀 Still pending on a3m; a3u would start it now, but it was not")
         assert "You have no user on a3u" in said
         # Refused once: the next reroute pass does not ask again.
-        assert await placement.reroute(store, clusters, "a3m", StartEstimates(), authority) == 0
+        assert await reroute.reroute(planner_of(store, clusters, authority), "a3m", authority) == 0
         assert len(await thread_texts(store, bob.id)) == 1
 
         # A worker submits the moved launch on a3u: Slurm runs it as alice.

@@ -1,7 +1,7 @@
 """The poller reads a job's log and evidence only inside the cluster's directories: the
 paths come from the launch's record (what the launcher printed), so one rewritten to a
 private file, or a link beside the log that points at one, is not read. The remote
-half (``cluster/collect_remote.py``, stdlib only) runs here on local files, as it runs
+half (``cluster/watching/collect_remote.py``, stdlib only) runs here on local files, as it runs
 on the login node; then once through the real poller on the dev cluster."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller
-from cluster import collect_remote as remote
+from bot.gateway.on_cluster import Clusters
 from cluster.ssh.pool import SSHPool
+from cluster.watching import collect_remote as remote
 from tests.bot.botkit import bot_settings, dev_config, login_run, open_test_store
 from tests.bot.security.asks_kit import PEOPLE, AskWorker, attempt, seeded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.launch import plan_launch
+from cluster.launching.launch import plan_launch
 from commands.rules import AccountRule
 from support.slack_standin import SlackStandin
 from tests.bot.security.kit import GROUPS, secure_bot

@@ -12,7 +12,7 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import SlackError, SlackFront
 from bot.store import keys

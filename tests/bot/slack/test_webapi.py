@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.notify.notifier import Notifier
 from bot.settings.config import parse_config
 from bot.settings.env import Settings

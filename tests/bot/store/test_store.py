@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from bot.console.chat import ConsoleFront
 from bot.core.core import Core
-from bot.engine.on_cluster import Clusters
+from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import EVENT_KINDS, Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.notify.notifier import Notifier

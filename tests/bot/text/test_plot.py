@@ -22,8 +22,8 @@ from bot.text.plot import (
 )
 from bot.wording import render
 from cluster.frameworks.nemo import NEMO
-from cluster.profiles import ClusterProfile
-from cluster.spec import LaunchSpec
+from cluster.launching.spec import LaunchSpec
+from cluster.site.profiles import ClusterProfile
 from commands.requests import TrainRequest
 
 TITLE = "L-7f3a9c · sft llama3p1_8b · loss"

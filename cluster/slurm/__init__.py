@@ -1,0 +1,2 @@
+"""Pure builders and parsers for Slurm's command-line tools (squeue, scancel, sacct, sinfo,
+sbatch) and its pending reasons; no I/O."""
