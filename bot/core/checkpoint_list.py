@@ -17,7 +17,7 @@ from bot.planning.checkpoints import Saved
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_PRUNE, actions, button, confirm_dialog, escape, section
-from bot.wording import render
+from bot.wording import render, thread
 from cluster.errors import ClusterError
 from commands.context import User
 
@@ -113,16 +113,14 @@ async def prune(store: Store, calls: ClusterCalls, launch: Launch, user: User, k
         await calls.delete_checkpoints(launch, directory, names, pattern)
     except (ClusterError, ValueError) as exc:
         return Reply(f"Could not delete them: {escape(str(exc))}", error=True)
-    steps = checkpoints.steps_text(doomed)
     gone = set(names)
-    text = (
-        f"🗑️ <@{user.id}> deleted {len(doomed)} checkpoints of {launch.id} (steps {steps}), "
-        f"keeping the best {keep} and the last, in `{escape(directory)}`."
-    )
+    facts = {"move": "pruned", "by": user.id, "count": len(doomed), "launch": launch.id}
+    facts |= {"steps": checkpoints.steps_text(doomed), "keep": keep, "directory": directory}
+    said = Event("thread", launch.id, data=facts)
 
     def forget(stored: Launch) -> list[Event]:
         stored.checkpoints = [n for n in stored.checkpoints if n not in gone]
-        return [Event("thread", stored.id, text)]
+        return [said]
 
     await store.mutate(launch.id, forget)
-    return Reply(text)
+    return Reply(thread.line(said))

@@ -14,7 +14,7 @@ from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
 from bot.wording import health as health_words
-from bot.wording import render
+from bot.wording import render, thread
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject
 from commands.context import CommandContext, User
@@ -52,14 +52,10 @@ class Decisions:
         try:
             await self.calls.cancel(stored, [job_id])  # as its person, by a worker if need be
         except ClusterError as exc:
-            text = (
-                f"⚠️ Could not cancel Slurm job {job_id} now ({escape(str(exc))}). The launch "
-                f"stays cancelled and will not be retried; trainbot sends the cancel again at "
-                f"each poll until the job ends (by hand: `scancel {job_id}` on "
-                f"{escape(stored.cluster)})."
-            )
-            await self.store.mutate(launch.id, lambda s: [Event("thread", s.id, text)])
-            return Reply(text, error=True)
+            failed = {"move": "cancel_failed", "job": job_id, "cluster": stored.cluster}
+            said = Event("thread", launch.id, data={**failed, "error": str(exc)})
+            await self.store.mutate(launch.id, lambda s: [said])
+            return Reply(thread.line(said), error=True)
         return Reply(f"Cancelled Slurm job {job_id}. The thread will show the final state.")
 
     async def approve(self, launch: Launch, user: User, approved: bool) -> Reply:

@@ -29,17 +29,12 @@ log = logging.getLogger(__name__)
 def _sweep_first_events(sweep: Sweep, first_id: str, approval: str | None) -> list[Event]:
     """The sweep's parent and first thread line: queued, or the one approval it asks."""
     if approval is None:
-        said = f"Queued by <@{sweep.user_id}>: `{escape(sweep.text)}`"
-        return [Event("parent", first_id), Event("thread", first_id, said)]
-    ask = (
-        f"✋ <@{sweep.user_id}> asks for sweep {sweep.id} ({len(sweep.members)} launches): "
-        f"`{escape(sweep.text)}`. {escape(approval)} A trainbot admin or an approver can "
-        "approve the whole sweep."
-    )
-    return [
-        Event("parent", first_id),
-        Event("thread", first_id, ask, data={"buttons": ["approve", "reject"], "sweep": sweep.id}),
-    ]
+        queued = {"move": "queue", "by": sweep.user_id, "command": sweep.text}
+        return [Event("parent", first_id), Event("thread", first_id, data=queued)]
+    ask: dict[str, object] = {"move": "sweep_approval", "by": sweep.user_id, "sweep": sweep.id}
+    ask |= {"members": len(sweep.members), "command": sweep.text, "reason": approval}
+    ask |= {"buttons": ["approve", "reject"]}
+    return [Event("parent", first_id), Event("thread", first_id, data=ask)]
 
 
 async def start_sweep(

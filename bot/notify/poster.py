@@ -137,12 +137,8 @@ class Poster:
 
     async def _say_paged(self, launch: Launch, steps: list[str]) -> None:
         """Once a page went out, say so in the launch's thread (after what caused it)."""
-        where = " and ".join(
-            {"slack": "in the on-call channel", "pagerduty": "through PagerDuty"}.get(n, n)
-            for n in steps
-        )
-        text = f"📟 On-call was paged {where}."
-        await self.store.mutate(launch.id, lambda stored: [Event("thread", stored.id, text)])
+        paged = Event("thread", launch.id, data={"move": "paged", "steps": list(steps)})
+        await self.store.mutate(launch.id, lambda stored: [paged])
 
     async def permalink(self, launch: Launch) -> str:
         """The thread's link, or "" (no parent yet, or Slack cannot say): a page goes

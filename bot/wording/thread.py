@@ -62,6 +62,15 @@ def command(facts: Facts) -> str:
     return f"`{escape(_s(facts, 'command'))}`"
 
 
+def sweep_approval(facts: Facts) -> str:
+    """The one approval a sweep asks, in its thread."""
+    return (
+        f"✋ {_mention(_s(facts, 'by'))} asks for sweep {escape(_s(facts, 'sweep'))} "
+        f"({_n(facts, 'members')} launches): {command(facts)}. {escape(_s(facts, 'reason'))} "
+        "A trainbot admin or an approver can approve the whole sweep."
+    )
+
+
 def approve(facts: Facts) -> str:
     return f"✅ Approved by {_mention(_s(facts, 'by'))}. Queued."
 
@@ -331,6 +340,33 @@ def late_job(facts: Facts) -> str:
     )
 
 
+def cancel_failed(facts: Facts) -> str:
+    """Cancel's scancel failed: the launch stays cancelled, the poller sends it again."""
+    job = escape(_s(facts, "job"))
+    return (
+        f"⚠️ Could not cancel Slurm job {job} now ({escape(_s(facts, 'error'))}). The launch "
+        f"stays cancelled and will not be retried; trainbot sends the cancel again at each "
+        f"poll until the job ends (by hand: `scancel {job}` on {escape(_s(facts, 'cluster'))})."
+    )
+
+
+def pruned(facts: Facts) -> str:
+    """Checkpoints deleted by a person (the prune buttons of /checkpoints)."""
+    return (
+        f"🗑️ {_mention(_s(facts, 'by'))} deleted {_n(facts, 'count')} checkpoints of "
+        f"{escape(_s(facts, 'launch'))} (steps {escape(_s(facts, 'steps'))}), keeping the best "
+        f"{_n(facts, 'keep')} and the last, in `{escape(_s(facts, 'directory'))}`."
+    )
+
+
+PAGED_WHERE = {"slack": "in the on-call channel", "pagerduty": "through PagerDuty"}
+
+
+def paged(facts: Facts) -> str:
+    steps = [str(step) for step in facts.get("steps") or []]
+    return f"📟 On-call was paged {' and '.join(PAGED_WHERE.get(n, n) for n in steps)}."
+
+
 def cancel(facts: Facts) -> str:
     text = f"🚫 Cancelled by {_mention(_s(facts, 'by'))}."
     if facts.get("in_flight"):
@@ -419,6 +455,7 @@ def slurm_state(facts: Facts) -> str:
 SAYINGS: dict[str, Callable[[Facts], str]] = {
     "queue": queue,
     "ask_approval": ask_approval,
+    "sweep_approval": sweep_approval,
     "approve": approve,
     "reject": reject,
     "submitting": submitting,
@@ -441,6 +478,9 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "launcher_error": launcher_error,
     "tokenizer_seeded": tokenizer_seeded,
     "cancel": cancel,
+    "cancel_failed": cancel_failed,
+    "pruned": pruned,
+    "paged": paged,
     # lines no move writes: what the poller reads of the job,
     "checkpoint": checkpoint,
     "run_link": run_link,

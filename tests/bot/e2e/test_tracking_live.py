@@ -17,6 +17,7 @@ import pytest
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
+from bot.wording import thread
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL
 from cluster.launching.spec import LaunchSpec
@@ -111,7 +112,9 @@ async def test_tensorboard_directories_left_on_the_login_node_reach_the_thread_o
         for launch, where in ((rl, profile), (nemo, linked)):
             events = apply_snapshot(launch, result.jobs[launch.job_id], where, Watch())
             said.setdefault(launch.job_id, []).extend(
-                e.text for e in events if e.kind == "thread" and "TensorBoard" in e.text
+                line
+                for line in (thread.line(e) for e in events if e.kind == "thread")
+                if "TensorBoard" in line
             )
 
     (rl_line,) = said[rl_id]

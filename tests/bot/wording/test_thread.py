@@ -296,3 +296,29 @@ def test_start_from_with_and_without_a_copy() -> None:
         " It starts from a linked copy (`/mine/ck`): L-1's own checkpoint directory is left "
         "as it is."
     )
+
+
+def test_what_the_core_and_the_pager_say_in_a_thread() -> None:
+    assert says("queue", by="U1", command="/train sft m lr=1e-5,3e-5") == (
+        "Queued by <@U1>: `/train sft m lr=1e-5,3e-5`"
+    )  # a sweep's first line is the queue's
+    ask = says("sweep_approval", by="U1", sweep="S-1", members=4, command="/train x",
+               reason="above 8 nodes.")  # fmt: skip
+    assert ask == (
+        "✋ <@U1> asks for sweep S-1 (4 launches): `/train x`. above 8 nodes. A trainbot admin "
+        "or an approver can approve the whole sweep."
+    )
+    assert says("cancel_failed", job="41", cluster="a4", error="timed out") == (
+        "⚠️ Could not cancel Slurm job 41 now (timed out). The launch stays cancelled and will "
+        "not be retried; trainbot sends the cancel again at each poll until the job ends (by "
+        "hand: `scancel 41` on a4)."
+    )
+    pruned = says("pruned", by="U1", count=3, launch="L-1", steps="10, 20, 30", keep=2,
+                  directory="/ck")  # fmt: skip
+    assert pruned == (
+        "🗑️ <@U1> deleted 3 checkpoints of L-1 (steps 10, 20, 30), keeping the best 2 and the "
+        "last, in `/ck`."
+    )
+    assert says("paged", steps=["slack", "pagerduty"]) == (
+        "📟 On-call was paged in the on-call channel and through PagerDuty."
+    )
