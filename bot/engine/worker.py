@@ -147,15 +147,11 @@ class Worker(Submitter):
         if await self.store.get(launch_id) is None:
             return
         if not give_up:
-            note = (
-                f"⚠️ This launch failed inside trainbot ({escape(type(exc).__name__)}), "
-                f"{MAX_DELIVERIES} times; it was set aside (dead letters) and is tried again "
-                f"in {wait_s / 60:.0f} min, for up to {delivery.retry_for_h:g} h. "
-                "`/cancel` stops it."
-            )
+            note = {"move": "set_aside", "error": type(exc).__name__, "tries": MAX_DELIVERIES}
+            note |= {"wait_s": wait_s, "retry_for_h": delivery.retry_for_h}
             if replays == 0:  # said once; the later replays are in the log
                 await self.store.mutate(
-                    launch_id, lambda s: [Event("thread", s.id, note)] if s.active else []
+                    launch_id, lambda s: [Event("thread", s.id, data=note)] if s.active else []
                 )
             return
         text = (

@@ -329,6 +329,16 @@ def hang(facts: Facts) -> str:
     )
 
 
+def set_aside(facts: Facts) -> str:
+    """A launch that failed inside trainbot on every delivery, set aside to be tried again."""
+    return (
+        f"⚠️ This launch failed inside trainbot ({escape(_s(facts, 'error'))}), "
+        f"{_n(facts, 'tries')} times; it was set aside (dead letters) and is tried again in "
+        f"{_seconds(facts, 'wait_s') / 60:.0f} min, for up to "
+        f"{_seconds(facts, 'retry_for_h'):g} h. `/cancel` stops it."
+    )
+
+
 def late_job(facts: Facts) -> str:
     """A job that appeared after its launch was cancelled: cancelled, or not (``error``)."""
     job = escape(_s(facts, "job"))
@@ -470,6 +480,7 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "moved": moved,
     "old_job_stays": old_job_stays,
     "late_job": late_job,
+    "set_aside": set_aside,
     "resume": resume,
     "job_stuck": job_stuck,
     "hang": hang,

@@ -322,3 +322,11 @@ def test_what_the_core_and_the_pager_say_in_a_thread() -> None:
     assert says("paged", steps=["slack", "pagerduty"]) == (
         "📟 On-call was paged in the on-call channel and through PagerDuty."
     )
+
+
+def test_set_aside() -> None:
+    said = says("set_aside", error="KeyError", tries=5, wait_s=600.0, retry_for_h=24.0)
+    assert said == (
+        "⚠️ This launch failed inside trainbot (KeyError), 5 times; it was set aside (dead "
+        "letters) and is tried again in 10 min, for up to 24 h. `/cancel` stops it."
+    )
