@@ -51,15 +51,15 @@ class Holding:
             stored.fence += 1
             return []
 
-        item, _ = await self.store.mutate(launch_id, take)
+        item, _ = await self.store.launches.mutate(launch_id, take)
         self._fence = item.fence
         return item
 
     async def _check_still_ours(self, launch_id: str) -> None:
         """LostLock unless this worker's fence is still the launch's and no other worker
         holds the launch's lock."""
-        stored = await self.store.get(launch_id)
-        holder = await self.store.lease_holder(f"launch:{launch_id}")
+        stored = await self.store.launches.get(launch_id)
+        holder = await self.store.leases.lease_holder(f"launch:{launch_id}")
         if stored is None or stored.fence != self._fence:
             fence = stored.fence if stored else None
             raise LostLock(f"launch {launch_id}: fence {fence}, ours {self._fence}; not submitting")
@@ -69,7 +69,7 @@ class Holding:
     async def _mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
     ) -> tuple[Launch, list[Event]]:
-        """:meth:`Store.mutate`, only while this worker still holds the launch."""
+        """``store.launches.mutate``, only while this worker still holds the launch."""
         fence = self._fence
 
         def fenced(stored: Launch) -> list[Event]:
@@ -77,7 +77,7 @@ class Holding:
                 raise LostLock(f"launch {stored.id}: fence {stored.fence}, ours {fence}")
             return change(stored)
 
-        return await self.store.mutate(launch_id, fenced)
+        return await self.store.launches.mutate(launch_id, fenced)
 
     async def _move(
         self, launch_id: str, move: phases.Move, facts: phases.Facts

@@ -42,7 +42,7 @@ class Recovery(Holding):
         try:
             found = await self._new_jobs(item)
         except ClusterError as exc:
-            tries = await self.store.count(f"lookup:{item.id}:{len(item.attempts)}")
+            tries = await self.store.marks.count(f"lookup:{item.id}:{len(item.attempts)}")
             wait_s = min(2.0**tries, MAX_LOOKUP_WAIT_S)
             log.warning("launch %s: lookup failed (%d): %s", item.id, tries, exc)
             if tries == 1:
@@ -52,7 +52,7 @@ class Recovery(Holding):
                     "up by the launch id and submits nothing until Slurm answers."
                 )
                 await self._say(item.id, text)
-            await self.store.requeue(item.id, after_s=wait_s)
+            await self.store.queue.requeue(item.id, after_s=wait_s)
             return False
         if found:  # submitted before a crash or a lost connection: adopt, never resubmit
             how = "Found the job submitted before a restart"
@@ -66,7 +66,7 @@ class Recovery(Holding):
             log.info(
                 "launch %s: a submit may be in flight; looking again in %.0f s", item.id, wait_s
             )
-            await self.store.requeue(item.id, after_s=wait_s)
+            await self.store.queue.requeue(item.id, after_s=wait_s)
             return False
         return True
 
@@ -77,14 +77,14 @@ class Recovery(Holding):
             found = [j for j in await self._new_jobs(item) if j.active]
         except ClusterError as exc:
             log.warning("launch %s: lookup after cancel failed: %s", item.id, exc)
-            await self.store.requeue(item.id, after_s=LOOKUP_AGAIN_S)
+            await self.store.queue.requeue(item.id, after_s=LOOKUP_AGAIN_S)
             return
         for job in found:
             await self._say(item.id, phases.appeared_after_cancel(job.job_id))
             await self._cancel_late_job(item, job.job_id)
         settled_at = submit_deadline(item) + SUBMIT_SETTLE_S
         if time.time() < settled_at:  # a submit still in flight could yet land
-            await self.store.requeue(item.id, after_s=settled_at - time.time())
+            await self.store.queue.requeue(item.id, after_s=settled_at - time.time())
             return
 
         def settled(stored: Launch) -> list[Event]:
@@ -100,7 +100,7 @@ class Recovery(Holding):
             "before anything else."
         )
         await self._say(item.id, text)
-        await self.store.requeue(item.id, after_s=SUBMIT_SETTLE_S)
+        await self.store.queue.requeue(item.id, after_s=SUBMIT_SETTLE_S)
 
     async def _failed_submit(self, item: Launch, exc: SlurmCommandFailed) -> None:
         """The launcher exited with an error. nemo-run can fail after its sbatch worked,
@@ -126,7 +126,7 @@ class Recovery(Holding):
             return False
         wait_s = attempt.not_before - time.time()
         if wait_s > 0.5:
-            await self.store.requeue(item.id, after_s=wait_s)
+            await self.store.queue.requeue(item.id, after_s=wait_s)
             return False
         if not attempt.seed_tokenizer:
             return True
@@ -165,7 +165,7 @@ class Recovery(Holding):
                     bool(item.attempts[-1].cluster) and item.attempts[-1].cluster != item.cluster
                 )
                 await self.clusters.cancel(item, [old], pending_only=moving)
-                await self.store.requeue(item.id, after_s=RETRY_CANCEL_LOOK_S)
+                await self.store.queue.requeue(item.id, after_s=RETRY_CANCEL_LOOK_S)
                 return False
         except ClusterError as exc:
             gone, why = False, str(exc)
@@ -174,7 +174,7 @@ class Recovery(Holding):
             facts = phases.Facts(now=time.time(), job_id=old)
             stored, _ = await self._move(item.id, phases.old_job_gone, facts)
             if stored.cluster != item.cluster:  # taken up again on its new cluster
-                await self.store.requeue(item.id, after_s=0.05)
+                await self.store.queue.requeue(item.id, after_s=0.05)
                 return False
             return True
         text = (
@@ -185,17 +185,17 @@ class Recovery(Holding):
         return False
 
     async def _unreachable(self, launch_id: str, exc: ClusterUnreachable) -> None:
-        item = await self.store.get(launch_id)
+        item = await self.store.launches.get(launch_id)
         if item is None or not item.active:
             return
         if item.phase == Phase.SUBMITTING:  # something may have been submitted: look again
-            await self.store.requeue(launch_id, after_s=LOOKUP_AGAIN_S)
+            await self.store.queue.requeue(launch_id, after_s=LOOKUP_AGAIN_S)
             return
-        tries = await self.store.count(f"unreachable:{item.id}")
+        tries = await self.store.marks.count(f"unreachable:{item.id}")
         if tries >= UNREACHABLE_RETRIES:
             await self._reject(
                 item, "UNREACHABLE", f"Not submitted: {escape(str(exc))}. Tried {tries} times."
             )
             return
         log.warning("launch %s: %s; retrying (%d)", item.id, exc, tries)
-        await self.store.requeue(item.id, after_s=min(2**tries, 30))
+        await self.store.queue.requeue(item.id, after_s=min(2**tries, 30))

@@ -148,17 +148,19 @@ class Submitter(Recovery):
             return False
         if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
             return False
-        return not await self.store.thread_waits(item.id) or await self._thread_is_up(item)
+        return not await self.store.marks.thread_waits(item.id) or await self._thread_is_up(item)
 
     async def _thread_is_up(self, item: Launch) -> bool:
         """A launch never runs without a thread anyone can see: submit only once its
         parent message is posted. While it is not, look again shortly (a deferred entry);
         when the channel refuses the bot (the notifier gave up and told the person by
         DM), the launch ends here with nothing submitted."""
-        current = await self.store.get(item.id)
+        current = await self.store.launches.get(item.id)
         if current is not None and current.parent_ts:
             return True
-        refused = await self.store.bad_channel(item.id) or await self.store.no_thread(item.id)
+        refused = await self.store.marks.bad_channel(item.id) or await self.store.lanes.no_thread(
+            item.id
+        )
         if refused:
             text = (
                 f"Not submitted: trainbot could not post this launch's thread in "
@@ -169,10 +171,10 @@ class Submitter(Recovery):
             return False
         if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
             return False  # cancelled or ended meanwhile: nothing to wait for
-        waits = await self.store.count_thread_wait(item.id)
+        waits = await self.store.marks.count_thread_wait(item.id)
         wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
         log.info(
             "launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s
         )
-        await self.store.requeue(item.id, after_s=wait_s)
+        await self.store.queue.requeue(item.id, after_s=wait_s)
         return False

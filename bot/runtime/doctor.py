@@ -189,8 +189,8 @@ async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = N
         target = settings.redis_target()
         async with Store.connect(target) as store:
             await store.ping()
-            held, dead = await store.held_count(), await store.dead_letter_count()
-            newest = await store.dead_letters(limit=1)
+            held, dead = await store.lanes.held_count(), await store.lanes.dead_letter_count()
+            newest = await store.lanes.dead_letters(limit=1)
             replicas = await store.replicas()
         report.line(
             replicas >= target.wait_replicas,

@@ -42,10 +42,10 @@ class AskWorker:
 
     async def push_raw(self, raw: str) -> None:
         """Any text on the asks list, as someone with Redis access would put it there."""
-        await self.store.push_ask(raw)
+        await self.store.asks.push_ask(raw)
 
     async def answer(self, ask_id: str, timeout_s: float = 30) -> dict[str, Any] | None:
-        return await self.store.wait_answer(ask_id, timeout_s)
+        return await self.store.asks.wait_answer(ask_id, timeout_s)
 
     async def rewrite(self, launch_id: str, **fields: Any) -> None:
         """Change the launch's record in Redis behind the bot's back."""
@@ -119,5 +119,5 @@ async def seeded(
     if job_id:
         tracking = Tracking(framework="nemo", job_id=job_id, log_path=log_path)
         launch.attempts = [Attempt(number=1, job_id=job_id, tracking=tracking)]
-    await store.create(launch, [], enqueue=False)
+    await store.launches.create(launch, [], enqueue=False)
     return launch
