@@ -28,9 +28,9 @@ import secrets
 import socket
 import time
 
-from bot.engine.holding import LostLock, log
+from bot.engine import recovery, submit
+from bot.engine.holding import Hold, LostLock, log
 from bot.engine.on_cluster import Clusters
-from bot.engine.submit import Submitter
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
@@ -55,13 +55,16 @@ def worker_name(prefix: str = "") -> str:
     return f"{base}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-class Worker(Submitter):
+class Worker:
     """Takes launches off the queue, one at a time, each under its lock and fence: the
-    queue loop and the dead letters here, the launch's own paths in
-    :class:`~bot.engine.submit.Submitter`."""
+    queue loop and the dead letters here; the launch it handles is its :class:`Hold`,
+    handed to :func:`bot.engine.submit.launch` and the paths of :mod:`bot.engine.recovery`."""
 
     def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
-        super().__init__(store, clusters, name=name)
+        self.store = store
+        self.clusters = clusters
+        self.name = name  # unique per process: its queue consumer and its launch locks
+        self.hold = Hold(store, clusters, name=name)
         self.processed = 0
         self.dead_letters = 0
 
@@ -202,13 +205,15 @@ class Worker(Submitter):
         except PersonRefused as exc:  # the person cannot log in: trying again will not help
             current = await self.store.launches.get(launch_id)
             if current is not None and current.phase == Phase.SUBMITTING:
-                await self._unreachable(launch_id, exc)  # a submit may have run: look it up
+                await recovery.unreachable(
+                    self.hold, launch_id, exc
+                )  # a submit may have run: look it up
             else:
-                await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+                await self.hold.reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         except ClusterUnreachable as exc:
-            await self._unreachable(launch_id, exc)
+            await recovery.unreachable(self.hold, launch_id, exc)
         except ClusterError as exc:
-            await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+            await self.hold.reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         finally:
             renew.cancel()
             await asyncio.gather(renew, return_exceptions=True)
@@ -217,11 +222,11 @@ class Worker(Submitter):
         return True
 
     async def _work(self, launch_id: str) -> None:
-        item = await self._take(launch_id)
+        item = await self.hold.take(launch_id)
         if item.active:
-            await self._launch(item)
+            await submit.launch(self.hold, item)
         else:
-            await self._settle_cancelled(item)
+            await recovery.settle_cancelled(self.hold, item)
 
     async def _renew(self, lock: str, work: asyncio.Task[None]) -> None:
         """Keep the lock while ``work`` runs; losing it stops the work (a submit not yet

@@ -327,7 +327,7 @@ async def running(
         # Every loop under the supervisor: one that raises is logged, counted and started
         # again after a back-off; /healthz says which (bot.runtime.supervise).
         for worker in bot.workers:
-            worker.authority = authority
+            worker.hold.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
             asks = functools.partial(serve_asks, store, clusters, stop, ask_key)

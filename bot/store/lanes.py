@@ -49,6 +49,8 @@ while true do
 end
 """
 DEAD_LETTERS_KEPT = 1000
+# Where an operator finds the notifier's dead letters in Redis (doctor names it).
+DEAD_LETTERS_AT = keys.NOTIFY_DEAD_LETTERS
 
 
 @dataclass

@@ -18,6 +18,7 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine import recovery, submit, worker
+from bot.engine.holding import Hold
 from bot.engine.on_cluster import Clusters
 from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
@@ -182,18 +183,18 @@ async def test_a_stalled_worker_that_lost_the_launch_writes_nothing(
     assert sum("Slurm job 100" in t for t in texts) == 1, texts
 
 
-class StallsAfterSubmitting(Worker):
-    """A worker that stalls right after it marked the launch SUBMITTING, before its last
-    check (as a process paused there would)."""
+class StallsAfterSubmitting(Hold):
+    """A worker's hold that stalls right after it marked the launch SUBMITTING, before its
+    last check (as a process paused there would)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stalled, self.gate = asyncio.Event(), asyncio.Event()
 
-    async def _mutate(
+    async def mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
     ) -> tuple[Launch, list[Event]]:
-        result = await super()._mutate(launch_id, change)
+        result = await super().mutate(launch_id, change)
         if result[0].phase == Phase.SUBMITTING and not self.stalled.is_set():
             self.stalled.set()
             await self.gate.wait()
@@ -210,14 +211,15 @@ async def test_a_stalled_worker_checks_the_fence_not_a_free_lock_before_sbatch(
     monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.5)
     monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
     launch = await queued(store)
-    a = StallsAfterSubmitting(store, clusters, name="a")
+    a = Worker(store, clusters, name="a")
+    a.hold = stalls = StallsAfterSubmitting(store, clusters, name="a")
     first = asyncio.create_task(a.process(launch.id))
-    await asyncio.wait_for(a.stalled.wait(), 5)
+    await asyncio.wait_for(stalls.stalled.wait(), 5)
     await store.leases.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
     b = Worker(store, clusters, name="b")
     assert await b.process(launch.id)
     assert await store.leases.lease_holder(f"launch:{launch.id}") == ""
-    a.gate.set()
+    stalls.gate.set()
     assert not await first
     assert clusters.submits == []
     await asyncio.sleep(0.8)
