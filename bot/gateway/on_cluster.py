@@ -230,7 +230,7 @@ class Clusters:
         held = self._launchers.get(key)
         options = held[1] if held and time.time() - held[0] < LAUNCHER_TTL_S else None
         if options is None and self.store is not None:
-            raw = await self.store.launcher_options(*key)
+            raw = await self.store.history.launcher_options(*key)
             options = LauncherOptions.decode(raw) if raw else None
             if options is not None:
                 self._launchers[key] = (time.time(), options)
@@ -243,7 +243,7 @@ class Clusters:
         key = self._launcher_key(spec)
         self._launchers[key] = (time.time(), result.launcher)
         if self.store is not None:
-            await self.store.save_launcher_options(
+            await self.store.history.save_launcher_options(
                 *key, result.launcher.encode(), ttl_s=LAUNCHER_TTL_S
             )
 
