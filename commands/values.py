@@ -138,11 +138,16 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
             field="image",
         )
     if re.fullmatch(IMAGE_NAME_PATTERN, raw) and not looks_like_path:
-        raise CommandError(
-            f"image={quote(raw)} is not an image of {profile.name}. Images there: {names} "
-            f"(or a path to a .sqsh file).{did_you_mean(raw, list(profile.images))}",
-            field="image",
-        )
+        suggestion = did_you_mean(raw, list(profile.images))
+        if suggestion:  # a slip of a configured name, not an image of the image directory
+            raise CommandError(
+                f"image={quote(raw)} is not an image of {profile.name}. Images there: {names} "
+                f"(or a path to a .sqsh file, or an image /images import made).{suggestion}",
+                field="image",
+            )
+        # An image /images import or fetch made: <image_dir>/<name>.sqsh (pre-flight says
+        # when it is not there; the custom-image policy holds for it as for any path).
+        return profile.resolve_image(raw, "")
     raise CommandError(
         f"image={quote(raw)} is not valid: give an image name ({names}), an absolute "
         "or ~/ path to a .sqsh file of letters, digits and . _ + @ - /, or a registry "
