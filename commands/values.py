@@ -142,7 +142,7 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
         if suggestion:  # a slip of a configured name, not an image of the image directory
             raise CommandError(
                 f"image={quote(raw)} is not an image of {profile.name}. Images there: {names} "
-                f"(or a path to a .sqsh file, or an image /images import made).{suggestion}",
+                f"(or a path to a .sqsh file).{suggestion}",
                 field="image",
             )
         # An image /images import or fetch made: <image_dir>/<name>.sqsh (pre-flight says

@@ -36,6 +36,7 @@ from bot.core.redact import (
 from bot.engine.asks import WorkerAsks, serve_asks
 from bot.engine.authority import Authority
 from bot.engine.identity import People
+from bot.engine.image_runner import ImageRunner
 from bot.engine.on_cluster import Clusters
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
@@ -329,6 +330,9 @@ async def running(
         for worker in bot.workers:
             worker.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
+        if bot.workers:  # /images import and fetch: submitted and followed by the workers
+            runner = ImageRunner(store, clusters, front, name=worker_name(f"{host}-images"))
+            supervisor.run("images", functools.partial(runner.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
             asks = functools.partial(serve_asks, store, clusters, stop, ask_key)
             supervisor.run("asks", asks)

@@ -20,6 +20,7 @@ from bot.store.base import StoreBase, translated
 from bot.store.budgets import Budgets
 from bot.store.connection import open_redis
 from bot.store.history import History
+from bot.store.image_runs import ImageRuns
 from bot.store.lanes import Lanes
 from bot.store.launches import Launches
 from bot.store.leases import Leases
@@ -42,6 +43,7 @@ class Store(
     People,
     Tokens,
     Nodes,
+    ImageRuns,
     StoreBase,
 ):
     """Launch records, the queue, the outbox and leases. Every public coroutine
