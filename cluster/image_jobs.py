@@ -237,7 +237,7 @@ _NO_SPACE = re.compile(r"No space left on device|Errno 28")
 @dataclass(frozen=True)
 class Outcome:
     """How an image job ended: ``ok``, or why not and what to do (``cause``: ``auth``,
-    ``disk_full``, ``cancelled``, ``failed``). ``site``: the fix is the site's or the
+    ``disk_full``, ``node``, ``cancelled``, ``failed``). ``site``: the fix is the site's or the
     person's (credentials, disk space), not trainbot's: nobody is paged for it."""
 
     ok: bool
@@ -281,6 +281,14 @@ def outcome(job: ImageJob, state: str, exit_code: str, log_tail: str) -> Outcome
             f"where it writes (`{folder}`, or enroot's temporary directory). A NeMo image "
             "needs about 20-40 GB free. Free space there (old .sqsh files), or ask the "
             "cluster's admins to set a larger image_dir, then run it again.",
+        )
+    if state in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED"):
+        again = "/images import" if job.kind == "import" else "/images fetch"
+        return Outcome(
+            False,
+            "node",
+            f"The node the {what} of {job.name} ran on failed ({state}); nothing is wrong "
+            f"with the image. Run the same {again} again.",
         )
     if state == "CANCELLED" or state.startswith("CANCELLED"):
         return Outcome(False, "cancelled", f"The {what} of {job.name} was cancelled.")

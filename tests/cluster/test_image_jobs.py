@@ -87,6 +87,7 @@ ENDS = [
     (IMPORT, "CANCELLED", "[INFO] Fetching image manifest\n", "cancelled", True),
     (IMPORT, "FAILED", "bash: enroot: command not found\n", "failed", False),
     (IMPORT, "TIMEOUT", "", "failed", False),
+    (FETCH, "NODE_FAIL", "Copying gs://...\n", "node", True),
 ]  # fmt: skip
 
 

@@ -123,3 +123,40 @@ async def test_import_and_fetch_in_threads_and_a_launch_uses_the_import(unique: 
     assert "@alice ✅ Image nemo_rl-h20260302 is ready" in text
     assert "✅ READY  image · import" in text and "❌ FAILED  image · import" in text
     assert "subteam" not in text and "C0ONCALL" not in text  # the site's problems page no one
+
+
+async def test_an_import_runs_as_the_persons_unix_user_where_identity_maps_them(
+    unique: str,
+) -> None:
+    """With identity, the job is the person's: submitted as their Unix user (checked against
+    the config), writing as them, with their own enroot credentials file."""
+    image_dir = f"/home/alice/devcluster-images-{unique}"
+    front = ConsoleFront(io.StringIO(), color=False)
+    config = dev_config(people={"alice": "alice"}, edit=_config_editor(image_dir))
+    try:
+        async with running(bot_settings(), config, front) as bot:
+            reply = await handle_line(
+                f"/images import nvcr.io/nvidia/nemo:26.02 as mine-{unique} cluster=a4",
+                bot.core, front, user="alice",
+            )  # fmt: skip
+            assert reply is not None and not reply.error, reply
+            run_id = RUN_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+
+            async def ended() -> ImageRun | None:
+                run = await bot.store.get_image_run(run_id)
+                return run if run is not None and not run.active else None
+
+            run = await wait_until(ended, "the import to end", timeout_s=120, interval_s=1)
+            assert run.ok and run.cluster_user == "alice", run
+        owner = login_run(f"stat -c %U {image_dir}/mine-{unique}.sqsh", user="alice")
+        assert owner.strip() == "alice"
+        job = run.job_id
+        assert sacct_user(job) == "alice"
+    finally:
+        login_run(f"rm -rf {image_dir}", check=False, user="alice")
+    text = "\n".join(front.lines)
+    assert f"Submitted: Slurm job {run.job_id} on a4, as alice (enroot import)" in text
+
+
+def sacct_user(job_id: str) -> str:
+    return login_run(f"sacct -n -X -P -j {job_id} -o User").strip()
