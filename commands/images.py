@@ -18,6 +18,7 @@ from commands.access import may_use_image
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.parse import Args
+from commands.policy import Policy
 from commands.requests import ImagesRequest
 from commands.suggest import did_you_mean, join_names, quote
 from commands.train import check_keys
@@ -102,21 +103,27 @@ def _prebuilt_name(framework: str) -> str:
 
 
 def _may_write(profile: ClusterProfile, name: str, user: User, context: CommandContext) -> None:
-    """The person may launch on the cluster, and may run what lands in its image directory
-    (the custom-image policy), else nothing is worth making for them."""
-    policy = context.policy
+    problem = write_problem(context.policy, profile, name, user)
+    if problem:
+        raise CommandError(problem)
+
+
+def write_problem(policy: Policy, profile: ClusterProfile, name: str, user: User) -> str:
+    """Why ``user`` may not have the image ``name`` made on ``profile``'s cluster ("": they
+    may): they may launch there, and may run what lands in its image directory (the
+    custom-image policy), else nothing is worth making for them. Asked when the command is
+    typed and again by the worker before it submits (with the policy of then)."""
     admin = policy.is_admin(user.id, user.groups)
     if not admin and policy.rule_for(user.id, user.groups, profile.name) is None:
-        raise CommandError(
+        return (
             f"You may not launch on {profile.name}, so /images cannot make images there for "
             "you. Ask a trainbot admin for access."
         )
     if not profile.allow_custom_images:
-        raise CommandError(
+        return (
             f"{profile.name} runs only the images its config names "
-            f"({join_names(list(profile.images))}); "
-            "an imported or fetched image could not be used there. Ask a trainbot admin to "
-            "add it to the cluster's images."
+            f"({join_names(list(profile.images))}); an imported or fetched image could not be "
+            "used there. Ask a trainbot admin to add it to the cluster's images."
         )
     target = image_path(profile, name)
     decision, _ = may_use_image(
@@ -124,6 +131,5 @@ def _may_write(profile: ClusterProfile, name: str, user: User, context: CommandC
         cluster_images=list(profile.images),
     )  # fmt: skip
     if not decision.allowed:
-        raise CommandError(
-            f"The image would be {target}, which you could not then use: {decision.reason}"
-        )
+        return f"The image would be {target}, which you could not then use: {decision.reason}"
+    return ""

@@ -63,7 +63,7 @@ async def start(
         return Reply(problem, error=True)
     run = ImageRun(
         id=new_run_id(), user_id=user.id, channel=incoming.channel_id, request=request,
-        cluster_user=cluster_user,
+        cluster_user=cluster_user, groups=sorted(user.groups),
     )  # fmt: skip
     await store.save_image_run(run)
     what = (

@@ -27,9 +27,11 @@ from bot.lifecycle.image_run import ImageRun
 from bot.store.base import StoreError
 from bot.store.store import Store
 from bot.text.front import Front, MessageRef
-from cluster.errors import ClusterError, ClusterUnreachable
+from cluster.errors import ClusterError, ClusterUnreachable, PersonRefused
 from cluster.image_jobs import ImageJob, outcome, plan_fetch, plan_import
 from cluster.slurm import is_terminal
+from commands.context import User
+from commands.images import write_problem
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +113,23 @@ class ImageRunner:
         await self._update_parent(run, job)
 
     async def _submit(self, run: ImageRun, job: ImageJob) -> None:
+        # the policy of now, as a launch that waited is admitted again when it goes
+        owner = User(id=run.user_id, name=run.user_id, groups=frozenset(run.groups))
+        profile = self.clusters.profile(run.cluster)
+        problem = write_problem(self.clusters.config.policy, profile, job.name, owner)
+        if problem:
+            await self._end_unsubmitted(run, job, problem)
+            return
         try:
             profile = self.clusters.profile_of_person(
                 run.cluster, run.user_id, run.cluster_user, run.id
             )
             run.job_id = await self.clusters.submit_image_job(profile, job)
-        except ClusterUnreachable:
-            raise
+        except ClusterUnreachable as exc:
+            if not isinstance(exc, PersonRefused):
+                raise  # tried again on the next pass
+            await self._end_unsubmitted(run, job, exc.message)
+            return
         except ClusterError as exc:
             await self._end_unsubmitted(run, job, exc.message)
             return
@@ -132,9 +144,16 @@ class ImageRunner:
         if now - self._asked.get(run.id, 0.0) < STATE_EVERY_S:
             return
         self._asked[run.id] = now
-        profile = self.clusters.profile_of_person(
-            run.cluster, run.user_id, run.cluster_user, run.id
-        )
+        try:
+            profile = self.clusters.profile_of_person(
+                run.cluster, run.user_id, run.cluster_user, run.id
+            )
+        except PersonRefused as exc:  # the config changed under it: no longer followed
+            run.phase, run.cause, run.ended_at = "done", "not_followed", time.time()
+            await self.store.save_image_run(run)
+            await self._say(run, "end", words.not_followed_text(run, exc.message))
+            await self._update_parent(run, job)
+            return
         state = await self.clusters.image_job_state(profile, job, run.job_id)
         run.slurm_state = state.state or run.slurm_state
         if state.state == "RUNNING" and run.phase == "submitted":

@@ -37,13 +37,15 @@ class ImageRun(BaseModel):
     channel: str = Field(pattern=r"^[A-Za-z0-9._:/-]{1,80}$")
     request: ImagesRequest
     cluster_user: str = ""  # "": the shared account; checked against the config before use
+    groups: list[str] = Field(default_factory=list)  # the owner's policy groups when asked
     phase: ImagePhase = "queued"
     parent_ts: str = ""  # the parent message, once posted
     posted: list[str] = Field(default_factory=list)  # the thread lines already posted, by key
     job_id: str = Field(default="", pattern=r"^([0-9]{1,12})?$")
     slurm_state: str = ""
     ok: bool = False
-    cause: str = ""  # how it ended: ok, auth, disk_full, cancelled, failed, not_submitted
+    cause: str = ""  # how it ended: ok, auth, disk_full, node, cancelled, failed,
+    # not_submitted, not_followed
     created_at: float = Field(default_factory=time.time)
     ended_at: float = 0.0
 
@@ -106,3 +108,10 @@ def final_text(run: ImageRun, end: Outcome) -> str:
 
 def not_submitted_text(run: ImageRun, why: str) -> str:
     return f"<@{run.user_id}> ❌ Not submitted: {escape(why)}"
+
+
+def not_followed_text(run: ImageRun, why: str) -> str:
+    return (
+        f"<@{run.user_id}> ❌ No longer followed (Slurm job {run.job_id} may still run): "
+        f"{escape(why)}"
+    )
