@@ -132,7 +132,7 @@ class ClusterProfile(BaseModel):
     """The Google Cloud region whose prebuilt images the guide names for this cluster
     (`gs://vmds-containers-<region>/...`, mounted at `/gcs/vmds-containers-<region>/...`), for
     `/images`; null: none listed."""
-    image_dir: RemotePath = ""
+    image_dir: RemotePath = "~/vertex-oss-training/images"
     """On the login node: where `/images import` and `/images fetch` write images
     (`<name>.sqsh`), so that `image=<name>` finds them. Default: `<recipes_dir>/images`."""
     cache_dir: RemotePath = "~/.cache"
@@ -226,6 +226,7 @@ class ClusterProfile(BaseModel):
         except (TypeError, ValueError, AttributeError):
             return data  # reported on recipes_dir itself
         data.setdefault("nemorun_home", join_remote(recipes_dir, "nemo"))
+        data.setdefault("image_dir", join_remote(recipes_dir, "images"))
         if isinstance(data["nemorun_home"], str):
             data.setdefault("log_dir", join_remote(data["nemorun_home"], "logs"))
         images = data.get("images", {})
@@ -293,8 +294,9 @@ class ClusterProfile(BaseModel):
 
     @property
     def image_directory(self) -> str:
-        """Where imported and fetched images lie: ``image_dir``, else ``<recipes_dir>/images``."""
-        return self.image_dir or join_remote(self.recipes_dir, "images")
+        """Where imported and fetched images lie: ``image_dir`` (``<recipes_dir>/images``
+        unless the config names another)."""
+        return self.image_dir
 
     def resolve_image(self, image: str | None, framework: str) -> str:
         """The image path for a request's ``image=``: a name of ``images``, a name of an image
