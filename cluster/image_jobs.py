@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from cluster.image_listing import BUCKET_DIR, PREBUILT, prebuilt_for
+from cluster.image_listing import PREBUILT, prebuilt_for
 from cluster.images import enroot_uri, is_registry_ref
 from cluster.profile_fields import IMAGE_NAME_PATTERN
 from cluster.profiles import ClusterProfile
@@ -307,5 +307,3 @@ def listed_names() -> tuple[str, ...]:
     """The frameworks ``/images fetch`` has a prebuilt image for."""
     return tuple(PREBUILT)
 
-
-__all__ = ["BUCKET_DIR", "ImageJob", "JobState", "Outcome", "listed_names"]

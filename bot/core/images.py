@@ -100,6 +100,8 @@ def listing_text(listing: ImageListing, now: float) -> str:
 
 def _file_line(image: ImageFile, now: float) -> str:
     uses = f" · default for {', '.join(image.default_for)}" if image.default_for else ""
+    if image.name:
+        uses += f" · image={escape(image.name)}"
     if image.size_bytes is None:
         return f"`{escape(image.path)}` · missing{uses}"
     size = (

@@ -89,6 +89,11 @@ async def test_import_and_fetch_in_threads_and_a_launch_uses_the_import(unique: 
             head = login_run(f"head -c 42 {image_dir}/nemo-{unique}.sqsh")
             assert head.startswith("hsqs stand-in image for the dev cluster"), head
             assert login_run(f"head -c 4 {image_dir}/nemo_rl-h20260302.sqsh") == "hsqs"
+            listing = await handle_line("/images cluster=a4", bot.core, front, user="alice")
+            assert listing is not None and not listing.error, listing
+            assert f"`{image_dir}/nemo-{unique}.sqsh` · " in listing.text
+            assert f" · image=nemo-{unique}" in listing.text
+            assert f"full-{unique}" not in listing.text  # a failed import leaves no image
             reply = await handle_line(
                 f"/train sft llama3p1_2b cluster=a4 image=nemo-{unique} dry_run=true",
                 bot.core, front, user="alice",
