@@ -306,4 +306,3 @@ def outcome(job: ImageJob, state: str, exit_code: str, log_tail: str) -> Outcome
 def listed_names() -> tuple[str, ...]:
     """The frameworks ``/images fetch`` has a prebuilt image for."""
     return tuple(PREBUILT)
-
