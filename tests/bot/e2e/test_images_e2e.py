@@ -13,12 +13,12 @@ import pytest
 
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.image_run import ImageRun
-from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
+    knobs,
     login_run,
     wait_for_launch,
     wait_until,
@@ -26,6 +26,8 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 RUN_RE = re.compile(r"\bI-[0-9a-f]{10}\b")
+FAST = {"steps": 2, "step_time_s": 0.3, "ckpt_every": 2, "save_time_s": 0.1,
+        "tokenizer_race": "off"}  # fmt: skip
 
 
 def _config_editor(image_dir: str):  # type: ignore[no-untyped-def]
@@ -94,14 +96,18 @@ async def test_import_and_fetch_in_threads_and_a_launch_uses_the_import(unique: 
             assert f"`{image_dir}/nemo-{unique}.sqsh` · " in listing.text
             assert f" · image=nemo-{unique}" in listing.text
             assert f"full-{unique}" not in listing.text  # a failed import leaves no image
-            reply = await handle_line(
-                f"/train sft llama3p1_2b cluster=a4 image=nemo-{unique} dry_run=true",
-                bot.core, front, user="alice",
-            )  # fmt: skip
-            assert reply is not None and not reply.error, reply
-            launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
-            done = await wait_for_launch(bot.store, launch_id)
-            assert done.phase == Phase.DRY_RUN, done
+            async with knobs(f"run-{unique}", **FAST):  # a launch on what the import made
+                reply = await handle_line(
+                    f"/train sft llama3p1_2b cluster=a4 image=nemo-{unique} name=run-{unique}",
+                    bot.core, front, user="alice",
+                )  # fmt: skip
+                assert reply is not None and not reply.error, reply
+                launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+                done = await wait_for_launch(bot.store, launch_id, timeout_s=180)
+            assert done.outcome == "COMPLETED", done
+            record = done.attempts[-1].record
+            assert record is not None and record.image == f"{image_dir}/nemo-{unique}.sqsh"
+            assert record.image_size  # the file the import made, read at the submit
     finally:
         login_run(
             f"rm -rf {image_dir} ~/devcluster-control/full-{unique}.env; "
