@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 EVERY_S = 2.0
 LEASE_MS = 60_000
 STATE_EVERY_S = 5.0  # Slurm is asked about one run this often
+LOST_AFTER_S = 600.0  # a job sacct still does not know this long after its submit is lost
 
 
 class ImageRunner:
@@ -133,7 +134,7 @@ class ImageRunner:
         except ClusterError as exc:
             await self._end_unsubmitted(run, job, exc.message)
             return
-        run.phase = "submitted"
+        run.phase, run.submitted_at = "submitted", time.time()
         await self.store.save_image_run(run)
         log.info("image run %s: submitted as job %s on %s", run.id, run.job_id, run.cluster)
         await self._say(run, "submitted", words.submitted_text(run, job))
@@ -156,6 +157,12 @@ class ImageRunner:
             return
         state = await self.clusters.image_job_state(profile, job, run.job_id)
         run.slurm_state = state.state or run.slurm_state
+        if not state.state and time.time() - (run.submitted_at or run.created_at) > LOST_AFTER_S:
+            run.phase, run.cause, run.ended_at = "done", "lost", time.time()
+            await self.store.save_image_run(run)
+            await self._say(run, "end", words.lost_text(run, LOST_AFTER_S / 60))
+            await self._update_parent(run, job)
+            return
         if state.state == "RUNNING" and run.phase == "submitted":
             run.phase = "running"
             await self.store.save_image_run(run)

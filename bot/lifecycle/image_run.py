@@ -45,8 +45,9 @@ class ImageRun(BaseModel):
     slurm_state: str = ""
     ok: bool = False
     cause: str = ""  # how it ended: ok, auth, disk_full, node, cancelled, failed,
-    # not_submitted, not_followed
+    # not_submitted, not_followed, lost
     created_at: float = Field(default_factory=time.time)
+    submitted_at: float = 0.0
     ended_at: float = 0.0
 
     @property
@@ -108,6 +109,14 @@ def final_text(run: ImageRun, end: Outcome) -> str:
 
 def not_submitted_text(run: ImageRun, why: str) -> str:
     return f"<@{run.user_id}> ❌ Not submitted: {escape(why)}"
+
+
+def lost_text(run: ImageRun, after_min: float) -> str:
+    return (
+        f"<@{run.user_id}> ❌ Slurm has no word of job {run.job_id} {after_min:.0f} min after "
+        "it was submitted (not in its accounting): it is no longer followed. See /images "
+        "for whether the image is there, or run the same command again."
+    )
 
 
 def not_followed_text(run: ImageRun, why: str) -> str:

@@ -5,6 +5,7 @@ the run unsubmitted, said in its thread; nothing reaches the cluster."""
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
@@ -65,3 +66,16 @@ async def test_the_policy_of_now_is_asked_before_the_submit() -> None:
         "Not submitted: The image would be ~/vertex-oss-training/images/nemo-26.02.sqsh, which "
         "you could not then use: Custom images are not allowed for you on a4"
     ) in "\n".join(lines)
+
+
+@pytest.mark.devcluster
+async def test_a_job_slurm_never_heard_of_ends_lost_instead_of_being_followed_for_ever() -> None:
+    record = ImageRun(
+        id=new_run_id(), user_id="alice", channel="console", request=REQUEST, cluster_user="alice",
+        phase="submitted", job_id="987654321", submitted_at=time.time() - 3600, parent_ts="1",
+        posted=["queued", "submitted"],
+    )  # fmt: skip
+    run, lines, commands = await run_once(record, allow=True)
+    # one sacct as alice (and, the first time, the CA asks the login node her uid)
+    assert run.phase == "done" and run.cause == "lost" and 1 <= commands <= 2
+    assert "Slurm has no word of job 987654321 10 min after it was submitted" in "\n".join(lines)
