@@ -33,6 +33,7 @@ from bot.core.redact import (
     install_log_filter,
     remove_log_filter,
 )
+from bot.engine.image_runner import ImageRunner
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
 from bot.gateway.asks import WorkerAsks, serve_asks
@@ -329,6 +330,9 @@ async def running(
         for worker in bot.workers:
             worker.hold.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
+        if bot.workers:  # /images import and fetch: submitted and followed by the workers
+            runner = ImageRunner(store, clusters, front, name=worker_name(f"{host}-images"))
+            supervisor.run("images", functools.partial(runner.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
             asks = functools.partial(serve_asks, store, clusters, stop, ask_key, redactor)
             supervisor.run("asks", asks)

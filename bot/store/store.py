@@ -26,6 +26,7 @@ from bot.store.base import Change, Core, Failover, ensure_groups, rides
 from bot.store.budgets import Budgets
 from bot.store.connection import open_redis
 from bot.store.history import History
+from bot.store.image_runs import ImageRuns
 from bot.store.lanes import Lanes
 from bot.store.launches import Launches
 from bot.store.leases import Leases
@@ -62,6 +63,7 @@ class Store:
         self.people = People(core)  # preferences and who watches which launch
         self.tokens = Tokens(core)  # API tokens
         self.nodes = Nodes(core)  # the node ledger
+        self.image_runs = ImageRuns(core)  # /images import and fetch: their runs
 
     # -- what the whole store shares (the client, the settings, the observers) ---------
 
