@@ -27,7 +27,9 @@ async def tokens(count: int, tag: str) -> list[str]:
     async with Store.connect(REDIS_URL) as store:
         made = []
         for i in range(count):
-            _, token = await store.mint_token(f"U{tag.upper()}{i:06d}", ttl_s=3600, by="bench")
+            _, token = await store.tokens.mint_token(
+                f"U{tag.upper()}{i:06d}", ttl_s=3600, by="bench"
+            )
             made.append(token)
     return made
 

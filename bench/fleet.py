@@ -8,9 +8,9 @@ Slurm job is submitted by the launch path's own plan (``Clusters.spec_for`` ->
 ``plan_launch``: the same ``sbatch ... launch.sh`` script the worker sends on
 stdin to ``bash -l -s``) with ``--hold`` added after ``sbatch``, 250 launches per
 SSH round trip; the job id is read from sbatch's answer by the framework's own
-``tracking()``; and the launch is stored with ``Store.create`` and moved to
+``tracking()``; and the launch is stored with ``store.launches.create`` and moved to
 SUBMITTED with the attempt and tracking record exactly as the worker records a
-submission (``Store.mutate``; no thread messages are written for them). The
+submission (``store.launches.mutate``; no thread messages are written for them). The
 poller then tracks them as it tracks any launch: held jobs stay PENDING and
 use no node.
 """
@@ -116,7 +116,7 @@ class Fleet:
                 )
 
     async def _store(self, launch: Launch, tracking: object) -> None:
-        await self.store.create(launch, [], enqueue=False)
+        await self.store.launches.create(launch, [], enqueue=False)
 
         def submitted(stored: Launch) -> list[Event]:  # as the worker records a submission
             attempt = Attempt(number=1, job_id=tracking.job_id, submitted_at=time.time())  # type: ignore[attr-defined]
@@ -125,7 +125,7 @@ class Fleet:
             stored.phase = Phase.SUBMITTED
             return []
 
-        await self.store.mutate(launch.id, submitted)
+        await self.store.launches.mutate(launch.id, submitted)
         self.launch_ids.append(launch.id)
 
 

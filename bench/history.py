@@ -2,7 +2,7 @@
 
 Fills a Redis database (flushed first and at the end; by default the benchmarks'
 database, 14) with LAUNCHES finished launches of 50 users on 4 clusters, written
-the way the bot writes them (create, submitted, ended: each through Store.mutate,
+the way the bot writes them (create, submitted, ended: each through store.launches.mutate,
 so the indexes and expiries are the real ones), plus a few active ones, then
 times, with real Redis:
 
@@ -74,7 +74,7 @@ def finished_launch(number: int, rng: random.Random) -> tuple[Launch, str]:
 
 
 async def write_finished(store: Store, launch: Launch, job_id: str, rng: random.Random) -> None:
-    await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+    await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
     outcome = rng.choice(OUTCOMES)
 
     def submitted(stored: Launch) -> list[Event]:
@@ -89,8 +89,8 @@ async def write_finished(store: Store, launch: Launch, job_id: str, rng: random.
         stored.attempts[-1].slurm_state = outcome
         return []
 
-    await store.mutate(launch.id, submitted)
-    await store.mutate(launch.id, ended)
+    await store.launches.mutate(launch.id, submitted)
+    await store.launches.mutate(launch.id, ended)
 
 
 async def fill(store: Store, count: int, rng: random.Random) -> tuple[list[str], list[str]]:
@@ -100,7 +100,7 @@ async def fill(store: Store, count: int, rng: random.Random) -> tuple[list[str],
         await asyncio.gather(*(write_finished(store, item, job, rng) for item, job in batch))
     for number in range(20):  # a few active launches, as in a real day
         active, _ = finished_launch(count + number, rng)
-        await store.create(active, [], enqueue=False)
+        await store.launches.create(active, [], enqueue=False)
     await store.redis.delete(keys.OUTBOX)  # nobody delivers here
     await store.ensure_groups()
     return [item.id for item, _ in made], [job for _, job in made]
@@ -144,17 +144,23 @@ async def main(count: int, url: str, runs: int = RUNS) -> None:
             ),
             (
                 "history of a user (newest 20)",
-                lambda: store.history(user_id=user.id, limit=20),
+                lambda: store.history.entries(user_id=user.id, limit=20),
                 runs,
             ),
             (
                 "history of a cluster, 30 days (newest 20)",
-                lambda: store.history(cluster="a4", since=time.time() - 30 * 86400, limit=20),
+                lambda: store.history.entries(
+                    cluster="a4", since=time.time() - 30 * 86400, limit=20
+                ),
                 runs,
             ),
-            ("history of everyone (newest 50)", lambda: store.history(limit=50), runs),
-            ("find by Slurm job id (index)", lambda: store.find_job(rng.choice(job_ids)), runs),
-            ("find by launch id", lambda: store.get(rng.choice(launch_ids)), runs),
+            ("history of everyone (newest 50)", lambda: store.history.entries(limit=50), runs),
+            (
+                "find by Slurm job id (index)",
+                lambda: store.history.find_job(rng.choice(job_ids)),
+                runs,
+            ),
+            ("find by launch id", lambda: store.launches.get(rng.choice(launch_ids)), runs),
             ("before the index: one keyspace SCAN", lambda: full_scan(store), min(runs, 20)),
         ]
         print(f"{count} finished launches (+20 active), {size} keys; filled in {fill_s:.1f} s")

@@ -70,7 +70,7 @@ async def through_bot(
     launch_id = found.group(0)
     deadline = acked + 300
     while time.monotonic() < deadline:
-        launch = await store.get(launch_id)
+        launch = await store.launches.get(launch_id)
         job_id = launch.job_id if launch else ""
         if job_id and launch is not None and launch.parent_ts:
             for call in standin.calls_to("chat.postMessage"):

@@ -87,7 +87,7 @@ async def measure(
         deadline = time.monotonic() + timeout_s
         launches: dict[str, Launch | None] = {}
         while time.monotonic() < deadline:
-            launches = {lid: await store.get(lid) for lid in launch_ids}
+            launches = {lid: await store.launches.get(lid) for lid in launch_ids}
             jobs = [launch.job_id for launch in launches.values() if launch and launch.job_id]
             if all(launch and launch.phase == Phase.DONE for launch in launches.values()):
                 break

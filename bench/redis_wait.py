@@ -28,7 +28,7 @@ async def measure(wait_replicas: int, writes: int) -> list[float]:
         for _ in range(writes):
             item = Launch(request=request, user_id="U-bench", channel="C1")
             started = time.perf_counter()
-            await store.create(item, [Event("parent", item.id)])
+            await store.launches.create(item, [Event("parent", item.id)])
             took.append((time.perf_counter() - started) * 1000)
         await store.redis.flushdb()
     return took

@@ -162,7 +162,7 @@ class Soak:
         async with Store.connect(self.target) as store:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                waiting = [i for c in clusters for i in await store.uncharged(c)]
+                waiting = [i for c in clusters for i in await store.budgets.uncharged(c)]
                 if not waiting:
                     return
                 await asyncio.sleep(2)
@@ -174,11 +174,11 @@ class Soak:
         weeks = sorted({iso_week(self.started), iso_week(time.time())})
         async with Store.connect(self.target) as store:
             for plan in self.plans:
-                launch = await store.get(plan.launch_id) if plan.launch_id else None
+                launch = await store.launches.get(plan.launch_id) if plan.launch_id else None
                 if launch is not None:
                     self.charged[plan.launch_id] = launch.gpu_hours if launch.charged else None
             self.charged_total = sum(
-                [await store.usage(USER, c, w) for c in CLUSTERS for w in weeks]
+                [await store.budgets.usage(USER, c, w) for c in CLUSTERS for w in weeks]
             )
 
     async def settle_slurm(self) -> None:

@@ -20,7 +20,10 @@ USAGE: dict[HelpTopic, str] = {
     "watch": "/watch <job> [cluster=C]",
     "unwatch": "/unwatch <job> [cluster=C]",
     "checkpoints": "/checkpoints <job> [keep=K] [cluster=C]",
-    "images": "/images [cluster=C]",
+    "images": (
+        "/images [cluster=C] | /images fetch <framework> [cluster=C] | "
+        "/images import <docker-uri> as <name> [cluster=C]"
+    ),
 }
 
 _JOB = (
@@ -105,7 +108,13 @@ _DETAILS: dict[HelpTopic, str] = {
         "Each cluster's images: the .sqsh files in its recipes checkout and its config (size,\n"
         "date, which framework uses each by default), its registry images (pyxis imports\n"
         "them at the start), and the guide's prebuilt images for its region (the gs:// path\n"
-        "to copy, and whether the /gcs/ mount has it). Use one with image=<name or path>."
+        "to copy, and whether the /gcs/ mount has it). Use one with image=<name or path>.\n"
+        "/images fetch <framework> copies the prebuilt image for the cluster's region (or\n"
+        "links the mounted /gcs/ path); /images import <docker-uri> as <name> converts a\n"
+        "registry image with enroot (the site's registry credentials: your enroot\n"
+        "credentials file on the cluster, never the bot's). Each is a Slurm job with a\n"
+        "thread of its own that says when the image is ready in the cluster's image\n"
+        "directory; then image=<name> uses it."
     ),
     "logs": "The last lines of a job's log (default 50, at most 5000), or its loss curve. " + _JOB,
     "clusters": (

@@ -239,15 +239,42 @@ class ShellRequest(_Request):
         )
 
 
+def _check_registry_ref(value: str | None) -> str | None:
+    if value is None or is_registry_ref(value):
+        return value
+    raise ValueError("must be a registry reference (nvcr.io/nvidia/nemo:26.02, docker://...)")
+
+
 class ImagesRequest(_Request):
-    """``/images [cluster=C]``: each cluster's images and the guide's prebuilt ones."""
+    """``/images [cluster=C]``: each cluster's images and the guide's prebuilt ones;
+    ``/images fetch <framework> [cluster=C]``: copy the guide's prebuilt image;
+    ``/images import <reference> as <name> [cluster=C]``: convert a registry image."""
 
     command: ClassVar[str] = "/images"
     kind: Literal["images"] = "images"
     cluster: ClusterName | None = None
+    action: Literal["list", "fetch", "import"] = "list"
+    framework: Annotated[str | None, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")] = None
+    source: Annotated[str | None, AfterValidator(_check_registry_ref)] = None
+    name: Annotated[str | None, Field(pattern=IMAGE_NAME_PATTERN)] = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ImagesRequest:
+        if self.action == "fetch" and (self.framework is None or self.cluster is None):
+            raise ValueError("/images fetch needs a framework and a cluster")
+        if self.action == "import" and None in (self.source, self.name, self.cluster):
+            raise ValueError("/images import needs a reference, a name and a cluster")
+        if self.name is not None and ".." in self.name:
+            raise ValueError("an image name has no '..'")
+        return self
 
     def to_text(self) -> str:
-        return " ".join([self.command, *_pairs(cluster=self.cluster)])
+        words: list[str] = [self.command]
+        if self.action == "fetch":
+            words += ["fetch", str(self.framework)]
+        elif self.action == "import":
+            words += ["import", str(self.source), "as", str(self.name)]
+        return " ".join([*words, *_pairs(cluster=self.cluster)])
 
 
 class _OneJob(_Request):

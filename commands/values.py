@@ -111,7 +111,9 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
     """An image: a name from the cluster's ``images`` list, a ``.sqsh`` path, or a registry
     reference (:mod:`cluster.site.image_refs`; pyxis imports it when the job starts).
 
-    Names are the safe default: the cluster's operators chose those images.
+    Names are the safe default: the cluster's operators chose those images. Where custom
+    images are allowed, another plain name is an image ``/images import`` or ``fetch`` made
+    in the cluster's image directory (``<image_dir>/<name>.sqsh``), a path like any other.
     A path is accepted only when the profile allows custom images, only as an
     absolute or ``~/`` path to a squashfs file of plain characters: pyxis then
     runs a file that already sits on the cluster, never pulls from a registry,
@@ -138,11 +140,9 @@ def check_image(raw: str, profile: ClusterProfile) -> str:
             field="image",
         )
     if re.fullmatch(IMAGE_NAME_PATTERN, raw) and not looks_like_path:
-        raise CommandError(
-            f"image={quote(raw)} is not an image of {profile.name}. Images there: {names} "
-            f"(or a path to a .sqsh file).{did_you_mean(raw, list(profile.images))}",
-            field="image",
-        )
+        # An image /images import or fetch made: <image_dir>/<name>.sqsh. Pre-flight says
+        # when it is not there; the custom-image policy holds for it as for any path.
+        return profile.resolve_image(raw, "")
     raise CommandError(
         f"image={quote(raw)} is not valid: give an image name ({names}), an absolute "
         "or ~/ path to a .sqsh file of letters, digits and . _ + @ - /, or a registry "

@@ -47,7 +47,7 @@ async def caller(store: Store, header: str, scope: str, now: float | None = None
     """The record of the token the request presents, if it is known, unexpired and allows
     ``scope``; otherwise Refused, saying why."""
     token = bearer(header)
-    record = await store.token_record(token)
+    record = await store.tokens.token_record(token)
     if record is None:
         raise Refused(
             401,

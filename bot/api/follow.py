@@ -64,7 +64,7 @@ async def follow_logs(
         await response.write(f"{END_MARK} {launch.id} is {word}; waiting for its log\n".encode())
     try:
         while True:
-            current = await core.store.get(launch.id)
+            current = await core.store.launches.get(launch.id)
             if current is None:
                 await response.write(f"{END_MARK} {launch.id} is no longer kept\n".encode())
                 break

@@ -146,7 +146,7 @@ class Api:
         if reply.error:
             return []
         ids = [i for i in shapes.ids_in(reply.text) if i.startswith("L-")]
-        found = [item for item in (await self.store.get_many(ids) if ids else []) if item]
+        found = [item for item in (await self.store.launches.get_many(ids) if ids else []) if item]
         if made_by:
             found = [i for i in found if i.user_id == made_by and i.created_at >= since]
         return [shapes.launch_json(item) for item in found]
@@ -267,7 +267,7 @@ class Api:
                 action_value=button,
             )
         )
-        launch = await self.store.get(button) if button.startswith("L-") else None
+        launch = await self.store.launches.get(button) if button.startswith("L-") else None
         return answer(done, launch=shapes.launch_json(launch) if launch else None)
 
     async def checkpoints(self, request: web.Request) -> web.Response:

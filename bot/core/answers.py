@@ -37,8 +37,10 @@ async def jobs(
     """/jobs: active launches (on ``cluster`` only, when given), one line each. Others'
     launches only on the ``visible`` clusters (None: every cluster): /jobs all shows no
     more than /clusters would."""
-    ids = await store.active_ids(None if all_users else user.id)
-    launches = [launch for launch in await asyncio.gather(*(store.get(i) for i in ids)) if launch]
+    ids = await store.history.active_ids(None if all_users else user.id)
+    launches = [
+        launch for launch in await asyncio.gather(*(store.launches.get(i) for i in ids)) if launch
+    ]
     launches = [item for item in launches if cluster is None or item.cluster == cluster]
     if visible is not None:
         launches = [i for i in launches if i.user_id == user.id or i.cluster in visible]
@@ -61,7 +63,7 @@ async def jobs(
             continue
         lines.append(_job_line(launch, now, all_users, launches))
     for sweep_id, members in sweeps_seen.items():
-        sweep = await store.get_sweep(sweep_id)
+        sweep = await store.launches.get_sweep(sweep_id)
         at = lines.index(sweep_id)
         lines[at : at + 1] = sweep_lines(sweep_id, sweep, members, now, all_users, launches)
     return Reply("\n".join(lines))
@@ -109,7 +111,7 @@ async def history(
 ) -> Reply:
     """/jobs history: finished launches of the last ``days`` days, newest first."""
     since = time.time() - days * 86400
-    entries = await store.history(
+    entries = await store.history.entries(
         user_id="" if all_users else user.id, cluster=cluster or "", since=since, limit=50
     )
     where = f" on {cluster}" if cluster else ""
@@ -226,8 +228,8 @@ async def shell(store: Store, clusters: Clusters, user: User, request: ShellRequ
     """/train interactive node=<n>: the guide's ``nemorlinteractive <n>`` for the person's
     newest running interactive job (on ``cluster=`` when given): ``srun`` into that job,
     on its n-th node (counted from 0), only for a job that is theirs and running there."""
-    ids = await store.active_ids(user.id)
-    mine = [launch for launch in await store.get_many(ids) if launch is not None]
+    ids = await store.history.active_ids(user.id)
+    mine = [launch for launch in await store.launches.get_many(ids) if launch is not None]
     where = f" on {request.cluster}" if request.cluster else ""
     running = [
         launch

@@ -56,12 +56,12 @@ async def create(store: Store, user: User, value: str) -> Reply:
     scopes = tuple(s for s in value.split(",") if s)
     if not scopes or any(s not in SCOPES for s in scopes):  # the value came back from outside
         raise CommandError(f"Unknown token scopes {value[:40]!r}; known: {', '.join(SCOPES)}.")
-    live = [r for r in await store.tokens_of(user.id) if not r.expired()]
+    live = [r for r in await store.tokens.tokens_of(user.id) if not r.expired()]
     if len(live) >= MAX_TOKENS:
         raise CommandError(
             f"You have {len(live)} API tokens already (at most {MAX_TOKENS}); revoke one first."
         )
-    record, token = await store.mint_token(
+    record, token = await store.tokens.mint_token(
         user.id, user_name=user.name, scopes=scopes, by="app-home"
     )
     text = (
@@ -78,7 +78,7 @@ async def create(store: Store, user: User, value: str) -> Reply:
 
 async def revoke(store: Store, user: User, token_id: str) -> Reply:
     """Revoke one of the person's own tokens."""
-    record = await store.revoke_token(token_id[:20], user_id=user.id)
+    record = await store.tokens.revoke_token(token_id[:20], user_id=user.id)
     if record is None:
         raise CommandError(f"You have no API token {escape(token_id[:20])} (revoked already?).")
     return Reply(f"Revoked API token {record.id}.")

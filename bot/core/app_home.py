@@ -42,23 +42,23 @@ class AppHome:
         if now - self._shown.get(user_id, 0.0) < HOME_MIN_INTERVAL_S:
             return Reply("")
         self._shown[user_id] = now
-        ids = await self.store.active_ids(user_id)
-        found = await asyncio.gather(*(self.store.get(i) for i in ids))
+        ids = await self.store.history.active_ids(user_id)
+        found = await asyncio.gather(*(self.store.launches.get(i) for i in ids))
         active = sorted((item for item in found if item), key=lambda item: item.created_at)
-        recent = await self.store.history(user_id=user_id, limit=home.RECENT_SHOWN)
+        recent = await self.store.history.entries(user_id=user_id, limit=home.RECENT_SHOWN)
         links = {item.id: item.permalink for item in active}
         links |= {entry.id: entry.permalink for entry in recent}
         groups = await self.directory.groups_of(user_id)
         person = User(id=user_id, groups=frozenset(groups))
         capacity = await self.capacity.for_home(now, self.capacity.visible(person))
         sweep_ids = sorted({item.sweep for item in active if item.sweep})
-        found_sweeps = await asyncio.gather(*(self.store.get_sweep(i) for i in sweep_ids))
+        found_sweeps = await asyncio.gather(*(self.store.launches.get_sweep(i) for i in sweep_ids))
         in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
         blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)
-        blocks += home.prefs_blocks(await self.store.prefs(user_id))
-        blocks += api_tokens.home_blocks(await self.store.tokens_of(user_id), now)
+        blocks += home.prefs_blocks(await self.store.people.prefs(user_id))
+        blocks += api_tokens.home_blocks(await self.store.tokens.tokens_of(user_id), now)
         if self.context.policy.is_admin(user_id, groups):
-            retrying = await self.store.retrying_letters()
-            owed = home.dead_letter_text(retrying, await self.store.given_up_count())
+            retrying = await self.store.lanes.retrying_letters()
+            owed = home.dead_letter_text(retrying, await self.store.lanes.given_up_count())
             blocks += home.dead_letter_blocks(owed)
         return Reply("App Home", blocks=blocks)

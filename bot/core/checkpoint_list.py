@@ -122,5 +122,5 @@ async def prune(store: Store, calls: ClusterCalls, launch: Launch, user: User, k
         stored.checkpoints = [n for n in stored.checkpoints if n not in gone]
         return [said]
 
-    await store.mutate(launch.id, forget)
+    await store.launches.mutate(launch.id, forget)
     return Reply(thread.line(said))

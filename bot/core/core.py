@@ -254,6 +254,9 @@ class Core:
             if request.plot:
                 return await answers.plot(launch)
             return await answers.logs(self.calls, launch, request.lines or 50)
+        if isinstance(request, ImagesRequest) and request.action != "list":
+            await slow_down(self.store, self.context, user.id, "commands")
+            return await images.start(self.store, self.people, self.front, incoming, user, request)
         if isinstance(request, ImagesRequest):
             await slow_down(self.store, self.context, user.id, "commands")
             return await images.answer(self.calls, self.context, user, request)

@@ -41,7 +41,9 @@ class Decisions:
             return Reply(f"{launch.id} has already ended ({render.status_label(launch)[1]}).")
 
         facts = phases.Facts(now=time.time(), by=user.id)
-        stored, events = await self.store.mutate(launch.id, phases.step(phases.cancel, facts))
+        stored, events = await self.store.launches.mutate(
+            launch.id, phases.step(phases.cancel, facts)
+        )
         if not events:
             return Reply(f"{launch.id} has already ended ({render.status_label(stored)[1]}).")
         job_id = stored.job_id if stored.phase in (Phase.SUBMITTED, Phase.RUNNING) else ""
@@ -54,7 +56,7 @@ class Decisions:
         except ClusterError as exc:
             failed = {"move": "cancel_failed", "job": job_id, "cluster": stored.cluster}
             said = Event("thread", launch.id, data={**failed, "error": str(exc)})
-            await self.store.mutate(launch.id, lambda s: [said])
+            await self.store.launches.mutate(launch.id, lambda s: [said])
             return Reply(thread.line(said), error=True)
         return Reply(f"Cancelled Slurm job {job_id}. The thread will show the final state.")
 
@@ -83,7 +85,7 @@ class Decisions:
             return Reply(escape(decision.reason), error=True)
 
         move = phases.approve if approved else phases.reject
-        await self.store.mutate(launch.id, phases.step(move, phases.Facts(by=user.id)))
+        await self.store.launches.mutate(launch.id, phases.step(move, phases.Facts(by=user.id)))
         return Reply(f"{'Approved' if approved else 'Rejected'} {launch.id}.")
 
     async def retry(self, launch: Launch, user: User) -> Reply:
@@ -102,7 +104,7 @@ class Decisions:
         old = launch.job_id
 
         facts = phases.Facts(now=time.time(), by=user.id, by_name=user.name, job_id=old)
-        held, _ = await self.store.mutate(launch.id, phases.step(phases.retry, facts))
+        held, _ = await self.store.launches.mutate(launch.id, phases.step(phases.retry, facts))
         if held.phase != Phase.RETRYING or held.attempts[-1].job_id:
             return Reply(f"{launch.id} is not running any more.", error=True)
         return Reply(

@@ -1,4 +1,6 @@
-"""/images: each cluster's images, asked of the workers (the web role holds no SSH key)."""
+"""/images: each cluster's images, asked of the workers (the web role holds no SSH key);
+/images import and fetch: an image run queued for the workers, followed in its own thread
+(:mod:`bot.engine.image_runner`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,10 @@ import asyncio
 import time
 
 from bot.gateway.asks import ClusterCalls
-from bot.text.front import Reply
+from bot.gateway.identity import People
+from bot.lifecycle.image_run import ImageRun, new_run_id
+from bot.store.store import Store
+from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
 from cluster.errors import TrainbotError
 from cluster.images.listing import ImageFile, ImageListing
@@ -41,6 +46,37 @@ async def answer(
     return Reply("\n".join(blocks))
 
 
+async def start(
+    store: Store,
+    people: People,
+    front: Front | None,
+    incoming: Incoming,
+    user: User,
+    request: ImagesRequest,
+) -> Reply:
+    """``/images import|fetch``: checked by the parser (name, policy); here who runs it
+    (the person's Unix user where the cluster maps people) and where its thread goes."""
+    cluster = str(request.cluster)
+    cluster_user = await people.cluster_user(cluster, user)
+    problem = await front.can_post(incoming.channel_id) if front else ""
+    if problem:
+        return Reply(problem, error=True)
+    run = ImageRun(
+        id=new_run_id(), user_id=user.id, channel=incoming.channel_id, request=request,
+        cluster_user=cluster_user, groups=sorted(user.groups),
+    )  # fmt: skip
+    await store.image_runs.save(run)
+    what = (
+        f"import {request.source} as {request.name}"
+        if request.action == "import"
+        else f"fetch the prebuilt {request.framework} image"
+    )
+    return Reply(
+        f"Queued {run.id}: {escape(what)} on {escape(cluster)}. Following it in the thread; "
+        "when it is ready, image=<name> uses it."
+    )
+
+
 def listing_text(listing: ImageListing, now: float) -> str:
     """One cluster's images as text (pure)."""
     lines = [f"*{listing.cluster}*"]
@@ -64,6 +100,8 @@ def listing_text(listing: ImageListing, now: float) -> str:
 
 def _file_line(image: ImageFile, now: float) -> str:
     uses = f" · default for {', '.join(image.default_for)}" if image.default_for else ""
+    if image.name:
+        uses += f" · image={escape(image.name)}"
     if image.size_bytes is None:
         return f"`{escape(image.path)}` · missing{uses}"
     size = (

@@ -57,11 +57,11 @@ class Lookup:
                 "/jobs list them); /cancel takes the whole sweep."
             )
         if ref.is_launch_id:
-            launch = await self.store.get(ref.id)
+            launch = await self.store.launches.get(ref.id)
             if launch is None:
                 raise CommandError(await self._gone(ref.id))
             return launch
-        found = await self.store.find_job(ref.id)
+        found = await self.store.history.find_job(ref.id)
         if ref.cluster:
             found = [f for f in found if f[0] == ref.cluster]
         if not found:
@@ -75,14 +75,14 @@ class Lookup:
                 f"Slurm job {ref.id} exists on {clusters}. "
                 f"Add cluster=<name>, e.g. cluster={found[0][0]}."
             )
-        launch = await self.store.get(found[0][1])
+        launch = await self.store.launches.get(found[0][1])
         if launch is None:
             raise CommandError(await self._gone(found[0][1]))
         return launch
 
     async def _gone(self, launch_id: str) -> str:
         """Why there is no record of ``launch_id``: unknown, or ended longer ago than kept."""
-        entry = await self.store.finished(launch_id)
+        entry = await self.store.history.finished(launch_id)
         if entry is None:
             return f"No launch {launch_id}. /jobs lists yours."
         days = self.clusters.config.retention.launches_days
@@ -111,8 +111,8 @@ class Lookup:
     ) -> tuple[Sweep, list[Launch | None]]:
         """The sweep and its members' records; CommandError when it is unknown, or (with
         ``verb``) not the person's to act on, as for one of its launches."""
-        sweep = await self.store.get_sweep(sweep_id)
-        members = [] if sweep is None else await self.store.get_many(sweep.members)
+        sweep = await self.store.launches.get_sweep(sweep_id)
+        members = [] if sweep is None else await self.store.launches.get_many(sweep.members)
         first = next((m for m in members if m is not None), None)
         if sweep is None or first is None:
             raise CommandError(f"No sweep {sweep_id} (it may have expired). /jobs lists yours.")

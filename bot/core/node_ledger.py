@@ -139,7 +139,9 @@ class NodeLedger:
         lines: list[str] = []
         blocks: list[Block] = []
         for name in names:
-            records = [r for r in await self.store.node_ledger(name, since=since) if r.failures]
+            records = [
+                r for r in await self.store.nodes.node_ledger(name, since=since) if r.failures
+            ]
             more_lines, more_blocks = ledger_blocks(name, records, user, now)
             lines += [f"*{escape(name)}* {line[2:]}" for line in more_lines]
             blocks += more_blocks
@@ -162,7 +164,7 @@ class NodeLedger:
         submission (:data:`VIEW_NODE_DRAIN`, the block id naming the node) drains."""
         self._check(user)
         cluster, node = parse_node_value(value, list(self.people.clusters.profiles))
-        record = await self.store.node_record(cluster, node)
+        record = await self.store.nodes.node_record(cluster, node)
         text = (
             f"Slurm stops giving `{escape(node)}` new jobs on {escape(cluster)}; jobs on it "
             "run to their end. The reason is kept by Slurm (`sinfo -R`) and the ledger."
@@ -199,7 +201,7 @@ class NodeLedger:
                 error=True,
             )
         entry = NodeEntry(kind=action, at=time.time(), by=user.id, reason=reason)
-        await self.store.record_node(cluster, node, entry)
+        await self.store.nodes.record_node(cluster, node, entry)
         log.info("node=%s cluster=%s %s by %s: %s", node, cluster, action, user.id, state)
         done = "drained" if action == "drain" else "resumed"
         said = f" (reason: {escape(reason)})" if action == "drain" else ""

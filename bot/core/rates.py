@@ -30,7 +30,9 @@ async def slow_down(
             "(policy limits.launches_per_minute counts each member of a sweep). Give fewer "
             "values, or split it into sweeps a minute apart."
         )
-    wait_s = await store.take_rate(kind, user_id, limit=limit, window_s=RATE_WINDOW_S, uses=uses)
+    wait_s = await store.budgets.take_rate(
+        kind, user_id, limit=limit, window_s=RATE_WINDOW_S, uses=uses
+    )
     _too_fast(kind, limit, wait_s)
 
 
@@ -38,7 +40,7 @@ async def active_slowed_down(store: Store, context: CommandContext, user_id: str
     """The person's active launches, and a launch counted against their limit (or
     refused, as :func:`slow_down`), in one round trip to the store."""
     limit = _limit(context, "launches")
-    active, _, wait_s = await store.active_counts_taking_rate(
+    active, _, wait_s = await store.budgets.active_counts_taking_rate(
         user_id, "launches", limit=limit, window_s=RATE_WINDOW_S
     )
     if limit is not None:

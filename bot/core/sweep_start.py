@@ -49,7 +49,7 @@ async def start_sweep(
     members = request.members
     first = members[0]
     _one_launch_keys(first)
-    active, _ = await launcher.store.active_counts(user.id)
+    active, _ = await launcher.store.budgets.active_counts(user.id)
     admissions, costs = await _admit_each(launcher, members, user, active)
     if refused := next((a for a in admissions if not a.allowed), None):
         if refused.field:
@@ -90,7 +90,9 @@ async def start_sweep(
     over = next((a.budget for a in admissions if a.over_budget), None)
     if over is not None and not request.dry_run:
         if total is not None:  # said as before: the whole sweep against what is left
-            charged, held = await launcher.store.budget_use(user.id, first.cluster, whole.week)
+            charged, held = await launcher.store.budgets.budget_use(
+                user.id, first.cluster, whole.week
+            )
             return Reply(f"{said}\n{escape(whole.refusal(charged, held))}", error=True)
         return Reply(f"{said}\n{escape(over.reason)}", error=True)
     head = admissions[0]
@@ -120,7 +122,7 @@ async def start_sweep(
     )
     teams = tuple(TeamGuard(t.team, t.window, t.limit) for t in head.teams)
     try:
-        created = await launcher.store.create_sweep(
+        created = await launcher.store.launches.create_sweep(
             sweep, launches, events, enqueue=approval is None, max_active=head.max_concurrent,
             budget=budget, teams=teams,
         )  # fmt: skip

@@ -141,9 +141,9 @@ class Launcher:
         now, cluster = time.time(), request.cluster
         charged = held = 0.0
         if budget_for(self.context.policy, user.id, user.groups, cluster) is not None:
-            charged, held = await self.store.budget_use(user.id, cluster, iso_week(now))
+            charged, held = await self.store.budgets.budget_use(user.id, cluster, iso_week(now))
         key = recipe_key(request)
-        runs = await self.store.step_runs(cluster, key, request.nodes) if key else []
+        runs = await self.store.history.step_runs(cluster, key, request.nodes) if key else []
         cost = estimate_cost(request, self.clusters.profile(cluster), runs)
         standing = Standing(
             active_launches=active,
@@ -176,7 +176,7 @@ class Launcher:
         async def stored(events: list[Event], *, enqueue: bool = True) -> str:
             """Store the launch, within the limits; "" or why not (nothing written then)."""
             try:
-                if await self.store.create(
+                if await self.store.launches.create(
                     launch, events, enqueue=enqueue, max_active=admission.limit, budget=guard,
                     teams=teams,
                 ):  # fmt: skip
@@ -328,7 +328,7 @@ class Launcher:
             ref = JobRef(id=ref.id)  # a Slurm job id: on whichever cluster has it
         try:
             parent = await pipelines.resolve_parent(
-                lambda: self.lookup.readable(ref, user), self.store.get
+                lambda: self.lookup.readable(ref, user), self.store.launches.get
             )
         except ValueError as exc:
             raise CommandError(f"after={request.after}: {exc}", field="after") from None

@@ -3,7 +3,7 @@ bar chart (PNG) and, on request, a CSV file.
 
 The figures are the charges :mod:`bot.engine.charging` took from ``sacct`` (``ElapsedRaw``
 times the GPUs of ``AllocTRES``, every job of a launch), one record per ended launch
-(:meth:`bot.store.store.Store.charges`), counted in the window by when the launch ended.
+(:meth:`bot.store.budgets.Budgets.charges`), counted in the window by when the launch ended.
 Who may see whose: their own (by Slack user id, never by the deprecated ``user_name``),
 always; a team's lead (policy ``usage.teams``) their team's members; admins anyone, any
 team and any cluster.
@@ -213,7 +213,7 @@ async def answer(
     led = [m for g in policy.usage.led_by(user.id) for m in await members(g)]
     may_see(policy, user, request, led)
     since, when = window(request, now)
-    rows = select(await store.charges(since, now), request, team)
+    rows = select(await store.budgets.charges(since, now), request, team)
     prices = {name: price(policy, profiles, name) for name in profiles}
     mine = request.target == user.id
     who = {"person": "Your" if mine else f"{request.target}'s"}.get(
@@ -260,7 +260,7 @@ async def budget_lines(
     lines = []
     for rule in rules:
         window = budget_window(rule.window, now)
-        used, held = await store.team_use(rule.team, window)
+        used, held = await store.budgets.team_use(rule.team, window)
         left = max(rule.gpu_hours - used - held, 0.0)
         where = "" if ANY in rule.clusters else f" on {', '.join(rule.clusters)}"
         lines.append(
@@ -313,13 +313,15 @@ async def team_alerts(
     Redis, so once across every bot process). Returns the texts sent."""
     sent: list[str] = []
     for guard in guards:
-        used, held = await store.team_use(guard.team, guard.window)
+        used, held = await store.budgets.team_use(guard.team, guard.window)
         share = 100.0 * (used + held) / guard.limit if guard.limit > 0 else 100.0
         crossed = [
             p
             for p in ALERT_PERCENTS
             if share >= p
-            and await store.first_seen(f"team-budget:{guard.team}:{guard.window}:{p}", ALERT_KEEP_S)
+            and await store.marks.first_seen(
+                f"team-budget:{guard.team}:{guard.window}:{p}", ALERT_KEEP_S
+            )
         ]
         if not crossed:
             continue

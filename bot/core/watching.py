@@ -37,8 +37,8 @@ async def watch(store: Store, launch: Launch, user: User) -> Reply:
     if not launch.active:
         word = render.status_label(launch)[1]
         return Reply(f"{launch.id} has already ended ({escape(word)}): nothing more will come.")
-    added = await store.watch(launch.id, user.id)
-    prefs = await store.prefs(user.id)
+    added = await store.people.watch(launch.id, user.id)
+    prefs = await store.people.prefs(user.id)
     what = dm_events_text(prefs)
     how = (
         f"You get its {what} by DM"
@@ -55,18 +55,18 @@ async def watch(store: Store, launch: Launch, user: User) -> Reply:
 
 
 async def unwatch(store: Store, launch_id: str, user: User) -> Reply:
-    if await store.unwatch(launch_id, user.id):
+    if await store.people.unwatch(launch_id, user.id):
         return Reply(f"Stopped watching {launch_id}.")
     return Reply(f"You do not watch {launch_id}. `/jobs watching` lists what you watch.")
 
 
 async def listing(store: Store, user: User) -> Reply:
     """``/jobs watching``: one line per launch the person watches; the gone are dropped."""
-    ids = await store.watching(user.id)
+    ids = await store.people.watching(user.id)
     lines = []
-    for launch_id, launch in zip(ids, await store.get_many(ids), strict=True):
+    for launch_id, launch in zip(ids, await store.launches.get_many(ids), strict=True):
         if launch is None:
-            await store.unwatch(launch_id, user.id)
+            await store.people.unwatch(launch_id, user.id)
             continue
         _, word = render.status_label(launch)
         link = f" · <{launch.permalink}|thread>" if launch.permalink.startswith("https://") else ""
@@ -83,12 +83,12 @@ async def listing(store: Store, user: User) -> Reply:
 async def change_prefs(store: Store, user_id: str, choice: str, tz: str) -> Reply:
     """A click in the App Home's notification settings (``tz``: the person's zone now)."""
     try:
-        prefs = apply_choice(await store.prefs(user_id), choice)
+        prefs = apply_choice(await store.people.prefs(user_id), choice)
     except ValueError as exc:
         raise CommandError(f"That setting did not work: {exc}.") from None
     if tz:
         prefs = prefs.model_copy(update={"tz": tz})
-    await store.set_prefs(user_id, prefs)
+    await store.people.set_prefs(user_id, prefs)
     # DMs held for quiet hours are looked at again: they go now if the hours changed so.
-    await store.retry_lane_at(dm_lane(user_id), time.time())
+    await store.lanes.retry_lane_at(dm_lane(user_id), time.time())
     return Reply("")

@@ -2,11 +2,11 @@
 
 However a launch ends (its job's end, a cancel, a retry refused at pre-flight, a
 give-up, a dead letter), the transaction that ends it marks it uncharged
-(:meth:`bot.store.store.Store._ran`). The poller of its cluster then asks ``sacct`` what
+(:meth:`bot.store.launches.Launches._ran`). The poller of its cluster then asks ``sacct`` what
 all the launch's jobs used, every incarnation of each (``ElapsedRaw`` times the GPUs
 of ``AllocTRES``), and once every job has ended charges that figure to its owner's
 week in one transaction that also marks the launch charged
-(:meth:`bot.store.store.Store.charge`): asked twice, after a restart or by two pollers,
+(:meth:`bot.store.budgets.Budgets.charge`): asked twice, after a restart or by two pollers,
 a launch is charged once. Until then its estimate stays held against the budget.
 """
 
@@ -30,11 +30,11 @@ async def charge_ended(store: Store, clusters: Clusters, cluster: str) -> int:
     """Charge the launches of ``cluster`` that ended and whose jobs have all ended in
     Slurm's accounting; the others wait for a later call. Returns how many were charged."""
     charged = 0
-    for launch_id, ended_at in sorted((await store.uncharged(cluster)).items()):
-        launch = await store.get(launch_id)
+    for launch_id, ended_at in sorted((await store.budgets.uncharged(cluster)).items()):
+        launch = await store.launches.get(launch_id)
         now = time.time()
         if launch is None or launch.charged or launch.active:
-            await store.charge(launch_id, cluster, 0.0)  # nothing to charge: stop waiting
+            await store.budgets.charge(launch_id, cluster, 0.0)  # nothing to charge: stop waiting
             continue
         if launch.submit_started_at and now - launch.submit_started_at < SUBMIT_SETTLED_S:
             continue  # a submit may still land a job
@@ -54,7 +54,7 @@ async def charge_ended(store: Store, clusters: Clusters, cluster: str) -> int:
                 ", ".join(usage.missing) or "none",
                 ", ".join(usage.running) or "none",
             )
-        if await store.charge(launch_id, cluster, usage.gpu_hours):
+        if await store.budgets.charge(launch_id, cluster, usage.gpu_hours):
             charged += 1
             log.info(
                 "launch %s charged %.4f GPU-hours (sacct: jobs %s)",

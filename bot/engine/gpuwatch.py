@@ -26,7 +26,7 @@ async def sample_running(store: Store, clusters: Clusters, cluster: str) -> int:
     """Sample the GPUs of ``cluster``'s running launches; returns how many were read."""
     running = [
         launch
-        for launch in await store.get_many(await store.tracked_ids(cluster))
+        for launch in await store.launches.get_many(await store.history.tracked_ids(cluster))
         if launch is not None and launch.phase == Phase.RUNNING and launch.job_id
     ]
     by_user: dict[str, list[Launch]] = {}
@@ -66,4 +66,4 @@ async def _apply(store: Store, launch: Launch, found: GpuSample, rules: Health, 
             events.append(Event("update", stored.id))
         return events
 
-    await store.mutate(launch.id, change)
+    await store.launches.mutate(launch.id, change)

@@ -31,8 +31,10 @@ class LostLock(TrainbotError):
     """Another worker took the launch (this one stalled past its lock): stop, write nothing."""
 
 
-class Holding:
-    """What a worker does to the launch it holds; :class:`bot.engine.worker.Worker` is one."""
+class Hold:
+    """A worker's hold on the launch it handles, and what it writes to it: a
+    :class:`bot.engine.worker.Worker` has one, and hands it to the functions of
+    :mod:`bot.engine.submit` and :mod:`bot.engine.recovery`."""
 
     def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
         self.store = store
@@ -43,32 +45,32 @@ class Holding:
         # the person's groups as Slack says them; without, those recorded with the launch)
         self.authority = Authority(store, clusters, People(clusters, None, clusters))
 
-    async def _take(self, launch_id: str) -> Launch:
+    async def take(self, launch_id: str) -> Launch:
         """Raise the launch's fence: from now on only this worker's writes land."""
 
         def take(stored: Launch) -> list[Event]:
             stored.fence += 1
             return []
 
-        item, _ = await self.store.mutate(launch_id, take)
+        item, _ = await self.store.launches.mutate(launch_id, take)
         self._fence = item.fence
         return item
 
-    async def _check_still_ours(self, launch_id: str) -> None:
+    async def check_still_ours(self, launch_id: str) -> None:
         """LostLock unless this worker's fence is still the launch's and no other worker
         holds the launch's lock."""
-        stored = await self.store.get(launch_id)
-        holder = await self.store.lease_holder(f"launch:{launch_id}")
+        stored = await self.store.launches.get(launch_id)
+        holder = await self.store.leases.lease_holder(f"launch:{launch_id}")
         if stored is None or stored.fence != self._fence:
             fence = stored.fence if stored else None
             raise LostLock(f"launch {launch_id}: fence {fence}, ours {self._fence}; not submitting")
         if holder not in ("", self.name):
             raise LostLock(f"launch {launch_id}: {holder} holds it; not submitting")
 
-    async def _mutate(
+    async def mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
     ) -> tuple[Launch, list[Event]]:
-        """:meth:`Store.mutate`, only while this worker still holds the launch."""
+        """``store.launches.mutate``, only while this worker still holds the launch."""
         fence = self._fence
 
         def fenced(stored: Launch) -> list[Event]:
@@ -76,31 +78,32 @@ class Holding:
                 raise LostLock(f"launch {stored.id}: fence {stored.fence}, ours {fence}")
             return change(stored)
 
-        return await self.store.mutate(launch_id, fenced)
+        return await self.store.launches.mutate(launch_id, fenced)
 
-    async def _move(
+    async def move(
         self, launch_id: str, move: phases.Move, facts: phases.Facts
     ) -> tuple[Launch, list[Event]]:
         """``move`` of the held launch, unless it moved on meanwhile (a cancel wins)."""
-        return await self._mutate(launch_id, phases.step(move, facts))
+        return await self.mutate(launch_id, phases.step(move, facts))
 
-    async def _tell(self, launch_id: str, move: str, **facts: object) -> None:
-        """One line in the launch's thread, as ``move``'s facts (bot.wording words them)."""
+    async def tell(self, launch_id: str, move: str, **facts: object) -> None:
+        """One line in the launch's thread, as ``move``'s facts (bot.wording words them),
+        nothing else changed."""
         data = {"move": move, **facts}
-        await self._mutate(launch_id, lambda stored: [Event("thread", stored.id, data=data)])
+        await self.mutate(launch_id, lambda stored: [Event("thread", stored.id, data=data)])
 
-    async def _reject(
+    async def reject(
         self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None
     ) -> None:
         facts = phases.Facts(outcome=outcome, text=text, data=data or {})
-        await self._move(item.id, phases.not_submitted, facts)
+        await self.move(item.id, phases.not_submitted, facts)
 
-    async def _new_jobs(self, item: Launch) -> list[FoundJob]:
+    async def new_jobs(self, item: Launch) -> list[FoundJob]:
         """The jobs Slurm has for the launch (by its id) that none of its attempts records."""
         known = {a.job_id for a in item.attempts if a.job_id}
         return [j for j in await self.clusters.find(item) if j.job_id not in known]
 
-    async def _record(
+    async def record(
         self,
         item: Launch,
         *,
@@ -121,14 +124,14 @@ class Holding:
             partition=spec.slurm_partition,
             record=submission.record if submission else None,
         )
-        stored, _ = await self._move(item.id, phases.submitted, facts)
+        stored, _ = await self.move(item.id, phases.submitted, facts)
         set_job_id(job_id)
         if stored.phase == Phase.SUBMITTED:
             log.info("launch %s submitted as job %s", item.id, job_id)
             return
-        await self._cancel_late_job(item, job_id)
+        await self.cancel_late_job(item, job_id)
 
-    async def _cancel_late_job(self, item: Launch, job_id: str) -> None:
+    async def cancel_late_job(self, item: Launch, job_id: str) -> None:
         """``scancel`` a job that appeared after its launch was cancelled; the thread says
         how that went."""
         try:
@@ -137,4 +140,4 @@ class Holding:
         except ClusterError as exc:
             error = str(exc)
         log.info("job %s appeared after the launch was cancelled: %s", job_id, error or "cancelled")
-        await self._tell(item.id, "late_job", job=job_id, cluster=item.cluster, error=error)
+        await self.tell(item.id, "late_job", job=job_id, cluster=item.cluster, error=error)

@@ -203,7 +203,7 @@ class Poller:
             return False
         ttl_ms = lease_ttl_ms(self.clusters.profile(cluster).poll_interval_s)
         try:
-            held = await self.store.acquire(lease_name(cluster), self.owner, ttl_ms)
+            held = await self.store.leases.acquire(lease_name(cluster), self.owner, ttl_ms)
         except Exception as exc:  # Redis is down: the lease runs out, as everyone's does
             log.warning("poller lease of %s not renewed: %s", cluster, exc)
             held = False
@@ -216,7 +216,7 @@ class Poller:
         """Give up every lease this poller holds (a graceful stop: others take over at once)."""
         for cluster in sorted(self.held):
             try:
-                await self.store.release(lease_name(cluster), self.owner)
+                await self.store.leases.release(lease_name(cluster), self.owner)
             except Exception as exc:
                 log.warning("poller lease of %s not released: %s", cluster, exc)
         self.held.clear()
@@ -291,7 +291,9 @@ class Poller:
         launches: dict[str, Launch] = {}
         jobs: dict[str, Tracking] = {}
         profile = self.clusters.profile(cluster)
-        for launch in await self.store.get_many(await self.store.tracked_ids(cluster)):
+        for launch in await self.store.launches.get_many(
+            await self.store.history.tracked_ids(cluster)
+        ):
             job = tracked(launch) if launch else None
             if launch is None or job is None:
                 continue
@@ -332,7 +334,7 @@ class Poller:
 
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
-        stored, _ = await self.store.mutate(launch.id, change)
+        stored, _ = await self.store.launches.mutate(launch.id, change)
         if launch.active and not stored.active:  # it ended now: its W&B run's summary
             self.wandb.start(stored)
         if diagnosis is not None and diagnosis.failed_node:
@@ -353,7 +355,7 @@ class Poller:
             cause=diagnosis.cause[:300],
         )
         try:
-            if await self.store.record_node(cluster, node, entry):
+            if await self.store.nodes.record_node(cluster, node, entry):
                 log.info("node=%s cluster=%s job=%s in the node ledger", node, cluster, job_id)
         except (StoreError, ValueError) as exc:  # the launch moved on; only the ledger lacks it
             log.warning("node %s of job %s not written to the ledger: %s", node, job_id, exc)

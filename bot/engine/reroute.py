@@ -60,7 +60,7 @@ async def reroute(
         return 0
     moved = 0
     now = time.time()
-    for launch in await store.get_many(await store.tracked_ids(cluster)):
+    for launch in await store.launches.get_many(await store.history.tracked_ids(cluster)):
         if launch is None or not _due(launch, after_s, now):
             continue
         user = await authority.user(launch)
@@ -89,7 +89,7 @@ async def reroute(
             continue  # the person's budget there has no room for its estimate
         if not answer.allowed:
             facts = phases.Facts(cluster=target, data={"left": cluster, "refusal": answer.why})
-            await store.mutate(launch.id, phases.step(phases.move_refused, facts))
+            await store.launches.mutate(launch.id, phases.step(phases.move_refused, facts))
             continue
         if await _move(store, clusters, launch, target, why, after_s, answer.terms):
             moved += 1
@@ -108,18 +108,18 @@ async def _move(
     old_job, left = launch.job_id, launch.cluster
     later = time.time() + HELD_MOVE_CHECK_S
     facts = phases.Facts(job_id=old_job, cluster=target, due=later, terms=terms)
-    held, _ = await store.mutate(launch.id, phases.step(phases.reroute, facts))
+    held, _ = await store.launches.mutate(launch.id, phases.step(phases.reroute, facts))
     if held.phase != Phase.RETRYING or not held.attempts[-1].held:
         return False
     problem = await clusters.cancel_and_confirm(held, old_job, pending_only=True)
     if problem:  # it started meanwhile (scancel left it), or Slurm did not answer
         log.info("launch %s not moved to %s: %s", launch.id, target, problem)
-        await store.mutate(launch.id, phases.step(phases.old_job_stays, phases.Facts()))
+        await store.launches.mutate(launch.id, phases.step(phases.old_job_stays, phases.Facts()))
         return False
     facts = phases.Facts(
         now=time.time(),
         job_id=old_job,
         data={"left": left, "waited_s": after_s, "why": why},
     )
-    moved, _ = await store.mutate(launch.id, phases.step(phases.moved, facts))
+    moved, _ = await store.launches.mutate(launch.id, phases.step(phases.moved, facts))
     return moved.cluster == target

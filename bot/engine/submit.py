@@ -13,8 +13,9 @@ import math
 import time
 from collections.abc import Sequence
 
-from bot.engine.holding import log
-from bot.engine.recovery import Recovery, submit_deadline
+from bot.engine import recovery
+from bot.engine.holding import Hold, log
+from bot.engine.recovery import submit_deadline
 from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase
 from bot.planning import pipelines, start_from
@@ -31,153 +32,155 @@ THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this 
 THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
 
 
-class Submitter(Recovery):
-    async def _launch(self, item: Launch) -> None:
-        if item.phase == Phase.SUBMITTING and not await self._look_up(item):
-            return  # found and recorded, or the cluster did not answer: looked up again later
-        if not await self._ready(item):
-            return
-        profile = self.clusters.profile_for(item)  # its Unix user checked against the config
-        started = await start_from.start_point(
-            self.store,
-            item,
-            self._mutate,
-            profile,
-            self.authority,
-            lambda source, target: copy_start(self.clusters.pool, profile, source, target),
+async def launch(hold: Hold, item: Launch) -> None:
+    """The held launch, looked up first if a submit of it may have run, then readied,
+    pre-flighted and submitted (or its dry run told)."""
+    if item.phase == Phase.SUBMITTING and not await recovery.look_up(hold, item):
+        return  # found and recorded, or the cluster did not answer: looked up again later
+    if not await ready(hold, item):
+        return
+    profile = hold.clusters.profile_for(item)  # its Unix user checked against the config
+    started = await start_from.start_point(
+        hold.store,
+        item,
+        hold.mutate,
+        profile,
+        hold.authority,
+        lambda source, target: copy_start(hold.clusters.pool, profile, source, target),
+    )
+    if started is None:
+        return  # from=: the parent has no checkpoint to start from
+    item = started
+    built = hold.clusters.spec_for(derived(hold, item))
+    spec = built.spec
+    item, _ = await hold.move(item.id, phases.preflight, phases.Facts())
+    if item.phase != Phase.PREFLIGHT:
+        return  # cancelled meanwhile
+    if item.request.dry_run:
+        dry = await hold.clusters.dry_run(spec)
+        checks = "\n".join(
+            ("✓ " if c.ok else "✗ ") + escape(c.message) for c in dry.preflight.checks
         )
-        if started is None:
-            return  # from=: the parent has no checkpoint to start from
-        item = started
-        built = self.clusters.spec_for(self._derived(item))
-        spec = built.spec
-        item, _ = await self._move(item.id, phases.preflight, phases.Facts())
-        if item.phase != Phase.PREFLIGHT:
-            return  # cancelled meanwhile
-        if item.request.dry_run:
-            dry = await self.clusters.dry_run(spec)
-            checks = "\n".join(
-                ("✓ " if c.ok else "✗ ") + escape(c.message) for c in dry.preflight.checks
-            )
-            as_user = f", as {item.cluster_user}," if item.cluster_user else ""
-            text = (
-                f"Dry run: nothing was submitted. On the login node{as_user} trainbot would run "
-                f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
-                f"{code_block(dry.script)}\nPre-flight:\n{checks}"
-            )
-            facts = phases.Facts(outcome="DRY_RUN", text=text)
-            await self._move(item.id, phases.dry_run, facts)
-            return
-        result = await self.clusters.preflight(spec)
-        if not result.ok:
-            text = "Not submitted: " + escape(result.message())
-            data: dict[str, object] = {}
-            partition_ok = all(c.ok for c in result.checks if c.name == "partition")
-            default = spec.profile.partition
-            if not partition_ok and spec.slurm_partition != default:
-                text += f" Re-run with partition={default}?"
-                data = {"buttons": ["use_partition"], "partition": default}
-            await self._reject(item, "PREFLIGHT", text, data=data)
-            return
-        if not await self._thread_is_up(item):
-            return
-        facts = phases.Facts(now=time.time(), data=preflight_facts(result, spec, built.notes))
-        item, _ = await self._move(item.id, phases.submitting, facts)
-        if item.phase != Phase.SUBMITTING:
-            return
-        # Last word before Slurm: the fence this worker raised must still be the launch's
-        # (a successor raised it past ours) and no other worker may hold the lock (one that
-        # has not raised it yet). Nothing is re-acquired here: a worker that stalled past
-        # its lock must not take it back. The login node holds the submit to its deadline.
-        await self._check_still_ours(item.id)
-        spec = dataclasses.replace(spec, submit_by=math.ceil(submit_deadline(item)))
-        try:
-            submission = await self.clusters.submit(spec)
-        except (CommandTimeout, ClusterUnreachable) as exc:
-            # The launcher may or may not have run: never conclude without Slurm's word.
-            await self._outcome_unknown(item, exc)
-            return
-        except SlurmCommandFailed as exc:
-            await self._failed_submit(item, exc)
-            return
-        await self._record(item, submission=submission)
+        as_user = f", as {item.cluster_user}," if item.cluster_user else ""
+        text = (
+            f"Dry run: nothing was submitted. On the login node{as_user} trainbot would run "
+            f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
+            f"{code_block(dry.script)}\nPre-flight:\n{checks}"
+        )
+        facts = phases.Facts(outcome="DRY_RUN", text=text)
+        await hold.move(item.id, phases.dry_run, facts)
+        return
+    result = await hold.clusters.preflight(spec)
+    if not result.ok:
+        text = "Not submitted: " + escape(result.message())
+        data: dict[str, object] = {}
+        partition_ok = all(c.ok for c in result.checks if c.name == "partition")
+        default = spec.profile.partition
+        if not partition_ok and spec.slurm_partition != default:
+            text += f" Re-run with partition={default}?"
+            data = {"buttons": ["use_partition"], "partition": default}
+        await hold.reject(item, "PREFLIGHT", text, data=data)
+        return
+    if not await thread_is_up(hold, item):
+        return
+    facts = phases.Facts(now=time.time(), data=preflight_facts(result, spec, built.notes))
+    item, _ = await hold.move(item.id, phases.submitting, facts)
+    if item.phase != Phase.SUBMITTING:
+        return
+    # Last word before Slurm: the fence this worker raised must still be the launch's
+    # (a successor raised it past ours) and no other worker may hold the lock (one that
+    # has not raised it yet). Nothing is re-acquired here: a worker that stalled past
+    # its lock must not take it back. The login node holds the submit to its deadline.
+    await hold.check_still_ours(item.id)
+    spec = dataclasses.replace(spec, submit_by=math.ceil(submit_deadline(item)))
+    try:
+        submission = await hold.clusters.submit(spec)
+    except (CommandTimeout, ClusterUnreachable) as exc:
+        # The launcher may or may not have run: never conclude without Slurm's word.
+        await recovery.outcome_unknown(hold, item, exc)
+        return
+    except SlurmCommandFailed as exc:
+        await recovery.failed_submit(hold, item, exc)
+        return
+    await hold.record(item, submission=submission)
 
-    def _derived(self, item: Launch) -> Launch:
-        """The launch no further than the config and the policy give its person, whatever its
-        record in Redis says: a custom image only where ``policy.custom_images`` allows it
-        (else ClusterError: the launch ends with the reason, nothing run); job secrets only
-        where both the record and the policy give them; the record's Slurm account only if
-        the policy gives it them or it is the cluster's own (""), else the policy's. (A
-        move's re-admission may have narrowed the record with fresher groups: never widened
-        here. ``profile_for`` checks its Unix user, and the CA the name it signs for.)"""
-        policy = self.clusters.config.policy
-        profile = self.clusters.profile(item.cluster)
-        req, fields = item.request, launch_fields(item.id, cluster=item.cluster)
-        secrets = True
-        if is_custom_image(req.image, {*profile.images, *profile.images.values()}):
-            decision, secrets = may_use_image(
-                policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster,
-                image=str(req.image), cluster_images=list(profile.images),
-            )  # fmt: skip
-            if not decision.allowed:
-                log.warning(
-                    "launch %s refused: its record asks for image %s, which %s may not run "
-                    "on %s", item.id, req.image, item.user_id, item.cluster, extra=fields,
-                )  # fmt: skip
-                raise ClusterError(
-                    f"the launch's record asks for image={req.image}, which the policy does "
-                    f"not let {item.user_id} run on {item.cluster} ({decision.reason})",
-                    cluster=item.cluster,
-                )
-        given = slurm_account(
-            policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster
-        )
-        account = item.slurm_account if item.slurm_account in ("", given) else given or ""
-        secrets = secrets and item.image_secrets
-        if account != item.slurm_account:
+
+def derived(hold: Hold, item: Launch) -> Launch:
+    """The launch no further than the config and the policy give its person, whatever its
+    record in Redis says: a custom image only where ``policy.custom_images`` allows it
+    (else ClusterError: the launch ends with the reason, nothing run); job secrets only
+    where both the record and the policy give them; the record's Slurm account only if
+    the policy gives it them or it is the cluster's own (""), else the policy's. (A
+    move's re-admission may have narrowed the record with fresher groups: never widened
+    here. ``profile_for`` checks its Unix user, and the CA the name it signs for.)"""
+    policy = hold.clusters.config.policy
+    profile = hold.clusters.profile(item.cluster)
+    req, fields = item.request, launch_fields(item.id, cluster=item.cluster)
+    secrets = True
+    if is_custom_image(req.image, {*profile.images, *profile.images.values()}):
+        decision, secrets = may_use_image(
+            policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster,
+            image=str(req.image), cluster_images=list(profile.images),
+        )  # fmt: skip
+        if not decision.allowed:
             log.warning(
-                "launch %s: its record says Slurm account %r, which the policy does not give "
-                "%s; %r is used", item.id, item.slurm_account, item.user_id, account,
-                extra=fields,
+                "launch %s refused: its record asks for image %s, which %s may not run "
+                "on %s", item.id, req.image, item.user_id, item.cluster, extra=fields,
             )  # fmt: skip
-        return item.model_copy(update={"slurm_account": account, "image_secrets": secrets})
-
-    async def _ready(self, item: Launch) -> bool:
-        """A retry's old job is gone, and a launch that already waited for its thread
-        looks at it first: no pre-flight over SSH on each look while it waits. A launch
-        waiting for a time or for another launch (at=, after=) goes back until then."""
-        if await pipelines.must_wait(self.store, item, self._mutate, self.authority):
-            return False
-        if item.phase == Phase.RETRYING and not await self._prepare_retry(item):
-            return False
-        return not await self.store.thread_waits(item.id) or await self._thread_is_up(item)
-
-    async def _thread_is_up(self, item: Launch) -> bool:
-        """A launch never runs without a thread anyone can see: submit only once its
-        parent message is posted. While it is not, look again shortly (a deferred entry);
-        when the channel refuses the bot (the notifier gave up and told the person by
-        DM), the launch ends here with nothing submitted."""
-        current = await self.store.get(item.id)
-        if current is not None and current.parent_ts:
-            return True
-        refused = await self.store.bad_channel(item.id) or await self.store.no_thread(item.id)
-        if refused:
-            text = (
-                f"Not submitted: trainbot could not post this launch's thread in "
-                f"<#{escape(item.channel)}> ({escape(refused)}), and a launch never runs "
-                "without one. Invite the bot there, or use a channel it is in, and `/train` again."
+            raise ClusterError(
+                f"the launch's record asks for image={req.image}, which the policy does "
+                f"not let {item.user_id} run on {item.cluster} ({decision.reason})",
+                cluster=item.cluster,
             )
-            await self._reject(item, "NO_THREAD", text)
-            return False
-        if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
-            return False  # cancelled or ended meanwhile: nothing to wait for
-        waits = await self.store.count_thread_wait(item.id)
-        wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
-        log.info(
-            "launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s
-        )
-        await self.store.requeue(item.id, after_s=wait_s)
+    given = slurm_account(policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster)
+    account = item.slurm_account if item.slurm_account in ("", given) else given or ""
+    secrets = secrets and item.image_secrets
+    if account != item.slurm_account:
+        log.warning(
+            "launch %s: its record says Slurm account %r, which the policy does not give "
+            "%s; %r is used", item.id, item.slurm_account, item.user_id, account,
+            extra=fields,
+        )  # fmt: skip
+    return item.model_copy(update={"slurm_account": account, "image_secrets": secrets})
+
+
+async def ready(hold: Hold, item: Launch) -> bool:
+    """A retry's old job is gone, and a launch that already waited for its thread
+    looks at it first: no pre-flight over SSH on each look while it waits. A launch
+    waiting for a time or for another launch (at=, after=) goes back until then."""
+    if await pipelines.must_wait(hold.store, item, hold.mutate, hold.authority):
         return False
+    if item.phase == Phase.RETRYING and not await recovery.prepare_retry(hold, item):
+        return False
+    return not await hold.store.marks.thread_waits(item.id) or await thread_is_up(hold, item)
+
+
+async def thread_is_up(hold: Hold, item: Launch) -> bool:
+    """A launch never runs without a thread anyone can see: submit only once its
+    parent message is posted. While it is not, look again shortly (a deferred entry);
+    when the channel refuses the bot (the notifier gave up and told the person by
+    DM), the launch ends here with nothing submitted."""
+    current = await hold.store.launches.get(item.id)
+    if current is not None and current.parent_ts:
+        return True
+    refused = await hold.store.marks.bad_channel(item.id) or await hold.store.lanes.no_thread(
+        item.id
+    )
+    if refused:
+        text = (
+            f"Not submitted: trainbot could not post this launch's thread in "
+            f"<#{escape(item.channel)}> ({escape(refused)}), and a launch never runs "
+            "without one. Invite the bot there, or use a channel it is in, and `/train` again."
+        )
+        await hold.reject(item, "NO_THREAD", text)
+        return False
+    if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
+        return False  # cancelled or ended meanwhile: nothing to wait for
+    waits = await hold.store.marks.count_thread_wait(item.id)
+    wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
+    log.info("launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s)
+    await hold.store.queue.requeue(item.id, after_s=wait_s)
+    return False
 
 
 def preflight_facts(

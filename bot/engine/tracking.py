@@ -1,6 +1,6 @@
 """What one poll of a job means for its launch. Pure: snapshot in, launch edits and events out.
 
-Called inside :meth:`Store.mutate`, so a state change and its thread message
+Called inside :meth:`~bot.store.launches.Launches.mutate`, so a state change and its thread message
 are written together, and a restarted bot never announces the same change
 twice (the stored launch already has it).
 """

@@ -164,7 +164,7 @@ async def read_back(store: Store, reader: RunSummaries | None, launch: Launch) -
         facts = {"move": "wandb_summary", "run": where[2], "metrics": dict(metrics)}
         return [Event("thread", stored.id, data=facts)]
 
-    stored, _ = await store.mutate(launch.id, record)
+    stored, _ = await store.launches.mutate(launch.id, record)
     if stored.sweep:
         await _compare_sweep(store, stored)
 
@@ -176,14 +176,14 @@ async def _compare_sweep(store: Store, launch: Launch) -> None:
     """Once every member of the launch's sweep has ended and had its summary read (or had
     no W&B run), the members' summaries side by side in the sweep's thread, once. Each
     read-back writes its own member first, so the last one to finish sees them all."""
-    sweep = await store.get_sweep(launch.sweep)
+    sweep = await store.launches.get_sweep(launch.sweep)
     if sweep is None:
         return
-    members = await store.get_many(sweep.members)
+    members = await store.launches.get_many(sweep.members)
     if any(m is not None and (m.active or (m.run_links and not m.wandb_read)) for m in members):
         return
     header, rows = sweeps.wandb_columns(sweep, members)
-    if not rows or not await store.first_seen(f"sweep-wandb:{sweep.id}", SWEEP_MARK_TTL_S):
+    if not rows or not await store.marks.first_seen(f"sweep-wandb:{sweep.id}", SWEEP_MARK_TTL_S):
         return
     facts = {"move": "wandb_comparison", "sweep": sweep.id, "header": header, "rows": rows}
-    await store.mutate(launch.id, lambda _stored: [Event("thread", launch.id, data=facts)])
+    await store.launches.mutate(launch.id, lambda _stored: [Event("thread", launch.id, data=facts)])

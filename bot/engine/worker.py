@@ -28,14 +28,13 @@ import secrets
 import socket
 import time
 
-from bot.engine.holding import LostLock, log
-from bot.engine.submit import Submitter
+from bot.engine import recovery, submit
+from bot.engine.holding import Hold, LostLock, log
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import log_context
-from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
 from bot.text.mrkdwn import escape
@@ -56,13 +55,16 @@ def worker_name(prefix: str = "") -> str:
     return f"{base}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-class Worker(Submitter):
+class Worker:
     """Takes launches off the queue, one at a time, each under its lock and fence: the
-    queue loop and the dead letters here, the launch's own paths in
-    :class:`~bot.engine.submit.Submitter`."""
+    queue loop and the dead letters here; the launch it handles is its :class:`Hold`,
+    handed to :func:`bot.engine.submit.launch` and the paths of :mod:`bot.engine.recovery`."""
 
     def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
-        super().__init__(store, clusters, name=name)
+        self.store = store
+        self.clusters = clusters
+        self.name = name  # unique per process: its queue consumer and its launch locks
+        self.hold = Hold(store, clusters, name=name)
         self.processed = 0
         self.dead_letters = 0
 
@@ -74,18 +76,16 @@ class Worker(Submitter):
                 entries: list[tuple[str, dict[str, str]]] = []
                 now = time.monotonic()
                 if now >= next_promote:  # deferred retries and lookups that are due
-                    await self.store.promote_due()
-                    await self.store.replay_due()  # and dead letters due another try
+                    await self.store.queue.promote_due()
+                    await self.store.queue.replay_due()  # and dead letters due another try
                     next_promote = now + PROMOTE_EVERY_S
                 if now >= next_claim:  # what other, dead or stalled workers left behind
-                    entries = await self.store.claim_stale(
-                        keys.QUEUE, keys.QUEUE_GROUP, self.name, min_idle_ms=CLAIM_IDLE_MS
+                    entries = await self.store.queue.claim_stale(
+                        self.name, min_idle_ms=CLAIM_IDLE_MS
                     )
                     next_claim = now + CLAIM_EVERY_S
                 if not entries:
-                    entries = await self.store.read(
-                        keys.QUEUE, keys.QUEUE_GROUP, self.name, block_ms=1000
-                    )
+                    entries = await self.store.queue.read(self.name, block_ms=1000)
                 for entry_id, fields in entries:
                     await self.handle(entry_id, fields)
             except asyncio.CancelledError:
@@ -106,7 +106,7 @@ class Worker(Submitter):
         except (StoreError, asyncio.CancelledError):
             raise  # Redis is down: the entry stays pending; the loop retries
         except Exception as exc:
-            tries = await self.store.deliveries(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+            tries = await self.store.queue.deliveries(entry_id)
             log.exception(
                 "launch %s: failed inside trainbot (delivery %d of %d)",
                 launch_id,
@@ -117,7 +117,7 @@ class Worker(Submitter):
                 await self._dead_letter(entry_id, fields, exc)
             return
         if done:
-            await self.store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)
+            await self.store.queue.ack(entry_id)
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
         """Set the entry aside (dead letters). It is replayed later, each time after a
@@ -135,7 +135,7 @@ class Worker(Submitter):
         give_up = now + wait_s - first_dead > delivery.retry_for_h * 3600
         kept = {**fields, "replays": str(replays + 1), "first_dead": repr(first_dead)}
         retry_at = None if give_up else now + wait_s
-        await self.store.dead_letter_entry(entry_id, kept, reason, retry_at=retry_at)
+        await self.store.queue.dead_letter_entry(entry_id, kept, reason, retry_at=retry_at)
         self.dead_letters += 1
         log.error(
             "launch %s: queue entry %s moved to the dead letters: %s (%s)",
@@ -144,13 +144,13 @@ class Worker(Submitter):
             reason,
             "given up" if give_up else f"replayed in {wait_s:.0f} s",
         )
-        if await self.store.get(launch_id) is None:
+        if await self.store.launches.get(launch_id) is None:
             return
         if not give_up:
             note = {"move": "set_aside", "error": type(exc).__name__, "tries": MAX_DELIVERIES}
             note |= {"wait_s": wait_s, "retry_for_h": delivery.retry_for_h}
             if replays == 0:  # said once; the later replays are in the log
-                await self.store.mutate(
+                await self.store.launches.mutate(
                     launch_id, lambda s: [Event("thread", s.id, data=note)] if s.active else []
                 )
             return
@@ -160,11 +160,13 @@ class Worker(Submitter):
             f"{(now - first_dead) / 3600:.1f} h; it was given up (dead letters). "
             "Nothing more will happen to it; `/train` again to retry."
         )
-        await self.store.mutate(launch_id, phases.step(phases.given_up, phases.Facts(text=text)))
+        await self.store.launches.mutate(
+            launch_id, phases.step(phases.given_up, phases.Facts(text=text))
+        )
 
     async def process(self, launch_id: str) -> bool:
         """Handle one queue entry; False leaves it pending (another worker holds the launch)."""
-        item = await self.store.get(launch_id)
+        item = await self.store.launches.get(launch_id)
         if item is None:
             log.warning("worker: queue entry for unknown launch %s dropped", launch_id)
             return True
@@ -180,7 +182,7 @@ class Worker(Submitter):
         # the lock is renewed while this worker works, and the fence token it raises makes
         # the writes of any earlier holder fail.
         lock = f"launch:{launch_id}"
-        if not await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS):
+        if not await self.store.leases.acquire(lock, self.name, LAUNCH_LOCK_MS):
             log.info("launch %s is being handled by another worker; leaving it pending", launch_id)
             return False
         work = asyncio.create_task(self._work(launch_id))
@@ -197,28 +199,30 @@ class Worker(Submitter):
             log.warning("launch %s: another worker took it over; this one stops", launch_id)
             return False
         except PersonRefused as exc:  # the person cannot log in: trying again will not help
-            current = await self.store.get(launch_id)
+            current = await self.store.launches.get(launch_id)
             if current is not None and current.phase == Phase.SUBMITTING:
-                await self._unreachable(launch_id, exc)  # a submit may have run: look it up
+                await recovery.unreachable(
+                    self.hold, launch_id, exc
+                )  # a submit may have run: look it up
             else:
-                await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+                await self.hold.reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         except ClusterUnreachable as exc:
-            await self._unreachable(launch_id, exc)
+            await recovery.unreachable(self.hold, launch_id, exc)
         except ClusterError as exc:
-            await self._reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+            await self.hold.reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
         finally:
             renew.cancel()
             await asyncio.gather(renew, return_exceptions=True)
-            await self.store.release(lock, self.name)
+            await self.store.leases.release(lock, self.name)
         self.processed += 1
         return True
 
     async def _work(self, launch_id: str) -> None:
-        item = await self._take(launch_id)
+        item = await self.hold.take(launch_id)
         if item.active:
-            await self._launch(item)
+            await submit.launch(self.hold, item)
         else:
-            await self._settle_cancelled(item)
+            await recovery.settle_cancelled(self.hold, item)
 
     async def _renew(self, lock: str, work: asyncio.Task[None]) -> None:
         """Keep the lock while ``work`` runs; losing it stops the work (a submit not yet
@@ -226,7 +230,7 @@ class Worker(Submitter):
         while True:
             await asyncio.sleep(LOCK_RENEW_S)
             try:
-                held = await self.store.acquire(lock, self.name, LAUNCH_LOCK_MS)
+                held = await self.store.leases.acquire(lock, self.name, LAUNCH_LOCK_MS)
             except Exception as exc:  # not renewed is not held: stop before another takes it
                 log.warning("worker %s could not renew the lock %s: %s", self.name, lock, exc)
                 held = False

@@ -115,7 +115,7 @@ class WorkerAsks:
 
     async def _ask(self, what: wire.What, *, cluster: str, timeout_s: float) -> Any:
         ask = wire.Ask.new(what, timeout_s)
-        await self.store.push_ask(wire.seal(ask, self.key))
+        await self.store.asks.push_ask(wire.seal(ask, self.key))
         answer = await self._signed_answer(ask, timeout_s)
         if answer is None:
             raise CommandTimeout(
@@ -132,7 +132,7 @@ class WorkerAsks:
         on its answer list (unsigned, signed for another ask) is logged and passed over."""
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            sealed = await self.store.wait_answer(ask.id, left)
+            sealed = await self.store.asks.wait_answer(ask.id, left)
             if sealed is None:
                 return None
             try:
@@ -235,7 +235,7 @@ async def serve_asks(
     running: set[asyncio.Task[None]] = set()
     try:
         while not stop.is_set():
-            raw = await store.take_ask(TAKE_WAIT_S)
+            raw = await store.asks.take_ask(TAKE_WAIT_S)
             if raw is None:
                 continue
             ask = await _checked(store, raw, key)
@@ -259,9 +259,9 @@ async def _checked(store: Store, raw: str, key: bytes) -> wire.Ask | None:
         log.warning("ask refused and dropped: %s", exc.reason)
         if exc.ask_id:
             refusal = {"error": f"the worker refused the ask: {exc.reason}", "error_type": ""}
-            await store.put_answer(exc.ask_id, wire.seal_answer(exc.ask_id, refusal, key))
+            await store.asks.put_answer(exc.ask_id, wire.seal_answer(exc.ask_id, refusal, key))
         return None
-    if not await store.first_ask(ask.id, ask.until - time.time() + 1):
+    if not await store.asks.first_ask(ask.id, ask.until - time.time() + 1):
         log.warning("ask %s (%s) refused and dropped: its id was used already", ask.id, ask.kind)
         return None
     return ask
@@ -286,7 +286,7 @@ async def _answer(
     except Exception as exc:  # a bug here must not leave the asker waiting
         log.exception("ask %s failed inside trainbot", ask.kind)
         answer = {"error": f"failed inside trainbot ({type(exc).__name__})"}
-    await store.put_answer(ask.id, wire.seal_answer(ask.id, answer, key, redact))
+    await store.asks.put_answer(ask.id, wire.seal_answer(ask.id, answer, key, redact))
 
 
 def _refuse(what: wire.What, cluster: str, why: str, launch_id: str = "") -> Refused:
@@ -307,7 +307,7 @@ async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
         return await _estimate(clusters, what)
     if isinstance(what, wire.NodeUpdate):
         return await _node(clusters, what)
-    item = await store.get(what.launch)
+    item = await store.launches.get(what.launch)
     if item is None:
         raise _refuse(what, "", f"launch {what.launch} is not known", what.launch)
     if isinstance(what, wire.Cancel):

@@ -135,7 +135,7 @@ class Authority:
         now = time.time()
         charged = held = 0.0
         if budget_for(policy, user.id, user.groups, target) is not None:
-            charged, held = await self.store.budget_use(user.id, target, iso_week(now))
+            charged, held = await self.store.budgets.budget_use(user.id, target, iso_week(now))
             if target == launch.cluster:
                 held = max(held - (launch.estimate_gpu_hours or 0.0), 0.0)
         standing = Standing(

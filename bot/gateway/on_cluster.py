@@ -22,6 +22,7 @@ from bot.settings.env import Settings
 from bot.settings.logs import launch_fields
 from bot.store.store import Store
 from cluster.errors import ClusterError, PersonRefused
+from cluster.images.jobs import ImageJob, JobState, image_job_state, submit_image_job
 from cluster.images.listing import ImageListing, list_images
 from cluster.launching import jobs, launch, wandb_run
 from cluster.launching.spec import LaunchSpec, interactive_framework
@@ -108,6 +109,35 @@ class Clusters:
             )
         key_id = cert_key_id(item.user_id, item.cluster_user, item.id)
         return profile.as_user(item.cluster_user, key_id)
+
+    def profile_of_person(
+        self, cluster: str, user_id: str, cluster_user: str, work_id: str
+    ) -> ClusterProfile:
+        """``cluster`` as the Unix user a record (an image run's) names for ``user_id``,
+        checked against the config first as :meth:`profile_for` checks a launch's: one the
+        config cannot give them is refused (PersonRefused), nothing is run."""
+        profile = self.profile(cluster)
+        problem = user_problem(profile, user_id, cluster_user)
+        if problem:
+            log.warning(
+                "%s refused: its record says it runs as %r on %s, but %s",
+                work_id, cluster_user or profile.login.user, cluster, problem,
+            )  # fmt: skip
+            raise PersonRefused(
+                f"{work_id} is not run: its record names the Unix user "
+                f"{cluster_user or profile.login.user}, and {problem}",
+                cluster=cluster,
+            )
+        return profile.as_user(cluster_user, cert_key_id(user_id, cluster_user, work_id))
+
+    async def submit_image_job(self, profile: ClusterProfile, job: ImageJob) -> str:
+        """Submit an image job (``profile``: as its person); its Slurm job id."""
+        return await submit_image_job(self.pool, profile, job)
+
+    async def image_job_state(
+        self, profile: ClusterProfile, job: ImageJob, job_id: str
+    ) -> JobState:
+        return await image_job_state(self.pool, profile, job, job_id)
 
     def secrets(self, profile: ClusterProfile) -> tuple[dict[str, SecretStr], list[str]]:
         """The profile's ``{env: NAME}`` job secrets from the bot's environment, by job
@@ -230,7 +260,7 @@ class Clusters:
         held = self._launchers.get(key)
         options = held[1] if held and time.time() - held[0] < LAUNCHER_TTL_S else None
         if options is None and self.store is not None:
-            raw = await self.store.launcher_options(*key)
+            raw = await self.store.history.launcher_options(*key)
             options = LauncherOptions.decode(raw) if raw else None
             if options is not None:
                 self._launchers[key] = (time.time(), options)
@@ -243,7 +273,7 @@ class Clusters:
         key = self._launcher_key(spec)
         self._launchers[key] = (time.time(), result.launcher)
         if self.store is not None:
-            await self.store.save_launcher_options(
+            await self.store.history.save_launcher_options(
                 *key, result.launcher.encode(), ttl_s=LAUNCHER_TTL_S
             )
 

@@ -50,7 +50,7 @@ LAUNCH_ID_HEX = 10  # 40 random bits: L-7f3a9c2b41, short enough to type
 
 def new_launch_id() -> str:
     """A fresh launch id. With 40 random bits two of 100,000 launches share an id with
-    odds of about 1 in 200; :meth:`bot.store.store.Store.create` checks every new id against
+    odds of about 1 in 200; :meth:`bot.store.launches.Launches.create` checks every new id against
     the stored launches and history and draws again when one is taken. Ids of earlier
     versions (``L-`` and 6 hex digits) keep resolving: 4 to 12 hex digits are accepted."""
     return "L-" + secrets.token_hex(LAUNCH_ID_HEX // 2)

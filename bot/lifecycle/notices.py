@@ -1,6 +1,6 @@
 """Which changes of a launch concern people: the owner's mention, and the DMs.
 
-Pure. :meth:`bot.store.store.Store.mutate` (and ``create``) compare a launch before and
+Pure. :meth:`bot.store.launches.Launches.mutate` (and ``create``) compare a launch before and
 after a change with :func:`classify`; the notices found ride on the last thread line
 the change writes (``data["notices"]``, ``data["mention"]``). The notifier posts that
 line with the mention (``bot.wording.thread`` words both), and after it is posted,

@@ -37,7 +37,6 @@ from bot.lifecycle.prefs import quiet_until
 from bot.notify.lane_rules import SWEEP_KINDS, Retry, lane_of
 from bot.notify.paging import Pager
 from bot.notify.poster import Poster
-from bot.store import keys
 from bot.store.lanes import DeadLetter
 from bot.store.store import Store
 from bot.text.front import Front, FrontError
@@ -91,7 +90,7 @@ class Notifier:
         try:
             while not stop.is_set():
                 try:
-                    if not await self.store.acquire(LEASE, self.owner, LEASE_TTL_MS):
+                    if not await self.store.leases.acquire(LEASE, self.owner, LEASE_TTL_MS):
                         await self._stop_lanes(0.0)  # another notifier delivers now
                         await _sleep(stop, 2.0)
                         continue
@@ -104,41 +103,35 @@ class Notifier:
         finally:
             await self._stop_lanes(STOP_GRACE_S)
         try:
-            await self.store.release(LEASE, self.owner)
+            await self.store.leases.release(LEASE, self.owner)
         except Exception as exc:  # it expires on its own
             log.warning("notifier: could not release its lease: %s", exc)
 
     async def drained(self) -> bool:
         """Whether every outbox entry has been delivered (or dead-lettered)."""
-        return await self.store.undelivered() == 0
+        return await self.store.lanes.undelivered() == 0
 
     async def drain(self, *, block_ms: int = 1) -> int:
         """Move what is waiting in the outbox to its lanes (this consumer's unacknowledged
         entries first, then a dead consumer's, then new ones, waiting up to ``block_ms``),
         and start delivering every lane that is due. Returns how many entries moved."""
-        entries = await self.store.read(
-            keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=block_ms, pending=True
-        )
+        entries = await self.store.outbox.read(self.owner, block_ms=block_ms, pending=True)
         if not entries:
-            entries = await self.store.claim_stale(
-                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, min_idle_ms=LEASE_TTL_MS
-            )
+            entries = await self.store.outbox.claim_stale(self.owner, min_idle_ms=LEASE_TTL_MS)
         if not entries:
-            entries = await self.store.read(
-                keys.OUTBOX, keys.OUTBOX_GROUP, self.owner, block_ms=max(block_ms, 1)
-            )
+            entries = await self.store.outbox.read(self.owner, block_ms=max(block_ms, 1))
         events = []
         for entry_id, fields in entries:
             try:
                 events.append(Event.decode(entry_id, fields))
             except ValueError as exc:  # written by another version of trainbot
                 log.warning("notifier: outbox entry %s dropped: %s", entry_id, exc)
-                await self.store.ack(keys.OUTBOX, keys.OUTBOX_GROUP, entry_id)
+                await self.store.outbox.ack(entry_id)
         if events:
             lanes = [lane_of(event, await self._sweep_lane(event)) for event in events]
-            await self.store.hold(list(zip(lanes, events, strict=True)))
+            await self.store.lanes.hold(list(zip(lanes, events, strict=True)))
         self._halt.clear()
-        for lane in await self.store.due_lanes(time.time()):
+        for lane in await self.store.lanes.due_lanes(time.time()):
             if lane not in self._lanes:
                 task = asyncio.create_task(self._run_lane(lane), name=f"notify {lane}")
                 self._lanes[lane] = task
@@ -152,7 +145,7 @@ class Notifier:
         if event.launch_id not in self._sweep_of:
             if len(self._sweep_of) >= SWEEP_MEMO_MAX:
                 self._sweep_of.clear()
-            launch = await self.store.get(event.launch_id)
+            launch = await self.store.launches.get(event.launch_id)
             self._sweep_of[event.launch_id] = launch.sweep if launch else ""
         return self._sweep_of[event.launch_id]
 
@@ -177,13 +170,13 @@ class Notifier:
     async def _run_lane(self, lane: str) -> None:
         """Deliver ``lane`` in order until it is empty, or waits out a long backoff."""
         while not self._halt.is_set():
-            events = await self.store.lane_events(lane, LANE_READ)
+            events = await self.store.lanes.lane_events(lane, LANE_READ)
             if not events:
-                await self.store.lane_done(lane, "")  # forget the empty lane
+                await self.store.lanes.lane_done(lane, "")  # forget the empty lane
                 return
             event = events[0]
             if event.kind == "update" and any(e.kind == "update" for e in events[1:]):
-                await self.store.lane_done(lane, event.id)  # a newer one follows
+                await self.store.lanes.lane_done(lane, event.id)  # a newer one follows
                 continue
             batch = await self._batch(lane, events)
             if not batch:
@@ -213,46 +206,48 @@ class Notifier:
             return [event]
         if await self._quiet(lane, event):
             return []
-        return events if await self.store.quiet_held(lane) else [event]
+        return events if await self.store.lanes.quiet_held(lane) else [event]
 
     async def _delivered(self, lane: str, batch: list[Event]) -> None:
         for done in batch:
-            await self.store.lane_done(lane, done.id)
+            await self.store.lanes.lane_done(lane, done.id)
             self.delivered += 1
             for observer in self.on_delivered:
                 observer(done.id)
         event = batch[0]
         if event.kind == "dm":  # what quiet hours held went with it
-            await self.store.quiet_over(lane)
+            await self.store.lanes.quiet_over(lane)
         if lane.startswith("thread:") and event.kind != "update":
-            await self.store.clear_bad_channel(event.launch_id)
+            await self.store.marks.clear_bad_channel(event.launch_id)
 
     async def _deliver_once(self, event: Event, batch: list[Event]) -> None:
         if event.kind == "dm":
             await self.poster.send_dms(batch)
             return
-        if await self.store.was_posted(event.id):
+        if await self.store.marks.was_posted(event.id):
             return
         await self.poster.deliver(event)
         if event.kind != "update":
-            await self.store.mark_posted(event.id)
+            await self.store.marks.mark_posted(event.id)
 
     async def _quiet(self, lane: str, event: Event) -> bool:
         """Whether the person is in their quiet hours: then the lane waits until they end."""
-        until = quiet_until(await self.store.prefs(str(event.data.get("user", ""))), time.time())
+        until = quiet_until(
+            await self.store.people.prefs(str(event.data.get("user", ""))), time.time()
+        )
         if until is None:
             return False
-        await self.store.hold_for_quiet(lane, until)
+        await self.store.lanes.hold_for_quiet(lane, until)
         log.info("%s: quiet hours until %.0f; %s waits", lane, until, event.id)
         return True
 
     async def _write_dms(self, event: Event) -> None:
         """After a thread line with notices is posted: a DM to its owner and each watcher
         who wants one for it (their preferences), written once, each in their own lane."""
-        launch = await self.store.get(event.launch_id)
+        launch = await self.store.launches.get(event.launch_id)
         if launch is None:
             return
-        people = dict.fromkeys([launch.user_id, *await self.store.watchers(launch.id)])
+        people = dict.fromkeys([launch.user_id, *await self.store.people.watchers(launch.id)])
         if self.may_see is not None:  # a watcher who may no longer see it gets nothing
             people = {
                 p: None for p in people if p == launch.user_id or await self.may_see(p, launch)
@@ -261,14 +256,14 @@ class Notifier:
         text = thread.dm(launch, thread.line(event), link)
         dms = []
         for person in people:
-            prefs = await self.store.prefs(person)
+            prefs = await self.store.people.prefs(person)
             wanted = [n for n in event.data["notices"] if prefs.wants(n)]
             if wanted:
                 urgent = any(prefs.urgent(n) for n in wanted)
                 data = {"user": person, "notice": wanted[0], "urgent": urgent}
                 dms.append(Event("dm", launch.id, text, data=data))
         if dms:
-            await self.store.write_dms(event.id, dms)
+            await self.store.lanes.write_dms(event.id, dms)
 
     async def _failed(self, lane: str, event: Event, exc: Exception) -> float | None:
         """Count a failed delivery; the delay before the next try, or None once the
@@ -277,14 +272,14 @@ class Notifier:
         channel_problem = isinstance(exc, FrontError) and exc.channel_problem
         thread = lane.startswith("thread:")
         now = time.time()
-        tries, first_failed = await self.store.note_failure(event.id, now)
+        tries, first_failed = await self.store.lanes.note_failure(event.id, now)
         if now - first_failed >= self.retry.give_up_after_s:
             await self._give_up(lane, event, reason, tries)
             return None
         if tries == self.retry.max_tries:
             await self._dead_letter(lane, event, reason, tries, told=thread and channel_problem)
         delay_s = self.retry.delay_s(tries)
-        await self.store.retry_lane_at(lane, now + delay_s)
+        await self.store.lanes.retry_lane_at(lane, now + delay_s)
         self.retried += 1
         log.info(
             "launch %s: %s message %s not delivered (%s); try %d in %.1f s%s",
@@ -299,7 +294,7 @@ class Notifier:
         return delay_s
 
     async def _letter(self, lane: str, event: Event, reason: str, tries: int) -> DeadLetter:
-        launch = await self.store.get(event.launch_id)
+        launch = await self.store.launches.get(event.launch_id)
         channel = ""
         if launch is not None:
             channel = launch.channel if lane.startswith("thread:") else ""
@@ -312,10 +307,10 @@ class Notifier:
     ) -> None:
         """Record a message that kept failing (it stays first in its lane, tried again
         less often); a launch whose parent message it is ends without a job."""
-        launch = await self.store.get(event.launch_id)
+        launch = await self.store.launches.get(event.launch_id)
         letter = await self._letter(lane, event, reason, tries)
         no_thread = lane.startswith("thread:") and launch is not None and not launch.parent_ts
-        await self.store.dead_letter(letter, no_thread=no_thread)
+        await self.store.lanes.dead_letter(letter, no_thread=no_thread)
         self.dead_lettered += 1
         log.warning(
             "launch %s: %s message %s moved to the dead letters after %d tries: %s (channel %s); "
@@ -328,7 +323,11 @@ class Notifier:
             letter.channel or "-",
             self.retry.give_up_after_s / 3600,
         )
-        if told and launch is not None and await self.store.mark_bad_channel(launch.id, reason):
+        if (
+            told
+            and launch is not None
+            and await self.store.marks.mark_bad_channel(launch.id, reason)
+        ):
             text = undeliverable_text(
                 channel=launch.channel, error=reason, launch_id=launch.id, title=launch.words
             )
@@ -347,9 +346,9 @@ class Notifier:
         """Past ``give_up_after_s``: the whole lane is given up for good, in order."""
         letter = await self._letter(lane, event, reason, tries)
         given = 0
-        for pending in await self.store.lane_events(lane, LANE_READ):
+        for pending in await self.store.lanes.lane_events(lane, LANE_READ):
             letter = replace(letter, event=pending, tries=tries if pending.id == event.id else 0)
-            await self.store.lane_done(lane, pending.id, dead=letter)
+            await self.store.lanes.lane_done(lane, pending.id, dead=letter)
             given += 1
         self.given_up += given
         log.error(

@@ -55,17 +55,17 @@ class Poster:
 
     async def send_dms(self, batch: list[Event]) -> None:
         """One direct message for the DMs of a lane not yet sent (a summary of several)."""
-        todo = [dm for dm in batch if not await self.store.was_posted(dm.id)]
+        todo = [dm for dm in batch if not await self.store.marks.was_posted(dm.id)]
         if not todo:
             return
         await self.front.post_to_user(
             str(todo[0].data.get("user", "")), thread.summary([dm.text for dm in todo])
         )
         for dm in todo:
-            await self.store.mark_posted(dm.id)
+            await self.store.marks.mark_posted(dm.id)
 
     async def deliver(self, event: Event) -> None:
-        launch = await self.store.get(event.launch_id)
+        launch = await self.store.launches.get(event.launch_id)
         if launch is None:
             log.warning(
                 "notifier: %s event for unknown launch %s dropped", event.kind, event.launch_id
@@ -116,7 +116,7 @@ class Poster:
         todo = {
             name: step
             for name, step in self.pager.steps().items()
-            if not await self.store.was_posted(f"{event.id}:{name}")
+            if not await self.store.marks.was_posted(f"{event.id}:{name}")
         }
         if not todo:
             return
@@ -124,7 +124,7 @@ class Poster:
 
         async def run(name: str) -> None:
             await todo[name](event.kind, launch, event.data, link)
-            await self.store.mark_posted(f"{event.id}:{name}")
+            await self.store.marks.mark_posted(f"{event.id}:{name}")
 
         results = await asyncio.gather(*(run(name) for name in todo), return_exceptions=True)
         failed = [(n, r) for n, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
@@ -132,13 +132,13 @@ class Poster:
             log.warning("launch %s: the %s step of a page failed: %s", launch.id, name, error)
         if failed:
             raise failed[0][1]
-        if event.kind == "oncall" and await self.store.mark_posted(f"{event.id}:told"):
+        if event.kind == "oncall" and await self.store.marks.mark_posted(f"{event.id}:told"):
             await self._say_paged(launch, list(self.pager.steps()))
 
     async def _say_paged(self, launch: Launch, steps: list[str]) -> None:
         """Once a page went out, say so in the launch's thread (after what caused it)."""
         paged = Event("thread", launch.id, data={"move": "paged", "steps": list(steps)})
-        await self.store.mutate(launch.id, lambda stored: [paged])
+        await self.store.launches.mutate(launch.id, lambda stored: [paged])
 
     async def permalink(self, launch: Launch) -> str:
         """The thread's link, or "" (no parent yet, or Slack cannot say): a page goes
@@ -179,7 +179,7 @@ class Poster:
             stored.permalink = stored.permalink or link
             return []
 
-        stored, _ = await self.store.mutate(launch.id, keep_ts)
+        stored, _ = await self.store.launches.mutate(launch.id, keep_ts)
         return stored
 
 

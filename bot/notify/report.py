@@ -6,7 +6,7 @@ Every process that runs the poller schedules it; at each slot of the schedule th
 first process to set the slot's mark in Redis (set-if-absent) posts and the others
 do nothing, so the report is posted once however many bot processes run. A post that
 fails lets the mark go (and is logged). Figures come from the charges taken from
-``sacct`` (:meth:`bot.store.store.Store.charges`).
+``sacct`` (:meth:`bot.store.budgets.Budgets.charges`).
 """
 
 from __future__ import annotations
@@ -127,18 +127,20 @@ class Reporter:
         """Post the report of the current slot unless another process has; True if posted."""
         slot = slot_of(self.trigger, datetime.now(UTC))
         name = slot.strftime("%Y-%m-%dT%H:%M:%S")
-        if not await self.store.mark_once(name, self.owner, MARK_KEEP_S):
+        if not await self.store.marks.mark_once(name, self.owner, MARK_KEEP_S):
             return False
         until = min(slot.timestamp(), time.time())
         since = until - self.days * 86400
         try:
-            nodes = [r for c in self.clusters for r in await self.store.node_ledger(c, since=since)]
-            text = report_text(await self.store.charges(since, until), since=since,
+            nodes = [
+                r for c in self.clusters for r in await self.store.nodes.node_ledger(c, since=since)
+            ]
+            text = report_text(await self.store.budgets.charges(since, until), since=since,
                                until=until, top=self.top, nodes=nodes)  # fmt: skip
             await self.front.post(self.channel, text)
         except Exception:
             log.exception("usage report of %s not posted", name)
-            await self.store.unmark(name, self.owner)
+            await self.store.marks.unmark(name, self.owner)
             return False
         log.info("usage report of %s posted to %s", name, self.channel)
         return True

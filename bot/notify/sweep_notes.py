@@ -65,14 +65,14 @@ async def _parent(
     store: Store, front: Front, locks: dict[str, asyncio.Lock], sweep_id: str
 ) -> Sweep | None:
     async with locks.setdefault(sweep_id, asyncio.Lock()):
-        sweep = await store.get_sweep(sweep_id)
+        sweep = await store.launches.get_sweep(sweep_id)
         if sweep is None or sweep.parent_ts:
             return sweep
-        members = await store.get_many(sweep.members)
+        members = await store.launches.get_many(sweep.members)
         text, blocks = sweeps.table_blocks(sweep, members, time.time())
         ref = await front.post(sweep.channel, text, blocks=blocks)
         sweep.parent_ts = ref.ts
-        await store.save_sweep(sweep)
+        await store.launches.save_sweep(sweep)
         try:  # for links from App Home and /jobs history; the thread works without it
             link = await front.permalink(ref)
         except Exception as exc:
@@ -90,21 +90,21 @@ async def _join_thread(store: Store, launch: Launch, sweep: Sweep, link: str = "
         stored.permalink = stored.permalink or link
         return []
 
-    stored, _ = await store.mutate(launch.id, join)
+    stored, _ = await store.launches.mutate(launch.id, join)
     return stored
 
 
 async def _update(store: Store, front: Front, sweep: Sweep) -> None:
-    members = await store.get_many(sweep.members)
+    members = await store.launches.get_many(sweep.members)
     now = time.time()
     text, blocks = sweeps.table_blocks(sweep, members, now)
     await front.update(MessageRef(sweep.channel, sweep.parent_ts), text, blocks=blocks)
-    if not sweep_math.ended(members) or await store.was_posted(f"sweep-end:{sweep.id}"):
+    if not sweep_math.ended(members) or await store.marks.was_posted(f"sweep-end:{sweep.id}"):
         return
-    if not await store.was_posted(f"sweep-compared:{sweep.id}"):
+    if not await store.marks.was_posted(f"sweep-compared:{sweep.id}"):
         text = f"<@{sweep.user_id}> {sweeps.comparison_text(sweep, members, now)}"
         await front.post(sweep.channel, text, thread_ts=sweep.parent_ts)
-        await store.mark_posted(f"sweep-compared:{sweep.id}")
+        await store.marks.mark_posted(f"sweep-compared:{sweep.id}")
     try:
         png = await asyncio.to_thread(
             render_overlay_png,
@@ -121,4 +121,4 @@ async def _update(store: Store, front: Front, sweep: Sweep) -> None:
             content=png,
             title=f"Loss curves of sweep {sweep.id}",
         )
-    await store.mark_posted(f"sweep-end:{sweep.id}")
+    await store.marks.mark_posted(f"sweep-end:{sweep.id}")

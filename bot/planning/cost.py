@@ -3,7 +3,7 @@ use, and what is left of the person's weekly budget.
 
 The GPU-hour estimate is the launch's steps times the median step time of earlier
 runs of the same recipe at the same size on that cluster (trainbot's own record,
-:meth:`bot.store.store.Store.step_runs`), capped by the time limit; with no earlier run,
+:meth:`bot.store.history.History.step_runs`), capped by the time limit; with no earlier run,
 the time limit itself. The start estimate is Slurm's own (``sbatch --test-only``),
 asked in one round trip with a short timeout so the answer to /train is not held up.
 """
@@ -277,7 +277,7 @@ async def appraise(
     try:
         if known is None:
             key = recipe_key(request)
-            runs = await store.step_runs(request.cluster, key, request.nodes) if key else []
+            runs = await store.history.step_runs(request.cluster, key, request.nodes) if key else []
             cost = estimate_cost(request, profile, runs)
         else:
             cost = known[0]
@@ -286,7 +286,7 @@ async def appraise(
         if budget is not None:
             week = iso_week(time.time())
             if known is None:
-                charged, active = await store.budget_use(user.id, request.cluster, week)
+                charged, active = await store.budgets.budget_use(user.id, request.cluster, week)
             else:
                 charged, active = known[1], known[2]
             decision = check_budget(

@@ -56,21 +56,21 @@ async def must_wait(
         return False
     now = time.time()
     if item.request.at and (due := at_epoch(item.request.at)) > now:
-        await store.requeue(item.id, after_s=max(due - now, 0.05))
+        await store.queue.requeue(item.id, after_s=max(due - now, 0.05))
         return True
     if not item.waits_for:
         return await _no_longer_allowed(store, item, mutate, authority)
-    parent = await store.get(item.waits_for)
+    parent = await store.launches.get(item.waits_for)
     if parent is not None and parent.phase == Phase.AWAITING_APPROVAL:
         if now - parent.created_at > APPROVAL_PATIENCE_S:
             return await _unapproved(item, parent, mutate)
     if parent is not None and parent.active:
-        await store.requeue(item.id, after_s=PARENT_LOOK_S)
+        await store.queue.requeue(item.id, after_s=PARENT_LOOK_S)
         return True
     if parent is not None:
         outcome, detail = parent.outcome or parent.phase.value.upper(), parent.detail
     else:  # its record expired: its history entry says how it ended
-        entry = await store.finished(item.waits_for)
+        entry = await store.history.finished(item.waits_for)
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
@@ -119,7 +119,7 @@ async def _no_longer_allowed(
         return False
     answer = await authority.readmit(item, follows=parent)
     if answer.outcome == "UNSURE":  # Slack did not answer: nothing ends for want of it
-        await store.requeue(item.id, after_s=UNSURE_LOOK_S)
+        await store.queue.requeue(item.id, after_s=UNSURE_LOOK_S)
         return True
     if answer.allowed:
         if answer.differs(item):

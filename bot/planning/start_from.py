@@ -144,7 +144,7 @@ async def start_point(
     request = item.request
     if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
         return item
-    parent = await store.get(item.starts_from)
+    parent = await store.launches.get(item.starts_from)
     step = request.start_step
     found = checkpoints.chosen(parent, step) if parent is not None else None
     key, why = "", "it saved no complete checkpoint"

@@ -33,6 +33,7 @@ from bot.core.redact import (
     install_log_filter,
     remove_log_filter,
 )
+from bot.engine.image_runner import ImageRunner
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
 from bot.gateway.asks import WorkerAsks, serve_asks
@@ -51,6 +52,7 @@ from bot.settings.env import Settings
 from bot.slack.webapi import observe_slack_errors
 from bot.store.store import Store
 from bot.text.front import Front
+from bot.wording import image_run as image_words
 from cluster.errors import ConfigError
 from cluster.ssh.connect import check_ca_key
 from cluster.ssh.pool import SSHPool
@@ -154,11 +156,11 @@ class Bot:
         self.notifier.on_delivered.append(meters.observe_delivery)
         self.supervisor.observers.append(meters.observe_loop_restart)
         observe_slack_errors(self.core.front, meters.observe_slack_error)
-        meters.add_dead_letters("queue", self.store.queue_dead_letter_count)
-        meters.add_dead_letters("queue_retrying", self.store.queue_retrying_count)
-        meters.add_dead_letters("notifier", self.store.dead_letter_count)
-        meters.add_dead_letters("notifier_retrying", self.store.retrying_count)
-        meters.add_dead_letters("notifier_given_up", self.store.given_up_count)
+        meters.add_dead_letters("queue", self.store.queue.dead_letter_count)
+        meters.add_dead_letters("queue_retrying", self.store.queue.retrying_count)
+        meters.add_dead_letters("notifier", self.store.lanes.dead_letter_count)
+        meters.add_dead_letters("notifier_retrying", self.store.lanes.retrying_count)
+        meters.add_dead_letters("notifier_given_up", self.store.lanes.given_up_count)
         self.meters = meters
 
     async def healthy(self) -> tuple[bool, str]:
@@ -181,7 +183,7 @@ class Bot:
                 unpolled = [
                     name
                     for name in self.clusters.profiles
-                    if not await self.store.lease_holder(lease_name(name))
+                    if not await self.store.leases.lease_holder(lease_name(name))
                 ]
             except Exception as exc:
                 return False, f"redis: {exc}"
@@ -191,8 +193,8 @@ class Bot:
         if failing:
             return False, "failing: " + "; ".join(failing)
         try:
-            retrying = await self.store.retrying_letters()
-            owed = dead_letter_text(retrying, await self.store.given_up_count())
+            retrying = await self.store.lanes.retrying_letters()
+            owed = dead_letter_text(retrying, await self.store.lanes.given_up_count())
         except Exception as exc:
             return False, f"redis: {exc}"
         said = ([owed] if owed else []) + (
@@ -327,8 +329,13 @@ async def running(
         # Every loop under the supervisor: one that raises is logged, counted and started
         # again after a back-off; /healthz says which (bot.runtime.supervise).
         for worker in bot.workers:
-            worker.authority = authority
+            worker.hold.authority = authority
             supervisor.run(worker.name, functools.partial(worker.run, stop))
+        if bot.workers:  # /images import and fetch: submitted and followed by the workers
+            runner = ImageRunner(
+                store, clusters, front, name=worker_name(f"{host}-images"), words=image_words
+            )
+            supervisor.run("images", functools.partial(runner.run, stop))
         if bot.workers and ask_key is not None:  # the cluster work a web process asks for
             asks = functools.partial(serve_asks, store, clusters, stop, ask_key, redactor)
             supervisor.run("asks", asks)

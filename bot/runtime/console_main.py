@@ -21,7 +21,7 @@ async def wait_until_idle(bot: Bot, user: str, *, timeout_s: float | None = None
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
     while deadline is None or loop.time() < deadline:
-        if not await bot.store.active_ids(user) and await bot.notifier.drained():
+        if not await bot.store.history.active_ids(user) and await bot.notifier.drained():
             return
         await asyncio.sleep(0.5)
     raise TimeoutError(f"launches of {user} still active after {timeout_s} s")

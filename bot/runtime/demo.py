@@ -71,7 +71,7 @@ async def run_demo(settings: Settings, train: str | None = None, *, bastion: boo
         if not match:
             return 1
         await wait_until_idle(bot, USER, timeout_s=TIMEOUT_S)
-        launch = await bot.store.get(match.group(0))
+        launch = await bot.store.launches.get(match.group(0))
     outcome = launch.outcome if launch else "UNKNOWN"
     print(f"demo: {match.group(0)} ended {outcome}", flush=True)
     return 0 if outcome == "COMPLETED" else 1

@@ -23,8 +23,7 @@ from typing import IO
 from bot.gateway.on_cluster import Clusters
 from bot.settings.config import Config
 from bot.settings.env import Settings, Target
-from bot.store.keys import NOTIFY_DEAD_LETTERS
-from bot.store.lanes import DeadLetter
+from bot.store.lanes import DEAD_LETTERS_AT, DeadLetter
 from bot.store.store import Store
 from cluster.errors import TrainbotError
 from cluster.launching.spec import LaunchSpec
@@ -159,7 +158,7 @@ def delivery_text(held: int, dead_total: int, newest: list[DeadLetter]) -> str:
     text = f"{held} waiting"
     if not dead_total:
         return text + "; no dead letters"
-    text += f"; {dead_total} dead letter{'s' if dead_total != 1 else ''} in {NOTIFY_DEAD_LETTERS}"
+    text += f"; {dead_total} dead letter{'s' if dead_total != 1 else ''} in {DEAD_LETTERS_AT}"
     if newest:
         last = newest[-1]
         where = f" in {last.channel}" if last.channel else ""
@@ -189,8 +188,8 @@ async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = N
         target = settings.redis_target()
         async with Store.connect(target) as store:
             await store.ping()
-            held, dead = await store.held_count(), await store.dead_letter_count()
-            newest = await store.dead_letters(limit=1)
+            held, dead = await store.lanes.held_count(), await store.lanes.dead_letter_count()
+            newest = await store.lanes.dead_letters(limit=1)
             replicas = await store.replicas()
         report.line(
             replicas >= target.wait_replicas,

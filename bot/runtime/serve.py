@@ -109,7 +109,7 @@ async def serving(
                     health=bot.healthy,
                     metrics=bot.metrics,
                     front=front,  # type: ignore[arg-type]
-                    replay_guard=bot.store.first_seen,
+                    replay_guard=bot.store.marks.first_seen,
                     api=api.app(),
                 )
             )

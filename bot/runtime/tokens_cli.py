@@ -42,7 +42,7 @@ async def run_token(
     """Mint or revoke; the exit code."""
     async with Store.connect(settings.redis_target(), retention=config.retention.store()) as store:
         if args.verb == "revoke":
-            record = await store.revoke_token(args.token_id)
+            record = await store.tokens.revoke_token(args.token_id)
             if record is None:
                 print(f"trainbot: no token {args.token_id} (revoked already, or expired)", file=out)
                 return 1
@@ -51,7 +51,7 @@ async def run_token(
         try:
             ttl_s = parse_ttl(args.ttl) if args.ttl else DEFAULT_TTL_S
             scopes = check_scopes(tuple(args.scope or SCOPES))
-            record, token = await store.mint_token(
+            record, token = await store.tokens.mint_token(
                 args.user, user_name=args.name, scopes=scopes, ttl_s=ttl_s, by="operator"
             )
         except ValueError as exc:

@@ -9,18 +9,20 @@ import math
 from typing import Any
 
 from bot.store import keys
-from bot.store.base import StoreBase
+from bot.store.base import Section, rides
 
 MAX_TAKEN_BYTES = 65536  # anything longer on the list is cut here (and then refused)
 
 
-class Asks(StoreBase):
+class Asks(Section):
     """Asks and answers."""
 
+    @rides
     async def push_ask(self, sealed: str) -> None:
         """Put a sealed ask on the list every worker takes from (see bot.gateway.asks)."""
         await self.redis.rpush(keys.ASKS, sealed)
 
+    @rides
     async def take_ask(self, timeout_s: float) -> str | None:
         """The oldest ask as it was written, waiting up to ``timeout_s`` (None: none came)."""
         found = await self.redis.blpop([keys.ASKS], timeout=timeout_s)
@@ -30,6 +32,7 @@ class Asks(StoreBase):
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
         return text[:MAX_TAKEN_BYTES]
 
+    @rides
     async def first_ask(self, ask_id: str, keep_s: float) -> bool:
         """Whether ``ask_id`` is taken for the first time (remembered ``keep_s``, at least 1 s)."""
         seen = await self.redis.set(
@@ -37,13 +40,15 @@ class Asks(StoreBase):
         )
         return bool(seen)
 
+    @rides
     async def put_answer(self, ask_id: str, answer: dict[str, Any], keep_s: int = 60) -> None:
         """A worker's answer, kept ``keep_s`` for the asker to take."""
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(keys.answer(ask_id), self._redact(json.dumps(answer)))
+            pipe.rpush(keys.answer(ask_id), self.core.redact(json.dumps(answer)))
             pipe.expire(keys.answer(ask_id), keep_s)
             await pipe.execute()
 
+    @rides
     async def wait_answer(self, ask_id: str, timeout_s: float) -> dict[str, Any] | None:
         """The answer to ``ask_id``, waiting up to ``timeout_s`` (None: no worker answered)."""
         found = await self.redis.blpop([keys.answer(ask_id)], timeout=timeout_s)

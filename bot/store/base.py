@@ -1,8 +1,8 @@
 """What every section of the store shares: its client and settings, riding through a
 failover, done-marks and WAIT, the consumer groups, and redacting what it writes.
 
-Each section of :class:`bot.store.store.Store` is a :class:`StoreBase`; ``Store``
-puts every public coroutine of theirs through :func:`translated`.
+Each section of :class:`bot.store.store.Store` is a :class:`Section` over one shared
+:class:`Core`; each public coroutine of theirs is declared with :func:`rides`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
@@ -33,6 +33,13 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class _HasCore(Protocol):
+    core: Core
+
+
+S = TypeVar("S", bound=_HasCore)
+
+
 def _fields(values: dict[str, str]) -> Any:
     """A stream entry's fields (redis-py's annotation wants a wider dict type)."""
     return values
@@ -40,7 +47,7 @@ def _fields(values: dict[str, str]) -> Any:
 
 @dataclass
 class Change:
-    """A launch this process wrote with :meth:`Store.mutate`, for observers (metrics)."""
+    """A launch this process wrote with ``store.launches.mutate``, for observers (metrics)."""
 
     launch: Launch
     events: list[Event]
@@ -53,7 +60,7 @@ class StoreError(TrainbotError):
 
 
 # -- riding through a failover ----------------------------------------------
-# Every public coroutine of Store goes through translated: a dropped connection, a
+# Every public coroutine of the store's sections is declared with @rides: a dropped connection, a
 # timeout, or a write refused by a demoted or lagging primary (READONLY, MASTERDOWN,
 # LOADING, NOREPLICAS) is retried with bounded exponential back-off against whatever
 # primary Redis (or Sentinel) names now; anything else, or a failover longer than the
@@ -81,20 +88,21 @@ class _Op:
 _current_op: ContextVar[_Op | None] = ContextVar("store_op", default=None)
 
 
-def translated(
-    method: Callable[Concatenate[StoreBase, P], Awaitable[T]],
-) -> Callable[Concatenate[StoreBase, P], Awaitable[T]]:
-    """Redis and connection errors leave the store as StoreError (the edge where they
-    enter), after a failover has been ridden through where it can be."""
+def rides(
+    method: Callable[Concatenate[S, P], Awaitable[T]],
+) -> Callable[Concatenate[S, P], Awaitable[T]]:
+    """Declares a store call that rides through a failover: Redis and connection errors
+    leave it as StoreError (the edge where they enter), after a failover has been ridden
+    through where it can be. A call made by another store call is retried by that one."""
 
     @functools.wraps(method)
-    async def wrapper(store: StoreBase, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def wrapper(section: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if _current_op.get() is not None:  # called by another store method: it retries
-            return await method(store, *args, **kwargs)
+            return await method(section, *args, **kwargs)
         op = _Op()
         token = _current_op.set(op)
         try:
-            return await store.ride(lambda: method(store, *args, **kwargs), op)
+            return await section.core.ride(lambda: method(section, *args, **kwargs), op)
         finally:
             _current_op.reset(token)
 
@@ -111,8 +119,9 @@ class Failover:
     last_retry: float = 0.0  # monotonic time of the latest retry
 
 
-class StoreBase:
-    """The client, the settings and the helpers every section of the store uses."""
+class Core:
+    """What every section of the store shares: the client, the settings, the observers
+    and the failover being ridden through."""
 
     def __init__(
         self,
@@ -123,7 +132,7 @@ class StoreBase:
         target: Target | None = None,
     ) -> None:
         self.redis = client
-        self._redact = redact or (lambda text: text)
+        self.redact = redact or (lambda text: text)
         self.retention = retention or Retention()
         self.target = target or Target()
         self.observers: list[Callable[[Change], None]] = []  # told of each mutate, after it
@@ -195,7 +204,38 @@ class StoreBase:
         for observer in self.retry_observers:
             observer(reason, episode)
 
-    # -- done-marks and WAIT (see the note above translated) -------------------
+
+async def ensure_groups(redis_client: aioredis.Redis) -> None:
+    """The queue's and the outbox's consumer groups, made where they are missing."""
+    for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
+        try:
+            await redis_client.xgroup_create(stream, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+
+class Section:
+    """One section of the store (``store.launches``, ``store.queue``...): the shared
+    :class:`Core` and the helpers its writes use. Its public coroutines are declared
+    with :func:`rides`."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        return self.core.redis
+
+    @property
+    def retention(self) -> Retention:
+        return self.core.retention
+
+    @property
+    def target(self) -> Target:
+        return self.core.target
+
+    # -- done-marks and WAIT (see the note above rides) -------------------
 
     @staticmethod
     def _op() -> _Op:
@@ -242,47 +282,23 @@ class StoreBase:
             return True
         return op.attempt > 0 and await self.redis.get(key) == mine
 
-    async def replicas(self) -> int:
-        """How many replicas the primary has connected now (``INFO replication``)."""
-        info: Any = await self.redis.info("replication")
-        return int(info.get("connected_slaves", 0))
-
     async def _regroup(self, exc: ResponseError) -> None:
         """A stream or its group vanished (Redis restarted without them): make them again."""
         if "NOGROUP" not in str(exc):
             raise exc
         log.warning("redis: %s; creating the consumer groups again", exc)
-        await self.ensure_groups()
-
-    async def groups_ok(self) -> bool:
-        """Whether the queue's and the outbox's consumer groups exist."""
-        for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
-            try:
-                groups: Any = await self.redis.xinfo_groups(stream)
-            except ResponseError:
-                return False
-            if not any(g.get("name") == group for g in groups):
-                return False
-        return True
-
-    async def ensure_groups(self) -> None:
-        for stream, group in ((keys.QUEUE, keys.QUEUE_GROUP), (keys.OUTBOX, keys.OUTBOX_GROUP)):
-            try:
-                await self.redis.xgroup_create(stream, group, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        await ensure_groups(self.redis)
 
     def _record(self, launch: Launch) -> str:
-        return self._redact(launch.model_dump_json())
+        return self.core.redact(launch.model_dump_json())
 
     def _redacted(self, event: Event) -> dict[str, str]:
         """The event as stored (the outbox, a change's done-mark): every field redacted, and
         every text among its facts before they are JSON (where a secret's quote or
         backslash would be escaped out of the redactor's sight)."""
-        facts = _redact_facts(event.data, self._redact)
+        facts = _redact_facts(event.data, self.core.redact)
         plain = Event(event.kind, event.launch_id, event.text, facts, event.id)
-        return {k: self._redact(v) for k, v in plain.encode().items()}
+        return {k: self.core.redact(v) for k, v in plain.encode().items()}
 
     def _entry(self, event: Event) -> Any:
         return _fields(self._redacted(event))

@@ -17,7 +17,7 @@ from redis.exceptions import WatchError
 
 from bot.lifecycle.launch import HistoryEntry, Launch
 from bot.store import keys
-from bot.store.base import StoreBase
+from bot.store.base import Section, rides
 
 # A sliding window: drop what is older than ARGV[2] seconds; when ARGV[3] remain, answer
 # how long until the oldest leaves; else note ARGV[4] at ARGV[1] and answer 0.
@@ -190,20 +190,23 @@ async def count_active(client: Any, members: Any) -> tuple[int, int]:
     return real, dry
 
 
-class Budgets(StoreBase):
+class Budgets(Section):
     """Budgets, charges and limits."""
 
+    @rides
     async def team_use(self, team: str, window: str) -> tuple[float, float]:
         """(used, held) of a team budget: GPU-hours charged for the launches it holds in
         ``window``, and the estimates of those not charged yet."""
         return await read_team_use(self.redis, team, window)
 
+    @rides
     async def uncharged(self, cluster: str) -> dict[str, float]:
         """The launches of ``cluster`` that ended and are not charged yet: id -> when they
         ended."""
         found = await self.redis.hgetall(keys.uncharged(cluster))
         return {str(k): float(str(v).split()[-1]) for k, v in found.items()}
 
+    @rides
     async def charge(self, launch_id: str, cluster: str, gpu_hours: float) -> bool:
         """Charge the ended launch ``gpu_hours`` (what ``sacct`` recorded for all its jobs)
         to its owner's week on ``cluster``: its record says so and the budget's usage grows
@@ -253,24 +256,29 @@ class Budgets(StoreBase):
                 except WatchError:
                     continue
 
+    @rides
     async def charges(self, since: float, until: float = float("inf")) -> list[Charge]:
         """The charges of launches that ended from ``since`` to ``until``, oldest first."""
         raw: Any = await self.redis.zrangebyscore(keys.CHARGES, since, until)
         return [Charge.model_validate_json(item) for item in raw]
 
+    @rides
     async def usage(self, user_id: str, cluster: str, week: str) -> float:
         """GPU-hours charged to ``user_id`` on ``cluster`` in ISO week ``week``."""
         return float(await self.redis.hget(keys.usage(cluster, week), user_id) or 0.0)
 
+    @rides
     async def budget_use(self, user_id: str, cluster: str, week: str) -> tuple[float, float]:
         """(charged, held): GPU-hours ``user_id`` was charged on ``cluster`` in ``week``, and
         the estimates of their launches there still active or ended but not charged yet."""
         return await read_budget_use(self.redis, user_id, cluster, week)
 
+    @rides
     async def active_counts(self, user_id: str) -> tuple[int, int]:
         """(launches, dry runs) of ``user_id`` that are active."""
         return await read_active_counts(self.redis, user_id)
 
+    @rides
     async def active_counts_taking_rate(
         self, user_id: str, name: str, *, limit: int | None, window_s: float
     ) -> tuple[int, int, float]:
@@ -285,6 +293,7 @@ class Budgets(StoreBase):
         real, dry = await count_active(self.redis, found[0])
         return real, dry, max(float(found[1]), 0.0) if limit is not None else 0.0
 
+    @rides
     async def take_rate(
         self,
         name: str,

@@ -223,3 +223,14 @@ def nodes(cluster: str) -> str:
 def node(cluster: str, name: str) -> str:
     """List: a node's ledger entries (JSON, :class:`bot.store.nodes.NodeEntry`), newest first."""
     return f"{PREFIX}:node:{cluster}:{name}"
+
+
+# --- image runs (/images import and fetch) --------------------------------------------------
+
+IMAGE_RUNS_ACTIVE = f"{PREFIX}:images:active"  # set of the image runs not ended yet
+IMAGE_RUN_KEEP_S = 30 * 86400  # an ended image run's record is kept this long
+
+
+def image_run(run_id: str) -> str:
+    """One image run's record (JSON): bot.lifecycle.image_run.ImageRun."""
+    return f"{PREFIX}:images:run:{run_id}"

@@ -18,7 +18,7 @@ from redis.exceptions import WatchError
 from bot.lifecycle.events import Event
 from bot.settings.config import DAY_S
 from bot.store import keys
-from bot.store.base import StoreBase
+from bot.store.base import Section, rides
 
 # Take a lane's first entry off it (when it is ``ARGV[1]``), with its body, try count and
 # dead-letter state, recording ``ARGV[3]`` among those given up for good when given; then
@@ -49,6 +49,8 @@ while true do
 end
 """
 DEAD_LETTERS_KEPT = 1000
+# Where an operator finds the notifier's dead letters in Redis (doctor names it).
+DEAD_LETTERS_AT = keys.NOTIFY_DEAD_LETTERS
 
 
 @dataclass
@@ -93,9 +95,10 @@ class DeadLetter:
         )
 
 
-class Lanes(StoreBase):
+class Lanes(Section):
     """Lanes, the messages held in them, and dead letters."""
 
+    @rides
     async def hold(self, entries: list[tuple[str, Event]]) -> None:
         """Move outbox entries to their lanes, ``(lane, event)`` in outbox order."""
         now = time.time()
@@ -113,11 +116,13 @@ class Lanes(StoreBase):
                 pipe.xdel(keys.OUTBOX, event.id)
             await pipe.execute()
 
+    @rides
     async def due_lanes(self, now: float, limit: int = 500) -> list[str]:
         """Lanes whose first entry may be tried at ``now``."""
         found = await self.redis.zrangebyscore(keys.NOTIFY_LANES, "-inf", now, start=0, num=limit)
         return [str(lane) for lane in found]
 
+    @rides
     async def lane_events(self, lane: str, limit: int = 50) -> list[Event]:
         """The first ``limit`` entries of ``lane``, in order."""
         ids = [str(i) for i in await self.redis.lrange(keys.notify_lane(lane), 0, limit - 1)]
@@ -132,6 +137,7 @@ class Lanes(StoreBase):
                 events.append(Event.decode(entry_id, fields))
         return events
 
+    @rides
     async def lane_done(self, lane: str, event_id: str, dead: DeadLetter | None = None) -> int:
         """Take the delivered (or, with ``dead``, given up for good) first entry off ``lane``;
         returns how many entries are left in it."""
@@ -148,6 +154,7 @@ class Lanes(StoreBase):
         args = [event_id, lane, letter, str(DEAD_LETTERS_KEPT)]
         return int(await self.redis.eval(_LANE_DONE, len(lane_keys), *lane_keys, *args))
 
+    @rides
     async def note_failure(self, event_id: str, now: float) -> tuple[int, float]:
         """Count a failed delivery of an entry: its failures so far, and when it first failed."""
         op = self._op()
@@ -165,6 +172,7 @@ class Lanes(StoreBase):
             tries, _, first, _ = await pipe.execute()
         return int(tries), float(first or now)
 
+    @rides
     async def dead_letter(self, letter: DeadLetter, *, no_thread: bool = False) -> None:
         """Record an entry that kept failing among the dead letters; it stays first in its
         lane, tried again now and then, until delivered or given up. ``no_thread``: it is
@@ -181,26 +189,32 @@ class Lanes(StoreBase):
                 pipe.set(keys.no_thread(letter.launch_id), letter.reason, ex=7 * 86400)
             await pipe.execute()
 
+    @rides
     async def no_thread(self, launch_id: str) -> str:
         """Why a launch's parent message went to the dead letters, or "" while it did not."""
         return str(await self.redis.get(keys.no_thread(launch_id)) or "")
 
+    @rides
     async def retrying_letters(self) -> list[DeadLetter]:
         """Dead letters still tried again, oldest first."""
         raw: Any = await self.redis.hvals(keys.NOTIFY_RETRYING)
         return sorted((DeadLetter.decode(str(item)) for item in raw), key=lambda d: d.at)
 
+    @rides
     async def retrying_count(self) -> int:
         return int(await self.redis.hlen(keys.NOTIFY_RETRYING))
 
+    @rides
     async def given_up(self, limit: int = 100) -> list[DeadLetter]:
         """The newest ``limit`` dead letters given up for good, oldest first."""
         raw = await self.redis.lrange(keys.NOTIFY_GIVEN_UP, -limit, -1)
         return [DeadLetter.decode(str(item)) for item in raw]
 
+    @rides
     async def given_up_count(self) -> int:
         return int(await self.redis.llen(keys.NOTIFY_GIVEN_UP))
 
+    @rides
     async def hold_for_quiet(self, lane: str, until: float) -> None:
         """Quiet hours hold a DM lane until ``until``; noted, so what waited goes as one."""
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -208,12 +222,15 @@ class Lanes(StoreBase):
             pipe.set(keys.quiet_held(lane), "1", ex=7 * DAY_S)
             await pipe.execute()
 
+    @rides
     async def quiet_held(self, lane: str) -> bool:
         return bool(await self.redis.exists(keys.quiet_held(lane)))
 
+    @rides
     async def quiet_over(self, lane: str) -> None:
         await self.redis.delete(keys.quiet_held(lane))
 
+    @rides
     async def write_dms(self, source_id: str, dms: list[Event]) -> bool:
         """Write the DMs about the posted outbox entry ``source_id`` to the outbox, once:
         False (nothing written) when they were written before."""
@@ -234,10 +251,12 @@ class Lanes(StoreBase):
                 except WatchError:
                     continue
 
+    @rides
     async def retry_lane_at(self, lane: str, when: float) -> None:
         """Try ``lane`` again no earlier than ``when`` (a time.time())."""
         await self.redis.zadd(keys.NOTIFY_LANES, {lane: when}, xx=True)
 
+    @rides
     async def undelivered(self) -> int:
         """Messages written and not yet delivered nor dead-lettered: those still in the
         outbox and those moved to a lane."""
@@ -247,14 +266,17 @@ class Lanes(StoreBase):
             outbox, held = await pipe.execute()
         return int(outbox) + int(held)
 
+    @rides
     async def held_count(self) -> int:
         """Entries moved to lanes and not yet delivered or dead-lettered."""
         return int(await self.redis.hlen(keys.NOTIFY_HELD))
 
+    @rides
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The newest ``limit`` dead letters, oldest first."""
         raw = await self.redis.lrange(keys.NOTIFY_DEAD_LETTERS, -limit, -1)
         return [DeadLetter.decode(str(item)) for item in raw]
 
+    @rides
     async def dead_letter_count(self) -> int:
         return int(await self.redis.llen(keys.NOTIFY_DEAD_LETTERS))

@@ -22,7 +22,7 @@ from bot.lifecycle import notices
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
 from bot.store import keys
-from bot.store.base import Change, StoreBase, StoreError, _Op
+from bot.store.base import Change, Section, StoreError, _Op, rides
 from bot.store.budgets import (
     BudgetGuard,
     OverBudget,
@@ -47,13 +47,15 @@ STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour es
 ID_DRAWS = 20  # fresh ids tried for a new launch whose id is taken, before giving up
 
 
-class Launches(StoreBase):
+class Launches(Section):
     """Launch records and sweeps."""
 
+    @rides
     async def get(self, launch_id: str) -> Launch | None:
         raw = await self.redis.get(keys.launch(launch_id))
         return Launch.model_validate_json(raw) if raw else None
 
+    @rides
     async def get_many(self, launch_ids: list[str], chunk: int = 500) -> list[Launch | None]:
         """The launches, in order (None for one that is gone): one MGET per ``chunk``. A
         record that does not read as a launch (written by hand, or by another version) is
@@ -77,6 +79,7 @@ class Launches(StoreBase):
                     found.append(None)
         return found
 
+    @rides
     async def create(
         self,
         launch: Launch,
@@ -153,6 +156,7 @@ class Launches(StoreBase):
                         return True
                     continue
 
+    @rides
     async def create_sweep(
         self,
         sweep: Sweep,
@@ -221,10 +225,12 @@ class Launches(StoreBase):
                         return True
                     continue
 
+    @rides
     async def get_sweep(self, sweep_id: str) -> Sweep | None:
         raw = await self.redis.get(keys.sweep(sweep_id))
         return Sweep.model_validate_json(raw) if raw else None
 
+    @rides
     async def save_sweep(self, sweep: Sweep) -> None:
         """Write the sweep's record back (its parent message, once posted); it is kept as
         long as a finished launch's record."""
@@ -241,6 +247,7 @@ class Launches(StoreBase):
             if event.launch_id == old:
                 event.launch_id = launch_id
 
+    @rides
     async def mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
     ) -> tuple[Launch, list[Event]]:
@@ -302,7 +309,7 @@ class Launches(StoreBase):
         return stored, [Event.decode("", fields) for fields in json.loads(done)]
 
     def _tell(self, change: Change) -> None:
-        for observer in self.observers:
+        for observer in self.core.observers:
             try:
                 observer(change)
             except Exception:  # an observer's bug never undoes a write

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.store import keys
-from bot.store.base import StoreBase
+from bot.store.base import Section, rides
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,10 @@ def check_node_name(name: str) -> str:
     return name
 
 
-class Nodes(StoreBase):
+class Nodes(Section):
     """The node ledger's section of the store."""
 
+    @rides
     async def record_node(self, cluster: str, node: str, entry: NodeEntry) -> bool:
         """Add ``entry`` to ``node``'s ledger; False when that job's failure is already there
         (a poller that diagnoses the same job again writes nothing)."""
@@ -106,11 +107,13 @@ class Nodes(StoreBase):
             await pipe.execute()
         return True
 
+    @rides
     async def node_record(self, cluster: str, node: str) -> NodeRecord:
         raw = await self.redis.lrange(keys.node(cluster, check_node_name(node)), 0, -1)
         entries = tuple(e for e in (_parse(r) for r in raw) if e is not None)
         return NodeRecord(cluster, node, entries)
 
+    @rides
     async def node_ledger(self, cluster: str, *, since: float = 0.0) -> list[NodeRecord]:
         """The nodes of ``cluster`` with a ledger entry written since ``since``, the most
         failed launches first."""

@@ -1,5 +1,5 @@
-"""The streams: the launch queue (with its deferred entries and dead letters) and the
-outbox, read by consumer groups."""
+"""The streams: the launch queue (``store.queue``, with its deferred entries and dead
+letters) and the outbox (``store.outbox``), each read by its consumer group."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from bot.store import keys
-from bot.store.base import OP_DONE_S, StoreBase
+from bot.store.base import OP_DONE_S, Section, rides
 
 _PROMOTE = (  # due deferred launches back onto the queue, atomically
     "local due = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100) "
@@ -77,18 +78,42 @@ class Backlog:
     outbox_oldest: float | None = None
 
 
-class Streams(StoreBase):
-    """The queue and the outbox."""
+async def read_backlog(redis_client: aioredis.Redis) -> Backlog:
+    """What waits in the queue, its deferred entries and the outbox, in one round trip."""
+    async with redis_client.pipeline(transaction=False) as pipe:
+        pipe.xlen(keys.QUEUE)
+        pipe.xrange(keys.QUEUE, count=1)
+        pipe.zcard(keys.DEFERRED)
+        pipe.zcount(keys.DEFERRED, "-inf", time.time())
+        pipe.xlen(keys.OUTBOX)
+        pipe.xrange(keys.OUTBOX, count=1)
+        queue, first, deferred, due, outbox, oldest = await pipe.execute()
+    return Backlog(
+        queue=int(queue),
+        queue_oldest=_stream_time(first),
+        deferred=int(deferred),
+        deferred_due=int(due),
+        outbox=int(outbox),
+        outbox_oldest=_stream_time(oldest),
+    )
 
+
+class Stream(Section):
+    """A stream read by one consumer group; the section names both."""
+
+    stream = ""
+    group = ""
+
+    @rides
     async def read(
-        self, stream: str, group: str, consumer: str, *, block_ms: int, pending: bool = False
+        self, consumer: str, *, block_ms: int, pending: bool = False
     ) -> list[tuple[str, dict[str, str]]]:
         """Entries for this consumer: new ones, or (``pending``) its own unacknowledged ones."""
         try:
             reply: Any = await self.redis.xreadgroup(
-                group,
+                self.group,
                 consumer,
-                {stream: "0" if pending else ">"},
+                {self.stream: "0" if pending else ">"},
                 count=16,
                 block=None if pending else block_ms,
             )
@@ -100,28 +125,52 @@ class Streams(StoreBase):
             entries.extend((str(entry_id), dict(fields)) for entry_id, fields in items if fields)
         return entries
 
+    @rides
     async def claim_stale(
-        self, stream: str, group: str, consumer: str, *, min_idle_ms: int
+        self, consumer: str, *, min_idle_ms: int
     ) -> list[tuple[str, dict[str, str]]]:
         """Take over entries another consumer read but never acknowledged (it died)."""
         try:
             reply: Any = await self.redis.xautoclaim(
-                stream, group, consumer, min_idle_ms, "0-0", count=16
+                self.stream, self.group, consumer, min_idle_ms, "0-0", count=16
             )
         except ResponseError as exc:
             await self._regroup(exc)
             return []
         return [(str(entry_id), dict(fields)) for entry_id, fields in reply[1] if fields]
 
-    async def ack(self, stream: str, group: str, entry_id: str) -> None:
+    @rides
+    async def ack(self, entry_id: str) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xack(stream, group, entry_id)
-            pipe.xdel(stream, entry_id)
+            pipe.xack(self.stream, self.group, entry_id)
+            pipe.xdel(self.stream, entry_id)
             await pipe.execute()
 
-    async def stream_length(self, stream: str) -> int:
-        return int(await self.redis.xlen(stream))
+    @rides
+    async def length(self) -> int:
+        return int(await self.redis.xlen(self.stream))
 
+    @rides
+    async def deliveries(self, entry_id: str) -> int:
+        """How many times the group has handed out this entry (1 the first time)."""
+        info: Any = await self.redis.xpending_range(self.stream, self.group, entry_id, entry_id, 1)
+        return int(info[0]["times_delivered"]) if info else 0
+
+
+class Outbox(Stream):
+    """What is to be said (thread lines, parents, DMs), read by the notifiers."""
+
+    stream = keys.OUTBOX
+    group = keys.OUTBOX_GROUP
+
+
+class Queue(Stream):
+    """The launch queue read by the workers, with its deferred entries and dead letters."""
+
+    stream = keys.QUEUE
+    group = keys.QUEUE_GROUP
+
+    @rides
     async def requeue(self, launch_id: str, *, after_s: float = 0.0) -> None:
         """Back on the queue, now or (``after_s``) as a deferred entry any worker takes when due."""
         if after_s > 0:
@@ -135,37 +184,17 @@ class Streams(StoreBase):
             self._mark_done(pipe, op)
             await pipe.execute()
 
+    @rides
     async def promote_due(self) -> int:
         """Move deferred launches that are due onto the queue; how many moved."""
         moved = await self.redis.eval(_PROMOTE, 2, keys.DEFERRED, keys.QUEUE, str(time.time()))
         return int(moved)
 
-    async def backlog(self) -> Backlog:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xlen(keys.QUEUE)
-            pipe.xrange(keys.QUEUE, count=1)
-            pipe.zcard(keys.DEFERRED)
-            pipe.zcount(keys.DEFERRED, "-inf", time.time())
-            pipe.xlen(keys.OUTBOX)
-            pipe.xrange(keys.OUTBOX, count=1)
-            queue, first, deferred, due, outbox, oldest = await pipe.execute()
-        return Backlog(
-            queue=int(queue),
-            queue_oldest=_stream_time(first),
-            deferred=int(deferred),
-            deferred_due=int(due),
-            outbox=int(outbox),
-            outbox_oldest=_stream_time(oldest),
-        )
-
+    @rides
     async def deferred_count(self) -> int:
         return int(await self.redis.zcard(keys.DEFERRED))
 
-    async def deliveries(self, stream: str, group: str, entry_id: str) -> int:
-        """How many times the group has handed out this entry (1 the first time)."""
-        info: Any = await self.redis.xpending_range(stream, group, entry_id, entry_id, 1)
-        return int(info[0]["times_delivered"]) if info else 0
-
+    @rides
     async def dead_letter_entry(
         self, entry_id: str, fields: dict[str, str], reason: str, *, retry_at: float | None = None
     ) -> None:
@@ -182,15 +211,18 @@ class Streams(StoreBase):
             _DEAD_ENTRY, len(keys_), *keys_, *args, *(x for kv in dead.items() for x in kv)
         )
 
+    @rides
     async def replay_due(self, now: float | None = None) -> int:
         """Put the queue's dead letters that are due back on the queue, atomically; how many."""
         when = time.time() if now is None else now
         keys_ = (keys.DEAD_LETTERS_DUE, keys.DEAD_LETTERS, keys.QUEUE)
         return int(await self.redis.eval(_REPLAY, 3, *keys_, str(when)))
 
-    async def queue_retrying_count(self) -> int:
+    @rides
+    async def retrying_count(self) -> int:
         """Queue dead letters that will be replayed."""
         return int(await self.redis.zcard(keys.DEAD_LETTERS_DUE))
 
-    async def queue_dead_letter_count(self) -> int:
+    @rides
+    async def dead_letter_count(self) -> int:
         return int(await self.redis.xlen(keys.DEAD_LETTERS))

@@ -18,7 +18,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.store import keys
-from bot.store.base import StoreBase
+from bot.store.base import Section, rides
 
 TOKEN_PREFIX = "tbt_"
 TOKEN_RE = re.compile(r"^tbt_[A-Za-z0-9_-]{43}$")
@@ -83,9 +83,10 @@ def check_scopes(scopes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(s for s in SCOPES if s in scopes)
 
 
-class Tokens(StoreBase):
+class Tokens(Section):
     """Minting, checking, listing and revoking personal API tokens."""
 
+    @rides
     async def mint_token(
         self,
         user_id: str,
@@ -120,6 +121,7 @@ class Tokens(StoreBase):
             await pipe.execute()
         return record, token
 
+    @rides
     async def token_record(self, token: str) -> TokenRecord | None:
         """The record of ``token`` (expired or not), or None when it is unknown, revoked,
         malformed, or its record does not read as one."""
@@ -133,6 +135,7 @@ class Tokens(StoreBase):
         except ValidationError:
             return None
 
+    @rides
     async def revoke_token(self, token_id: str, *, user_id: str = "") -> TokenRecord | None:
         """Revoke the token ``token_id`` (only ``user_id``'s, when given); its record, or
         None when there is no such token (of theirs)."""
@@ -155,6 +158,7 @@ class Tokens(StoreBase):
             await pipe.execute()
         return record
 
+    @rides
     async def tokens_of(self, user_id: str) -> list[TokenRecord]:
         """A person's tokens (expired ones too, while they are kept), oldest first."""
         ids = sorted(str(i) for i in await self.redis.smembers(keys.user_tokens(user_id)))

@@ -10,10 +10,12 @@ trip (``images_remote.py``); the listing is plain data, rendered by the bot.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cluster.site.framework_registry import frameworks
 from cluster.site.image_refs import is_registry_ref
+from cluster.site.profile_fields import IMAGE_NAME_PATTERN
 from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 from cluster.ssh.remote import join_remote, run_remote_python
@@ -32,6 +34,7 @@ class ImageFile:
     size_bytes: int | None  # None: it is not there
     mtime: int = 0
     default_for: tuple[str, ...] = ()
+    name: str = ""  # an image of the image directory: image=<name> picks it
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ def listing_payload(profile: ClusterProfile) -> dict[str, object]:
         "globs": [f"{fw.subdir}/*.sqsh" for fw in frameworks().values()] + ["*.sqsh"],
         "named": named,
         "mounted": [mounted for _, _, mounted in prebuilt_for(region)] if region else [],
+        "image_dir": profile.image_directory,
     }
 
 
@@ -87,6 +91,12 @@ def build_listing(profile: ClusterProfile, raw: dict[str, object]) -> ImageListi
         path = join_remote(profile.recipes_dir, str(rel))
         if path not in found:
             found[path] = _file(path, stat, defaults.get(path, []))
+    for file_name, stat in sorted(_dict(raw, "made").items()):
+        name = str(file_name).removesuffix(".sqsh")
+        path = join_remote(profile.image_directory, str(file_name))
+        if path not in found and re.fullmatch(IMAGE_NAME_PATTERN, name):
+            made = _file(path, stat, defaults.get(path, []))
+            found[path] = ImageFile(made.path, made.size_bytes, made.mtime, made.default_for, name)
     region = profile.region or ""
     prebuilt = tuple(
         Prebuilt(fw, uri, path, bool(mounted.get(path)))

@@ -2,7 +2,8 @@
 
 ``main(payload)`` returns, for every squashfs file the globs match under the recipes
 directory and every file the profile names, its size and modification time, and whether
-each mounted prebuilt path exists. See ``cluster.images.listing``.
+each mounted prebuilt path exists; and the images in the cluster's image directory (what
+``/images import`` and ``fetch`` made). See ``cluster.images.listing``.
 """
 
 from __future__ import annotations
@@ -31,4 +32,10 @@ def main(payload: dict[str, Any]) -> dict[str, Any]:
                 files[os.path.relpath(path, base)] = _stat(path)
     named = {str(p): _stat(str(p)) for p in payload.get("named", [])[:MAX_FILES]}
     mounted = {str(p): os.path.isfile(str(p)) for p in payload.get("mounted", [])[:20]}
-    return {"files": files, "named": named, "mounted": mounted}
+    made: dict[str, Any] = {}
+    image_dir = str(payload.get("image_dir") or "")
+    if image_dir:
+        for path in sorted(glob.glob(os.path.join(os.path.expanduser(image_dir), "*.sqsh"))):
+            if os.path.isfile(path) and len(made) < MAX_FILES:
+                made[os.path.basename(path)] = _stat(path)
+    return {"files": files, "named": named, "mounted": mounted, "made": made}

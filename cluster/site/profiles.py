@@ -18,6 +18,7 @@ are :class:`pathlib.Path`.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -131,6 +132,9 @@ class ClusterProfile(BaseModel):
     """The Google Cloud region whose prebuilt images the guide names for this cluster
     (`gs://vmds-containers-<region>/...`, mounted at `/gcs/vmds-containers-<region>/...`), for
     `/images`; null: none listed."""
+    image_dir: RemotePath = "~/vertex-oss-training/images"
+    """On the login node: where `/images import` and `/images fetch` write images
+    (`<name>.sqsh`), so that `image=<name>` finds them. Default: `<recipes_dir>/images`."""
     cache_dir: RemotePath = "~/.cache"
     """On the login node: `run.py --cache-dir`, mounted into the job; it must exist."""
     data_dir: RemotePath = "~/data"
@@ -222,6 +226,7 @@ class ClusterProfile(BaseModel):
         except (TypeError, ValueError, AttributeError):
             return data  # reported on recipes_dir itself
         data.setdefault("nemorun_home", join_remote(recipes_dir, "nemo"))
+        data.setdefault("image_dir", join_remote(recipes_dir, "images"))
         if isinstance(data["nemorun_home"], str):
             data.setdefault("log_dir", join_remote(data["nemorun_home"], "logs"))
         images = data.get("images", {})
@@ -287,11 +292,22 @@ class ClusterProfile(BaseModel):
             exclude=exclude,
         )
 
+    @property
+    def image_directory(self) -> str:
+        """Where imported and fetched images lie: ``image_dir`` (``<recipes_dir>/images``
+        unless the config names another)."""
+        return self.image_dir
+
     def resolve_image(self, image: str | None, framework: str) -> str:
-        """The image path for a request's ``image=``: a name of ``images``, a path, or None."""
+        """The image path for a request's ``image=``: a name of ``images``, a name of an image
+        in :attr:`image_directory` (``<name>.sqsh``, imported or fetched), a path, or None."""
         if image is None:
             return self.image_for(framework)
-        return self.images.get(image, image)
+        if image in self.images:
+            return self.images[image]
+        if re.fullmatch(IMAGE_NAME_PATTERN, image) and not image.endswith(".sqsh"):
+            return join_remote(self.image_directory, f"{image}.sqsh")
+        return image
 
     def attach_url(self, *, job_id: str) -> str | None:
         """The optional web link for attaching to an interactive job."""

@@ -178,7 +178,7 @@ async def wait_for_launch(
     deadline = loop.time() + timeout_s
     launch = None
     while loop.time() < deadline:
-        launch = await store.get(launch_id)
+        launch = await store.launches.get(launch_id)
         if launch is not None:
             if done == "terminal" and not launch.active:
                 return launch
@@ -208,7 +208,7 @@ async def wait_delivered(store: Store, timeout_s: float = 30) -> None:
     the outbox is empty and no lane holds one still being delivered."""
 
     async def empty() -> bool:
-        return await store.undelivered() == 0
+        return await store.lanes.undelivered() == 0
 
     await wait_until(empty, "the outbox to be delivered", timeout_s, interval_s=0.1)
 

@@ -29,6 +29,7 @@ def test_the_listing_names_sizes_defaults_registry_and_the_regions_prebuilt() ->
         },
         "files": {"nemo_rl/nemo_rl-h20250923.sqsh": {"size": 31_000_000_000, "mtime": 1758585600}},
         "mounted": {"/gcs/vmds-containers-europe/vmds_nemo_squashfs/nemo-20250721.sqsh": True},
+        "made": {"nemo-26.02.sqsh": {"size": 20_000_000_000, "mtime": 0}, "../x.sqsh": None},
     }
     text = listing_text(build_listing(profile, raw), 0.0)
     assert (
@@ -36,6 +37,9 @@ def test_the_listing_names_sizes_defaults_registry_and_the_regions_prebuilt() ->
     )
     assert "nemo_rl-h20260302.sqsh` · missing · default for nemo-rl" in text
     assert "nemo_rl-h20250923.sqsh` · 31.0 GB · 2025-09-23" in text
+    # what /images import and fetch made, with the image= that picks it (no odd names)
+    assert "`~/vertex-oss-training/images/nemo-26.02.sqsh` · 20.0 GB · ? · image=nemo-26.02" in text
+    assert "../x" not in text
     assert "`nvcr.io/nvidia/nemo:26.02` (megatron-bridge): a registry image; pyxis imports" in text
     assert (
         "nemo: `gs://vmds-containers-europe/vmds_nemo_squashfs/nemo-20250721.sqsh`, mounted at "

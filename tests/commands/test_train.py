@@ -250,12 +250,6 @@ REJECTED = [
         "dry_run='maybe' is not valid: use dry_run=true or dry_run=false "
         "(yes/no and 1/0 work too).",
     ),
-    (
-        "/train sft llama3p1_8b image=nemo2",
-        "image='nemo2' is not an image of a3m. Images there: nemo, nemo-rl, megatron-bridge "
-        "(or a path to a "
-        ".sqsh file). Did you mean nemo?",
-    ),
     ("/train sft llama3p1_8b image=docker://NVCR.io/Nemo", "image='docker://NVCR.io/Nemo' is"),
     ("/train sft llama3p1_8b image=/a/../b.sqsh", "is not valid: give an image name"),
     (

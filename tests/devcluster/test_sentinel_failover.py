@@ -41,7 +41,7 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
         episodes: list[bool] = []
         store.retry_observers.append(lambda _reason, episode: episodes.append(episode))
         first = a_launch()
-        assert await store.create(first, [Event("parent", first.id)])
+        assert await store.launches.create(first, [Event("parent", first.id)])
         # A failover keeps what the replica acknowledged: make sure it has the first launch
         # (the create's own WAIT gives up after 200 ms, which a loaded machine can outlast).
         # WAIT counts this connection's writes, and the replica applies writes in order.
@@ -56,7 +56,7 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
         async def keep_writing() -> None:
             for _ in range(40):
                 item = a_launch()
-                assert await store.create(item, [Event("parent", item.id)])
+                assert await store.launches.create(item, [Event("parent", item.id)])
                 written.append(item.id)
                 await asyncio.sleep(0.05)
 
@@ -68,19 +68,19 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
         await asyncio.sleep(0.3)
         killed_at = time.monotonic()
         sentinel("kill")
-        _, events = await store.mutate(first.id, cancelled)  # during the failover
+        _, events = await store.launches.mutate(first.id, cancelled)  # during the failover
         back_s = time.monotonic() - killed_at
         await writing
         assert [e.kind for e in events] == ["thread"]
         assert sentinel("primary") != before
         assert True in episodes  # it rode through at least one failover episode
         assert back_s < 30
-        stored = await store.get(first.id)
+        stored = await store.launches.get(first.id)
         assert stored is not None and stored.cancelled_by == "U1"
         ids = [first.id, *written]
-        assert len(set(ids)) == 41 and all(await store.get_many(ids))
-        assert await store.stream_length("trainbot:queue") == 41  # one entry per launch
-        assert await store.stream_length("trainbot:outbox") == 42  # 41 parents, 1 cancel line
+        assert len(set(ids)) == 41 and all(await store.launches.get_many(ids))
+        assert await store.queue.length() == 41  # one entry per launch
+        assert await store.outbox.length() == 42  # 41 parents, 1 cancel line
 
 
 @pytest.mark.timeout(60)
@@ -89,8 +89,10 @@ async def test_a_burst_through_sentinel_waits_for_a_connection(sentinel_set: Non
     each waits for a connection, as with a plain URL, and none fails."""
     async with Store.connect(Target(sentinels=SENTINELS)) as store:
         await store.redis.flushdb()
-        await asyncio.gather(*(store.count("burst") for _ in range(3 * REDIS_MAX_CONNECTIONS)))
-        assert await store.count("burst") == 3 * REDIS_MAX_CONNECTIONS + 1
+        await asyncio.gather(
+            *(store.marks.count("burst") for _ in range(3 * REDIS_MAX_CONNECTIONS))
+        )
+        assert await store.marks.count("burst") == 3 * REDIS_MAX_CONNECTIONS + 1
         pool = store.redis.connection_pool
         opened = len(pool._available_connections) + len(pool._in_use_connections)
         assert opened <= REDIS_MAX_CONNECTIONS

@@ -7,7 +7,7 @@ returns the launch and the events to write with it. Core, the workers and the po
 decide *that* something happened (a person pressed Cancel, Slurm has the job, the old
 job is gone); the move decides what that does to the launch. A move from a phase the
 table does not list for it raises :class:`NotAllowed`; :func:`step` makes a move the
-change :meth:`bot.store.store.Store.mutate` applies, which does nothing when the launch
+change :meth:`bot.store.launches.Launches.mutate` applies, which does nothing when the launch
 is no longer where the move starts (a cancel came first).
 
 Retry's one rule: a retry holds the launch (a new attempt, ``held``) and queues it

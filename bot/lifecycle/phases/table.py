@@ -136,7 +136,7 @@ def go(launch: Launch, move: str, target: Phase) -> None:
 
 
 def step(move: Move, facts: Facts) -> Change:
-    """``move`` as a change for :meth:`Store.mutate`: applied when it starts from the
+    """``move`` as a change for ``store.launches.mutate``: applied when it starts from the
     stored launch's phase, else nothing (the launch moved on meanwhile: a cancel wins)."""
 
     def change(stored: Launch) -> list[Event]:

@@ -107,7 +107,7 @@ async def test_the_api_refuses_what_slack_refuses_in_the_same_words(
     standin: SlackStandin,
 ) -> None:
     async with web_with_api(standin) as (web, slack, base):
-        _, token = await web.store.mint_token("U0ALICE", user_name="alice")
+        _, token = await web.store.tokens.mint_token("U0ALICE", user_name="alice")
         for text in REFUSED:
             said = await post_signed(f"{base}/slack/events", slash_command_body("/train", text))
             assert said.status == 200, said
@@ -118,7 +118,7 @@ async def test_the_api_refuses_what_slack_refuses_in_the_same_words(
             assert (status, answer["ok"], answer["error"]) == (400, False, "refused"), answer
             assert in_slack == f":warning: {answer['text']}", text
             assert answer["launches"] == [] and answer["launch_id"] == ""
-        assert await web.store.active_ids("U0ALICE") == []
+        assert await web.store.history.active_ids("U0ALICE") == []
         # One refusal in full: the rule's words, not a generic error.
         _, answer, _ = await call("POST", f"{base}/api/v1/launches", token, {"text": REFUSED[0]})
         assert "nodes=3" in answer["text"] and "2" in answer["text"], answer
@@ -144,7 +144,7 @@ async def test_bad_tokens_are_401_with_a_sentence(
         status, answer, _ = await call("GET", jobs, "tbt_" + "x" * 43)
         assert status == 401 and "not known to trainbot" in answer["text"]
 
-        record, token = await web.store.mint_token("U0ALICE", scopes=("read",), ttl_s=600)
+        record, token = await web.store.tokens.mint_token("U0ALICE", scopes=("read",), ttl_s=600)
         status, answer, _ = await call("GET", jobs, token)
         assert status == 200 and answer["ok"] and "no active launches" in answer["text"]
 
@@ -157,11 +157,11 @@ async def test_bad_tokens_are_401_with_a_sentence(
         status, answer, _ = await call("GET", jobs, token)
         assert status == 401 and f"API token {record.id} expired on " in answer["text"]
 
-        await web.store.revoke_token(record.id)
+        await web.store.tokens.revoke_token(record.id)
         status, answer, _ = await call("GET", jobs, token)
         assert status == 401 and "revoked" in answer["text"]
 
-        _, writer = await web.store.mint_token("U0ALICE")
+        _, writer = await web.store.tokens.mint_token("U0ALICE")
         status, answer, _ = await call("POST", jobs, writer, raw=b"{not json")
         assert status == 400 and "must be a JSON object" in answer["text"]
         status, answer, _ = await call("POST", jobs, writer, {"text": "sft x", "channel": "#gen"})
@@ -207,7 +207,7 @@ async def test_a_plain_text_launch_is_followed_until_the_server_stops(
     is waited for, and a shutdown ends the stream with a line saying so."""
     async with aiohttp.ClientSession() as session:
         async with web_with_api(standin) as (web, _slack, base):
-            _, token = await web.store.mint_token("U0ALICE", user_name="alice")
+            _, token = await web.store.tokens.mint_token("U0ALICE", user_name="alice")
             auth = {"Authorization": f"Bearer {token}"}
             async with session.post(
                 f"{base}/api/v1/launches?channel=C0TRAIN",
@@ -219,7 +219,7 @@ async def test_a_plain_text_launch_is_followed_until_the_server_stops(
             (launch,) = answer["launches"]
             assert launch["id"] == answer["launch_id"] and launch["phase"] == "queued"
             assert launch["cluster"] == "a4" and launch["nodes"] == 1 and launch["active"]
-            _, bob = await web.store.mint_token("U0BOB", scopes=("read",))
+            _, bob = await web.store.tokens.mint_token("U0BOB", scopes=("read",))
             watch = f"{base}/api/v1/launches/{launch['id']}/watch"
             bob_auth = {"Authorization": f"Bearer {bob}"}
             async with session.post(watch, headers=bob_auth) as watched:  # not his to see
@@ -231,7 +231,7 @@ async def test_a_plain_text_launch_is_followed_until_the_server_stops(
             async with session.delete(watch, headers=bob_auth) as unwatched:
                 said = await unwatched.json()
             assert said["text"].startswith(f"You do not watch {launch['id']}."), said
-            assert await web.store.watchers(launch["id"]) == []
+            assert await web.store.people.watchers(launch["id"]) == []
             follow = await session.get(
                 f"{base}/api/v1/launches/{launch['id']}/logs?follow=true", headers=auth
             )

@@ -40,7 +40,7 @@ async def test_a_token_made_in_the_app_home_is_shown_once_and_revoked_there(
         view = view if isinstance(view, dict) else json.loads(view)
         assert view["type"] == "modal" and view["title"]["text"] == "Your API token"
         token = TOKEN_RE.search(json.dumps(view["blocks"])).group(0)  # type: ignore[union-attr]
-        (record,) = await web.store.tokens_of("U0ALICE")
+        (record,) = await web.store.tokens.tokens_of("U0ALICE")
         assert record.scopes == ("read", "launch") and record.created_by == "app-home"
         assert await jobs_status(base, token) == 200
 
@@ -62,7 +62,7 @@ async def test_a_token_made_in_the_app_home_is_shown_once_and_revoked_there(
         await post_signed(events, block_action_body(ACTION_TOKEN_REVOKE, record.id))
 
         async def revoked() -> bool:
-            return await web.store.tokens_of("U0ALICE") == []
+            return await web.store.tokens.tokens_of("U0ALICE") == []
 
         for _ in range(50):
             if await revoked():

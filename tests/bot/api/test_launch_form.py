@@ -78,5 +78,5 @@ async def test_the_launch_form_refuses_in_place_and_launches_into_the_dm(
         )
         assert said.params["channel"] == "DU0ALICE"
         launch_id = LAUNCH_RE.search(str(said.params["text"])).group(0)  # type: ignore[union-attr]
-        launch = await web.store.get(launch_id)
+        launch = await web.store.launches.get(launch_id)
         assert launch is not None and launch.channel == "DU0ALICE" and launch.user_id == "U0ALICE"

@@ -28,7 +28,7 @@ async def test_only_the_owner_or_an_admin_may_cancel_or_attach() -> None:
             store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
         )
         launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
-        await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+        await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
         async def ask(user: str, command: str) -> tuple[bool, str]:
             reply = await core(
@@ -57,7 +57,7 @@ async def test_jobs_cluster_filter_lists_only_that_cluster() -> None:
                 workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster
             )
             launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
-            await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+            await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
             made[cluster] = launch.id
 
         async def jobs(text: str) -> str:
@@ -88,14 +88,14 @@ async def test_jobs_history_lists_finished_launches_and_only_admins_see_everyone
                 workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4"
             )
             launch = Launch(request=request, user_id=user, user_name=user.lower(), channel="C1")
-            await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+            await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
             def finish(stored: Launch, outcome: str = outcome) -> list[Event]:
                 stored.phase, stored.outcome, stored.gpu_hours = Phase.DONE, outcome, 10.9
                 stored.permalink = f"https://standin.slack.com/archives/C1/p{stored.id[2:]}"
                 return []
 
-            await store.mutate(launch.id, finish)
+            await store.launches.mutate(launch.id, finish)
             made[user] = launch.id
 
         async def jobs(user: str, text: str) -> tuple[bool, str]:

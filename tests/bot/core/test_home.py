@@ -72,13 +72,13 @@ async def test_app_home_shows_the_persons_launches_and_the_clusters(
         done = Launch(request=request, user_id="U0ALICE", channel="C1")
         other = Launch(request=request, user_id="U0BOB", channel="C1")
         for launch in (running, done, other):
-            await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+            await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
         def finish(stored: Launch) -> list[Event]:
             stored.phase, stored.outcome, stored.gpu_hours = Phase.DONE, "COMPLETED", 2.5
             return []
 
-        await store.mutate(done.id, finish)
+        await store.launches.mutate(done.id, finish)
         await open_home(slack, "U0ALICE")
         call = await standin.wait_for("views.publish", lambda c: c.params["user_id"] == "U0ALICE")
         shown = texts(call.params["view"])
@@ -101,7 +101,7 @@ async def test_app_home_groups_a_sweeps_members_under_the_sweep(
     async with home_app(standin, front) as (store, slack):
         request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
         alone = Launch(request=request, user_id="U0ALICE", channel="C1", phase=Phase.RUNNING)
-        await store.create(alone, [], enqueue=False)
+        await store.launches.create(alone, [], enqueue=False)
         sweep = Sweep(
             user_id="U0ALICE", channel="C1", title="sft · llama3p1_8b",
             text="/train sft llama3p1_8b cluster=a4 optim.config.lr=1e-5,3e-5,5e-5",
@@ -119,13 +119,13 @@ async def test_app_home_groups_a_sweeps_members_under_the_sweep(
             member.sweep = sweep.id
             members.append(member)
         sweep.members = [m.id for m in members]
-        await store.create_sweep(sweep, members, [], enqueue=False)
+        await store.launches.create_sweep(sweep, members, [], enqueue=False)
 
         def finish(stored: Launch) -> list[Event]:
             stored.phase, stored.outcome = Phase.DONE, "COMPLETED"
             return []
 
-        await store.mutate(members[1].id, finish)  # #2 ended: not among the active
+        await store.launches.mutate(members[1].id, finish)  # #2 ended: not among the active
         await open_home(slack, "U0ALICE")
         call = await standin.wait_for("views.publish", lambda c: c.params["user_id"] == "U0ALICE")
     view = (

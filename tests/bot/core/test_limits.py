@@ -73,7 +73,7 @@ async def test_launches_and_dry_runs_are_rate_limited_per_person(store: Store) -
         )
         assert found is not None, text
         assert 55 <= int(found.group(1)) <= 60
-        assert len(await store.active_ids("U0ALICE")) == 2  # nothing more was written
+        assert len(await store.history.active_ids("U0ALICE")) == 2  # nothing more was written
         error, text = await ask(core, "U0BOB", "/train", DRY)  # someone else is not slowed
         assert not error, text
 
@@ -97,12 +97,14 @@ async def test_dry_runs_do_not_count_against_max_concurrent(store: Store) -> Non
 async def test_the_window_slides(store: Store) -> None:
     t0 = 1_000_000.0
     for offset in (0.0, 10.0, 20.0):
-        assert await store.take_rate("x", "U1", limit=3, window_s=60, now=t0 + offset) == 0.0
-    assert await store.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 30) == 30.0
-    assert await store.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 59) == 1.0
-    assert await store.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 61) == 0.0
-    assert await store.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 62) == 8.0
-    assert await store.take_rate("x", "U2", limit=3, window_s=60, now=t0 + 62) == 0.0
+        assert (
+            await store.budgets.take_rate("x", "U1", limit=3, window_s=60, now=t0 + offset) == 0.0
+        )
+    assert await store.budgets.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 30) == 30.0
+    assert await store.budgets.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 59) == 1.0
+    assert await store.budgets.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 61) == 0.0
+    assert await store.budgets.take_rate("x", "U1", limit=3, window_s=60, now=t0 + 62) == 8.0
+    assert await store.budgets.take_rate("x", "U2", limit=3, window_s=60, now=t0 + 62) == 0.0
 
 
 async def test_clusters_is_cached_and_shows_only_clusters_the_person_may_use(
@@ -201,7 +203,7 @@ async def test_jobs_all_and_the_app_home_show_no_more_than_clusters_would(store:
     shown = Launch(request=request.model_copy(update={"cluster": "a4"}), user_id="U0BOB",
                    channel="C1")  # fmt: skip
     for launch in (hidden, shown):
-        await store.create(launch, [], enqueue=False)
+        await store.launches.create(launch, [], enqueue=False)
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
 

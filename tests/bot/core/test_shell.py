@@ -32,7 +32,7 @@ async def test_a_shell_on_a_node_of_ones_own_running_interactive_job() -> None:
         launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
         launch.phase = Phase.RUNNING
         launch.attempts.append(Attempt(number=1, job_id="4201", node_list="a3m-[3-4]"))
-        await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+        await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
         async def ask(user: str, text: str) -> tuple[bool, str]:
             reply = await core(Incoming(user_id=user, channel_id="C1", command="/train", text=text))

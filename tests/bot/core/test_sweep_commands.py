@@ -52,7 +52,7 @@ async def test_a_sweep_is_answered_listed_and_cancelled_whole() -> None:
         said = await say("/train", LINE)
         sweep_id = said.split()[1].rstrip(":")
         assert sweep_id.startswith("S-") and "4 launches" in said
-        sweep = await store.get_sweep(sweep_id)
+        sweep = await store.launches.get_sweep(sweep_id)
         assert sweep is not None and len(sweep.members) == 4
         assert await store.redis.xlen(keys.QUEUE) == 4
 
@@ -76,7 +76,7 @@ async def test_a_sweep_is_answered_listed_and_cancelled_whole() -> None:
             )
         )
         assert done.text.startswith(f"Cancelled sweep {sweep_id}: 4 active member(s)"), done.text
-        members = await store.get_many(sweep.members)
+        members = await store.launches.get_many(sweep.members)
         assert all(m is not None and m.outcome == "CANCELLED" for m in members)
         assert "no active launches" in await say("/jobs", "")
 
@@ -109,9 +109,9 @@ async def test_one_approval_for_the_sweep_starts_all_and_one_rejection_ends_all(
         )
         assert not asked.error and "needs a second person's approval" in asked.text, asked.text
         sweep_id = asked.text.split()[1].rstrip(":")
-        sweep = await store.get_sweep(sweep_id)
+        sweep = await store.launches.get_sweep(sweep_id)
         assert sweep is not None
-        members = await store.get_many(sweep.members)
+        members = await store.launches.get_many(sweep.members)
         assert [m.phase for m in members if m] == [Phase.AWAITING_APPROVAL] * 4
         assert await store.redis.xlen(keys.QUEUE) == 0  # nothing goes before the answer
         outbox = [
@@ -127,12 +127,12 @@ async def test_one_approval_for_the_sweep_starts_all_and_one_rejection_ends_all(
         assert stranger.error, stranger.text
         small = await core(click(ACTION_APPROVE, sweep_id, "U0CAROL"))  # up to 1 node
         assert small.error and "You may approve launches of up to 1 nodes" in small.text, small
-        still = await store.get_many(sweep.members)
+        still = await store.launches.get_many(sweep.members)
         assert [m.phase for m in still if m] == [Phase.AWAITING_APPROVAL] * 4
 
         ok = await core(click(ACTION_APPROVE, sweep_id, "U0BOB"))
         assert ok.text == f"Approved sweep {sweep_id} (4 launches).", ok.text
-        approved = await store.get_many(sweep.members)
+        approved = await store.launches.get_many(sweep.members)
         assert [m.phase for m in approved if m] == [Phase.QUEUED] * 4
         assert await store.redis.xlen(keys.QUEUE) == 4
         again = await core(click(ACTION_APPROVE, sweep_id, "U0BOB"))
@@ -145,9 +145,9 @@ async def test_one_approval_for_the_sweep_starts_all_and_one_rejection_ends_all(
         other = asked.text.split()[1].rstrip(":")
         no = await core(click(ACTION_REJECT, other, "U0BOB"))
         assert no.text == f"Rejected sweep {other} (4 launches).", no.text
-        sweep = await store.get_sweep(other)
+        sweep = await store.launches.get_sweep(other)
         assert sweep is not None
-        rejected = await store.get_many(sweep.members)
+        rejected = await store.launches.get_many(sweep.members)
         assert [(m.phase, m.outcome) for m in rejected if m] == [
             (Phase.REJECTED, "NOT_APPROVED")
         ] * 4
@@ -169,13 +169,13 @@ async def test_members_past_max_concurrent_wait_their_turn_in_order() -> None:
             user_id="U0ALICE",
             channel="C1",
         )
-        await store.create(running, [], enqueue=False)
+        await store.launches.create(running, [], enqueue=False)
         said = await core(Incoming(user_id="U0ALICE", channel_id="C1", command="/train", text=line))
         assert not said.error, said.text
         assert "3 wait their turn (your max_concurrent)." in said.text, said.text
-        sweep = await store.get_sweep(said.text.split()[1].rstrip(":"))
+        sweep = await store.launches.get_sweep(said.text.split()[1].rstrip(":"))
         assert sweep is not None and len(sweep.members) == 6
-        members = [m for m in await store.get_many(sweep.members) if m]
+        members = [m for m in await store.launches.get_many(sweep.members) if m]
         assert [m.waits_for for m in members] == ["", "", "", *sweep.members[:3]]
         jobs = await core(Incoming(user_id="U0ALICE", channel_id="C1", command="/jobs", text=""))
         assert f"waits until {sweep.members[0]} ends" in jobs.text, jobs.text
@@ -188,11 +188,11 @@ async def test_members_past_max_concurrent_wait_their_turn_in_order() -> None:
 
             return mutate
 
-        await store.mutate(sweep.members[0], end("FAILED"))
-        await store.mutate(sweep.members[1], end("CANCELLED"))
-        held = [await pipelines.must_wait(store, m, store.mutate) for m in members[3:]]
+        await store.launches.mutate(sweep.members[0], end("FAILED"))
+        await store.launches.mutate(sweep.members[1], end("CANCELLED"))
+        held = [await pipelines.must_wait(store, m, store.launches.mutate) for m in members[3:]]
         assert held == [False, False, True]
-        later = [m for m in await store.get_many(sweep.members[3:]) if m]
+        later = [m for m in await store.launches.get_many(sweep.members[3:]) if m]
         assert [m.phase for m in later] == [Phase.QUEUED] * 3  # none ended as PARENT_FAILED
 
 
@@ -218,11 +218,11 @@ async def test_a_sweep_over_budget_is_refused_through_the_core_before_any_job() 
         ), refused.text
         assert await store.redis.xlen(keys.QUEUE) == 0
         assert not [k async for k in store.redis.scan_iter("*sweep*")]
-        assert await store.budget_use("U0ALICE", "a4", iso_week(time.time())) == (0.0, 0.0)
+        assert await store.budgets.budget_use("U0ALICE", "a4", iso_week(time.time())) == (0.0, 0.0)
         three = "sft llama3p1_8b cluster=a4 optim.config.lr=1e-5,3e-5,5e-5"
         fits = await core(
             Incoming(user_id="U0ALICE", channel_id="C1", command="/train", text=three)
         )
         assert not fits.error, fits.text
-        assert await store.budget_use("U0ALICE", "a4", iso_week(time.time())) == (0.0, 24.0)
+        assert await store.budgets.budget_use("U0ALICE", "a4", iso_week(time.time())) == (0.0, 24.0)
         assert await store.redis.xlen(keys.QUEUE) == 3

@@ -63,7 +63,7 @@ async def test_the_cli_launches_follows_to_completed_and_cancels(
             api=Api(bot.core, dm_channel=front.open_dm, follow_interval_s=0.5).app(),
         ) as slack,
     ):
-        _, token = await bot.store.mint_token("U0ALICE", user_name="alice")
+        _, token = await bot.store.tokens.mint_token("U0ALICE", user_name="alice")
         env = {
             "PATH": os.environ.get("PATH", ""),
             "TRAINBOT_URL": f"http://127.0.0.1:{slack.http_port}",
@@ -115,7 +115,7 @@ async def test_the_cli_launches_follows_to_completed_and_cancels(
         final = await wait_for_launch(bot.store, second, timeout_s=120)
         rc, out, _ = await cli(env, "cancel", second)
         assert rc == 1 and "has already ended" in out
-        launch = await bot.store.get(first)
+        launch = await bot.store.launches.get(first)
 
     assert final.outcome == "CANCELLED"
     assert launch is not None and launch.channel == "DU0ALICE"

@@ -229,12 +229,12 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
         cancel_jobs.append(running_launch.job_id)
 
         async def reported() -> Launch | None:
-            item = await bot.store.get(launch_id)
+            item = await bot.store.launches.get(launch_id)
             return item if item and item.attempts[-1].hang_reported else None
 
         await wait_until(reported, "the hang to be reported", 30)
         await asyncio.sleep(4.0)  # more polls: still one report, one page
-        launch = await bot.store.get(launch_id)
+        launch = await bot.store.launches.get(launch_id)
         assert launch is not None
         retry = await bot.core(
             Incoming(
@@ -247,7 +247,7 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
         assert not retry.error, retry.text
 
         async def resubmitted() -> Launch | None:
-            item = await bot.store.get(launch_id)
+            item = await bot.store.launches.get(launch_id)
             return item if item and len(item.attempts) == 2 and item.attempts[-1].job_id else None
 
         after = await wait_until(resubmitted, "the retry's job", 60)
@@ -283,7 +283,7 @@ async def test_node_failure_requeue_runs_elsewhere_paged_once_and_resolved(
         cancel_jobs.append(launch.job_id)
 
         async def checkpointed() -> bool:  # a checkpoint to resume from
-            item = await bot.store.get(launch_id)
+            item = await bot.store.launches.get(launch_id)
             return bool(item and item.checkpoints)
 
         await wait_until(checkpointed, "a checkpoint", 30)
@@ -320,7 +320,7 @@ async def test_interactive_job_attach_command_runs_in_the_allocation(
         cancel_jobs.append(launch.job_id)
 
         async def attach_ready() -> bool:
-            item = await bot.store.get(launch_id)
+            item = await bot.store.launches.get(launch_id)
             return bool(item and item.attempts[-1].attach_ready)
 
         await wait_until(attach_ready, "attach.sh", 30)

@@ -256,7 +256,7 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
         assert reply is not None and "needs a second person's approval" in reply.text
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
         await asyncio.sleep(1.0)  # time for a worker to (wrongly) take it
-        waiting = await bot.store.get(launch_id)
+        waiting = await bot.store.launches.get(launch_id)
         assert waiting is not None and waiting.phase == Phase.AWAITING_APPROVAL
         assert slurm_jobs_named(launch_id) == []
 

@@ -56,7 +56,7 @@ def fast_config_file(tmp_path: Path) -> Path:
 async def only_launch() -> Launch | None:
     async with open_test_store() as store:
         async for key in store.redis.scan_iter(match="trainbot:launch:*"):
-            return await store.get(str(key).rsplit(":", 1)[-1])
+            return await store.launches.get(str(key).rsplit(":", 1)[-1])
     return None
 
 
@@ -83,7 +83,7 @@ async def test_killed_mid_submit_gives_exactly_one_slurm_job(tmp_path: Path, uni
         out, _ = await asyncio.to_thread(second.communicate, timeout=240)
         assert second.returncode == 0, out
         async with open_test_store() as store:
-            final = await store.get(launch.id)
+            final = await store.launches.get(launch.id)
     assert final is not None and final.outcome == "COMPLETED", out
     assert slurm_jobs_named(launch.id) == [final.job_id]  # exactly one job for the launch
     assert len(final.attempts) == 1
@@ -109,7 +109,7 @@ async def test_a_worker_adopts_a_job_submitted_before_it_died(unique: str) -> No
         item = Launch(request=request, user_id="alice", channel="console", phase=Phase.SUBMITTING)
         spec = bot.clusters.spec_for(item).spec
         submitted = await cluster_launch.submit(bot.clusters.pool, cluster_launch.plan_launch(spec))
-        await bot.store.create(item, [])  # queued for a worker, as the dead one left it
+        await bot.store.launches.create(item, [])  # queued for a worker, as the dead one left it
         from bot.engine.worker import Worker
 
         worker = Worker(bot.store, bot.clusters, name="replacement")

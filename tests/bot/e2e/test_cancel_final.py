@@ -64,7 +64,7 @@ async def test_a_cancel_of_a_job_whose_log_shows_an_nccl_timeout_is_final(
             return await asyncio.to_thread(watchdog_logged)
 
         await wait_until(logged, "the NCCL watchdog line in the job's log", 120, 1.0)
-        current = await bot.store.get(launch_id)
+        current = await bot.store.launches.get(launch_id)
         assert current is not None and current.phase == Phase.RUNNING, current
         done = await bot.core(
             Incoming(

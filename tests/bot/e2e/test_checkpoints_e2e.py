@@ -106,7 +106,7 @@ async def test_deleting_old_checkpoints_keeps_the_best_and_the_last(unique: str)
             stored.validation_history = [(1, 1.0), (3, 1.5), (5, 2.0)]
             return []
 
-        await bot.store.mutate(launch_id, overfit)
+        await bot.store.launches.mutate(launch_id, overfit)
         listed = await handle_line(f"/checkpoints {launch_id}", bot.core, front, user="alice")
         assert listed is not None and listed.blocks, listed
         button = listed.blocks[-1]["elements"][0]
@@ -124,7 +124,7 @@ async def test_deleting_old_checkpoints_keeps_the_best_and_the_last(unique: str)
         assert not pressed.error, pressed.text
         assert "deleted 1 checkpoints" in pressed.text and "(steps 3)" in pressed.text
         await wait_delivered(bot.store)
-        after = await bot.store.get(launch_id)
+        after = await bot.store.launches.get(launch_id)
     assert after is not None
     assert [p.step for p in checkpoints.saved(after)] == [1, 5]
     tracking = after.attempts[-1].tracking

@@ -174,7 +174,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
             "5.0 GPU-hours weekly budget on a4 are left"
         ), big.text
         assert "Expected start: " in big.text and "Estimated use: about 8.0" in big.text
-        assert sum(await bot.store.active_counts("alice")) == 0
+        assert sum(await bot.store.budgets.active_counts("alice")) == 0
         forced = await handle_line(
             f"{train} nodes=2 over_budget=true", bot.core, front, user="alice"
         )
@@ -194,7 +194,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         assert launch.outcome == "COMPLETED", (launch.detail, launch.attempts[-1].tail)
         launch = await wait_charged(bot.store, launch_id)
         week = iso_week(time.time())
-        charged = await bot.store.usage("alice", "a4", week)
+        charged = await bot.store.budgets.usage("alice", "a4", week)
         real = await asyncio.to_thread(sacct_gpu_hours, launch.job_id)
         assert real > 0 and charged == pytest.approx(real), (charged, real)
         assert launch.gpu_hours == pytest.approx(real)
@@ -203,7 +203,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         again = await handle_line(f"{train} nodes=1 dry_run=true", bot.core, front, user="alice")
         assert again is not None and not again.error, again
         assert "4 steps × " in again.text and "the median of the last run of sft" in again.text
-        dry = await bot.store.get(LAUNCH_RE.search(again.text).group(0))  # type: ignore[union-attr]
+        dry = await bot.store.launches.get(LAUNCH_RE.search(again.text).group(0))  # type: ignore[union-attr]
         assert dry is not None and dry.estimate_gpu_hours is not None
         assert dry.estimate_gpu_hours < 1.0  # 4 short steps, not the 4 of the time limit
         left = 5.0 - charged - dry.estimate_gpu_hours
@@ -215,7 +215,7 @@ async def wait_charged(store: Store, launch_id: str, timeout_s: float = 90) -> L
     """Until the ended launch is charged (the poller does it once sacct shows its jobs ended)."""
 
     async def charged() -> Launch | None:
-        launch = await store.get(launch_id)
+        launch = await store.launches.get(launch_id)
         return launch if launch is not None and launch.charged else None
 
     return await wait_until(charged, f"{launch_id} charged", timeout_s, interval_s=0.5)
@@ -250,7 +250,7 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
         assert not retried.error, retried.text
 
         async def second_running() -> Launch | None:
-            item = await bot.store.get(launch_id)
+            item = await bot.store.launches.get(launch_id)
             ok = item and len(item.attempts) == 2 and item.phase == Phase.RUNNING
             return item if ok else None
 
@@ -263,10 +263,10 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
         ended = await wait_for_launch(bot.store, launch_id)
         assert ended.outcome == "CANCELLED", ended.outcome
         launch = await wait_charged(bot.store, launch_id)
-        charged = await bot.store.usage("alice", "a4", iso_week(time.time()))
+        charged = await bot.store.budgets.usage("alice", "a4", iso_week(time.time()))
         # charged once: asked again (as after a restart), nothing more is charged
-        assert not await bot.store.charge(launch_id, "a4", launch.gpu_hours)
-        again = await bot.store.usage("alice", "a4", iso_week(time.time()))
+        assert not await bot.store.budgets.charge(launch_id, "a4", launch.gpu_hours)
+        again = await bot.store.budgets.usage("alice", "a4", iso_week(time.time()))
     jobs = [first.job_id, second.job_id]
     real = [await asyncio.to_thread(sacct_gpu_hours, job) for job in jobs]
     assert all(r > 0 for r in real), real

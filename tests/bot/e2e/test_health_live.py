@@ -60,7 +60,7 @@ async def run_to_end(
             final = await wait_for_launch(bot.store, launch_id, timeout_s=240)
             await asyncio.sleep(2.0)  # a retry, were one planned, would be queued by now
             await wait_delivered(bot.store)
-            final = await bot.store.get(launch_id) or final
+            final = await bot.store.launches.get(launch_id) or final
         finally:
             jobs = await asyncio.to_thread(slurm_jobs_named, launch_id)
             cancel_jobs.extend(j for j in jobs if j not in cancel_jobs)
@@ -158,7 +158,7 @@ async def test_gpus_idle_for_the_window_get_one_warning_and_busy_ones_none(
                 cancel_jobs.append(launch.job_id)
 
             async def both_sampled_past_the_window() -> bool:
-                launches = [await bot.store.get(i) for i in ids]
+                launches = [await bot.store.launches.get(i) for i in ids]
                 return all(
                     x is not None and x.health.gpu_util_pct is not None for x in launches
                 ) and any("nearly idle" in line for line in front.lines)
@@ -166,7 +166,7 @@ async def test_gpus_idle_for_the_window_get_one_warning_and_busy_ones_none(
             await wait_until(both_sampled_past_the_window, "an idle warning", 120, 0.5)
             await asyncio.sleep(5.0)  # five more samples: no second warning
             await wait_delivered(bot.store)
-            idle_launch, busy_launch = [await bot.store.get(i) for i in ids]
+            idle_launch, busy_launch = [await bot.store.launches.get(i) for i in ids]
         finally:
             for launch_id in ids:
                 jobs = await asyncio.to_thread(slurm_jobs_named, launch_id)
@@ -210,11 +210,13 @@ async def test_sampling_fifty_running_jobs_costs_one_round_trip(
                 request=request, user_id="alice", channel="console", phase=Phase.RUNNING
             )
             launch.attempts.append(Attempt(number=1, job_id=job_id))
-            assert await store.create(launch, [], enqueue=False), number
+            assert await store.launches.create(launch, [], enqueue=False), number
         before = pool.stats.round_trips
         read = await sample_running(store, clusters, "a3m")
         trips = pool.stats.round_trips - before
-        stored = [x for x in await store.get_many(await store.tracked_ids("a3m")) if x]
+        stored = [
+            x for x in await store.launches.get_many(await store.history.tracked_ids("a3m")) if x
+        ]
     assert trips == 1, trips
     assert read == 2, read
     sampled = {x.job_id: x.health for x in stored if x.health.gpu_util_pct is not None}

@@ -62,8 +62,8 @@ async def test_an_email_that_names_someone_else_root_or_the_shared_account_is_re
             ask = "Ask on-call (<!subteam^S0ONCALL>) to add you under clusters.a4.identity.users."
             assert message.endswith(ask), message
             # Nothing was stored or queued for them, so nothing can run as anyone.
-            assert await bot.store.active_ids(user_id) == [], user_id
-            assert await bot.store.history(user_id=user_id) == [], user_id
+            assert await bot.store.history.active_ids(user_id) == [], user_id
+            assert await bot.store.history.entries(user_id=user_id) == [], user_id
         # The bot never logged in as any name those emails gave.
         logged_in = {key[2] for key in bot.clusters.pool._links}
         assert logged_in <= {"trainer", "alice", "bob"}, logged_in

@@ -44,7 +44,7 @@ async def test_on_call_drains_through_the_modal_and_resumes_from_slack(
         for n in (1, 2):
             failure = NodeEntry(at=time.time(), launch_id=f"L-5a{n:04d}", job_id=str(n),
                                 cause_key="xid_hardware")  # fmt: skip
-            await web.store.record_node("a4", NODE, failure)
+            await web.store.nodes.record_node("a4", NODE, failure)
 
         async def click(action_id: str, user: str) -> None:
             payload = block_action_payload(action_id, f"a4 {NODE}", user_id=user)
@@ -91,5 +91,5 @@ async def test_on_call_drains_through_the_modal_and_resumes_from_slack(
         assert state.startswith("drain") and f"drained by {ONCALL}" in state, state
         assert f"`{NODE}` on a4 resumed" in said_to(ONCALL)[-1]
         assert "drain" not in node_state()
-        kinds = [e.kind for e in (await web.store.node_record("a4", NODE)).entries]
+        kinds = [e.kind for e in (await web.store.nodes.node_record("a4", NODE)).entries]
         assert kinds == ["resume", "drain", "failure", "failure"]

@@ -103,7 +103,7 @@ async def test_a_watcher_gets_dms_and_someone_who_may_not_see_a_launch_cannot_wa
 
         refused = await s.command("U0CAROL", "/watch", launch_id)
         assert "That launch belongs to someone else: its logs are for its owner" in refused
-        assert await bot.store.watchers(launch_id) == []
+        assert await bot.store.people.watchers(launch_id) == []
         watching = await s.command("U0BOB", "/watch", launch_id)
         assert watching.startswith(f"Watching {launch_id} (sft llama3p1_8b on a4, <@U0ALICE>'s)")
         assert "each checkpoint, finish, failure and hang by DM" in watching, watching
@@ -145,7 +145,7 @@ async def _home_has(standin: SlackStandin, user: str, text: str) -> bool:
 
 
 async def _settled(bot: Any, user: str, event: str) -> bool:
-    return event in (await bot.store.prefs(user)).dm
+    return event in (await bot.store.people.prefs(user)).dm
 
 
 async def _dm_count(standin: SlackStandin, user: str, needle: str) -> int:
@@ -169,7 +169,7 @@ async def test_quiet_hours_hold_a_dm_but_a_failure_breaks_through(
         await s.click("U0ALICE", "end", f"end:{(hour + 2) % 24}")
         await s.click("U0ALICE", "quiet", "quiet:on")
         await wait_until(lambda: _quiet(bot), "the quiet hours to be kept", 10)
-        prefs = await bot.store.prefs("U0ALICE")
+        prefs = await bot.store.people.prefs("U0ALICE")
         assert prefs.tz == "Asia/Kolkata" and prefs.break_through
         shown = f"Quiet hours {hour:02d}:00-"
         await wait_until(lambda: _home_has(standin, "U0ALICE", shown), "alice's App Home", 10)
@@ -200,7 +200,7 @@ async def test_quiet_hours_hold_a_dm_but_a_failure_breaks_through(
 
 
 async def _quiet(bot: Any) -> bool:
-    return bool((await bot.store.prefs("U0ALICE")).quiet)
+    return bool((await bot.store.people.prefs("U0ALICE")).quiet)
 
 
 async def _held(bot: Any) -> float:

@@ -93,10 +93,10 @@ async def test_admins_see_dead_letters_on_their_app_home_and_others_do_not() -> 
             store, Clusters(config, Settings.from_environ({}), pool), config.command_context()
         )
         launch = Launch(request=request, user_id="U0ALICE", channel="C0OUT")
-        await store.create(launch, [], enqueue=False)
+        await store.launches.create(launch, [], enqueue=False)
         event = Event("parent", launch.id, id="1700000000000-0")
         letter = DeadLetter(event, f"thread:{launch.id}", "not_in_channel", 8, "C0OUT", 1.7e9)
-        await store.dead_letter(letter)
+        await store.lanes.dead_letter(letter)
 
         async def home_text(user: str) -> str:
             core.app_home.forget(user)
@@ -113,9 +113,9 @@ async def dead_letter_three_times(store: Store, w: Worker) -> None:
     """Let the worker fail the launch's queue entry MAX_DELIVERIES times."""
     for delivery in range(worker.MAX_DELIVERIES):
         if delivery:  # redelivered: claimed back after it sat unacknowledged
-            entries = await store.claim_stale(keys.QUEUE, keys.QUEUE_GROUP, "a", min_idle_ms=0)
+            entries = await store.queue.claim_stale("a", min_idle_ms=0)
         else:
-            entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
+            entries = await store.queue.read("a", block_ms=100)
         assert len(entries) == 1
         await w.handle(*entries[0])
 
@@ -136,27 +136,27 @@ async def test_a_queue_dead_letter_is_replayed_with_backoff_and_given_up_after_i
     await dead_letter_three_times(store, w)
     due = await store.redis.zrange(keys.DEAD_LETTERS_DUE, 0, -1, withscores=True)
     assert len(due) == 1 and 59 <= due[0][1] - started <= 62  # the first replay in a minute
-    assert await store.replay_due(now=started + 30) == 0  # not yet
+    assert await store.queue.replay_due(now=started + 30) == 0  # not yet
     # An hour later the cause (a bug, a Redis hiccup) is gone: the replay submits it.
-    assert await store.replay_due(now=started + 3600) == 1
-    assert await store.queue_dead_letter_count() == 0 and await store.queue_retrying_count() == 0
-    entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
+    assert await store.queue.replay_due(now=started + 3600) == 1
+    assert await store.queue.dead_letter_count() == 0 and await store.queue.retrying_count() == 0
+    entries = await store.queue.read("a", block_ms=100)
     assert [(f["launch"], f["replays"]) for _, f in entries] == [(launch.id, "1")]
     clusters.preflight_error = None
     await w.handle(*entries[0])
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.job_id == "100" and clusters.submits == ["100"]
 
     # Another launch that keeps failing past delivery.retry_for_h (24 h) is given up.
     other = await queued(store)
     clusters.preflight_error = KeyError("a bug")
-    for entry_id, _ in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100):
-        await store.ack(keys.QUEUE, keys.QUEUE_GROUP, entry_id)  # as if replayed 9 times:
+    for entry_id, _ in await store.queue.read("a", block_ms=100):
+        await store.queue.ack(entry_id)  # as if replayed 9 times:
     day_ago = repr(time.time() - 24 * 3600)
     await store.redis.xadd(keys.QUEUE, {"launch": other.id, "replays": "9", "first_dead": day_ago})
     await dead_letter_three_times(store, w)
-    assert await store.queue_retrying_count() == 0 and await store.queue_dead_letter_count() == 1
-    ended = await store.get(other.id)
+    assert await store.queue.retrying_count() == 0 and await store.queue.dead_letter_count() == 1
+    ended = await store.launches.get(other.id)
     assert ended is not None and ended.outcome == "INTERNAL_ERROR" and not ended.active
     assert "given up" in ended.detail and "10 tries over 24." in ended.detail
 

@@ -132,7 +132,7 @@ async def test_refusals_cancel_and_jobs_while_waiting(unique: str) -> None:
             stored.waits_for = other
             return []
 
-        await bot.store.mutate(mine, loop_back)
+        await bot.store.launches.mutate(mine, loop_back)
         cycle = await handle_line(
             f"/train sft llama3p1_2b after={other}", bot.core, front, user="alice"
         )
@@ -141,11 +141,11 @@ async def test_refusals_cancel_and_jobs_while_waiting(unique: str) -> None:
         assert jobs is not None and "starts at <!date^" in jobs.text, jobs  # reader's zone
         assert f"starts at {at[:10]} {at[11:16]} UTC" in plain(jobs.text), jobs  # console: UTC
         cancelled = await bot.core.decisions.cancel(
-            await bot.store.get(bobs),  # type: ignore[arg-type]
+            await bot.store.launches.get(bobs),  # type: ignore[arg-type]
             await bot.core.directory.user(_incoming("bob")),
         )
         assert "Cancelled" in cancelled.text
-        launch = await bot.store.get(bobs)
+        launch = await bot.store.launches.get(bobs)
         assert launch is not None and launch.outcome == "CANCELLED"
     assert slurm_jobs_named(bobs) == []
 
@@ -172,7 +172,7 @@ async def test_at_starts_after_its_time_once_across_bot_and_redis_restarts(
                 )
                 await wait_delivered(bot.store)
                 await asyncio.sleep(2)  # a worker took it and put it back for its time
-                waiting = await bot.store.get(launch_id)
+                waiting = await bot.store.launches.get(launch_id)
                 assert waiting is not None and waiting.phase == Phase.QUEUED
             await redis.stop()  # the bot is down; then Redis restarts from its append-only file
             await redis.start()
@@ -181,7 +181,7 @@ async def test_at_starts_after_its_time_once_across_bot_and_redis_restarts(
             async with running(settings, dev_config(), front) as bot:
 
                 async def submitted() -> bool:
-                    found = await bot.store.get(launch_id)
+                    found = await bot.store.launches.get(launch_id)
                     return found is not None and bool(found.job_id)
 
                 await wait_until(submitted, "the launch to be submitted", timeout_s=120)
@@ -211,7 +211,7 @@ async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
         reply = await bot.core(incoming)
         assert not reply.error, reply
         launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
-        launch = await bot.store.get(launch_id)
+        launch = await bot.store.launches.get(launch_id)
         assert launch is not None and launch.tz == "Asia/Tokyo"
         tokyo = datetime.now(ZoneInfo("Asia/Tokyo")).date() + timedelta(days=1)
         assert f"starts at {tokyo.isoformat()} 06:30 Asia/Tokyo" in reply.text, reply.text

@@ -82,7 +82,7 @@ async def test_auto_picks_a_cluster_that_starts_now_and_says_why(unique: str) ->
             )
             launch = None
             if reply is not None and (found := re.search(r"L-[0-9a-f]+", reply.text)):
-                launch = await bot.store.get(found.group(0))
+                launch = await bot.store.launches.get(found.group(0))
         assert reply is not None and not reply.error, reply
         said = re.search(
             r"cluster=auto chose a3u \((.*)\): Slurm starts it there first", reply.text
@@ -301,7 +301,7 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
         alice = await bot.core.directory.user(
             Incoming(user_id="alice", user_name="alice", channel_id="console", command="/cancel")
         )
-        await bot.core.decisions.cancel(await bot.store.get(mine), alice)  # type: ignore[arg-type]
+        await bot.core.decisions.cancel(await bot.store.launches.get(mine), alice)  # type: ignore[arg-type]
         text = await refused(f"sft llama3p1_2b cluster=a3u from={mine}")
         assert text == (
             f"from={mine}: {mine} ended CANCELLED without a complete checkpoint (NO_CHECKPOINT), "
@@ -312,6 +312,6 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
         bob = await bot.core.directory.user(
             Incoming(user_id="bob", user_name="bob", channel_id="console", command="/cancel")
         )
-        await bot.core.decisions.cancel(await bot.store.get(bobs), bob)  # type: ignore[arg-type]
+        await bot.core.decisions.cancel(await bot.store.launches.get(bobs), bob)  # type: ignore[arg-type]
     assert ended.outcome == "PARENT_FAILED"
     assert slurm_jobs_named(mine) == [] and slurm_jobs_named(child) == []

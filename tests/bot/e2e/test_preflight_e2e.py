@@ -60,7 +60,7 @@ async def launch(
         await wait_delivered(bot.store)
         cached = None
         if cache and done.phase == Phase.DONE:
-            cached = await bot.store.launcher_options("a4", "nemo@trainer")
+            cached = await bot.store.history.launcher_options("a4", "nemo@trainer")
     return done.phase, [f"launch {launch_id}", *front.lines], cached
 
 
@@ -160,5 +160,5 @@ async def test_doctor_reads_what_run_py_lacks_keeps_it_for_the_workers_and_check
     assert f"FAIL a4: nemo-rl auth WANDB_API_KEY: {tree}/nemo_rl/configs/auth.sh on a4 " in text
     assert "wandb_site_doc" not in text and "wandb_person_doc" not in text
     async with open_test_store() as store:
-        cached = await store.launcher_options("a4", "nemo@trainer")
+        cached = await store.history.launcher_options("a4", "nemo@trainer")
     assert cached is not None and '"--exclude"' not in cached and '"-t"' in cached, cached

@@ -12,7 +12,6 @@ import pytest
 from bench.soak_infra import OwnRedis
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.store import keys
 from bot.store.base import StoreError
 from bot.store.store import Store
 from commands.requests import TrainRequest
@@ -34,26 +33,26 @@ async def test_nothing_queued_running_due_or_undelivered_is_lost(tmp_path: Path)
         async with Store.connect(redis.url) as store:
             await store.ensure_groups()
             queued = launch()
-            await store.create(
+            await store.launches.create(
                 queued, [Event("parent", queued.id), Event("thread", queued.id, "Queued.")]
             )
             running = launch(phase=Phase.RUNNING, attempts=[Attempt(number=1, job_id="42")])
-            await store.create(running, [], enqueue=False)
+            await store.launches.create(running, [], enqueue=False)
             due = launch(phase=Phase.RETRYING)
-            await store.create(due, [], enqueue=False)
-            await store.requeue(due.id, after_s=600)
-            taken = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=100)
+            await store.launches.create(due, [], enqueue=False)
+            await store.queue.requeue(due.id, after_s=600)
+            taken = await store.queue.read("w1", block_ms=100)
             assert [f["launch"] for _, f in taken] == [queued.id]  # read, not yet acknowledged
             before = await store.backlog()
 
             await redis.stop()  # SIGTERM: Redis writes its append-only file and exits
             with pytest.raises(StoreError):
-                await store.get(queued.id)
+                await store.launches.get(queued.id)
             await redis.start()  # the same directory, the same port
 
             # The same store object (the bot did not restart) answers again.
             for kept in (queued, running, due):
-                stored = await store.get(kept.id)
+                stored = await store.launches.get(kept.id)
                 assert stored is not None and stored.phase == kept.phase
             after = await store.backlog()
             assert (after.queue, after.deferred, after.outbox) == (
@@ -63,8 +62,8 @@ async def test_nothing_queued_running_due_or_undelivered_is_lost(tmp_path: Path)
             )
             assert after.outbox >= 2 and after.deferred == 1
             # The worker's unacknowledged entry is still its own, pending.
-            mine = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=0, pending=True)
+            mine = await store.queue.read("w1", block_ms=0, pending=True)
             assert [f["launch"] for _, f in mine] == [queued.id]
-            assert await store.active_ids("U0ALICE")
+            assert await store.history.active_ids("U0ALICE")
     finally:
         await redis.stop()

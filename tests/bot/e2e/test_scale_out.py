@@ -206,7 +206,7 @@ async def test_two_of_each_role_survive_losing_one_of_each(
             killed.append(webs[0])
 
             async def one_running() -> bool:
-                launches = [await store.get(launch_id) for launch_id in launch_ids]
+                launches = [await store.launches.get(launch_id) for launch_id in launch_ids]
                 return any(la is not None and la.phase == Phase.RUNNING for la in launches)
 
             await wait_until(one_running, "a launch to run", 120)

@@ -78,9 +78,9 @@ def table_rows(params: dict[str, Any]) -> dict[str, str]:
 
 
 async def members_of(bot: Bot, sweep_id: str) -> list[Launch]:
-    sweep = await bot.store.get_sweep(sweep_id)
+    sweep = await bot.store.launches.get_sweep(sweep_id)
     assert sweep is not None
-    found = await bot.store.get_many(sweep.members)
+    found = await bot.store.launches.get_many(sweep.members)
     assert all(m is not None for m in found)
     return [m for m in found if m is not None]
 

@@ -91,7 +91,10 @@ async def test_a_team_over_its_monthly_budget_is_refused_and_told_once_at_80_per
             assert (await wait_for_launch(bot.store, launch_id)).outcome == "COMPLETED"
         used = sum([(await wait_charged(bot.store, i)).gpu_hours for i in ids])
         assert 0 < used < 1
-        assert await bot.store.team_use(f"group:{TEAM}", month) == (pytest.approx(used), 0.0)
+        assert await bot.store.budgets.team_use(f"group:{TEAM}", month) == (
+            pytest.approx(used),
+            0.0,
+        )
 
         lead = await handle_line(f"/usage team={TEAM} month", bot.core, front, user="bob")
         assert lead is not None and not lead.error, lead

@@ -69,7 +69,7 @@ async def test_a_buffered_sft_with_20s_steps_is_followed_step_by_step_and_not_ca
         )
         seen: list[int] = []  # the steps the launch showed while its job was RUNNING
         try:
-            while (launch := await bot.store.get(launch_id)) is not None and launch.active:
+            while (launch := await bot.store.launches.get(launch_id)) is not None and launch.active:
                 if launch.phase == Phase.RUNNING and launch.progress.step not in seen:
                     seen.append(launch.progress.step)
                 await asyncio.sleep(0.5)
@@ -209,7 +209,7 @@ async def test_a_held_job_is_said_within_two_polls_and_paged_once(
             polls_taken = bot.poller.polls - polls_then
             await asyncio.sleep(3.0)  # three more polls: said once, paged once
             await wait_delivered(bot.store)
-            stored = await bot.store.get(launch_id)
+            stored = await bot.store.launches.get(launch_id)
         finally:
             await cancel_named(launch_id, cancel_jobs)
     text = "\n".join(front.lines)

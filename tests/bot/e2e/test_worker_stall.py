@@ -75,7 +75,7 @@ async def test_a_worker_stopped_mid_submit_yields_one_job(
                 channel="C1",
                 parent_ts="1700000000.000100",  # its thread is posted
             )
-            await store.create(launch, [Event("thread", launch.id, "Queued.")])
+            await store.launches.create(launch, [Event("thread", launch.id, "Queued.")])
             a, a_log = start_worker(tmp_path, "a", stall=True)
             procs.append(a)
 
@@ -84,14 +84,14 @@ async def test_a_worker_stopped_mid_submit_yields_one_job(
                 return stopped(a)
 
             await wait_until(a_stopped, "worker A to stop right before its submit", 90, 0.1)
-            mid = await store.get(launch.id)
+            mid = await store.launches.get(launch.id)
             assert mid is not None and mid.phase == Phase.SUBMITTING and mid.submit_started_at
             b, b_log = start_worker(tmp_path, "b", stall=False)
             procs.append(b)
 
             async def b_submitted() -> Launch | None:
                 assert b.poll() is None, b_log.read_text()
-                item = await store.get(launch.id)
+                item = await store.launches.get(launch.id)
                 return item if item is not None and item.job_id else None
 
             taken = await wait_until(b_submitted, "worker B to take the launch over", 120, 0.3)
@@ -105,7 +105,7 @@ async def test_a_worker_stopped_mid_submit_yields_one_job(
             await asyncio.sleep(5.0)  # any second job would be in Slurm by now
             jobs = await asyncio.to_thread(slurm_jobs_named, launch.id)
             cancel_jobs.extend(j for j in jobs if j not in cancel_jobs)
-            final = await store.get(launch.id)
+            final = await store.launches.get(launch.id)
             assert final is not None
             assert jobs == [taken.job_id], (jobs, a_log.read_text()[-3000:])
             assert [at.job_id for at in final.attempts] == [taken.job_id]

@@ -38,7 +38,7 @@ async def ended(store: Store, *, submit_started_at: float = 0.0) -> Launch:
         workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4", nodes=1
     )
     launch = Launch(request=request, user_id="U0ALICE", channel="C1", estimate_gpu_hours=8)
-    await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+    await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
     def finish(stored: Launch) -> list[Event]:
         stored.attempts = [Attempt(number=1, job_id="4187")]
@@ -46,7 +46,7 @@ async def ended(store: Store, *, submit_started_at: float = 0.0) -> Launch:
         stored.submit_started_at = submit_started_at
         return []
 
-    await store.mutate(launch.id, finish)
+    await store.launches.mutate(launch.id, finish)
     return launch
 
 
@@ -62,8 +62,10 @@ async def test_a_final_figure_is_charged_once() -> None:
         assert await charge(store, sacct) == 1
         assert await charge(store, sacct) == 0  # asked again: nothing left to charge
         assert sacct.asked == [launch.id]
-        assert await store.usage("U0ALICE", "a4", iso_week(time.time())) == pytest.approx(2.5)
-        assert await store.uncharged("a4") == {}
+        assert await store.budgets.usage("U0ALICE", "a4", iso_week(time.time())) == pytest.approx(
+            2.5
+        )
+        assert await store.budgets.uncharged("a4") == {}
 
 
 @pytest.mark.parametrize(
@@ -80,8 +82,8 @@ async def test_a_figure_that_may_still_change_waits(answer: Usage | ClusterError
     async with open_test_store() as store:
         launch = await ended(store)
         assert await charge(store, Sacct(answer)) == 0
-        assert list(await store.uncharged("a4")) == [launch.id]
-        assert await store.usage("U0ALICE", "a4", iso_week(time.time())) == 0
+        assert list(await store.budgets.uncharged("a4")) == [launch.id]
+        assert await store.budgets.usage("U0ALICE", "a4", iso_week(time.time())) == 0
 
 
 async def test_a_submit_that_may_still_land_a_job_is_not_asked_about_yet() -> None:
@@ -90,7 +92,7 @@ async def test_a_submit_that_may_still_land_a_job_is_not_asked_about_yet() -> No
         launch = await ended(store, submit_started_at=time.time())
         sacct = Sacct(Usage(gpu_hours=2.5, jobs=("4187",)))
         assert await charge(store, sacct) == 0
-        assert sacct.asked == [] and list(await store.uncharged("a4")) == [launch.id]
+        assert sacct.asked == [] and list(await store.budgets.uncharged("a4")) == [launch.id]
 
 
 async def test_after_a_day_what_sacct_shows_is_charged(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,9 +103,11 @@ async def test_after_a_day_what_sacct_shows_is_charged(monkeypatch: pytest.Monke
         monkeypatch.setattr(charging.time, "time", lambda: later)
         sacct = Sacct(Usage(gpu_hours=1.5, jobs=("4187",), running=("4187",)))
         assert await charge(store, sacct) == 1
-        assert await store.uncharged("a4") == {}
+        assert await store.budgets.uncharged("a4") == {}
         monkeypatch.undo()
-        assert await store.usage("U0ALICE", "a4", iso_week(time.time())) == pytest.approx(1.5)
+        assert await store.budgets.usage("U0ALICE", "a4", iso_week(time.time())) == pytest.approx(
+            1.5
+        )
 
 
 async def test_a_launch_active_again_is_let_go_without_a_charge() -> None:
@@ -115,8 +119,8 @@ async def test_a_launch_active_again_is_let_go_without_a_charge() -> None:
             stored.phase = Phase.QUEUED
             return []
 
-        await store.mutate(launch.id, retry)
+        await store.launches.mutate(launch.id, retry)
         sacct = Sacct(Usage(gpu_hours=2.5, jobs=("4187",)))
         assert await charge(store, sacct) == 0
-        assert sacct.asked == [] and await store.uncharged("a4") == {}
-        assert await store.usage("U0ALICE", "a4", iso_week(time.time())) == 0
+        assert sacct.asked == [] and await store.budgets.uncharged("a4") == {}
+        assert await store.budgets.usage("U0ALICE", "a4", iso_week(time.time())) == 0

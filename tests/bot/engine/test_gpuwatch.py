@@ -43,13 +43,13 @@ async def running(store: Store, user_id: str, cluster_user: str, job_id: str) ->
         workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4", nodes=1
     )
     launch = Launch(request=request, user_id=user_id, channel="C1", cluster_user=cluster_user)
-    await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+    await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
     def start(stored: Launch) -> list[Event]:
         stored.phase, stored.attempts = Phase.RUNNING, [Attempt(number=1, job_id=job_id)]
         return []
 
-    await store.mutate(launch.id, start)
+    await store.launches.mutate(launch.id, start)
     return launch
 
 
@@ -79,7 +79,7 @@ async def test_one_round_trip_per_unix_user_and_each_figure_on_its_launch(
         queued = Launch(
             request=alice.request, user_id="U0CAROL", channel="C1", cluster_user="carol"
         )
-        await store.create(queued, [Event("parent", queued.id)], enqueue=False)
+        await store.launches.create(queued, [Event("parent", queued.id)], enqueue=False)
         sampler = Sampler({"101": BUSY, "102": IDLE})  # 103 printed nothing
         monkeypatch.setattr(gpuwatch, "sample", sampler)
 
@@ -88,7 +88,7 @@ async def test_one_round_trip_per_unix_user_and_each_figure_on_its_launch(
         assert calls == [("alice", ["101"]), ("trainer", ["102", "103"])]
         by_id = {
             launch.id: launch
-            for launch in await store.get_many([alice.id, *[s.id for s in shared]])
+            for launch in await store.launches.get_many([alice.id, *[s.id for s in shared]])
             if launch
         }
         assert by_id[alice.id].health.gpu_util_pct == 93.0
@@ -104,16 +104,16 @@ async def test_idle_gpus_are_said_once_per_idle_stretch(monkeypatch: pytest.Monk
         rules = Health(idle_window_s=0)
         monkeypatch.setattr(gpuwatch, "sample", Sampler({"101": IDLE}))
         await gpuwatch.sample_running(store, clusters(rules), "a4")
-        first = await store.get(launch.id)
+        first = await store.launches.get(launch.id)
         assert first is not None and first.health.gpu_idle_said
         idle_since = first.health.gpu_idle_since
         await gpuwatch.sample_running(store, clusters(rules), "a4")
-        again = await store.get(launch.id)
+        again = await store.launches.get(launch.id)
         assert again is not None and again.health.gpu_idle_since == idle_since
 
         monkeypatch.setattr(gpuwatch, "sample", Sampler({"101": BUSY}))
         await gpuwatch.sample_running(store, clusters(rules), "a4")
-        busy = await store.get(launch.id)
+        busy = await store.launches.get(launch.id)
         assert busy is not None and not busy.health.gpu_idle_said
         assert busy.health.gpu_idle_since is None
 
@@ -127,6 +127,6 @@ async def test_a_user_whose_sample_fails_leaves_the_others_read(
         bob = await running(store, "U0BOB", "bob", "102")
         monkeypatch.setattr(gpuwatch, "sample", Sampler({"101": BUSY, "102": BUSY}, "alice"))
         assert await gpuwatch.sample_running(store, clusters(Health()), "a4") == 1
-        kept, read = await store.get(alice.id), await store.get(bob.id)
+        kept, read = await store.launches.get(alice.id), await store.launches.get(bob.id)
         assert kept is not None and kept.health.gpu_util_pct is None
         assert read is not None and read.health.gpu_util_pct == 93.0

@@ -96,7 +96,7 @@ async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clust
         assert f"failed 2 launches (xid_hardware), drained by {ONCALL}" in state
         assert not resumed.error and "resumed" in resumed.text, resumed.text
         assert "drain" not in node_state()
-        record = await bot.store.node_record("a4", NODE)
+        record = await bot.store.nodes.node_record("a4", NODE)
         assert [e.kind for e in record.entries] == ["resume", "drain", "failure", "failure"]
         bogus = await submit(bot, ONCALL, "a4 dev3;id", "x")
         assert bogus.error and "not one trainbot made" in bogus.text

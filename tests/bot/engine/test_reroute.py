@@ -42,16 +42,18 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
     await flush_test_redis()
     async with open_test_store() as store:
         item = pending("4187")
-        await store.create(item, [])
-        await store.mutate(item.id, lambda s: [Event("update", s.id)])  # index as submitted
-        assert await store.tracked_ids("a4") == [item.id]
+        await store.launches.create(item, [])
+        await store.launches.mutate(
+            item.id, lambda s: [Event("update", s.id)]
+        )  # index as submitted
+        assert await store.history.tracked_ids("a4") == [item.id]
         assert reroute._due(item, 30, time.time())
         assert not reroute._due(item, 120, time.time())  # not pending that long yet
         cancels = Cancels("")
         moved = await reroute._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert moved
         assert cancels.calls == [("a4", "4187", True)]  # only while still pending
-        stored = await store.get(item.id)
+        stored = await store.launches.get(item.id)
         assert stored is not None
         assert stored.cluster == "a3u" and stored.request.cluster == "a3u"
         assert stored.rerouted and stored.phase == Phase.RETRYING
@@ -60,8 +62,8 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
             ("a3u", "", False),
         ]
         assert stored.attempts[0].ended_at > 0  # billed until the move
-        assert await store.tracked_ids("a4") == []  # the old cluster's poller lets it go
-        assert await store.find_job("4187") == [("a4", item.id)]
+        assert await store.history.tracked_ids("a4") == []  # the old cluster's poller lets it go
+        assert await store.history.find_job("4187") == [("a4", item.id)]
         assert not reroute._due(stored, 30, time.time())
         again = await reroute._move(store, cancels, stored, "a3m", "a3m: now", 30, Terms())  # type: ignore[arg-type]
         assert not again and len(cancels.calls) == 1  # moved once at most
@@ -71,11 +73,11 @@ async def test_a_job_that_started_meanwhile_keeps_the_launch_where_it_is() -> No
     await flush_test_redis()
     async with open_test_store() as store:
         item = pending("4188")
-        await store.create(item, [])
+        await store.launches.create(item, [])
         cancels = Cancels("Slurm still shows it running after 15 s")
         moved = await reroute._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert not moved
-        stored = await store.get(item.id)
+        stored = await store.launches.get(item.id)
         assert stored is not None
         assert stored.cluster == "a4" and stored.phase == Phase.SUBMITTED
         assert [a.job_id for a in stored.attempts] == ["4188"]

@@ -116,10 +116,10 @@ async def test_an_ended_launch_gets_its_summary_once(store: Store, wandb: WandbS
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
     launch = Launch(request=request, user_id="U0ALICE", channel="C1", phase=Phase.DONE,
                     outcome="COMPLETED", run_links=[LINK])  # fmt: skip
-    await store.create(launch, [], enqueue=False)
+    await store.launches.create(launch, [], enqueue=False)
     reader = WandbReader(wandb.base_url, SecretStr(KEY))
     await read_back(store, reader, launch)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.wandb_read
     assert stored.wandb_summary == {"train/loss": 0.98, "val_loss": 1.02, "lr": 3e-5}
     await read_back(store, reader, stored)  # read once
@@ -148,7 +148,7 @@ async def test_a_sweep_compares_its_members_summaries_once_all_are_read(
     ]  # fmt: skip
     sweep.members = [m.id for m in members]
     sweep.values = [["1e-5"], ["<3e-5>"]]
-    assert await store.create_sweep(sweep, members, [], enqueue=False)
+    assert await store.launches.create_sweep(sweep, members, [], enqueue=False)
     reader = WandbReader(wandb.base_url, SecretStr(KEY))
     await read_back(store, reader, members[1])
     assert await thread_lines(store, "📈 W&B summaries") == []  # member 1 not read yet

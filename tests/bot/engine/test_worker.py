@@ -18,6 +18,7 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine import recovery, submit, worker
+from bot.engine.holding import Hold
 from bot.engine.tracking import apply_snapshot, used_gpu_hours
 from bot.engine.worker import Worker, worker_name
 from bot.gateway.on_cluster import Clusters
@@ -131,7 +132,7 @@ async def queued(store: Store, **request: object) -> Launch:
         channel="C1",
         parent_ts="1700000000.000100",  # the notifier posted its thread
     )
-    await store.create(launch, [Event("thread", launch.id, "Queued.")])
+    await store.launches.create(launch, [Event("thread", launch.id, "Queued.")])
     return launch
 
 
@@ -172,34 +173,34 @@ async def test_a_stalled_worker_that_lost_the_launch_writes_nothing(
     clusters.before_sbatch = stall
     first = asyncio.create_task(slow.process(launch.id))
     await asyncio.wait_for(stalled.wait(), 5)
-    await store.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
+    await store.leases.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
     assert await fast.process(launch.id)  # B: SUBMITTING, and Slurm has no job yet
     assert clusters.submits == [] and len(calls) == 1  # B waits for A's submit to end
     gate.set()
     assert not await first  # A's job landed; its write was refused: it stops
     assert clusters.submits == ["100"]
     await asyncio.sleep(0.8)  # until any submit in flight must have ended
-    assert await store.promote_due() == 1
+    assert await store.queue.promote_due() == 1
     assert await fast.process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and clusters.submits == ["100"]
     assert stored.phase == Phase.SUBMITTED and [a.job_id for a in stored.attempts] == ["100"]
     texts = await thread_texts(store, launch.id)
     assert sum("Slurm job 100" in t for t in texts) == 1, texts
 
 
-class StallsAfterSubmitting(Worker):
-    """A worker that stalls right after it marked the launch SUBMITTING, before its last
-    check (as a process paused there would)."""
+class StallsAfterSubmitting(Hold):
+    """A worker's hold that stalls right after it marked the launch SUBMITTING, before its
+    last check (as a process paused there would)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stalled, self.gate = asyncio.Event(), asyncio.Event()
 
-    async def _mutate(
+    async def mutate(
         self, launch_id: str, change: Callable[[Launch], list[Event]]
     ) -> tuple[Launch, list[Event]]:
-        result = await super()._mutate(launch_id, change)
+        result = await super().mutate(launch_id, change)
         if result[0].phase == Phase.SUBMITTING and not self.stalled.is_set():
             self.stalled.set()
             await self.gate.wait()
@@ -216,20 +217,21 @@ async def test_a_stalled_worker_checks_the_fence_not_a_free_lock_before_sbatch(
     monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.5)
     monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
     launch = await queued(store)
-    a = StallsAfterSubmitting(store, clusters, name="a")
+    a = Worker(store, clusters, name="a")
+    a.hold = stalls = StallsAfterSubmitting(store, clusters, name="a")
     first = asyncio.create_task(a.process(launch.id))
-    await asyncio.wait_for(a.stalled.wait(), 5)
-    await store.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
+    await asyncio.wait_for(stalls.stalled.wait(), 5)
+    await store.leases.release(f"launch:{launch.id}", "a")  # A's lock expired while it stalled
     b = Worker(store, clusters, name="b")
     assert await b.process(launch.id)
-    assert await store.lease_holder(f"launch:{launch.id}") == ""
-    a.gate.set()
+    assert await store.leases.lease_holder(f"launch:{launch.id}") == ""
+    stalls.gate.set()
     assert not await first
     assert clusters.submits == []
     await asyncio.sleep(0.8)
-    assert await store.promote_due() == 1
+    assert await store.queue.promote_due() == 1
     assert await b.process(launch.id)  # nothing in Slurm after any submit must have ended
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED
     assert clusters.submits == ["100"] and stored.job_id == "100"
 
@@ -243,14 +245,14 @@ async def test_a_failed_lock_renewal_stops_the_submit_before_sbatch(
     launch = await queued(store)
     clusters.preflight_gate = asyncio.Event()
     w = Worker(store, clusters, name="a")
-    real_acquire = store.acquire
+    real_acquire = store.leases.acquire
 
     async def failing(name: str, owner: str, ttl_ms: int) -> bool:
         if clusters.preflight_started.is_set():
             raise StoreError("Redis: connection reset by peer")
         return await real_acquire(name, owner, ttl_ms)
 
-    monkeypatch.setattr(store, "acquire", failing)
+    monkeypatch.setattr(store.leases, "acquire", failing)
     task = asyncio.create_task(w.process(launch.id))
     await clusters.preflight_started.wait()
     await asyncio.sleep(0.3)  # a renewal or two fail meanwhile
@@ -279,15 +281,15 @@ async def test_a_worker_that_died_before_its_submit_reached_slurm_is_not_repeate
     first = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
     while not clusters.submits:
         await asyncio.sleep(0.05)
-    await store.release(f"launch:{launch.id}", "a")  # A's lock expired: it is gone
+    await store.leases.release(f"launch:{launch.id}", "a")  # A's lock expired: it is gone
     b = Worker(store, clusters, name="b")
     assert await b.process(launch.id)
     assert len(clusters.submits) == 1  # not before A's submit must have ended
     await asyncio.sleep(0.5)
-    assert await store.promote_due() == 1
+    assert await store.queue.promote_due() == 1
     assert await b.process(launch.id)
     first.cancel()
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED
     assert [a.job_id for a in stored.attempts] == ["101"]
     texts = await thread_texts(store, launch.id)
@@ -308,7 +310,7 @@ async def test_the_lock_is_renewed_while_a_worker_works(
     clusters.on_submit = slow
     task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
     await asyncio.sleep(1.0)
-    assert not await store.acquire(f"launch:{launch.id}", "b", 600)  # still A's
+    assert not await store.leases.acquire(f"launch:{launch.id}", "b", 600)  # still A's
     assert await task
     assert clusters.submits == ["100"]
 
@@ -329,16 +331,16 @@ async def test_backoff_is_a_deferred_entry_not_a_sleep(
             ]
             return []
 
-        await store.mutate(launch.id, backoff)
+        await store.launches.mutate(launch.id, backoff)
     w = Worker(store, clusters, name="a")
     started = time.monotonic()
     for launch in launches:
         assert await w.process(launch.id)
     assert time.monotonic() - started < 0.5 and clusters.submits == []
-    assert await store.deferred_count() == 2
-    assert await store.promote_due() == 0
+    assert await store.queue.deferred_count() == 2
+    assert await store.queue.promote_due() == 0
     await asyncio.sleep(1.1)
-    assert await store.promote_due() == 2 and await store.deferred_count() == 0
+    assert await store.queue.promote_due() == 2 and await store.queue.deferred_count() == 0
     for launch in launches:
         assert await w.process(launch.id)
     assert len(clusters.submits) == 2
@@ -356,22 +358,22 @@ async def test_a_submit_that_timed_out_is_looked_up_not_dropped(
     clusters.on_submit = timeout  # the job did reach Slurm; the answer did not come back
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTING and stored.active
-    assert await store.deferred_count() == 1
+    assert await store.queue.deferred_count() == 1
     # The cluster stays unreachable for a while: keep looking, say so once.
     clusters.on_submit = None
     clusters.find_error = ClusterUnreachable("connection refused", cluster="a4")
     for _ in range(3):
         assert await w.process(launch.id)
-        stored = await store.get(launch.id)
+        stored = await store.launches.get(launch.id)
         assert stored is not None and stored.phase == Phase.SUBMITTING
     texts = await thread_texts(store, launch.id)
     assert sum("cannot be reached" in t for t in texts) == 1, texts
     assert any("did not finish" in t and "may exist" in t for t in texts)
     clusters.find_error = None  # Slurm answers: the job is there
     assert await w.process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED
     assert clusters.submits == ["100"] and stored.job_id == "100"
 
@@ -384,12 +386,12 @@ async def test_cancel_during_preflight_submits_nothing(
     clusters.preflight_gate = asyncio.Event()
     task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
     await clusters.preflight_started.wait()
-    current = await store.get(launch.id)
+    current = await store.launches.get(launch.id)
     assert current is not None
     await core.decisions.cancel(current, ALICE)
     clusters.preflight_gate.set()
     assert await task
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
 
 
@@ -409,15 +411,15 @@ async def test_a_cancel_while_the_submit_outcome_is_unknown_cancels_the_job_that
     clusters.on_submit = timeout
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
-    current = await store.get(launch.id)
+    current = await store.launches.get(launch.id)
     assert current is not None and current.phase == Phase.SUBMITTING
     reply = await core.decisions.cancel(current, ALICE)
     assert "Cancelled" in reply.text
     for _ in range(50):  # the worker takes the entries the cancel and the timeout left
-        await store.promote_due()
-        for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+        await store.queue.promote_due()
+        for entry_id, fields in await store.queue.read("a", block_ms=10):
             await w.handle(entry_id, fields)
-        stored = await store.get(launch.id)
+        stored = await store.launches.get(launch.id)
         assert stored is not None
         if not stored.submit_started_at:
             break
@@ -441,7 +443,7 @@ async def test_a_launcher_that_fails_after_its_sbatch_worked_is_followed_not_ref
 
     clusters.on_submit = fail_after_sbatch  # the job is in Slurm; the launcher then failed
     assert await Worker(store, clusters, name="a").process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED and stored.job_id == "100"
     texts = await thread_texts(store, launch.id)
     assert not any("Slurm refused" in t for t in texts), texts
@@ -461,7 +463,7 @@ async def test_a_launcher_that_failed_with_no_job_in_slurm_is_refused(
 
     clusters.on_submit = refused
     assert await Worker(store, clusters, name="a").process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.REJECTED
     assert stored.outcome == "SUBMIT_FAILED" and not stored.submit_started_at
     texts = await thread_texts(store, launch.id)
@@ -479,13 +481,13 @@ async def test_a_worker_that_loses_its_lock_stops_before_submitting(
     task = asyncio.create_task(a.process(launch.id))
     await clusters.preflight_started.wait()
     lock = f"launch:{launch.id}"
-    await store.release(lock, "a")  # A stalled past its lock, and B took the launch
-    assert await store.acquire(lock, "b", 60_000)
+    await store.leases.release(lock, "a")  # A stalled past its lock, and B took the launch
+    assert await store.leases.acquire(lock, "b", 60_000)
     await asyncio.sleep(0.3)  # A's next renewal finds the lock gone
     clusters.preflight_gate.set()
     assert not await asyncio.wait_for(task, 5)  # A stops cleanly, its entry left pending
     assert clusters.submits == []
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.PREFLIGHT
 
 
@@ -500,8 +502,8 @@ async def test_a_worker_whose_lock_was_taken_does_not_submit_even_before_renewin
     task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
     await clusters.preflight_started.wait()
     lock = f"launch:{launch.id}"
-    await store.release(lock, "a")
-    assert await store.acquire(lock, "b", 60_000)
+    await store.leases.release(lock, "a")
+    assert await store.leases.acquire(lock, "b", 60_000)
     clusters.preflight_gate.set()
     assert not await asyncio.wait_for(task, 5)
     assert clusters.submits == []
@@ -518,16 +520,16 @@ async def test_nothing_is_submitted_before_the_launch_has_a_thread(
         stored.parent_ts = ""
         return []
 
-    await store.mutate(launch.id, no_thread_yet)
+    await store.launches.mutate(launch.id, no_thread_yet)
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
-    assert clusters.submits == [] and await store.deferred_count() == 1
+    assert clusters.submits == [] and await store.queue.deferred_count() == 1
 
     def posted(stored: Launch) -> list[Event]:
         stored.parent_ts = "1700000000.000200"
         return []
 
-    await store.mutate(launch.id, posted)
+    await store.launches.mutate(launch.id, posted)
     assert await w.process(launch.id)
     assert clusters.submits == ["100"]
 
@@ -543,10 +545,10 @@ async def test_a_channel_that_refuses_the_bot_gets_no_job(
         stored.parent_ts = ""
         return []
 
-    await store.mutate(launch.id, no_thread)
-    await store.mark_bad_channel(launch.id, "not_in_channel")
+    await store.launches.mutate(launch.id, no_thread)
+    await store.marks.mark_bad_channel(launch.id, "not_in_channel")
     assert await Worker(store, clusters, name="a").process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.REJECTED
     assert stored.outcome == "NO_THREAD" and "not_in_channel" in stored.detail
     assert clusters.submits == []
@@ -559,13 +561,13 @@ async def test_a_job_that_appears_after_cancel_is_cancelled_too(
     core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
 
     async def cancel_meanwhile(spec: LaunchSpec) -> None:
-        current = await store.get(launch.id)
+        current = await store.launches.get(launch.id)
         assert current is not None and current.phase == Phase.SUBMITTING
         await core.decisions.cancel(current, ALICE)
 
     clusters.on_submit = cancel_meanwhile
     assert await Worker(store, clusters, name="a").process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and not stored.active
     assert clusters.submits == ["100"] and clusters.cancelled == ["100"]
     texts = await thread_texts(store, launch.id)
@@ -583,17 +585,17 @@ async def test_retry_holds_and_queues_and_a_worker_reverts_it_when_the_old_job_s
     core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
-    running = await store.get(launch.id)
+    running = await store.launches.get(launch.id)
     assert running is not None and running.phase == Phase.SUBMITTED
     clusters.cancel_error = ClusterUnreachable("connection refused", cluster="a4")
     reply = await core.decisions.retry(running, ALICE)
     assert not reply.error and "being cancelled" in reply.text, reply.text
     assert clusters.cancelled == []  # the click asked no cluster
-    held = await store.get(launch.id)
+    held = await store.launches.get(launch.id)
     assert held is not None and held.phase == Phase.RETRYING and held.attempts[-1].held
-    assert await store.stream_length(keys.QUEUE) == 2  # the first launch's entry and the Retry's
+    assert await store.queue.length() == 2  # the first launch's entry and the Retry's
     assert await w.process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.SUBMITTED and len(stored.attempts) == 1
     texts = await thread_texts(store, launch.id)
     assert any("Job 100 could not be cancelled" in t for t in texts), texts[-1]
@@ -603,7 +605,7 @@ async def test_retry_holds_and_queues_and_a_worker_reverts_it_when_the_old_job_s
     assert await w.process(launch.id)  # cancels job 100 and looks again a second later
     assert clusters.cancelled == ["100"] and clusters.submits == ["100"]
     assert await w.process(launch.id)  # gone: the new attempt goes
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.job_id == "101" and len(stored.attempts) == 2
     assert clusters.submits == ["100", "101"]
 
@@ -617,15 +619,17 @@ async def test_an_entry_that_keeps_failing_inside_trainbot_goes_to_the_dead_lett
     w = Worker(store, clusters, name="a")
     for delivery in range(worker.MAX_DELIVERIES):
         if delivery:  # redelivered: claimed back after it sat unacknowledged
-            entries = await store.claim_stale(keys.QUEUE, keys.QUEUE_GROUP, "a", min_idle_ms=0)
+            entries = await store.queue.claim_stale("a", min_idle_ms=0)
         else:
-            entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
+            entries = await store.queue.read("a", block_ms=100)
         assert len(entries) == 1
         await w.handle(*entries[0])
-    assert await store.queue_dead_letter_count() == 1 and w.dead_letters == 1
-    assert await store.stream_length(keys.QUEUE) == 0
-    stored = await store.get(launch.id)  # set aside, to be replayed (tests/bot/e2e/test_outage.py)
-    assert stored is not None and stored.active and await store.queue_retrying_count() == 1
+    assert await store.queue.dead_letter_count() == 1 and w.dead_letters == 1
+    assert await store.queue.length() == 0
+    stored = await store.launches.get(
+        launch.id
+    )  # set aside, to be replayed (tests/bot/e2e/test_outage.py)
+    assert stored is not None and stored.active and await store.queue.retrying_count() == 1
     texts = await thread_texts(store, launch.id)
     assert any("failed inside trainbot" in t and "tried again" in t for t in texts), texts
 
@@ -633,10 +637,10 @@ async def test_an_entry_that_keeps_failing_inside_trainbot_goes_to_the_dead_lett
 async def test_queue_groups_come_back_after_redis_lost_them(store: Store) -> None:
     await store.redis.delete(keys.QUEUE, keys.OUTBOX)  # as after a restart without its data
     assert not await store.groups_ok()
-    assert await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10) == []
+    assert await store.queue.read("a", block_ms=10) == []
     assert await store.groups_ok()
-    await store.requeue("L-1")
-    entries = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=100)
+    await store.queue.requeue("L-1")
+    entries = await store.queue.read("a", block_ms=100)
     assert [f["launch"] for _, f in entries] == ["L-1"]
 
 
@@ -658,9 +662,9 @@ async def test_a_held_retry_whose_old_job_outlasts_the_wait_goes_back_to_it(
         stored.phase = Phase.RETRYING
         return []
 
-    await store.mutate(launch.id, held)
+    await store.launches.mutate(launch.id, held)
     assert await w.process(launch.id)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None
     if old_job_gone:
         assert stored.phase == Phase.SUBMITTED and stored.job_id == "101"
@@ -685,13 +689,13 @@ async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedCl
         stored.attempts[0].started_at, stored.phase = time.time() - 3600, Phase.RUNNING
         return []
 
-    running, _ = await store.mutate(launch.id, ran_an_hour)
+    running, _ = await store.launches.mutate(launch.id, ran_an_hour)
     asked = time.time()
     reply = await core.decisions.retry(running, ALICE)
     assert not reply.error, reply.text
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id) and await w.process(launch.id)  # cancel; then gone
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and len(stored.attempts) == 2
     old, new = stored.attempts
     assert asked <= old.ended_at <= time.time() and old.slurm_state == "CANCELLED"
@@ -707,13 +711,13 @@ async def test_a_cancel_cancels_the_job_a_worker_recorded_after_the_cancel_read_
     job 100. The cancel's write comes after: the job it cancels is read from that write."""
     launch = await queued(store)
     core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
-    read_before = await store.get(launch.id)  # what the cancel looked at
+    read_before = await store.launches.get(launch.id)  # what the cancel looked at
     assert await Worker(store, clusters, name="a").process(launch.id)
     assert read_before is not None and not read_before.job_id
     reply = await core.decisions.cancel(read_before, ALICE)
     assert not reply.error, reply.text
     assert clusters.cancelled == ["100"], reply.text
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.cancelled_by == ALICE.id and stored.cancelled_at
 
 
@@ -738,12 +742,12 @@ async def test_a_cancelled_job_whose_log_shows_a_retryable_cause_is_not_retried(
     launch = await queued(store)
     core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
     assert await Worker(store, clusters, name="a").process(launch.id)
-    running = await store.get(launch.id)
+    running = await store.launches.get(launch.id)
     assert running is not None
     await core.decisions.cancel(running, ALICE)
-    stored, _ = await store.mutate(launch.id, failed_after_cancel)
+    stored, _ = await store.launches.mutate(launch.id, failed_after_cancel)
     assert stored.phase == Phase.DONE and stored.outcome == "CANCELLED"
-    assert len(stored.attempts) == 1 and await store.deferred_count() == 0
+    assert len(stored.attempts) == 1 and await store.queue.deferred_count() == 0
     texts = await thread_texts(store, launch.id)
     assert any("after <@U0ALICE> cancelled it; not retried" in t for t in texts), texts
     assert not any("Retrying" in t for t in texts), texts
@@ -764,17 +768,17 @@ async def test_a_cancel_during_the_retry_backoff_is_final(
         ]
         return [Event("enqueue", stored.id, data={"due": stored.attempts[-1].not_before})]
 
-    await store.mutate(launch.id, backoff)
-    current = await store.get(launch.id)
+    await store.launches.mutate(launch.id, backoff)
+    current = await store.launches.get(launch.id)
     assert current is not None
     reply = await core.decisions.cancel(current, ALICE)
     assert not reply.error and clusters.cancelled == []  # job 9 had already ended
     await asyncio.sleep(0.4)
-    await store.promote_due()
+    await store.queue.promote_due()
     w = Worker(store, clusters, name="a")
-    for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+    for entry_id, fields in await store.queue.read("a", block_ms=10):
         await w.handle(entry_id, fields)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
     assert stored.cancelled_by == ALICE.id
 
@@ -789,15 +793,15 @@ async def test_a_cancel_while_awaiting_approval_is_final(
         stored.phase = Phase.AWAITING_APPROVAL
         return []
 
-    await store.mutate(launch.id, awaiting)
-    current = await store.get(launch.id)
+    await store.launches.mutate(launch.id, awaiting)
+    current = await store.launches.get(launch.id)
     assert current is not None
     await core.decisions.cancel(current, ALICE)
     admin = User(id="U0ADMIN", name="admin", groups=frozenset())
     assert (await core.decisions.approve(current, admin, True)).text  # answered, whatever it says
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and not stored.active
-    assert await store.stream_length(keys.QUEUE) == 1  # only the entry of its creation
+    assert await store.queue.length() == 1  # only the entry of its creation
     assert await Worker(store, clusters, name="a").process(launch.id)
     assert clusters.submits == []
 
@@ -814,11 +818,11 @@ async def test_a_cancel_during_a_deferred_start_is_final(
         stored.parent_ts = ""
         return []
 
-    await store.mutate(launch.id, no_thread_yet)
+    await store.launches.mutate(launch.id, no_thread_yet)
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
-    assert await store.deferred_count() == 1 and clusters.submits == []
-    current = await store.get(launch.id)
+    assert await store.queue.deferred_count() == 1 and clusters.submits == []
+    current = await store.launches.get(launch.id)
     assert current is not None
     assert not (await core.decisions.cancel(current, ALICE)).error
 
@@ -826,11 +830,11 @@ async def test_a_cancel_during_a_deferred_start_is_final(
         stored.parent_ts = "1700000000.000200"
         return []
 
-    await store.mutate(launch.id, posted)
+    await store.launches.mutate(launch.id, posted)
     await asyncio.sleep(submit.THREAD_WAIT_S + 0.1)
-    assert await store.promote_due() == 1
-    for entry_id, fields in await store.read(keys.QUEUE, keys.QUEUE_GROUP, "a", block_ms=10):
+    assert await store.queue.promote_due() == 1
+    for entry_id, fields in await store.queue.read("a", block_ms=10):
         await w.handle(entry_id, fields)
-    stored = await store.get(launch.id)
+    stored = await store.launches.get(launch.id)
     assert stored is not None and stored.outcome == "CANCELLED" and clusters.submits == []
     assert stored.cancelled_by == ALICE.id

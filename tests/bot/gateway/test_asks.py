@@ -105,7 +105,7 @@ async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) ->
                     framework="nemo", job_id="42", log_path=LOG
                 ))],
             )  # fmt: skip
-            await store.create(item, [], enqueue=False)
+            await store.launches.create(item, [], enqueue=False)
             assert await asks.capacity("a4") == CAPACITY
             # the path and job ids given here are not sent: the worker reads the record's
             assert await asks.tail(item, "~/x.log", 7) == "step 1\nstep 2"

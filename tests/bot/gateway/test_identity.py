@@ -61,7 +61,7 @@ async def train(bot: Bot, front: ConsoleFront, text: str, user: str) -> str:
 
 async def attach_ready(bot: Bot, launch_id: str) -> Launch:
     async def ready() -> Launch | None:
-        item = await bot.store.get(launch_id)
+        item = await bot.store.launches.get(launch_id)
         return item if item and item.attempts and item.attempts[-1].attach_ready else None
 
     return await wait_until(ready, f"{launch_id}'s attach.sh", 60)
@@ -142,7 +142,7 @@ async def test_two_people_run_attach_and_cancel_as_themselves(
             )
         )
         assert other.error and "Only" in other.text
-        assert (await bot.store.get(a_id)).phase == Phase.RUNNING  # type: ignore[union-attr]
+        assert (await bot.store.launches.get(a_id)).phase == Phase.RUNNING  # type: ignore[union-attr]
         done = await bot.core(
             Incoming(
                 user_id=ALICE, channel_id="console", action_id="trainbot_cancel", action_value=a_id

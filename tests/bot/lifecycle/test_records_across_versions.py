@@ -28,19 +28,19 @@ async def test_a_newer_record_loads_and_an_older_process_drops_only_what_it_does
     await flush_test_redis()
     async with open_test_store() as store:
         item = launch()
-        await store.create(item, [Event("parent", item.id)], enqueue=False)
+        await store.launches.create(item, [Event("parent", item.id)], enqueue=False)
         raw = json.loads(await store.redis.get(keys.launch(item.id)))
         raw["added_in_a_later_version"] = {"x": 1}  # as a newer process would write it
         await store.redis.set(keys.launch(item.id), json.dumps(raw))
 
-        stored = await store.get(item.id)  # this (older) version reads it
+        stored = await store.launches.get(item.id)  # this (older) version reads it
         assert stored is not None and stored.id == item.id and stored.phase == Phase.QUEUED
 
         def run(current: Launch) -> list[Event]:
             current.phase = Phase.RUNNING
             return []
 
-        await store.mutate(item.id, run)  # and rewrites it
+        await store.launches.mutate(item.id, run)  # and rewrites it
         after = json.loads(await store.redis.get(keys.launch(item.id)))
         assert after["phase"] == str(Phase.RUNNING.value)
         assert "added_in_a_later_version" not in after  # the documented loss
@@ -55,7 +55,7 @@ async def test_an_older_record_without_the_newer_fields_loads_with_their_default
         defaults = {name for name, field in Launch.model_fields.items() if not field.is_required()}
         older = {k: v for k, v in full.items() if k not in defaults or k in ("id",)}
         await store.redis.set(keys.launch(item.id), json.dumps(older))
-        stored = await store.get(item.id)
+        stored = await store.launches.get(item.id)
         assert stored is not None and stored.id == item.id
         assert stored.attempts == [] and stored.phase == Launch.model_fields["phase"].default
         entry = HistoryEntry.of(stored)
@@ -68,9 +68,9 @@ async def test_a_request_key_this_version_does_not_know_makes_the_record_unreada
     await flush_test_redis()
     async with open_test_store() as store:
         item = launch()
-        await store.create(item, [Event("parent", item.id)], enqueue=False)
+        await store.launches.create(item, [Event("parent", item.id)], enqueue=False)
         raw = json.loads(await store.redis.get(keys.launch(item.id)))
         raw["request"]["a_later_request_key"] = "y"  # a /train key added by a newer version
         await store.redis.set(keys.launch(item.id), json.dumps(raw))
         with pytest.raises(ValidationError, match="a_later_request_key"):
-            await store.get(item.id)
+            await store.launches.get(item.id)

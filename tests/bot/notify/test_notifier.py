@@ -53,14 +53,14 @@ async def new_launch(
     launch = Launch(request=request(), user_id=user, channel=channel, parent_ts=parent_ts)
     events = [] if parent_ts else [Event("parent", launch.id)]
     events += [Event("thread", launch.id, line) for line in lines]
-    await store.create(launch, events, enqueue=False)
+    await store.launches.create(launch, events, enqueue=False)
     return launch
 
 
 async def page(store: Store, launch: Launch, cause: str = "node dev1 failed") -> None:
     data = {"dedup_key": f"trainbot/a4/{launch.id}/node_fail", "cause_key": "node_fail"}
     data |= {"cause": cause, "action": "Retried."}
-    await store.mutate(launch.id, lambda _: [Event("oncall", launch.id, data=data)])
+    await store.launches.mutate(launch.id, lambda _: [Event("oncall", launch.id, data=data)])
 
 
 @asynccontextmanager
@@ -122,7 +122,7 @@ async def test_a_thread_that_cannot_be_posted_holds_back_only_its_own_launch(
     assert thread(standin, OUT)[:2] == ["A: queued", "A: pre-flight ok"]  # then: paged
     assert len([c for c in posted(standin, OUT) if not c.params.get("thread_ts")]) == 1
     assert len(posted(standin, ONCALL)) == 1
-    assert (await store.get(fine.id)).parent_ts  # type: ignore[union-attr]
+    assert (await store.launches.get(fine.id)).parent_ts  # type: ignore[union-attr]
 
 
 async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_told(
@@ -175,8 +175,8 @@ async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_
     assert not any(fine.id in m for m in dead)
     # The dead-letter list is in Redis: another process (an admin's) sees it.
     async with open_test_store() as other:
-        letters = await other.dead_letters()
-        retrying = await other.retrying_letters()
+        letters = await other.lanes.dead_letters()
+        retrying = await other.lanes.retrying_letters()
     assert [(d.event.kind, d.event.text) for d in letters] == [("parent", "")]
     assert [d.event.id for d in retrying] == [letters[0].event.id]
     assert all(d.launch_id == stuck.id and "not_in_channel" in d.reason for d in letters)
@@ -196,20 +196,20 @@ async def test_a_dead_letter_is_given_up_only_after_its_time_with_the_rest_of_it
     notifier.retry = Retry(first_s=0.05, cap_s=0.1, max_tries=3, dead_cap_s=0.2, give_up_after_s=2)
     async with notifying(notifier):
         await wait_until(lambda: notifier.dead_lettered == 1, "a dead letter", 5)
-        assert await store.retrying_count() == 1 and await store.given_up_count() == 0
+        assert await store.lanes.retrying_count() == 1 and await store.lanes.given_up_count() == 0
         started = asyncio.get_running_loop().time()
         await wait_until(lambda: notifier.given_up == 3, "given up", 10)
         assert asyncio.get_running_loop().time() - started > 1.0
         await asyncio.sleep(0.3)
         assert await notifier.drained()
-    given = await store.given_up()
+    given = await store.lanes.given_up()
     assert [(d.event.kind, d.event.text) for d in given] == [
         ("parent", ""),
         ("thread", "A: queued"),
         ("thread", "A: submitted"),
     ]
     assert all(d.launch_id == stuck.id and d.reason == "not_in_channel" for d in given)
-    assert await store.retrying_count() == 0 and posted(standin, OUT) == []
+    assert await store.lanes.retrying_count() == 0 and posted(standin, OUT) == []
 
 
 async def test_what_is_held_survives_a_restart_and_is_posted_once(
@@ -221,7 +221,7 @@ async def test_what_is_held_survives_a_restart_and_is_posted_once(
         await wait_until(lambda: posted(standin, OUT, ok_only=False), "a failed post", 5)
         await asyncio.sleep(0.2)
     assert not await first.drained()  # still owed, and kept in Redis, not in memory
-    await store.mutate(stuck.id, lambda _: [Event("thread", stuck.id, "A: running")])
+    await store.launches.mutate(stuck.id, lambda _: [Event("thread", stuck.id, "A: running")])
     standin.accept_posts(OUT)
     async with open_test_store() as restarted:
         second = Notifier(restarted, front, {}, owner="second")
@@ -324,7 +324,7 @@ async def test_the_thread_says_on_call_was_paged_only_when_a_page_went_out(
                 "chat.postMessage", lambda c: "On-call was paged" in str(c.params.get("text"))
             )
         for _ in range(100):  # everything delivered: the outbox and every lane empty
-            if await notifier.drained() and await store.held_count() == 0:
+            if await notifier.drained() and await store.lanes.held_count() == 0:
                 break
             await asyncio.sleep(0.05)
     said = thread(standin, TRAIN)
@@ -362,11 +362,11 @@ async def test_pages_and_final_messages_survive_an_hour_of_slack_and_pagerduty_d
         standin.fail_next(method, 10**6, status=503)
     receiver.statuses = [500] * 10**6
     lines = ["1: running", "2: node dev1 failed; retrying", "3: COMPLETED in 2 h"]
-    await store.mutate(launch.id, lambda _: [Event("thread", launch.id, lines[0])])
+    await store.launches.mutate(launch.id, lambda _: [Event("thread", launch.id, lines[0])])
     await page(store, launch)
-    await store.mutate(launch.id, lambda _: [Event("thread", launch.id, lines[1])])
+    await store.launches.mutate(launch.id, lambda _: [Event("thread", launch.id, lines[1])])
     resolve = {"dedup_key": f"trainbot/a4/{launch.id}/node_fail", "outcome": "COMPLETED"}
-    await store.mutate(
+    await store.launches.mutate(
         launch.id,
         lambda _: [Event("resolve", launch.id, data=resolve), Event("thread", launch.id, lines[2])],
     )
@@ -378,7 +378,9 @@ async def test_pages_and_final_messages_survive_an_hour_of_slack_and_pagerduty_d
             await asyncio.sleep(HOUR_S / COMPRESSION)  # an hour of nothing getting through
             assert thread(standin, TRAIN) == [] and len(receiver.events) > 3
             assert notifier.dead_lettered >= 1  # and surfaced as such, still retried
-            assert await store.retrying_count() >= 1 and await store.given_up_count() == 0
+            assert (
+                await store.lanes.retrying_count() >= 1 and await store.lanes.given_up_count() == 0
+            )
             for method in ("chat.postMessage", "chat.getPermalink"):
                 standin.fail_next(method, 0)  # both are back
             tried = len(receiver.events)
@@ -393,16 +395,16 @@ async def test_pages_and_final_messages_survive_an_hour_of_slack_and_pagerduty_d
     oncall = [str(c.params["text"]) for c in posted(standin, ONCALL)]
     assert len(oncall) == 2 and all(launch.id in text for text in oncall)
     assert "node dev1 failed" in oncall[0] and oncall[1].startswith("✅ Resolved")
-    assert await store.retrying_count() == 0 and await store.given_up_count() == 0
+    assert await store.lanes.retrying_count() == 0 and await store.lanes.given_up_count() == 0
 
 
 async def test_a_watcher_who_may_no_longer_see_the_launch_gets_no_dm(store: Store) -> None:
     """/watch is asked again when it acts: the owner and a watcher who may still see the
     launch get their DM; one who may not any more (left the log viewers' group) none."""
     launch = Launch(request=request(), user_id="U0BOB", channel="C1", permalink="https://p/1")
-    await store.create(launch, [], enqueue=False)
+    await store.launches.create(launch, [], enqueue=False)
     for watcher in ("U0TESS", "U0GONE"):
-        await store.watch(launch.id, watcher)
+        await store.people.watch(launch.id, watcher)
     notifier = Notifier(store, SlackFront.__new__(SlackFront), {}, owner="n1")
     asked: list[str] = []
 
@@ -445,7 +447,7 @@ async def test_an_old_entry_with_text_and_a_new_one_with_facts_both_post_in_orde
         _, said = phases.cancel(stored, phases.Facts(now=3.0, by="U0BOB"))
         return [Event("thread", stored.id, data={"move": "requeued", "job": "41"}), *said]
 
-    _, events = await store.mutate(launch.id, requeued_then_cancelled)
+    _, events = await store.launches.mutate(launch.id, requeued_then_cancelled)
     lines = [e for e in events if e.kind == "thread"]
     assert [e.text for e in lines] == ["", ""]  # facts, no words
     assert lines[1].data == {

@@ -104,7 +104,7 @@ async def test_an_ended_launch_is_charged_once_and_its_step_time_kept(outcome: s
     await flush_test_redis()
     async with open_test_store() as store:
         launch = Launch(request=sft(), user_id="U0ALICE", channel="C1", estimate_gpu_hours=30)
-        await store.create(launch, [Event("parent", launch.id)], enqueue=False)
+        await store.launches.create(launch, [Event("parent", launch.id)], enqueue=False)
 
         def finish(stored: Launch) -> list[Event]:
             done = outcome == "COMPLETED"
@@ -113,26 +113,28 @@ async def test_an_ended_launch_is_charged_once_and_its_step_time_kept(outcome: s
             return []
 
         week = iso_week(time.time())
-        assert await store.usage("U0ALICE", "a4", week) == 0
-        await store.mutate(launch.id, finish)
-        assert list(await store.uncharged("a4")) == [launch.id]
-        assert await store.budget_use("U0ALICE", "a4", week) == (0.0, 30.0)  # still held
-        await store.mutate(launch.id, lambda stored: [])  # a later write of the ended launch
-        assert await store.charge(launch.id, "a4", 3.25)
-        assert not await store.charge(launch.id, "a4", 3.25)  # processed twice: once
-        assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
-        assert await store.budget_use("U0ALICE", "a4", week) == (pytest.approx(3.25), 0.0)
-        assert await store.uncharged("a4") == {}
-        await store.mutate(launch.id, lambda stored: [])  # written again after its charge
-        assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
-        stored, entry = await store.get(launch.id), await store.finished(launch.id)
+        assert await store.budgets.usage("U0ALICE", "a4", week) == 0
+        await store.launches.mutate(launch.id, finish)
+        assert list(await store.budgets.uncharged("a4")) == [launch.id]
+        assert await store.budgets.budget_use("U0ALICE", "a4", week) == (0.0, 30.0)  # still held
+        await store.launches.mutate(
+            launch.id, lambda stored: []
+        )  # a later write of the ended launch
+        assert await store.budgets.charge(launch.id, "a4", 3.25)
+        assert not await store.budgets.charge(launch.id, "a4", 3.25)  # processed twice: once
+        assert await store.budgets.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
+        assert await store.budgets.budget_use("U0ALICE", "a4", week) == (pytest.approx(3.25), 0.0)
+        assert await store.budgets.uncharged("a4") == {}
+        await store.launches.mutate(launch.id, lambda stored: [])  # written again after its charge
+        assert await store.budgets.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
+        stored, entry = await store.launches.get(launch.id), await store.history.finished(launch.id)
         assert stored is not None and stored.charged and stored.gpu_hours == 3.25
         assert entry is not None and entry.gpu_hours == 3.25
-        assert await store.usage("U0BOB", "a4", week) == 0
-        assert await store.usage("U0ALICE", "a3m", week) == 0
-        (run,) = await store.step_runs("a4", "sft:llama3p1_8b:nemo", 2)
+        assert await store.budgets.usage("U0BOB", "a4", week) == 0
+        assert await store.budgets.usage("U0ALICE", "a3m", week) == 0
+        (run,) = await store.history.step_runs("a4", "sft:llama3p1_8b:nemo", 2)
         assert (run.step_time_s, run.steps) == (2.2, 200)
-        assert await store.step_runs("a4", "sft:llama3p1_8b:nemo", 4) == []
+        assert await store.history.step_runs("a4", "sft:llama3p1_8b:nemo", 4) == []
 
 
 async def test_train_answers_with_estimates_and_only_admins_may_go_over_budget() -> None:
@@ -201,17 +203,17 @@ async def test_create_holds_to_the_budget_across_connections() -> None:
     guard = BudgetGuard(cluster="a4", week=week, limit=50.0)
     async with open_test_store() as one, open_test_store() as two:
         done = Launch(request=sft(), user_id="U1", channel="C1", estimate_gpu_hours=4)
-        await one.create(done, [], enqueue=False)
+        await one.launches.create(done, [], enqueue=False)
 
         def finish(stored: Launch) -> list[Event]:
             stored.phase, stored.outcome, stored.gpu_hours = Phase.DONE, "COMPLETED", 6.0
             return []
 
-        await one.mutate(done.id, finish)
-        assert await one.charge(done.id, "a4", 6.0)  # charged 6: 44 left
+        await one.launches.mutate(done.id, finish)
+        assert await one.budgets.charge(done.id, "a4", 6.0)  # charged 6: 44 left
         elsewhere = InteractiveRequest(cluster="a3m", time="10:00:00")
         other = Launch(request=elsewhere, user_id="U1", channel="C1", estimate_gpu_hours=80)
-        await one.create(other, [], enqueue=False)  # on a3m: not held against a4
+        await one.launches.create(other, [], enqueue=False)  # on a3m: not held against a4
         items = [
             Launch(request=sft(), user_id="U1", channel="C1", estimate_gpu_hours=10)
             for _ in range(8)
@@ -219,7 +221,7 @@ async def test_create_holds_to_the_budget_across_connections() -> None:
 
         async def make(store: Store, item: Launch) -> str:
             try:
-                made = await store.create(item, [], enqueue=False, budget=guard)
+                made = await store.launches.create(item, [], enqueue=False, budget=guard)
             except OverBudget as exc:
                 assert exc.charged == pytest.approx(6.0) and exc.held == pytest.approx(40.0)
                 return "over"
@@ -229,6 +231,8 @@ async def test_create_holds_to_the_budget_across_connections() -> None:
             *(make(one if i % 2 else two, item) for i, item in enumerate(items))
         )
         assert made.count("made") == 4 and made.count("over") == 4  # 6 + 4 x 10 <= 50
-        charged, held = await one.budget_use("U1", "a4", week)
+        charged, held = await one.budgets.budget_use("U1", "a4", week)
         assert charged == pytest.approx(6.0) and held == pytest.approx(40.0)
-        assert [await one.get(item.id) is not None for item in items] == [m == "made" for m in made]
+        assert [await one.launches.get(item.id) is not None for item in items] == [
+            m == "made" for m in made
+        ]

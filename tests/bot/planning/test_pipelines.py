@@ -41,7 +41,7 @@ def request(**fields: object) -> TrainRequest:
 
 
 async def stored(store: Store, launch: Launch) -> Launch:
-    await store.create(launch, [], enqueue=False)
+    await store.launches.create(launch, [], enqueue=False)
     return launch
 
 
@@ -61,7 +61,7 @@ async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
 
         # The parent still runs: the child goes back for the next look, nothing else.
         before = time.time()
-        assert await must_wait(store, child, store.mutate)
+        assert await must_wait(store, child, store.launches.mutate)
         due = await store.redis.zscore(keys.DEFERRED, child.id)
         assert due is not None and before + PARENT_LOOK_S - 1 <= due <= time.time() + PARENT_LOOK_S
 
@@ -70,16 +70,16 @@ async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
             launch.detail = "🚫 Cancelled by <@U0BOB>."
             return []
 
-        await store.mutate(parent.id, cancelled)
-        assert await must_wait(store, child, store.mutate)
-        ended = await store.get(child.id)
+        await store.launches.mutate(parent.id, cancelled)
+        assert await must_wait(store, child, store.launches.mutate)
+        ended = await store.launches.get(child.id)
         assert ended is not None and ended.phase == Phase.DONE
         assert ended.outcome == "PARENT_FAILED" and ended.detail == f"{parent.id} ended CANCELLED"
         (text,) = await thread_texts(store, child.id)
         assert text.startswith(f"⛔ Not started, because {parent.id}")  # the mention: notices
         assert "ended CANCELLED (🚫 Cancelled by <@U0BOB>). Nothing" in text  # mrkdwn kept as is
         assert f"after={parent.id}:any" in text
-        assert not await store.active_ids("U0ALICE")
+        assert not await store.history.active_ids("U0ALICE")
 
 
 async def test_any_end_lets_the_child_go_and_a_time_holds_it_until_then() -> None:
@@ -92,18 +92,18 @@ async def test_any_end_lets_the_child_go_and_a_time_holds_it_until_then() -> Non
             request=request(after=parent.id, after_any=True), user_id="U0ALICE", channel="C1"
         )
         child.waits_for = parent.id
-        assert not await must_wait(store, await stored(store, child), store.mutate)
+        assert not await must_wait(store, await stored(store, child), store.launches.mutate)
 
         later = time.time() + 3600
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(later))
         timed = await stored(
             store, Launch(request=request(at=stamp), user_id="U0ALICE", channel="C1")
         )
-        assert await must_wait(store, timed, store.mutate)
+        assert await must_wait(store, timed, store.launches.mutate)
         due = await store.redis.zscore(keys.DEFERRED, timed.id)
         assert due is not None and abs(due - int(later)) < 2
         dry = Launch(request=request(at=stamp, dry_run=True), user_id="U0ALICE", channel="C1")
-        assert not await must_wait(store, await stored(store, dry), store.mutate)
+        assert not await must_wait(store, await stored(store, dry), store.launches.mutate)
 
 
 async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> None:
@@ -116,12 +116,14 @@ async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> Non
         past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
         fits = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
         fits.estimate_gpu_hours = 8.0  # its own hold is not counted twice
-        assert not await must_wait(store, await stored(store, fits), store.mutate, authority)
+        assert not await must_wait(
+            store, await stored(store, fits), store.launches.mutate, authority
+        )
 
         # Charged meanwhile (another run ended this week): no longer fits when due.
         await store.redis.hset(keys.usage("a4", iso_week(time.time())), "U0ALICE", 5.0)
-        assert await must_wait(store, fits, store.mutate, authority)
-        ended = await store.get(fits.id)
+        assert await must_wait(store, fits, store.launches.mutate, authority)
+        ended = await store.launches.get(fits.id)
         assert ended is not None and ended.outcome == "OVER_BUDGET"
         (text,) = await thread_texts(store, fits.id)
         assert text.startswith("⛔ Not started now that it is due: This launch needs")
@@ -129,7 +131,9 @@ async def test_the_budget_is_checked_again_when_a_waiting_launch_is_due() -> Non
         # A launch that never waited is not checked here (/train did).
         plain = Launch(request=request(), user_id="U0ALICE", channel="C1")
         plain.estimate_gpu_hours = 8.0
-        assert not await must_wait(store, await stored(store, plain), store.mutate, authority)
+        assert not await must_wait(
+            store, await stored(store, plain), store.launches.mutate, authority
+        )
 
 
 async def test_a_due_launch_is_admitted_again_with_the_policy_and_groups_of_now() -> None:
@@ -146,19 +150,21 @@ async def test_a_due_launch_is_admitted_again_with_the_policy_and_groups_of_now(
         past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
         first = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
         first.groups = ["S0ML"]
-        assert not await must_wait(store, await stored(store, first), store.mutate, authority)
+        assert not await must_wait(
+            store, await stored(store, first), store.launches.mutate, authority
+        )
         now_in.clear()  # removed from the group since
         later = Launch(request=request(at=past), user_id="U0ALICE", channel="C1")
         later.groups = ["S0ML"]  # what the record says is not believed
         # While Slack does not answer for some group, a "no" is not final: asked again later.
         authority.unsure = lambda: True
-        assert await must_wait(store, await stored(store, later), store.mutate, authority)
-        waiting = await store.get(later.id)
+        assert await must_wait(store, await stored(store, later), store.launches.mutate, authority)
+        waiting = await store.launches.get(later.id)
         assert waiting is not None and waiting.phase == Phase.QUEUED
         assert await store.redis.zscore(keys.DEFERRED, later.id) is not None
         authority.unsure = lambda: False
-        assert await must_wait(store, later, store.mutate, authority)
-        ended = await store.get(later.id)
+        assert await must_wait(store, later, store.launches.mutate, authority)
+        ended = await store.launches.get(later.id)
         assert ended is not None and ended.phase == Phase.DONE
         assert (ended.outcome, ended.attempts) == ("NOT_ALLOWED", [])
         (text,) = await thread_texts(store, later.id)
@@ -228,8 +234,8 @@ async def test_a_checkpoint_printed_outside_the_parents_directories_is_not_start
         child.starts_from = parent.id
         await stored(store, child)
         profile = authority.clusters.profile("a4")
-        assert await start_point(store, child, store.mutate, profile, authority) is None
-        ended = await store.get(child.id)
+        assert await start_point(store, child, store.launches.mutate, profile, authority) is None
+        ended = await store.launches.get(child.id)
         assert ended is not None and ended.outcome == "NO_CHECKPOINT" and not ended.attempts
         (text,) = await thread_texts(store, child.id)
         assert "its checkpoint /home/bob/ckpts is not under the directories a4 keeps" in text
@@ -258,11 +264,13 @@ async def test_after_and_an_approval_are_asked_again_when_the_launch_goes() -> N
             made.waits_for = parent.id
             return made
 
-        assert not await must_wait(store, await stored(store, child()), store.mutate, authority)
+        assert not await must_wait(
+            store, await stored(store, child()), store.launches.mutate, authority
+        )
         teams.clear()  # no longer a log viewer on a4
         late = await stored(store, child())
-        assert await must_wait(store, late, store.mutate, authority)
-        ended = await store.get(late.id)
+        assert await must_wait(store, late, store.launches.mutate, authority)
+        ended = await store.launches.get(late.id)
         assert ended is not None and ended.outcome == "NOT_ALLOWED"
         (text,) = await thread_texts(store, late.id)
         assert f"not started now that it is due: after={parent.id}: That launch belongs" in text
@@ -274,8 +282,8 @@ async def test_after_and_an_approval_are_asked_again_when_the_launch_goes() -> N
         authority.clusters.config = authority.clusters.config.model_copy(
             update={"policy": narrower}
         )
-        assert await must_wait(store, approved, store.mutate, authority)
-        gone = await store.get(approved.id)
+        assert await must_wait(store, approved, store.launches.mutate, authority)
+        gone = await store.launches.get(approved.id)
         assert gone is not None and gone.outcome == "NOT_ALLOWED"
 
 
@@ -291,18 +299,18 @@ async def test_a_child_of_a_parent_stuck_in_approval_ends_and_frees_its_place() 
         child = Launch(request=request(after=parent.id), user_id="U0ALICE", channel="C1")
         child.waits_for = parent.id
         await stored(store, child)
-        assert (await store.active_counts("U0ALICE"))[0] == 2
+        assert (await store.budgets.active_counts("U0ALICE"))[0] == 2
 
-        assert await must_wait(store, child, store.mutate)  # a fresh ask: it waits
-        assert (await store.get(child.id)).phase == Phase.QUEUED  # type: ignore[union-attr]
+        assert await must_wait(store, child, store.launches.mutate)  # a fresh ask: it waits
+        assert (await store.launches.get(child.id)).phase == Phase.QUEUED  # type: ignore[union-attr]
 
         def asked_long_ago(launch: Launch) -> list[Event]:
             launch.created_at = time.time() - APPROVAL_PATIENCE_S - 60
             return []
 
-        await store.mutate(parent.id, asked_long_ago)
-        assert await must_wait(store, child, store.mutate)
-        ended = await store.get(child.id)
+        await store.launches.mutate(parent.id, asked_long_ago)
+        assert await must_wait(store, child, store.launches.mutate)
+        ended = await store.launches.get(child.id)
         assert ended is not None and ended.phase == Phase.DONE
         assert ended.outcome == "PARENT_UNAPPROVED"
         assert ended.detail == f"{parent.id} still awaited approval after 24 h"
@@ -310,4 +318,4 @@ async def test_a_child_of_a_parent_stuck_in_approval_ends_and_frees_its_place() 
         assert any(
             "has awaited approval for over 24 h" in t and f"after={parent.id}" in t for t in said
         ), said
-        assert (await store.active_counts("U0ALICE"))[0] == 1  # its place given back
+        assert (await store.budgets.active_counts("U0ALICE"))[0] == 1  # its place given back

@@ -157,7 +157,7 @@ async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
         parent.attempts[0].tracking = parent.attempts[0].tracking.model_copy(  # type: ignore[union-attr]
             update={"checkpoint_pattern": r"^step_([0-9]+)$"}
         )
-        await store.create(parent, [], enqueue=False)
+        await store.launches.create(parent, [], enqueue=False)
         asked: list[tuple[str, str]] = []
 
         async def copy(source: str, target: str) -> str:
@@ -166,8 +166,8 @@ async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
 
         child = launch(train("dpo", "nemo-rl", start_from=parent.id), [], "")
         child.attempts, child.starts_from = [], parent.id
-        await store.create(child, [], enqueue=False)
-        went = await start_from.start_point(store, child, store.mutate, where, None, copy)
+        await store.launches.create(child, [], enqueue=False)
+        went = await start_from.start_point(store, child, store.launches.mutate, where, None, copy)
         assert went is not None
         own = f"from-{child.id}/checkpoints"
         assert (went.start_key, went.start_path) == ("checkpointing.checkpoint_dir", own)
@@ -178,9 +178,12 @@ async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
 
         other = launch(train("dpo", "nemo-rl", start_from=parent.id), [], "")
         other.attempts, other.starts_from = [], parent.id
-        await store.create(other, [], enqueue=False)
-        assert await start_from.start_point(store, other, store.mutate, where, None, cannot) is None
-        ended = await store.get(other.id)
+        await store.launches.create(other, [], enqueue=False)
+        assert (
+            await start_from.start_point(store, other, store.launches.mutate, where, None, cannot)
+            is None
+        )
+        ended = await store.launches.get(other.id)
         assert ended is not None and ended.outcome == "NO_CHECKPOINT" and not ended.attempts
         assert "No space left on device" in ended.detail or ended.detail.startswith("Could not")
 

@@ -65,14 +65,14 @@ async def test_token_create_prints_it_once_and_revoke_ends_it(
     token = out[-1]
     assert token.startswith("tbt_") and token not in out[0] and "T-" in out[0]
     async with botkit.open_test_store() as store:
-        record = await store.token_record(token)
+        record = await store.tokens.token_record(token)
         assert record is not None and record.scopes == ("read",)
         assert 7190 < record.expires_at - record.created_at <= 7200
         assert (
             await asyncio.to_thread(main, ["token", "revoke", record.id, "--config", str(config)])
             == 0
         )
-        assert await store.token_record(token) is None
+        assert await store.tokens.token_record(token) is None
     assert (
         await asyncio.to_thread(main, ["token", "revoke", record.id, "--config", str(config)]) == 1
     )

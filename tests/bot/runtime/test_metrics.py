@@ -59,7 +59,7 @@ async def console_bot(workers: int = 0) -> AsyncIterator[Bot]:
 async def test_redis_backed_gauges_are_read_at_scrape_time() -> None:
     async with open_test_store() as store:
         meters = Metrics(store.backlog, Counts())
-        meters.add_dead_letters("queue", store.queue_dead_letter_count)
+        meters.add_dead_letters("queue", store.queue.dead_letter_count)
         empty = parse(await meters.expose())
         assert value(empty, "trainbot_redis_up") == 1
         assert value(empty, "trainbot_queue_depth") == 0
@@ -68,9 +68,9 @@ async def test_redis_backed_gauges_are_read_at_scrape_time() -> None:
         await store.redis.xadd(keys.QUEUE, {"launch": "L-1"}, id=f"{old_ms}-0")
         await store.redis.xadd(keys.QUEUE, {"launch": "L-2"})
         await store.redis.xadd(keys.OUTBOX, {"kind": "thread"}, id=f"{old_ms + 30_000}-0")
-        await store.requeue("L-3", after_s=600)
+        await store.queue.requeue("L-3", after_s=600)
         await store.redis.zadd(keys.DEFERRED, {"L-4": time.time() - 5})
-        await store.dead_letter_entry("0-1", {"launch": "L-5"}, "boom")
+        await store.queue.dead_letter_entry("0-1", {"launch": "L-5"}, "boom")
         now = parse(await meters.expose())  # no restart, no push: read when scraped
     assert value(now, "trainbot_queue_depth") == 2
     assert 119 < value(now, "trainbot_queue_oldest_age_seconds") < 130
@@ -96,7 +96,7 @@ async def test_launch_outcomes_retries_and_pages_are_counted_by_cause() -> None:
     async with console_bot() as bot, open_test_store() as other:
         store = bot.store
         item = launch()
-        await store.create(item, [])
+        await store.launches.create(item, [])
 
         def submitted(stored: Launch) -> list[Event]:
             stored.attempts.append(Attempt(number=1, job_id="1"))
@@ -115,11 +115,13 @@ async def test_launch_outcomes_retries_and_pages_are_counted_by_cause() -> None:
             stored.phase, stored.outcome = Phase.DONE, "FAILED"
             return []
 
-        await store.mutate(item.id, submitted)
-        await store.mutate(item.id, failed_then_retried)
-        await store.mutate(item.id, ended)
-        await store.mutate(item.id, lambda s: [])  # already ended: not counted again
-        await other.mutate(item.id, lambda s: [])  # another process's write: not this bot's
+        await store.launches.mutate(item.id, submitted)
+        await store.launches.mutate(item.id, failed_then_retried)
+        await store.launches.mutate(item.id, ended)
+        await store.launches.mutate(item.id, lambda s: [])  # already ended: not counted again
+        await other.launches.mutate(
+            item.id, lambda s: []
+        )  # another process's write: not this bot's
         samples = parse(await bot.metrics())
     assert value(samples, "trainbot_launches_total", outcome="FAILED", cause="oom") == 1
     assert value(samples, "trainbot_retries_total", cause="nccl_timeout") == 1
@@ -176,9 +178,9 @@ async def test_health_names_the_broken_part() -> None:
         ok, reason = await bot.healthy()
         assert not ok and reason == "poller lease: no process polls a3m, a3u, a4, a3h"
         for name in ("a3m", "a3u", "a4"):
-            await bot.store.acquire(f"poller:{name}", "elsewhere", 30_000)
+            await bot.store.leases.acquire(f"poller:{name}", "elsewhere", 30_000)
         assert await bot.healthy() == (False, "poller lease: no process polls a3h")
-        await bot.store.acquire("poller:a3h", "elsewhere", 30_000)
+        await bot.store.leases.acquire("poller:a3h", "elsewhere", 30_000)
         assert await bot.healthy() == (True, "ok")
         await bot.store.redis.delete(keys.QUEUE)
         ok, reason = await bot.healthy()

@@ -50,11 +50,11 @@ class AskWorker:
 
     async def push_raw(self, raw: str) -> None:
         """Any text on the asks list, as someone with Redis access would put it there."""
-        await self.store.push_ask(raw)
+        await self.store.asks.push_ask(raw)
 
     async def answer(self, ask_id: str, timeout_s: float = 30) -> dict[str, Any] | None:
         """The worker's answer to ``ask_id``, its signature checked as the asker checks it."""
-        sealed = await self.store.wait_answer(ask_id, timeout_s)
+        sealed = await self.store.asks.wait_answer(ask_id, timeout_s)
         return None if sealed is None else wire.unseal_answer(ask_id, sealed, KEY)
 
     async def rewrite(self, launch_id: str, **fields: Any) -> None:
@@ -132,5 +132,5 @@ async def seeded(
     if job_id:
         tracking = Tracking(framework="nemo", job_id=job_id, log_path=log_path)
         launch.attempts = [Attempt(number=1, job_id=job_id, tracking=tracking)]
-    await store.create(launch, [], enqueue=False)
+    await store.launches.create(launch, [], enqueue=False)
     return launch

@@ -160,7 +160,7 @@ async def secure_bot(
             health=bot.healthy,
             metrics=bot.metrics,
             front=front,
-            replay_guard=bot.store.first_seen,
+            replay_guard=bot.store.marks.first_seen,
         ) as service,
     ):
         yield Secure(bot, service, standin)
@@ -193,7 +193,7 @@ async def seed(
     if log_path:
         tracking = Tracking(framework="nemo", job_id="990001", log_path=log_path)
         launch.attempts = [Attempt(number=1, job_id="990001", tracking=tracking)]
-    await bot.store.create(launch, [], enqueue=False)
+    await bot.store.launches.create(launch, [], enqueue=False)
     return launch
 
 

@@ -37,7 +37,7 @@ async def test_approve_and_reject_only_by_those_allowed(
         assert "needs a second person's approval" in asked, asked
         launch_id = asked.split()[0]
         said = await s.click(action, launch_id, user=clicker)
-        stored = await s.bot.store.get(launch_id)
+        stored = await s.bot.store.launches.get(launch_id)
     assert says in said, said
     assert stored is not None
     if not allowed:

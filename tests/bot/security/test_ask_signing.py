@@ -88,20 +88,20 @@ async def test_an_answer_a_worker_did_not_sign_for_this_ask_is_passed_over(
     capacity; with only forgeries it waits its time out instead of believing one."""
     async with ask_worker(serving=False) as w:
         asking = asyncio.create_task(w.asks.capacity("a4"))
-        raw = await w.store.take_ask(10)
+        raw = await w.store.asks.take_ask(10)
         assert raw is not None
         ask = wire.unseal(raw, KEY)
         fake = {"value": {"cluster": "a4", "partitions": []}}
         other = wire.seal_answer("ef" * 12, fake, KEY)  # a real signature, another ask's
         for forged in (fake, wire.seal_answer(ask.id, fake, b"not-the-key-" * 4), other):
-            await w.store.put_answer(ask.id, forged)
+            await w.store.asks.put_answer(ask.id, forged)
         await w.push_raw(raw)  # the ask as the worker would have taken it
         w.serve()
         found = await asking
         assert found.cluster == "a4" and found.partitions  # the forgeries had none
         # Only forgeries: no worker answer is believed, the asker times out.
         lone = wire.Ask.new(wire.Capacity(cluster="a4"), 30)
-        await w.store.put_answer(lone.id, fake)
+        await w.store.asks.put_answer(lone.id, fake)
         assert await w.asks._signed_answer(lone, 2) is None
     said = caplog.text
     assert said.count(f"an answer to ask {ask.id} (capacity) passed over") == 3

@@ -36,7 +36,7 @@ async def test_hostile_or_bad_values_are_refused_before_queueing(
 ) -> None:
     async with secure_bot(standin) as s:
         said = await s.command("/train", f"sft llama3p1_8b {extra}")
-        active = sum(await s.bot.store.active_counts("U0ALICE"))
+        active = sum(await s.bot.store.budgets.active_counts("U0ALICE"))
     assert says in said and not said.startswith("Queued"), said
     assert active == 0
 
@@ -51,6 +51,6 @@ async def test_shell_injection_in_any_value_is_refused_and_runs_nothing(
         for value in hostile_values(marker):
             said = await s.command("/train", f"sft llama3p1_8b cluster=a4 {key}={value}")
             assert not said.startswith("Queued") and ":warning:" in said, (value, said)
-        active = sum(await s.bot.store.active_counts("U0ALICE"))
+        active = sum(await s.bot.store.budgets.active_counts("U0ALICE"))
     assert active == 0
     assert login_run(f"test -e {marker} && echo found || echo absent").strip() == "absent"

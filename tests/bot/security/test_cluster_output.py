@@ -45,7 +45,7 @@ async def cluster_job(root: str, body: str, name: str) -> AsyncIterator[str]:
 async def follow(s: Secure, launch_id: str, job_id: str, local_dir: str) -> Tracking:
     """Record ``job_id`` as the launch's submission, as a worker does once run.py printed
     nemo-run's status block: from now on the poller follows the job."""
-    launch = await s.bot.store.get(launch_id)
+    launch = await s.bot.store.launches.get(launch_id)
     assert launch is not None
     spec = s.bot.clusters.spec_for(launch).spec
     status = f"Task 0: {spec.job_name}\n- Job id: {job_id}\n- Local Directory: {local_dir}\n"
@@ -59,7 +59,7 @@ async def follow(s: Secure, launch_id: str, job_id: str, local_dir: str) -> Trac
         stored.phase = Phase.SUBMITTED
         return [Event("update", stored.id)]
 
-    await s.bot.store.mutate(launch_id, submitted)
+    await s.bot.store.launches.mutate(launch_id, submitted)
     return tracking
 
 
@@ -102,7 +102,7 @@ async def test_a_node_a_log_names_counts_only_if_it_is_the_jobs_own(
             await follow(s, launch_id, job_id, root)
 
             async def read_while_running() -> Launch | None:
-                got = await s.bot.store.get(launch_id)
+                got = await s.bot.store.launches.get(launch_id)
                 seen = (
                     got and got.phase == Phase.RUNNING and "Node failure" in got.attempts[-1].tail
                 )
@@ -111,7 +111,7 @@ async def test_a_node_a_log_names_counts_only_if_it_is_the_jobs_own(
             running_launch = await wait_until(read_while_running, "the log read while running")
 
             async def ended() -> Launch | None:
-                got = await s.bot.store.get(launch_id)
+                got = await s.bot.store.launches.get(launch_id)
                 return got if got and got.phase in (Phase.DONE, Phase.RETRYING) else None
 
             launch = await wait_until(ended, "the failure handled", timeout_s=90)
@@ -157,7 +157,7 @@ async def test_names_and_lines_from_the_cluster_never_ping_anyone(
                 await wait_delivered(s.bot.store)
         finally:
             await asyncio.to_thread(login_run, f"rm -rf {checkpoints}", check=False)
-        launch = await s.bot.store.get(launch_id)
+        launch = await s.bot.store.launches.get(launch_id)
     texts = posted(standin)
     assert launch is not None and launch.checkpoints == ["<!channel>-step=1-"]
     assert any("💾 Checkpoint step 1 saved." in text for text in texts), texts

@@ -63,7 +63,7 @@ async def test_a_forged_tail_never_reads_a_private_file(
 
         # 3. The record rewritten to name the private file as the launch's log.
         await w.rewrite(launch.id, attempts=[attempt(JOB, files["secret"])])
-        item = await w.store.get(launch.id)
+        item = await w.store.launches.get(launch.id)
         assert item is not None
         with pytest.raises(ClusterError, match="not a log file"):
             await w.asks.tail(item, files["secret"], 5)

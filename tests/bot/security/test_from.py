@@ -28,7 +28,7 @@ async def with_checkpoint(s: Secure, owner: str, phase: Phase) -> Launch:
         stored.checkpoints = [CHECKPOINT]
         return []
 
-    stored, _ = await s.bot.store.mutate(launch.id, saved)
+    stored, _ = await s.bot.store.launches.mutate(launch.id, saved)
     return stored
 
 
@@ -43,7 +43,7 @@ async def test_from_by_someone_who_may_only_read_the_parent_is_refused(
         stranger = await s.command("/train", line, user="U0ALICE")
         own = await s.command("/train", line, user="U0BOB")
         for user in ("U0TESS", "U0ADMIN", "U0ALICE"):
-            assert await s.bot.store.active_ids(user) == [], user
+            assert await s.bot.store.history.active_ids(user) == [], user
     refusal = f"from={bobs.id}: {bobs.id} is bob's: only its owner may start from its checkpoints"
     assert refusal in viewer and refusal in admin, (viewer, admin)
     assert "policy.start_from" in viewer and "/jobs lists them" in viewer
@@ -56,7 +56,7 @@ async def test_a_running_parent_needs_from_running(standin: SlackStandin) -> Non
         mine = await with_checkpoint(s, "U0ALICE", Phase.RUNNING)
         line = f"sft llama3p1_8b cluster=a4 from={mine.id}"
         refused = await s.command("/train", line)
-        assert len(await s.bot.store.active_ids("U0ALICE")) == 1  # the parent alone
+        assert len(await s.bot.store.history.active_ids("U0ALICE")) == 1  # the parent alone
         said = await s.command("/train", f"{line} from_running=yes")
         waits = await s.command("/train", f"{line} after={mine.id}")  # from its end
     assert f"from={mine.id}: {mine.id} is still running" in refused, refused

@@ -33,13 +33,13 @@ async def queued(store: Store, unique: str, *, dry_run: bool = False) -> Launch:
         request=request, user_id="U0ALICE", channel="C0TRAIN", parent_ts="1.0",
         cluster_user="alice",
     )  # fmt: skip
-    await store.create(launch, [], enqueue=True)
+    await store.launches.create(launch, [], enqueue=True)
     return launch
 
 
 async def ended(store: Store, launch_id: str) -> Launch:
     async def done() -> Launch | None:
-        item = await store.get(launch_id)
+        item = await store.launches.get(launch_id)
         return item if item is not None and not item.active else None
 
     return await wait_until(done, f"{launch_id} to end", 60, 0.2)
@@ -62,7 +62,7 @@ async def test_a_record_rewritten_to_another_user_or_image_never_runs(
             await tamper.rewrite(item.id, **fields)
             launches.append(item)
         image = await queued(store, f"{unique}img")
-        record = (await store.get(image.id)).model_dump(mode="json")  # type: ignore[union-attr]
+        record = (await store.launches.get(image.id)).model_dump(mode="json")  # type: ignore[union-attr]
         await tamper.rewrite(
             image.id, request={**record["request"], "image": "/tmp/evil-image.sqsh"}
         )

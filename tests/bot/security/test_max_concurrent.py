@@ -25,7 +25,7 @@ pytestmark = pytest.mark.devcluster
 async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStandin) -> None:
     rules = (PolicyRule(users=("*",), clusters=("*",), max_nodes=4, max_concurrent=1),)
     async with secure_bot(standin, rules=rules) as s:
-        counted = s.bot.store.active_counts_taking_rate  # what /train reads before it writes
+        counted = s.bot.store.budgets.active_counts_taking_rate  # what /train reads first
 
         async def slowly_counted(
             user_id: str, name: str, *, limit: int | None, window_s: float
@@ -34,7 +34,7 @@ async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStan
             await asyncio.sleep(0.3)
             return count
 
-        s.bot.store.active_counts_taking_rate = slowly_counted  # type: ignore[method-assign]
+        s.bot.store.budgets.active_counts_taking_rate = slowly_counted  # type: ignore[method-assign]
 
         async def train(i: int) -> str:
             form = slash_command_fields(
@@ -50,7 +50,7 @@ async def test_simultaneous_trains_cannot_pass_max_concurrent(standin: SlackStan
                 break
             await asyncio.sleep(0.05)
         answers = [a for a in answers if a != WORKING_TEXT] + s._ephemerals("U0ALICE")
-        active = sum(await s.bot.store.active_counts("U0ALICE"))
+        active = sum(await s.bot.store.budgets.active_counts("U0ALICE"))
     queued = [a for a in answers if a.startswith("Queued")]
     refused = [a for a in answers if "your limit is 1" in a]
     assert (len(queued), len(refused), active) == (1, 5, 1), answers

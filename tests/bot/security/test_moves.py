@@ -87,7 +87,7 @@ async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_
             )
         assert reply.text.startswith("Queued L-"), reply.text
         launch_id = reply.text.split()[1].rstrip(":")
-        queued = await store.get(launch_id)
+        queued = await store.launches.get(launch_id)
         assert queued is not None and queued.cluster_user == "alice"
 
         def due(stored: Launch) -> list[Event]:  # the hour has passed
@@ -95,7 +95,7 @@ async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_
             stored.request = stored.request.model_copy(update={"at": past})
             return []
 
-        await store.mutate(launch_id, due)
+        await store.launches.mutate(launch_id, due)
         stop = asyncio.Event()
         async with clusters_of(now, store) as clusters:
             worker = Worker(store, clusters, name=f"sec-moves-{unique}")
@@ -172,13 +172,15 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
         monkeypatch.setattr(clusters, "cancel_and_confirm", cancel_and_confirm)
         alice, bob = pending_on("a3m", "U0ALICE"), pending_on("a3m", "U0BOB")
         for item in (alice, bob):
-            await store.create(item, [], enqueue=False)
-            await store.mutate(item.id, lambda s: [Event("update", s.id)])  # tracked on a3m
+            await store.launches.create(item, [], enqueue=False)
+            await store.launches.mutate(
+                item.id, lambda s: [Event("update", s.id)]
+            )  # tracked on a3m
         authority = Authority(store, clusters, People(clusters, None, clusters))
         moved = await reroute.reroute(planner_of(store, clusters, authority), "a3m", authority)
         assert moved == 1
-        went = await store.get(alice.id)
-        stayed = await store.get(bob.id)
+        went = await store.launches.get(alice.id)
+        stayed = await store.launches.get(bob.id)
         assert went is not None and stayed is not None
         assert cancelled == [("a3m", "", "777001")]  # the old job, as the account it ran as
         assert (went.cluster, went.cluster_user, went.slurm_account) == ("a3u", "alice", "ml-a3u")

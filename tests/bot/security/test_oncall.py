@@ -37,7 +37,7 @@ async def test_oncall_acts_on_launches_that_paged_them(
         alerts = ("hang:L",) if paged else ()
         launch = await seed(s.bot, phase=Phase.QUEUED, open_alerts=alerts)
         said = await s.click(action, launch.id, user=clicker)
-        stored = await s.bot.store.get(launch.id)
+        stored = await s.bot.store.launches.get(launch.id)
     assert says in said, said
     assert stored is not None
     cancelled = action == ACTION_CANCEL and allowed

@@ -90,7 +90,7 @@ async def test_the_poller_does_not_read_a_private_file_a_record_names(unique: st
                 assert await poller.poll("a4") == 1
             finally:
                 await poller.release()
-            after = await store.get(item.id)
+            after = await store.launches.get(item.id)
     finally:
         login_run(f"rm -f {secret}", check=False, user="alice")
     assert after is not None

@@ -62,12 +62,12 @@ async def test_a_replayed_signed_train_or_click_acts_once_across_processes(
             s.bot.core,
             health=s.bot.healthy,
             metrics=s.bot.metrics,
-            replay_guard=s.bot.store.first_seen,
+            replay_guard=s.bot.store.marks.first_seen,
         ) as other:
             elsewhere = f"http://127.0.0.1:{other.http_port}/slack/events"
             replayed = [await post_signed(elsewhere, b, timestamp=ts) for b in (train, cancel)]
             await asyncio.sleep(0.5)  # time for an answer a replayed click would get
-        stored = await s.bot.store.get(launch_id)
+        stored = await s.bot.store.launches.get(launch_id)
         answers = s._ephemerals("U0ALICE")
     assert first.json()["text"].startswith("Queued")
     assert clicked.status == 200 and "Cancelled" in answered, answered
@@ -106,8 +106,8 @@ async def test_signed_requests_while_redis_is_down_get_a_clear_answer_not_a_500(
         finally:
             await s.bot.store.redis.aclose()
             s.bot.store.redis = up
-        stored = await s.bot.store.get(launch.id)
-        active = sum(await s.bot.store.active_counts("U0ALICE"))
+        stored = await s.bot.store.launches.get(launch.id)
+        active = sum(await s.bot.store.budgets.active_counts("U0ALICE"))
     assert command.status == 200, command.body
     said = str(command.json()["text"])
     assert said.startswith(":warning: That did not work: Redis is unreachable"), said

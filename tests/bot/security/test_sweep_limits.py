@@ -43,18 +43,20 @@ async def test_two_sweeps_sent_together_stay_within_max_concurrent(
 ) -> None:
     rules = (PolicyRule(users=("*",), clusters=("*",), max_nodes=4, max_concurrent=2),)
     async with secure_bot(standin, rules=rules) as s:
-        counted = s.bot.store.active_counts  # what a sweep reads before it writes
+        counted = s.bot.store.budgets.active_counts  # what a sweep reads before it writes
 
         async def slowly_counted(user_id: str) -> tuple[int, int]:  # widen the race's window
             count = await counted(user_id)
             await asyncio.sleep(0.3)
             return count
 
-        s.bot.store.active_counts = slowly_counted  # type: ignore[method-assign]
+        s.bot.store.budgets.active_counts = slowly_counted  # type: ignore[method-assign]
         answers = await send_together(s, [f"{SWEEP} name=a", f"{SWEEP} name=b"])
         launches = [
             launch
-            for launch in await s.bot.store.get_many(await s.bot.store.active_ids("U0ALICE"))
+            for launch in await s.bot.store.launches.get_many(
+                await s.bot.store.history.active_ids("U0ALICE")
+            )
             if launch is not None
         ]
     queued = [a for a in answers if "Queued; the table in its thread" in a]
@@ -70,12 +72,12 @@ async def test_each_member_counts_against_the_launch_rate(standin: SlackStandin)
     async with secure_bot(standin, limits=limits) as s:
         too_many = await s.command("/train", SWEEP + ",7e-5,9e-5")  # five members
         assert "This starts 5 launches, and you may start at most 4 a minute" in too_many
-        assert await s.bot.store.active_ids("U0ALICE") == []
+        assert await s.bot.store.history.active_ids("U0ALICE") == []
         first = await s.command("/train", SWEEP)  # three of four
         assert "Queued; the table in its thread" in first, first
         second = await s.command("/train", SWEEP)  # three more do not fit
         assert "Slow down: you started 4 launches in the last minute" in second, second
-        assert len(await s.bot.store.active_ids("U0ALICE")) == 3
+        assert len(await s.bot.store.history.active_ids("U0ALICE")) == 3
 
 
 async def test_a_sweep_without_an_estimate_is_refused_under_a_budget(
@@ -87,6 +89,6 @@ async def test_a_sweep_without_an_estimate_is_refused_under_a_budget(
     async with secure_bot(standin, a4={"time_limit": None}, budgets=budgets) as s:
         single = await s.command("/train", "sft llama3p1_8b cluster=a4")
         swept = await s.command("/train", SWEEP)
-        assert await s.bot.store.active_ids("U0ALICE") == []
+        assert await s.bot.store.history.active_ids("U0ALICE") == []
     assert "this launch has no estimate" in single, single
     assert "this launch has no estimate" in swept and "Give time=HH:MM:SS" in swept, swept

@@ -44,9 +44,11 @@ async def test_custom_images_only_where_policy_allows(
 ) -> None:
     async with secure_bot(standin) as s:
         said = await s.command("/train", f"sft llama3p1_8b cluster=a4 image={image}", user=user)
-        ids = await s.bot.store.active_ids(user)
+        ids = await s.bot.store.history.active_ids(user)
         specs = [
-            s.bot.clusters.spec_for(launch) for i in ids if (launch := await s.bot.store.get(i))
+            s.bot.clusters.spec_for(launch)
+            for i in ids
+            if (launch := await s.bot.store.launches.get(i))
         ]
     assert says in said, said
     assert len(ids) == (1 if queued else 0)
@@ -63,8 +65,8 @@ async def test_a_custom_image_reaches_a_nemo_rl_job(standin: SlackStandin) -> No
     image = "/opt/images/reviewed/rl-custom.sqsh"
     async with secure_bot(standin) as s:
         said = await s.command("/train", f"dpo llama3p1_8b cluster=a4 image={image}", user="U0IMG")
-        (launch_id,) = await s.bot.store.active_ids("U0IMG")
-        launch = await s.bot.store.get(launch_id)
+        (launch_id,) = await s.bot.store.history.active_ids("U0IMG")
+        launch = await s.bot.store.launches.get(launch_id)
         assert launch is not None
         plan = plan_launch(s.bot.clusters.spec_for(launch).spec)
         default = s.bot.clusters.profile("a4").image_for("nemo-rl")
@@ -87,8 +89,8 @@ async def test_a_groups_launches_run_under_its_slurm_account(standin: SlackStand
         }
         argv = {}
         for user in said:
-            (launch_id,) = await s.bot.store.active_ids(user)
-            launch = await s.bot.store.get(launch_id)
+            (launch_id,) = await s.bot.store.history.active_ids(user)
+            launch = await s.bot.store.launches.get(launch_id)
             assert launch is not None
             argv[user] = [str(a) for a in plan_launch(s.bot.clusters.spec_for(launch).spec).argv]
     assert all(text.startswith("Queued") for text in said.values()), said

@@ -31,7 +31,7 @@ async def test_requests_from_other_workspaces_are_refused(standin: SlackStandin)
         body = urllib.parse.urlencode({"payload": json.dumps(payload)})
         click = await post_signed(s.url, body)
         await asyncio.sleep(0.5)
-        stored = await s.bot.store.get(launch.id)
+        stored = await s.bot.store.launches.get(launch.id)
     assert "serves another Slack workspace" in other
     assert launch.id in own
     assert click.status == 200 and stored is not None and stored.phase == Phase.QUEUED

@@ -15,7 +15,6 @@ from bot.core.core import Core
 from bot.gateway.on_cluster import Clusters
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import SlackError, SlackFront
-from bot.store import keys
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
 from support.slack_requests import Answer, post_signed, slash_command_body
@@ -52,9 +51,9 @@ async def train(slack: SlackService, channel: str, text: str = TRAIN) -> Answer:
 
 async def nothing_queued(store: Store) -> bool:
     return (
-        await store.active_ids() == []
-        and await store.stream_length(keys.QUEUE) == 0
-        and await store.stream_length(keys.OUTBOX) == 0
+        await store.history.active_ids() == []
+        and await store.queue.length() == 0
+        and await store.outbox.length() == 0
     )
 
 
@@ -73,7 +72,7 @@ async def test_a_channel_the_bot_is_not_in_is_refused_before_queueing(
         standin.channels["C0OUT"] = {"is_member": True}  # invited: the next try goes through
         again = await train(slack, "C0OUT")
         assert again.json()["text"].startswith("Queued L-")
-        assert len(await store.active_ids()) == 1
+        assert len(await store.history.active_ids()) == 1
 
 
 @pytest.mark.parametrize(

@@ -48,10 +48,12 @@ async def fill(store: Store) -> dict[str, Launch]:
     done, running, taken = launch("U0ALICE"), launch("U0BOB", "a3m"), launch("U0ALICE")
     guard = BudgetGuard(cluster="a4", week=WEEK, limit=500.0)
     team = TeamGuard(team=TEAM, window=WEEK, limit=1000.0)
-    await store.create(done, [Event("parent", done.id)], enqueue=False, budget=guard,
+    await store.launches.create(done, [Event("parent", done.id)], enqueue=False, budget=guard,
                        teams=(team,))  # fmt: skip
-    await store.create(running, [Event("parent", running.id)], enqueue=False)
-    await store.create(taken, [Event("parent", taken.id), Event("thread", taken.id, "Queued.")])
+    await store.launches.create(running, [Event("parent", running.id)], enqueue=False)
+    await store.launches.create(
+        taken, [Event("parent", taken.id), Event("thread", taken.id, "Queued.")]
+    )
 
     def to_running(job_id: str) -> Any:
         def move(stored: Launch) -> list[Event]:
@@ -66,11 +68,11 @@ async def fill(store: Store) -> dict[str, Launch]:
         stored.attempts[-1].ended_at = time.time()
         return []
 
-    await store.mutate(done.id, to_running("4187"))
-    await store.mutate(done.id, to_done)
-    assert await store.charge(done.id, "a4", 6.5)
-    await store.mutate(running.id, to_running("4188"))
-    picked = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=100)
+    await store.launches.mutate(done.id, to_running("4187"))
+    await store.launches.mutate(done.id, to_done)
+    assert await store.budgets.charge(done.id, "a4", 6.5)
+    await store.launches.mutate(running.id, to_running("4188"))
+    picked = await store.queue.read("w1", block_ms=100)
     assert taken.id in [f["launch"] for _, f in picked]
     return {"done": done, "running": running, "taken": taken}
 
@@ -121,8 +123,8 @@ async def test_back_up_lose_redis_restore_and_everything_is_back(
         async with Store.connect(first.url) as store:
             made = await fill(store)
             before = await everything(store)
-            history = await store.history()
-            charges = await store.charges(0)
+            history = await store.history.entries()
+            charges = await store.budgets.charges(0)
         monkeypatch.setenv("REDIS_URL", first.url)
         assert await cli(["backup", str(tmp_path / "trainbot.backup.gz")]) == 0
         assert f"{len(before)} keys" in capsys.readouterr().out
@@ -139,17 +141,17 @@ async def test_back_up_lose_redis_restore_and_everything_is_back(
         async with Store.connect(second.url) as store:
             assert await everything(store) == before
             for item in made.values():
-                stored = await store.get(item.id)
+                stored = await store.launches.get(item.id)
                 assert stored is not None and stored.id == item.id
-            assert [e.id for e in await store.history()] == [e.id for e in history]
-            assert (await store.history())[0].job_id == "4187"
-            assert await store.charges(0) == charges and charges[0].gpu_hours == 6.5
-            assert await store.usage("U0ALICE", "a4", await week_of(store, made)) == 6.5
-            assert (await store.team_use(TEAM, WEEK))[0] == 6.5
-            assert await store.find_job("4188") == [("a3m", made["running"].id)]
-            assert made["running"].id in await store.tracked_ids("a3m")
+            assert [e.id for e in await store.history.entries()] == [e.id for e in history]
+            assert (await store.history.entries())[0].job_id == "4187"
+            assert await store.budgets.charges(0) == charges and charges[0].gpu_hours == 6.5
+            assert await store.budgets.usage("U0ALICE", "a4", await week_of(store, made)) == 6.5
+            assert (await store.budgets.team_use(TEAM, WEEK))[0] == 6.5
+            assert await store.history.find_job("4188") == [("a3m", made["running"].id)]
+            assert made["running"].id in await store.history.tracked_ids("a3m")
             # The worker's entry is still its own, pending, as before the loss.
-            mine = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=0, pending=True)
+            mine = await store.queue.read("w1", block_ms=0, pending=True)
             assert made["taken"].id in [f["launch"] for _, f in mine]
 
         # A second restore into the now full Redis is refused, and says how to go on.
@@ -163,7 +165,7 @@ async def test_back_up_lose_redis_restore_and_everything_is_back(
 
 async def week_of(store: Store, made: dict[str, Launch]) -> str:
     """The ISO week the finished launch was charged in (the week it ended)."""
-    for charge in await store.charges(0):
+    for charge in await store.budgets.charges(0):
         if charge.launch_id == made["done"].id:
             return time.strftime("%G-W%V", time.gmtime(charge.ended_at))
     raise AssertionError("no charge")

@@ -40,39 +40,41 @@ async def test_a_taken_id_is_drawn_again_and_the_other_thread_is_untouched() -> 
     await flush_test_redis()
     async with open_test_store() as store:
         alice = Launch(request=request(), user_id="U0ALICE", channel="C1")
-        await store.create(alice, [Event("parent", alice.id)], enqueue=False)
+        await store.launches.create(alice, [Event("parent", alice.id)], enqueue=False)
         taken = alice.id
         bob = Launch(id=taken, request=request(), user_id="U0BOB", channel="C2")
         queued = "Queued by <@U0BOB>"
-        made = await store.create(bob, [Event("parent", bob.id), Event("thread", bob.id, queued)])
+        made = await store.launches.create(
+            bob, [Event("parent", bob.id), Event("thread", bob.id, queued)]
+        )
         assert made
         assert bob.id != taken and re.fullmatch(r"L-[0-9a-f]{10}", bob.id)
-        stored = await store.get(taken)
+        stored = await store.launches.get(taken)
         assert stored is not None and stored.user_id == "U0ALICE" and stored.channel == "C1"
         assert await outbox_of(store, taken) == [("parent", "")]
         assert await outbox_of(store, bob.id) == [("parent", ""), ("thread", queued)]
-        assert (await store.get(bob.id)).user_id == "U0BOB"  # type: ignore[union-attr]
-        assert await store.active_ids("U0ALICE") == [taken]
-        assert await store.active_ids("U0BOB") == [bob.id]
+        assert (await store.launches.get(bob.id)).user_id == "U0BOB"  # type: ignore[union-attr]
+        assert await store.history.active_ids("U0ALICE") == [taken]
+        assert await store.history.active_ids("U0BOB") == [bob.id]
 
 
 async def test_an_id_of_a_finished_launch_kept_only_in_history_is_not_reused() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
         old = Launch(request=request(), user_id="U0ALICE", channel="C1")
-        await store.create(old, [], enqueue=False)
+        await store.launches.create(old, [], enqueue=False)
 
         def end(stored: Launch) -> list[Event]:
             stored.phase, stored.outcome = Phase.DONE, "COMPLETED"
             return []
 
-        await store.mutate(old.id, end)
+        await store.launches.mutate(old.id, end)
         await store.redis.delete(keys.launch(old.id))  # its record expired; history stays
         fresh = iter(["L-00000000c1"])
         again = Launch(id=old.id, request=request(), user_id="U0BOB", channel="C2")
         events = [Event("parent", again.id)]
-        assert await store.create(again, events, new_id=lambda: next(fresh))
+        assert await store.launches.create(again, events, new_id=lambda: next(fresh))
         assert again.id == "L-00000000c1" and events[0].launch_id == again.id
-        entry = await store.finished(old.id)
+        entry = await store.history.finished(old.id)
         assert entry is not None and entry.user_id == "U0ALICE"
-        assert await store.get(old.id) is None
+        assert await store.launches.get(old.id) is None

@@ -199,14 +199,14 @@ async def test_a_sentinel_that_requires_a_password_is_reached_with_it(servers: S
         }
     )
     async with Store.connect(settings.redis_target()) as store:
-        assert await store.count("through-a-guarded-sentinel") == 1
+        assert await store.marks.count("through-a-guarded-sentinel") == 1
         await store.ping()
 
     # Without the sentinels' password, no primary is named: the store says so and
     # never shows either password.
     with pytest.raises(StoreError) as refused:
         async with Store.connect(target(sentinel_port)) as store:
-            await store.count("never")
+            await store.marks.count("never")
     said = str(refused.value)
     assert f"sentinel {SERVICE} via 127.0.0.1:{sentinel_port}" in said, said
     assert "a sentinel refused the password (REDIS_SENTINEL_PASSWORD)" in said, said
@@ -225,7 +225,7 @@ async def test_both_hops_over_tls_with_the_ca_file(servers: Servers, tmp_path: P
         tls_ca_file=str(ca),
     )
     async with Store.connect(tls) as store:
-        assert await store.count("over-tls") == 1
+        assert await store.marks.count("over-tls") == 1
         connection = await store.redis.connection_pool.get_connection()
         try:
             assert type(connection).__name__ == "SentinelManagedSSLConnection"
@@ -238,7 +238,7 @@ async def test_both_hops_over_tls_with_the_ca_file(servers: Servers, tmp_path: P
         async with Store.connect(
             target(sentinel_port, sentinel_password=SecretStr(SENTINEL_PASSWORD))
         ) as store:
-            await store.count("never")
+            await store.marks.count("never")
 
 
 @pytest.mark.timeout(60)
@@ -255,7 +255,7 @@ async def test_a_sentinel_acl_user_is_reached_by_its_name(servers: Servers) -> N
         }
     )
     async with Store.connect(settings.redis_target()) as store:
-        assert await store.count("through-an-acl-user") == 1
+        assert await store.marks.count("through-an-acl-user") == 1
     with pytest.raises(StoreError, match="a sentinel refused the password"):
         wrong = target(
             sentinel_port,
@@ -263,7 +263,7 @@ async def test_a_sentinel_acl_user_is_reached_by_its_name(servers: Servers) -> N
             sentinel_password=SecretStr(SENTINEL_PASSWORD),
         )
         async with Store.connect(wrong) as store:
-            await store.count("never")
+            await store.marks.count("never")
 
 
 @pytest.mark.timeout(60)
@@ -282,8 +282,8 @@ async def test_a_plain_rediss_url_is_verified_with_the_ca_file(
         }
     )
     async with Store.connect(settings.redis_target()) as store:
-        assert await store.count("plain-tls") == 1
+        assert await store.marks.count("plain-tls") == 1
     with pytest.raises(StoreError):  # the system's CAs do not know the test's CA
         plain = Target(url=f"rediss://127.0.0.1:{data_port}/0", password=SecretStr(DATA_PASSWORD))
         async with Store.connect(plain) as store:
-            await store.count("never")
+            await store.marks.count("never")

@@ -39,41 +39,39 @@ async def test_a_change_and_its_messages_are_written_together() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
         item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.create(item, [Event("parent", item.id)])
-        assert await store.active_ids("U1") == [item.id]
+        await store.launches.create(item, [Event("parent", item.id)])
+        assert await store.history.active_ids("U1") == [item.id]
 
         def running(stored: Launch) -> list[Event]:
             stored.phase = Phase.SUBMITTED
             return [Event("thread", stored.id, "Submitted."), Event("enqueue", stored.id)]
 
-        changed, _ = await store.mutate(item.id, running)
+        changed, _ = await store.launches.mutate(item.id, running)
         assert changed.phase == Phase.SUBMITTED
-        assert await store.tracked_ids("a4") == [item.id]
-        assert (
-            await store.stream_length("trainbot:outbox") == 2
-        )  # parent + thread; enqueue went to the queue
-        assert await store.stream_length("trainbot:queue") == 2  # created + enqueue
+        assert await store.history.tracked_ids("a4") == [item.id]
+        assert await store.outbox.length() == 2  # parent + thread; enqueue went to the queue
+        assert await store.queue.length() == 2  # created + enqueue
 
 
 async def test_a_lease_has_one_holder_at_a_time() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        assert await store.acquire("poller:a4", "one", 5000)
-        assert not await store.acquire("poller:a4", "two", 5000)
-        assert await store.acquire("poller:a4", "one", 5000)  # renewal
-        await store.release("poller:a4", "two")  # not the holder: nothing happens
-        assert not await store.acquire("poller:a4", "two", 5000)
-        await store.release("poller:a4", "one")
-        assert await store.acquire("poller:a4", "two", 5000)
+        assert await store.leases.acquire("poller:a4", "one", 5000)
+        assert not await store.leases.acquire("poller:a4", "two", 5000)
+        assert await store.leases.acquire("poller:a4", "one", 5000)  # renewal
+        await store.leases.release("poller:a4", "two")  # not the holder: nothing happens
+        assert not await store.leases.acquire("poller:a4", "two", 5000)
+        await store.leases.release("poller:a4", "one")
+        assert await store.leases.acquire("poller:a4", "two", 5000)
 
 
 async def test_redis_down_is_a_store_error_not_a_redis_exception() -> None:
     store = Store(aioredis.from_url(CLOSED, decode_responses=True))
     try:
         with pytest.raises(StoreError, match="Redis is unreachable"):
-            await store.get("L-abcdef")
+            await store.launches.get("L-abcdef")
         with pytest.raises(StoreError):
-            sum(await store.active_counts("U1"))
+            sum(await store.budgets.active_counts("U1"))
     finally:
         await store.redis.aclose()
 
@@ -106,14 +104,14 @@ async def test_the_notifier_skips_an_entry_of_an_unknown_kind() -> None:
     front = ConsoleFront(io.StringIO(), color=False)
     async with open_test_store() as store:
         item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.create(item, [], enqueue=False)
+        await store.launches.create(item, [], enqueue=False)
         await store.redis.xadd(keys.OUTBOX, {"kind": "ephemeral", "launch": item.id})
         retry = [Event("thread", item.id, "Retrying."), Event("enqueue", item.id)]
-        await store.mutate(item.id, lambda _: retry)
+        await store.launches.mutate(item.id, lambda _: retry)
         notifier = Notifier(store, front, {}, owner="test")
         while not await notifier.drained():
             await notifier.drain()
-        assert await store.stream_length(keys.QUEUE) == 1  # the enqueue went to the workers
+        assert await store.queue.length() == 1  # the enqueue went to the workers
     assert front.lines[1:] == ["  └ Retrying."]  # after the parent; the unknown entry dropped
 
 
@@ -126,22 +124,22 @@ async def test_create_holds_to_max_active_across_connections() -> None:
         items = [Launch(request=request(), user_id="U1", channel="C1") for _ in range(8)]
         made = await asyncio.gather(
             *(
-                (one if i % 2 else two).create(item, [], enqueue=False, max_active=3)
+                (one if i % 2 else two).launches.create(item, [], enqueue=False, max_active=3)
                 for i, item in enumerate(items)
             )
         )
-        assert made.count(True) == 3 and sum(await one.active_counts("U1")) == 3
+        assert made.count(True) == 3 and sum(await one.budgets.active_counts("U1")) == 3
         kept = [item.id for item, ok in zip(items, made, strict=True) if ok]
-        assert sorted(kept) == await one.active_ids("U1")
-        assert [await one.get(item.id) is not None for item in items] == made
+        assert sorted(kept) == await one.history.active_ids("U1")
+        assert [await one.launches.get(item.id) is not None for item in items] == made
 
 
 async def test_first_seen_is_shared_and_expires() -> None:
     await flush_test_redis()
     async with open_test_store() as one, open_test_store() as two:
-        assert await one.first_seen("req-1", 1)
-        assert not await two.first_seen("req-1", 1)
-        assert await two.first_seen("req-2", 1)
+        assert await one.marks.first_seen("req-1", 1)
+        assert not await two.marks.first_seen("req-1", 1)
+        assert await two.marks.first_seen("req-2", 1)
 
 
 async def test_records_and_messages_are_stored_redacted() -> None:
@@ -149,7 +147,7 @@ async def test_records_and_messages_are_stored_redacted() -> None:
     secret = "hf_storedSecret123"
     async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
         item = Launch(request=request(), user_id="U1", channel="C1", detail=f"x {secret}")
-        await st.create(item, [Event("thread", item.id, f"stderr {secret}")])
+        await st.launches.create(item, [Event("thread", item.id, f"stderr {secret}")])
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
             raw = str(await client.get(f"trainbot:launch:{item.id}"))
@@ -165,9 +163,9 @@ async def test_many_launches_are_read_in_order_in_chunks() -> None:
     async with open_test_store() as store:
         items = [Launch(request=request(), user_id="U1", channel="C1") for _ in range(5)]
         for item in items:
-            await store.create(item, [], enqueue=False)
+            await store.launches.create(item, [], enqueue=False)
         ids = [items[3].id, "L-000000", items[0].id, items[4].id]
-        found = await store.get_many(ids, chunk=2)
+        found = await store.launches.get_many(ids, chunk=2)
         assert [f.id if f else None for f in found] == [items[3].id, None, items[0].id, items[4].id]
 
 
@@ -175,7 +173,7 @@ async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing
     await flush_test_redis()
     async with open_test_store() as store:
         names = [f"burst-{i}" for i in range(400)]
-        seen = await asyncio.gather(*(store.first_seen(name, 60) for name in names))
+        seen = await asyncio.gather(*(store.marks.first_seen(name, 60) for name in names))
         assert all(seen)
 
 
@@ -183,21 +181,31 @@ async def test_watchers_preferences_and_dms_written_once() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
         item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.create(item, [])
-        assert await store.watch(item.id, "U2") and not await store.watch(item.id, "U2")
-        assert await store.watchers(item.id) == ["U2"] and await store.watching("U2") == [item.id]
-        assert await store.unwatch(item.id, "U2") and not await store.unwatch(item.id, "U2")
-        assert await store.watchers(item.id) == [] and await store.watching("U2") == []
+        await store.launches.create(item, [])
+        assert await store.people.watch(item.id, "U2") and not await store.people.watch(
+            item.id, "U2"
+        )
+        assert await store.people.watchers(item.id) == ["U2"] and await store.people.watching(
+            "U2"
+        ) == [item.id]
+        assert await store.people.unwatch(item.id, "U2") and not await store.people.unwatch(
+            item.id, "U2"
+        )
+        assert (
+            await store.people.watchers(item.id) == [] and await store.people.watching("U2") == []
+        )
 
-        assert (await store.prefs("U2")).dm == ["finish", "failure", "hang"]  # the defaults
-        await store.set_prefs("U2", (await store.prefs("U2")).model_copy(update={"dm": []}))
-        assert (await store.prefs("U2")).dm == []
+        assert (await store.people.prefs("U2")).dm == ["finish", "failure", "hang"]  # the defaults
+        await store.people.set_prefs(
+            "U2", (await store.people.prefs("U2")).model_copy(update={"dm": []})
+        )
+        assert (await store.people.prefs("U2")).dm == []
 
-        before = await store.stream_length("trainbot:outbox")
+        before = await store.outbox.length()
         dm = Event("dm", item.id, "done", data={"user": "U2", "notice": "completed"})
-        assert await store.write_dms("1-0", [dm, dm])
-        assert not await store.write_dms("1-0", [dm])  # a redelivered line writes none again
-        assert await store.stream_length("trainbot:outbox") == before + 2
+        assert await store.lanes.write_dms("1-0", [dm, dm])
+        assert not await store.lanes.write_dms("1-0", [dm])  # a redelivered line writes none again
+        assert await store.outbox.length() == before + 2
 
 
 async def test_the_facts_of_an_event_are_stored_redacted_even_where_json_escapes_them() -> None:
@@ -209,7 +217,7 @@ async def test_the_facts_of_an_event_are_stored_redacted_even_where_json_escapes
     async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
         item = Launch(request=request(), user_id="U1", channel="C1")
         facts = {"move": "launcher_error", "output": f"token {secret}", "more": [secret]}
-        await st.create(item, [Event("thread", item.id, data=facts)], enqueue=False)
+        await st.launches.create(item, [Event("thread", item.id, data=facts)], enqueue=False)
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
             entries = await client.xrange("trainbot:outbox")

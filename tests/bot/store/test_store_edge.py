@@ -139,55 +139,57 @@ async def test_a_lost_reply_to_create_does_not_queue_the_launch_twice() -> None:
     async with dropper_store() as (store, dropper, _):
         item = a_launch()
         dropper.marker = b"EXEC"
-        assert await store.create(item, [Event("parent", item.id)])
+        assert await store.launches.create(item, [Event("parent", item.id)])
         assert dropper.dropped == 1
-        assert await store.stream_length("trainbot:queue") == 1
-        assert await store.stream_length("trainbot:outbox") == 1
-        assert await store.active_ids("U1") == [item.id]  # the same id, not a second draw
+        assert await store.queue.length() == 1
+        assert await store.outbox.length() == 1
+        assert await store.history.active_ids("U1") == [item.id]  # the same id, not a second draw
 
 
 async def test_a_lost_reply_to_a_change_does_not_write_its_messages_twice() -> None:
     async with dropper_store() as (store, dropper, _):
         item = a_launch()
-        await store.create(item, [Event("parent", item.id)])
+        await store.launches.create(item, [Event("parent", item.id)])
 
         dropper.marker = b"EXEC"
-        stored, events = await store.mutate(item.id, lambda s: [Event("thread", s.id, "Once.")])
+        stored, events = await store.launches.mutate(
+            item.id, lambda s: [Event("thread", s.id, "Once.")]
+        )
         assert dropper.dropped == 1
         assert [(e.kind, e.text) for e in events] == [("thread", "Once.")]  # from the mark
         assert stored.id == item.id
-        assert await store.stream_length("trainbot:outbox") == 2  # parent + one thread line
+        assert await store.outbox.length() == 2  # parent + one thread line
 
 
 async def test_a_lost_reply_to_a_posted_mark_still_says_it_was_this_call() -> None:
     async with dropper_store() as (store, dropper, retries):
         dropper.marker = b"trainbot:posted:E-1"
-        assert await store.mark_posted("E-1")  # its own mark, set before the reply was lost
+        assert await store.marks.mark_posted("E-1")  # its own mark, set before the reply was lost
         assert retries == ["connection"]
-        assert not await store.mark_posted("E-1")  # another call: posted already
+        assert not await store.marks.mark_posted("E-1")  # another call: posted already
 
 
 async def test_a_lost_reply_to_a_count_counts_once() -> None:
     async with dropper_store() as (store, dropper, _):
-        assert await store.count("waits") == 1
+        assert await store.marks.count("waits") == 1
         dropper.marker = b"EXEC"
-        assert await store.count("waits") == 2
+        assert await store.marks.count("waits") == 2
         assert dropper.dropped == 1
-        assert await store.count("waits") == 3
+        assert await store.marks.count("waits") == 3
 
 
 async def test_a_lost_reply_to_a_dead_letter_sets_the_entry_aside_once() -> None:
     async with dropper_store() as (store, dropper, _):
         await store.ensure_groups()
         item = a_launch()
-        await store.create(item, [])
-        [(entry_id, fields)] = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=100)
+        await store.launches.create(item, [])
+        [(entry_id, fields)] = await store.queue.read("w1", block_ms=100)
         dropper.marker = b"EVAL"
-        await store.dead_letter_entry(entry_id, fields, "boom", retry_at=time.time() + 600)
+        await store.queue.dead_letter_entry(entry_id, fields, "boom", retry_at=time.time() + 600)
         assert dropper.dropped == 1
-        assert await store.queue_dead_letter_count() == 1  # not a second dead letter
-        assert await store.queue_retrying_count() == 1
-        assert await store.stream_length(keys.QUEUE) == 0
+        assert await store.queue.dead_letter_count() == 1  # not a second dead letter
+        assert await store.queue.retrying_count() == 1
+        assert await store.queue.length() == 0
 
 
 @needs_server
@@ -206,7 +208,7 @@ async def test_a_write_refused_by_a_replica_waits_for_its_promotion() -> None:
         async with Store.connect(target) as store:  # its first write (the groups) is refused
             store.retry_observers.append(lambda reason, _: seen.append(store.failing_over()))
             item = a_launch()
-            assert await store.create(item, [Event("parent", item.id)])
+            assert await store.launches.create(item, [Event("parent", item.id)])
             assert store.failing_over() == ""
         await promoting
         await client.aclose()
@@ -227,7 +229,7 @@ async def _readonly_ride(primary: int) -> str:
 
         store.retry_observers.append(observe)
         with pytest.raises(StoreError, match="not back within 0.3 s"):
-            await store.requeue("L-abc")
+            await store.queue.requeue("L-abc")
         await store.redis.aclose()
         assert health and health[0].startswith("store failing over for")
         return reasons[0]
@@ -237,7 +239,7 @@ async def test_a_failover_longer_than_the_bound_is_a_clear_error() -> None:
     store = Store(aioredis.from_url(CLOSED), target=Target(url=CLOSED, retry_for_s=0.5))
     started = time.monotonic()
     with pytest.raises(StoreError, match=r"not back within 0.5 s \(redis://127.0.0.1:1/0"):
-        await store.get("L-abcdef")
+        await store.launches.get("L-abcdef")
     assert 0.3 < time.monotonic() - started < 3
     assert store.failover.retries >= 3
     await store.redis.aclose()
@@ -259,7 +261,7 @@ async def test_wait_holds_a_queued_launch_until_the_replica_has_it() -> None:
             assert await store.replicas() == 1
             for _ in range(20):
                 item = a_launch()
-                await store.create(item, [Event("parent", item.id)])
+                await store.launches.create(item, [Event("parent", item.id)])
                 assert await replica_client.exists(f"trainbot:launch:{item.id}") == 1
         await replica_client.aclose()
 
@@ -270,9 +272,9 @@ async def test_wait_without_replicas_costs_its_timeout_and_still_writes() -> Non
     async with Store.connect(target) as store:
         item = a_launch()
         started = time.monotonic()
-        assert await store.create(item, [Event("parent", item.id)])
+        assert await store.launches.create(item, [Event("parent", item.id)])
         assert time.monotonic() - started >= 0.29
-        assert await store.get(item.id) is not None
+        assert await store.launches.get(item.id) is not None
 
 
 async def test_a_record_that_is_not_a_launch_is_skipped_not_fatal(
@@ -284,10 +286,10 @@ async def test_a_record_that_is_not_a_launch_is_skipped_not_fatal(
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
     async with Store.connect(TEST_REDIS) as store:
         good = Launch(request=request, user_id="U1", channel="C1")
-        await store.create(good, [], enqueue=False)
+        await store.launches.create(good, [], enqueue=False)
         await store.redis.set(keys.launch("L-0badbad0"), '{"id": "L-0badbad0", "phase": 7}')
         await store.redis.set(keys.launch("L-0badbad1"), "not json at all")
-        found = await store.get_many(["L-0badbad0", good.id, "L-0badbad1", "L-gone"])
+        found = await store.launches.get_many(["L-0badbad0", good.id, "L-0badbad1", "L-gone"])
         assert [f.id if f else None for f in found] == [None, good.id, None, None]
         assert await store.redis.get(keys.launch("L-0badbad1")) == "not json at all"  # kept
     said = [r.getMessage() for r in caplog.records if "is not a launch" in r.getMessage()]
@@ -299,7 +301,7 @@ async def test_a_failover_whose_calls_all_gave_up_is_over_for_health() -> None:
     a process that makes no other call (an idle web role) stayed 503 with Redis back."""
     store = Store(aioredis.from_url(CLOSED), target=Target(url=CLOSED, retry_for_s=0.3))
     with pytest.raises(StoreError):
-        await store.get("L-abcdef")
+        await store.launches.get("L-abcdef")
     assert store.failing_over().startswith("store failing over for")  # just gave up
     store.failover.last_retry -= EPISODE_OVER_S + 0.1  # no call retried since: none rides now
     assert store.failing_over() == ""

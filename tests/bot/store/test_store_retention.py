@@ -29,7 +29,7 @@ def launch(user: str, cluster: str) -> Launch:
 
 
 async def finish(store: Store, item: Launch, job_id: str, outcome: str = "COMPLETED") -> None:
-    await store.create(item, [Event("parent", item.id)])
+    await store.launches.create(item, [Event("parent", item.id)])
 
     def submitted(stored: Launch) -> list[Event]:
         stored.phase = Phase.RUNNING
@@ -41,8 +41,8 @@ async def finish(store: Store, item: Launch, job_id: str, outcome: str = "COMPLE
         stored.attempts[-1].ended_at = time.time()
         return []
 
-    await store.mutate(item.id, submitted)
-    await store.mutate(item.id, done)
+    await store.launches.mutate(item.id, submitted)
+    await store.launches.mutate(item.id, done)
 
 
 def no_scan(*args: Any, **kwargs: Any) -> Any:
@@ -55,19 +55,19 @@ async def test_a_job_id_is_found_through_the_index_without_scanning() -> None:
         a, b, c = launch("U1", "a4"), launch("U2", "a3m"), launch("U1", "a4")
         await finish(store, a, "4187")
         await finish(store, b, "4187")  # the same Slurm id on another cluster
-        await store.create(c, [])
+        await store.launches.create(c, [])
 
         def submitted(stored: Launch) -> list[Event]:
             stored.phase = Phase.SUBMITTED
             stored.attempts.append(Attempt(number=1, job_id="99"))
             return []
 
-        await store.mutate(c.id, submitted)
+        await store.launches.mutate(c.id, submitted)
         store.redis.scan_iter = no_scan  # type: ignore[method-assign]
         store.redis.scan = no_scan  # type: ignore[method-assign]
-        assert await store.find_job("4187") == [("a3m", b.id), ("a4", a.id)]
-        assert await store.find_job("99") == [("a4", c.id)]
-        assert await store.find_job("5") == []
+        assert await store.history.find_job("4187") == [("a3m", b.id), ("a4", a.id)]
+        assert await store.history.find_job("99") == [("a4", c.id)]
+        assert await store.history.find_job("5") == []
         assert await store.redis.ttl(keys.job_index("99")) == -1  # active: kept
 
 
@@ -76,10 +76,10 @@ async def test_job_keys_of_earlier_versions_are_moved_once() -> None:
     async with Store.connect(TEST_REDIS) as store:
         await store.redis.delete(keys.JOB_INDEX_MIGRATED)
         await store.redis.set(keys.job("a4", "77"), "L-000077")
-        assert await store.migrate_job_index() == 1
-        assert await store.find_job("77") == [("a4", "L-000077")]
+        assert await store.history.migrate_job_index() == 1
+        assert await store.history.find_job("77") == [("a4", "L-000077")]
         assert not await store.redis.exists(keys.job("a4", "77"))
-        assert await store.migrate_job_index() == 0  # marked done: no second scan
+        assert await store.history.migrate_job_index() == 0  # marked done: no second scan
 
 
 async def test_finished_launches_expire_and_their_history_stays() -> None:
@@ -91,13 +91,13 @@ async def test_finished_launches_expire_and_their_history_stays() -> None:
         await finish(store, mine, "11")
         await finish(store, theirs, "12", "CANCELLED")
         running = launch("U1", "a4")
-        await store.create(running, [])
+        await store.launches.create(running, [])
         assert 0 < await store.redis.ttl(keys.launch(mine.id)) <= 2
         assert await store.redis.ttl(keys.launch(running.id)) == -1  # active: never expires
         await asyncio.sleep(2.5)
-        assert await store.get(mine.id) is None  # the record is gone ...
-        assert await store.get(running.id) is not None
-        history = await store.history(user_id="U1")  # ... its history is not
+        assert await store.launches.get(mine.id) is None  # the record is gone ...
+        assert await store.launches.get(running.id) is not None
+        history = await store.history.entries(user_id="U1")  # ... its history is not
         assert [e.id for e in history] == [mine.id, old.id]  # newest first
         entry = history[0]
         assert (entry.cluster, entry.job_id, entry.outcome, entry.title) == (
@@ -107,11 +107,11 @@ async def test_finished_launches_expire_and_their_history_stays() -> None:
             "sft · llama3p1_8b",
         )
         assert entry.user_name == "u1" and entry.attempts == 1 and 55 < entry.run_s < 120
-        assert [e.id for e in await store.history(cluster="a4")] == [theirs.id, old.id]
-        assert [e.id for e in await store.history(user_id="U1", cluster="a4")] == [old.id]
-        assert [e.id for e in await store.history()] == [theirs.id, mine.id, old.id]
-        assert await store.history(since=time.time() + 10) == []
-        assert len(await store.history(limit=2)) == 2
+        assert [e.id for e in await store.history.entries(cluster="a4")] == [theirs.id, old.id]
+        assert [e.id for e in await store.history.entries(user_id="U1", cluster="a4")] == [old.id]
+        assert [e.id for e in await store.history.entries()] == [theirs.id, mine.id, old.id]
+        assert await store.history.entries(since=time.time() + 10) == []
+        assert len(await store.history.entries(limit=2)) == 2
 
 
 async def test_history_older_than_its_retention_is_trimmed() -> None:
@@ -121,7 +121,7 @@ async def test_history_older_than_its_retention_is_trimmed() -> None:
         await finish(s, ancient, "1")
         await s.redis.zadd(keys.history(user_id="U1"), {ancient.id: time.time() - 3600})
         await finish(s, launch("U1", "a4"), "2")  # the next write trims the index
-        assert ancient.id not in [e.id for e in await s.history(user_id="U1")]
+        assert ancient.id not in [e.id for e in await s.history.entries(user_id="U1")]
         assert 0 < await s.redis.ttl(keys.summary(ancient.id)) <= 60
 
 

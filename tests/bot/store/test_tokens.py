@@ -12,7 +12,7 @@ from bot.store.tokens import TokenRecord, digest, parse_ttl
 
 
 async def test_redis_keeps_the_hash_never_the_token(store: Store) -> None:
-    record, token = await store.mint_token("U0ALICE", scopes=("read",), ttl_s=3600)
+    record, token = await store.tokens.mint_token("U0ALICE", scopes=("read",), ttl_s=3600)
     assert token.startswith("tbt_") and len(token) == 47
     everything = []
     async for key in store.redis.scan_iter("*"):
@@ -24,41 +24,43 @@ async def test_redis_keeps_the_hash_never_the_token(store: Store) -> None:
             everything.extend(await store.redis.smembers(key))
     assert not any(token in str(item) or token[4:] in str(item) for item in everything)
     assert keys.token(digest(token)) in everything
-    found = await store.token_record(token)
+    found = await store.tokens.token_record(token)
     assert found == record and found.allows("read") and not found.allows("launch")
     assert 3590 < record.expires_at - time.time() <= 3600
 
 
 async def test_expiry_revocation_and_scopes(store: Store) -> None:
-    record, token = await store.mint_token("U0ALICE", ttl_s=120)
+    record, token = await store.tokens.mint_token("U0ALICE", ttl_s=120)
     assert record.scopes == ("read", "launch") and record.allows("read")
     assert not record.expired() and record.expired(record.created_at + 120)
-    assert await store.token_record(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
-    assert await store.token_record("not-a-token") is None
-    assert [r.id for r in await store.tokens_of("U0ALICE")] == [record.id]
-    assert await store.revoke_token(record.id, user_id="U0BOB") is None  # not Bob's to revoke
-    assert await store.token_record(token) == record
-    assert await store.revoke_token(record.id, user_id="U0ALICE") == record
-    assert await store.token_record(token) is None
-    assert await store.tokens_of("U0ALICE") == []
-    assert await store.revoke_token(record.id) is None
+    assert await store.tokens.token_record(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    assert await store.tokens.token_record("not-a-token") is None
+    assert [r.id for r in await store.tokens.tokens_of("U0ALICE")] == [record.id]
+    assert (
+        await store.tokens.revoke_token(record.id, user_id="U0BOB") is None
+    )  # not Bob's to revoke
+    assert await store.tokens.token_record(token) == record
+    assert await store.tokens.revoke_token(record.id, user_id="U0ALICE") == record
+    assert await store.tokens.token_record(token) is None
+    assert await store.tokens.tokens_of("U0ALICE") == []
+    assert await store.tokens.revoke_token(record.id) is None
 
 
 async def test_a_record_that_does_not_read_as_one_is_no_token(store: Store) -> None:
-    record, token = await store.mint_token("U0ALICE", ttl_s=600)
+    record, token = await store.tokens.mint_token("U0ALICE", ttl_s=600)
     await store.redis.set(keys.token(digest(token)), '{"id": "T-0", "user_id": "alice"}')
-    assert await store.token_record(token) is None
-    assert await store.revoke_token(record.id, user_id="U0BOB") is None  # not shown as hers
+    assert await store.tokens.token_record(token) is None
+    assert await store.tokens.revoke_token(record.id, user_id="U0BOB") is None  # not shown as hers
     assert await store.redis.exists(keys.token(digest(token)))  # so only an operator revokes it
-    await store.revoke_token(record.id)
+    await store.tokens.revoke_token(record.id)
     assert not await store.redis.exists(keys.token(digest(token)), keys.token_id(record.id))
 
 
 async def test_bad_requests_for_a_token_say_what_is_right(store: Store) -> None:
     with pytest.raises(ValueError, match="not a Slack user id"):
-        await store.mint_token("alice")
+        await store.tokens.mint_token("alice")
     with pytest.raises(ValueError, match="unknown scope admin"):
-        await store.mint_token("U0ALICE", scopes=("admin",))
+        await store.tokens.mint_token("U0ALICE", scopes=("admin",))
 
 
 @pytest.mark.parametrize(

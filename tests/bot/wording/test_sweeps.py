@@ -74,16 +74,20 @@ async def test_a_sweep_over_budget_is_refused_whole_before_any_member_exists(sto
     sweep, launches = make_sweep(["1e-5", "3e-5"], ["100", "200"], estimate=3.0)
     guard = BudgetGuard("a4", iso_week(__import__("time").time()), 10.0)
     with pytest.raises(OverBudget):  # 4 x 3 = 12 > 10, though each member alone fits
-        await store.create_sweep(sweep, launches, [Event("parent", launches[0].id)], budget=guard)
-    assert await store.get_sweep(sweep.id) is None
-    assert await store.get_many(sweep.members) == [None] * 4
+        await store.launches.create_sweep(
+            sweep, launches, [Event("parent", launches[0].id)], budget=guard
+        )
+    assert await store.launches.get_sweep(sweep.id) is None
+    assert await store.launches.get_many(sweep.members) == [None] * 4
     assert await store.redis.xlen(keys.QUEUE) == 0 and await store.redis.xlen(keys.OUTBOX) == 0
 
     sweep, launches = make_sweep(["1e-5", "3e-5"], ["100", "200"], estimate=2.5)
-    await store.create_sweep(sweep, launches, [Event("parent", launches[0].id)], budget=guard)
-    assert [m.id for m in await store.get_many(sweep.members) if m] == sweep.members
+    await store.launches.create_sweep(
+        sweep, launches, [Event("parent", launches[0].id)], budget=guard
+    )
+    assert [m.id for m in await store.launches.get_many(sweep.members) if m] == sweep.members
     assert await store.redis.xlen(keys.QUEUE) == 4
-    _, held = await store.budget_use("U0ALICE", "a4", guard.week)
+    _, held = await store.budgets.budget_use("U0ALICE", "a4", guard.week)
     assert held == pytest.approx(10.0)
 
 
@@ -99,7 +103,9 @@ async def test_64_members_post_and_update_within_slack_limits_without_429(
     store: Store, standin: SlackStandin, front: SlackFront
 ) -> None:
     sweep, launches = make_sweep([f"{i}e-5" for i in range(1, 17)], ["100", "200", "300", "400"])
-    await store.create_sweep(sweep, launches, [Event("parent", launches[0].id)], enqueue=False)
+    await store.launches.create_sweep(
+        sweep, launches, [Event("parent", launches[0].id)], enqueue=False
+    )
     notifier = Notifier(store, front, {}, owner="n1")
     updates_written = 0
     async with notifying(notifier):
@@ -113,7 +119,7 @@ async def test_64_members_post_and_update_within_slack_limits_without_429(
                     stored.progress.loss = 3.0 - step / 100
                     return [Event("update", stored.id)]
 
-                await store.mutate(launch.id, move)
+                await store.launches.mutate(launch.id, move)
                 updates_written += 1
         await asyncio.wait_for(_drained(store), 30)
     calls = standin.calls_to("chat.update", ok_only=False)
@@ -135,7 +141,7 @@ async def test_64_members_post_and_update_within_slack_limits_without_429(
 
 
 async def _drained(store: Store) -> None:
-    while await store.undelivered():
+    while await store.lanes.undelivered():
         await asyncio.sleep(0.05)
 
 
@@ -143,7 +149,9 @@ async def test_the_end_posts_the_comparison_best_first_and_one_overlay(
     store: Store, standin: SlackStandin, front: SlackFront
 ) -> None:
     sweep, launches = make_sweep(["1e-5", "3e-5"], ["100", "200"])
-    await store.create_sweep(sweep, launches, [Event("parent", launches[0].id)], enqueue=False)
+    await store.launches.create_sweep(
+        sweep, launches, [Event("parent", launches[0].id)], enqueue=False
+    )
     finals = [1.9, 1.1, 1.5, 0.8]
     async with notifying(Notifier(store, front, {}, owner="n1")):
         for launch, final in zip(launches, finals, strict=True):
@@ -155,7 +163,7 @@ async def test_the_end_posts_the_comparison_best_first_and_one_overlay(
                 ]
                 return [Event("thread", stored.id, "✅ COMPLETED"), Event("update", stored.id)]
 
-            await store.mutate(launch.id, end)
+            await store.launches.mutate(launch.id, end)
         upload = await standin.wait_for("files.completeUploadExternal", timeout_s=20)
         await asyncio.wait_for(_drained(store), 20)
     replies = [
