@@ -142,10 +142,15 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     ("not_started", P.QUEUED, P.DONE): Case(
         lambda: launch(P.QUEUED),
-        phases.Facts(outcome="PARENT_FAILED", text="⛔ Not started", detail="L-1 ended FAILED"),
+        phases.Facts(
+            outcome="PARENT_FAILED",
+            detail="L-1 ended FAILED",
+            data={"why": "parent_ended", "parent": "L-1", "parent_outcome": "FAILED"},
+        ),
         ["thread", "update"],
-        "⛔ Not started",
+        "⛔ Not started, because L-1, which this launch waited for, ended FAILED. Nothing",
         lambda item: (item.outcome, item.detail) == ("PARENT_FAILED", "L-1 ended FAILED"),
+        {"why": "parent_ended", "parent": "L-1", "outcome": "PARENT_FAILED"},
     ),
     **{
         ("given_up", source, P.DONE): Case(
