@@ -19,7 +19,6 @@ from cluster.diagnosis import (
     MAX_EVIDENCE,
     MAX_LINE_CHARS,
     Diagnosis,
-    Reaction,
     RetryDecision,
     diagnose,
     retry_decision,
@@ -31,7 +30,7 @@ from cluster.evidence import (
     evidence_payload,
     gather,
 )
-from cluster.failures import FailureRule, build_catalog
+from cluster.failures import FailureRule, Reaction, build_catalog
 from cluster.framework_base import Tracking
 from cluster.frameworks.nemo import NEMO
 from cluster.frameworks.nemo_rl import NEMO_RL

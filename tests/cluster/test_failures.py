@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bot.settings.config import parse_config
-from cluster.diagnosis import CATALOG, Diagnosis, Reaction, RetryDecision, retry_decision
+from cluster.diagnosis import CATALOG, Diagnosis, RetryDecision, retry_decision
 from cluster.errors import ConfigError
-from cluster.failures import CATALOG_FILE, FailureRule, build_catalog, builtin_rules
+from cluster.failures import CATALOG_FILE, FailureRule, Reaction, build_catalog, builtin_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """

@@ -115,9 +115,9 @@ async def test_clusters_is_cached_and_shows_only_clusters_the_person_may_use(
         asked: list[str] = []
         real = core.clusters.capacity
 
-        async def counted(name: str) -> ClusterCapacity:
-            asked.append(name)
-            return await real(name)
+        async def counted(cluster: str) -> ClusterCapacity:
+            asked.append(cluster)
+            return await real(cluster)
 
         core.clusters.capacity = counted  # type: ignore[method-assign]
         error, first = await ask(core, "U0ALICE", "/clusters")
@@ -205,8 +205,8 @@ async def test_jobs_all_and_the_app_home_show_no_more_than_clusters_would(store:
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
 
-        async def no_capacity(name: str) -> ClusterCapacity:
-            return ClusterCapacity(cluster=name, partitions=())
+        async def no_capacity(cluster: str) -> ClusterCapacity:
+            return ClusterCapacity(cluster=cluster, partitions=())
 
         core.calls.capacity = no_capacity  # type: ignore[method-assign]
         error, text = await ask(core, "U0ALICE", "/jobs", "all")

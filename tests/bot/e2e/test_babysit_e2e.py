@@ -24,6 +24,7 @@ from tests import devlogin
 from tests.bot.botkit import (
     LAUNCH_RE,
     PROJECT,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -36,7 +37,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"steps": 3, "step_time_s": 0.3, "save_time_s": 0.1}
+QUICK: Knobs = {"steps": 3, "step_time_s": 0.3, "save_time_s": 0.1}
 ROUTING_KEY = "R0UTINGKEY0123456789abcdef0123456"
 
 
@@ -274,7 +275,7 @@ async def test_node_failure_requeue_runs_elsewhere_paged_once_and_resolved(
     """Slurm requeues the job itself (JobRequeue=1; about two minutes later it runs on
     other nodes and resumes from its checkpoint): the bot says so, pages once, never
     submits a second copy, and resolves the page when the job completes."""
-    knob = {"steps": 60, "step_time_s": 0.5, "ckpt_every": 4, "save_time_s": 0.1}
+    knob: Knobs = {"steps": 60, "step_time_s": 0.5, "ckpt_every": 4, "save_time_s": 0.1}
     node_script = str(PROJECT / "devcluster" / "node")
     async with knobs(unique, **knob), console_bot() as (bot, front):
         text = f"sft llama3p1_8b framework=nemo-rl nodes=2 cluster=a4 name={unique}"
@@ -385,7 +386,13 @@ async def pagerduty_receiver() -> AsyncIterator[tuple[str, list[dict[str, object
 
 
 async def test_hang_pages_pagerduty_and_a_retry_that_completes_resolves_it(unique: str) -> None:
-    spec = {"steps": 6, "step_time_s": 0.3, "fault": "hang", "fault_at_step": 3, "fault_once": 1}
+    spec: Knobs = {
+        "steps": 6,
+        "step_time_s": 0.3,
+        "fault": "hang",
+        "fault_at_step": 3,
+        "fault_once": 1,
+    }
     async with (
         pagerduty_receiver() as (url, events),
         knobs(unique, **spec),

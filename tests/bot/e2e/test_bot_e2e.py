@@ -15,6 +15,7 @@ from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     in_order,
@@ -28,7 +29,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {
+FAST: Knobs = {
     "steps": 4,
     "step_time_s": 0.4,
     "ckpt_every": 2,

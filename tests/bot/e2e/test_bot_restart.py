@@ -23,6 +23,7 @@ from tests.bot.botkit import (
     LAUNCH_RE,
     PROJECT,
     TEST_REDIS,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -34,15 +35,15 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {"steps": 4, "step_time_s": 0.5, "tokenizer_race": "off"}
+FAST: Knobs = {"steps": 4, "step_time_s": 0.5, "tokenizer_race": "off"}
 
 
-def console(config: Path, **kwargs: object) -> subprocess.Popen[str]:
+def console(config: Path, stdin: int) -> subprocess.Popen[str]:
     env = {**os.environ, "REDIS_URL": TEST_REDIS, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "bot", "console", "--config", str(config), "--user", "alice"],
         cwd=PROJECT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        **kwargs,  # type: ignore[call-overload]
+        stdin=stdin,
     )  # fmt: skip
 
 

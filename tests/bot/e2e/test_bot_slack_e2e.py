@@ -18,6 +18,7 @@ from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     in_dm,
@@ -31,7 +32,7 @@ from tests.bot.conftest import standin_params
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {"steps": 4, "step_time_s": 0.4, "ckpt_every": 2, "save_time_s": 0.1}
+FAST: Knobs = {"steps": 4, "step_time_s": 0.4, "ckpt_every": 2, "save_time_s": 0.1}
 
 
 @asynccontextmanager

@@ -17,6 +17,7 @@ from bot.runtime.assembly import running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
@@ -41,7 +42,7 @@ async def test_a_cancel_of_a_job_whose_log_shows_an_nccl_timeout_is_final(
     front = ConsoleFront(io.StringIO(), color=False)
     # The NCCL fault strikes at step 2; the failing rank then takes minutes to exit, so the
     # job is still RUNNING, its log holding the watchdog line, when its owner cancels it.
-    fault = {"fault": "nccl", "fault_at_step": 2, "teardown_s": 600}
+    fault: Knobs = {"fault": "nccl", "fault_at_step": 2, "teardown_s": 600}
     async with (
         knobs(unique, steps=20, step_time_s=0.3, tokenizer_race="off", **fault),
         running(bot_settings(), dev_config(retry_backoff_s=0), front) as bot,

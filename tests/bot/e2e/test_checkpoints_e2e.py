@@ -18,6 +18,7 @@ from bot.text.front import Incoming
 from bot.text.mrkdwn import ACTION_PRUNE
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -28,7 +29,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"steps": 4, "ckpt_every": 2, "step_time_s": 0.3, "save_time_s": 0.1}
+QUICK: Knobs = {"steps": 4, "ckpt_every": 2, "step_time_s": 0.3, "save_time_s": 0.1}
 
 
 async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
@@ -90,7 +91,7 @@ async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
 
 async def test_deleting_old_checkpoints_keeps_the_best_and_the_last(unique: str) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    knob = {**QUICK, "steps": 6, "val_every": 2}
+    knob: Knobs = {**QUICK, "steps": 6, "val_every": 2}
     async with knobs(unique, **knob), running(bot_settings(), dev_config(), front) as bot:
         reply = await handle_line(
             f"/train pretrain llama3p1_2b cluster=a4 name={unique}", bot.core, front, user="alice"

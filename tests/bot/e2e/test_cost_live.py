@@ -23,6 +23,7 @@ from commands.budget import iso_week
 from commands.policy import BudgetRule
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -34,7 +35,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {
+FAST: Knobs = {
     "steps": 4,
     "step_time_s": 0.4,
     "ckpt_every": 2,
@@ -289,7 +290,7 @@ async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselv
         estimates = StartEstimates(ttl_s=30)
         shape = JobShape(nodes=1, partition="a4", time_limit="00:10:00")
 
-        def ask(nodes: int = 1, user: str = "") -> asyncio.Task[StartEstimate]:
+        def ask(nodes: int = 1, user: str = "") -> asyncio.Future[StartEstimate]:
             return estimates.ask(
                 clusters, "a4", replace(shape, nodes=nodes), user_id="U0" + user.upper(),
                 cluster_user=user, timeout_s=20,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+from typing import Unpack
 
 import pytest
 
@@ -22,6 +23,7 @@ from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
@@ -44,11 +46,11 @@ def with_health(config: Config, **rules: object) -> Config:
 
 
 async def run_to_end(
-    unique: str, cancel_jobs: list[str], config: Config, **values: object
+    unique: str, cancel_jobs: list[str], config: Config, **values: Unpack[Knobs]
 ) -> tuple[Launch, str]:
     front = ConsoleFront(io.StringIO(), color=False)
     async with (
-        knobs(unique, tokenizer_race="off", **values),
+        knobs(unique, **Knobs(tokenizer_race="off", **values)),
         running(bot_settings(), config, front) as bot,
     ):
         reply = await handle_line(

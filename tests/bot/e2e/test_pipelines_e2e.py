@@ -25,6 +25,7 @@ from bot.text.front import Incoming
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -37,7 +38,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"steps": 3, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
+QUICK: Knobs = {"steps": 3, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
 
 
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:
@@ -226,9 +227,17 @@ async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
 
 async def test_child_follows_its_parent_across_a_retry(unique: str) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    fault = {"fault": "nccl", "fault_at_step": 2, "fault_once": 1, "ckpt_every": 1}
+    fault: Knobs = {
+        **QUICK,
+        "steps": 4,
+        "step_time_s": 0.3,
+        "fault": "nccl",
+        "fault_at_step": 2,
+        "fault_once": 1,
+        "ckpt_every": 1,
+    }
     async with (
-        knobs(unique, **{**QUICK, "steps": 4, "step_time_s": 0.3}, **fault),
+        knobs(unique, **fault),
         running(bot_settings(), dev_config(retry_backoff_s=0), front) as bot,
     ):
         parent = await train(bot, front, f"grpo llama3p1_8b cluster=a3h name={unique}")

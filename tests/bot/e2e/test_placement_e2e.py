@@ -23,6 +23,7 @@ from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures(
 NODES = 4
 FILL_S = 90
 ESTIMATE_TIMEOUT_S = 15.0  # this machine is shared and slow
-QUICK = {"steps": 4, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
+QUICK: Knobs = {"steps": 4, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
 
 
 def small_a3u(text: str) -> str:
@@ -121,7 +122,7 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
         first = await wait_for_launch(bot.store, parent, timeout_s=300)
         second = await wait_for_launch(bot.store, child, timeout_s=300)
         await wait_delivered(bot.store)
-    assert jobs is not None and f"chain: {parent} -> {child}" in jobs.text, jobs.text
+    assert jobs is not None and f"chain: {parent} -> {child}" in jobs.text, jobs
     assert f"from {parent}'s checkpoint" in jobs.text
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", front.lines
     found = start_from.newest_checkpoint(first)

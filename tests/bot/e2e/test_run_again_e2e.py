@@ -15,6 +15,7 @@ from bot.runtime.assembly import running
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
 from bot.text.mrkdwn import ACTION_EDIT_RELAUNCH, ACTION_RUN_AGAIN, VIEW_RELAUNCH
+from commands.requests import TrainRequest
 from support.slack_requests import (
     block_action_body,
     post_signed,
@@ -25,6 +26,7 @@ from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
@@ -37,7 +39,7 @@ from tests.bot.conftest import standin_params
 from tests.devlogin import copy_recipes_command
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-FAST = {"steps": 4, "step_time_s": 0.3, "tokenizer_race": "off"}
+FAST: Knobs = {"steps": 4, "step_time_s": 0.3, "tokenizer_race": "off"}
 
 
 @pytest.fixture
@@ -132,4 +134,5 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
     assert again.command == record.command.replace(first_id, second_id), (again, record)
     assert second.request == first.request and second.channel == first.channel
     assert third.outcome == "COMPLETED" and third.channel == first.channel
+    assert isinstance(third.request, TrainRequest), third.request
     assert ("trainer.max_steps", "3") in third.request.overrides, third.request

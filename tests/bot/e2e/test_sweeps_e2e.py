@@ -26,6 +26,7 @@ from support.slack_requests import block_action_body, post_signed, slash_command
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -39,7 +40,7 @@ from tests.bot.conftest import standin_params
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"step_time_s": 0.4, "save_time_s": 0.1, "ckpt_every": 1, "tokenizer_race": "off"}
+QUICK: Knobs = {"step_time_s": 0.4, "save_time_s": 0.1, "ckpt_every": 1, "tokenizer_race": "off"}
 SWEEP_RE = re.compile(r"\bS-[0-9a-f]{4,16}\b")
 
 
@@ -183,7 +184,7 @@ async def test_one_cancel_of_a_sweep_cancels_every_member_one_job_each(
         "trainer.max_steps=300,400"
     )
     async with (
-        knobs(unique, **{**QUICK, "step_time_s": 1}),
+        knobs(unique, **(QUICK | {"step_time_s": 1})),
         slack_bot(standin, dev_config()) as (
             bot,
             url,

@@ -22,6 +22,7 @@ from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -39,7 +40,7 @@ async def console_bot(
     edit: Callable[[str], str] | None = None, **watch: float
 ) -> AsyncIterator[tuple[Bot, ConsoleFront]]:
     front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(), dev_config(edit=edit, **watch), front) as bot:
+    async with running(bot_settings(), dev_config(edit=edit, watch=watch), front) as bot:
         yield bot, front
 
 
@@ -253,7 +254,7 @@ async def test_a_registry_401_tells_the_person_and_a_heartbeat_abort_is_retried(
     registry 401 is the person's to fix (said, not retried, never paged); PyTorch's NCCL
     heartbeat-monitor abort is transient (retried from the checkpoint, and completes)."""
     auth, beat = f"{unique}a", f"{unique}b"
-    quick = {"steps": 4, "step_time_s": 0.3, "save_time_s": 0.1}
+    quick: Knobs = {"steps": 4, "step_time_s": 0.3, "save_time_s": 0.1}
     async with (
         knobs(auth, fault="registry_401", **quick),
         knobs(beat, fault="heartbeat", fault_at_step=2, fault_once=1, **quick),

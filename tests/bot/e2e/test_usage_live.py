@@ -76,4 +76,4 @@ async def test_usage_equals_what_sacct_recorded_for_two_jobs_and_the_csv_sums_ba
         assert admin is not None and not admin.error
         assert f"{hours(sum(real))} GPU-hours" in admin.text, admin.text
         whole = await handle_line("/usage cluster=a4 days=1", bot.core, front, user="carol")
-        assert whole is not None and f"{hours(sum(real))} GPU-hours" in whole.text, whole.text
+        assert whole is not None and f"{hours(sum(real))} GPU-hours" in whole.text, whole

@@ -66,7 +66,7 @@ class ScriptedClusters(Clusters):
         self.asked.append(("tail", item.id, path, lines))
         return "step 1\nstep 2"
 
-    async def cancel(self, item: Launch, job_ids: list[str]) -> None:
+    async def cancel(self, item: Launch, job_ids: list[str], *, pending_only: bool = False) -> None:
         self.asked.append(("cancel", item.id, tuple(job_ids)))
 
     async def account(self, cluster: str, name: str) -> Account:

@@ -27,7 +27,7 @@ def nemo_name(step: int, last: bool = False) -> str:
 
 
 def parent(names: list[str], pattern: str, fw: str = "nemo") -> Launch:
-    request = TrainRequest(workload="pretrain", model="llama3p1_8b", framework=fw, cluster="a4")  # type: ignore[arg-type]
+    request = TrainRequest(workload="pretrain", model="llama3p1_8b", framework=fw, cluster="a4")
     item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
     tracking = Tracking(
         framework=fw, job_id="41", checkpoint_dir="~/ckpts", checkpoint_pattern=pattern

@@ -121,7 +121,8 @@ async def test_an_ended_launch_is_charged_once_and_its_step_time_kept(outcome: s
         assert await store.charge(launch.id, "a4", 3.25)
         assert not await store.charge(launch.id, "a4", 3.25)  # processed twice: once
         assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
-        assert await store.budget_use("U0ALICE", "a4", week) == (pytest.approx(3.25), 0.0)
+        charged, held = await store.budget_use("U0ALICE", "a4", week)
+        assert charged == pytest.approx(3.25) and held == 0.0
         assert await store.uncharged("a4") == {}
         await store.mutate(launch.id, lambda stored: [])  # written again after its charge
         assert await store.usage("U0ALICE", "a4", week) == pytest.approx(3.25)

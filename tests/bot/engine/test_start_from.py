@@ -50,7 +50,7 @@ def launch(request: TrainRequest, checkpoints: list[str], ckpt_dir: str) -> Laun
 
 
 def train(workload: str, fw: str = "nemo", **extra: object) -> TrainRequest:
-    return TrainRequest(workload=workload, model="llama3p1_8b", framework=fw, cluster="a4", **extra)  # type: ignore[arg-type]
+    return TrainRequest(workload=workload, model="llama3p1_8b", framework=fw, cluster="a4", **extra)
 
 
 def test_from_parses_and_round_trips() -> None:

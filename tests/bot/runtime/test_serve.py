@@ -8,7 +8,6 @@ import hashlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests.bot.botkit import (
     TEST_REDIS,
     dev_config,
     flush_test_redis,
+    free_port,
     in_dm,
     knobs,
     login_run,
@@ -35,12 +35,6 @@ from tests.bot.botkit import (
 )
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def wait_healthy(url: str, proc: subprocess.Popen[str], timeout_s: float = 30) -> None:

@@ -24,7 +24,6 @@ from bot.engine.worker import Worker
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.config import Config
-from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.ssh.pool import SSHPool
@@ -36,6 +35,7 @@ from tests.bot.botkit import (
     dev_config,
     login_run,
     open_test_store,
+    thread_texts,
     wait_for_launch,
 )
 
@@ -58,12 +58,6 @@ def with_identity(config: Config, cluster: str, users: dict[str, str], **policy:
 async def clusters_of(config: Config, store: Store) -> AsyncIterator[Clusters]:
     async with SSHPool() as pool:
         yield Clusters(config, bot_settings(), pool, store)
-
-
-async def thread_texts(store: Store, launch_id: str) -> list[str]:
-    entries = await store.redis.xrange(keys.OUTBOX)
-    decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
-    return [e.text for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
 
 
 async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_the_reason(

@@ -23,15 +23,10 @@ from bot.store.base import StoreError
 from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.ssh.pool import SSHPool
-from commands.requests import TrainRequest
-from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
+from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store, request, stream_entries
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
-
-
-def request() -> TrainRequest:
-    return TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
 
 
 async def test_a_change_and_its_messages_are_written_together() -> None:
@@ -152,7 +147,7 @@ async def test_records_and_messages_are_stored_redacted() -> None:
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
             raw = str(await client.get(f"trainbot:launch:{item.id}"))
-            entries = await client.xrange("trainbot:outbox")
+            entries = await stream_entries(client, "trainbot:outbox")
         finally:
             await client.aclose()
     assert secret not in raw and "[redacted]" in raw

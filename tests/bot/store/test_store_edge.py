@@ -25,17 +25,11 @@ from bot.store import keys
 from bot.store.base import EPISODE_OVER_S, StoreError
 from bot.store.store import Store
 from commands.requests import TrainRequest
-from tests.bot.botkit import TEST_REDIS, flush_test_redis
+from tests.bot.botkit import TEST_REDIS, flush_test_redis, free_port
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
 REDIS_SERVER = shutil.which("redis-server")
 needs_server = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

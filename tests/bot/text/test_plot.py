@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+from typing import cast
 
 import pytest
 from PIL import Image
@@ -37,13 +38,16 @@ def pixels(png: bytes, colour: str, tolerance: int = 12) -> list[tuple[int, int]
     image = Image.open(io.BytesIO(png)).convert("RGB")
     want = rgb(colour)
     width, height = image.size
-    data = image.load()
+    data = image.load()  # RGB: each pixel is a (red, green, blue) tuple
     assert data is not None
     return [
         (x, y)
         for y in range(height)
         for x in range(width)
-        if all(abs(a - b) <= tolerance for a, b in zip(data[x, y], want, strict=True))
+        if all(
+            abs(a - b) <= tolerance
+            for a, b in zip(cast("tuple[int, int, int]", data[x, y]), want, strict=True)
+        )
     ]
 
 
