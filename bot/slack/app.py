@@ -67,24 +67,13 @@ from bot.text.mrkdwn import (
     help_card,
     unescape,
 )
+from commands.registry import COMMAND_NAMES
 
 log = logging.getLogger(__name__)
 
 JOINED_EVENT = "member_joined_channel"  # the app's own join: the help card
 
-COMMANDS = (
-    "/train",
-    "/attach",
-    "/jobs",
-    "/cancel",
-    "/logs",
-    "/clusters",
-    "/usage",
-    "/watch",
-    "/unwatch",
-    "/checkpoints",
-    "/images",
-)
+COMMANDS = COMMAND_NAMES  # the slash commands the app listens to (commands.registry)
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (
     "Something went wrong on my side while answering that; it is logged. Please try again."
