@@ -4,6 +4,7 @@ help topic whose usage starts with its name, and the Slack app listens to exactl
 
 from __future__ import annotations
 
+from bot.runtime.client import API_COMMANDS
 from bot.slack.app import COMMANDS as SLACK_COMMANDS
 from bot.slack.app import MENTION_HINT
 from commands.dispatch import _PARSERS, COMMANDS
@@ -33,3 +34,7 @@ def test_each_command_has_help_that_starts_with_its_name() -> None:
 def test_the_slack_app_listens_to_the_registrys_commands() -> None:
     assert SLACK_COMMANDS == COMMAND_NAMES
     assert all(f"`{name}`" in MENTION_HINT for name in COMMAND_NAMES)
+
+
+def test_the_api_clis_commands_are_slash_commands_of_the_registry() -> None:
+    assert {f"/{name}" for name in API_COMMANDS} <= set(COMMAND_NAMES)
