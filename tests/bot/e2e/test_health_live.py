@@ -18,7 +18,7 @@ from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.assembly import running
 from bot.settings.config import Config
-from bot.settings.sections import Health
+from bot.settings.sections import HealthRules
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
 
 def with_health(config: Config, **rules: object) -> Config:
-    health = Health.model_validate(rules)
+    health = HealthRules.model_validate(rules)
     return config.model_copy(update={"watch": config.watch.model_copy(update={"health": health})})
 
 

@@ -53,8 +53,8 @@ def thread_of(standin: SlackStandin, launch: Launch) -> list[str]:
 
 async def until_phase(store: Store, launch_id: str, phase: Phase, timeout_s: float) -> Launch:
     async def reached() -> Launch | None:
-        item = await store.get(launch_id)
-        return item if item is not None and item.phase == phase else None
+        launch = await store.get(launch_id)
+        return launch if launch is not None and launch.phase == phase else None
 
     return await wait_until(reached, f"{launch_id} to reach {phase}", timeout_s, 0.05)
 

@@ -218,18 +218,20 @@ async def test_create_holds_to_the_budget_across_connections() -> None:
             for _ in range(8)
         ]
 
-        async def make(store: Store, item: Launch) -> str:
+        async def make(store: Store, launch: Launch) -> str:
             try:
-                made = await store.create(item, [], enqueue=False, budget=guard)
+                made = await store.create(launch, [], enqueue=False, budget=guard)
             except OverBudget as exc:
                 assert exc.charged == pytest.approx(6.0) and exc.held == pytest.approx(40.0)
                 return "over"
             return "made" if made else "full"
 
         made = await asyncio.gather(
-            *(make(one if i % 2 else two, item) for i, item in enumerate(items))
+            *(make(one if i % 2 else two, launch) for i, launch in enumerate(items))
         )
         assert made.count("made") == 4 and made.count("over") == 4  # 6 + 4 x 10 <= 50
         charged, held = await one.budget_use("U1", "a4", week)
         assert charged == pytest.approx(6.0) and held == pytest.approx(40.0)
-        assert [await one.get(item.id) is not None for item in items] == [m == "made" for m in made]
+        assert [await one.get(launch.id) is not None for launch in items] == [
+            m == "made" for m in made
+        ]

@@ -61,8 +61,8 @@ async def train(bot: Bot, front: ConsoleFront, text: str, user: str) -> str:
 
 async def attach_ready(bot: Bot, launch_id: str) -> Launch:
     async def ready() -> Launch | None:
-        item = await bot.store.get(launch_id)
-        return item if item and item.attempts and item.attempts[-1].attach_ready else None
+        launch = await bot.store.get(launch_id)
+        return launch if launch and launch.attempts and launch.attempts[-1].attach_ready else None
 
     return await wait_until(ready, f"{launch_id}'s attach.sh", 60)
 

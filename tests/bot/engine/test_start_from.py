@@ -37,16 +37,16 @@ def profile() -> ClusterProfile:
 
 
 def launch(request: TrainRequest, checkpoints: list[str], ckpt_dir: str) -> Launch:
-    item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+    launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
     tracking = Tracking(
         framework=request.framework,
         job_id="41",
         checkpoint_dir=ckpt_dir,
         checkpoint_pattern=r"-step=([0-9]+)(?:-|$)",
     )
-    item.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
-    item.checkpoints = checkpoints
-    return item
+    launch.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
+    launch.checkpoints = checkpoints
+    return launch
 
 
 def train(workload: str, fw: str = "nemo", **extra: object) -> TrainRequest:

@@ -99,12 +99,14 @@ class ScriptedClusters(Clusters):
             spec.launch_id, spec.cluster, spec.job_name, spec.fw.tracking(spec, output)
         )
 
-    async def find(self, item: Launch) -> list[FoundJob]:
+    async def find(self, launch: Launch) -> list[FoundJob]:
         if self.find_error is not None:
             raise self.find_error
-        return list(self.jobs.get(item.id, []))
+        return list(self.jobs.get(launch.id, []))
 
-    async def cancel(self, item: Launch, job_ids: list[str], *, pending_only: bool = False) -> None:
+    async def cancel(
+        self, launch: Launch, job_ids: list[str], *, pending_only: bool = False
+    ) -> None:
         if self.cancel_error is not None:
             raise self.cancel_error
         self.cancelled += job_ids

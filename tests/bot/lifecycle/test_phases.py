@@ -24,14 +24,14 @@ NOW = 1_700_000_000.0
 
 def launch(phase: Phase, *, job: str = "", started: bool = False, held: bool = False) -> Launch:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U1", channel="C1", phase=phase)
+    launch = Launch(request=request, user_id="U1", channel="C1", phase=phase)
     if job:
-        item.attempts.append(
+        launch.attempts.append(
             Attempt(number=1, job_id=job, submitted_at=NOW - 60, started_at=NOW if started else 0)
         )
     if held:
-        item.attempts.append(Attempt(number=2, held=True, held_at=NOW - 1))
-    return item
+        launch.attempts.append(Attempt(number=2, held=True, held_at=NOW - 1))
+    return launch
 
 
 @dataclass

@@ -108,12 +108,12 @@ def pending_on(cluster: str, owner: str) -> Launch:
         workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster, nodes=1,
         name="sec-reroute",
     )  # fmt: skip
-    item = Launch(
+    launch = Launch(
         request=request, user_id=owner, channel="C1", placed=f"{cluster} (now)", parent_ts="1.1"
     )
-    item.phase = Phase.SUBMITTED
-    item.attempts.append(Attempt(number=1, job_id="777001", submitted_at=time.time() - 600))
-    return item
+    launch.phase = Phase.SUBMITTED
+    launch.attempts.append(Attempt(number=1, job_id="777001", submitted_at=time.time() - 600))
+    return launch
 
 
 async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_secrets(
@@ -142,17 +142,17 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
 
     cancelled: list[tuple[str, str, str]] = []
 
-    async def cancel_and_confirm(item: Launch, job_id: str, *, pending_only: bool) -> str:
-        cancelled.append((item.cluster, item.cluster_user, job_id))
+    async def cancel_and_confirm(launch: Launch, job_id: str, *, pending_only: bool) -> str:
+        cancelled.append((launch.cluster, launch.cluster_user, job_id))
         return ""  # gone before it started
 
     monkeypatch.setattr(placement, "place", place)
     async with open_test_store() as store, clusters_of(config, store) as clusters:
         monkeypatch.setattr(clusters, "cancel_and_confirm", cancel_and_confirm)
         alice, bob = pending_on("a3m", "U0ALICE"), pending_on("a3m", "U0BOB")
-        for item in (alice, bob):
-            await store.create(item, [], enqueue=False)
-            await store.mutate(item.id, lambda s: [Event("update", s.id)])  # tracked on a3m
+        for launch in (alice, bob):
+            await store.create(launch, [], enqueue=False)
+            await store.mutate(launch.id, lambda s: [Event("update", s.id)])  # tracked on a3m
         authority = Authority(store, clusters, People(clusters, None, clusters))
         moved = await placement.reroute(store, clusters, "a3m", StartEstimates(), authority)
         assert moved == 1

@@ -32,17 +32,17 @@ CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
 async def test_a_change_and_its_messages_are_written_together() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.create(item, [Event("parent", item.id)])
-        assert await store.active_ids("U1") == [item.id]
+        launch = Launch(request=request(), user_id="U1", channel="C1")
+        await store.create(launch, [Event("parent", launch.id)])
+        assert await store.active_ids("U1") == [launch.id]
 
         def running(stored: Launch) -> list[Event]:
             stored.phase = Phase.SUBMITTED
             return [Event("thread", stored.id, "Submitted."), Event("enqueue", stored.id)]
 
-        changed, _ = await store.mutate(item.id, running)
+        changed, _ = await store.mutate(launch.id, running)
         assert changed.phase == Phase.SUBMITTED
-        assert await store.tracked_ids("a4") == [item.id]
+        assert await store.tracked_ids("a4") == [launch.id]
         assert (
             await store.stream_length("trainbot:outbox") == 2
         )  # parent + thread; enqueue went to the queue
@@ -99,11 +99,11 @@ async def test_the_notifier_skips_an_entry_of_an_unknown_kind() -> None:
     await flush_test_redis()
     front = ConsoleFront(io.StringIO(), color=False)
     async with open_test_store() as store:
-        item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.create(item, [], enqueue=False)
-        await store.redis.xadd(keys.OUTBOX, {"kind": "ephemeral", "launch": item.id})
-        retry = [Event("thread", item.id, "Retrying."), Event("enqueue", item.id)]
-        await store.mutate(item.id, lambda _: retry)
+        launch = Launch(request=request(), user_id="U1", channel="C1")
+        await store.create(launch, [], enqueue=False)
+        await store.redis.xadd(keys.OUTBOX, {"kind": "ephemeral", "launch": launch.id})
+        retry = [Event("thread", launch.id, "Retrying."), Event("enqueue", launch.id)]
+        await store.mutate(launch.id, lambda _: retry)
         notifier = Notifier(store, front, {}, owner="test")
         while not await notifier.drained():
             await notifier.drain()
@@ -142,11 +142,11 @@ async def test_records_and_messages_are_stored_redacted() -> None:
     await flush_test_redis()
     secret = "hf_storedSecret123"
     async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
-        item = Launch(request=request(), user_id="U1", channel="C1", detail=f"x {secret}")
-        await st.create(item, [Event("thread", item.id, f"stderr {secret}")])
+        launch = Launch(request=request(), user_id="U1", channel="C1", detail=f"x {secret}")
+        await st.create(launch, [Event("thread", launch.id, f"stderr {secret}")])
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
-            raw = str(await client.get(f"trainbot:launch:{item.id}"))
+            raw = str(await client.get(f"trainbot:launch:{launch.id}"))
             entries = await stream_entries(client, "trainbot:outbox")
         finally:
             await client.aclose()
@@ -176,19 +176,21 @@ async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing
 async def test_watchers_preferences_and_dms_written_once() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.create(item, [])
-        assert await store.watch(item.id, "U2") and not await store.watch(item.id, "U2")
-        assert await store.watchers(item.id) == ["U2"] and await store.watching("U2") == [item.id]
-        assert await store.unwatch(item.id, "U2") and not await store.unwatch(item.id, "U2")
-        assert await store.watchers(item.id) == [] and await store.watching("U2") == []
+        launch = Launch(request=request(), user_id="U1", channel="C1")
+        await store.create(launch, [])
+        assert await store.watch(launch.id, "U2") and not await store.watch(launch.id, "U2")
+        assert await store.watchers(launch.id) == ["U2"] and await store.watching("U2") == [
+            launch.id
+        ]
+        assert await store.unwatch(launch.id, "U2") and not await store.unwatch(launch.id, "U2")
+        assert await store.watchers(launch.id) == [] and await store.watching("U2") == []
 
         assert (await store.prefs("U2")).dm == ["finish", "failure", "hang"]  # the defaults
         await store.set_prefs("U2", (await store.prefs("U2")).model_copy(update={"dm": []}))
         assert (await store.prefs("U2")).dm == []
 
         before = await store.stream_length("trainbot:outbox")
-        dm = Event("dm", item.id, "done", data={"user": "U2", "notice": "completed"})
+        dm = Event("dm", launch.id, "done", data={"user": "U2", "notice": "completed"})
         assert await store.write_dms("1-0", [dm, dm])
         assert not await store.write_dms("1-0", [dm])  # a redelivered line writes none again
         assert await store.stream_length("trainbot:outbox") == before + 2

@@ -131,25 +131,25 @@ def a_launch() -> Launch:
 
 async def test_a_lost_reply_to_create_does_not_queue_the_launch_twice() -> None:
     async with dropper_store() as (store, dropper, _):
-        item = a_launch()
+        launch = a_launch()
         dropper.marker = b"EXEC"
-        assert await store.create(item, [Event("parent", item.id)])
+        assert await store.create(launch, [Event("parent", launch.id)])
         assert dropper.dropped == 1
         assert await store.stream_length("trainbot:queue") == 1
         assert await store.stream_length("trainbot:outbox") == 1
-        assert await store.active_ids("U1") == [item.id]  # the same id, not a second draw
+        assert await store.active_ids("U1") == [launch.id]  # the same id, not a second draw
 
 
 async def test_a_lost_reply_to_a_change_does_not_write_its_messages_twice() -> None:
     async with dropper_store() as (store, dropper, _):
-        item = a_launch()
-        await store.create(item, [Event("parent", item.id)])
+        launch = a_launch()
+        await store.create(launch, [Event("parent", launch.id)])
 
         dropper.marker = b"EXEC"
-        stored, events = await store.mutate(item.id, lambda s: [Event("thread", s.id, "Once.")])
+        stored, events = await store.mutate(launch.id, lambda s: [Event("thread", s.id, "Once.")])
         assert dropper.dropped == 1
         assert [(e.kind, e.text) for e in events] == [("thread", "Once.")]  # from the mark
-        assert stored.id == item.id
+        assert stored.id == launch.id
         assert await store.stream_length("trainbot:outbox") == 2  # parent + one thread line
 
 
@@ -173,8 +173,8 @@ async def test_a_lost_reply_to_a_count_counts_once() -> None:
 async def test_a_lost_reply_to_a_dead_letter_sets_the_entry_aside_once() -> None:
     async with dropper_store() as (store, dropper, _):
         await store.ensure_groups()
-        item = a_launch()
-        await store.create(item, [])
+        launch = a_launch()
+        await store.create(launch, [])
         [(entry_id, fields)] = await store.read(keys.QUEUE, keys.QUEUE_GROUP, "w1", block_ms=100)
         dropper.marker = b"EVAL"
         await store.dead_letter_entry(entry_id, fields, "boom", retry_at=time.time() + 600)
@@ -199,8 +199,8 @@ async def test_a_write_refused_by_a_replica_waits_for_its_promotion() -> None:
         promoting = asyncio.create_task(promote())
         async with Store.connect(target) as store:  # its first write (the groups) is refused
             store.retry_observers.append(lambda reason, _: seen.append(store.failing_over()))
-            item = a_launch()
-            assert await store.create(item, [Event("parent", item.id)])
+            launch = a_launch()
+            assert await store.create(launch, [Event("parent", launch.id)])
             assert store.failing_over() == ""
         await promoting
         await client.aclose()
@@ -252,9 +252,9 @@ async def test_wait_holds_a_queued_launch_until_the_replica_has_it() -> None:
         async with Store.connect(target) as store:
             assert await store.replicas() == 1
             for _ in range(20):
-                item = a_launch()
-                await store.create(item, [Event("parent", item.id)])
-                assert await replica_client.exists(f"trainbot:launch:{item.id}") == 1
+                launch = a_launch()
+                await store.create(launch, [Event("parent", launch.id)])
+                assert await replica_client.exists(f"trainbot:launch:{launch.id}") == 1
         await replica_client.aclose()
 
 
@@ -262,11 +262,11 @@ async def test_wait_without_replicas_costs_its_timeout_and_still_writes() -> Non
     await flush_test_redis()
     target = Target(url=TEST_REDIS, wait_replicas=1, wait_timeout_ms=300)
     async with Store.connect(target) as store:
-        item = a_launch()
+        launch = a_launch()
         started = time.monotonic()
-        assert await store.create(item, [Event("parent", item.id)])
+        assert await store.create(launch, [Event("parent", launch.id)])
         assert time.monotonic() - started >= 0.29
-        assert await store.get(item.id) is not None
+        assert await store.get(launch.id) is not None
 
 
 async def test_a_record_that_is_not_a_launch_is_skipped_not_fatal(

@@ -28,8 +28,8 @@ def launch(user: str, cluster: str) -> Launch:
     return Launch(request=req, user_id=user, user_name=user.lower(), channel="C1")
 
 
-async def finish(store: Store, item: Launch, job_id: str, outcome: str = "COMPLETED") -> None:
-    await store.create(item, [Event("parent", item.id)])
+async def finish(store: Store, launch: Launch, job_id: str, outcome: str = "COMPLETED") -> None:
+    await store.create(launch, [Event("parent", launch.id)])
 
     def submitted(stored: Launch) -> list[Event]:
         stored.phase = Phase.RUNNING
@@ -41,8 +41,8 @@ async def finish(store: Store, item: Launch, job_id: str, outcome: str = "COMPLE
         stored.attempts[-1].ended_at = time.time()
         return []
 
-    await store.mutate(item.id, submitted)
-    await store.mutate(item.id, done)
+    await store.mutate(launch.id, submitted)
+    await store.mutate(launch.id, done)
 
 
 def no_scan(*args: Any, **kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ from bot.text.plot import (
     RETRY,
     SMOOTH,
     VALIDATION,
-    Marks,
+    AxisMarks,
     reduce_per_column,
     render_loss_png,
 )
@@ -73,7 +73,7 @@ def test_validation_retries_and_checkpoints_are_drawn() -> None:
         falling(300),
         title=TITLE,
         validation=[(100.0, 2.0), (200.0, 1.5), (300.0, 1.2)],
-        marks=Marks(retries=[150], checkpoints=[100, 200, 300]),
+        marks=AxisMarks(retries=[150], checkpoints=[100, 200, 300]),
     )
     for colour in (VALIDATION, RETRY, CHECKPOINT):
         assert not pixels(plain, colour), colour
