@@ -5,7 +5,7 @@ from __future__ import annotations
 from cluster.framework_registry import frameworks, workloads
 from cluster.spec import interactive_framework
 from commands.context import CommandContext
-from commands.requests import HelpTopic
+from commands.request_fields import HelpTopic
 
 USAGE: dict[HelpTopic, str] = {
     "train": "/train <workload> <model> [key=value ...]",

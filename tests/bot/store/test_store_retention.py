@@ -19,7 +19,8 @@ from bot.store import keys
 from bot.store.store import Store
 from cluster.errors import ConfigError
 from commands.errors import CommandError
-from commands.requests import JobRef, TrainRequest
+from commands.request_fields import JobRef
+from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis
 
 
