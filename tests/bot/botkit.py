@@ -37,6 +37,26 @@ LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 T = TypeVar("T")
 
 
+def match_in(pattern: str | re.Pattern[str], text: str, group: int = 0) -> str:
+    """The ``group`` of the first match of ``pattern`` in ``text``; fails the test, showing
+    the text, when there is none."""
+    found = re.search(pattern, text)
+    assert found is not None, f"{pattern!r} is not in {text!r}"
+    return found.group(group)
+
+
+async def launch_in(store: Store, launch_id: str) -> Launch:
+    """The launch's record; fails the test when the store has none."""
+    launch = await store.get(launch_id)
+    assert launch is not None, f"the store has no launch {launch_id}"
+    return launch
+
+
+def launch_id_in(text: str) -> str:
+    """The first launch id (``L-...``) in ``text``."""
+    return match_in(LAUNCH_RE, text)
+
+
 class Knobs(TypedDict, total=False):
     """The dev cluster stand-in's knobs (devcluster/login/.../_devcluster/standin.py says
     what each does); a test passes the ones it needs to :func:`knobs`."""

@@ -22,13 +22,14 @@ from bot.text.front import Incoming
 from cluster.wandb_run import run_id as run_id_of
 from tests import devlogin
 from tests.bot.botkit import (
-    LAUNCH_RE,
     PROJECT,
     Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
+    match_in,
     slurm_jobs_named,
     wait_delivered,
     wait_for_launch,
@@ -54,7 +55,7 @@ async def console_bot(**config: object) -> AsyncIterator[tuple[Bot, ConsoleFront
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user=user)
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 def thread(front: ConsoleFront) -> str:
@@ -332,7 +333,7 @@ async def test_interactive_job_attach_command_runs_in_the_allocation(
     assert stranger is not None and stranger.error
     assert reply is not None and not reply.error, reply
     assert "ready to attach" in thread(front)
-    command = re.search(r"```(.*)```", reply.text).group(1)  # type: ignore[union-attr]
+    command = match_in(r"```(.*)```", reply.text, 1)
     remote = f"bash ~/vertex-oss-training/nemo_rl/{launch.job_id}/attach.sh"
     assert command == f"ssh -t -p 2222 trainer@127.0.0.1 {remote}"
     # Run it as a person would (with the dev cluster's key and host keys), a command for a shell.
@@ -378,7 +379,7 @@ async def pagerduty_receiver() -> AsyncIterator[tuple[str, list[dict[str, object
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/v2/enqueue", events
     finally:

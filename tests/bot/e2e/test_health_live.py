@@ -22,12 +22,12 @@ from bot.settings.sections import HealthRules
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
-    LAUNCH_RE,
     Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     login_run,
     open_test_store,
     sacct_rows,
@@ -57,7 +57,7 @@ async def run_to_end(
             f"/train sft llama3p1_2b cluster=a3m name={unique}", bot.core, front, user="alice"
         )
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         try:
             final = await wait_for_launch(bot.store, launch_id, timeout_s=240)
             await asyncio.sleep(2.0)  # a retry, were one planned, would be queued by now
@@ -153,7 +153,7 @@ async def test_gpus_idle_for_the_window_get_one_warning_and_busy_ones_none(
                 user="alice",
             )
             assert reply is not None and not reply.error, reply
-            ids.append(LAUNCH_RE.search(reply.text).group(0))  # type: ignore[union-attr]
+            ids.append(launch_id_in(reply.text))
         try:
             for launch_id in ids:
                 launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)

@@ -14,11 +14,11 @@ import pytest
 from bot.console.chat import ConsoleFront, handle_line
 from bot.runtime.assembly import Bot, running
 from tests.bot.botkit import (
-    LAUNCH_RE,
     Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
     wait_delivered,
     wait_for_launch,
@@ -32,7 +32,7 @@ MB = "framework=megatron-bridge cluster=a4"
 async def train(bot: Bot, front: ConsoleFront, text: str) -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user="alice")
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 def run_log(launch_id: str) -> str:

@@ -16,12 +16,12 @@ from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from bot.runtime.doctor import run_doctor
 from tests.bot.botkit import (
-    LAUNCH_RE,
     Knobs,
     bot_settings,
     dev_config,
     in_order,
     knobs,
+    launch_id_in,
     login_run,
     open_test_store,
     slurm_jobs_named,
@@ -63,7 +63,7 @@ async def launch(
     ) as bot:
         reply = await handle_line(line, bot.core, front, user="alice")
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         done = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
         cached = None

@@ -25,12 +25,12 @@ from support.slack_requests import (
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
-    LAUNCH_RE,
     Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     login_run,
     wait_delivered,
     wait_for_launch,
@@ -74,7 +74,7 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         ack = await post_signed(
             url, slash_command_body("/train", f"sft llama3p1_2b cluster=a4 name={unique}")
         )
-        first_id = LAUNCH_RE.search(ack.json()["text"]).group(0)  # type: ignore[union-attr]
+        first_id = launch_id_in(ack.json()["text"])
         first = await wait_for_launch(bot.store, first_id, timeout_s=180)
         await wait_delivered(bot.store)
         posts = standin.calls_to("chat.postMessage")
@@ -84,7 +84,7 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         said = await standin.wait_for(
             "chat.postEphemeral", lambda c: "Queued L-" in str(c.params.get("text")), 60
         )
-        second_id = LAUNCH_RE.search(str(said.params["text"])).group(0)  # type: ignore[union-attr]
+        second_id = launch_id_in(str(said.params["text"]))
         second = await wait_for_launch(bot.store, second_id, timeout_s=180)
 
         # Edit & relaunch: a modal holding the request; a refused edit keeps it open.
@@ -108,7 +108,7 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         dm = await standin.wait_for(
             "chat.postMessage", lambda c: "Queued L-" in str(c.params.get("text")), 60
         )
-        third_id = LAUNCH_RE.search(str(dm.params["text"])).group(0)  # type: ignore[union-attr]
+        third_id = launch_id_in(str(dm.params["text"]))
         third = await wait_for_launch(bot.store, third_id, timeout_s=180)
 
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", (first, second)

@@ -28,6 +28,7 @@ from commands.rules import ViewerRule
 from tests.bot.botkit import (
     dev_config,
     flush_test_redis,
+    launch_in,
     open_test_store,
     request,
     thread_texts,
@@ -282,7 +283,7 @@ async def test_a_child_of_a_parent_stuck_in_approval_ends_and_frees_its_place() 
         assert (await store.active_counts("U0ALICE"))[0] == 2
 
         assert await must_wait(store, child, store.mutate)  # a fresh ask: it waits
-        assert (await store.get(child.id)).phase == Phase.QUEUED  # type: ignore[union-attr]
+        assert (await launch_in(store, child.id)).phase == Phase.QUEUED
 
         def asked_long_ago(launch: Launch) -> list[Event]:
             launch.created_at = time.time() - APPROVAL_PATIENCE_S - 60

@@ -153,7 +153,9 @@ async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
     async with open_test_store() as store:
         parent = launch(train("dpo", "nemo-rl"), ["step_10", "step_30"], parent_dir)
         parent.phase, parent.outcome = Phase.DONE, "COMPLETED"
-        parent.attempts[0].tracking = parent.attempts[0].tracking.model_copy(  # type: ignore[union-attr]
+        tracking = parent.attempts[0].tracking
+        assert tracking is not None
+        parent.attempts[0].tracking = tracking.model_copy(
             update={"checkpoint_pattern": r"^step_([0-9]+)$"}
         )
         await store.create(parent, [], enqueue=False)

@@ -32,6 +32,7 @@ from support.slack_standin import Call, SlackStandin
 from tests.bot.botkit import (
     bot_settings,
     dev_config,
+    launch_in,
     notifying,
     open_test_store,
     request,
@@ -111,7 +112,7 @@ async def test_a_thread_that_cannot_be_posted_holds_back_only_its_own_launch(
     assert thread(standin, OUT)[:2] == ["A: queued", "A: pre-flight ok"]  # then: paged
     assert len([c for c in posted(standin, OUT) if not c.params.get("thread_ts")]) == 1
     assert len(posted(standin, ONCALL)) == 1
-    assert (await store.get(fine.id)).parent_ts  # type: ignore[union-attr]
+    assert (await launch_in(store, fine.id)).parent_ts
 
 
 async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_told(

@@ -20,7 +20,6 @@ from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN, SIGNING_SECRET
 from tests.bot.botkit import (
     DEV,
-    LAUNCH_RE,
     PROJECT,
     TEST_REDIS,
     dev_config,
@@ -28,6 +27,7 @@ from tests.bot.botkit import (
     free_port,
     in_dm,
     knobs,
+    launch_id_in,
     login_run,
     open_test_store,
     wait_delivered,
@@ -97,7 +97,7 @@ async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
             answer = await post_signed(f"{base}/slack/events", body)
             assert answer.status == 200 and answer.elapsed_s < 3.0
             text = answer.json()["text"]
-            launch_id = LAUNCH_RE.search(text).group(0)  # type: ignore[union-attr]
+            launch_id = launch_id_in(text)
             bad = await post_signed(f"{base}/slack/events", body, secret="not-the-secret")
             assert bad.status == 401
             launch = await wait_for_launch(store, launch_id)

@@ -18,7 +18,14 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
-from tests.bot.botkit import bot_settings, dev_config, open_test_store, slurm_jobs_named, wait_until
+from tests.bot.botkit import (
+    bot_settings,
+    dev_config,
+    launch_in,
+    open_test_store,
+    slurm_jobs_named,
+    wait_until,
+)
 from tests.bot.security.asks_kit import PEOPLE, AskWorker, seeded
 
 pytestmark = pytest.mark.devcluster
@@ -62,7 +69,7 @@ async def test_a_record_rewritten_to_another_user_or_image_never_runs(
             await tamper.rewrite(launch.id, **fields)
             launches.append(launch)
         image = await queued(store, f"{unique}img")
-        record = (await store.get(image.id)).model_dump(mode="json")  # type: ignore[union-attr]
+        record = (await launch_in(store, image.id)).model_dump(mode="json")
         await tamper.rewrite(
             image.id, request={**record["request"], "image": "/tmp/evil-image.sqsh"}
         )
