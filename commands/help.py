@@ -5,7 +5,7 @@ from __future__ import annotations
 from cluster.launching.spec import interactive_framework
 from cluster.site.framework_registry import frameworks, workloads
 from commands.context import CommandContext
-from commands.requests import HelpTopic
+from commands.request_fields import HelpTopic
 
 USAGE: dict[HelpTopic, str] = {
     "train": "/train <workload> <model> [key=value ...]",

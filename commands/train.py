@@ -14,10 +14,9 @@ from commands.errors import CommandError
 from commands.help import USAGE
 from commands.parse import Args
 from commands.placement import AUTO, Fit, fits
+from commands.request_fields import HELP_TOPICS, HelpTopic
 from commands.requests import (
-    HELP_TOPICS,
     HelpRequest,
-    HelpTopic,
     InteractiveRequest,
     RecipesRequest,
     Request,

@@ -30,7 +30,7 @@ from bot.core import (
     watching,
 )
 from bot.core.app_home import AppHome
-from bot.core.capacity import Capacity
+from bot.core.capacity import CapacityCache
 from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
 from bot.core.launch_form import LaunchForm
@@ -148,7 +148,7 @@ class Core:
         self.people = People(clusters, front, self.calls)
         self.directory = Directory(context, clusters, front)
         self.lookup = Lookup(store, clusters, context)
-        self.capacity = Capacity(store, clusters, self.calls, context)
+        self.capacity = CapacityCache(store, clusters, self.calls, context)
         self.ledger = NodeLedger(store, self.calls, context, self.people)
         self.app_home = AppHome(store, context, self.capacity, self.directory)
         self.launcher = Launcher(

@@ -16,7 +16,7 @@ from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject
 from commands.context import CommandContext, User
-from commands.requests import JobRef
+from commands.request_fields import JobRef
 
 
 class Decisions:

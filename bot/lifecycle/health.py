@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from statistics import median
 
 from bot.lifecycle.launch import Launch
-from bot.settings.sections import Health as Rules
+from bot.settings.sections import HealthRules as Rules
 from bot.text.mrkdwn import escape
 from cluster.preflight.gpu import GpuSample
 from cluster.watching.progress import Progress

@@ -13,7 +13,7 @@ from bot.text.mrkdwn import ACTION_FORM_CHECK, SHORTCUT_LAUNCH, VIEW_LAUNCH
 from support.slack_requests import post_signed, shortcut_body, view_submission_body
 from support.slack_standin import SlackStandin
 from tests.bot.api.test_api import web_with_api
-from tests.bot.botkit import LAUNCH_RE
+from tests.bot.botkit import launch_id_in
 
 pytestmark = pytest.mark.devcluster
 
@@ -77,6 +77,6 @@ async def test_the_launch_form_refuses_in_place_and_launches_into_the_dm(
             "chat.postMessage", lambda c: "Queued L-" in str(c.params.get("text")), 30
         )
         assert said.params["channel"] == "DU0ALICE"
-        launch_id = LAUNCH_RE.search(str(said.params["text"])).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(str(said.params["text"]))
         launch = await web.store.launches.get(launch_id)
         assert launch is not None and launch.channel == "DU0ALICE" and launch.user_id == "U0ALICE"

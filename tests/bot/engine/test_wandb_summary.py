@@ -20,11 +20,10 @@ from bot.engine.wandb_summary import (
 )
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.planning.sweeps import wandb_comparison_text
-from bot.store import keys
 from bot.store.store import Store
 from commands.requests import TrainRequest
 from support.wandb_standin import WandbStandin
-from tests.bot.botkit import bot_settings
+from tests.bot.botkit import bot_settings, stream_entries
 
 KEY = "0123456789abcdef0123456789abcdef01234567"
 LINK = "https://wandb.ai/devcluster/nemo/runs/trainbot-l-7f3a9c"
@@ -123,7 +122,7 @@ async def test_an_ended_launch_gets_its_summary_once(store: Store, wandb: WandbS
     assert stored.wandb_summary == {"train/loss": 0.98, "val_loss": 1.02, "lr": 3e-5}
     await read_back(store, reader, stored)  # read once
     assert len(wandb.seen) == 1
-    entries = await store.redis.xrange(keys.OUTBOX)
+    entries = await stream_entries(store.redis)
     lines = [f["text"] for _, f in entries if f["launch"] == launch.id and f["kind"] == "thread"]
     assert lines == [
         "📈 W&B summary of run `trainbot-l-7f3a9c`: lr 3e-05 · train/loss 0.98 · val_loss 1.02"
@@ -167,5 +166,5 @@ def test_no_summaries_no_comparison() -> None:
 
 
 async def thread_lines(store: Store, start: str) -> list[str]:
-    entries = await store.redis.xrange(keys.OUTBOX)
+    entries = await stream_entries(store.redis)
     return [f["text"] for _, f in entries if f["kind"] == "thread" and f["text"].startswith(start)]

@@ -27,14 +27,14 @@ def nemo_name(step: int, last: bool = False) -> str:
 
 
 def parent(names: list[str], pattern: str, fw: str = "nemo") -> Launch:
-    request = TrainRequest(workload="pretrain", model="llama3p1_8b", framework=fw, cluster="a4")  # type: ignore[arg-type]
-    item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+    request = TrainRequest(workload="pretrain", model="llama3p1_8b", framework=fw, cluster="a4")
+    launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
     tracking = Tracking(
         framework=fw, job_id="41", checkpoint_dir="~/ckpts", checkpoint_pattern=pattern
     )
-    item.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
-    item.checkpoints = names
-    return item
+    launch.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
+    launch.checkpoints = names
+    return launch
 
 
 def test_from_at_step_parses_and_round_trips() -> None:
