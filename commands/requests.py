@@ -20,6 +20,7 @@ from cluster.images import is_registry_ref
 from cluster.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
 from cluster.recipes import MODEL_PATTERN
 from cluster.slurm import slurm_time_seconds
+from commands.after_training import THEN_PATTERN
 from commands.schedule import AFTER_PATTERN, AT_PATTERN
 from commands.sweep import SWEEP_ID_PATTERN
 from commands.values import (
@@ -155,6 +156,7 @@ class TrainRequest(_LaunchFields):
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
     start_step: int | None = Field(default=None, ge=0)  # from=<job>@<step>: not the newest
     from_running: bool = False  # from= a launch that still runs, said on purpose
+    then: str | None = Field(default=None, pattern=THEN_PATTERN)  # then=export / eval:<tasks>
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -169,6 +171,7 @@ class TrainRequest(_LaunchFields):
         step = "" if self.start_step is None else f"@{self.start_step}"
         words += [f"from={self.start_from}{step}"] if self.start_from else []
         words += ["from_running=yes"] if self.start_from and self.from_running else []
+        words += [f"then={self.then}"] if self.then else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

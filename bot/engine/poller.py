@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.engine import placement, wandb_summary
+from bot.engine.after_training import AfterTraining
 from bot.engine.authority import Authority
 from bot.engine.charging import charge_ended
 from bot.engine.cost import StartEstimates
@@ -99,6 +100,7 @@ class Poller:
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
         self.estimates = StartEstimates()  # reroute: Slurm's start estimates, shared briefly
         self.wandb = wandb_summary.ReadBacks(store, wandb_summary.reader_for(clusters.settings))
+        self.after = AfterTraining(store, clusters)  # then=export / then=eval, once completed
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
@@ -322,11 +324,13 @@ class Poller:
         def change(stored: Launch) -> list[Event]:
             return apply_snapshot(stored, snap, profile, watch, now=now, diagnosis=diagnosis)
 
+        was_active = launch.active  # before _changes, which tries the change on ``launch``
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         stored, _ = await self.store.mutate(launch.id, change)
-        if launch.active and not stored.active:  # it ended now: its W&B run's summary
+        if was_active and not stored.active:  # it ended now: its W&B run's summary, then=
             self.wandb.start(stored)
+            self.after.start(stored)
         if diagnosis is not None and diagnosis.failed_node:
             await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
