@@ -38,15 +38,25 @@ MAX_WAIT_S = 3 * 3600.0  # a step not ended by then is no longer followed (said)
 NOT_RUN = "NOT_RUN"  # after_state when the step could not be submitted
 
 
+def asked_then(launch: Launch) -> str:
+    """The export or evaluation asked of the launch: a button's, else its request's ``then=``."""
+    return launch.after_then or getattr(launch.request, "then", None) or ""
+
+
 def wants_steps(launch: Launch) -> bool:
-    request = launch.request
+    """Whether the launch has an export or evaluation still to submit."""
     return (
-        isinstance(request, TrainRequest)
-        and bool(request.then)
+        isinstance(launch.request, TrainRequest)
+        and bool(asked_then(launch))
         and launch.outcome == "COMPLETED"
         and not launch.after_job
         and not launch.after_state
     )
+
+
+def following(launch: Launch) -> bool:
+    """Whether its export or evaluation was submitted and has not been seen to end."""
+    return bool(launch.after_job) and not launch.after_state
 
 
 def result_key(row: steps.EvalRow) -> str:
@@ -72,6 +82,15 @@ def results_text(
     return code_block("\n".join(lines))
 
 
+def plan_of(launch: Launch) -> steps.StepPlan | None:
+    """Where the launch's export goes (from its newest checkpoint and what was asked)."""
+    found = newest_checkpoint(launch)
+    if found is None:
+        return None
+    tracking, name, _ = found
+    return steps.plan_step(tracking.checkpoint_dir, name, eval_tasks(asked_then(launch)))
+
+
 def mean_of(members: Sequence[Launch]) -> dict[str, float]:
     """The mean of each task/metric over ``members``' results."""
     sums: dict[str, list[float]] = {}
@@ -82,24 +101,43 @@ def mean_of(members: Sequence[Launch]) -> dict[str, float]:
 
 
 class AfterTraining:
-    """The steps after training, each in a task of its own."""
+    """The steps after training, each in a task of its own; the launches to run or follow
+    are kept in Redis per cluster (:meth:`Store.after_pending`), so a poller that takes a
+    cluster over (or starts again) takes them up."""
 
     def __init__(self, store: Store, clusters: Clusters, *, look_s: float = LOOK_S) -> None:
         self.store, self.clusters, self.look_s = store, clusters, look_s
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, launch: Launch) -> None:
-        if not wants_steps(launch):
-            return
-        task = asyncio.create_task(self._run(launch.id), name=f"after-{launch.id}")
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+    async def take_up(self, cluster: str) -> int:
+        """Start a task for each pending launch of ``cluster`` that has none here."""
+        started = 0
+        for launch_id in await self.store.after_pending(cluster):
+            if launch_id in self.tasks:
+                continue
+            task = asyncio.create_task(self._drive(cluster, launch_id), name=f"after-{launch_id}")
+            self.tasks[launch_id] = task
+            task.add_done_callback(self._forget)
+            started += 1
+        return started
 
-    async def _run(self, launch_id: str) -> None:
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self.tasks = {i: t for i, t in self.tasks.items() if t is not task}
+
+    async def _drive(self, cluster: str, launch_id: str) -> None:
         try:
-            await self.run(launch_id)
+            launch = await self.store.get(launch_id)
+            if launch is not None and following(launch):
+                await self.follow(launch_id, launch.after_job)
+            elif launch is not None and wants_steps(launch):
+                await self.run(launch_id)
+            await self.store.after_done(cluster, launch_id)
         except Exception:  # the launch has ended; only its export or evaluation is missing
-            log.exception("after-training steps of %s failed", launch_id)
+            log.exception("after-training steps of %s failed", launch_id)  # tried again later
+
+    def shutdown(self) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
 
     async def _say(self, launch_id: str, text: str, **fields: object) -> Launch:
         def record(stored: Launch) -> list[Event]:
@@ -116,14 +154,15 @@ class AfterTraining:
         if launch is None or not wants_steps(launch):
             return
         request = launch.request
-        assert isinstance(request, TrainRequest) and request.then
-        tasks = eval_tasks(request.then)
+        then = asked_then(launch)
+        assert isinstance(request, TrainRequest) and then
+        tasks = eval_tasks(then)
         what = f"evaluation ({', '.join(tasks)})" if tasks else "export"
         found = newest_checkpoint(launch)
         if found is None:
             await self._say(
                 launch_id,
-                f"then={escape(request.then)}: the run saved no checkpoint trainbot saw, so "
+                f"then={escape(then)}: the run saved no checkpoint trainbot saw, so "
                 "there is nothing to export.",
                 after_state=NOT_RUN,
             )
@@ -156,12 +195,15 @@ class AfterTraining:
             + f": Slurm job {job_id} on {launch.cluster}.",
             after_job=job_id,
         )
-        await self.follow(launch_id, job_id, plan)
+        await self.follow(launch_id, job_id)
 
-    async def follow(self, launch_id: str, job_id: str, plan: steps.StepPlan) -> None:
+    async def follow(self, launch_id: str, job_id: str) -> None:
         """Wait for the step's job to end, then read its log and say what it found."""
         launch = await self.store.get(launch_id)
         if launch is None:
+            return
+        plan = plan_of(launch)
+        if plan is None:
             return
         person = self.clusters.profile_for(launch)
         pool = self.clusters.pool

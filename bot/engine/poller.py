@@ -189,6 +189,7 @@ class Poller:
         self.stopping = True  # a poll still under way takes no lease again
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        self.after.shutdown()  # what they followed stays pending in Redis for the next poller
 
     async def hold(self, cluster: str) -> bool:
         """Take or renew ``cluster``'s lease; whether this poller holds it now."""
@@ -223,6 +224,7 @@ class Poller:
     async def _poll(self, cluster: str) -> int:
         if not await self.hold(cluster):
             return 0
+        await self.after.take_up(cluster)  # then=, Export, Evaluate: run or followed here
         started = time.monotonic()  # one poll: reading the launches, collecting, applying
         launches, jobs = await self._tracked(cluster)
         if not jobs:
@@ -328,9 +330,8 @@ class Poller:
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         stored, _ = await self.store.mutate(launch.id, change)
-        if was_active and not stored.active:  # it ended now: its W&B run's summary, then=
-            self.wandb.start(stored)
-            self.after.start(stored)
+        if was_active and not stored.active:  # it ended now: its W&B run's summary
+            self.wandb.start(stored)  # then= steps: the store keeps them (Store.after_pending)
         if diagnosis is not None and diagnosis.failed_node:
             await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
