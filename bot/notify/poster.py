@@ -25,6 +25,8 @@ from bot.text.mrkdwn import (
     approve_button,
     cancel_button,
     edit_relaunch_button,
+    evaluate_button,
+    export_button,
     reject_button,
     resume_button,
     retry_button,
@@ -32,6 +34,7 @@ from bot.text.mrkdwn import (
     section,
     use_partition_button,
 )
+from cluster.framework_registry import registered
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
@@ -187,10 +190,17 @@ class Poster:
         return stored
 
 
+def exportable(launch: Launch) -> bool:
+    """Whether the launch's framework has a converter trainbot runs (Export, Evaluate)."""
+    framework = getattr(launch.request, "framework", "")
+    return bool(framework) and bool(registered(framework).export_tool)
+
+
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
     Use <partition> (a refused partition), Run again and Edit & relaunch (the final line),
-    Resume from checkpoint (a run that stopped early and was not resumed)."""
+    Resume from checkpoint (a run that stopped early and was not resumed), and Export and
+    Evaluate (the final line of a run that completed, where its framework has a converter)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -202,6 +212,8 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons.append(resume_button(launch.id))
     if "run_again" in wanted and not launch.active and not launch.sweep:
         buttons += [run_again_button(launch.id), edit_relaunch_button(launch.id)]
+        if launch.outcome == "COMPLETED" and exportable(launch):
+            buttons += [export_button(launch.id), evaluate_button(launch.id)]
     partition = str(event.data.get("partition", ""))
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))

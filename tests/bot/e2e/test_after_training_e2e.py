@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 
 import pytest
@@ -16,16 +17,29 @@ import pytest
 from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import Bot, running
+from bot.slack.http import run_slack
+from bot.slack.webapi import open_front
 from bot.store.store import Store
+from bot.text.mrkdwn import ACTION_EVALUATE, ACTION_EXPORT, VIEW_EVALUATE
+from support.slack_requests import (
+    block_action_body,
+    post_signed,
+    slash_command_body,
+    view_submission_body,
+)
+from support.slack_standin import SlackStandin
+from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
     LAUNCH_RE,
     bot_settings,
     dev_config,
+    flush_test_redis,
     knobs,
     login_run,
     wait_delivered,
     wait_for_launch,
 )
+from tests.bot.conftest import standin_params
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
@@ -51,10 +65,12 @@ async def train(bot: Bot, front: ConsoleFront, text: str) -> str:
     return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
 
 
-async def after_ended(store: Store, launch_id: str, timeout_s: float = 120) -> Launch:
+async def after_ended(
+    store: Store, launch_id: str, timeout_s: float = 120, asked: str = ""
+) -> Launch:
     for _ in range(int(timeout_s * 2)):
         launch = await store.get(launch_id)
-        if launch is not None and launch.after_state:
+        if launch is not None and launch.after_state and launch.after_then == asked:
             return launch
         await asyncio.sleep(0.5)
     raise AssertionError(f"{launch_id}: the after-training step did not end")
@@ -134,3 +150,67 @@ async def test_then_export_alone_exports_and_runs_no_evaluation(unique: str) -> 
     assert "evaluate" not in login_run(
         f"cat {done.exported_to.rsplit('/', 1)[0]}/after-{done.after_job}.out"
     )
+
+
+async def test_export_and_evaluate_buttons_through_slack(
+    standin: SlackStandin, unique: str
+) -> None:
+    """The final line of a completed run has Export and Evaluate (signed requests against
+    the Slack stand-in): Export exports; Evaluate opens a modal asking the tasks, refuses a
+    bad one with the modal still open, and evaluates what it is given."""
+    await flush_test_redis()
+    quick = {"step_time_s": 0.2, "save_time_s": 0.1, "log_interval": 2}
+    async with (
+        knobs(unique, **quick),
+        open_front(BOT_TOKEN, api_url=standin.api_url, backoff_base_s=0.01) as front,
+        running(bot_settings(), dev_config(edit=with_eval), front) as bot,
+        run_slack(
+            standin_params(standin), bot.core, health=bot.healthy, metrics=bot.metrics, front=front
+        ) as slack,
+    ):
+        bot.poller.after.look_s = 1.0
+        url = f"http://127.0.0.1:{slack.http_port}/slack/events"
+        text = f"pretrain llama3p1_8b {MB} name={unique} train.train_iters=6"
+        text += " checkpoint.save_interval=3"
+        ack = await post_signed(url, slash_command_body("/train", text))
+        launch_id = LAUNCH_RE.search(ack.json()["text"]).group(0)  # type: ignore[union-attr]
+        done = await wait_for_launch(bot.store, launch_id, timeout_s=180)
+        await wait_delivered(bot.store)
+        final = [
+            c
+            for c in standin.calls_to("chat.postMessage")
+            if ACTION_EXPORT in json.dumps(c.params.get("blocks") or [])
+        ]
+        assert final and ACTION_EVALUATE in json.dumps(final[0].params["blocks"]), "no buttons"
+
+        clicked = await post_signed(url, block_action_body(ACTION_EXPORT, launch_id))
+        assert clicked.status == 200
+        await standin.wait_for(
+            "chat.postEphemeral", lambda c: "export of" in str(c.params.get("text")), 30
+        )
+        exported = await after_ended(bot.store, launch_id, asked="export")
+
+        await post_signed(url, block_action_body(ACTION_EVALUATE, launch_id))
+        opened = await standin.wait_for("views.open", timeout_s=30)
+        view = opened.params["view"]
+        view = view if isinstance(view, dict) else json.loads(view)
+        (field,) = [b for b in view["blocks"] if b["type"] == "input"]
+        assert view["callback_id"] == VIEW_EVALUATE and field["block_id"] == launch_id
+        refused = await post_signed(url, view_submission_body(VIEW_EVALUATE, launch_id, "arc$"))
+        assert refused.json()["response_action"] == "errors", refused
+        assert "is not a task name" in refused.json()["errors"][launch_id]
+        submitted = await post_signed(
+            url, view_submission_body(VIEW_EVALUATE, launch_id, "arc_easy,piqa")
+        )
+        assert submitted.status == 200 and not submitted.body, submitted  # closed
+        evaluated = await after_ended(bot.store, launch_id, asked="eval:arc_easy,piqa")
+        await wait_delivered(bot.store)
+    said = "\n".join(str(c.params.get("text", "")) for c in standin.calls_to("chat.postMessage"))
+    assert done.outcome == "COMPLETED"
+    assert exported.after_state == "COMPLETED" and exported.exported_to.endswith("iter_0000006")
+    assert f"Exported to Hugging Face format: `{exported.exported_to}`" in said, said
+    assert evaluated.after_state == "COMPLETED" and evaluated.after_job != exported.after_job
+    assert set(evaluated.eval_results) == {
+        "arc_easy/acc", "arc_easy/acc_norm", "piqa/acc", "piqa/acc_norm",
+    }  # fmt: skip
+    assert "Evaluation (arc_easy, piqa):" in said, said
