@@ -102,8 +102,10 @@ _DETAILS: dict[HelpTopic, str] = {
     "unwatch": "Stop getting DMs about a launch you watch. " + _JOB,
     "checkpoints": (
         "A launch's complete checkpoints (of a launch you may see, as for /logs): each "
-        "one's step and the validation loss the log gave at or before it, the best and "
-        "the last marked; from=<job>@<step> starts a new /train from one. Its owner (or an "
+        "one's step, the validation loss the log gave at or before it and its size, the "
+        "best and the last marked, the launch's total and its owner's; from=<job>@<step> "
+        "starts a new /train from one. Export and Evaluate (a run that completed) convert "
+        "the newest to Hugging Face format and evaluate it, as then= does. Its owner (or an "
         "admin) gets a button that deletes all but the best K (keep=K, default 1) and the "
         "last, after a confirm; the thread records it. " + _JOB
     ),

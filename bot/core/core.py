@@ -217,7 +217,8 @@ class Core:
             )
         if isinstance(request, CheckpointsRequest):
             launch = await self.lookup.readable(request.job, user)
-            return checkpoint_list.listing(launch, request.keep)
+            person = await checkpoint_list.person_bytes(self.store, launch.user_id)
+            return checkpoint_list.listing(launch, request.keep, person)
         if isinstance(request, UnwatchRequest):
             return await watching.unwatch(
                 self.store, (await self.lookup.find(request.job)).id, user

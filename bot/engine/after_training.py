@@ -29,6 +29,7 @@ from bot.store.store import Store
 from bot.text.mrkdwn import code_block, escape
 from cluster import after_training as steps
 from cluster.errors import ClusterError
+from cluster.framework_registry import registered
 from commands.after_training import eval_tasks
 from commands.requests import TrainRequest
 
@@ -41,6 +42,12 @@ NOT_RUN = "NOT_RUN"  # after_state when the step could not be submitted
 def asked_then(launch: Launch) -> str:
     """The export or evaluation asked of the launch: a button's, else its request's ``then=``."""
     return launch.after_then or getattr(launch.request, "then", None) or ""
+
+
+def exportable(launch: Launch) -> bool:
+    """Whether the launch's framework has a converter trainbot runs (Export, Evaluate)."""
+    framework = getattr(launch.request, "framework", "")
+    return bool(framework) and bool(registered(framework).export_tool)
 
 
 def wants_steps(launch: Launch) -> bool:

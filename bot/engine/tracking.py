@@ -178,6 +178,8 @@ class _Step:
         for ckpt in self.snap.new_checkpoints:
             if ckpt.name not in self.launch.checkpoints and ckpt.step not in steps:
                 self.launch.checkpoints.append(ckpt.name)
+                if ckpt.size_bytes > 0:
+                    self.launch.checkpoint_bytes[ckpt.name] = ckpt.size_bytes
                 steps.add(ckpt.step)
                 self.say(f"💾 Checkpoint step {ckpt.step:,} saved.")
 

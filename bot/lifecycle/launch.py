@@ -176,6 +176,7 @@ class Launch(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     progress: Progress = Field(default_factory=Progress)
     checkpoints: list[str] = Field(default_factory=list)
+    checkpoint_bytes: dict[str, int] = Field(default_factory=dict)  # name -> size when saved
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     reward_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, mean reward)

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Any, assert_never
 
+from bot.engine.after_training import exportable
 from bot.lifecycle import notices, render
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
@@ -34,7 +35,6 @@ from bot.text.mrkdwn import (
     section,
     use_partition_button,
 )
-from cluster.framework_registry import registered
 from cluster.profiles import ClusterProfile
 
 log = logging.getLogger(__name__)
@@ -188,12 +188,6 @@ class Poster:
 
         stored, _ = await self.store.mutate(launch.id, keep_ts)
         return stored
-
-
-def exportable(launch: Launch) -> bool:
-    """Whether the launch's framework has a converter trainbot runs (Export, Evaluate)."""
-    framework = getattr(launch.request, "framework", "")
-    return bool(framework) and bool(registered(framework).export_tool)
 
 
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:

@@ -142,6 +142,18 @@ async def test_then_export_alone_exports_and_runs_no_evaluation(unique: str) -> 
         assert ended.outcome == "COMPLETED", "\n".join(front.lines)
         done = await after_ended(bot.store, first)
         await wait_delivered(bot.store)
+        listed = await handle_line(f"/checkpoints {first}", bot.core, front, user="alice")
+    # /checkpoints: each one's size as the poller measured it on the login node, the totals
+    assert listed is not None and not listed.error, listed
+    sizes = {n: b for n, b in done.checkpoint_bytes.items()}
+    assert set(sizes) == {"iter_0000003", "iter_0000006"} and all(sizes.values()), sizes
+    total = sum(sizes.values())
+    assert f"• step 3 · {sizes['iter_0000003']} B · `iter_0000003`" in listed.text, listed.text
+    assert f"Total: {total} B for {first}; " in listed.text, listed.text
+    assert " for its owner over " in listed.text  # alice's launches on the console
+    assert [e["action_id"] for e in listed.blocks[-1]["elements"]][:2] == [
+        ACTION_EXPORT, ACTION_EVALUATE,
+    ]  # fmt: skip
     said = "\n".join(front.lines)
     assert done.after_state == "COMPLETED", said
     assert done.exported_to.endswith("/hf/iter_0000006"), said
