@@ -293,7 +293,7 @@ class Core:
         if incoming.action_id == SHORTCUT_LAUNCH:
             return self.form.new_form()
         if incoming.action_id == ACTION_FORM_CHECK:
-            return self.form.check_form(incoming, user)
+            return await self.form.check_form(incoming, user)
         if incoming.action_id == VIEW_LAUNCH:
             return await self.form.typed(incoming, user)
         return await self.form.relaunch(incoming, user)
