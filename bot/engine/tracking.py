@@ -21,8 +21,10 @@ from bot.text.plot import reduce_per_column
 from cluster.collector import JobSnapshot
 from cluster.diagnosis import Diagnosis
 from cluster.framework_base import Tracking
+from cluster.images import is_registry_ref
 from cluster.profiles import ClusterProfile
 from cluster.progress import Point, complete_lines, run_links, tensorboard_dirs
+from cluster.run_record import digest_from_log
 from cluster.slurm import is_terminal, slurm_time_seconds
 from cluster.slurm_reasons import explain_pending
 from cluster.spec import framework
@@ -94,6 +96,7 @@ class _Step:
             lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
             attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
             self.trackers(text, attempt.tracking)
+            self.image_digest(text)
         p, fw = launch.progress, framework(attempt.tracking.framework)
         if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
             self.checkpoints_unread = True  # a directory not listed by this poll's collect
@@ -143,6 +146,17 @@ class _Step:
             if len(kept) > HISTORY_MAX:  # the whole run at half the resolution, spikes kept
                 kept[:] = reduce_per_column(kept, HISTORY_MAX // 4)
         return True
+
+    def image_digest(self, text: str) -> None:
+        """A registry image's digest, "resolved at start" in the record, from the job's own
+        log once a pyxis or enroot line names it (said once)."""
+        record = self.attempt.record
+        if record is None or record.image_digest or not is_registry_ref(record.image):
+            return
+        digest = digest_from_log(text)
+        if digest:
+            self.attempt.record = record.model_copy(update={"image_digest": digest})
+            self.say(f"Image {escape(record.image)}: digest {digest} (as the job imported it).")
 
     def trackers(self, text: str, tracking: Tracking) -> None:
         """Where the run logs its metrics (a W&B page, a TensorBoard directory): said once."""

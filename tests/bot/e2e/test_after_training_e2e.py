@@ -159,6 +159,11 @@ async def test_then_export_alone_exports_and_runs_no_evaluation(unique: str) -> 
     assert done.exported_to.endswith("/hf/iter_0000006"), said
     assert f"Exported to Hugging Face format: `{done.exported_to}`" in said
     assert done.eval_results == {} and "Evaluation" not in said
+    # the run's record: a registry image's digest is not known before the job starts
+    record = done.attempts[-1].record
+    assert record is not None and record.image == "nvcr.io#nvidia/nemo:26.02", record
+    assert "(registry image; digest: resolved at start)" in record.summary()
+    assert "image nvcr.io#nvidia/nemo:26.02 (registry image; digest: resolved at start)" in said
     assert "evaluate" not in login_run(
         f"cat {done.exported_to.rsplit('/', 1)[0]}/after-{done.after_job}.out"
     )
