@@ -18,6 +18,7 @@ from cluster.launching.recipes import MODEL_PATTERN
 from cluster.site.framework_registry import FrameworkName, Workload
 from cluster.site.image_refs import is_registry_ref
 from cluster.site.profile_fields import IMAGE_NAME_PATTERN
+from commands.after_training import THEN_PATTERN
 from commands.request_fields import (
     ClusterName,
     HelpTopic,
@@ -89,6 +90,7 @@ class TrainRequest(_LaunchFields):
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
     start_step: int | None = Field(default=None, ge=0)  # from=<job>@<step>: not the newest
     from_running: bool = False  # from= a launch that still runs, said on purpose
+    then: str | None = Field(default=None, pattern=THEN_PATTERN)  # then=export / eval:<tasks>
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -103,6 +105,7 @@ class TrainRequest(_LaunchFields):
         step = "" if self.start_step is None else f"@{self.start_step}"
         words += [f"from={self.start_from}{step}"] if self.start_from else []
         words += ["from_running=yes"] if self.start_from and self.from_running else []
+        words += [f"then={self.then}"] if self.then else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

@@ -20,6 +20,7 @@ import logging
 from dataclasses import replace
 
 from bot.core import (
+    after_actions,
     answers,
     api_tokens,
     checkpoint_list,
@@ -52,6 +53,8 @@ from bot.text.mrkdwn import (
     ACTION_ATTACH,
     ACTION_CANCEL,
     ACTION_EDIT_RELAUNCH,
+    ACTION_EVALUATE,
+    ACTION_EXPORT,
     ACTION_FORM_CHECK,
     ACTION_HELP,
     ACTION_LOGS,
@@ -69,6 +72,7 @@ from bot.text.mrkdwn import (
     ACTION_USE_PARTITION,
     HELP_TOPICS,
     SHORTCUT_LAUNCH,
+    VIEW_EVALUATE,
     VIEW_LAUNCH,
     VIEW_NODE_DRAIN,
     VIEW_RELAUNCH,
@@ -213,7 +217,8 @@ class Core:
             )
         if isinstance(request, CheckpointsRequest):
             launch = await self.lookup.readable(request.job, user)
-            return checkpoint_list.listing(launch, request.keep)
+            person = await checkpoint_list.person_bytes(self.store, launch.user_id)
+            return checkpoint_list.listing(launch, request.keep, person)
         if isinstance(request, UnwatchRequest):
             return await watching.unwatch(
                 self.store, (await self.lookup.find(request.job)).id, user
@@ -291,7 +296,7 @@ class Core:
         if incoming.action_id == SHORTCUT_LAUNCH:
             return self.form.new_form()
         if incoming.action_id == ACTION_FORM_CHECK:
-            return self.form.check_form(incoming, user)
+            return await self.form.check_form(incoming, user)
         if incoming.action_id == VIEW_LAUNCH:
             return await self.form.typed(incoming, user)
         return await self.form.relaunch(incoming, user)
@@ -351,6 +356,14 @@ class Core:
             launch = await self.lookup.actable(ref, user, "retry")
             await slow_down(self.store, self.context, user.id, "launches")
             return await self.decisions.retry(launch, user)
+        if incoming.action_id in (ACTION_EXPORT, ACTION_EVALUATE, VIEW_EVALUATE):
+            launch = await self.lookup.owned(ref, user, "export or evaluate")
+            if incoming.action_id == ACTION_EVALUATE:
+                return after_actions.evaluate_form(self.context, launch)
+            text = incoming.text if incoming.action_id == VIEW_EVALUATE else ""
+            if incoming.action_id == VIEW_EVALUATE and not text.strip():
+                raise CommandError("Name at least one task, for example arc_easy.")
+            return await after_actions.ask(self.store, self.context, launch, user, text)
         if incoming.action_id == ACTION_RESUME:  # as if its owner typed /train ... from=<it>
             launch = await self.lookup.owned(ref, user, "resume")
             return await self.launcher.train(resumed(launch), incoming, user)

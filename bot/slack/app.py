@@ -50,6 +50,7 @@ from bot.slack.webapi import SlackError, SlackFront
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
     ACTION_EDIT_RELAUNCH,
+    ACTION_EVALUATE,
     ACTION_FORM_CHECK,
     ACTION_NODE_DRAIN,
     ACTION_PREFIX,
@@ -148,6 +149,7 @@ class Listeners:
             return
         if incoming.action_id in (
             ACTION_EDIT_RELAUNCH,
+            ACTION_EVALUATE,
             ACTION_NODE_DRAIN,
             ACTION_RECORD,
         ):  # a modal

@@ -47,6 +47,9 @@ ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separa
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
 ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
 ACTION_RECORD = "trainbot_record"  # value: the launch id; its run record in a modal
+ACTION_EXPORT = "trainbot_export"  # value: the launch id; its newest checkpoint to HF format
+ACTION_EVALUATE = "trainbot_evaluate"  # value: the launch id; a modal asking which tasks
+VIEW_EVALUATE = "trainbot_view_evaluate"  # Evaluate's modal: the input's block id is the launch
 ACTION_PRUNE = "trainbot_prune_"  # + K: delete all but the best K and the last; value: launch id
 
 _FENCE = "```"
@@ -245,6 +248,14 @@ def run_again_button(value: str) -> Block:
 
 def edit_relaunch_button(value: str) -> Block:
     return button("Edit & relaunch", ACTION_EDIT_RELAUNCH, value)
+
+
+def export_button(value: str) -> Block:
+    return button("Export", ACTION_EXPORT, value)
+
+
+def evaluate_button(value: str) -> Block:
+    return button("Evaluate", ACTION_EVALUATE, value)
 
 
 def text_input(

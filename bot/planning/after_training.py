@@ -1,0 +1,86 @@
+"""What a launch asks to be done after training (``then=export``, ``then=eval:<tasks>``)
+and what has been: whether it is to be done, being followed, exportable; the step's plan;
+the results table against a parent or a sweep's others. Pure: the loop that submits and
+follows the steps is :mod:`bot.engine.after_training`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from bot.lifecycle.launch import Launch
+from bot.planning.start_from import newest_checkpoint
+from bot.text.mrkdwn import code_block
+from cluster.launching import after_training as steps
+from cluster.site.framework_registry import registered
+from commands.after_training import eval_tasks
+from commands.requests import TrainRequest
+
+NOT_RUN = "NOT_RUN"  # after_state when the step could not be submitted
+
+
+def asked_then(launch: Launch) -> str:
+    """The export or evaluation asked of the launch: a button's, else its request's ``then=``."""
+    return launch.after_then or getattr(launch.request, "then", None) or ""
+
+
+def exportable(launch: Launch) -> bool:
+    """Whether the launch's framework has a converter trainbot runs (Export, Evaluate)."""
+    framework = getattr(launch.request, "framework", "")
+    return bool(framework) and bool(registered(framework).export_tool)
+
+
+def wants_steps(launch: Launch) -> bool:
+    """Whether the launch has an export or evaluation still to submit."""
+    return (
+        isinstance(launch.request, TrainRequest)
+        and bool(asked_then(launch))
+        and launch.outcome == "COMPLETED"
+        and not launch.after_job
+        and not launch.after_state
+    )
+
+
+def following(launch: Launch) -> bool:
+    """Whether its export or evaluation was submitted and has not been seen to end."""
+    return bool(launch.after_job) and not launch.after_state
+
+
+def result_key(row: steps.EvalRow) -> str:
+    return f"{row.task}/{row.metric}"
+
+
+def results_text(
+    rows: Sequence[steps.EvalRow], against: Mapping[str, float], against_name: str
+) -> str:
+    """The results as a table (a code block): task, metric, value, ± stderr and, when
+    ``against`` holds the same task and metric, the change against it."""
+    head = ["task", "metric", "value", "stderr"] + ([f"Δ vs {against_name}"] if against else [])
+    table = [head]
+    for row in rows:
+        cells = [row.task, row.metric, f"{row.value:.4f}"]
+        cells.append("" if row.stderr is None else f"±{row.stderr:.4f}")
+        if against:
+            before = against.get(result_key(row))
+            cells.append("" if before is None else f"{row.value - before:+.4f}")
+        table.append(cells)
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return code_block("\n".join(lines))
+
+
+def plan_of(launch: Launch) -> steps.StepPlan | None:
+    """Where the launch's export goes (from its newest checkpoint and what was asked)."""
+    found = newest_checkpoint(launch)
+    if found is None:
+        return None
+    tracking, name, _ = found
+    return steps.plan_step(tracking.checkpoint_dir, name, eval_tasks(asked_then(launch)))
+
+
+def mean_of(members: Sequence[Launch]) -> dict[str, float]:
+    """The mean of each task/metric over ``members``' results."""
+    sums: dict[str, list[float]] = {}
+    for member in members:
+        for key, value in member.eval_results.items():
+            sums.setdefault(key, []).append(value)
+    return {key: sum(values) / len(values) for key, values in sums.items()}
