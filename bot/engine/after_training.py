@@ -124,7 +124,9 @@ class AfterTraining:
         try:
             spec = self.clusters.spec_for(launch).spec
             job_name = f"{spec.job_name}-{'eval' if tasks else 'export'}"
-            script = steps.step_script(spec, plan, model=request.model, job_name=job_name)
+            script = steps.step_script(
+                spec, plan, model=request.model, job_name=job_name, redact=False
+            )
             job_id = await steps.submit_step(self.clusters.pool, spec.profile, script)
         except (ClusterError, NotImplementedError) as exc:
             await self._say(
