@@ -86,7 +86,7 @@ def check_then(then: str, framework: str, profile: ClusterProfile) -> None:
         raise CommandError(
             f"then={then}: trainbot has no Hugging Face export for {fw.label} runs yet "
             f"(it has for {', '.join(able) or 'none'}). Leave then= out, or train with "
-            "framework=megatron-bridge.",
+            "one of those.",
             field=THEN_KEY,
         )
     if eval_tasks(then) and not profile.eval_command:

@@ -108,7 +108,9 @@ _DETAILS: dict[HelpTopic, str] = {
         "one's step, the validation loss the log gave at or before it and its size, the "
         "best and the last marked, the launch's total and its owner's; from=<job>@<step> "
         "starts a new /train from one. Export and Evaluate (a run that completed) convert "
-        "the newest to Hugging Face format and evaluate it, as then= does. Its owner (or an "
+        "the newest to Hugging Face format and evaluate it, as then= does; each of the newest "
+        "five has Resume from it (the same /train from=<job>@<step>), New run from it (the "
+        "launch form, filled in) and Export (that one). Its owner (or an "
         "admin) gets a button that deletes all but the best K (keep=K, default 1) and the "
         "last, after a confirm; the thread records it. " + _JOB
     ),

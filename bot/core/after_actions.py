@@ -5,6 +5,7 @@ what it found in the thread (:mod:`bot.engine.after_training`)."""
 
 from __future__ import annotations
 
+from bot.core.checkpoint_actions import checked_step
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.planning.after_training import following
@@ -59,26 +60,36 @@ def evaluate_form(context: CommandContext, launch: Launch) -> Reply:
 
 
 async def ask(
-    store: Store, context: CommandContext, launch: Launch, user: User, tasks_text: str = ""
+    store: Store,
+    context: CommandContext,
+    launch: Launch,
+    user: User,
+    tasks_text: str = "",
+    step: int | None = None,
 ) -> Reply:
     """Export (``tasks_text`` empty) or Evaluate (its tasks) asked for a finished launch by
-    its owner: recorded on the launch and queued for the poller of its cluster."""
+    its owner: recorded on the launch and queued for the poller of its cluster. ``step``:
+    the checkpoint /checkpoints' Export was pressed on (None: the newest)."""
     request = _askable(launch)
     then = parse_then(f"eval:{tasks_text}") if tasks_text.strip() else EXPORT
     check_then(then, request.framework, context.profile(launch.cluster))
     what = "evaluation" if eval_tasks(then) else "export"
+    if step is not None:
+        checked_step(launch, step)
+    which = "" if step is None else f" of step {step:,}"
 
     def record(stored: Launch) -> list[Event]:
         if following(stored):
             return []
         stored.after_then, stored.after_job, stored.after_state = then, "", ""
-        return [Event("thread", stored.id, f"{what.capitalize()} asked: then={then}.")]
+        stored.after_step = step
+        return [Event("thread", stored.id, f"{what.capitalize()}{which} asked: then={then}.")]
 
     stored, events = await store.launches.mutate(launch.id, record)
     if not events:
         raise CommandError(f"{launch.id}'s export is already running (job {stored.after_job}).")
     await store.launches.ask_after(stored.cluster, stored.id)
     return Reply(
-        f"The {what} of {launch.id} is queued (then={then}); its thread says the Slurm job "
+        f"The {what}{which} of {launch.id} is queued (then={then}); its thread says the Slurm job "
         "and what it finds."
     )

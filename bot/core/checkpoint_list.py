@@ -10,6 +10,7 @@ Pure: the launch's record in, a reply out. Every name shown came from the run's 
 
 from __future__ import annotations
 
+from bot.core import checkpoint_actions
 from bot.gateway.asks import ClusterCalls
 from bot.lifecycle import render
 from bot.lifecycle.events import Event
@@ -112,10 +113,14 @@ def listing(launch: Launch, keep: int = 1, person: tuple[int, int] | None = None
     text = "\n".join(lines)
     doomed = checkpoints.prune_plan(points, keep)
     after = []
-    if launch.outcome == "COMPLETED" and exportable(launch) and not following(launch):
+    can_export = launch.outcome == "COMPLETED" and exportable(launch) and not following(launch)
+    if can_export:
         after = [export_button(launch.id), evaluate_button(launch.id)]  # the newest one
+    each = checkpoint_actions.buttons(launch, export=can_export)  # the newest few, one by one
     if launch.active or not doomed:
-        return Reply(text, blocks=[section(text), actions(*after)]) if after else Reply(text)
+        if not after and not each:
+            return Reply(text)
+        return Reply(text, blocks=[section(text), *each, *([actions(*after)] if after else [])])
     steps = checkpoints.steps_text(doomed)
     label = (
         f"Delete all but the best {keep} and the last"
@@ -130,7 +135,7 @@ def listing(launch: Launch, keep: int = 1, person: tuple[int, int] | None = None
         deny="Keep them",
     )
     prune = button(label, f"{ACTION_PRUNE}{keep}", launch.id, style="danger", confirm=dialog)
-    return Reply(text, blocks=[section(text), actions(*after, prune)])
+    return Reply(text, blocks=[section(text), *each, actions(*after, prune)])
 
 
 def pruned_names(launch: Launch, keep: int) -> tuple[list[Saved], list[str]]:

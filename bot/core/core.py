@@ -23,6 +23,7 @@ from bot.core import (
     after_actions,
     answers,
     api_tokens,
+    checkpoint_actions,
     checkpoint_list,
     images,
     record_view,
@@ -52,6 +53,8 @@ from bot.text.mrkdwn import (
     ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
+    ACTION_CKPT_EXPORT,
+    ACTION_CKPT_NEW_RUN,
     ACTION_EDIT_RELAUNCH,
     ACTION_EVALUATE,
     ACTION_EXPORT,
@@ -301,6 +304,25 @@ class Core:
             return await self.form.typed(incoming, user)
         return await self.form.relaunch(incoming, user)
 
+    async def on_checkpoint(self, incoming: Incoming, user: User) -> Reply:
+        """/checkpoints' buttons on one checkpoint: Resume from this one (a /train typed by
+        its owner, admitted as one), New run from it (the launch form, filled in) and
+        Export (that checkpoint)."""
+        launch_id, step = checkpoint_actions.split_value(incoming.action_value)
+        ref = parse_job_ref(launch_id, None, self.context)
+        if incoming.action_id == ACTION_CKPT_EXPORT:
+            launch = await self.lookup.owned(ref, user, "export")
+            return await after_actions.ask(self.store, self.context, launch, user, step=step)
+        if incoming.action_id == ACTION_CKPT_NEW_RUN:
+            launch = await self.lookup.owned(ref, user, "start a new run from")
+            return checkpoint_actions.new_run_form(launch, step)
+        launch = await self.lookup.owned(ref, user, "resume")
+        request = checkpoint_actions.resume_request(launch, step)
+        await slow_down(self.store, self.context, user.id, "launches")
+        return await self.launcher.train(
+            request, replace(incoming, channel_id=launch.channel), user
+        )
+
     async def on_token(self, incoming: Incoming, user: User) -> Reply:
         """An API token made or revoked in the App Home (built again after it)."""
         self.app_home.forget(user.id)
@@ -329,6 +351,8 @@ class Core:
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
         if incoming.action_id in (ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN):
             return await self.ledger.on_action(incoming, user)
+        if incoming.action_id in checkpoint_actions.ACTIONS:
+            return await self.on_checkpoint(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)

@@ -26,6 +26,7 @@ from bot.lifecycle.launch import Launch
 from bot.planning.after_training import (
     NOT_RUN,
     asked_then,
+    chosen_checkpoint,
     following,
     mean_of,
     plan_of,
@@ -33,7 +34,7 @@ from bot.planning.after_training import (
     results_text,
     wants_steps,
 )
-from bot.planning.start_from import checkpoint_outside, newest_checkpoint
+from bot.planning.start_from import checkpoint_outside
 from bot.store.store import Store
 from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError
@@ -104,11 +105,12 @@ class AfterTraining:
         assert isinstance(request, TrainRequest) and then
         tasks = eval_tasks(then)
         what = f"evaluation ({', '.join(tasks)})" if tasks else "export"
-        found = newest_checkpoint(launch)
+        found = chosen_checkpoint(launch)
         if found is None:
+            which = "" if launch.after_step is None else f" at step {launch.after_step}"
             await self._say(
                 launch_id,
-                f"then={escape(then)}: the run saved no checkpoint trainbot saw, so "
+                f"then={escape(then)}: the run has no checkpoint{which} trainbot saw, so "
                 "there is nothing to export.",
                 after_state=NOT_RUN,
             )
@@ -124,7 +126,9 @@ class AfterTraining:
         try:
             spec = self.clusters.spec_for(launch).spec
             job_name = f"{spec.job_name}-{'eval' if tasks else 'export'}"
-            script = steps.step_script(spec, plan, model=request.model, job_name=job_name)
+            script = steps.step_script(
+                spec, plan, model=request.model, job_name=job_name, redact=False
+            )
             job_id = await steps.submit_step(self.clusters.pool, spec.profile, script)
         except (ClusterError, NotImplementedError) as exc:
             await self._say(

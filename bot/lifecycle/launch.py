@@ -186,6 +186,7 @@ class Launch(BaseModel):
     wandb_summary: dict[str, float] = Field(default_factory=dict)  # read back at the end
     wandb_read: bool = False  # the read-back was tried (once per launch)
     after_then: str = ""  # Export / Evaluate buttons: what was asked ("": the request's then=)
+    after_step: int | None = None  # /checkpoints' Export of one: its step (None: the newest)
     after_job: str = ""  # then=: the Slurm job that exports (and evaluates), once submitted
     after_state: str = ""  # then=: how it ended (Slurm's word, or why it was not run)
     exported_to: str = ""  # then=: the Hugging Face directory its export wrote

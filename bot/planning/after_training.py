@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from bot.lifecycle.launch import Launch
+from bot.planning.checkpoints import saved
 from bot.planning.start_from import newest_checkpoint
 from bot.text.mrkdwn import code_block
 from cluster.launching import after_training as steps
 from cluster.site.framework_registry import registered
+from cluster.watching.tracking import Tracking
 from commands.after_training import eval_tasks
 from commands.requests import TrainRequest
 
@@ -68,9 +70,20 @@ def results_text(
     return code_block("\n".join(lines))
 
 
-def plan_of(launch: Launch) -> steps.StepPlan | None:
-    """Where the launch's export goes (from its newest checkpoint and what was asked)."""
+def chosen_checkpoint(launch: Launch) -> tuple[Tracking, str, int] | None:
+    """The checkpoint to export: the one /checkpoints' Export was pressed on (its step in
+    ``after_step``), else the newest; None when the launch lists no such one (any more)."""
     found = newest_checkpoint(launch)
+    if found is None or launch.after_step is None:
+        return found
+    tracking = found[0]
+    point = next((p for p in saved(launch) if p.step == launch.after_step), None)
+    return None if point is None else (tracking, point.name, point.step)
+
+
+def plan_of(launch: Launch) -> steps.StepPlan | None:
+    """Where the launch's export goes (from the chosen checkpoint and what was asked)."""
+    found = chosen_checkpoint(launch)
     if found is None:
         return None
     tracking, name, _ = found

@@ -49,6 +49,7 @@ from bot.slack.incoming import (
 from bot.slack.webapi import SlackError, SlackFront
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
+    ACTION_CKPT_NEW_RUN,
     ACTION_EDIT_RELAUNCH,
     ACTION_EVALUATE,
     ACTION_FORM_CHECK,
@@ -148,6 +149,7 @@ class Listeners:
             self._spawn(self._modal_after(incoming, answer, home=True))
             return
         if incoming.action_id in (
+            ACTION_CKPT_NEW_RUN,
             ACTION_EDIT_RELAUNCH,
             ACTION_EVALUATE,
             ACTION_NODE_DRAIN,

@@ -51,6 +51,10 @@ ACTION_EXPORT = "trainbot_export"  # value: the launch id; its newest checkpoint
 ACTION_EVALUATE = "trainbot_evaluate"  # value: the launch id; a modal asking which tasks
 VIEW_EVALUATE = "trainbot_view_evaluate"  # Evaluate's modal: the input's block id is the launch
 ACTION_PRUNE = "trainbot_prune_"  # + K: delete all but the best K and the last; value: launch id
+# /checkpoints, on one checkpoint; value: "<launch id>@<step>"
+ACTION_CKPT_RESUME = "trainbot_ckpt_resume"  # its request again, from=<launch id>@<step>
+ACTION_CKPT_NEW_RUN = "trainbot_ckpt_new_run"  # the launch form with from=<launch id>@<step>
+ACTION_CKPT_EXPORT = "trainbot_ckpt_export"  # then=export of that checkpoint
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.

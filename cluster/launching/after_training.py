@@ -26,10 +26,18 @@ from cluster.slurm.base import is_terminal, normalize_state
 from cluster.slurm.sacct import build_sacct, parse_sacct
 from cluster.slurm.sbatch import parse_sbatch_parsable, sbatch_options
 from cluster.ssh.pool import SSHPool
-from cluster.ssh.remote import join_argv, join_remote, quote_path
+from cluster.ssh.remote import export_lines, join_argv, join_remote, quote_path
 
 STEP_TIME_LIMIT = "02:00:00"
-EXPORTED_RE = re.compile(r"Successfully exported model to:?\s*(\S+)")
+#: What each framework's converter prints last, the directory after it: Megatron-Bridge's
+#: convert_checkpoints.py, NeMo-RL's convert_dcp_to_hf.py, NeMo's ``nemo llm export``.
+EXPORTED_RE = re.compile(
+    r"(?:Successfully exported model to:?|Saved HF checkpoint to:?|Checkpoint exported to)"
+    r"[ \t]*(.*)"
+)
+#: NeMo's line goes through rich, which folds a long path at the console's width (80 in a
+#: log file): the lines after it that are one word each are the rest of the path.
+FOLDED_AFTER = "Checkpoint exported to"
 LOG_LINES = 400
 
 
@@ -70,10 +78,18 @@ def eval_line(template: str, plan: StepPlan) -> str:
     )
 
 
-def step_script(spec: LaunchSpec, plan: StepPlan, *, model: str, job_name: str) -> str:
+def step_script(
+    spec: LaunchSpec, plan: StepPlan, *, model: str, job_name: str, redact: bool = True
+) -> str:
     """The script (for ``bash -l -s`` as the person) that submits the step: ``sbatch
     --parsable`` of one node whose batch script runs the export (and the evaluation) with
-    ``srun`` in the launch's container where pyxis is there."""
+    ``srun`` in the launch's container where pyxis is there.
+
+    The launch's job secrets (``HF_TOKEN`` for a gated tokenizer) are exported in this
+    script, as the launch's own submit does, and reach the job through sbatch's environment:
+    never in an argument (``--wrap`` holds none); their values are written only when
+    ``redact`` is false. A framework whose job sources a file of secrets (NeMo-RL's
+    ``configs/auth.sh``) has it sourced by the step too."""
     profile = spec.profile
     here = quote_path(spec.work_dir)
     registry = is_registry_ref(spec.image_path)
@@ -93,6 +109,10 @@ def step_script(spec: LaunchSpec, plan: StepPlan, *, model: str, job_name: str) 
         "outside a container'",
         "  set --",
         "fi",
+    ]
+    if auth := spec.fw.auth_file(spec):
+        inner.append(f"if [ -f {quote_path(auth)} ]; then . {quote_path(auth)}; fi")
+    inner += [
         f"mkdir -p {quote_path(plan.hf_dir)}",
         f"echo 'trainbot: export {plan.checkpoint}'",
         'srun --ntasks=1 "$@" '
@@ -120,6 +140,7 @@ def step_script(spec: LaunchSpec, plan: StepPlan, *, model: str, job_name: str) 
         "\n".join(
             [
                 "set -euo pipefail",
+                *export_lines({}, spec.secrets, spec.secret_files(), redact=redact),
                 f"mkdir -p {quote_path(log_dir)}",
                 f"cd {here}",
                 " ".join(
@@ -190,10 +211,28 @@ class StepOutcome:
 
 
 def parse_exported(text: str) -> str:
-    """Where the converter said it wrote the model (Megatron-Bridge: ``Successfully
-    exported model to: <dir>``); "" when it did not say."""
-    found = EXPORTED_RE.findall(text)
-    return found[-1] if found else ""
+    """Where the converter said it wrote the model, from its last such line (Megatron-Bridge:
+    ``Successfully exported model to: <dir>``, NeMo-RL: ``Saved HF checkpoint to: <dir>``,
+    NeMo: ``✓ Checkpoint exported to <dir>``, the path folded onto the lines after it);
+    "" when it did not say."""
+    found = list(EXPORTED_RE.finditer(text))
+    if not found:
+        return ""
+    last = found[-1]
+    words = last.group(1).split()
+    if words or FOLDED_AFTER not in last.group(0):
+        return words[0] if words else ""
+    # rich moved the path to the next line and folded it there: every line but its last is
+    # as wide as the first
+    lines = [line.rstrip() for line in text[last.end() :].splitlines()[1:]]
+    if not lines or len(lines[0].split()) != 1:
+        return ""
+    parts, width = [lines[0]], len(lines[0])
+    for line in lines[1:]:
+        if len(parts[-1]) != width or len(line.split()) != 1:
+            break
+        parts.append(line)
+    return "".join(parts).strip()
 
 
 def parse_results_table(text: str) -> tuple[EvalRow, ...]:

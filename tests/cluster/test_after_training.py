@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from cluster.launching.after_training import (
     EvalRow,
@@ -17,6 +17,8 @@ from cluster.launching.after_training import (
     read_outcome,
     step_script,
 )
+from cluster.launching.recipes import DEFAULT_CATALOG
+from cluster.launching.spec import LaunchSpec
 from tests.cluster.test_megatron_bridge import profile, spec
 
 CKPTS = "~/vertex-oss-training/megatron_bridge/experiments/run-L-7f3a9c/checkpoints"
@@ -117,3 +119,74 @@ def test_what_the_converter_said() -> None:
     assert parse_exported("Traceback ...\nRuntimeError: CUDA out of memory") == ""
     assert read_outcome(out + LM_EVAL).exported_to == "/r/hf/iter_1"
     assert read_outcome("nothing").results == ()
+
+
+def test_what_nemo_and_nemo_rl_said() -> None:
+    # NeMo 2's export_ckpt prints through rich, which folds a long path at 80 columns in a
+    # log file: the path moves to the next line and goes on over the lines after it
+    path = "/home/alice/vertex-oss-training/nemo/logs/sft-L-7f3a9c/default/hf/" + (
+        "model_name=0--val_loss=0.00-step=9-consumed_samples=80.0"
+    )
+    folded = "\n".join([path[:80], path[80:]])
+    nemo = f"Launching export...\n✓ Checkpoint exported to \n{folded}\ntrainbot: evaluate a\n"
+    assert parse_exported(nemo) == path
+    assert parse_exported("✓ Checkpoint exported to /r/hf/x\n/another\n") == "/r/hf/x"
+    assert parse_exported("✓ Checkpoint exported to \n\n") == ""
+    rl = "HF_TOKEN is not set\nSaved HF checkpoint to: /r/hf/step_4\n"
+    assert parse_exported(rl) == "/r/hf/step_4"
+
+
+def framework_spec(framework: str, **fields: object) -> LaunchSpec:
+    recipe = DEFAULT_CATALOG.find("sft", "llama3p1_8b", framework)
+    assert recipe is not None
+    return LaunchSpec.from_recipe(profile(), recipe, launch_id="L-7f3a9c", nodes=1, **fields)  # type: ignore[arg-type]
+
+
+def test_nemo_exports_with_nemo_llm_export() -> None:
+    ckpts = "~/vertex-oss-training/nemo/logs/sft-L-7f3a9c/default/checkpoints"
+    plan = plan_step(ckpts, "model_name=0--val_loss=0.00-step=9-consumed_samples=80.0")
+    script = step_script(framework_spec("nemo"), plan, model="llama3p1_8b", job_name="x")
+    wrap = next(
+        w for w in shlex.split(script[script.index("sbatch ") :]) if w.startswith("--wrap=")
+    )
+    home = '"$HOME"/vertex-oss-training/nemo/logs/sft-L-7f3a9c/default'
+    name = "model_name=0--val_loss=0.00-step=9-consumed_samples=80.0"
+    assert wrap.endswith(
+        f'\nsrun --ntasks=1 "$@" nemo llm export -y path={home}/checkpoints/{name} target=hf '
+        f"output_path={home}/hf/{name}"
+    )
+
+
+def test_nemo_rl_exports_with_its_dcp_converter_and_sources_its_auth_file() -> None:
+    ckpts = "/home/bob/vertex-oss-training/nemo_rl/4187/checkpoints"
+    plan = plan_step(ckpts, "step_40")
+    script = step_script(framework_spec("nemo-rl"), plan, model="llama3p1_8b", job_name="x")
+    wrap = next(
+        w for w in shlex.split(script[script.index("sbatch ") :]) if w.startswith("--wrap=")
+    )
+    assert (
+        'srun --ntasks=1 "$@" python3 "$HOME"/vertex-oss-training/nemo_rl/examples/converters/'
+        f"convert_dcp_to_hf.py --config {ckpts}/step_40/config.yaml --dcp-ckpt-path "
+        f"{ckpts}/step_40/policy/weights --hf-ckpt-path /home/bob/vertex-oss-training/nemo_rl/"
+        "4187/hf/step_40"
+    ) in wrap
+    auth = '"$HOME"/vertex-oss-training/nemo_rl/configs/auth.sh'
+    assert f"if [ -f {auth} ]; then . {auth}; fi" in wrap  # as launch.sh does, in the job
+
+
+def test_the_jobs_secrets_are_exported_before_sbatch_never_in_its_arguments() -> None:
+    secret = SecretStr("hf_value_not_to_be_seen")
+    spec = framework_spec("nemo", secrets={"HF_TOKEN": secret})
+    spec = LaunchSpec(**{**spec.__dict__, "profile": profile(job_secrets={
+        "HF_TOKEN": {"env": "TRAINBOT_HF_TOKEN"},
+        "WANDB_API_KEY": {"file": "~/.config/trainbot/wandb"},
+    })})  # fmt: skip
+    plan = plan_step("/runs/x/checkpoints", "model_name=0--step=1")
+    shown = step_script(spec, plan, model="llama3p1_8b", job_name="x")
+    sent = step_script(spec, plan, model="llama3p1_8b", job_name="x", redact=False)
+    assert "hf_value_not_to_be_seen" not in shown and "export HF_TOKEN='<redacted>'" in shown
+    lines = sent.splitlines()
+    assert "export HF_TOKEN=hf_value_not_to_be_seen" in lines
+    assert 'export WANDB_API_KEY="$(cat "$HOME"/.config/trainbot/wandb)"' in lines
+    assert lines.index("export HF_TOKEN=hf_value_not_to_be_seen") < len(lines) - 1
+    assert "hf_value_not_to_be_seen" not in lines[-1]  # the sbatch line and its --wrap

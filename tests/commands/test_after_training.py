@@ -76,9 +76,7 @@ def test_eval_needs_the_clusters_recipe(parse) -> None:  # type: ignore[no-untyp
     assert isinstance(parse(f"{MB} cluster=a4 then=export"), TrainRequest)
 
 
-def test_export_needs_a_framework_with_a_converter(parse) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(CommandError) as caught:
-        parse("/train sft llama3p1_8b framework=nemo then=export")
-    assert "no Hugging Face export for NeMo runs yet (it has for Megatron-Bridge)" in str(
-        caught.value
-    )
+@pytest.mark.parametrize("framework", ["nemo", "nemo-rl", "megatron-bridge"])
+def test_every_framework_has_its_converter(parse, framework: str) -> None:  # type: ignore[no-untyped-def]
+    request = parse(f"/train sft llama3p1_8b framework={framework} then=export")
+    assert isinstance(request, TrainRequest) and request.then == "export"
