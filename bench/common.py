@@ -3,7 +3,8 @@ line, the bot run as a separate process (``python -m bot serve``) against the Sl
 stand-in, Slurm's own RPC counters, and cleaning up the jobs a run made.
 
 Everything here runs on the dev cluster (``devcluster/up``) and a local Redis; the
-bench uses its own Redis database (12 unless ``TRAINBOT_BENCH_REDIS`` names another)
+bench uses its own Redis database (12 unless ``TRAINBOT_BENCH_REDIS`` names another, as a
+number or a ``redis://127.0.0.1:6379/<number>`` URL)
 and flushes only that one.
 """
 
@@ -29,7 +30,21 @@ from support.workspace import ASK_KEY
 PROJECT = Path(__file__).resolve().parents[1]
 DEV = PROJECT / ".devcluster"
 DEV_CONFIG = DEV / "trainbot.yaml"
-BENCH_DB = int(os.environ.get("TRAINBOT_BENCH_REDIS", "12"))
+
+
+def bench_db(value: str) -> int:
+    """The bench's database from ``TRAINBOT_BENCH_REDIS``: a number of the local Redis
+    (``12``), or a URL naming one of its databases (``redis://127.0.0.1:6379/12``)."""
+    found = re.fullmatch(r"(?:redis://(?:127\.0\.0\.1|localhost):6379/)?([0-9]+)", value.strip())
+    if found is None:
+        raise SystemExit(
+            f"TRAINBOT_BENCH_REDIS={value!r} is not a database of the local Redis: give its "
+            "number (12) or redis://127.0.0.1:6379/<number>"
+        )
+    return int(found[1])
+
+
+BENCH_DB = bench_db(os.environ.get("TRAINBOT_BENCH_REDIS", "12"))
 REDIS_URL = f"redis://127.0.0.1:6379/{BENCH_DB}"
 # Where the bench's bot processes keep their store: REDIS_URL, unless bench/run
 # --sentinels points them at a Sentinel set (docs/sentinel.md) instead; and the key

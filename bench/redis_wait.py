@@ -26,9 +26,9 @@ async def measure(wait_replicas: int, writes: int) -> list[float]:
     took: list[float] = []
     async with Store.connect(target) as store:
         for _ in range(writes):
-            item = Launch(request=request, user_id="U-bench", channel="C1")
+            launch = Launch(request=request, user_id="U-bench", channel="C1")
             started = time.perf_counter()
-            await store.launches.create(item, [Event("parent", item.id)])
+            await store.launches.create(launch, [Event("parent", launch.id)])
             took.append((time.perf_counter() - started) * 1000)
         await store.redis.flushdb()
     return took

@@ -17,7 +17,7 @@ import aiohttp
 
 from bench import soak_infra as infra
 from bench import soak_slurm
-from bench.soak_launches import Launches
+from bench.soak_launches import SoakLaunches
 from bench.soak_thread import LAUNCH_RE
 
 
@@ -37,7 +37,7 @@ class Faults:
         self,
         args: argparse.Namespace,
         rng: random.Random,
-        launches: Launches,
+        launches: SoakLaunches,
         redis: infra.OwnRedis,
         started: float,
         note: Callable[[str], None],
@@ -76,7 +76,7 @@ class Faults:
 
     async def inject_node(self) -> None:
         deadline = time.monotonic() + 300
-        running: list[soak_slurm.QueueRow] = []
+        running: list[soak_slurm.SoakQueueRow] = []
         while time.monotonic() < deadline and not running:
             rows = await asyncio.to_thread(soak_slurm.squeue_rows, self.launches.run_id)
             # A job that has just started and fails by no fault of its own: it still runs
@@ -108,7 +108,7 @@ class Faults:
             self.failed_nodes.discard(node)
             self.note(f"{node} restored")
 
-    def steady(self, row: soak_slurm.QueueRow) -> bool:
+    def steady(self, row: soak_slurm.SoakQueueRow) -> bool:
         """Whether the job belongs to a launch that runs long, to the end."""
         return any(
             p.launch_id and p.launch_id in row.name and p.long_run for p in self.launches.plans

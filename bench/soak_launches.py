@@ -22,7 +22,7 @@ from bench.soak_thread import LAUNCH_RE, Plan
 from support.slack_requests import block_action_body, post_signed, slash_command_body
 
 
-class Launches:
+class SoakLaunches:
     def __init__(
         self,
         args: argparse.Namespace,

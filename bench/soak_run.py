@@ -25,7 +25,7 @@ from bench import soak_infra as infra
 from bench import soak_slurm
 from bench.soak_check import Divergence, check_charges, check_launch
 from bench.soak_faults import Faults
-from bench.soak_launches import Launches
+from bench.soak_launches import SoakLaunches
 from bench.soak_plan import CLUSTERS, make_plans
 from bench.soak_slack import USER, RecordingStandin
 from bench.soak_thread import LAUNCH_RE, View
@@ -59,7 +59,7 @@ class Soak:
         self.cache_root = infra.trainer_home() / "trainbot-soak" / self.run_id
         self.charged: dict[str, float | None] = {}  # launch id -> GPU-hours charged
         self.charged_total = 0.0  # every budget's usage, summed
-        self.launches = Launches(
+        self.launches = SoakLaunches(
             args,
             self.rng,
             self.plans,

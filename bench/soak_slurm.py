@@ -56,7 +56,7 @@ def sacct_rows(since: float, fragment: str, *, duplicates: bool = False) -> list
 
 
 @dataclass(frozen=True)
-class QueueRow:
+class SoakQueueRow:
     job_id: str
     name: str
     state: str
@@ -73,13 +73,13 @@ def seconds(elapsed: str) -> int:
     return total + int(days or 0) * 86400
 
 
-def squeue_rows(fragment: str) -> list[QueueRow]:
+def squeue_rows(fragment: str) -> list[SoakQueueRow]:
     out = run(["squeue", "-h", "-o", "%i|%j|%T|%N|%M"], timeout_s=30)
     rows = []
     for line in out.splitlines():
         parts = line.split("|")
         if len(parts) == 5 and fragment in parts[1]:
-            rows.append(QueueRow(parts[0], parts[1], parts[2], parts[3], seconds(parts[4])))
+            rows.append(SoakQueueRow(parts[0], parts[1], parts[2], parts[3], seconds(parts[4])))
     return rows
 
 

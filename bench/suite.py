@@ -22,6 +22,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from bench import ack, api_ack, launch, notify, ssh_latency
@@ -173,10 +174,10 @@ async def run(
                 if size == middle:
                     await _row(
                         p6_rows, "P6", "state change → thread", "p99 ≤ poll interval + 2 s",
-                        lambda tracked=size: notify.measure(
-                            standin, bot.events_url, store, cluster=CLUSTER,
+                        partial(
+                            notify.measure, standin, bot.events_url, store, cluster=CLUSTER,
                             count=sizes.p6_jobs, tag=tag, poll_interval_s=sizes.poll_interval_s,
-                            tracking=tracked, timeout_s=sizes.p6_timeout_s,
+                            tracking=size, timeout_s=sizes.p6_timeout_s,
                         ),
                     )  # fmt: skip
                 bot.stop()

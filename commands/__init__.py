@@ -19,6 +19,7 @@ from commands.policy import (
     decide,
     may_manage,
 )
+from commands.request_fields import JobRef
 from commands.requests import (
     REQUEST_ADAPTER,
     AttachRequest,
@@ -26,7 +27,6 @@ from commands.requests import (
     ClustersRequest,
     HelpRequest,
     InteractiveRequest,
-    JobRef,
     JobsRequest,
     LogsRequest,
     RecipesRequest,

@@ -20,6 +20,7 @@ from commands.job_commands import (
     parse_watch,
 )
 from commands.parse import Args, normalise, parse_args
+from commands.registry import COMMAND_NAMES
 from commands.requests import Request
 from commands.suggest import did_you_mean, join_names, quote
 from commands.train import parse_train
@@ -27,7 +28,7 @@ from commands.usage import parse_usage
 
 Parser = Callable[[Args, User, CommandContext], Request]
 
-COMMANDS: dict[str, Parser] = {
+_PARSERS: dict[str, Parser] = {
     "/train": parse_train,
     "/attach": parse_attach,
     "/jobs": parse_jobs,
@@ -40,6 +41,9 @@ COMMANDS: dict[str, Parser] = {
     "/checkpoints": parse_checkpoints,
     "/images": parse_images,
 }
+# One parser for each command of the registry, in its order (a KeyError here at import: a
+# command listed without a parser; the test of the registry catches a parser not listed).
+COMMANDS: dict[str, Parser] = {name: _PARSERS[name] for name in COMMAND_NAMES}
 
 
 def parse_command(command: str, text: str, *, user: User, context: CommandContext) -> Request:

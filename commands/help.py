@@ -5,7 +5,7 @@ from __future__ import annotations
 from cluster.launching.spec import interactive_framework
 from cluster.site.framework_registry import frameworks, workloads
 from commands.context import CommandContext
-from commands.requests import HelpTopic
+from commands.request_fields import HelpTopic
 
 USAGE: dict[HelpTopic, str] = {
     "train": "/train <workload> <model> [key=value ...]",
@@ -61,6 +61,12 @@ _DETAILS: dict[HelpTopic, str] = {
         "                   checkpoint when this one goes); without it, a running one is refused\n"
         "  from=J@S         start from launch J's checkpoint of step S instead of its newest;\n"
         "                   a step J never saved is refused with the steps it did save\n"
+        "  then=export      once it completed: its newest checkpoint to Hugging Face format\n"
+        "                   (the framework's own converter; Megatron-Bridge), a Slurm job of\n"
+        "                   one node in its container; the thread gets the exported path\n"
+        "  then=eval:T,...  export, then the cluster's evaluation recipe on tasks T (for\n"
+        "                   example then=eval:arc_easy,hellaswag); the thread gets the results\n"
+        "                   table, with the change against from='s launch or the sweep's others\n"
         "{framework_lines}\n"
         "The answer says when Slurm expects the job to start and about how many\n"
         "GPU-hours it will use (and, where policy sets a budget, what is left of it).\n"
@@ -99,8 +105,12 @@ _DETAILS: dict[HelpTopic, str] = {
     "unwatch": "Stop getting DMs about a launch you watch. " + _JOB,
     "checkpoints": (
         "A launch's complete checkpoints (of a launch you may see, as for /logs): each "
-        "one's step and the validation loss the log gave at or before it, the best and "
-        "the last marked; from=<job>@<step> starts a new /train from one. Its owner (or an "
+        "one's step, the validation loss the log gave at or before it and its size, the "
+        "best and the last marked, the launch's total and its owner's; from=<job>@<step> "
+        "starts a new /train from one. Export and Evaluate (a run that completed) convert "
+        "the newest to Hugging Face format and evaluate it, as then= does; each of the newest "
+        "five has Resume from it (the same /train from=<job>@<step>), New run from it (the "
+        "launch form, filled in) and Export (that one). Its owner (or an "
         "admin) gets a button that deletes all but the best K (keep=K, default 1) and the "
         "last, after a confirm; the thread records it. " + _JOB
     ),

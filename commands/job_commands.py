@@ -8,13 +8,12 @@ from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.help import USAGE
 from commands.parse import Args
+from commands.request_fields import HelpTopic, JobRef
 from commands.requests import (
     AttachRequest,
     CancelRequest,
     CheckpointsRequest,
     ClustersRequest,
-    HelpTopic,
-    JobRef,
     JobsRequest,
     LogsRequest,
     UnwatchRequest,

@@ -9,96 +9,31 @@ request back. ``kind`` tells the requests apart when stored as JSON
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from cluster.launching.parts import OVERRIDE_KEY_PATTERN, OVERRIDE_VALUE_PATTERN
+from cluster.launching.parts import OVERRIDE_KEY_PATTERN
 from cluster.launching.recipes import MODEL_PATTERN
 from cluster.site.framework_registry import FrameworkName, Workload
 from cluster.site.image_refs import is_registry_ref
-from cluster.site.profile_fields import CLUSTER_NAME_PATTERN, IMAGE_NAME_PATTERN
-from cluster.slurm.base import slurm_time_seconds
-from commands.schedule import AFTER_PATTERN, AT_PATTERN
-from commands.sweep import SWEEP_ID_PATTERN
-from commands.values import (
-    IMAGE_PATH_PATTERN,
-    LAUNCH_ID_PATTERN,
-    MAX_LOG_LINES,
-    NAME_PATTERN,
-    PARTITION_PATTERN,
-    SLURM_JOB_ID_PATTERN,
+from cluster.site.profile_fields import IMAGE_NAME_PATTERN
+from commands.after_training import THEN_PATTERN
+from commands.request_fields import (
+    ClusterName,
+    HelpTopic,
+    Image,
+    JobName,
+    JobRef,
+    Nodes,
+    Override,
+    Partition,
+    SlurmTime,
 )
-
-HelpTopic = Literal[
-    "train",
-    "interactive",
-    "recipes",
-    "attach",
-    "jobs",
-    "cancel",
-    "logs",
-    "clusters",
-    "usage",
-    "watch",
-    "unwatch",
-    "checkpoints",
-    "images",
-]
-HELP_TOPICS: tuple[HelpTopic, ...] = get_args(HelpTopic)
-MAX_NODES = 4096
-
-
-def _check_time(value: str | None) -> str | None:
-    if value is not None:
-        slurm_time_seconds(value)
-    return value
-
-
-def _check_image(value: str | None) -> str | None:
-    if value is None or re.fullmatch(IMAGE_NAME_PATTERN, value):
-        return value
-    if re.fullmatch(IMAGE_PATH_PATTERN, value) and ".." not in value.split("/"):
-        return value
-    if is_registry_ref(value):
-        return value
-    raise ValueError("must be an image name, a .sqsh path or a registry reference")
-
-
-ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
-Nodes = Annotated[int, Field(ge=1, le=MAX_NODES)]
-Partition = Annotated[str | None, Field(pattern=PARTITION_PATTERN)]
-SlurmTime = Annotated[str | None, AfterValidator(_check_time)]
-JobName = Annotated[str | None, Field(pattern=NAME_PATTERN)]
-Image = Annotated[str | None, AfterValidator(_check_image)]
-Override = tuple[
-    Annotated[str, Field(pattern=OVERRIDE_KEY_PATTERN)],
-    Annotated[str, Field(pattern=OVERRIDE_VALUE_PATTERN)],
-]
-
-
-class JobRef(BaseModel):
-    """A job: the bot's launch id (``L-7f3a9c``) or a Slurm job id, maybe with its cluster."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    id: str = Field(pattern=f"{LAUNCH_ID_PATTERN}|{SLURM_JOB_ID_PATTERN}|{SWEEP_ID_PATTERN}")
-    cluster: ClusterName | None = None
-
-    @property
-    def is_launch_id(self) -> bool:
-        return self.id.startswith("L-")
-
-    @property
-    def is_sweep_id(self) -> bool:
-        return self.id.startswith("S-")
-
-    def to_text(self) -> str:
-        return self.id if self.cluster is None else f"{self.id} cluster={self.cluster}"
-
-    def __str__(self) -> str:
-        return self.id if self.cluster is None else f"{self.id} on {self.cluster}"
+from commands.schedule import AFTER_PATTERN, AT_PATTERN
+from commands.values import (
+    MAX_LOG_LINES,
+)
 
 
 class _Request(BaseModel):
@@ -155,6 +90,7 @@ class TrainRequest(_LaunchFields):
     start_from: str | None = Field(default=None, pattern=AFTER_PATTERN)  # from=: its checkpoint
     start_step: int | None = Field(default=None, ge=0)  # from=<job>@<step>: not the newest
     from_running: bool = False  # from= a launch that still runs, said on purpose
+    then: str | None = Field(default=None, pattern=THEN_PATTERN)  # then=export / eval:<tasks>
 
     @model_validator(mode="after")
     def _check_overrides(self) -> TrainRequest:
@@ -169,6 +105,7 @@ class TrainRequest(_LaunchFields):
         step = "" if self.start_step is None else f"@{self.start_step}"
         words += [f"from={self.start_from}{step}"] if self.start_from else []
         words += ["from_running=yes"] if self.start_from and self.from_running else []
+        words += [f"then={self.then}"] if self.then else []
         words += [f"{key}={value}" for key, value in self.overrides]
         return " ".join(words)
 

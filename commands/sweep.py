@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 
 from cluster.launching.recipes import RecipeEntry
+from commands.after_training import THEN_KEY
 from commands.errors import CommandError
 from commands.parse import Args
 from commands.suggest import join_names, quote
@@ -38,7 +39,7 @@ def sweep_axes(args: Args, entry: RecipeEntry, fixed_keys: tuple[str, ...]) -> l
     value given twice."""
     axes: list[Axis] = []
     for key, raw in args.pairs.items():
-        if "," not in raw or key == SEEDS_KEY:
+        if "," not in raw or key in (SEEDS_KEY, THEN_KEY):  # then=eval:a,b: one value
             continue
         pattern = entry.overrides.get(key)
         if pattern is not None and re.fullmatch(pattern, raw):

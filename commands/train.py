@@ -9,15 +9,15 @@ from cluster.launching.recipes import RecipeEntry
 from cluster.site.framework_registry import default_framework, workloads
 from cluster.site.profiles import ClusterProfile
 from commands.access import may_use_image
+from commands.after_training import THEN_KEY, check_then, parse_then
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.help import USAGE
 from commands.parse import Args
 from commands.placement import AUTO, Fit, fits
+from commands.request_fields import HELP_TOPICS, HelpTopic
 from commands.requests import (
-    HELP_TOPICS,
     HelpRequest,
-    HelpTopic,
     InteractiveRequest,
     RecipesRequest,
     Request,
@@ -44,7 +44,7 @@ LAUNCH_KEYS = (
     "cluster", "nodes", "partition", "time", "name", "image", "dry_run", "over_budget",
     "at", "after",
 )  # fmt: skip
-TRAIN_KEYS = (*LAUNCH_KEYS, "framework", "from", FROM_RUNNING_KEY, SEEDS_KEY)
+TRAIN_KEYS = (*LAUNCH_KEYS, "framework", "from", FROM_RUNNING_KEY, SEEDS_KEY, THEN_KEY)
 SUBCOMMANDS = ("interactive", "help", "recipes")
 
 
@@ -194,7 +194,12 @@ def _parse_one(args: Args, user: User, context: CommandContext, entry: RecipeEnt
             f"to start from a launch that still runs, or leave {FROM_RUNNING_KEY}= out.",
             field=FROM_RUNNING_KEY,
         )
+    raw_then = args.pairs.get(THEN_KEY)
+    then = None if raw_then is None else parse_then(raw_then)
+    if then is not None:
+        check_then(then, entry.framework, context.profile(base.cluster))
     return TrainRequest(
+        then=then,
         workload=workload,
         model=entry.model,
         framework=entry.framework,

@@ -154,7 +154,7 @@ def signed_headers(
 
 
 @dataclass
-class Answer:
+class SlackAnswer:
     status: int
     body: str
     elapsed_s: float
@@ -171,7 +171,7 @@ async def post_signed(
     timestamp: int | None = None,
     content_type: str = "application/x-www-form-urlencoded",
     extra_headers: dict[str, str] | None = None,
-) -> Answer:
+) -> SlackAnswer:
     """POST ``body`` to a running app as Slack would, signed with ``secret``."""
     headers = {
         **signed_headers(body, secret=secret, timestamp=timestamp, content_type=content_type),
@@ -183,4 +183,4 @@ async def post_signed(
         session.post(url, data=body.encode(), headers=headers) as r,
     ):
         text = await r.text()
-    return Answer(r.status, text, time.monotonic() - started)
+    return SlackAnswer(r.status, text, time.monotonic() - started)

@@ -136,11 +136,11 @@ ROLE_SECRETS = {
         "slack_signing_secret",
         "slack_app_token",
         "redis_url",
-        "redis_password",
+        "redis_password_web",
         "trainbot_ask_key",
     },  # fmt: skip
-    "worker": {"redis_url", "redis_password", "trainbot_ask_key"},  # the web role's asks
-    "poller": {"slack_bot_token", "redis_url", "redis_password"},
+    "worker": {"redis_url", "redis_password_worker", "trainbot_ask_key"},  # the web's asks
+    "poller": {"slack_bot_token", "redis_url", "redis_password_poller"},
 }
 
 
@@ -165,9 +165,11 @@ def test_each_role_is_a_deployment_with_only_its_secrets(role: str) -> None:
     assert pod["securityContext"]["runAsUser"] == 10001  # the image's user
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     env = {item["name"]: item["value"] for item in container["env"]}
-    files = {name.removesuffix("_FILE").lower(): path for name, path in env.items()
-             if name.endswith("_FILE")}  # fmt: skip
+    files = {Path(path).name: path for name, path in env.items() if name.endswith("_FILE")}
     assert set(files) == ROLE_SECRETS[role]
+    # Each role logs in to Redis as its own ACL user, with its own password.
+    assert env["REDIS_USERNAME"] == role
+    assert Path(env["REDIS_PASSWORD_FILE"]).name == f"redis_password_{role}"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     projected = {
@@ -192,6 +194,19 @@ def test_each_role_is_a_deployment_with_only_its_secrets(role: str) -> None:
     assert volumes["ssh"]["emptyDir"]["medium"] == "Memory"
     init = pod["initContainers"][0]
     assert "chmod 600" in " ".join(init["command"])  # the CA key is trainbot's alone
+
+
+def test_the_kubernetes_redis_has_one_acl_user_per_role_from_its_secret() -> None:
+    """redis.yaml writes a `user` line per role (trainbot's keys only, no admin or
+    dangerous commands, no pub/sub), each password read from the mounted Secret."""
+    server = next(d for d in documents("redis.yaml") if d["kind"] == "StatefulSet")
+    pod = server["spec"]["template"]["spec"]
+    script = " ".join(pod["containers"][0]["command"])
+    assert "for role in web worker poller" in script
+    assert "~trainbot:* resetchannels +@all -@admin -@dangerous -@pubsub" in script
+    assert "/run/secrets/redis/redis_password_$role" in script
+    items = {i["key"] for v in pod["volumes"] if "secret" in v for i in v["secret"]["items"]}
+    assert items == {"redis_password"} | {f"redis_password_{r}" for r in ROLE_SECRETS}
 
 
 @pytest.mark.parametrize(

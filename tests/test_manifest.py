@@ -4,12 +4,14 @@ setting and scope the code needs is in the manifest, and nothing more.
 Commands, events and buttons are checked against the bolt app the service builds
 (``bot.slack.http.run_slack``): each is sent to it as Slack sends it, signed, and must
 reach the core (or, for a mention, be answered), and what the core knows that the
-manifest lacks must not be handled. The scope list of docs/operations.md is checked too.
+manifest lacks must not be handled. The slash commands are the registry's
+(commands.registry), and docs/operations.md lists them and the scopes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 import urllib.parse
@@ -25,6 +27,7 @@ from bot.slack.http import SlackService, run_slack
 from bot.text import mrkdwn
 from bot.text.front import Incoming, Reply
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
+from commands.registry import SLASH_COMMANDS, SlashCommand
 from support.slack_requests import (
     block_action_payload,
     event_envelope,
@@ -158,6 +161,45 @@ def manifest_events(manifest: dict[str, Any]) -> list[str]:
     return list(manifest["settings"]["event_subscriptions"]["bot_events"])
 
 
+def registry_disagreements(
+    manifest: dict[str, Any], registry: tuple[SlashCommand, ...] = SLASH_COMMANDS
+) -> list[str]:
+    """How the manifest's slash commands differ from the registry's (commands.registry):
+    a command in one only, or a description or usage hint that is not the same."""
+    listed = {c["command"]: c for c in manifest["features"]["slash_commands"]}
+    known = {c.name: c for c in registry}
+    where = "slack-manifest.yml"
+    found = [f"{name}: in {where}, not in the registry" for name in listed.keys() - known]
+    found += [f"{name}: in the registry, not in {where}" for name in known.keys() - listed]
+    for name in sorted(listed.keys() & known.keys()):
+        wanted = {"description": known[name].description, "usage_hint": known[name].usage_hint}
+        for key, want in wanted.items():
+            if (got := listed[name].get(key)) != want:
+                found.append(f"{name}: {key} is {got!r} in {where}, {want!r} in the registry")
+    order = [name for name in listed if name in known]
+    if order != [c.name for c in registry if c.name in listed]:
+        found.append(f"the order differs: {where} {order}, the registry {list(known)}")
+    return sorted(found)
+
+
+def test_the_manifests_commands_are_the_registrys(manifest: dict[str, Any]) -> None:
+    assert registry_disagreements(manifest) == []
+
+
+def test_a_manifest_that_strays_from_the_registry_is_told_how(manifest: dict[str, Any]) -> None:
+    strayed = copy.deepcopy(manifest)
+    commands = strayed["features"]["slash_commands"]
+    commands[0]["description"] = "Train"
+    commands.append({"command": "/extra", "description": "x", "usage_hint": ""})
+    del commands[1]  # /attach
+    assert registry_disagreements(strayed) == [
+        "/attach: in the registry, not in slack-manifest.yml",
+        "/extra: in slack-manifest.yml, not in the registry",
+        "/train: description is 'Train' in slack-manifest.yml, "
+        "'Launch a NeMo or NeMo-RL training run' in the registry",
+    ]
+
+
 async def test_every_manifest_command_reaches_the_core_and_no_other(
     manifest: dict[str, Any], served: Served
 ) -> None:
@@ -213,6 +255,17 @@ def test_the_docs_list_the_manifest_scopes(manifest: dict[str, Any]) -> None:
     listed = re.search(r"the bot scopes \(`([^`]+)`", section)
     assert listed is not None, "docs/operations.md's Slack app section lists the bot scopes"
     assert sorted(listed[1].split()) == sorted(manifest["oauth_config"]["scopes"]["bot"])
+
+
+def test_the_docs_list_the_registrys_commands() -> None:
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page[page.index("\n## Slack app\n") :]
+    listed = re.search(r"It declares the (\w+) slash\s+commands \(([^)]+)\)", section)
+    assert listed is not None, "docs/operations.md's Slack app section lists the slash commands"
+    assert re.findall(r"`(/\w+)`", listed[2]) == [c.name for c in SLASH_COMMANDS]
+    count = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    count += ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen"]
+    assert count.index(listed[1]) == len(SLASH_COMMANDS), listed[1]
 
 
 def test_interactivity_and_socket_mode(manifest: dict[str, Any]) -> None:

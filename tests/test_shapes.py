@@ -51,9 +51,9 @@ def _classes() -> dict[str, list[ClassInfo]]:
                 ]
                 info = ClassInfo(node.name, f"{path.relative_to(PROJECT)}:{node.lineno}", bases)
                 for item in node.body:
-                    is_def = isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
-                    if is_def and not item.name.startswith("_"):
-                        info.methods.add(item.name)
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                        if not item.name.startswith("_"):
+                            info.methods.add(item.name)
                 found.setdefault(node.name, []).append(info)
     return found
 

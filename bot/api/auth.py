@@ -15,7 +15,7 @@ MAKE_ONE = (
 )
 
 
-class Refused(Exception):
+class HttpRefused(Exception):
     """The request may not go on: its HTTP status and the sentence to answer with."""
 
     def __init__(self, status: int, text: str, *, code: str = "invalid_token") -> None:
@@ -26,16 +26,16 @@ class Refused(Exception):
 
 
 def bearer(header: str) -> str:
-    """The token of an ``Authorization`` header; Refused (401) when there is none."""
+    """The token of an ``Authorization`` header; HttpRefused (401) when there is none."""
     if not header.strip():
-        raise Refused(
+        raise HttpRefused(
             401,
             f"No API token: send the header `Authorization: Bearer <token>`. {MAKE_ONE}",
             code="missing_token",
         )
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise Refused(
+        raise HttpRefused(
             401,
             "The Authorization header must read `Bearer <token>` (a trainbot token starts "
             f"{TOKEN_PREFIX}). {MAKE_ONE}",
@@ -45,20 +45,20 @@ def bearer(header: str) -> str:
 
 async def caller(store: Store, header: str, scope: str, now: float | None = None) -> TokenRecord:
     """The record of the token the request presents, if it is known, unexpired and allows
-    ``scope``; otherwise Refused, saying why."""
+    ``scope``; otherwise HttpRefused, saying why."""
     token = bearer(header)
     record = await store.tokens.token_record(token)
     if record is None:
-        raise Refused(
+        raise HttpRefused(
             401,
             "This API token is not known to trainbot: it was revoked, mistyped, or made by "
             f"another trainbot. {MAKE_ONE}",
         )
     if record.expired(now):
         day = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record.expires_at))
-        raise Refused(401, f"API token {record.id} expired on {day}. {MAKE_ONE}")
+        raise HttpRefused(401, f"API token {record.id} expired on {day}. {MAKE_ONE}")
     if not record.allows(scope):
-        raise Refused(
+        raise HttpRefused(
             403,
             f"API token {record.id} may {' and '.join(record.scopes)} only; this request needs "
             f"the {scope} scope. Make a token with it in the App Home.",

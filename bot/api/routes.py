@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.api import shapes
-from bot.api.auth import Refused, caller
+from bot.api.auth import HttpRefused, caller
 from bot.api.follow import follow_logs
 from bot.api.openapi import spec
 from bot.core.core import Core
@@ -77,7 +77,7 @@ async def plain_errors(
     never a stack trace."""
     try:
         return await handler(request)
-    except Refused as exc:
+    except HttpRefused as exc:
         return refused(exc.status, exc.text, exc.code)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -146,10 +146,12 @@ class Api:
         if reply.error:
             return []
         ids = [i for i in shapes.ids_in(reply.text) if i.startswith("L-")]
-        found = [item for item in (await self.store.launches.get_many(ids) if ids else []) if item]
+        found = [
+            launch for launch in (await self.store.launches.get_many(ids) if ids else []) if launch
+        ]
         if made_by:
             found = [i for i in found if i.user_id == made_by and i.created_at >= since]
-        return [shapes.launch_json(item) for item in found]
+        return [shapes.launch_json(launch) for launch in found]
 
     # -- handlers ----------------------------------------------------------
     async def openapi(self, request: web.Request) -> web.Response:

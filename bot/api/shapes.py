@@ -54,8 +54,8 @@ def launch_json(launch: Launch) -> dict[str, Any]:
 
 
 def checkpoints_json(launch: Launch) -> list[dict[str, Any]]:
-    """A launch's checkpoints, oldest first: step and the validation loss at that step
-    when the log said one."""
+    """A launch's checkpoints, oldest first: step, the validation loss at that step when
+    the log said one, and its size in bytes when the poller measured it (else null)."""
     val = dict(launch.validation_history)
     found = []
     for name in launch.checkpoints:
@@ -66,6 +66,7 @@ def checkpoints_json(launch: Launch) -> list[dict[str, Any]]:
                 "step": step,
                 "label": measures.checkpoint_label(launch, name),
                 "val_loss": val.get(step) if step is not None else None,
+                "size_bytes": launch.checkpoint_bytes.get(name),
             }
         )
     return found
@@ -78,5 +79,6 @@ def checkpoints_text(launch: Launch, found: list[dict[str, Any]]) -> str:
     lines = [f"Checkpoints of {launch.id} ({launch.title} on {launch.cluster}):"]
     for item in found:
         loss = f" · val loss {item['val_loss']:.4g}" if item["val_loss"] is not None else ""
-        lines.append(f"• {item['label']}{loss} · {item['path']}")
+        size = f" · {item['size_bytes']:,} bytes" if item.get("size_bytes") else ""
+        lines.append(f"• {item['label']}{loss}{size} · {item['path']}")
     return "\n".join(lines)

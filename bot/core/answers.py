@@ -41,7 +41,7 @@ async def jobs(
     launches = [
         launch for launch in await asyncio.gather(*(store.launches.get(i) for i in ids)) if launch
     ]
-    launches = [item for item in launches if cluster is None or item.cluster == cluster]
+    launches = [one for one in launches if cluster is None or one.cluster == cluster]
     if visible is not None:
         launches = [i for i in launches if i.user_id == user.id or i.cluster in visible]
     if not launches:
@@ -54,7 +54,7 @@ async def jobs(
     now = time.time()
     lines = []
     sweeps_seen: dict[str, list[Launch]] = {}
-    for launch in sorted(launches, key=lambda item: item.created_at):
+    for launch in sorted(launches, key=lambda one: one.created_at):
         if launch.sweep:
             if launch.sweep not in sweeps_seen:
                 sweeps_seen[launch.sweep] = []
@@ -247,7 +247,7 @@ async def shell(store: Store, clusters: Clusters, user: User, request: ShellRequ
             "and this opens a shell on one of its nodes once it runs.",
             error=True,
         )
-    launch = max(running, key=lambda item: item.created_at)
+    launch = max(running, key=lambda one: one.created_at)
     job_id = launch.attempt.job_id if launch.attempt else ""
     nodes = launch.request.nodes
     if request.node >= nodes:

@@ -9,7 +9,7 @@ import asyncio
 import time
 
 from bot.core import api_tokens, home
-from bot.core.capacity import Capacity
+from bot.core.capacity import CapacityCache
 from bot.core.directory import Directory
 from bot.store.store import Store
 from bot.text.front import Reply
@@ -22,7 +22,7 @@ class AppHome:
     """Builds App Homes, at most one per person every few seconds."""
 
     def __init__(
-        self, store: Store, context: CommandContext, capacity: Capacity, directory: Directory
+        self, store: Store, context: CommandContext, capacity: CapacityCache, directory: Directory
     ) -> None:
         self.store = store
         self.context = context
@@ -44,14 +44,16 @@ class AppHome:
         self._shown[user_id] = now
         ids = await self.store.history.active_ids(user_id)
         found = await asyncio.gather(*(self.store.launches.get(i) for i in ids))
-        active = sorted((item for item in found if item), key=lambda item: item.created_at)
+        active = sorted(
+            (launch for launch in found if launch), key=lambda launch: launch.created_at
+        )
         recent = await self.store.history.entries(user_id=user_id, limit=home.RECENT_SHOWN)
-        links = {item.id: item.permalink for item in active}
+        links = {launch.id: launch.permalink for launch in active}
         links |= {entry.id: entry.permalink for entry in recent}
         groups = await self.directory.groups_of(user_id)
         person = User(id=user_id, groups=frozenset(groups))
         capacity = await self.capacity.for_home(now, self.capacity.visible(person))
-        sweep_ids = sorted({item.sweep for item in active if item.sweep})
+        sweep_ids = sorted({launch.sweep for launch in active if launch.sweep})
         found_sweeps = await asyncio.gather(*(self.store.launches.get_sweep(i) for i in sweep_ids))
         in_sweeps = {sweep.id: sweep for sweep in found_sweeps if sweep}
         blocks = home.home_blocks(active, recent, capacity, links, sweeps=in_sweeps, now=now)

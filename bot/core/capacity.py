@@ -19,7 +19,7 @@ from commands.errors import CommandError
 CAPACITY_TTL_S = 60.0  # cluster capacity shown on App Homes is at most this old
 
 
-class Capacity:
+class CapacityCache:
     """Each cluster's capacity as last asked, for the App Home and /clusters."""
 
     def __init__(

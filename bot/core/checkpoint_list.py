@@ -1,6 +1,8 @@
 """``/checkpoints <job>``: a launch's complete checkpoints as the asker sees them, each
-with its step, the validation loss the run logged at or before that step, the best and
-the last marked, and the ``from=<job>@<step>`` that starts a new run from it.
+with its step, the validation loss the run logged at or before that step, its size (what
+the poller measured when it first saw it complete), the best and the last marked, and the
+``from=<job>@<step>`` that starts a new run from it; the launch's total and its owner's
+total over the launches trainbot still knows of.
 
 Pure: the launch's record in, a reply out. Every name shown came from the run's log
 (the poller read it), so it is escaped and shown in code marks, never as a link.
@@ -8,19 +10,31 @@ Pure: the launch's record in, a reply out. Every name shown came from the run's 
 
 from __future__ import annotations
 
+from bot.core import checkpoint_actions
 from bot.gateway.asks import ClusterCalls
 from bot.lifecycle import measures
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.planning import checkpoints
+from bot.planning.after_training import exportable, following
 from bot.planning.checkpoints import Saved
 from bot.store.store import Store
 from bot.text.front import Reply
-from bot.text.mrkdwn import ACTION_PRUNE, actions, button, confirm_dialog, escape, section
+from bot.text.mrkdwn import (
+    ACTION_PRUNE,
+    actions,
+    button,
+    confirm_dialog,
+    escape,
+    evaluate_button,
+    export_button,
+    section,
+)
 from bot.wording import render, thread
 from cluster.errors import ClusterError
 from commands.context import User
 
+PERSON_LAUNCHES = 200  # the owner's newest finished launches summed for their total
 MAX_LISTED = 40  # a Slack message stays readable; the oldest beyond are counted, not listed
 
 
@@ -31,7 +45,33 @@ def best_of(points: list[Saved]) -> Saved | None:
     return min(known, key=lambda p: (p.val_loss, -p.step)) if known else None
 
 
-def listing(launch: Launch, keep: int = 1) -> Reply:
+def size_text(size_bytes: int) -> str:
+    """``812 MiB``, ``15.2 GiB``: binary units, three figures."""
+    size = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" or size >= 100 else f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{size_bytes} B"  # not reached
+
+
+def launch_bytes(launch: Launch) -> int:
+    """The measured size of the launch's checkpoints that are still listed."""
+    listed = set(launch.checkpoints)
+    return sum(b for n, b in launch.checkpoint_bytes.items() if n in listed)
+
+
+async def person_bytes(store: Store, user_id: str) -> tuple[int, int]:
+    """(bytes, launches): the measured checkpoints of the person's active launches and
+    newest :data:`PERSON_LAUNCHES` finished ones whose records trainbot still keeps."""
+    ids = set(await store.history.active_ids(user_id))
+    ids |= {e.id for e in await store.history.entries(user_id=user_id, limit=PERSON_LAUNCHES)}
+    launches = [x for x in await store.launches.get_many(sorted(ids)) if x is not None]
+    sized = [launch_bytes(x) for x in launches]
+    return sum(sized), sum(1 for b in sized if b > 0)
+
+
+def listing(launch: Launch, keep: int = 1, person: tuple[int, int] | None = None) -> Reply:
     """The list, oldest first, or why there is none yet; with, when some would go, the
     button that deletes all but the best ``keep`` and the last (behind a confirm that
     names the steps)."""
@@ -55,15 +95,33 @@ def listing(launch: Launch, keep: int = 1) -> Reply:
         loss = "" if point.val_loss is None else f" · val loss {point.val_loss:.4g}"
         marks = [m for m, p in (("best", best), ("last", last)) if p is not None and p is point]
         mark = f" · *{' and '.join(marks)}*" if marks else ""
-        lines.append(f"• step {point.step:,}{loss}{mark} · `{escape(point.name)}`")
+        size = launch.checkpoint_bytes.get(point.name, 0)
+        sized = f" · {size_text(size)}" if size else ""
+        lines.append(f"• step {point.step:,}{loss}{sized}{mark} · `{escape(point.name)}`")
+    totals = []
+    if total := launch_bytes(launch):
+        totals.append(f"{size_text(total)} for {launch.id}")
+    if person is not None and person[0]:
+        owner = f"<@{launch.user_id}>" if launch.user_id[:1] in ("U", "W") else "its owner"
+        runs = "launch" if person[1] == 1 else "launches"
+        totals.append(f"{size_text(person[0])} for {owner} over {person[1]} {runs}")
+    if totals:
+        lines.append("Total: " + "; ".join(totals))
     lines.append(
         f"To start a new run from one: `/train <workload> <model> from={launch.id}@<step>` "
         f"(`from={launch.id}` alone: the newest)."
     )
     text = "\n".join(lines)
     doomed = checkpoints.prune_plan(points, keep)
+    after = []
+    can_export = launch.outcome == "COMPLETED" and exportable(launch) and not following(launch)
+    if can_export:
+        after = [export_button(launch.id), evaluate_button(launch.id)]  # the newest one
+    each = checkpoint_actions.buttons(launch, export=can_export)  # the newest few, one by one
     if launch.active or not doomed:
-        return Reply(text)
+        if not after and not each:
+            return Reply(text)
+        return Reply(text, blocks=[section(text), *each, *([actions(*after)] if after else [])])
     steps = checkpoints.steps_text(doomed)
     label = (
         f"Delete all but the best {keep} and the last"
@@ -78,7 +136,7 @@ def listing(launch: Launch, keep: int = 1) -> Reply:
         deny="Keep them",
     )
     prune = button(label, f"{ACTION_PRUNE}{keep}", launch.id, style="danger", confirm=dialog)
-    return Reply(text, blocks=[section(text), actions(prune)])
+    return Reply(text, blocks=[section(text), *each, actions(*after, prune)])
 
 
 def pruned_names(launch: Launch, keep: int) -> tuple[list[Saved], list[str]]:
@@ -120,6 +178,9 @@ async def prune(store: Store, calls: ClusterCalls, launch: Launch, user: User, k
 
     def forget(stored: Launch) -> list[Event]:
         stored.checkpoints = [n for n in stored.checkpoints if n not in gone]
+        stored.checkpoint_bytes = {
+            n: b for n, b in stored.checkpoint_bytes.items() if n not in gone
+        }
         return [said]
 
     await store.launches.mutate(launch.id, forget)

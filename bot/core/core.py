@@ -20,8 +20,10 @@ import logging
 from dataclasses import replace
 
 from bot.core import (
+    after_actions,
     answers,
     api_tokens,
+    checkpoint_actions,
     checkpoint_list,
     images,
     record_view,
@@ -30,7 +32,7 @@ from bot.core import (
     watching,
 )
 from bot.core.app_home import AppHome
-from bot.core.capacity import Capacity
+from bot.core.capacity import CapacityCache
 from bot.core.decisions import Decisions
 from bot.core.directory import UNCONFIRMED_GROUPS, Directory
 from bot.core.launch_form import LaunchForm
@@ -50,7 +52,11 @@ from bot.text.mrkdwn import (
     ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
+    ACTION_CKPT_EXPORT,
+    ACTION_CKPT_NEW_RUN,
     ACTION_EDIT_RELAUNCH,
+    ACTION_EVALUATE,
+    ACTION_EXPORT,
     ACTION_FORM_CHECK,
     ACTION_HELP,
     ACTION_LOGS,
@@ -68,6 +74,7 @@ from bot.text.mrkdwn import (
     ACTION_USE_PARTITION,
     HELP_TOPICS,
     SHORTCUT_LAUNCH,
+    VIEW_EVALUATE,
     VIEW_LAUNCH,
     VIEW_NODE_DRAIN,
     VIEW_RELAUNCH,
@@ -148,7 +155,7 @@ class Core:
         self.people = People(clusters, front, self.calls)
         self.directory = Directory(context, clusters, front)
         self.lookup = Lookup(store, clusters, context)
-        self.capacity = Capacity(store, clusters, self.calls, context)
+        self.capacity = CapacityCache(store, clusters, self.calls, context)
         self.ledger = NodeLedger(store, self.calls, context, self.people)
         self.app_home = AppHome(store, context, self.capacity, self.directory)
         self.launcher = Launcher(
@@ -213,7 +220,8 @@ class Core:
             )
         if isinstance(request, CheckpointsRequest):
             launch = await self.lookup.readable(request.job, user)
-            return checkpoint_list.listing(launch, request.keep)
+            person = await checkpoint_list.person_bytes(self.store, launch.user_id)
+            return checkpoint_list.listing(launch, request.keep, person)
         if isinstance(request, UnwatchRequest):
             return await watching.unwatch(
                 self.store, (await self.lookup.find(request.job)).id, user
@@ -291,10 +299,29 @@ class Core:
         if incoming.action_id == SHORTCUT_LAUNCH:
             return self.form.new_form()
         if incoming.action_id == ACTION_FORM_CHECK:
-            return self.form.check_form(incoming, user)
+            return await self.form.check_form(incoming, user)
         if incoming.action_id == VIEW_LAUNCH:
             return await self.form.typed(incoming, user)
         return await self.form.relaunch(incoming, user)
+
+    async def on_checkpoint(self, incoming: Incoming, user: User) -> Reply:
+        """/checkpoints' buttons on one checkpoint: Resume from this one (a /train typed by
+        its owner, admitted as one), New run from it (the launch form, filled in) and
+        Export (that checkpoint)."""
+        launch_id, step = checkpoint_actions.split_value(incoming.action_value)
+        ref = parse_job_ref(launch_id, None, self.context)
+        if incoming.action_id == ACTION_CKPT_EXPORT:
+            launch = await self.lookup.owned(ref, user, "export")
+            return await after_actions.ask(self.store, self.context, launch, user, step=step)
+        if incoming.action_id == ACTION_CKPT_NEW_RUN:
+            launch = await self.lookup.owned(ref, user, "start a new run from")
+            return checkpoint_actions.new_run_form(launch, step)
+        launch = await self.lookup.owned(ref, user, "resume")
+        request = checkpoint_actions.resume_request(launch, step)
+        await slow_down(self.store, self.context, user.id, "launches")
+        return await self.launcher.train(
+            request, replace(incoming, channel_id=launch.channel), user
+        )
 
     async def on_token(self, incoming: Incoming, user: User) -> Reply:
         """An API token made or revoked in the App Home (built again after it)."""
@@ -324,6 +351,8 @@ class Core:
             return await watching.change_prefs(self.store, user.id, incoming.action_value, tz)
         if incoming.action_id in (ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN):
             return await self.ledger.on_action(incoming, user)
+        if incoming.action_id in checkpoint_actions.ACTIONS:
+            return await self.on_checkpoint(incoming, user)
         ref = parse_job_ref(incoming.action_value, None, self.context)  # as if typed
         if ref.is_sweep_id:
             return await self.decisions.on_sweep_action(incoming.action_id, ref.id, user)
@@ -351,6 +380,14 @@ class Core:
             launch = await self.lookup.actable(ref, user, "retry")
             await slow_down(self.store, self.context, user.id, "launches")
             return await self.decisions.retry(launch, user)
+        if incoming.action_id in (ACTION_EXPORT, ACTION_EVALUATE, VIEW_EVALUATE):
+            launch = await self.lookup.owned(ref, user, "export or evaluate")
+            if incoming.action_id == ACTION_EVALUATE:
+                return after_actions.evaluate_form(self.context, launch)
+            text = incoming.text if incoming.action_id == VIEW_EVALUATE else ""
+            if incoming.action_id == VIEW_EVALUATE and not text.strip():
+                raise CommandError("Name at least one task, for example arc_easy.")
+            return await after_actions.ask(self.store, self.context, launch, user, text)
         if incoming.action_id == ACTION_RESUME:  # as if its owner typed /train ... from=<it>
             launch = await self.lookup.owned(ref, user, "resume")
             return await self.launcher.train(resumed(launch), incoming, user)

@@ -18,7 +18,7 @@ from bot.wording import render, thread
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject
 from commands.context import CommandContext, User
-from commands.requests import JobRef
+from commands.request_fields import JobRef
 
 
 class Decisions:

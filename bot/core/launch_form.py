@@ -17,10 +17,12 @@ from bot.text.mrkdwn import (
     section,
     text_input,
 )
+from commands.admission import admit
 from commands.context import User
 from commands.dispatch import parse_command
 from commands.errors import CommandError
 from commands.job_commands import parse_job_ref
+from commands.placement import AUTO
 from commands.requests import InteractiveRequest, TrainRequest
 
 
@@ -55,7 +57,8 @@ class LaunchForm:
                 launch.id,
                 "/train",
                 launch.request.to_text().removeprefix("/train "),
-                "checked as you type; the policy, budget and start estimate on Launch",
+                "checked as you type (the policy, budget and GPU-hours); Slurm's start "
+                "estimate on Launch",
                 check_as=ACTION_FORM_CHECK,
             ),
         ]
@@ -77,16 +80,36 @@ class LaunchForm:
         ]
         return Reply(text, blocks=blocks, modal="Launch training", modal_submit=VIEW_LAUNCH)
 
-    def check_form(self, incoming: Incoming, user: User) -> Reply:
-        """The launch form's text as it is typed: how /train reads it, or why it cannot
-        (parsing only; the policy, budget and estimate are asked on Launch)."""
+    async def check_form(self, incoming: Incoming, user: User) -> Reply:
+        """The launch form's text as it is typed: how /train reads it and the same
+        admission /train asks (:func:`~commands.admission.admit`: the policy's rule, the
+        active-launch limit, images, accounts and budgets), with the GPU-hour estimate from
+        earlier runs of its recipe (no cluster is asked: Slurm's start estimate comes on
+        Launch); or why it cannot go."""
         text = incoming.action_value.removeprefix("/train ").strip()
         if not text:
             return Reply("")
-        request = parse_command("/train", text, user=user, context=self.launcher.context)
+        launcher = self.launcher
+        request = parse_command("/train", text, user=user, context=launcher.context)
         if not isinstance(request, TrainRequest | InteractiveRequest):
             raise CommandError("The launch form takes what follows /train for one launch.")
-        return Reply(f"Reads as: `{escape(request.to_text())}`")
+        words = f"Reads as: `{escape(request.to_text())}`"
+        if request.cluster == AUTO:  # placed on Launch, where Slurm would start it first
+            return Reply(words)
+        active = len(await launcher.store.history.active_ids(user.id))
+        standing, cost = await launcher.standing(request, user, active)
+        images = launcher.clusters.profile(request.cluster).images
+        admission = admit(launcher.context.policy, request, user, images=images, standing=standing)
+        if not admission.allowed:
+            raise CommandError(admission.reason, field=admission.field)
+        lines = [words]
+        if cost.gpu_hours is not None:
+            lines.append(f"About {cost.gpu_hours:,.1f} GPU-hours ({escape(cost.basis)}).")
+        if admission.needs_approval:
+            lines.append("It waits for an admin's approval (policy).")
+        if admission.over_budget and admission.budget is not None:
+            lines.append(f"A launch would be refused: {escape(admission.budget.reason)}")
+        return Reply("\n".join(lines))
 
     async def typed(self, incoming: Incoming, user: User) -> Reply:
         """The shortcut's form submitted: its text as a /train typed in the person's DM

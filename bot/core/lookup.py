@@ -12,7 +12,7 @@ from commands.access import may_act_as_oncall, may_view_logs
 from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.policy import may_manage
-from commands.requests import JobRef
+from commands.request_fields import JobRef
 
 
 class Lookup:

@@ -43,7 +43,8 @@ from commands.context import CommandContext, User
 from commands.errors import CommandError
 from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
-from commands.requests import InteractiveRequest, JobRef, TrainRequest
+from commands.request_fields import JobRef
+from commands.requests import InteractiveRequest, TrainRequest
 
 log = logging.getLogger(__name__)
 

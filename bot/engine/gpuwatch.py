@@ -13,7 +13,7 @@ from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.health import gpu_sampled, gpu_text
 from bot.lifecycle.launch import Launch, Phase
-from bot.settings.sections import Health
+from bot.settings.sections import HealthRules
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.preflight.gpu import GpuSample, sample
@@ -53,7 +53,9 @@ async def sample_running(store: Store, clusters: Clusters, cluster: str) -> int:
     return read
 
 
-async def _apply(store: Store, launch: Launch, found: GpuSample, rules: Health, now: float) -> None:
+async def _apply(
+    store: Store, launch: Launch, found: GpuSample, rules: HealthRules, now: float
+) -> None:
     job_id = launch.job_id
 
     def change(stored: Launch) -> list[Event]:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.engine import wandb_summary
+from bot.engine.after_training import AfterTraining
 from bot.engine.charging import charge_ended
 from bot.engine.gpuwatch import sample_running
 from bot.engine.reroute import reroute as reroute_pending
@@ -101,6 +102,7 @@ class Poller:
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
         self.scancel_sent: dict[str, float] = {}  # job id -> when this poller last sent scancel
         self.wandb = wandb_summary.ReadBacks(store, wandb_summary.reader_for(clusters.settings))
+        self.after = AfterTraining(store, clusters)  # then=export / then=eval, once completed
         self.people = People(
             clusters, None, clusters
         )  # reroute: each person's Unix user per cluster
@@ -195,6 +197,7 @@ class Poller:
         self.stopping = True  # a poll still under way takes no lease again
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        self.after.shutdown()  # what they followed stays pending in Redis for the next poller
 
     async def hold(self, cluster: str) -> bool:
         """Take or renew ``cluster``'s lease; whether this poller holds it now."""
@@ -229,6 +232,7 @@ class Poller:
     async def _poll(self, cluster: str) -> int:
         if not await self.hold(cluster):
             return 0
+        await self.after.take_up(cluster)  # then=, Export, Evaluate: run or followed here
         started = time.monotonic()  # one poll: reading the launches, collecting, applying
         launches, jobs = await self._tracked(cluster)
         if not jobs:
@@ -332,11 +336,12 @@ class Poller:
         def change(stored: Launch) -> list[Event]:
             return apply_snapshot(stored, snap, profile, watch, now=now, diagnosis=diagnosis)
 
+        was_active = launch.active  # before _changes, which tries the change on ``launch``
         if diagnosis is None and not _changes(launch, change):
             return  # nothing new for this launch: no write (most tracked jobs, most polls)
         stored, _ = await self.store.launches.mutate(launch.id, change)
-        if launch.active and not stored.active:  # it ended now: its W&B run's summary
-            self.wandb.start(stored)
+        if was_active and not stored.active:  # it ended now: its W&B run's summary
+            self.wandb.start(stored)  # then= steps: the store keeps them (Store.after_pending)
         if diagnosis is not None and diagnosis.failed_node:
             await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now

@@ -20,7 +20,9 @@ from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
 from bot.wording import health as health_words
 from bot.wording import render
+from cluster.launching.run_record import digest_from_log
 from cluster.launching.spec import framework
+from cluster.site.image_refs import is_registry_ref
 from cluster.site.profiles import ClusterProfile
 from cluster.slurm.base import is_terminal, slurm_time_seconds
 from cluster.slurm.reasons import explain_pending
@@ -100,6 +102,7 @@ class _Step:
             lines = [*attempt.tail.splitlines(), *text.splitlines()]  # (the tail ends mid-line)
             attempt.tail = "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
             self.trackers(text, attempt.tracking)
+            self.image_digest(text)
         p, fw = launch.progress, framework(attempt.tracking.framework)
         if text and (ckpt_dir := fw.checkpoint_dir(text, attempt.tracking)):
             self.checkpoints_unread = True  # a directory not listed by this poll's collect
@@ -150,6 +153,17 @@ class _Step:
                 kept[:] = reduce_per_column(kept, HISTORY_MAX // 4)
         return True
 
+    def image_digest(self, text: str) -> None:
+        """A registry image's digest, "resolved at start" in the record, from the job's own
+        log once a pyxis or enroot line names it (said once)."""
+        record = self.attempt.record
+        if record is None or record.image_digest or not is_registry_ref(record.image):
+            return
+        digest = digest_from_log(text)
+        if digest:
+            self.attempt.record = record.model_copy(update={"image_digest": digest})
+            self.say(f"Image {escape(record.image)}: digest {digest} (as the job imported it).")
+
     def trackers(self, text: str, tracking: Tracking) -> None:
         """Where the run logs its metrics (a W&B page, a TensorBoard directory): said once."""
         launch = self.launch
@@ -194,6 +208,8 @@ class _Step:
         for ckpt in self.snap.new_checkpoints:
             if ckpt.name not in self.launch.checkpoints and ckpt.step not in steps:
                 self.launch.checkpoints.append(ckpt.name)
+                if ckpt.size_bytes > 0:
+                    self.launch.checkpoint_bytes[ckpt.name] = ckpt.size_bytes
                 steps.add(ckpt.step)
                 self.tell({"move": "checkpoint", "step": ckpt.step})
 

@@ -20,7 +20,7 @@ from statistics import median
 from typing import Any
 
 from bot.lifecycle.launch import Launch
-from bot.settings.sections import Health as Rules
+from bot.settings.sections import HealthRules as Rules
 from cluster.preflight.gpu import GpuSample
 from cluster.watching.progress import Progress
 

@@ -176,6 +176,7 @@ class Launch(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     progress: Progress = Field(default_factory=Progress)
     checkpoints: list[str] = Field(default_factory=list)
+    checkpoint_bytes: dict[str, int] = Field(default_factory=dict)  # name -> size when saved
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     validation_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)
     reward_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, mean reward)
@@ -184,6 +185,12 @@ class Launch(BaseModel):
     run_links: list[str] = Field(default_factory=list)  # experiment-tracker pages (W&B)
     wandb_summary: dict[str, float] = Field(default_factory=dict)  # read back at the end
     wandb_read: bool = False  # the read-back was tried (once per launch)
+    after_then: str = ""  # Export / Evaluate buttons: what was asked ("": the request's then=)
+    after_step: int | None = None  # /checkpoints' Export of one: its step (None: the newest)
+    after_job: str = ""  # then=: the Slurm job that exports (and evaluates), once submitted
+    after_state: str = ""  # then=: how it ended (Slurm's word, or why it was not run)
+    exported_to: str = ""  # then=: the Hugging Face directory its export wrote
+    eval_results: dict[str, float] = Field(default_factory=dict)  # then=eval: "task/metric"
     tensorboard_dirs: list[str] = Field(default_factory=list)  # said in the thread, once each
     open_alerts: list[str] = Field(default_factory=list)  # on-call dedup keys not yet resolved
     slurm_account: str = ""  # policy.accounts: the --account for this person ("": the cluster's)

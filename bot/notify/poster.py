@@ -17,6 +17,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.notify import sweep_notes
 from bot.notify.paging import PAGE_KINDS, Pager
+from bot.planning.after_training import exportable
 from bot.store.store import Store
 from bot.text.front import Front, MessageRef
 from bot.text.mrkdwn import (
@@ -24,6 +25,8 @@ from bot.text.mrkdwn import (
     approve_button,
     cancel_button,
     edit_relaunch_button,
+    evaluate_button,
+    export_button,
     reject_button,
     resume_button,
     retry_button,
@@ -186,7 +189,8 @@ class Poster:
 def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str, Any]] | None:
     """Buttons under a thread line: Cancel and Retry (a hang), Approve and Reject,
     Use <partition> (a refused partition), Run again and Edit & relaunch (the final line),
-    Resume from checkpoint (a run that stopped early and was not resumed)."""
+    Resume from checkpoint (a run that stopped early and was not resumed), and Export and
+    Evaluate (the final line of a run that completed, where its framework has a converter)."""
     wanted = event.data.get("buttons") or []
     label = f"job {launch.job_id}" if launch.job_id else f"launch {launch.id}"
     buttons = []
@@ -198,6 +202,8 @@ def thread_blocks(launch: Launch, event: Event, text: str = "") -> list[dict[str
         buttons.append(resume_button(launch.id))
     if "run_again" in wanted and not launch.active and not launch.sweep:
         buttons += [run_again_button(launch.id), edit_relaunch_button(launch.id)]
+        if launch.outcome == "COMPLETED" and exportable(launch):
+            buttons += [export_button(launch.id), evaluate_button(launch.id)]
     partition = str(event.data.get("partition", ""))
     if "use_partition" in wanted and partition and launch.phase == Phase.REJECTED:
         buttons.append(use_partition_button(partition, f"{launch.id}:{partition}"))

@@ -33,7 +33,7 @@ class ClientError(Exception):
 
 
 @dataclass(frozen=True)
-class Answer:
+class ApiAnswer:
     status: int
     body: dict[str, Any]
 
@@ -94,7 +94,7 @@ class Client:
             reason = getattr(error, "reason", error)
             raise ClientError(f"cannot reach {self.url}: {reason}") from None
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Answer:
+    def call(self, method: str, path: str, **kwargs: Any) -> ApiAnswer:
         with self.request(method, path, **kwargs) as response:
             raw = response.read()
             status = int(response.status)
@@ -105,14 +105,14 @@ class Client:
         if not isinstance(body, dict):
             shown = raw[:200].decode("utf-8", "replace").strip()
             raise ClientError(f"{self.url} answered {status} and not trainbot's JSON: {shown}")
-        return Answer(status, body)
+        return ApiAnswer(status, body)
 
 
 def _quote(job: str) -> str:
     return urllib.parse.quote(job, safe="")
 
 
-def _say(answer: Answer, out: IO[str], as_json: bool) -> int:
+def _say(answer: ApiAnswer, out: IO[str], as_json: bool) -> int:
     if as_json:
         print(json.dumps(answer.body, indent=2, ensure_ascii=False), file=out)
     else:
@@ -130,7 +130,7 @@ def follow(client: Client, job: str, cluster: str, out: IO[str]) -> int:
         "GET", f"/launches/{_quote(job)}/logs", query=query, timeout_s=FOLLOW_TIMEOUT_S
     ) as response:
         if "json" in response.headers.get("Content-Type", ""):  # refused, not a stream
-            answer = Answer(int(response.status), json.loads(response.read() or b"{}"))
+            answer = ApiAnswer(int(response.status), json.loads(response.read() or b"{}"))
             return _say(answer, sys.stderr, False) or 1
         last = ""
         for raw in response:
@@ -147,7 +147,7 @@ def run_command(args: argparse.Namespace, settings: Settings, out: IO[str] = sys
     client = Client.from_settings(settings)
     as_json = bool(getattr(args, "json", False))
     cluster = getattr(args, "cluster", None) or ""
-    calls: dict[str, Callable[[], Answer]] = {
+    calls: dict[str, Callable[[], ApiAnswer]] = {
         "train": lambda: client.call(
             "POST",
             "/launches",

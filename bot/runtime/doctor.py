@@ -42,7 +42,7 @@ from cluster.ssh.hostkeys import route_host_keys
 from cluster.ssh.pool import SSHPool
 
 
-class Report:
+class DoctorReport:
     def __init__(self, out: IO[str]) -> None:
         self.out = out
         self.failed = 0
@@ -58,7 +58,12 @@ class Report:
 
 
 async def can_log_in(
-    report: Report, clusters: Clusters, login: LoginNode, cluster: str, what: str, ok: str = ""
+    report: DoctorReport,
+    clusters: Clusters,
+    login: LoginNode,
+    cluster: str,
+    what: str,
+    ok: str = "",
 ) -> bool:
     """Run ``true`` on the login node as ``login`` says; one report line either way."""
     try:
@@ -70,7 +75,7 @@ async def can_log_in(
     return True
 
 
-async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
+async def check_cluster(report: DoctorReport, clusters: Clusters, profile: ClusterProfile) -> None:
     name = profile.name
     login = profile.login
     shared = f"{name}: ssh {login.route}"
@@ -112,7 +117,7 @@ async def check_cluster(report: Report, clusters: Clusters, profile: ClusterProf
             await clusters.remember(spec, result)
 
 
-async def check_gres(report: Report, clusters: Clusters, profile: ClusterProfile) -> None:
+async def check_gres(report: DoctorReport, clusters: Clusters, profile: ClusterProfile) -> None:
     """What Slurm says the cluster's GPUs are (GRES), against the config, and whether its
     accounting records jobs and their GPUs (what usage is counted from)."""
     what = f"{profile.name}: Slurm GRES ({profile.machine})"
@@ -181,7 +186,7 @@ def replicas_text(target: Target, replicas: int) -> str:
 
 
 async def run_doctor(settings: Settings, config: Config, out: IO[str] | None = None) -> int:
-    report = Report(out or sys.stdout)
+    report = DoctorReport(out or sys.stdout)
     report.line(True, f"config {settings.config_path}", f"{len(config.clusters)} clusters")
     redis_ok = False
     try:

@@ -70,7 +70,7 @@ class Report(BaseModel):
         return value
 
 
-class Health(BaseModel):
+class HealthRules(BaseModel):
     """A running run's health read from its progress lines (docs/health.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
@@ -161,7 +161,7 @@ class Watch(BaseModel):
     checkpoint saved and progress made in the attempt."""
     max_resumes: int = Field(default=20, ge=0, le=1000)
     """Resumes of a run that stopped early, at most, per launch."""
-    health: Health = Field(default_factory=Health)
+    health: HealthRules = Field(default_factory=HealthRules)
     """A running run's health checks: NaN losses, spikes, slow steps, idle GPUs (docs/health.md)."""
 
     def link_allowed(self, url: str) -> bool:

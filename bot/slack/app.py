@@ -38,9 +38,8 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot.slack import modals
+from bot.slack import modals, replies
 from bot.slack.incoming import (
     incoming_from_action,
     incoming_from_command,
@@ -50,7 +49,9 @@ from bot.slack.incoming import (
 from bot.slack.webapi import SlackError, SlackFront
 from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
 from bot.text.mrkdwn import (
+    ACTION_CKPT_NEW_RUN,
     ACTION_EDIT_RELAUNCH,
+    ACTION_EVALUATE,
     ACTION_FORM_CHECK,
     ACTION_NODE_DRAIN,
     ACTION_PREFIX,
@@ -58,33 +59,19 @@ from bot.text.mrkdwn import (
     ACTION_RECORD,
     ACTION_TOKEN,
     HELP_CARD_TEXT,
-    MESSAGE_TEXT_MAX,
     SHORTCUT_LAUNCH,
     VIEW_PREFIX,
-    cut_text,
     escape,
-    fit_blocks,
     help_card,
     unescape,
 )
+from commands.registry import COMMAND_NAMES
 
 log = logging.getLogger(__name__)
 
 JOINED_EVENT = "member_joined_channel"  # the app's own join: the help card
 
-COMMANDS = (
-    "/train",
-    "/attach",
-    "/jobs",
-    "/cancel",
-    "/logs",
-    "/clusters",
-    "/usage",
-    "/watch",
-    "/unwatch",
-    "/checkpoints",
-    "/images",
-)
+COMMANDS = COMMAND_NAMES  # the slash commands the app listens to (commands.registry)
 WORKING_TEXT = "Working on it…"
 FAILED_TEXT = (
     "Something went wrong on my side while answering that; it is logged. Please try again."
@@ -92,28 +79,6 @@ FAILED_TEXT = (
 MENTION_HINT = "I answer slash commands: " + ", ".join(f"`{c}`" for c in COMMANDS) + "."
 _SEEN_EVENTS_MAX = 1000
 T = TypeVar("T")
-
-
-def _reply_args(reply: Reply, note: str = "") -> dict[str, Any]:
-    text = f":warning: {reply.text}" if reply.error and reply.text else reply.text
-    if note:
-        text = f"{text}\n{note}" if text else note
-    args: dict[str, Any] = {"text": cut_text(text, MESSAGE_TEXT_MAX)}
-    if reply.blocks:
-        args["blocks"] = fit_blocks(reply.blocks)
-    return args
-
-
-def _file_note(reply: Reply) -> str:
-    return f"_I sent {escape(reply.file_name or 'the file')} to you in a direct message._"
-
-
-def _file_failed_note(error: str) -> str:
-    return f":warning: _I could not send you the file ({escape(error)})._"
-
-
-def _is_empty(reply: Reply) -> bool:
-    return not (reply.text or reply.blocks or reply.file_content)
 
 
 class Listeners:
@@ -159,14 +124,18 @@ class Listeners:
         done, _ = await asyncio.wait({task}, timeout=self.ack_budget_s)
         if not done:
             await ack(text=WORKING_TEXT, response_type="ephemeral")
-            self._spawn(self._deliver_later(incoming, task, str(body.get("response_url", ""))))
+            self._spawn(
+                replies.deliver_later(self.front, incoming, task, str(body.get("response_url", "")))
+            )
             return
         reply = task.result()
         if reply.file_content:
-            await ack(response_type="ephemeral", **_reply_args(reply, _file_note(reply)))
-            self._spawn(self._send_file_or_say_why(incoming, reply))
+            await ack(
+                response_type="ephemeral", **replies.reply_args(reply, replies.file_note(reply))
+            )
+            self._spawn(replies.send_file_or_say_why(self.front, incoming, reply))
         else:
-            await ack(response_type="ephemeral", **_reply_args(reply))
+            await ack(response_type="ephemeral", **replies.reply_args(reply))
 
     async def on_action(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -180,7 +149,9 @@ class Listeners:
             self._spawn(self._modal_after(incoming, answer, home=True))
             return
         if incoming.action_id in (
+            ACTION_CKPT_NEW_RUN,
             ACTION_EDIT_RELAUNCH,
+            ACTION_EVALUATE,
             ACTION_NODE_DRAIN,
             ACTION_RECORD,
         ):  # a modal
@@ -189,7 +160,9 @@ class Listeners:
         if incoming.action_id == ACTION_FORM_CHECK:  # typed in the launch form
             self._spawn(self._checked(body, answer))
             return
-        self._spawn(self._deliver_later(incoming, answer, str(body.get("response_url", ""))))
+        self._spawn(
+            replies.deliver_later(self.front, incoming, answer, str(body.get("response_url", "")))
+        )
 
     async def _home_after(self, incoming: Incoming, answer: asyncio.Task[Reply]) -> None:
         """A setting changed in the App Home: the tab shows it (or why it did not work)."""
@@ -323,54 +296,6 @@ class Listeners:
                 self._seen_events.popitem(last=False)
         await next()
         return None
-
-    async def _deliver_later(
-        self, incoming: Incoming, answer: asyncio.Task[Reply], response_url: str
-    ) -> None:
-        """An answer after the ack: ephemeral in the channel, else via ``response_url``."""
-        reply = await answer
-        if _is_empty(reply):
-            return
-        note = ""
-        if reply.file_content:
-            failure = await self._send_file(incoming, reply)
-            note = _file_failed_note(failure) if failure else _file_note(reply)
-        await self._say(incoming, _reply_args(reply, note), response_url)
-
-    async def _say(self, incoming: Incoming, args: dict[str, Any], response_url: str) -> None:
-        try:
-            await self.front.post_ephemeral(incoming.channel_id, incoming.user_id, **args)
-            return
-        except SlackError as error:
-            if not response_url:
-                log.error("could not deliver a reply to %s: %s", incoming.user_id, error)
-                return
-            log.info("chat.postEphemeral failed (%s); answering via response_url", error.error)
-        try:
-            webhook = AsyncWebhookClient(response_url)
-            sent = await webhook.send(response_type="ephemeral", replace_original=False, **args)
-        except Exception as error:  # the last way to reach the asker; never crash here
-            log.error("response_url failed for %s: %s", incoming.user_id, type(error).__name__)
-            return
-        if sent.status_code != 200:
-            log.error("response_url answered %d for %s", sent.status_code, incoming.user_id)
-
-    async def _send_file(self, incoming: Incoming, reply: Reply) -> str:
-        """Upload the reply's file to the asker's DM; the error text, or "" when sent."""
-        name = reply.file_name or "trainbot.txt"
-        try:
-            await self.front.upload_to_user(
-                incoming.user_id, filename=name, content=reply.file_content, title=name
-            )
-        except SlackError as error:
-            log.error("could not send %s to %s: %s", name, incoming.user_id, error)
-            return error.error
-        return ""
-
-    async def _send_file_or_say_why(self, incoming: Incoming, reply: Reply) -> None:
-        failure = await self._send_file(incoming, reply)
-        if failure:
-            await self._say(incoming, {"text": _file_failed_note(failure)}, "")
 
     async def drain(self, timeout_s: float) -> None:
         """Let answers in flight finish for up to ``timeout_s``, then cancel the rest."""

@@ -116,6 +116,12 @@ def uncharged(cluster: str) -> str:
     return f"{PREFIX}:uncharged:{cluster}"
 
 
+def after_pending(cluster: str) -> str:
+    """Set: the launches of ``cluster`` whose export or evaluation (``then=``, or its buttons)
+    is to be run or followed by the poller holding the cluster."""
+    return f"{PREFIX}:after:{cluster}"
+
+
 def step_runs(cluster: str, recipe: str, nodes: int) -> str:
     """List of the newest runs' step times (JSON) of one recipe at one size on ``cluster``."""
     return f"{PREFIX}:steps:{cluster}:{recipe}:{nodes}"

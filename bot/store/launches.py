@@ -352,6 +352,19 @@ class Launches(Section):
             pipe.zadd(index, {launch.id: launch.updated_at})
             pipe.zremrangebyscore(index, "-inf", oldest)
 
+    @rides
+    async def after_pending(self, cluster: str) -> list[str]:
+        """The launches of ``cluster`` whose export or evaluation is to run or be followed."""
+        return sorted(str(i) for i in await self.redis.smembers(keys.after_pending(cluster)))
+
+    @rides
+    async def ask_after(self, cluster: str, launch_id: str) -> None:
+        await self.redis.sadd(keys.after_pending(cluster), launch_id)
+
+    @rides
+    async def after_done(self, cluster: str, launch_id: str) -> None:
+        await self.redis.srem(keys.after_pending(cluster), launch_id)
+
     def _ran(self, pipe: Any, launch: Launch) -> None:
         """A launch just ended (in the transaction that ended it, whichever way it ended):
         it waits to be charged what Slurm recorded for its jobs (:meth:`Budgets.charge`, once its
@@ -360,6 +373,9 @@ class Launches(Section):
         now, keep_s = time.time(), self.retention.history_s
         if not launch.charged:
             pipe.hset(keys.uncharged(launch.cluster), launch.id, f"{iso_week(now)} {now:.3f}")
+        then = getattr(launch.request, "then", None)
+        if then and launch.outcome == "COMPLETED" and not launch.after_state:
+            pipe.sadd(keys.after_pending(launch.cluster), launch.id)  # then=: run after
         step_time = launch.progress.median_step_time_s
         if launch.recipe_key and step_time and launch.progress.total:
             run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)

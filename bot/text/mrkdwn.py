@@ -47,7 +47,14 @@ ACTION_TOKEN_CREATE = "trainbot_token_create"  # value: the scopes, comma-separa
 ACTION_TOKEN_REVOKE = "trainbot_token_revoke"  # value: the token id
 ACTION_HELP = "trainbot_help"  # the help card's buttons: the value names the topic
 ACTION_RECORD = "trainbot_record"  # value: the launch id; its run record in a modal
+ACTION_EXPORT = "trainbot_export"  # value: the launch id; its newest checkpoint to HF format
+ACTION_EVALUATE = "trainbot_evaluate"  # value: the launch id; a modal asking which tasks
+VIEW_EVALUATE = "trainbot_view_evaluate"  # Evaluate's modal: the input's block id is the launch
 ACTION_PRUNE = "trainbot_prune_"  # + K: delete all but the best K and the last; value: launch id
+# /checkpoints, on one checkpoint; value: "<launch id>@<step>"
+ACTION_CKPT_RESUME = "trainbot_ckpt_resume"  # its request again, from=<launch id>@<step>
+ACTION_CKPT_NEW_RUN = "trainbot_ckpt_new_run"  # the launch form with from=<launch id>@<step>
+ACTION_CKPT_EXPORT = "trainbot_ckpt_export"  # then=export of that checkpoint
 
 _FENCE = "```"
 # A zero-width space between backticks keeps log text from closing our code block.
@@ -245,6 +252,14 @@ def run_again_button(value: str) -> Block:
 
 def edit_relaunch_button(value: str) -> Block:
     return button("Edit & relaunch", ACTION_EDIT_RELAUNCH, value)
+
+
+def export_button(value: str) -> Block:
+    return button("Export", ACTION_EXPORT, value)
+
+
+def evaluate_button(value: str) -> Block:
+    return button("Evaluate", ACTION_EVALUATE, value)
 
 
 def text_input(

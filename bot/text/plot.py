@@ -26,7 +26,7 @@ P = TypeVar("P", bound=tuple[float, float])  # (step, loss); steps may be int
 
 
 @dataclass(frozen=True)
-class Marks:
+class AxisMarks:
     """Steps to mark on the axis."""
 
     retries: Sequence[int] = field(default_factory=tuple)
@@ -38,7 +38,7 @@ def render_loss_png(
     *,
     title: str,
     validation: Sequence[tuple[float, float]] = (),
-    marks: Marks | None = None,
+    marks: AxisMarks | None = None,
     width_px: int = WIDTH_PX,
     height_px: int = HEIGHT_PX,
     metric: str = "loss",
@@ -64,7 +64,7 @@ def render_loss_png(
     if checked:
         axes.plot(*zip(*sorted(checked), strict=True), color=VALIDATION, marker="o",
                   markersize=4, linewidth=1.2, label=validation_label)  # fmt: skip
-    _mark(axes, marks or Marks())
+    _mark(axes, marks or AxisMarks())
     low, high = _limits([v for _, v in points] + [v for _, v in checked])
     axes.set_ylim(low, high)
     axes.set_xlim(points[0][0], points[-1][0])
@@ -120,7 +120,7 @@ def _extremes(bucket: list[P]) -> list[P]:
     return sorted({low, high})
 
 
-def _mark(axes: object, marks: Marks) -> None:
+def _mark(axes: object, marks: AxisMarks) -> None:
     ckpts = sorted(set(marks.checkpoints))
     if len(ckpts) > MAX_MARKS:
         ckpts = ckpts[:: math.ceil(len(ckpts) / MAX_MARKS)]

@@ -15,7 +15,7 @@ from bot.lifecycle import health
 from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.measures import checkpoint_label, checkpoint_step, duration, waiting
 from bot.text import mrkdwn as st
-from bot.text.plot import Marks, render_loss_png
+from bot.text.plot import AxisMarks, render_loss_png
 from cluster.site.profiles import ClusterProfile
 
 OUTCOME_ICONS = {
@@ -163,7 +163,7 @@ def loss_curve(launch: Launch) -> bytes:
     metric = "reward" if rl else "loss"
     title = f"{launch.id} · {launch.words} · {metric}"
     steps = (checkpoint_step(launch, name) for name in launch.checkpoints)
-    marks = Marks(
+    marks = AxisMarks(
         retries=[a.from_step for a in launch.attempts[1:] if a.from_step],
         checkpoints=[s for s in steps if s is not None],
     )

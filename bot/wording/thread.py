@@ -18,7 +18,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
-from bot.wording import health, sweeps
+from bot.wording import after_training, health, sweeps
 from cluster.site.image_refs import IMPORT_NOTE
 from cluster.ssh.remote import quote_path
 
@@ -504,6 +504,7 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "health": health.note,
     "wandb_summary": wandb_summary,
     "wandb_comparison": sweeps.wandb_comparison,
+    "after_training": after_training.after_training,  # then=export, then=eval: its steps
 }
 
 

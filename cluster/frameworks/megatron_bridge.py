@@ -37,7 +37,7 @@ from cluster.launching.spec import Framework
 from cluster.site.framework_registry import RecipeFields, register
 from cluster.site.image_refs import is_registry_ref, pyxis_image
 from cluster.slurm.sbatch import parse_sbatch_parsable, sbatch_options
-from cluster.ssh.remote import RemoteArg, join_remote, quote_path
+from cluster.ssh.remote import RemoteArg, RPath, join_remote, quote_path
 from cluster.watching.megatron_log import parse_megatron
 from cluster.watching.progress import Point, Progress
 from cluster.watching.tracking import Tracking, check_job_id
@@ -56,6 +56,11 @@ RECIPE_SUFFIX = {
     "sft": "sft_config",
     "peft": "peft_config",
 }
+#: then=export: the Hugging Face model each family converts back to (the bridge reads its
+#: config; Megatron-Bridge's examples/conversion/convert_checkpoints.py ``--hf-model``).
+HF_MODELS = {"llama3p1_8b": "meta-llama/Llama-3.1-8B", "llama3p1_70b": "meta-llama/Llama-3.1-70B"}
+#: The site's copy of upstream's converter, beside run_recipe.py (as run_recipe.py is).
+EXPORT_PROGRAM = "convert_checkpoints.py"
 #: The container: NeMo Framework 26.02, which carries Megatron-Bridge (pyxis imports it).
 DEFAULT_IMAGE = "nvcr.io/nvidia/nemo:26.02"
 CHECKPOINT_PATTERN = r"^iter_([0-9]{7,})$"
@@ -182,6 +187,26 @@ class MegatronBridge(Framework):
     recipe_field = "script"
     recipe_globs = ("*.py",)
     passes_comment = True
+
+    export_tool = f"Megatron-Bridge's {EXPORT_PROGRAM} export"
+
+    def export_argv(
+        self, spec: LaunchSpec, model: str, checkpoint: str, hf_dir: str
+    ) -> list[RemoteArg]:
+        """``python3 convert_checkpoints.py export --hf-model <HF id> --megatron-path <iter
+        dir> --hf-path <dir>`` (AutoBridge.export_ckpt underneath)."""
+        hf_model = HF_MODELS.get(model, model)
+        return [
+            "python3",
+            RPath(join_remote(spec.work_dir, EXPORT_PROGRAM)),
+            "export",
+            "--hf-model",
+            hf_model,
+            "--megatron-path",
+            RPath(checkpoint),
+            "--hf-path",
+            RPath(hf_dir),
+        ]
 
     def default_image(self, recipes_dir: str) -> str:
         return DEFAULT_IMAGE  # a registry image: pyxis imports it at the job's start

@@ -51,6 +51,12 @@ OPTIONAL_FLAGS = (*(flag for flag, _ in MOUNT_FLAGS), "-t", "--account", "--excl
 #: VARIABLES, at 000729e63fd93465140c5b78274bfae7a3742dcf), so they beat the #SBATCH lines
 #: nemo-run writes. sbatch has no such variable for --exclude: that one is set after the submit.
 SBATCH_ENV = {"-t": "SBATCH_TIMELIMIT", "--account": "SBATCH_ACCOUNT"}
+#: then=export: NeMo 2's own exporter, the ``nemo`` CLI of the NeMo container (nemo-run's CLI
+#: with NeMo's ``llm`` entrypoints): ``llm.export_ckpt(path, target="hf", output_path)``, which
+#: reads the checkpoint's ``context/`` and prints ``✓ Checkpoint exported to <dir>`` (through
+#: rich, folded at the console's width in a log file). NVIDIA/NeMo
+#: 00138e21c9e332d045509c4b9edf9b0a6a8b81be, nemo/collections/llm/api.py.
+EXPORT_COMMAND = ("nemo", "llm", "export", "-y")
 
 
 def nemo_run_argv(
@@ -136,6 +142,20 @@ class NeMo(Framework):
     subdir = "nemo"
     recipe_field = "script"
     recipe_globs = ("pretrain/*.py", "cpt/*.py", "sft/*.py")
+
+    export_tool = "NeMo's nemo llm export"
+
+    def export_argv(
+        self, spec: LaunchSpec, model: str, checkpoint: str, hf_dir: str
+    ) -> list[RemoteArg]:
+        """``nemo llm export -y path=<checkpoint> target=hf output_path=<dir>`` (nemo-run's
+        CLI parser takes the ``=`` in NeMo's checkpoint names as part of the value)."""
+        return [
+            *EXPORT_COMMAND,
+            RSetting(f"path={checkpoint}"),
+            "target=hf",
+            RSetting(f"output_path={hf_dir}"),
+        ]
 
     def default_recipes(self) -> tuple[RecipeFields, ...]:
         return tuple(

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 CHECKPOINT_DIR_KEY = "checkpointing.checkpoint_dir"
 _REMOTE_PATH_RE = re.compile(r"(~|/)(/?[A-Za-z0-9._+@-]+)*/?")
 AUTH_FILE = "configs/auth.sh"  # the guide's place for HF_TOKEN and WANDB_API_KEY
+#: then=export: NeMo-RL's converter of a DCP checkpoint (the DTensor policy's
+#: ``step_N/policy/weights``) to Hugging Face format, reading the model and tokenizer from the
+#: run's ``step_N/config.yaml``; it ends printing ``Saved HF checkpoint to: <dir>``
+#: (NVIDIA-NeMo/RL 0563dc35d59bde51ea44d2821009368d9a3751d2,
+#: examples/converters/convert_dcp_to_hf.py). Relative to the NeMo-RL directory, where the
+#: job scripts run ``examples/run_<algorithm>.py``.
+EXPORT_PROGRAM = "examples/converters/convert_dcp_to_hf.py"
 #: The built-in recipes: ``algorithms/<workload>.sh`` for each model, named to NeMo-RL.
 HF_MODELS = {
     "llama3p1_8b": "meta-llama/Llama-3.1-8B-Instruct",
@@ -105,6 +112,24 @@ class NeMoRL(Framework):
     recipe_field = "job_script"
     recipe_globs = ("algorithms/*.sh",)
     interactive = True
+
+    export_tool = "NeMo-RL's convert_dcp_to_hf.py"
+
+    def export_argv(
+        self, spec: LaunchSpec, model: str, checkpoint: str, hf_dir: str
+    ) -> list[RemoteArg]:
+        """``python3 examples/converters/convert_dcp_to_hf.py --config <step_N>/config.yaml
+        --dcp-ckpt-path <step_N>/policy/weights --hf-ckpt-path <dir>``."""
+        return [
+            "python3",
+            RPath(join_remote(spec.work_dir, EXPORT_PROGRAM)),
+            "--config",
+            RPath(join_remote(checkpoint, "config.yaml")),
+            "--dcp-ckpt-path",
+            RPath(join_remote(checkpoint, "policy", "weights")),
+            "--hf-ckpt-path",
+            RPath(hf_dir),
+        ]
 
     def default_recipes(self) -> tuple[RecipeFields, ...]:
         return tuple(

@@ -18,6 +18,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
+from cluster.site.image_refs import REGISTRY_REF_RE, is_registry_ref
 from cluster.ssh.remote import quote_path
 
 MARK = "trainbot-record"
@@ -46,6 +47,9 @@ class RunRecord(BaseModel):
     image: str = ""  # the image's path
     image_size: int | None = None  # bytes; None when it could not be read
     image_mtime: int | None = None  # epoch seconds
+    # A registry image's digest: from the reference when it pins one (``@sha256:...``), else
+    # from what the job printed once it started ("": not known, "resolved at start")
+    image_digest: str = ""
 
     @property
     def dirty(self) -> bool:
@@ -64,7 +68,10 @@ class RunRecord(BaseModel):
         else:
             recipes = "recipes not a git checkout (their version is not recorded)"
         image = self.image or "(none)"
-        if self.image_size is not None and self.image_mtime is not None:
+        if is_registry_ref(self.image):
+            digest = self.image_digest or "resolved at start"
+            image += f" (registry image; digest: {digest})"
+        elif self.image_size is not None and self.image_mtime is not None:
             when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.image_mtime))
             image += f" ({self.image_size:,} bytes, modified {when})"
         return f"Record: {recipes}; image {image}."
@@ -107,6 +114,7 @@ def read_record(stderr: str, *, command: str, env_names: tuple[str, ...], recipe
     if len(parts) == 2 and all(p.isdigit() for p in parts):
         size, mtime = int(parts[0]), int(parts[1])
     diff, truncated = read_diff(found.get("diff", ""))
+    pinned = REGISTRY_REF_RE.fullmatch(image) if is_registry_ref(image) else None
     return RunRecord(
         command=command,
         env_names=env_names,
@@ -118,7 +126,19 @@ def read_record(stderr: str, *, command: str, env_names: tuple[str, ...], recipe
         image=image,
         image_size=size,
         image_mtime=mtime,
+        image_digest=(pinned["digest"] or "") if pinned else "",
     )
+
+
+_DIGEST_LINE_RE = re.compile(r"(?i)\b(?:pyxis|enroot)\b.*?\b(sha256:[0-9a-f]{64})\b")
+
+
+def digest_from_log(text: str) -> str:
+    """The image digest a job's log names on a pyxis or enroot line ("" when none does:
+    pyxis's own lines name the reference as given, so only a pinned reference or a site
+    whose import prints its digest fills it)."""
+    found = _DIGEST_LINE_RE.search(text)
+    return found[1] if found else ""
 
 
 def read_diff(encoded: str) -> tuple[str, bool]:

@@ -188,6 +188,18 @@ class Framework(ABC):
         ``parent.checkpoint_dir``) as this framework's job reads it."""
         return join_remote(parent.checkpoint_dir, checkpoint)
 
+    #: then=export: the name of the framework's own converter to Hugging Face format, as
+    #: messages call it ("": this framework has none trainbot runs yet)
+    export_tool: str = ""
+
+    def export_argv(
+        self, spec: LaunchSpec, model: str, checkpoint: str, hf_dir: str
+    ) -> list[RemoteArg]:
+        """then=export: the command (run in the launch's container, in :meth:`work_dir`)
+        that converts ``checkpoint`` (a directory) of ``model`` (the bot's model name) to
+        Hugging Face format in ``hf_dir``."""
+        raise NotImplementedError(f"{self.label} has no export trainbot runs")
+
     def retry_overrides(
         self, overrides: tuple[tuple[str, str], ...], previous: Tracking, profile: ClusterProfile
     ) -> tuple[tuple[str, str], ...]:

@@ -59,6 +59,9 @@ class Registered(Protocol):
     def interactive(self) -> bool: ...
 
     @property
+    def export_tool(self) -> str: ...
+
+    @property
     def subdir(self) -> str: ...
 
     @property

@@ -130,3 +130,26 @@ def check_tensorboard_template(value: str | None) -> str | None:
     if re.search(r"[\s<>|`]", value):
         raise ValueError(f"must not contain spaces or < > | ` (got {value!r})")
     return value
+
+
+EVAL_FIELDS = ("model", "tasks", "output")
+
+
+def check_eval_command(value: str) -> str:
+    """The site's evaluation command: one line, placeholders only ``{model}``,
+    ``{tasks}`` and ``{output}``, ``{model}`` among them."""
+    if not value:
+        return value
+    known = ", ".join("{" + n + "}" for n in EVAL_FIELDS)
+    if "\n" in value or "\r" in value:
+        raise ValueError("must be one line (one shell command)")
+    try:
+        names = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(value)]
+    except ValueError as exc:
+        raise ValueError(f"not a template ({exc}); placeholders are {known}") from None
+    for name, spec, conversion in names:
+        if name is not None and (name not in EVAL_FIELDS or spec or conversion):
+            raise ValueError(f"unknown placeholder {{{name}}}; use {known}")
+    if "model" not in {name for name, _, _ in names}:
+        raise ValueError(f"must name {{model}}, the exported checkpoint (placeholders: {known})")
+    return value

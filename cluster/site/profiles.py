@@ -46,6 +46,7 @@ from cluster.site.profile_fields import (
     SecretRef,
     TokenizerSeed,
     check_attach_template,
+    check_eval_command,
     check_remote_path,
     check_tensorboard_template,
     check_time_limit,
@@ -166,6 +167,14 @@ class ClusterProfile(BaseModel):
     tokenizer_seed: TokenizerSeed | None = None
     """Where to get the GPT-2 tokenizer files when NeMo's tokenizer download races between ranks
     ([Errno 18] Invalid cross-device link); left out: no seeding."""
+    eval_command: Annotated[str, AfterValidator(check_eval_command)] = ""
+    """The site's evaluation recipe, which `then=eval:<task>[,<task>...]` runs after the
+    launch has completed and its final checkpoint is exported to Hugging Face format: one shell
+    command, run in the launch's container on one node, with `{model}` (the exported
+    directory), `{tasks}` (the tasks, comma-separated) and `{output}` (a directory for its
+    results), each filled in shell-quoted; it prints lm-evaluation-harness's results table
+    (for example `lm_eval --model hf --model_args pretrained={model} --tasks {tasks}
+    --batch_size auto --output_path {output}`). Empty: `then=eval` is refused here."""
     identity: Identity | None = None
     """Run each person's launches as their own Unix user on this cluster, logged in with a
     certificate from `login.user_ca_key_file` (docs/identity.md); left out: every launch runs as

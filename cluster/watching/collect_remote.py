@@ -76,6 +76,25 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+MAX_SIZE_FILES = 20000  # a checkpoint's files counted for its size, at most (then: a floor)
+
+
+def dir_bytes(path: str) -> int:
+    """The bytes of the files under ``path`` (links not followed; at most
+    :data:`MAX_SIZE_FILES` files counted); 0 when it cannot be read."""
+    total = counted = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            counted += 1
+            if counted >= MAX_SIZE_FILES:
+                return total
+    return total
+
+
 def find_log_by_globs(globs: list[str], restart_pattern: str) -> tuple[str, str, int]:
     """(directory, main log path, restart) among every file the patterns match: the
     highest restart in the path wins (a requeued run's new log), then the first pattern."""
@@ -353,9 +372,14 @@ def collect_job(
             job.get("unfinished_suffix") or "",
             job.get("tracker_file") or "",
         )
-        new = [{"step": s, "name": n} for s, n in done if n not in known]
-        result["checkpoints"] = new[:max_ckpts]
-        result["checkpoints_truncated"] = len(new) > max_ckpts
+        base = os.path.expanduser(job["checkpoint_dir"])
+        new = [
+            {"step": s, "name": n, "bytes": dir_bytes(os.path.join(base, n))}
+            for s, n in done
+            if n not in known
+        ][:max_ckpts]
+        result["checkpoints"] = new
+        result["checkpoints_truncated"] = sum(n not in known for _, n in done) > max_ckpts
     if job.get("interactive") and job.get("attach_path"):
         places = [job["attach_path"], *(job.get("attach_alternatives") or [])]
         found = [p for p in places if os.path.isfile(os.path.expanduser(p))]

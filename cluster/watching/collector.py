@@ -50,6 +50,7 @@ class LogChunk:
 class Checkpoint:
     step: int
     name: str
+    size_bytes: int = 0  # the files under it when first seen complete (0: not measured)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,9 @@ def parse_collect_output(raw: dict[str, Any], *, cluster: str = "") -> PollResul
             log=_chunk(data.get("log")),
             directory=str(data.get("dir") or ""),
             new_checkpoints=tuple(
-                Checkpoint(step=int(c["step"]), name=str(c["name"]))
+                Checkpoint(
+                    step=int(c["step"]), name=str(c["name"]), size_bytes=int(c.get("bytes") or 0)
+                )
                 for c in data.get("checkpoints", [])
             ),
             attach_ready=data.get("attach_ready"),

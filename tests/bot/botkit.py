@@ -4,22 +4,29 @@ cluster's config tuned for speed, stand-in knobs by launch name, waiting."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
+import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import pytest
 import redis.asyncio as aioredis
 
+from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
+from bot.notify.notifier import Notifier
 from bot.settings.config import Config, parse_config
 from bot.settings.env import Settings
+from bot.store import keys
 from bot.store.store import Store
+from bot.wording import thread
+from commands.requests import TrainRequest
 from support.workspace import ASK_KEY
 from tests import devlogin
 
@@ -29,6 +36,66 @@ DEV = PROJECT / ".devcluster"
 TEST_REDIS = os.environ.get("TRAINBOT_TEST_REDIS", "redis://127.0.0.1:6379/15")
 LAUNCH_RE = re.compile(r"\bL-[0-9a-f]{4,12}\b")
 T = TypeVar("T")
+
+
+def match_in(pattern: str | re.Pattern[str], text: str, group: int = 0) -> str:
+    """The ``group`` of the first match of ``pattern`` in ``text``; fails the test, showing
+    the text, when there is none."""
+    found = re.search(pattern, text)
+    assert found is not None, f"{pattern!r} is not in {text!r}"
+    return found.group(group)
+
+
+async def launch_in(store: Store, launch_id: str) -> Launch:
+    """The launch's record; fails the test when the store has none."""
+    launch = await store.launches.get(launch_id)
+    assert launch is not None, f"the store has no launch {launch_id}"
+    return launch
+
+
+def launch_id_in(text: str) -> str:
+    """The first launch id (``L-...``) in ``text``."""
+    return match_in(LAUNCH_RE, text)
+
+
+class Knobs(TypedDict, total=False):
+    """The dev cluster stand-in's knobs (devcluster/login/.../_devcluster/standin.py says
+    what each does); a test passes the ones it needs to :func:`knobs`."""
+
+    fault: str
+    fault_at_step: int
+    fault_once: int
+    steps: int
+    step_time_s: float
+    ckpt_every: int
+    save_time_s: float
+    tokenizer_race: str
+    attach_delay_s: float
+    teardown_s: float
+    tensorboard: int
+    startup_s: float
+    startup_line_s: float
+    epochs: int
+    epoch_steps: int
+    val_every: int
+    nan_at: int
+    nan_value: str
+    spike_at: int
+    spike_factor: float
+    slow_at: int
+    slow_steps: int
+    slow_factor: float
+    rl_buffered: int
+    max_time: str
+    must_save_by: str
+    rl_layout: str
+    gpu_util: float
+    log_interval: int
+    dialect: str
+    exit_after_s: float
+    exit_at: int
+    nan_mode: str
+    sigterm: str
 
 
 def dev_config(
@@ -47,10 +114,12 @@ def dev_config(
     failures: str = "",
     edit: Callable[[str], str] | None = None,
     file: str = "trainbot.yaml",
-    **watch: float,
+    watch: Mapping[str, float] | None = None,
+    **watch_fields: float,
 ) -> Config:
     """The dev cluster's config, polled faster; ``cache_dir``, ``data_dir``, the recipes
-    checkout (every path under it) and ``watch`` fields replaced.
+    checkout (every path under it) and ``watch`` fields (``watch`` and the keywords left)
+    replaced.
     ``people`` maps users to Unix users (every cluster's ``identity``), ``hf_token_file``
     makes HF_TOKEN come from that file on the login node; ``failures`` is the YAML of the
     failure catalog's site entries (``failures:``); ``edit`` changes the YAML text last.
@@ -89,7 +158,7 @@ def dev_config(
         text = text.replace(
             "HF_TOKEN: {env: TRAINBOT_HF_TOKEN}", f"HF_TOKEN: {{file: {hf_token_file}}}"
         )
-    for key, value in watch.items():
+    for key, value in {**(watch or {}), **watch_fields}.items():
         text, count = re.subn(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text)
         assert count == 1, f"watch.{key} is not in the dev config (run devcluster/up again)"
     if failures:
@@ -101,6 +170,28 @@ def dev_config(
 
 def bot_settings(**env: str) -> Settings:
     return Settings.from_environ({"REDIS_URL": TEST_REDIS, "TRAINBOT_ASK_KEY": ASK_KEY, **env})
+
+
+async def stream_entries(
+    redis: aioredis.Redis, key: str = keys.OUTBOX
+) -> list[tuple[str, dict[str, str]]]:
+    """A stream's entries (the outbox by default) as text: entry id and fields."""
+    entries = await redis.xrange(key)
+    return [
+        (_text(i), {_text(k): _text(v) for k, v in (f or {}).items()}) for i, f in entries or []
+    ]
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def stored_record(store: Store, launch_id: str) -> dict[str, Any]:
+    """The launch's record as Redis holds it (JSON), read behind the store's back."""
+    raw = await store.redis.get(keys.launch(launch_id))
+    assert raw is not None, f"no record of {launch_id} in Redis"
+    record: dict[str, Any] = json.loads(raw)
+    return record
 
 
 async def flush_test_redis() -> None:
@@ -130,7 +221,7 @@ def login_run(
 
 @asynccontextmanager
 async def knobs(
-    tag: str, *, users: tuple[str, ...] = (devlogin.SHARED,), **values: object
+    tag: str, *, users: tuple[str, ...] = (devlogin.SHARED,), **values: float | str
 ) -> AsyncIterator[None]:
     """Stand-in knobs for every job whose Slurm name contains ``tag`` (the launch's name=),
     in the home of each login user whose jobs should see them."""
@@ -189,7 +280,10 @@ async def wait_for_launch(
 
 
 async def wait_until(
-    predicate: Callable[[], Awaitable[T]], what: str, timeout_s: float = 60, interval_s: float = 0.2
+    predicate: Callable[[], Awaitable[T | None]],
+    what: str,
+    timeout_s: float = 60,
+    interval_s: float = 0.2,
 ) -> T:
     """Await ``predicate()`` until it returns something truthy, and return that."""
     loop = asyncio.get_running_loop()
@@ -229,3 +323,41 @@ def in_order(lines: list[str], *patterns: str) -> None:
         else:
             shown = "\n".join(lines)
             raise AssertionError(f"no line matching {pattern!r} after line {position}:\n{shown}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def request(**fields: object) -> TrainRequest:
+    """An sft llama3p1_8b request on a4, with ``fields`` changed."""
+    return TrainRequest(
+        workload="sft",
+        model="llama3p1_8b",
+        framework="nemo",
+        cluster="a4",
+        **fields,
+    )
+
+
+async def thread_texts(store: Store, launch_id: str) -> list[str]:
+    """The thread lines the outbox holds for the launch, oldest first, as bot.wording says
+    them (an event holds its move's facts, or its own text)."""
+    entries = await stream_entries(store.redis)
+    decoded = [Event.decode(i, f) for i, f in entries]
+    return [thread.line(e) for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
+
+
+@asynccontextmanager
+async def notifying(notifier: Notifier) -> AsyncIterator[Notifier]:
+    """The notifier delivering the outbox while the block runs."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(notifier.run(stop))
+    try:
+        yield notifier
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)

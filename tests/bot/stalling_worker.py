@@ -19,7 +19,11 @@ worker.LAUNCH_LOCK_MS = 3000
 worker.LOCK_RENEW_S = 1.0
 worker.CLAIM_IDLE_MS = 3000
 worker.CLAIM_EVERY_S = 1.0
-recovery.SUBMIT_TIMEOUT_S = float(os.environ.get("STALL_SUBMIT_TIMEOUT_S", "15"))
+# recovery reads the SUBMIT_TIMEOUT_S it imported (cluster.launching.launch), so that name
+# is the one to set
+recovery.SUBMIT_TIMEOUT_S = float(  # type: ignore[attr-defined]
+    os.environ.get("STALL_SUBMIT_TIMEOUT_S", "15")
+)
 recovery.SUBMIT_SETTLE_S = 5.0
 
 if os.environ.get("STALL_BEFORE_SUBMIT") == "1":

@@ -27,7 +27,6 @@ from cluster.watching.diagnosis import (
     MAX_EVIDENCE,
     MAX_LINE_CHARS,
     Diagnosis,
-    Reaction,
     RetryDecision,
     diagnose,
     retry_decision,
@@ -39,7 +38,7 @@ from cluster.watching.evidence import (
     evidence_payload,
     gather,
 )
-from cluster.watching.failures import FailureRule, build_catalog
+from cluster.watching.failures import FailureRule, Reaction, build_catalog
 from cluster.watching.tracking import Tracking
 
 DATA = Path(__file__).parent / "data" / "failures"

@@ -12,8 +12,14 @@ import pytest
 
 from bot.settings.config import parse_config
 from cluster.errors import ConfigError
-from cluster.watching.diagnosis import CATALOG, Diagnosis, Reaction, RetryDecision, retry_decision
-from cluster.watching.failures import CATALOG_FILE, FailureRule, build_catalog, builtin_rules
+from cluster.watching.diagnosis import CATALOG, Diagnosis, RetryDecision, retry_decision
+from cluster.watching.failures import (
+    CATALOG_FILE,
+    FailureRule,
+    Reaction,
+    build_catalog,
+    builtin_rules,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """

@@ -35,7 +35,7 @@ async def follow(
     pool: SSHPool, profile: ClusterProfile, job: Tracking, timeout_s: float = 90
 ) -> tuple[str, str, list[str], JobSnapshot]:
     """Poll until the job ends; returns (state, all log text, checkpoint names, last snapshot)."""
-    text, ckpts = "", []
+    text, ckpts = "", list[str]()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:

@@ -37,7 +37,7 @@ def spec(workload: str = "pretrain", **fields: object) -> LaunchSpec:
         nodes=2,
         overrides=(("train.train_iters", "100"),),
     )
-    return LaunchSpec(**{**base.__dict__, **fields})  # type: ignore[arg-type]
+    return LaunchSpec(**{**base.__dict__, **fields})
 
 
 @pytest.mark.parametrize(

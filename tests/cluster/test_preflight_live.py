@@ -138,7 +138,8 @@ async def test_a_run_py_without_some_flags_launches_without_them_and_says_so(
         script="sft/llama3p1_2b_sft.py", name="flags", exclude="dev3", env=FAST,
     )  # fmt: skip
     assert profile.time_limit == "01:00:00"
-    async with CountingPool() as counting:
+    counting = CountingPool()
+    async with counting:
         result = await preflight(counting, spec)
     assert counting.commands == ["python3 -"]  # run.py --help came in the one round trip
     assert result.ok, result.message()

@@ -81,7 +81,7 @@ def test_nemo_val_loss_riding_on_every_line_is_one_validation_per_validation() -
     assert parse_nemo("\n".join(lines)).validation == ((2, 2.05), (6, 1.9))
     # Read a line at a time, carrying the last point (and the last validation's value).
     carry: Point | None = None
-    found = []
+    found: list[tuple[int, float]] = []
     for line in lines:
         progress = parse_nemo(line, carry)
         found += progress.validation

@@ -6,7 +6,14 @@ import subprocess
 
 import pytest
 
-from cluster.launching.run_record import MARK, RunRecord, probe_lines, read_record, without_record
+from cluster.launching.run_record import (
+    MARK,
+    RunRecord,
+    digest_from_log,
+    probe_lines,
+    read_record,
+    without_record,
+)
 
 COMMIT = "8fa3a450733d90db0ec61d6074b2f6095f1f99d8"
 
@@ -63,3 +70,37 @@ def test_the_probe_runs_under_set_e_and_never_fails() -> None:
     assert done.returncode == 0 and done.stdout == "after\n", done
     record = read(done.stderr)
     assert record.recipes_commit == "" and record.image_size is None
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("image", "digest", "said"),
+    [
+        (f"nvcr.io/nvidia/nemo:26.02@{DIGEST}", DIGEST, f"(registry image; digest: {DIGEST})"),
+        ("nvcr.io/nvidia/nemo:26.02", "", "(registry image; digest: resolved at start)"),
+        ("~/r/nemo/x.sqsh", "", "image ~/r/nemo/x.sqsh."),  # a file: its size and mtime instead
+    ],
+)
+def test_a_registry_image_records_the_digest_it_pins_or_that_it_is_resolved_at_start(
+    image: str, digest: str, said: str
+) -> None:
+    record = read_record(
+        f"{MARK} image \n", command="c", env_names=(), recipes_dir="~/r", image=image
+    )
+    assert record.image_digest == digest
+    assert said in record.summary()
+
+
+@pytest.mark.parametrize(
+    ("log", "digest"),
+    [
+        (f"pyxis: imported docker image: nvcr.io#nvidia/nemo@{DIGEST}\n", DIGEST),
+        (f"[INFO] enroot: Fetching image manifest {DIGEST}\n", DIGEST),
+        ("pyxis: imported docker image: nvcr.io#nvidia/nemo:26.02\n", ""),  # pyxis names the ref
+        (f"step 10 loss 2.0 {DIGEST}\n", ""),  # not a pyxis or enroot line: not the image's
+    ],
+)
+def test_the_digest_is_taken_only_from_a_pyxis_or_enroot_line(log: str, digest: str) -> None:
+    assert digest_from_log(log) == digest

@@ -26,6 +26,7 @@ from cluster.site.login import cert_key_id
 from cluster.site.profiles import ClusterProfile
 from cluster.ssh.connect import CERT_SKEW_S, check_ca_key, user_certificate
 from cluster.ssh.pool import SSHPool
+from tests.bot.botkit import match_in
 from tests.conftest import SSHD_CONFIG, SSHD_PID
 
 pytestmark = pytest.mark.devcluster
@@ -177,7 +178,7 @@ async def test_a_person_logs_in_with_a_short_lived_certificate(
     # sshd logs the key id and serial with the login: whose, as whom, for which launch.
     assert 'Key ID: "trainbot:U0ALICE:alice:L-1a2b3c"' in listing
     serials = [
-        re.search(r"Serial: (\d+)", open_listing(tmp_path / name)).group(1)  # type: ignore[union-attr]
+        match_in(r"Serial: (\d+)", open_listing(tmp_path / name), 1)
         for name in ("alice-cert.pub", "again-cert.pub")
     ]
     assert "0" not in serials and serials[0] != serials[1], serials

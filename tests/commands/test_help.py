@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commands import CommandContext, help_text, recipes_text
-from commands.requests import HELP_TOPICS
+from commands.request_fields import HELP_TOPICS
 
 
 def test_overview_lists_every_command_and_the_clusters(context: CommandContext) -> None:

@@ -19,7 +19,7 @@ def context(*, region: str | None = "us", allow: bool = True, dirs: tuple[str, .
     extra: dict[str, object] = {"region": region, "allow_custom_images": allow}
     if image_dir:
         extra["image_dir"] = image_dir
-    clusters = {name: build_profile(name, **extra) for name in CLUSTER_TYPES}
+    clusters = {name: build_profile(name, 4, **extra) for name in CLUSTER_TYPES}
     policy = Policy(
         admins=Principals(users=("U0ADMIN",)),
         rules=(

@@ -10,7 +10,7 @@ import pytest
 from bot.lifecycle.launch import Sweep, new_sweep_id
 from commands.context import CommandContext
 from commands.job_commands import parse_job_ref
-from commands.requests import JobRef
+from commands.request_fields import JobRef
 
 
 def test_a_new_sweep_id_has_64_random_bits() -> None:

@@ -162,7 +162,7 @@ REJECTED = [
     (
         "/train sft llama3p1_8b nodez=2",
         "Unknown key 'nodez' for sft llama3p1_8b. Keys: cluster, nodes, partition, time, "
-        "name, image, dry_run, over_budget, at, after, framework, from, from_running, seeds; "
+        "name, image, dry_run, over_budget, at, after, framework, from, from_running, seeds, then; "
         "recipe overrides: trainer.max_steps, trainer.val_check_interval, data.global_batch_size, "
         "data.micro_batch_size, optim.config.lr. Did you mean nodes?",
     ),

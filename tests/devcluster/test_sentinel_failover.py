@@ -55,9 +55,9 @@ async def test_launches_and_a_cancel_survive_a_primary_killed_mid_write(
 
         async def keep_writing() -> None:
             for _ in range(40):
-                item = a_launch()
-                assert await store.launches.create(item, [Event("parent", item.id)])
-                written.append(item.id)
+                launch = a_launch()
+                assert await store.launches.create(launch, [Event("parent", launch.id)])
+                written.append(launch.id)
                 await asyncio.sleep(0.05)
 
         def cancelled(stored: Launch) -> list[Event]:

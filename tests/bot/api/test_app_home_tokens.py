@@ -14,6 +14,7 @@ from bot.text.mrkdwn import ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE
 from support.slack_requests import block_action_body, post_signed
 from support.slack_standin import SlackStandin
 from tests.bot.api.test_api import web_with_api
+from tests.bot.botkit import match_in
 
 pytestmark = pytest.mark.devcluster
 TOKEN_RE = re.compile(r"tbt_[A-Za-z0-9_-]{43}")
@@ -39,7 +40,7 @@ async def test_a_token_made_in_the_app_home_is_shown_once_and_revoked_there(
         view = opened.params["view"]
         view = view if isinstance(view, dict) else json.loads(view)
         assert view["type"] == "modal" and view["title"]["text"] == "Your API token"
-        token = TOKEN_RE.search(json.dumps(view["blocks"])).group(0)  # type: ignore[union-attr]
+        token = match_in(TOKEN_RE, json.dumps(view["blocks"]))
         (record,) = await web.store.tokens.tokens_of("U0ALICE")
         assert record.scopes == ("read", "launch") and record.created_by == "app-home"
         assert await jobs_status(base, token) == 200

@@ -13,7 +13,7 @@ from bot.text.mrkdwn import ACTION_FORM_CHECK, SHORTCUT_LAUNCH, VIEW_LAUNCH
 from support.slack_requests import post_signed, shortcut_body, view_submission_body
 from support.slack_standin import SlackStandin
 from tests.bot.api.test_api import web_with_api
-from tests.bot.botkit import LAUNCH_RE
+from tests.bot.botkit import launch_id_in
 
 pytestmark = pytest.mark.devcluster
 
@@ -60,9 +60,19 @@ async def test_the_launch_form_refuses_in_place_and_launches_into_the_dm(
             return str(shown["blocks"][-1]["elements"][0]["text"])
 
         assert "Unknown key 'wobble'" in await typed("sft llama3p1_8b wobble=3")
-        assert await typed("sft llama3p1_8b nodes=2 cluster=a4") == (
-            "Reads as: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=2`"
+        checked = await typed("sft llama3p1_8b nodes=2 cluster=a4 time=30")
+        reads, estimate = checked.split("\n")
+        assert (
+            reads == "Reads as: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=2 time=30`"
         )
+        # the same admission /train asks, and the estimate from the time limit (no run yet)
+        assert estimate == (
+            "About 8.0 GPU-hours (at most: the whole 30 min time limit; no earlier run of "
+            "sft llama3p1_8b on 2 nodes × a4 to go by)."
+        ), estimate
+        assert "over_budget=true is for trainbot admins only" in await typed(
+            "sft llama3p1_8b cluster=a4 over_budget=true"
+        )  # parsed fine: refused by admit(), as /train would
         refused = await post_signed(
             events, view_submission_body(VIEW_LAUNCH, block, "sft llama3p1_8b nodes=3 cluster=a4")
         )
@@ -77,6 +87,6 @@ async def test_the_launch_form_refuses_in_place_and_launches_into_the_dm(
             "chat.postMessage", lambda c: "Queued L-" in str(c.params.get("text")), 30
         )
         assert said.params["channel"] == "DU0ALICE"
-        launch_id = LAUNCH_RE.search(str(said.params["text"])).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(str(said.params["text"]))
         launch = await web.store.launches.get(launch_id)
         assert launch is not None and launch.channel == "DU0ALICE" and launch.user_id == "U0ALICE"

@@ -57,7 +57,7 @@ async def test_launches_and_dry_runs_are_rate_limited_per_person(store: Store) -
     config = config_with(Limits(launches_per_minute=3, dry_runs_at_once=2))
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
-        core.launcher.start_estimate_timeout_s = 0.5
+        core.launcher.planner.timeout_s = 0.5
         for _ in range(2):
             error, text = await ask(core, "U0ALICE", "/train", DRY)
             assert not error and text.startswith("Dry run L-"), text
@@ -82,7 +82,7 @@ async def test_dry_runs_do_not_count_against_max_concurrent(store: Store) -> Non
     config = config_with(Limits(launches_per_minute=20))
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
-        core.launcher.start_estimate_timeout_s = 0.5
+        core.launcher.planner.timeout_s = 0.5
         error, text = await ask(core, "U0ALICE", "/train", DRY)
         assert not error, text
         for _ in range(3):  # max_concurrent 3: a dry run in flight does not take a place
@@ -117,9 +117,9 @@ async def test_clusters_is_cached_and_shows_only_clusters_the_person_may_use(
         asked: list[str] = []
         real = core.clusters.capacity
 
-        async def counted(name: str) -> ClusterCapacity:
-            asked.append(name)
-            return await real(name)
+        async def counted(cluster: str) -> ClusterCapacity:
+            asked.append(cluster)
+            return await real(cluster)
 
         core.clusters.capacity = counted  # type: ignore[method-assign]
         error, first = await ask(core, "U0ALICE", "/clusters")
@@ -207,8 +207,8 @@ async def test_jobs_all_and_the_app_home_show_no_more_than_clusters_would(store:
     async with SSHPool(connect_timeout_s=1.0) as pool:
         core = core_for(store, config, pool)
 
-        async def no_capacity(name: str) -> ClusterCapacity:
-            return ClusterCapacity(cluster=name, partitions=())
+        async def no_capacity(cluster: str) -> ClusterCapacity:
+            return ClusterCapacity(cluster=cluster, partitions=())
 
         core.calls.capacity = no_capacity  # type: ignore[method-assign]
         error, text = await ask(core, "U0ALICE", "/jobs", "all")

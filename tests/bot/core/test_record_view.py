@@ -14,9 +14,9 @@ DIFF = "diff --git a/nemo/sft/x.py b/nemo/sft/x.py\n-lr = 1e-5\n+lr = 3e-5  # <!
 
 def launch(record: RunRecord | None) -> Launch:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
-    item.attempts.append(Attempt(number=1, job_id="41", record=record))
-    return item
+    launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+    launch.attempts.append(Attempt(number=1, job_id="41", record=record))
+    return launch
 
 
 def test_the_modal_shows_the_command_names_and_the_diff_escaped() -> None:

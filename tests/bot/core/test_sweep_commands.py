@@ -26,7 +26,7 @@ from commands.budget import iso_week
 from commands.policy import BudgetRule
 from commands.requests import TrainRequest
 from commands.rules import ApproverRule
-from tests.bot.botkit import dev_config, flush_test_redis, open_test_store
+from tests.bot.botkit import dev_config, flush_test_redis, open_test_store, stream_entries
 
 LINE = "sft llama3p1_8b cluster=a4 optim.config.lr=1e-5,3e-5 trainer.max_steps=10,20"
 
@@ -115,8 +115,7 @@ async def test_one_approval_for_the_sweep_starts_all_and_one_rejection_ends_all(
         assert [m.phase for m in members if m] == [Phase.AWAITING_APPROVAL] * 4
         assert await store.redis.xlen(keys.QUEUE) == 0  # nothing goes before the answer
         outbox = [
-            Event.decode(entry_id, fields)
-            for entry_id, fields in await store.redis.xrange(keys.OUTBOX)
+            Event.decode(entry_id, fields) for entry_id, fields in await stream_entries(store.redis)
         ]
         asks = [e for e in outbox if e.kind == "thread" and "asks for sweep" in thread.line(e)]
         assert len(asks) == 1 and asks[0].data["sweep"] == sweep_id  # asked once

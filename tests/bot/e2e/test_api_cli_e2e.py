@@ -21,12 +21,12 @@ from bot.slack.webapi import open_front
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
-    LAUNCH_RE,
     bot_settings,
     dev_config,
     flush_test_redis,
     in_dm,
     knobs,
+    launch_id_in,
     wait_for_launch,
 )
 from tests.bot.conftest import standin_params
@@ -71,10 +71,10 @@ async def test_the_cli_launches_follows_to_completed_and_cancels(
         }
         rc, out, err = await cli(env, "train", "sft", "llama3p1_2b", "cluster=a3m", f"name={short}")
         assert rc == 0 and out.startswith("Queued L-"), (out, err)
-        first = LAUNCH_RE.search(out).group(0)  # type: ignore[union-attr]
+        first = launch_id_in(out)
         rc, out, err = await cli(env, "train", "sft", "llama3p1_2b", "cluster=a3m", f"name={long}")
         assert rc == 0, (out, err)
-        second = LAUNCH_RE.search(out).group(0)  # type: ignore[union-attr]
+        second = launch_id_in(out)
 
         follower = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot", "logs", "-f", first, env=env,

@@ -22,12 +22,14 @@ from bot.text.front import Incoming
 from cluster.launching.wandb_run import run_id as run_id_of
 from tests import devlogin
 from tests.bot.botkit import (
-    LAUNCH_RE,
     PROJECT,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
+    match_in,
     slurm_jobs_named,
     wait_delivered,
     wait_for_launch,
@@ -36,7 +38,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"steps": 3, "step_time_s": 0.3, "save_time_s": 0.1}
+QUICK: Knobs = {"steps": 3, "step_time_s": 0.3, "save_time_s": 0.1}
 ROUTING_KEY = "R0UTINGKEY0123456789abcdef0123456"
 
 
@@ -53,7 +55,7 @@ async def console_bot(**config: object) -> AsyncIterator[tuple[Bot, ConsoleFront
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user=user)
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 def thread(front: ConsoleFront) -> str:
@@ -274,7 +276,7 @@ async def test_node_failure_requeue_runs_elsewhere_paged_once_and_resolved(
     """Slurm requeues the job itself (JobRequeue=1; about two minutes later it runs on
     other nodes and resumes from its checkpoint): the bot says so, pages once, never
     submits a second copy, and resolves the page when the job completes."""
-    knob = {"steps": 60, "step_time_s": 0.5, "ckpt_every": 4, "save_time_s": 0.1}
+    knob: Knobs = {"steps": 60, "step_time_s": 0.5, "ckpt_every": 4, "save_time_s": 0.1}
     node_script = str(PROJECT / "devcluster" / "node")
     async with knobs(unique, **knob), console_bot() as (bot, front):
         text = f"sft llama3p1_8b framework=nemo-rl nodes=2 cluster=a4 name={unique}"
@@ -331,7 +333,7 @@ async def test_interactive_job_attach_command_runs_in_the_allocation(
     assert stranger is not None and stranger.error
     assert reply is not None and not reply.error, reply
     assert "ready to attach" in thread(front)
-    command = re.search(r"```(.*)```", reply.text).group(1)  # type: ignore[union-attr]
+    command = match_in(r"```(.*)```", reply.text, 1)
     remote = f"bash ~/vertex-oss-training/nemo_rl/{launch.job_id}/attach.sh"
     assert command == f"ssh -t -p 2222 trainer@127.0.0.1 {remote}"
     # Run it as a person would (with the dev cluster's key and host keys), a command for a shell.
@@ -377,7 +379,7 @@ async def pagerduty_receiver() -> AsyncIterator[tuple[str, list[dict[str, object
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/v2/enqueue", events
     finally:
@@ -385,7 +387,13 @@ async def pagerduty_receiver() -> AsyncIterator[tuple[str, list[dict[str, object
 
 
 async def test_hang_pages_pagerduty_and_a_retry_that_completes_resolves_it(unique: str) -> None:
-    spec = {"steps": 6, "step_time_s": 0.3, "fault": "hang", "fault_at_step": 3, "fault_once": 1}
+    spec: Knobs = {
+        "steps": 6,
+        "step_time_s": 0.3,
+        "fault": "hang",
+        "fault_at_step": 3,
+        "fault_once": 1,
+    }
     async with (
         pagerduty_receiver() as (url, events),
         knobs(unique, **spec),

@@ -4,7 +4,6 @@ whose login node only a bastion reaches: launch, attach and cancel all go that w
 from __future__ import annotations
 
 import io
-import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -18,11 +17,12 @@ from bot.runtime.doctor import run_doctor, run_known_hosts
 from bot.text.front import Incoming
 from tests.bot.botkit import (
     DEV,
-    LAUNCH_RE,
     bot_settings,
     dev_config,
     in_order,
     knobs,
+    launch_id_in,
+    match_in,
     sacct_rows,
     wait_delivered,
     wait_for_launch,
@@ -59,7 +59,7 @@ async def test_launch_attach_and_cancel_through_the_bastion(
             f"/train interactive nodes=1 cluster=hpc name={unique}", bot.core, front, user="alice"
         )
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
         cancel_jobs.append(launch.job_id)
 
@@ -70,7 +70,7 @@ async def test_launch_attach_and_cancel_through_the_bastion(
         await wait_until(attach_ready, "attach.sh", 30)
         attach = await handle_line(f"/attach {launch_id}", bot.core, front, user="alice")
         assert attach is not None and not attach.error, attach
-        command = re.search(r"```(.*)```", attach.text).group(1)  # type: ignore[union-attr]
+        command = match_in(r"```(.*)```", attach.text, 1)
         remote = f"bash ~/vertex-oss-training/nemo_rl/{launch.job_id}/attach.sh"
         assert command == f"ssh -t -J jump@127.0.0.1:2200 -p 2201 trainer@127.0.0.1 {remote}"
         argv = shlex.split(command)

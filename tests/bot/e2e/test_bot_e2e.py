@@ -14,11 +14,12 @@ from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     in_order,
     knobs,
+    launch_id_in,
     login_run,
     sacct_rows,
     slurm_jobs_named,
@@ -28,7 +29,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {
+FAST: Knobs = {
     "steps": 4,
     "step_time_s": 0.4,
     "ckpt_every": 2,
@@ -49,7 +50,7 @@ async def test_train_sft_in_the_console_from_queue_to_completed(unique: str) -> 
         )
         assert reply is not None and not reply.error, reply
         assert reply.text.startswith("Queued L-")
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED", front.lines
@@ -84,7 +85,8 @@ async def test_dry_run_submits_nothing_and_shows_the_commands(unique: str) -> No
             f"/train dpo llama3p1_8b nodes=1 cluster=a3u name={unique} dry_run=true",
             bot.core, front, user="alice",
         )  # fmt: skip
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        assert reply is not None, "no answer"
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
     assert launch.phase == Phase.DRY_RUN
@@ -109,7 +111,8 @@ async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) ->
             front,
             user="alice",
         )
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        assert reply is not None, "no answer"
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
         assert launch.phase == Phase.REJECTED
@@ -128,7 +131,7 @@ async def test_preflight_refuses_a_partition_that_does_not_exist(unique: str) ->
         )
         again = await bot.core(click)
         assert again.text.startswith("Queued L-"), again.text
-        new_id = LAUNCH_RE.search(again.text).group(0)  # type: ignore[union-attr]
+        new_id = launch_id_in(again.text)
         relaunched = await wait_for_launch(bot.store, new_id)
         hostile = await bot.core(replace(click, action_value=f"{launch_id}:a4;touch"))
     assert relaunched.outcome == "COMPLETED"
@@ -147,7 +150,8 @@ async def test_cancel_from_the_button_stops_the_job(unique: str, cancel_jobs: li
         reply = await handle_line(
             f"/train grpo llama3p1_8b cluster=a3h name={unique}", bot.core, front, user="alice"
         )
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        assert reply is not None, "no answer"
+        launch_id = launch_id_in(reply.text)
         running_launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
         cancel_jobs.append(running_launch.job_id)
         confirm = await handle_line(f"/cancel {launch_id}", bot.core, front, user="alice")
@@ -183,7 +187,8 @@ async def test_jobs_logs_and_clusters(unique: str) -> None:
         reply = await handle_line(
             f"/train rm llama3p1_8b cluster=a3m name={unique}", bot.core, front, user="bob"
         )
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        assert reply is not None, "no answer"
+        launch_id = launch_id_in(reply.text)
         jobs = await handle_line("/jobs", bot.core, front, user="bob")
         assert jobs is not None and launch_id in jobs.text and "rm · llama3p1_8b · a3m" in jobs.text
         mine = await handle_line("/jobs", bot.core, front, user="carol")
@@ -216,7 +221,8 @@ async def test_checkpoints_posted_equal_those_on_disk_without_a_name() -> None:
                 front,
                 user="alice",
             )
-            launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            assert reply is not None, "no answer"
+            launch_id = launch_id_in(reply.text)
             launch = await wait_for_launch(bot.store, launch_id)
             await wait_delivered(bot.store)
     assert launch.outcome == "COMPLETED"
@@ -254,7 +260,7 @@ async def test_a_big_launch_waits_for_a_second_person(unique: str) -> None:
             user="alice",
         )
         assert reply is not None and "needs a second person's approval" in reply.text
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         await asyncio.sleep(1.0)  # time for a worker to (wrongly) take it
         waiting = await bot.store.launches.get(launch_id)
         assert waiting is not None and waiting.phase == Phase.AWAITING_APPROVAL

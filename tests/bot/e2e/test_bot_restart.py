@@ -20,12 +20,13 @@ from cluster.launching import launch as cluster_launch
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
     DEV,
-    LAUNCH_RE,
     PROJECT,
     TEST_REDIS,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     open_test_store,
     slurm_jobs_named,
     wait_delivered,
@@ -34,15 +35,15 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {"steps": 4, "step_time_s": 0.5, "tokenizer_race": "off"}
+FAST: Knobs = {"steps": 4, "step_time_s": 0.5, "tokenizer_race": "off"}
 
 
-def console(config: Path, **kwargs: object) -> subprocess.Popen[str]:
+def console(config: Path, stdin: int) -> subprocess.Popen[str]:
     env = {**os.environ, "REDIS_URL": TEST_REDIS, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "bot", "console", "--config", str(config), "--user", "alice"],
         cwd=PROJECT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        **kwargs,  # type: ignore[call-overload]
+        stdin=stdin,
     )  # fmt: skip
 
 
@@ -138,7 +139,8 @@ async def test_restart_mid_run_picks_the_launch_up_without_repeating(unique: str
                 front,
                 user="alice",
             )
-            launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            assert reply is not None, "no answer"
+            launch_id = launch_id_in(reply.text)
             await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
             await wait_delivered(bot.store)
         lines += front.lines
@@ -164,7 +166,8 @@ async def test_two_bots_poll_each_cluster_once(unique: str) -> None:
         reply = await handle_line(
             f"/train grpo llama3p1_8b cluster=a3m name={unique}", one.core, front, user="alice"
         )
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        assert reply is not None, "no answer"
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(one.store, launch_id)
         await wait_delivered(one.store)
     assert launch.outcome == "COMPLETED"

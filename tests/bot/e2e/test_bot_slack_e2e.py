@@ -17,11 +17,12 @@ from support.slack_requests import post_signed, slash_command_body
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     in_dm,
     knobs,
+    launch_id_in,
     login_run,
     sacct_rows,
     wait_delivered,
@@ -31,7 +32,7 @@ from tests.bot.conftest import standin_params
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {"steps": 4, "step_time_s": 0.4, "ckpt_every": 2, "save_time_s": 0.1}
+FAST: Knobs = {"steps": 4, "step_time_s": 0.4, "ckpt_every": 2, "save_time_s": 0.1}
 
 
 @asynccontextmanager
@@ -66,7 +67,7 @@ async def test_slash_command_over_http_runs_a_dpo_launch_in_one_thread(
         assert answer.status == 200 and answer.elapsed_s < 3.0
         ack = answer.json()
         assert ack["response_type"] == "ephemeral"
-        launch_id = LAUNCH_RE.search(ack["text"]).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(ack["text"])
         assert ack["text"].startswith(f"Queued {launch_id}: dpo llama3p1_8b, 2 nodes × a4")
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
@@ -115,7 +116,7 @@ async def test_socket_mode_slash_command_is_acked_and_queued(
             "/train", f"sft llama3p1_2b cluster=a3m name={unique} dry_run=true"
         )
         text = ack["payload"]["text"]
-        launch_id = LAUNCH_RE.search(text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(text)
         assert text.startswith(f"Dry run {launch_id}")
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
@@ -132,7 +133,7 @@ async def test_rate_limited_slack_loses_no_message_and_keeps_order(
         answer = await post_signed(
             url, slash_command_body("/train", f"rm llama3p1_8b cluster=a3u name={unique}")
         )
-        launch_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(answer.json()["text"])
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
     rejected = [c for c in standin.calls if c.method == "chat.postMessage" and c.status == 429]
@@ -155,7 +156,7 @@ async def test_the_slack_profile_email_names_the_persons_unix_user(
         url = f"http://127.0.0.1:{slack.http_port}/slack/events"
         mapped = await post_signed(url, slash_command_body("/train", text, user_id="U0BOBBY"))
         refused = await post_signed(url, slash_command_body("/train", text, user_id="U0NOMAIL"))
-        launch_id = LAUNCH_RE.search(mapped.json()["text"]).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(mapped.json()["text"])
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
     assert launch.cluster_user == "bob" and launch.outcome == "DRY_RUN", launch.detail

@@ -16,11 +16,12 @@ from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     login_run,
     sacct_rows,
     slurm_jobs_named,
@@ -41,7 +42,7 @@ async def test_a_cancel_of_a_job_whose_log_shows_an_nccl_timeout_is_final(
     front = ConsoleFront(io.StringIO(), color=False)
     # The NCCL fault strikes at step 2; the failing rank then takes minutes to exit, so the
     # job is still RUNNING, its log holding the watchdog line, when its owner cancels it.
-    fault = {"fault": "nccl", "fault_at_step": 2, "teardown_s": 600}
+    fault: Knobs = {"fault": "nccl", "fault_at_step": 2, "teardown_s": 600}
     async with (
         knobs(unique, steps=20, step_time_s=0.3, tokenizer_race="off", **fault),
         running(bot_settings(), dev_config(retry_backoff_s=0), front) as bot,
@@ -50,7 +51,7 @@ async def test_a_cancel_of_a_job_whose_log_shows_an_nccl_timeout_is_final(
             f"/train sft llama3p1_2b cluster=a3m name={unique}", bot.core, front, user="alice"
         )
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING, timeout_s=180)
         cancel_jobs.append(launch.job_id)
         assert launch.attempt is not None and launch.attempt.tracking is not None
@@ -114,7 +115,7 @@ async def test_a_cancel_taken_by_the_web_role_is_carried_out_by_a_worker(
             user="U0ALICE",
         )
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING, timeout_s=180)
         cancel_jobs.append(launch.job_id)
         assert launch.cluster_user == "alice", launch

@@ -17,10 +17,11 @@ from bot.runtime.assembly import running
 from bot.text.front import Incoming
 from bot.text.mrkdwn import ACTION_PRUNE
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
     wait_delivered,
     wait_for_launch,
@@ -28,7 +29,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"steps": 4, "ckpt_every": 2, "step_time_s": 0.3, "save_time_s": 0.1}
+QUICK: Knobs = {"steps": 4, "ckpt_every": 2, "step_time_s": 0.3, "save_time_s": 0.1}
 
 
 async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
@@ -38,7 +39,7 @@ async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
             f"/train pretrain llama3p1_2b cluster=a4 name={unique}a", bot.core, front, user="alice"
         )
         assert reply is not None and not reply.error, reply
-        parent = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        parent = launch_id_in(reply.text)
         first = await wait_for_launch(bot.store, parent, timeout_s=300)
         assert first.outcome == "COMPLETED", front.lines
         steps = [p.step for p in checkpoints.saved(first)]
@@ -68,7 +69,7 @@ async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
             user="alice",
         )
         assert reply is not None and not reply.error, reply
-        child = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        child = launch_id_in(reply.text)
         second = await wait_for_launch(bot.store, child, timeout_s=300)
         await wait_delivered(bot.store)
     assert second.outcome == "COMPLETED", front.lines
@@ -90,13 +91,13 @@ async def test_from_a_step_starts_from_that_checkpoint(unique: str) -> None:
 
 async def test_deleting_old_checkpoints_keeps_the_best_and_the_last(unique: str) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    knob = {**QUICK, "steps": 6, "val_every": 2}
+    knob: Knobs = {**QUICK, "steps": 6, "val_every": 2}
     async with knobs(unique, **knob), running(bot_settings(), dev_config(), front) as bot:
         reply = await handle_line(
             f"/train pretrain llama3p1_2b cluster=a4 name={unique}", bot.core, front, user="alice"
         )
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         done = await wait_for_launch(bot.store, launch_id, timeout_s=300)
         assert done.outcome == "COMPLETED", front.lines
         assert [p.step for p in checkpoints.saved(done)] == [1, 3, 5], done.checkpoints

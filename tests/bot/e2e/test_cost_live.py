@@ -22,11 +22,13 @@ from bot.text.front import Incoming, Reply
 from commands.budget import iso_week
 from commands.policy import BudgetRule
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
+    match_in,
     slurm_jobs_named,
     wait_for_launch,
     wait_until,
@@ -34,7 +36,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-FAST = {
+FAST: Knobs = {
     "steps": 4,
     "step_time_s": 0.4,
     "ckpt_every": 2,
@@ -152,7 +154,7 @@ def sacct_gpu_hours(job_id: str) -> float:
         assert time.monotonic() < deadline, found
         time.sleep(0.5)
         found = rows()
-    gpus = [int(re.search(r"gres/gpu=(\d+)", r[1]).group(1)) for r in found]  # type: ignore[union-attr]
+    gpus = [int(match_in(r"gres/gpu=(\d+)", r[1], 1)) for r in found]
     return sum(int(r[0]) * g for r, g in zip(found, gpus, strict=True)) / 3600
 
 
@@ -189,7 +191,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         assert second is not None and second.error, second
         assert "4.0 GPU-hours held by active launches" in second.text, second.text
 
-        launch_id = LAUNCH_RE.search(first.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(first.text)
         launch = await wait_for_launch(bot.store, launch_id)
         assert launch.outcome == "COMPLETED", (launch.detail, launch.attempts[-1].tail)
         launch = await wait_charged(bot.store, launch_id)
@@ -203,7 +205,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
         again = await handle_line(f"{train} nodes=1 dry_run=true", bot.core, front, user="alice")
         assert again is not None and not again.error, again
         assert "4 steps × " in again.text and "the median of the last run of sft" in again.text
-        dry = await bot.store.launches.get(LAUNCH_RE.search(again.text).group(0))  # type: ignore[union-attr]
+        dry = await bot.store.launches.get(launch_id_in(again.text))
         assert dry is not None and dry.estimate_gpu_hours is not None
         assert dry.estimate_gpu_hours < 1.0  # 4 short steps, not the 4 of the time limit
         left = 5.0 - charged - dry.estimate_gpu_hours
@@ -242,7 +244,7 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
         bot.core.launcher.planner.timeout_s = ESTIMATE_TIMEOUT_S
         reply = await handle_line(train, bot.core, front, user="alice")
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         first = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)
         cancel_jobs.append(first.job_id)
         await asyncio.sleep(3)  # the first job runs a while
@@ -289,7 +291,7 @@ async def test_a_burst_of_one_shape_asks_slurm_once_and_each_person_for_themselv
         estimates = StartEstimates(ttl_s=30)
         shape = JobShape(nodes=1, partition="a4", time_limit="00:10:00")
 
-        def ask(nodes: int = 1, user: str = "") -> asyncio.Task[StartEstimate]:
+        def ask(nodes: int = 1, user: str = "") -> asyncio.Future[StartEstimate]:
             return estimates.ask(
                 clusters, "a4", replace(shape, nodes=nodes), user_id="U0" + user.upper(),
                 cluster_user=user, timeout_s=20,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+from typing import Unpack
 
 import pytest
 
@@ -17,15 +18,16 @@ from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.runtime.assembly import running
 from bot.settings.config import Config
-from bot.settings.sections import Health
+from bot.settings.sections import HealthRules
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     login_run,
     open_test_store,
     sacct_rows,
@@ -39,23 +41,23 @@ pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
 
 def with_health(config: Config, **rules: object) -> Config:
-    health = Health.model_validate(rules)
+    health = HealthRules.model_validate(rules)
     return config.model_copy(update={"watch": config.watch.model_copy(update={"health": health})})
 
 
 async def run_to_end(
-    unique: str, cancel_jobs: list[str], config: Config, **values: object
+    unique: str, cancel_jobs: list[str], config: Config, **values: Unpack[Knobs]
 ) -> tuple[Launch, str]:
     front = ConsoleFront(io.StringIO(), color=False)
     async with (
-        knobs(unique, tokenizer_race="off", **values),
+        knobs(unique, **Knobs(tokenizer_race="off", **values)),
         running(bot_settings(), config, front) as bot,
     ):
         reply = await handle_line(
             f"/train sft llama3p1_2b cluster=a3m name={unique}", bot.core, front, user="alice"
         )
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         try:
             final = await wait_for_launch(bot.store, launch_id, timeout_s=240)
             await asyncio.sleep(2.0)  # a retry, were one planned, would be queued by now
@@ -151,7 +153,7 @@ async def test_gpus_idle_for_the_window_get_one_warning_and_busy_ones_none(
                 user="alice",
             )
             assert reply is not None and not reply.error, reply
-            ids.append(LAUNCH_RE.search(reply.text).group(0))  # type: ignore[union-attr]
+            ids.append(launch_id_in(reply.text))
         try:
             for launch_id in ids:
                 launch = await wait_for_launch(bot.store, launch_id, done=Phase.RUNNING)

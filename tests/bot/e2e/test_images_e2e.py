@@ -16,6 +16,7 @@ from bot.lifecycle.image_run import ImageRun
 from bot.runtime.assembly import running
 from tests.bot.botkit import (
     LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
@@ -26,7 +27,7 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 RUN_RE = re.compile(r"\bI-[0-9a-f]{10}\b")
-FAST = {"steps": 2, "step_time_s": 0.3, "ckpt_every": 2, "save_time_s": 0.1,
+FAST: Knobs = {"steps": 2, "step_time_s": 0.3, "ckpt_every": 2, "save_time_s": 0.1,
         "tokenizer_race": "off"}  # fmt: skip
 
 

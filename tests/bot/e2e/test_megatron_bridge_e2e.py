@@ -14,10 +14,11 @@ import pytest
 from bot.console.chat import ConsoleFront, handle_line
 from bot.runtime.assembly import Bot, running
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
     wait_delivered,
     wait_for_launch,
@@ -31,7 +32,7 @@ MB = "framework=megatron-bridge cluster=a4"
 async def train(bot: Bot, front: ConsoleFront, text: str) -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user="alice")
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 def run_log(launch_id: str) -> str:
@@ -45,7 +46,7 @@ async def test_pretrain_completes_with_checkpoints_once_and_from_starts_at_the_n
     unique: str,
 ) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    quick = {"step_time_s": 0.5, "save_time_s": 0.3, "log_interval": 2}
+    quick: Knobs = {"step_time_s": 0.5, "save_time_s": 0.3, "log_interval": 2}
     async with knobs(unique, **quick), running(bot_settings(), dev_config(), front) as bot:
         first = await train(
             bot,
@@ -82,7 +83,7 @@ async def test_pretrain_completes_with_checkpoints_once_and_from_starts_at_the_n
 
 async def test_timeout_after_a_checkpoint_is_retried_from_it(unique: str) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    slow = {"step_time_s": 0.5, "save_time_s": 0.1, "log_interval": 5}
+    slow: Knobs = {"step_time_s": 0.5, "save_time_s": 0.1, "log_interval": 5}
     async with knobs(unique, **slow), running(bot_settings(), dev_config(), front) as bot:
         launch_id = await train(
             bot,
@@ -115,7 +116,7 @@ def run_log_of(job_id: str, launch_id: str) -> str:
 
 async def test_a_nan_is_named_with_its_step(unique: str) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    nan = {"step_time_s": 0.3, "log_interval": 2, "nan_at": 5, "teardown_s": 1}
+    nan: Knobs = {"step_time_s": 0.3, "log_interval": 2, "nan_at": 5, "teardown_s": 1}
     async with knobs(unique, **nan), running(bot_settings(), dev_config(), front) as bot:
         launch_id = await train(
             bot, front, f"pretrain llama3p1_8b {MB} name={unique} train.train_iters=20"

@@ -28,7 +28,7 @@ ONCALL = "U0BOB"  # in S0ONCALL at the stand-in
 
 def view_of(call: Call) -> dict[str, Any]:
     view = call.params["view"]
-    return view if isinstance(view, dict) else json.loads(view)  # type: ignore[no-any-return]
+    return view if isinstance(view, dict) else json.loads(view)
 
 
 def node_state() -> str:

@@ -21,7 +21,14 @@ from bot.text.mrkdwn import ACTION_PREFS
 from commands.rules import ViewerRule
 from support.slack_requests import block_action_payload, post_signed, slash_command_body
 from support.slack_standin import SlackStandin
-from tests.bot.botkit import LAUNCH_RE, dev_config, in_dm, knobs, wait_for_launch, wait_until
+from tests.bot.botkit import (
+    dev_config,
+    in_dm,
+    knobs,
+    launch_id_in,
+    wait_for_launch,
+    wait_until,
+)
 from tests.bot.e2e.test_babysit_e2e import console_bot, train
 from tests.bot.e2e.test_bot_slack_e2e import FAST, slack_bot
 
@@ -99,7 +106,7 @@ async def test_a_watcher_gets_dms_and_someone_who_may_not_see_a_launch_cannot_wa
         ack = await s.command(
             "U0ALICE", "/train", f"sft llama3p1_8b nodes=1 cluster=a4 name={unique}"
         )
-        launch_id = LAUNCH_RE.search(ack).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(ack)
 
         refused = await s.command("U0CAROL", "/watch", launch_id)
         assert "That launch belongs to someone else: its logs are for its owner" in refused
@@ -178,7 +185,7 @@ async def test_quiet_hours_hold_a_dm_but_a_failure_breaks_through(
             await s.command("U0ALICE", "/train", f"sft llama3p1_8b nodes=1 cluster=a4 name={n}")
             for n in (ok, bad)
         ]
-        good_id, bad_id = (LAUNCH_RE.search(a).group(0) for a in acks)  # type: ignore[union-attr]
+        good_id, bad_id = (launch_id_in(a) for a in acks)
         good = await wait_for_launch(bot.store, good_id)
         failed = await wait_for_launch(bot.store, bad_id)
         assert (good.outcome, failed.outcome) == ("COMPLETED", "FAILED")

@@ -24,10 +24,11 @@ from bot.slack.webapi import SlackFront
 from bot.text.front import Incoming
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
     slurm_jobs_named,
     wait_delivered,
@@ -37,13 +38,13 @@ from tests.bot.botkit import (
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"steps": 3, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
+QUICK: Knobs = {"steps": 3, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
 
 
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user=user)
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 def start_end(job_id: str) -> tuple[float, float]:
@@ -210,7 +211,7 @@ async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
         )
         reply = await bot.core(incoming)
         assert not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         launch = await bot.store.launches.get(launch_id)
         assert launch is not None and launch.tz == "Asia/Tokyo"
         tokyo = datetime.now(ZoneInfo("Asia/Tokyo")).date() + timedelta(days=1)
@@ -226,9 +227,17 @@ async def test_at_is_read_and_said_back_in_the_persons_slack_time_zone(
 
 async def test_child_follows_its_parent_across_a_retry(unique: str) -> None:
     front = ConsoleFront(io.StringIO(), color=False)
-    fault = {"fault": "nccl", "fault_at_step": 2, "fault_once": 1, "ckpt_every": 1}
+    fault: Knobs = {
+        **QUICK,
+        "steps": 4,
+        "step_time_s": 0.3,
+        "fault": "nccl",
+        "fault_at_step": 2,
+        "fault_once": 1,
+        "ckpt_every": 1,
+    }
     async with (
-        knobs(unique, **{**QUICK, "steps": 4, "step_time_s": 0.3}, **fault),
+        knobs(unique, **fault),
         running(bot_settings(), dev_config(retry_backoff_s=0), front) as bot,
     ):
         parent = await train(bot, front, f"grpo llama3p1_8b cluster=a3h name={unique}")

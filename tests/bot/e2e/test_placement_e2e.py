@@ -22,10 +22,11 @@ from bot.planning import start_from
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     login_run,
     slurm_jobs_named,
     wait_delivered,
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures(
 NODES = 4
 FILL_S = 90
 ESTIMATE_TIMEOUT_S = 15.0  # this machine is shared and slow
-QUICK = {"steps": 4, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
+QUICK: Knobs = {"steps": 4, "step_time_s": 0.5, "save_time_s": 0.1, "tokenizer_race": "off"}
 
 
 def small_a3u(text: str) -> str:
@@ -103,7 +104,7 @@ async def test_auto_picks_a_cluster_that_starts_now_and_says_why(unique: str) ->
 async def train(bot: Bot, front: ConsoleFront, text: str, user: str = "alice") -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user=user)
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
@@ -121,7 +122,7 @@ async def test_from_starts_from_the_parents_newest_checkpoint_and_says_which(
         first = await wait_for_launch(bot.store, parent, timeout_s=300)
         second = await wait_for_launch(bot.store, child, timeout_s=300)
         await wait_delivered(bot.store)
-    assert jobs is not None and f"chain: {parent} -> {child}" in jobs.text, jobs.text
+    assert jobs is not None and f"chain: {parent} -> {child}" in jobs.text, jobs
     assert f"from {parent}'s checkpoint" in jobs.text
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", front.lines
     found = start_from.newest_checkpoint(first)
@@ -233,7 +234,7 @@ async def test_a_pending_launch_moves_once_and_only_one_of_its_jobs_runs(unique:
                     user="alice",
                 )
             assert reply is not None and not reply.error, reply
-            launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            launch_id = launch_id_in(reply.text)
             assert "cluster=auto chose a4 (a4: " in reply.text, reply.text
             await fill(unique, 4, 90, wait=True, limit=2, ids=taken)
             async with running(bot_settings(), config, front) as bot:
@@ -297,7 +298,7 @@ async def test_from_refusals_say_what_would_be_right(unique: str) -> None:
         assert reply is not None and not reply.error, reply
         assert re.search(r"cluster=auto chose a3u \(a3u: [^;]*\): Slurm", reply.text), reply.text
         assert f"It starts from {mine}'s newest complete checkpoint" in reply.text
-        child = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        child = launch_id_in(reply.text)
         alice = await bot.core.directory.user(
             Incoming(user_id="alice", user_name="alice", channel_id="console", command="/cancel")
         )

@@ -16,11 +16,12 @@ from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import running
 from bot.runtime.doctor import run_doctor
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     in_order,
     knobs,
+    launch_id_in,
     login_run,
     open_test_store,
     slurm_jobs_named,
@@ -30,7 +31,7 @@ from tests.bot.botkit import (
 from tests.devlogin import copy_recipes_command
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
-FAST = {
+FAST: Knobs = {
     "steps": 2,
     "step_time_s": 0.3,
     "ckpt_every": 2,
@@ -47,15 +48,22 @@ def private_dir(unique: str) -> Iterator[str]:
 
 
 async def launch(
-    line: str, env: dict[str, str], *, cache: bool = False, **config: str
+    line: str,
+    env: dict[str, str],
+    *,
+    cache: bool = False,
+    data_dir: str = "",
+    recipes_dir: str = "",
 ) -> tuple[str, list[str], str | None]:
     """Run one /train line as alice: its final phase, every console line, and (``cache``,
     once it ran) what Redis then holds of a4's run.py for trainer."""
     front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(**env), dev_config(**config), front) as bot:
+    async with running(
+        bot_settings(**env), dev_config(data_dir=data_dir, recipes_dir=recipes_dir), front
+    ) as bot:
         reply = await handle_line(line, bot.core, front, user="alice")
         assert reply is not None and not reply.error, reply
-        launch_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(reply.text)
         done = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
         cached = None

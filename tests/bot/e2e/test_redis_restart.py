@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 def launch(**fields: object) -> Launch:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    return Launch(request=request, user_id="U0ALICE", channel="C1", **fields)  # type: ignore[arg-type]
+    return Launch(request=request, user_id="U0ALICE", channel="C1", **fields)
 
 
 async def test_nothing_queued_running_due_or_undelivered_is_lost(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from bot.runtime.assembly import running
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
 from bot.text.mrkdwn import ACTION_EDIT_RELAUNCH, ACTION_RUN_AGAIN, VIEW_RELAUNCH
+from commands.requests import TrainRequest
 from support.slack_requests import (
     block_action_body,
     post_signed,
@@ -24,11 +25,12 @@ from support.slack_requests import (
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     login_run,
     wait_delivered,
     wait_for_launch,
@@ -37,7 +39,7 @@ from tests.bot.conftest import standin_params
 from tests.devlogin import copy_recipes_command
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-FAST = {"steps": 4, "step_time_s": 0.3, "tokenizer_race": "off"}
+FAST: Knobs = {"steps": 4, "step_time_s": 0.3, "tokenizer_race": "off"}
 
 
 @pytest.fixture
@@ -72,7 +74,7 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         ack = await post_signed(
             url, slash_command_body("/train", f"sft llama3p1_2b cluster=a4 name={unique}")
         )
-        first_id = LAUNCH_RE.search(ack.json()["text"]).group(0)  # type: ignore[union-attr]
+        first_id = launch_id_in(ack.json()["text"])
         first = await wait_for_launch(bot.store, first_id, timeout_s=180)
         await wait_delivered(bot.store)
         posts = standin.calls_to("chat.postMessage")
@@ -82,7 +84,7 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         said = await standin.wait_for(
             "chat.postEphemeral", lambda c: "Queued L-" in str(c.params.get("text")), 60
         )
-        second_id = LAUNCH_RE.search(str(said.params["text"])).group(0)  # type: ignore[union-attr]
+        second_id = launch_id_in(str(said.params["text"]))
         second = await wait_for_launch(bot.store, second_id, timeout_s=180)
 
         # Edit & relaunch: a modal holding the request; a refused edit keeps it open.
@@ -106,7 +108,7 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
         dm = await standin.wait_for(
             "chat.postMessage", lambda c: "Queued L-" in str(c.params.get("text")), 60
         )
-        third_id = LAUNCH_RE.search(str(dm.params["text"])).group(0)  # type: ignore[union-attr]
+        third_id = launch_id_in(str(dm.params["text"]))
         third = await wait_for_launch(bot.store, third_id, timeout_s=180)
 
     assert first.outcome == "COMPLETED" and second.outcome == "COMPLETED", (first, second)
@@ -132,4 +134,5 @@ async def test_the_record_says_a_dirty_checkout_and_run_again_runs_the_same_comm
     assert again.command == record.command.replace(first_id, second_id), (again, record)
     assert second.request == first.request and second.channel == first.channel
     assert third.outcome == "COMPLETED" and third.channel == first.channel
+    assert isinstance(third.request, TrainRequest), third.request
     assert ("trainer.max_steps", "3") in third.request.overrides, third.request

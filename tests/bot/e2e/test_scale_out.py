@@ -39,6 +39,7 @@ from tests.bot.botkit import (
     TEST_REDIS,
     dev_config,
     flush_test_redis,
+    free_port,
     in_dm,
     knobs,
     open_test_store,
@@ -47,7 +48,6 @@ from tests.bot.botkit import (
     wait_for_launch,
     wait_until,
 )
-from tests.bot.runtime.test_serve import free_port
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 
@@ -150,7 +150,7 @@ async def lease_owners(client: aioredis.Redis) -> dict[str, str]:
     owners = {}
     for cluster in CLUSTERS:
         value = await client.get(keys.lease(lease_name(cluster)))
-        owners[cluster] = value.decode() if value else ""
+        owners[cluster] = value.decode() if isinstance(value, bytes) else (value or "")
     return owners
 
 
@@ -164,7 +164,9 @@ async def kill_a_worker_mid_launch(client: aioredis.Redis, workers: list[Proc]) 
         except aioredis.ResponseError:  # the group is not made yet
             return None
         for entry in pending:
-            found = WORKER_PID.search(entry["consumer"].decode())
+            consumer = entry["consumer"]
+            name = consumer.decode() if isinstance(consumer, bytes) else str(consumer)
+            found = WORKER_PID.search(name)
             if found and found.group(1) in by_pid:
                 return by_pid[found.group(1)]
         return None

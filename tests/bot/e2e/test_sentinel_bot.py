@@ -22,10 +22,10 @@ from bot.store.store import Store
 from support.slack_requests import block_action_body, post_signed, slash_command_body
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
-    LAUNCH_RE,
     dev_config,
     in_order,
     knobs,
+    launch_id_in,
     sacct_rows,
     slurm_jobs_named,
     wait_for_launch,
@@ -53,8 +53,8 @@ def thread_of(standin: SlackStandin, launch: Launch) -> list[str]:
 
 async def until_phase(store: Store, launch_id: str, phase: Phase, timeout_s: float) -> Launch:
     async def reached() -> Launch | None:
-        item = await store.launches.get(launch_id)
-        return item if item is not None and item.phase == phase else None
+        launch = await store.launches.get(launch_id)
+        return launch if launch is not None and launch.phase == phase else None
 
     return await wait_until(reached, f"{launch_id} to reach {phase}", timeout_s, 0.05)
 
@@ -101,7 +101,7 @@ async def test_a_failover_during_a_submit_and_during_a_poll_and_cancel(
             #    at by polling) run while the sentinels promote the replica.
             body = slash_command_body("/train", f"rm llama3p1_8b cluster=a3h name={first}")
             answer = await post_signed(f"{base}/slack/events", body)
-            a_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
+            a_id = launch_id_in(answer.json()["text"])
             before = sentinel("primary")
             killed_at = time.monotonic()
             sentinel("kill")
@@ -119,7 +119,7 @@ async def test_a_failover_during_a_submit_and_during_a_poll_and_cancel(
             #    is pressed before the sentinels have promoted the replica.
             body = slash_command_body("/train", f"rm llama3p1_8b cluster=a3h name={second}")
             answer = await post_signed(f"{base}/slack/events", body)
-            b_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
+            b_id = launch_id_in(answer.json()["text"])
             running = await until_phase(store, b_id, Phase.RUNNING, 120)
             cancel_jobs.append(running.job_id)
             b_parent_ts = running.parent_ts or "1700000000.000001"

@@ -26,9 +26,11 @@ from support.slack_requests import block_action_body, post_signed, slash_command
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    match_in,
     sacct_rows,
     slurm_jobs_named,
     wait_delivered,
@@ -39,7 +41,7 @@ from tests.bot.conftest import standin_params
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
-QUICK = {"step_time_s": 0.4, "save_time_s": 0.1, "ckpt_every": 1, "tokenizer_race": "off"}
+QUICK: Knobs = {"step_time_s": 0.4, "save_time_s": 0.1, "ckpt_every": 1, "tokenizer_race": "off"}
 SWEEP_RE = re.compile(r"\bS-[0-9a-f]{4,16}\b")
 
 
@@ -101,7 +103,7 @@ async def test_a_2x2_sweep_runs_four_jobs_retries_one_and_ends_with_the_comparis
         said = answer.json()["text"]
         assert "4 launches of sft · llama3p1_8b on 1 node × a4" in said, said
         assert "needs a second person's approval" in said, said
-        sweep_id = SWEEP_RE.search(said).group(0)  # type: ignore[union-attr]
+        sweep_id = match_in(SWEEP_RE, said)
         members = await members_of(bot, sweep_id)
         assert [m.phase for m in members] == [Phase.AWAITING_APPROVAL] * 4
         # Member #2 (lr=1e-5, max_steps=6) meets an NCCL timeout once: its job name holds
@@ -183,14 +185,14 @@ async def test_one_cancel_of_a_sweep_cancels_every_member_one_job_each(
         "trainer.max_steps=300,400"
     )
     async with (
-        knobs(unique, **{**QUICK, "step_time_s": 1}),
+        knobs(unique, **(QUICK | {"step_time_s": 1})),
         slack_bot(standin, dev_config()) as (
             bot,
             url,
         ),
     ):
         said = (await post_signed(url, slash_command_body("/train", line))).json()["text"]
-        sweep_id = SWEEP_RE.search(said).group(0)  # type: ignore[union-attr]
+        sweep_id = match_in(SWEEP_RE, said)
 
         async def all_submitted() -> bool:
             members = await members_of(bot, sweep_id)

@@ -14,10 +14,11 @@ from bot.console.chat import ConsoleFront, handle_line
 from bot.runtime.assembly import running
 from commands.policy import Team, TeamBudgetRule, UsagePolicy
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     wait_for_launch,
 )
 from tests.bot.e2e.test_cost_live import wait_charged
@@ -25,7 +26,7 @@ from tests.bot.e2e.test_cost_live import wait_charged
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow, pytest.mark.usefixtures("clean_redis")]
 
 TEAM = "S0ML"
-SLOW = {"steps": 6, "step_time_s": 3.0, "ckpt_every": 3, "save_time_s": 0.1,
+SLOW: Knobs = {"steps": 6, "step_time_s": 3.0, "ckpt_every": 3, "save_time_s": 0.1,
         "tokenizer_race": "off"}  # fmt: skip
 
 
@@ -86,15 +87,13 @@ async def test_a_team_over_its_monthly_budget_is_refused_and_told_once_at_80_per
         dry = await handle_line(f"{train} dry_run=true", bot.core, front, user="alice")
         assert dry is not None and not dry.error, dry
 
-        ids = [LAUNCH_RE.search(r.text).group(0) for r in (first, second, exact)]  # type: ignore[union-attr]
+        ids = [launch_id_in(r.text) for r in (first, second, exact)]
         for launch_id in ids:
             assert (await wait_for_launch(bot.store, launch_id)).outcome == "COMPLETED"
         used = sum([(await wait_charged(bot.store, i)).gpu_hours for i in ids])
         assert 0 < used < 1
-        assert await bot.store.budgets.team_use(f"group:{TEAM}", month) == (
-            pytest.approx(used),
-            0.0,
-        )
+        team_used, team_held = await bot.store.budgets.team_use(f"group:{TEAM}", month)
+        assert team_used == pytest.approx(used) and team_held == 0.0
 
         lead = await handle_line(f"/usage team={TEAM} month", bot.core, front, user="bob")
         assert lead is not None and not lead.error, lead

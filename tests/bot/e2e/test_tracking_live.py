@@ -48,7 +48,7 @@ def tracked_launch(spec: LaunchSpec, tracking_output: str, framework: str) -> La
     request = TrainRequest(
         workload="dpo" if framework == "nemo-rl" else "sft",
         model="llama3p1_8b",
-        framework=framework,  # type: ignore[arg-type]
+        framework=framework,
         cluster="a4",
         nodes=1,
     )

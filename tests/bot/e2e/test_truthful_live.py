@@ -20,11 +20,13 @@ from bot.console.chat import ConsoleFront, handle_line
 from bot.lifecycle.launch import Phase
 from bot.runtime.assembly import Bot, running
 from bot.text.front import Incoming
+from commands.requests import TrainRequest
 from tests.bot.botkit import (
-    LAUNCH_RE,
+    Knobs,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     slurm_jobs_named,
     wait_delivered,
     wait_for_launch,
@@ -39,14 +41,14 @@ async def console_bot(
     edit: Callable[[str], str] | None = None, **watch: float
 ) -> AsyncIterator[tuple[Bot, ConsoleFront]]:
     front = ConsoleFront(io.StringIO(), color=False)
-    async with running(bot_settings(), dev_config(edit=edit, **watch), front) as bot:
+    async with running(bot_settings(), dev_config(edit=edit, watch=watch), front) as bot:
         yield bot, front
 
 
 async def train(bot: Bot, front: ConsoleFront, text: str) -> str:
     reply = await handle_line(f"/train {text}", bot.core, front, user="alice")
     assert reply is not None and not reply.error, reply
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 async def cancel_named(fragment: str, cancel_jobs: list[str]) -> None:
@@ -156,7 +158,7 @@ async def test_a_run_left_stopped_early_goes_on_from_its_checkpoint_by_its_butto
             )
             reply = await bot.core(click)
             assert not reply.error, reply
-            second_id = LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+            second_id = launch_id_in(reply.text)
             second = await wait_for_launch(bot.store, second_id, timeout_s=120)
             await wait_delivered(bot.store)
         finally:
@@ -165,7 +167,8 @@ async def test_a_run_left_stopped_early_goes_on_from_its_checkpoint_by_its_butto
     assert first.outcome == "STOPPED_EARLY" and first.progress.step == 2, text
     assert "⏸️ STOPPED EARLY at step 2 / 4 (its time budget; Slurm: COMPLETED)" in text, text
     assert "Not resumed: the policy resumes no run" in text, text
-    assert second.request.start_from == first_id, second.request  # type: ignore[union-attr]
+    assert isinstance(second.request, TrainRequest), second.request
+    assert second.request.start_from == first_id, second.request
     assert second.outcome == "COMPLETED" and second.progress.step == 4, text
 
 
@@ -253,7 +256,7 @@ async def test_a_registry_401_tells_the_person_and_a_heartbeat_abort_is_retried(
     registry 401 is the person's to fix (said, not retried, never paged); PyTorch's NCCL
     heartbeat-monitor abort is transient (retried from the checkpoint, and completes)."""
     auth, beat = f"{unique}a", f"{unique}b"
-    quick = {"steps": 4, "step_time_s": 0.3, "save_time_s": 0.1}
+    quick: Knobs = {"steps": 4, "step_time_s": 0.3, "save_time_s": 0.1}
     async with (
         knobs(auth, fault="registry_401", **quick),
         knobs(beat, fault="heartbeat", fault_at_step=2, fault_once=1, **quick),

@@ -16,10 +16,10 @@ from bot.core.usage import hours
 from bot.runtime.assembly import running
 from commands.policy import Principals, Team, UsagePolicy
 from tests.bot.botkit import (
-    LAUNCH_RE,
     bot_settings,
     dev_config,
     knobs,
+    launch_id_in,
     wait_for_launch,
 )
 from tests.bot.e2e.test_cost_live import FAST, sacct_gpu_hours, wait_charged
@@ -45,7 +45,7 @@ async def test_usage_equals_what_sacct_recorded_for_two_jobs_and_the_csv_sums_ba
         for _ in range(2):
             reply = await handle_line(train, bot.core, front, user="alice")
             assert reply is not None and not reply.error, reply
-            ids.append(LAUNCH_RE.search(reply.text).group(0))  # type: ignore[union-attr]
+            ids.append(launch_id_in(reply.text))
         launches = [await wait_for_launch(bot.store, i) for i in ids]
         assert [x.outcome for x in launches] == ["COMPLETED", "COMPLETED"]
         launches = [await wait_charged(bot.store, i) for i in ids]
@@ -76,4 +76,4 @@ async def test_usage_equals_what_sacct_recorded_for_two_jobs_and_the_csv_sums_ba
         assert admin is not None and not admin.error
         assert f"{hours(sum(real))} GPU-hours" in admin.text, admin.text
         whole = await handle_line("/usage cluster=a4 days=1", bot.core, front, user="carol")
-        assert whole is not None and f"{hours(sum(real))} GPU-hours" in whole.text, whole.text
+        assert whole is not None and f"{hours(sum(real))} GPU-hours" in whole.text, whole

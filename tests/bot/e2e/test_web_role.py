@@ -20,11 +20,11 @@ from support.slack_requests import block_action_body, post_signed, slash_command
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
 from tests.bot.botkit import (
-    LAUNCH_RE,
     bot_settings,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     slurm_jobs_named,
     wait_delivered,
     wait_for_launch,
@@ -79,7 +79,7 @@ async def test_the_web_role_answers_train_jobs_logs_and_cancel_with_no_key_or_ca
         asked = time.monotonic()
         ack = await command("/train", train)
         assert time.monotonic() - asked < 3.0  # inside Slack's 3 s, the estimate included
-        launch_id = LAUNCH_RE.search(ack).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(ack)
         assert ack.startswith(f"Queued {launch_id}"), ack
         assert "Expected start: " in ack and "no worker answered" not in ack, ack
         launch = await wait_for_launch(poller.store, launch_id, done=Phase.RUNNING, timeout_s=180)

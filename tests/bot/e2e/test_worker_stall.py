@@ -21,12 +21,12 @@ from tests.bot.botkit import (
     TEST_REDIS,
     dev_config,
     flush_test_redis,
+    free_port,
     knobs,
     open_test_store,
     slurm_jobs_named,
     wait_until,
 )
-from tests.bot.runtime.test_serve import free_port
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
 

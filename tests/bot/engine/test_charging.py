@@ -100,7 +100,7 @@ async def test_after_a_day_what_sacct_shows_is_charged(monkeypatch: pytest.Monke
     async with open_test_store() as store:
         await ended(store)
         later = time.time() + charging.GIVE_UP_S + 60
-        monkeypatch.setattr(charging.time, "time", lambda: later)
+        monkeypatch.setattr(time, "time", lambda: later)  # the clock charging reads
         sacct = Sacct(Usage(gpu_hours=1.5, jobs=("4187",), running=("4187",)))
         assert await charge(store, sacct) == 1
         assert await store.budgets.uncharged("a4") == {}

@@ -13,7 +13,7 @@ import pytest
 from bot.engine import gpuwatch
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.settings.sections import Health
+from bot.settings.sections import HealthRules
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.preflight.gpu import GpuSample
@@ -32,7 +32,7 @@ BUSY = GpuSample(gpus=8, util_pct=93.0, mem_used_mib=40960, mem_total_mib=81920)
 IDLE = GpuSample(gpus=8, util_pct=2.0, mem_used_mib=1024, mem_total_mib=81920)
 
 
-def clusters(rules: Health) -> Any:
+def clusters(rules: HealthRules) -> Any:
     """What sampling reads of ``Clusters``: the profile, the health rules, the pool."""
     config = SimpleNamespace(watch=SimpleNamespace(health=rules))
     return SimpleNamespace(profile=lambda name: PROFILE, config=config, pool=None)
@@ -83,7 +83,7 @@ async def test_one_round_trip_per_unix_user_and_each_figure_on_its_launch(
         sampler = Sampler({"101": BUSY, "102": IDLE})  # 103 printed nothing
         monkeypatch.setattr(gpuwatch, "sample", sampler)
 
-        assert await gpuwatch.sample_running(store, clusters(Health()), "a4") == 2
+        assert await gpuwatch.sample_running(store, clusters(HealthRules()), "a4") == 2
         calls = sorted((user, sorted(jobs)) for user, jobs in sampler.calls)
         assert calls == [("alice", ["101"]), ("trainer", ["102", "103"])]
         by_id = {
@@ -101,7 +101,7 @@ async def test_idle_gpus_are_said_once_per_idle_stretch(monkeypatch: pytest.Monk
     await flush_test_redis()
     async with open_test_store() as store:
         launch = await running(store, "U0ALICE", "", "101")
-        rules = Health(idle_window_s=0)
+        rules = HealthRules(idle_window_s=0)
         monkeypatch.setattr(gpuwatch, "sample", Sampler({"101": IDLE}))
         await gpuwatch.sample_running(store, clusters(rules), "a4")
         first = await store.launches.get(launch.id)
@@ -126,7 +126,7 @@ async def test_a_user_whose_sample_fails_leaves_the_others_read(
         alice = await running(store, "U0ALICE", "alice", "101")
         bob = await running(store, "U0BOB", "bob", "102")
         monkeypatch.setattr(gpuwatch, "sample", Sampler({"101": BUSY, "102": BUSY}, "alice"))
-        assert await gpuwatch.sample_running(store, clusters(Health()), "a4") == 1
+        assert await gpuwatch.sample_running(store, clusters(HealthRules()), "a4") == 1
         kept, read = await store.launches.get(alice.id), await store.launches.get(bob.id)
         assert kept is not None and kept.health.gpu_util_pct is None
         assert read is not None and read.health.gpu_util_pct == 93.0

@@ -25,17 +25,17 @@ class Cancels:
         self.answer = answer
         self.calls: list[tuple[str, str, bool]] = []
 
-    async def cancel_and_confirm(self, item: Launch, job_id: str, *, pending_only: bool) -> str:
-        self.calls.append((item.cluster, job_id, pending_only))
+    async def cancel_and_confirm(self, launch: Launch, job_id: str, *, pending_only: bool) -> str:
+        self.calls.append((launch.cluster, job_id, pending_only))
         return self.answer
 
 
 def pending(job_id: str) -> Launch:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U1", channel="C1", placed="a4 (a4: now; a3u: now)")
-    item.phase = Phase.SUBMITTED
-    item.attempts.append(Attempt(number=1, job_id=job_id, submitted_at=time.time() - 60))
-    return item
+    launch = Launch(request=request, user_id="U1", channel="C1", placed="a4 (a4: now; a3u: now)")
+    launch.phase = Phase.SUBMITTED
+    launch.attempts.append(Attempt(number=1, job_id=job_id, submitted_at=time.time() - 60))
+    return launch
 
 
 async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster() -> None:

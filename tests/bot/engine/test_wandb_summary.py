@@ -20,12 +20,11 @@ from bot.engine.wandb_summary import (
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.lifecycle.sweeps import wandb_columns
-from bot.store import keys
 from bot.store.store import Store
 from bot.wording import thread
 from commands.requests import TrainRequest
 from support.wandb_standin import WandbStandin
-from tests.bot.botkit import bot_settings
+from tests.bot.botkit import bot_settings, stream_entries
 
 KEY = "0123456789abcdef0123456789abcdef01234567"
 LINK = "https://wandb.ai/devcluster/nemo/runs/trainbot-l-7f3a9c"
@@ -124,7 +123,7 @@ async def test_an_ended_launch_gets_its_summary_once(store: Store, wandb: WandbS
     assert stored.wandb_summary == {"train/loss": 0.98, "val_loss": 1.02, "lr": 3e-5}
     await read_back(store, reader, stored)  # read once
     assert len(wandb.seen) == 1
-    entries = await store.redis.xrange(keys.OUTBOX)
+    entries = await stream_entries(store.redis)
     said = [Event.decode(i, f) for i, f in entries if f["launch"] == launch.id]
     lines = [thread.line(e) for e in said if e.kind == "thread"]
     assert lines == [
@@ -170,6 +169,6 @@ def test_no_summaries_no_comparison() -> None:
 
 async def thread_lines(store: Store, start: str) -> list[str]:
     """The thread lines in the outbox that start with ``start``, as bot.wording says them."""
-    entries = await store.redis.xrange(keys.OUTBOX)
+    entries = await stream_entries(store.redis)
     said = [thread.line(Event.decode(i, f)) for i, f in entries if f["kind"] == "thread"]
     return [line for line in said if line.startswith(start)]

@@ -42,6 +42,7 @@ from cluster.watching.diagnosis import diagnose
 from cluster.watching.evidence import Evidence, EvidenceFile
 from commands.context import User
 from commands.requests import TrainRequest
+from tests.bot.botkit import stream_entries
 
 CONFIG = """
 clusters:
@@ -100,12 +101,14 @@ class ScriptedClusters(Clusters):
             spec.launch_id, spec.cluster, spec.job_name, spec.fw.tracking(spec, output)
         )
 
-    async def find(self, item: Launch) -> list[FoundJob]:
+    async def find(self, launch: Launch) -> list[FoundJob]:
         if self.find_error is not None:
             raise self.find_error
-        return list(self.jobs.get(item.id, []))
+        return list(self.jobs.get(launch.id, []))
 
-    async def cancel(self, cluster: str, job_ids: list[str], *, pending_only: bool = False) -> None:
+    async def cancel(
+        self, launch: Launch, job_ids: list[str], *, pending_only: bool = False
+    ) -> None:
         if self.cancel_error is not None:
             raise self.cancel_error
         self.cancelled += job_ids
@@ -137,13 +140,10 @@ async def queued(store: Store, **request: object) -> Launch:
 
 
 async def thread_texts(store: Store, launch_id: str) -> list[str]:
-    entries: Any = await store.redis.xrange(keys.OUTBOX)
-    decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
-    return [
-        thread.line(e) if e.kind == "thread" else e.text
-        for e in decoded
-        if e.launch_id == launch_id
-    ]
+    entries = await stream_entries(store.redis)
+    decoded = [Event.decode(i, f) for i, f in entries]
+    mine = [e for e in decoded if e.launch_id == launch_id]
+    return [thread.line(e) if e.kind == "thread" else e.text for e in mine]
 
 
 def test_worker_names_are_unique_per_process_and_instance() -> None:
@@ -382,7 +382,7 @@ async def test_cancel_during_preflight_submits_nothing(
     store: Store, clusters: ScriptedClusters
 ) -> None:
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
     clusters.preflight_gate = asyncio.Event()
     task = asyncio.create_task(Worker(store, clusters, name="a").process(launch.id))
     await clusters.preflight_started.wait()
@@ -403,7 +403,7 @@ async def test_a_cancel_while_the_submit_outcome_is_unknown_cancels_the_job_that
     monkeypatch.setattr(recovery, "SUBMIT_SETTLE_S", 0.2)
     monkeypatch.setattr(recovery, "SUBMIT_TIMEOUT_S", 0.3)
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
 
     async def timeout(spec: LaunchSpec) -> None:
         raise CommandTimeout("bash -l -s: no answer in 120 s", cluster="a4")
@@ -424,7 +424,7 @@ async def test_a_cancel_while_the_submit_outcome_is_unknown_cancels_the_job_that
         if not stored.submit_started_at:
             break
         await asyncio.sleep(0.1)
-    assert stored.outcome == "CANCELLED" and not stored.submit_started_at
+    assert stored is not None and stored.outcome == "CANCELLED" and not stored.submit_started_at
     assert clusters.submits == ["100"] and clusters.cancelled == ["100"]
     texts = await thread_texts(store, launch.id)
     assert any("A submission was in flight" in t for t in texts), texts
@@ -558,7 +558,7 @@ async def test_a_job_that_appears_after_cancel_is_cancelled_too(
     store: Store, clusters: ScriptedClusters
 ) -> None:
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
 
     async def cancel_meanwhile(spec: LaunchSpec) -> None:
         current = await store.launches.get(launch.id)
@@ -582,7 +582,7 @@ async def test_retry_holds_and_queues_and_a_worker_reverts_it_when_the_old_job_s
     worker cancels the old job, and when that fails the launch goes back to following it
     and nothing new is submitted."""
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
     running = await store.launches.get(launch.id)
@@ -654,7 +654,7 @@ async def test_a_held_retry_whose_old_job_outlasts_the_wait_goes_back_to_it(
     w = Worker(store, clusters, name="a")
     assert await w.process(launch.id)
     if old_job_gone:
-        await clusters.cancel("a4", ["100"])
+        await clusters.cancel(launch, ["100"])
     late = time.time() - recovery.RETRY_CANCEL_WAIT_S - 1
 
     def held(stored: Launch) -> list[Event]:  # what Core.retry writes, that long ago
@@ -682,7 +682,7 @@ async def test_a_retry_closes_the_old_attempt(store: Store, clusters: ScriptedCl
     the Retry ends the old attempt when its job is confirmed gone, so the old one is not
     counted until the launch ends (4 x 8 x 21)."""
     launch = await queued(store, nodes=4)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
     assert await Worker(store, clusters, name="a").process(launch.id)
 
     def ran_an_hour(stored: Launch) -> list[Event]:
@@ -710,7 +710,7 @@ async def test_a_cancel_cancels_the_job_a_worker_recorded_after_the_cancel_read_
     """The cancel read the launch while its submit was under way; the worker then recorded
     job 100. The cancel's write comes after: the job it cancels is read from that write."""
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
     read_before = await store.launches.get(launch.id)  # what the cancel looked at
     assert await Worker(store, clusters, name="a").process(launch.id)
     assert read_before is not None and not read_before.job_id
@@ -740,7 +740,7 @@ async def test_a_cancelled_job_whose_log_shows_a_retryable_cause_is_not_retried(
     store: Store, clusters: ScriptedClusters
 ) -> None:
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
     assert await Worker(store, clusters, name="a").process(launch.id)
     running = await store.launches.get(launch.id)
     assert running is not None
@@ -758,7 +758,7 @@ async def test_a_cancel_during_the_retry_backoff_is_final(
     store: Store, clusters: ScriptedClusters
 ) -> None:
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
 
     def backoff(stored: Launch) -> list[Event]:
         stored.phase = Phase.RETRYING
@@ -787,7 +787,7 @@ async def test_a_cancel_while_awaiting_approval_is_final(
     store: Store, clusters: ScriptedClusters
 ) -> None:
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
 
     def awaiting(stored: Launch) -> list[Event]:
         stored.phase = Phase.AWAITING_APPROVAL
@@ -812,7 +812,7 @@ async def test_a_cancel_during_a_deferred_start_is_final(
     """The launch waits for its thread (a deferred entry); it is cancelled meanwhile, and the
     thread then appears: nothing is ever submitted."""
     launch = await queued(store)
-    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)  # type: ignore[arg-type]
+    core = Core(store, clusters, parse_config(CONFIG).command_context(), front=None)
 
     def no_thread_yet(stored: Launch) -> list[Event]:
         stored.parent_ts = ""

@@ -62,12 +62,14 @@ class ScriptedClusters(Clusters):
             raise self.error
         return CAPACITY
 
-    async def tail(self, item: Launch, path: str, lines: int) -> str:
-        self.asked.append(("tail", item.id, path, lines))
+    async def tail(self, launch: Launch, path: str, lines: int) -> str:
+        self.asked.append(("tail", launch.id, path, lines))
         return "step 1\nstep 2"
 
-    async def cancel(self, item: Launch, job_ids: list[str]) -> None:
-        self.asked.append(("cancel", item.id, tuple(job_ids)))
+    async def cancel(
+        self, launch: Launch, job_ids: list[str], *, pending_only: bool = False
+    ) -> None:
+        self.asked.append(("cancel", launch.id, tuple(job_ids)))
 
     async def account(self, cluster: str, name: str) -> Account:
         self.asked.append(("account", cluster, name))
@@ -94,7 +96,7 @@ async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) ->
         worker = asyncio.create_task(serve_asks(store, clusters, stop, KEY))
         try:
             asks = WorkerAsks(store, KEY)
-            item = Launch(
+            launch = Launch(
                 request=TrainRequest(
                     workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4"
                 ),
@@ -105,11 +107,11 @@ async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) ->
                     framework="nemo", job_id="42", log_path=LOG
                 ))],
             )  # fmt: skip
-            await store.launches.create(item, [], enqueue=False)
+            await store.launches.create(launch, [], enqueue=False)
             assert await asks.capacity("a4") == CAPACITY
             # the path and job ids given here are not sent: the worker reads the record's
-            assert await asks.tail(item, "~/x.log", 7) == "step 1\nstep 2"
-            await asks.cancel(item, ["77"])
+            assert await asks.tail(launch, "~/x.log", 7) == "step 1\nstep 2"
+            await asks.cancel(launch, ["77"])
             assert await asks.account("a4", "alice") == Account("alice", 1500)
             shape = JobShape(nodes=2, partition="a4", time_limit="01:00:00")
             estimate = await asks.start_estimate(
@@ -125,8 +127,8 @@ async def test_each_call_answers_what_the_workers_own_call_gave(store: Store) ->
             await worker
     assert clusters.asked == [
         ("capacity", "a4"),
-        ("tail", item.id, LOG, 7),
-        ("cancel", item.id, ("42",)),
+        ("tail", launch.id, LOG, 7),
+        ("cancel", launch.id, ("42",)),
         ("account", "a4", "alice"),
         ("estimate", "a4", shape, "U0ALICE", ""),  # as whom is the config's word
         ("capacity", "a4"),

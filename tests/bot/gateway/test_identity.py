@@ -24,12 +24,14 @@ from bot.runtime.doctor import run_doctor
 from bot.text.front import Incoming
 from tests import devlogin
 from tests.bot.botkit import (
-    LAUNCH_RE,
     bot_settings,
     dev_config,
     in_order,
     knobs,
+    launch_id_in,
+    launch_in,
     login_run,
+    match_in,
     wait_delivered,
     wait_for_launch,
     wait_until,
@@ -56,13 +58,13 @@ async def train(bot: Bot, front: ConsoleFront, text: str, user: str) -> str:
     assert reply is not None and not reply.error, reply
     if user in PEOPLE:  # the answer says whose account the launch runs as
         assert f"(8 GPUs) as {PEOPLE[user]}." in reply.text, reply.text
-    return LAUNCH_RE.search(reply.text).group(0)  # type: ignore[union-attr]
+    return launch_id_in(reply.text)
 
 
 async def attach_ready(bot: Bot, launch_id: str) -> Launch:
     async def ready() -> Launch | None:
-        item = await bot.store.launches.get(launch_id)
-        return item if item and item.attempts and item.attempts[-1].attach_ready else None
+        launch = await bot.store.launches.get(launch_id)
+        return launch if launch and launch.attempts and launch.attempts[-1].attach_ready else None
 
     return await wait_until(ready, f"{launch_id}'s attach.sh", 60)
 
@@ -113,7 +115,7 @@ async def test_two_people_run_attach_and_cancel_as_themselves(
         theirs = await handle_line(f"/attach {a_id}", bot.core, front, user=BOB)
         assert mine is not None and not mine.error, mine
         assert theirs is not None and theirs.error and "Only" in theirs.text
-        command = re.search(r"```(.*)```", mine.text).group(1)  # type: ignore[union-attr]
+        command = match_in(r"```(.*)```", mine.text, 1)
         remote = f"bash ~/vertex-oss-training/nemo_rl/{a.job_id}/attach.sh"
         assert command == f"ssh -t -p 2222 alice@127.0.0.1 {remote}"
 
@@ -142,7 +144,7 @@ async def test_two_people_run_attach_and_cancel_as_themselves(
             )
         )
         assert other.error and "Only" in other.text
-        assert (await bot.store.launches.get(a_id)).phase == Phase.RUNNING  # type: ignore[union-attr]
+        assert (await launch_in(bot.store, a_id)).phase == Phase.RUNNING
         done = await bot.core(
             Incoming(
                 user_id=ALICE, channel_id="console", action_id="trainbot_cancel", action_value=a_id

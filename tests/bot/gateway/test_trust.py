@@ -75,10 +75,10 @@ def test_whom_a_record_may_say_a_launch_runs_as(
 
 def launch(log: str = LOG, job: str = "4187", *attempts: Attempt) -> Launch:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U0ALICE", channel="C1", cluster_user="alice")
+    launch = Launch(request=request, user_id="U0ALICE", channel="C1", cluster_user="alice")
     tracking = Tracking(framework="nemo", job_id=job, log_path=log)
-    item.attempts = [*attempts, Attempt(number=len(attempts) + 1, job_id=job, tracking=tracking)]
-    return item
+    launch.attempts = [*attempts, Attempt(number=len(attempts) + 1, job_id=job, tracking=tracking)]
+    return launch
 
 
 @pytest.mark.parametrize(

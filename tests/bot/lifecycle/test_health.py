@@ -12,7 +12,7 @@ from bot.core.home import home_blocks
 from bot.engine.tracking import apply_snapshot
 from bot.lifecycle.health import TRAINBOT, gpu_sampled, observe
 from bot.lifecycle.launch import Launch, Phase
-from bot.settings.sections import Health, Watch
+from bot.settings.sections import HealthRules, Watch
 from bot.wording import health as health_words
 from bot.wording import render
 from cluster.preflight.gpu import GpuSample, parse_samples, sample_script
@@ -34,7 +34,7 @@ def launch() -> Launch:
 
 
 def feed(
-    record: Launch, text: str, rules: Health | None = None, saved: tuple[int, ...] = ()
+    record: Launch, text: str, rules: HealthRules | None = None, saved: tuple[int, ...] = ()
 ) -> list[str]:
     """One poll whose log chunk is ``text``, through apply_snapshot as the poller applies
     it; the record then goes through JSON as the store keeps it. The health lines said."""
@@ -42,7 +42,7 @@ def feed(
     offset = tracking.log_offset if tracking is not None else 0
     ckpts = tuple(f"model_name=0--val_loss=0.00-step={s}-consumed_samples=1.0" for s in saved)
     snap = snapshot("RUNNING", text, offset=offset, ckpts=ckpts)
-    watch = Watch(health=rules or Health())
+    watch = Watch(health=rules or HealthRules())
     events = apply_snapshot(record, snap, PROFILE, watch, now=100.0)
     restored = Launch.model_validate_json(record.model_dump_json())
     record.__dict__.update(restored.__dict__)
@@ -63,7 +63,7 @@ def test_nan_is_said_once_and_stops_the_run_by_default() -> None:
 
 def test_nan_under_flag_leaves_the_run_running_per_cluster() -> None:
     record = launch()
-    rules = Health(nan_action="stop", nan_action_clusters={"a4": "flag"})
+    rules = HealthRules(nan_action="stop", nan_action_clusters={"a4": "flag"})
     said = feed(record, nemo_line(0, "nan"), rules)
     assert "The run goes on" in said[0] and not record.cancelled_by
 
@@ -71,7 +71,7 @@ def test_nan_under_flag_leaves_the_run_running_per_cluster() -> None:
 def test_a_teams_nan_policy_wins_over_its_clusters() -> None:
     record = launch()
     record.slurm_account = "nlp"
-    rules = Health(nan_action_clusters={"a4": "flag"}, nan_action_accounts={"nlp": "stop"})
+    rules = HealthRules(nan_action_clusters={"a4": "flag"}, nan_action_accounts={"nlp": "stop"})
     said = feed(record, nemo_line(0, "inf"), rules)
     assert "trainbot is stopping the run" in said[0] and record.cancelled_by == TRAINBOT
 
@@ -110,7 +110,7 @@ def test_a_long_slow_window_does_not_become_the_median() -> None:
 
 def test_validation_rising_while_training_falls_is_one_note() -> None:
     record = launch()
-    rules = Health(val_rising=3)
+    rules = HealthRules(val_rising=3)
     points = [Point(step=s, total=100, loss=3.0 - s / 10) for s in range(1, 20)]
     vals = ((5, 1.0), (10, 1.1), (15, 1.2))
     said = observe(
@@ -133,12 +133,12 @@ def test_bad_health_config_says_what_would_be_right() -> None:
     with pytest.raises(ValidationError, match="nan_action"):
         Watch.model_validate({"health": {"nan_action": "pause"}})
     with pytest.raises(ValidationError, match="greater than 1"):
-        Health(spike_factor=0.5)
+        HealthRules(spike_factor=0.5)
 
 
 def test_gpu_figures_show_on_the_status_line_and_app_home_and_idle_is_said_once() -> None:
     record = launch()
-    rules = Health(idle_util_pct=10, idle_window_s=600)
+    rules = HealthRules(idle_util_pct=10, idle_window_s=600)
     idle = GpuSample(gpus=16, util_pct=2.0, mem_used_mib=1024.0, mem_total_mib=81559.0)
     assert gpu_sampled(record, idle, rules, now=1000.0) == []  # the window starts
     assert "GPU 2%" in render.progress_line(record)

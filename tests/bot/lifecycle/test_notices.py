@@ -13,11 +13,11 @@ from bot.wording import thread
 from tests.bot.engine.test_tracking import PROFILE, launch, snapshot
 
 
-def change(item: Launch, edit: object) -> tuple[list[str], bool, list[Event]]:
+def change(launch: Launch, edit: object) -> tuple[list[str], bool, list[Event]]:
     """Classify what ``edit(item)`` does, and tag its events as the store does."""
-    before = Before.of(item)
-    events = edit(item)  # type: ignore[operator]
-    found, mention = classify(before, item)
+    before = Before.of(launch)
+    events = edit(launch)  # type: ignore[operator]
+    found, mention = classify(before, launch)
     notices.tag(events, found, mention)
     return list(found), mention, events
 

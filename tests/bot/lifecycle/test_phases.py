@@ -8,6 +8,7 @@ import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,14 @@ NOW = 1_700_000_000.0
 
 def launch(phase: Phase, *, job: str = "", started: bool = False, held: bool = False) -> Launch:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U1", channel="C1", phase=phase)
+    launch = Launch(request=request, user_id="U1", channel="C1", phase=phase)
     if job:
-        item.attempts.append(
+        launch.attempts.append(
             Attempt(number=1, job_id=job, submitted_at=NOW - 60, started_at=NOW if started else 0)
         )
     if held:
-        item.attempts.append(Attempt(number=2, held=True, held_at=NOW - 1))
-    return item
+        launch.attempts.append(Attempt(number=2, held=True, held_at=NOW - 1))
+    return launch
 
 
 @dataclass
@@ -86,7 +87,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     **{
         ("preflight", source, P.PREFLIGHT): Case(
-            lambda source=source: launch(source),
+            partial(launch, source),
             check=lambda item: item.submit_started_at == 0.0,
         )
         for source in NOTHING_RAN
@@ -132,7 +133,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     **{
         ("not_submitted", source, P.REJECTED): Case(
-            lambda source=source: launch(source),
+            partial(launch, source),
             phases.Facts(outcome="PREFLIGHT", text="Not submitted: no such partition"),
             ["thread", "update"],
             "Not submitted",
@@ -154,7 +155,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     **{
         ("given_up", source, P.DONE): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(text="❌ This launch failed inside trainbot"),
             ["thread", "update"],
             "❌ This launch failed inside trainbot",
@@ -179,7 +180,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     **{
         ("ended", source, P.DONE): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(outcome="FAILED"),
             check=lambda item: item.outcome == "FAILED",
         )
@@ -187,7 +188,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     **{
         ("retry_failure", source, P.RETRYING): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(attempt=Attempt(number=2, not_before=NOW + 30)),
             ["enqueue", "update"],
             check=lambda item: len(item.attempts) == 2 and not item.attempts[-1].held,
@@ -196,7 +197,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     **{
         ("resume", source, P.RETRYING): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(
                 now=NOW,
                 attempt=Attempt(number=2, resume=True),
@@ -212,7 +213,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     **{
         ("stopped_early", source, P.DONE): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(detail="Stopped early at step 37 / 100."),
             check=lambda item: item.outcome == "STOPPED_EARLY" and not item.active,
         )
@@ -220,7 +221,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     **{
         ("retry", source, P.RETRYING): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(now=NOW, by="U2", job_id="41"),
             ["thread", "update", "enqueue"],
             "🔁 Retry asked for by <@U2>: cancelling job 41",
@@ -281,7 +282,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     **{
         ("cancel", source, P.DONE): Case(
-            lambda source=source: launch(source),
+            partial(launch, source),
             phases.Facts(now=NOW, by="U2"),
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",
@@ -292,7 +293,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     **{
         ("cancel", source, source): Case(
-            lambda source=source: launch(source, job="41"),
+            partial(launch, source, job="41"),
             phases.Facts(now=NOW, by="U2"),
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",

@@ -16,7 +16,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import HistoryEntry, Launch, Phase
 from bot.store import keys
 from commands.requests import TrainRequest
-from tests.bot.botkit import flush_test_redis, open_test_store
+from tests.bot.botkit import flush_test_redis, open_test_store, stored_record
 
 
 def launch() -> Launch:
@@ -29,7 +29,7 @@ async def test_a_newer_record_loads_and_an_older_process_drops_only_what_it_does
     async with open_test_store() as store:
         item = launch()
         await store.launches.create(item, [Event("parent", item.id)], enqueue=False)
-        raw = json.loads(await store.redis.get(keys.launch(item.id)))
+        raw = await stored_record(store, item.id)
         raw["added_in_a_later_version"] = {"x": 1}  # as a newer process would write it
         await store.redis.set(keys.launch(item.id), json.dumps(raw))
 
@@ -41,7 +41,7 @@ async def test_a_newer_record_loads_and_an_older_process_drops_only_what_it_does
             return []
 
         await store.launches.mutate(item.id, run)  # and rewrites it
-        after = json.loads(await store.redis.get(keys.launch(item.id)))
+        after = await stored_record(store, item.id)
         assert after["phase"] == str(Phase.RUNNING.value)
         assert "added_in_a_later_version" not in after  # the documented loss
         assert after["user_name"] == "alice" and after["id"] == item.id
@@ -69,7 +69,7 @@ async def test_a_request_key_this_version_does_not_know_makes_the_record_unreada
     async with open_test_store() as store:
         item = launch()
         await store.launches.create(item, [Event("parent", item.id)], enqueue=False)
-        raw = json.loads(await store.redis.get(keys.launch(item.id)))
+        raw = await stored_record(store, item.id)
         raw["request"]["a_later_request_key"] = "y"  # a /train key added by a newer version
         await store.redis.set(keys.launch(item.id), json.dumps(raw))
         with pytest.raises(ValidationError, match="a_later_request_key"):

@@ -30,9 +30,16 @@ from bot.slack.webapi import SlackFront
 from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Front
-from commands.requests import TrainRequest
 from support.slack_standin import Call, SlackStandin
-from tests.bot.botkit import bot_settings, dev_config, open_test_store
+from tests.bot.botkit import (
+    bot_settings,
+    dev_config,
+    launch_in,
+    notifying,
+    open_test_store,
+    request,
+    stream_entries,
+)
 
 OUT = "C0OUT"  # a channel the bot was never invited to
 TRAIN = "C0TRAIN"
@@ -40,10 +47,6 @@ ONCALL = "C0ONCALL"
 
 
 pytestmark = pytest.mark.usefixtures("clean_redis")
-
-
-def request() -> TrainRequest:
-    return TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
 
 
 async def new_launch(
@@ -61,17 +64,6 @@ async def page(store: Store, launch: Launch, cause: str = "node dev1 failed") ->
     data = {"dedup_key": f"trainbot/a4/{launch.id}/node_fail", "cause_key": "node_fail"}
     data |= {"cause": cause, "action": "Retried."}
     await store.launches.mutate(launch.id, lambda _: [Event("oncall", launch.id, data=data)])
-
-
-@asynccontextmanager
-async def notifying(notifier: Notifier) -> AsyncIterator[Notifier]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(notifier.run(stop))
-    try:
-        yield notifier
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 def posted(standin: SlackStandin, channel: str, *, ok_only: bool = True) -> list[Call]:
@@ -122,7 +114,7 @@ async def test_a_thread_that_cannot_be_posted_holds_back_only_its_own_launch(
     assert thread(standin, OUT)[:2] == ["A: queued", "A: pre-flight ok"]  # then: paged
     assert len([c for c in posted(standin, OUT) if not c.params.get("thread_ts")]) == 1
     assert len(posted(standin, ONCALL)) == 1
-    assert (await store.launches.get(fine.id)).parent_ts  # type: ignore[union-attr]
+    assert (await launch_in(store, fine.id)).parent_ts
 
 
 async def test_what_keeps_failing_is_dead_lettered_logged_counted_and_its_owner_told(
@@ -415,8 +407,8 @@ async def test_a_watcher_who_may_no_longer_see_the_launch_gets_no_dm(store: Stor
     notifier.may_see = may_see
     line = Event("thread", launch.id, "❌ FAILED", data={"notices": ["failed"]})
     await notifier._write_dms(line)
-    entries = await store.redis.xrange(keys.OUTBOX)
-    dms = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
+    entries = await stream_entries(store.redis)
+    dms = [Event.decode(i, f) for i, f in entries]
     to = sorted(str(e.data["user"]) for e in dms if e.kind == "dm")
     assert to == ["U0BOB", "U0TESS"], to
     assert sorted(asked) == ["U0GONE", "U0TESS"]  # the owner is not asked

@@ -27,14 +27,14 @@ def nemo_name(step: int, last: bool = False) -> str:
 
 
 def parent(names: list[str], pattern: str, fw: str = "nemo") -> Launch:
-    request = TrainRequest(workload="pretrain", model="llama3p1_8b", framework=fw, cluster="a4")  # type: ignore[arg-type]
-    item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+    request = TrainRequest(workload="pretrain", model="llama3p1_8b", framework=fw, cluster="a4")
+    launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
     tracking = Tracking(
         framework=fw, job_id="41", checkpoint_dir="~/ckpts", checkpoint_pattern=pattern
     )
-    item.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
-    item.checkpoints = names
-    return item
+    launch.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
+    launch.checkpoints = names
+    return launch
 
 
 def test_from_at_step_parses_and_round_trips() -> None:
@@ -131,3 +131,33 @@ def test_the_list_marks_the_best_and_the_last_and_escapes_names() -> None:
     assert f"from={launch.id}@<step>" in lines[4]
     empty = checkpoint_list.listing(parent([], NEMO)).text
     assert "has no complete checkpoint yet" in empty
+
+
+def test_the_list_says_each_size_and_the_totals_and_offers_export() -> None:
+    launch = parent(["iter_0000100", "iter_0000200", "iter_0000300"], MBRIDGE, "megatron-bridge")
+    launch.checkpoint_bytes = {"iter_0000100": 3 * 2**30, "iter_0000200": 1536 * 2**20, "gone": 9}
+    launch.outcome = "COMPLETED"
+    launch.phase = launch.phase.DONE
+    reply = checkpoint_list.listing(launch, person=(6 * 2**40, 3))
+    lines = reply.text.splitlines()
+    assert lines[1] == "• step 100 · 3 GiB · `iter_0000100`"
+    assert lines[2] == "• step 200 · 1.5 GiB · `iter_0000200`"
+    assert lines[3] == "• step 300 · *last* · `iter_0000300`"  # not measured: no size
+    assert lines[4] == f"Total: 4.5 GiB for {launch.id}; 6 TiB for <@U0ALICE> over 3 launches"
+    buttons = [e["action_id"] for e in reply.blocks[-1]["elements"]]
+    assert buttons[:2] == ["trainbot_export", "trainbot_evaluate"], buttons
+    assert checkpoint_list.launch_bytes(launch) == 4608 * 2**20  # a name no longer listed: out
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (0, "0 B"),
+        (999, "999 B"),
+        (1024, "1 KiB"),
+        (1536 * 2**20, "1.5 GiB"),
+        (812 * 2**20, "812 MiB"),
+    ],
+)
+def test_sizes_read_in_binary_units(size: int, text: str) -> None:
+    assert checkpoint_list.size_text(size) == text

@@ -123,7 +123,8 @@ async def test_an_ended_launch_is_charged_once_and_its_step_time_kept(outcome: s
         assert await store.budgets.charge(launch.id, "a4", 3.25)
         assert not await store.budgets.charge(launch.id, "a4", 3.25)  # processed twice: once
         assert await store.budgets.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
-        assert await store.budgets.budget_use("U0ALICE", "a4", week) == (pytest.approx(3.25), 0.0)
+        charged, held = await store.budgets.budget_use("U0ALICE", "a4", week)
+        assert charged == pytest.approx(3.25) and held == 0.0
         assert await store.budgets.uncharged("a4") == {}
         await store.launches.mutate(launch.id, lambda stored: [])  # written again after its charge
         assert await store.budgets.usage("U0ALICE", "a4", week) == pytest.approx(3.25)
@@ -219,20 +220,20 @@ async def test_create_holds_to_the_budget_across_connections() -> None:
             for _ in range(8)
         ]
 
-        async def make(store: Store, item: Launch) -> str:
+        async def make(store: Store, launch: Launch) -> str:
             try:
-                made = await store.launches.create(item, [], enqueue=False, budget=guard)
+                made = await store.launches.create(launch, [], enqueue=False, budget=guard)
             except OverBudget as exc:
                 assert exc.charged == pytest.approx(6.0) and exc.held == pytest.approx(40.0)
                 return "over"
             return "made" if made else "full"
 
         made = await asyncio.gather(
-            *(make(one if i % 2 else two, item) for i, item in enumerate(items))
+            *(make(one if i % 2 else two, launch) for i, launch in enumerate(items))
         )
         assert made.count("made") == 4 and made.count("over") == 4  # 6 + 4 x 10 <= 50
         charged, held = await one.budgets.budget_use("U1", "a4", week)
         assert charged == pytest.approx(6.0) and held == pytest.approx(40.0)
-        assert [await one.launches.get(item.id) is not None for item in items] == [
+        assert [await one.launches.get(launch.id) is not None for launch in items] == [
             m == "made" for m in made
         ]

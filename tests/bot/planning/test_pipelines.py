@@ -19,36 +19,25 @@ from bot.planning.start_from import checkpoint_outside, start_point
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
-from bot.wording import thread
 from cluster.site.profiles import ClusterProfile
 from cluster.ssh.pool import SSHPool
 from cluster.watching.tracking import Tracking
 from commands.budget import iso_week
 from commands.policy import BudgetRule, Policy, PolicyRule
-from commands.requests import TrainRequest
 from commands.rules import ViewerRule
-from tests.bot.botkit import dev_config, flush_test_redis, open_test_store
-
-
-def request(**fields: object) -> TrainRequest:
-    return TrainRequest(
-        workload="sft",
-        model="llama3p1_8b",
-        framework="nemo",
-        cluster="a4",
-        **fields,  # type: ignore[arg-type]
-    )
+from tests.bot.botkit import (
+    dev_config,
+    flush_test_redis,
+    launch_in,
+    open_test_store,
+    request,
+    thread_texts,
+)
 
 
 async def stored(store: Store, launch: Launch) -> Launch:
     await store.launches.create(launch, [], enqueue=False)
     return launch
-
-
-async def thread_texts(store: Store, launch_id: str) -> list[str]:
-    entries = await store.redis.xrange(keys.OUTBOX)
-    decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
-    return [thread.line(e) for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
 
 
 async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
@@ -302,7 +291,7 @@ async def test_a_child_of_a_parent_stuck_in_approval_ends_and_frees_its_place() 
         assert (await store.budgets.active_counts("U0ALICE"))[0] == 2
 
         assert await must_wait(store, child, store.launches.mutate)  # a fresh ask: it waits
-        assert (await store.launches.get(child.id)).phase == Phase.QUEUED  # type: ignore[union-attr]
+        assert (await launch_in(store, child.id)).phase == Phase.QUEUED
 
         def asked_long_ago(launch: Launch) -> list[Event]:
             launch.created_at = time.time() - APPROVAL_PATIENCE_S - 60

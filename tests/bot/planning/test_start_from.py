@@ -38,20 +38,20 @@ def profile() -> ClusterProfile:
 
 
 def launch(request: TrainRequest, checkpoints: list[str], ckpt_dir: str) -> Launch:
-    item = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
+    launch = Launch(request=request, user_id="U0ALICE", user_name="alice", channel="C1")
     tracking = Tracking(
         framework=request.framework,
         job_id="41",
         checkpoint_dir=ckpt_dir,
         checkpoint_pattern=r"-step=([0-9]+)(?:-|$)",
     )
-    item.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
-    item.checkpoints = checkpoints
-    return item
+    launch.attempts.append(Attempt(number=1, job_id="41", tracking=tracking))
+    launch.checkpoints = checkpoints
+    return launch
 
 
 def train(workload: str, fw: str = "nemo", **extra: object) -> TrainRequest:
-    return TrainRequest(workload=workload, model="llama3p1_8b", framework=fw, cluster="a4", **extra)  # type: ignore[arg-type]
+    return TrainRequest(workload=workload, model="llama3p1_8b", framework=fw, cluster="a4", **extra)
 
 
 def test_from_parses_and_round_trips() -> None:
@@ -154,7 +154,9 @@ async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
     async with open_test_store() as store:
         parent = launch(train("dpo", "nemo-rl"), ["step_10", "step_30"], parent_dir)
         parent.phase, parent.outcome = Phase.DONE, "COMPLETED"
-        parent.attempts[0].tracking = parent.attempts[0].tracking.model_copy(  # type: ignore[union-attr]
+        tracking = parent.attempts[0].tracking
+        assert tracking is not None
+        parent.attempts[0].tracking = tracking.model_copy(
             update={"checkpoint_pattern": r"^step_([0-9]+)$"}
         )
         await store.launches.create(parent, [], enqueue=False)

@@ -4,18 +4,12 @@ said with what would be right, exit 2, and the token never appears in what is pr
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
 from bot.runtime.cli import main
 from tests.bot import botkit
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.bot.botkit import free_port
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from bot.lifecycle.events import Event
-from bot.runtime.doctor import Report, delivery_text, replicas_text, run_doctor
+from bot.runtime.doctor import DoctorReport, delivery_text, replicas_text, run_doctor
 from bot.settings.config import parse_config
 from bot.settings.env import Target
 from bot.store.keys import NOTIFY_DEAD_LETTERS
@@ -25,7 +25,7 @@ clusters:
 
 def test_each_check_is_one_line_and_failures_are_counted() -> None:
     out = io.StringIO()
-    report = Report(out)
+    report = DoctorReport(out)
     report.line(True, "config trainbot.yaml", "2 clusters")
     report.line(False, "redis", "connection refused")
     report.line(True, "a4: recipes")

@@ -162,6 +162,7 @@ async def test_slack_api_errors_are_counted_by_method_and_code(standin: SlackSta
     ):
         standin.fail_next("chat.postMessage", status=200, error="channel_not_found")
         with pytest.raises(SlackError):
+            assert bot.core.front is not None
             await bot.core.front.post("C404", "hello")
         url = f"http://127.0.0.1:{slack.http_port}/metrics"
         async with aiohttp.ClientSession() as session, session.get(url) as response:

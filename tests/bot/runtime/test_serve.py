@@ -8,7 +8,6 @@ import hashlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +20,14 @@ from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN, SIGNING_SECRET
 from tests.bot.botkit import (
     DEV,
-    LAUNCH_RE,
     PROJECT,
     TEST_REDIS,
     dev_config,
     flush_test_redis,
+    free_port,
     in_dm,
     knobs,
+    launch_id_in,
     login_run,
     open_test_store,
     wait_delivered,
@@ -35,12 +35,6 @@ from tests.bot.botkit import (
 )
 
 pytestmark = [pytest.mark.devcluster, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def wait_healthy(url: str, proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
@@ -103,7 +97,7 @@ async def test_serve_answers_signed_slash_commands_and_runs_the_launch(
             answer = await post_signed(f"{base}/slack/events", body)
             assert answer.status == 200 and answer.elapsed_s < 3.0
             text = answer.json()["text"]
-            launch_id = LAUNCH_RE.search(text).group(0)  # type: ignore[union-attr]
+            launch_id = launch_id_in(text)
             bad = await post_signed(f"{base}/slack/events", body, secret="not-the-secret")
             assert bad.status == 401
             launch = await wait_for_launch(store, launch_id)

@@ -26,7 +26,7 @@ from cluster.ssh.pool import SSHPool
 from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
 from support.workspace import ASK_KEY
-from tests.bot.botkit import bot_settings, dev_config, open_test_store
+from tests.bot.botkit import bot_settings, dev_config, open_test_store, stored_record
 
 KEY = ASK_KEY.encode()
 PEOPLE = {"U0ALICE": "alice", "U0BOB": "bob"}
@@ -59,8 +59,7 @@ class AskWorker:
 
     async def rewrite(self, launch_id: str, **fields: Any) -> None:
         """Change the launch's record in Redis behind the bot's back."""
-        raw = await self.store.redis.get(keys.launch(launch_id))
-        record = json.loads(raw)
+        record = await stored_record(self.store, launch_id)
         record.update(fields)
         await self.store.redis.set(keys.launch(launch_id), json.dumps(record))
 

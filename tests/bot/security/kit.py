@@ -137,7 +137,7 @@ async def secure_bot(
     **policy: Any,
 ) -> AsyncIterator[Secure]:
     """The bot behind its HTTP front end; ``a4`` replaces fields of that cluster's profile."""
-    config = dev_config(**(watch or {}))
+    config = dev_config(watch=watch)
     fields = {name: getattr(config, name) for name in Config.model_fields}
     clusters = dict(config.clusters)
     clusters["a4"] = clusters["a4"].model_copy(update=a4 or {})

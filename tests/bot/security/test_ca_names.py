@@ -20,7 +20,7 @@ from tests.bot.security.asks_kit import PEOPLE
 
 def rules(**identity: object) -> tuple[LoginNode, Identity]:
     login = LoginNode(host="h", user="trainer", user_ca_key_file="/nonexistent/ca")
-    return login, Identity(users={"U0ALICE": "alice"}, **identity)  # type: ignore[arg-type]
+    return login, Identity(users={"U0ALICE": "alice"}, **identity)
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,13 @@ nothing, so another person's job keeps its place. Held Slurm jobs on the dev clu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import pytest
 
 from bot.gateway import ask_wire as wire
 from cluster.errors import ClusterError
-from tests.bot.botkit import login_run, wait_until
+from tests.bot.botkit import login_run, match_in, wait_until
 from tests.bot.security.asks_kit import ask_worker, old_style, seeded, with_field
 
 pytestmark = pytest.mark.devcluster
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.devcluster
 
 def held_job(user: str, name: str) -> str:
     out = login_run(f"sbatch -H -p a4 -J {name} --parsable --wrap 'sleep 1'", user=user)
-    return re.match(r"\d+", out.strip()).group(0)  # type: ignore[union-attr]
+    return match_in(r"^\d+", out.strip())
 
 
 def state(job_id: str) -> str:

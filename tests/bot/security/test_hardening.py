@@ -62,8 +62,8 @@ def spec_secrets(config_text: str, cluster_user: str) -> tuple[set[str], list[st
     clusters = Clusters(config, Settings.from_environ(env), SSHPool())
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
     who = "U0ALICE" if cluster_user else "U0BOB"  # the config maps alice; bob is unmapped
-    item = Launch(request=request, user_id=who, channel="C1", cluster_user=cluster_user)
-    built = clusters.spec_for(item)
+    launch = Launch(request=request, user_id=who, channel="C1", cluster_user=cluster_user)
+    built = clusters.spec_for(launch)
     return {*built.spec.secrets, *built.spec.profile.job_secrets}, built.notes
 
 

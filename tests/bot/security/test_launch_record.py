@@ -18,7 +18,14 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
-from tests.bot.botkit import bot_settings, dev_config, open_test_store, slurm_jobs_named, wait_until
+from tests.bot.botkit import (
+    bot_settings,
+    dev_config,
+    launch_in,
+    open_test_store,
+    slurm_jobs_named,
+    wait_until,
+)
 from tests.bot.security.asks_kit import PEOPLE, AskWorker, seeded
 
 pytestmark = pytest.mark.devcluster
@@ -39,8 +46,8 @@ async def queued(store: Store, unique: str, *, dry_run: bool = False) -> Launch:
 
 async def ended(store: Store, launch_id: str) -> Launch:
     async def done() -> Launch | None:
-        item = await store.launches.get(launch_id)
-        return item if item is not None and not item.active else None
+        launch = await store.launches.get(launch_id)
+        return launch if launch is not None and not launch.active else None
 
     return await wait_until(done, f"{launch_id} to end", 60, 0.2)
 
@@ -58,11 +65,11 @@ async def test_a_record_rewritten_to_another_user_or_image_never_runs(
         tamper = AskWorker(store, clusters, None)  # type: ignore[arg-type]
         launches = []
         for number, fields in enumerate(rewrites):
-            item = await queued(store, f"{unique}u{number}")
-            await tamper.rewrite(item.id, **fields)
-            launches.append(item)
+            launch = await queued(store, f"{unique}u{number}")
+            await tamper.rewrite(launch.id, **fields)
+            launches.append(launch)
         image = await queued(store, f"{unique}img")
-        record = (await store.launches.get(image.id)).model_dump(mode="json")  # type: ignore[union-attr]
+        record = (await launch_in(store, image.id)).model_dump(mode="json")
         await tamper.rewrite(
             image.id, request={**record["request"], "image": "/tmp/evil-image.sqsh"}
         )
@@ -71,20 +78,20 @@ async def test_a_record_rewritten_to_another_user_or_image_never_runs(
         worker = Worker(store, clusters, name=worker_name("sectest"))
         task = asyncio.create_task(worker.run(stop))
         try:
-            refused = [await ended(store, item.id) for item in (*launches, image)]
+            refused = [await ended(store, launch.id) for launch in (*launches, image)]
             control = await ended(store, untouched.id)
         finally:
             stop.set()
             await task
-    for item, fields in zip(refused, [*rewrites, {}], strict=True):
-        assert item.phase == Phase.REJECTED and item.outcome == "NOT_SUBMITTED", item
-        assert not item.attempts or not item.attempts[-1].job_id
+    for launch, fields in zip(refused, [*rewrites, {}], strict=True):
+        assert launch.phase == Phase.REJECTED and launch.outcome == "NOT_SUBMITTED", launch
+        assert not launch.attempts or not launch.attempts[-1].job_id
         if fields:
             who = fields["cluster_user"] or "trainer"
-            assert f"its record names the Unix user {who}" in item.detail, item.detail
-            assert "the configuration maps U0ALICE to alice" in item.detail
+            assert f"its record names the Unix user {who}" in launch.detail, launch.detail
+            assert "the configuration maps U0ALICE to alice" in launch.detail
         else:
-            assert "image=/tmp/evil-image.sqsh" in item.detail, item.detail
+            assert "image=/tmp/evil-image.sqsh" in launch.detail, launch.detail
     assert control.phase == Phase.DRY_RUN, control  # the path itself works as alice
     assert slurm_jobs_named(unique) == []  # nothing reached Slurm
     said = caplog.text

@@ -26,10 +26,8 @@ from bot.planning import placement
 from bot.planning.cost import StartEstimates
 from bot.planning.planner import Planner
 from bot.settings.config import Config
-from bot.store import keys
 from bot.store.store import Store
 from bot.text.front import Incoming
-from bot.wording import thread
 from cluster.ssh.pool import SSHPool
 from commands.context import CommandContext
 from commands.policy import PolicyRule, Principals
@@ -40,6 +38,7 @@ from tests.bot.botkit import (
     dev_config,
     login_run,
     open_test_store,
+    thread_texts,
     wait_for_launch,
 )
 
@@ -62,12 +61,6 @@ def with_identity(config: Config, cluster: str, users: dict[str, str], **policy:
 async def clusters_of(config: Config, store: Store) -> AsyncIterator[Clusters]:
     async with SSHPool() as pool:
         yield Clusters(config, bot_settings(), pool, store)
-
-
-async def thread_texts(store: Store, launch_id: str) -> list[str]:
-    entries = await store.redis.xrange(keys.OUTBOX)
-    decoded = [Event.decode(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in entries]
-    return [thread.line(e) for e in decoded if e.kind == "thread" and e.launch_id == launch_id]
 
 
 async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_the_reason(
@@ -129,12 +122,12 @@ def pending_on(cluster: str, owner: str) -> Launch:
         workload="sft", model="llama3p1_8b", framework="nemo", cluster=cluster, nodes=1,
         name="sec-reroute",
     )  # fmt: skip
-    item = Launch(
+    launch = Launch(
         request=request, user_id=owner, channel="C1", placed=f"{cluster} (now)", parent_ts="1.1"
     )
-    item.phase = Phase.SUBMITTED
-    item.attempts.append(Attempt(number=1, job_id="777001", submitted_at=time.time() - 600))
-    return item
+    launch.phase = Phase.SUBMITTED
+    launch.attempts.append(Attempt(number=1, job_id="777001", submitted_at=time.time() - 600))
+    return launch
 
 
 async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_secrets(
@@ -163,18 +156,18 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
 
     cancelled: list[tuple[str, str, str]] = []
 
-    async def cancel_and_confirm(item: Launch, job_id: str, *, pending_only: bool) -> str:
-        cancelled.append((item.cluster, item.cluster_user, job_id))
+    async def cancel_and_confirm(launch: Launch, job_id: str, *, pending_only: bool) -> str:
+        cancelled.append((launch.cluster, launch.cluster_user, job_id))
         return ""  # gone before it started
 
     monkeypatch.setattr(placement, "place", place)
     async with open_test_store() as store, clusters_of(config, store) as clusters:
         monkeypatch.setattr(clusters, "cancel_and_confirm", cancel_and_confirm)
         alice, bob = pending_on("a3m", "U0ALICE"), pending_on("a3m", "U0BOB")
-        for item in (alice, bob):
-            await store.launches.create(item, [], enqueue=False)
+        for launch in (alice, bob):
+            await store.launches.create(launch, [], enqueue=False)
             await store.launches.mutate(
-                item.id, lambda s: [Event("update", s.id)]
+                launch.id, lambda s: [Event("update", s.id)]
             )  # tracked on a3m
         authority = Authority(store, clusters, People(clusters, None, clusters))
         moved = await reroute.reroute(planner_of(store, clusters, authority), "a3m", authority)

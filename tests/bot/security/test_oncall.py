@@ -72,13 +72,15 @@ async def test_privileged_groups_are_cached_briefly_then_asked_again(
     monkeypatch.setattr(directory, "PRIVILEGED_GROUPS_TTL_S", 1.0)
     asked: list[str] = []
     async with secure_bot(standin) as s:
-        members = s.bot.core.front.usergroup_members  # type: ignore[union-attr]
+        front = s.bot.core.front
+        assert front is not None
+        members = front.usergroup_members
 
         async def counted(group: str) -> list[str]:
             asked.append(group)
             return list(await members(group))
 
-        s.bot.core.front.usergroup_members = counted  # type: ignore[union-attr,method-assign]
+        monkeypatch.setattr(front, "usergroup_members", counted)
         launch = await seed(s.bot, log_path=log_file)
         assert REFUSED_LOGS not in await s.command("/logs", launch.id, user="U0DAVE")
         standin.usergroups["S0ADMINS"] = []  # no subteam event: only the expiry can tell

@@ -25,10 +25,10 @@ from support.slack_requests import post_signed
 from support.slack_requests import slash_command_body as slash
 from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
-    LAUNCH_RE,
     dev_config,
     flush_test_redis,
     knobs,
+    launch_id_in,
     open_test_store,
     wait_delivered,
     wait_for_launch,
@@ -166,7 +166,7 @@ async def test_serve_logs_a_launch_as_json_lines(
         async with knobs(unique, steps=2, step_time_s=0.2), open_test_store() as store:
             body = slash("/train", f"rm llama3p1_8b cluster=a3h name={unique}")
             answer = await post_signed(f"{base}/slack/events", body)
-            launch_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
+            launch_id = launch_id_in(answer.json()["text"])
             launch = await wait_for_launch(store, launch_id)
             await wait_delivered(store)
         async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as got:

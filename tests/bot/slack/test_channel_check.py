@@ -17,7 +17,7 @@ from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import SlackError, SlackFront
 from bot.store.store import Store
 from cluster.ssh.pool import SSHPool
-from support.slack_requests import Answer, post_signed, slash_command_body
+from support.slack_requests import SlackAnswer, post_signed, slash_command_body
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_SCOPES
 from tests.bot.botkit import LAUNCH_RE, bot_settings, dev_config, open_test_store
@@ -44,7 +44,7 @@ async def slack_core(
             yield store, slack
 
 
-async def train(slack: SlackService, channel: str, text: str = TRAIN) -> Answer:
+async def train(slack: SlackService, channel: str, text: str = TRAIN) -> SlackAnswer:
     url = f"http://127.0.0.1:{slack.http_port}/slack/events"
     return await post_signed(url, slash_command_body("/train", text, channel_id=channel))
 

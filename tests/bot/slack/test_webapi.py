@@ -28,7 +28,7 @@ from cluster.ssh.pool import SSHPool
 from support.slack_requests import block_action_body, post_signed, slash_command_body
 from support.slack_standin import SlackStandin
 from support.workspace import BOT_TOKEN
-from tests.bot.botkit import LAUNCH_RE, flush_test_redis, open_test_store
+from tests.bot.botkit import flush_test_redis, launch_id_in, open_test_store
 from tests.bot.conftest import standin_params
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
@@ -100,7 +100,7 @@ async def test_the_token_goes_only_in_the_authorization_header(
     standin.fail_next("chat.postMessage", 1, status=500)  # the retry path logs too
     async with core_on_slack(standin) as (url, store, notifier):
         answer = await post_signed(url, slash_command_body("/train", "sft llama3p1_8b cluster=a4"))
-        launch_id = LAUNCH_RE.search(answer.json()["text"]).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(answer.json()["text"])
         while not await notifier.drained():
             await notifier.drain()
         stored = await everything_stored(store)
@@ -171,7 +171,7 @@ async def test_user_text_reaches_slack_escaped(standin: SlackStandin) -> None:
         typed = "trainer.max_steps=&lt;!channel&gt;&amp;&lt;@U0BOSS&gt;"  # as Slack sends <, &, >
         answer = await post_signed(url, slash_command_body("/train", f"sft llama3p1_8b {typed}"))
         queued = await post_signed(url, slash_command_body("/train", "sft llama3p1_8b"))
-        launch_id = LAUNCH_RE.search(queued.json()["text"]).group(0)  # type: ignore[union-attr]
+        launch_id = launch_id_in(queued.json()["text"])
         # A button value comes back from outside too: [Use <partition>] with a crafted one.
         value = f"{launch_id}:<!channel>&<@U0BOSS>"
         await post_signed(url, block_action_body("trainbot_use_partition", value))

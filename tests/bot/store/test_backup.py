@@ -109,7 +109,7 @@ async def everything(store: Store) -> dict[str, Any]:
                 ],
             }
         else:
-            raise AssertionError(f"{key}: a {kind} key the drill does not read")
+            raise AssertionError(f"{key!r}: a {kind!r} key the drill does not read")
         found[key] = (kind, value, await r.ttl(key) > 0)
     return found
 

@@ -11,16 +11,11 @@ from bot.lifecycle.launch import Launch, Phase, new_launch_id
 from bot.store import keys
 from bot.store.store import Store
 from commands.job_commands import parse_job_ref
-from commands.requests import TrainRequest
-from tests.bot.botkit import flush_test_redis, open_test_store
-
-
-def request() -> TrainRequest:
-    return TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
+from tests.bot.botkit import flush_test_redis, launch_in, open_test_store, request, stream_entries
 
 
 async def outbox_of(store: Store, launch_id: str) -> list[tuple[str, str]]:
-    entries = await store.redis.xrange(keys.OUTBOX)
+    entries = await stream_entries(store.redis)
     return [(f["kind"], f["text"]) for _, f in entries if f["launch"] == launch_id]
 
 
@@ -53,7 +48,7 @@ async def test_a_taken_id_is_drawn_again_and_the_other_thread_is_untouched() -> 
         assert stored is not None and stored.user_id == "U0ALICE" and stored.channel == "C1"
         assert await outbox_of(store, taken) == [("parent", "")]
         assert await outbox_of(store, bob.id) == [("parent", ""), ("thread", queued)]
-        assert (await store.launches.get(bob.id)).user_id == "U0BOB"  # type: ignore[union-attr]
+        assert (await launch_in(store, bob.id)).user_id == "U0BOB"
         assert await store.history.active_ids("U0ALICE") == [taken]
         assert await store.history.active_ids("U0BOB") == [bob.id]
 

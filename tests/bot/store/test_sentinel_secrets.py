@@ -226,7 +226,8 @@ async def test_both_hops_over_tls_with_the_ca_file(servers: Servers, tmp_path: P
     )
     async with Store.connect(tls) as store:
         assert await store.marks.count("over-tls") == 1
-        connection = await store.redis.connection_pool.get_connection()
+        # redis-py leaves ConnectionPool.get_connection unannotated
+        connection = await store.redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             assert type(connection).__name__ == "SentinelManagedSSLConnection"
             assert connection.port == data_port

@@ -24,31 +24,26 @@ from bot.store.base import StoreError
 from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.ssh.pool import SSHPool
-from commands.requests import TrainRequest
-from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store
+from tests.bot.botkit import TEST_REDIS, flush_test_redis, open_test_store, request, stream_entries
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "trainbot.example.yaml"
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
 
 
-def request() -> TrainRequest:
-    return TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-
-
 async def test_a_change_and_its_messages_are_written_together() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.launches.create(item, [Event("parent", item.id)])
-        assert await store.history.active_ids("U1") == [item.id]
+        launch = Launch(request=request(), user_id="U1", channel="C1")
+        await store.launches.create(launch, [Event("parent", launch.id)])
+        assert await store.history.active_ids("U1") == [launch.id]
 
         def running(stored: Launch) -> list[Event]:
             stored.phase = Phase.SUBMITTED
             return [Event("thread", stored.id, "Submitted."), Event("enqueue", stored.id)]
 
-        changed, _ = await store.launches.mutate(item.id, running)
+        changed, _ = await store.launches.mutate(launch.id, running)
         assert changed.phase == Phase.SUBMITTED
-        assert await store.history.tracked_ids("a4") == [item.id]
+        assert await store.history.tracked_ids("a4") == [launch.id]
         assert await store.outbox.length() == 2  # parent + thread; enqueue went to the queue
         assert await store.queue.length() == 2  # created + enqueue
 
@@ -103,11 +98,11 @@ async def test_the_notifier_skips_an_entry_of_an_unknown_kind() -> None:
     await flush_test_redis()
     front = ConsoleFront(io.StringIO(), color=False)
     async with open_test_store() as store:
-        item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.launches.create(item, [], enqueue=False)
-        await store.redis.xadd(keys.OUTBOX, {"kind": "ephemeral", "launch": item.id})
-        retry = [Event("thread", item.id, "Retrying."), Event("enqueue", item.id)]
-        await store.launches.mutate(item.id, lambda _: retry)
+        launch = Launch(request=request(), user_id="U1", channel="C1")
+        await store.launches.create(launch, [], enqueue=False)
+        await store.redis.xadd(keys.OUTBOX, {"kind": "ephemeral", "launch": launch.id})
+        retry = [Event("thread", launch.id, "Retrying."), Event("enqueue", launch.id)]
+        await store.launches.mutate(launch.id, lambda _: retry)
         notifier = Notifier(store, front, {}, owner="test")
         while not await notifier.drained():
             await notifier.drain()
@@ -146,12 +141,12 @@ async def test_records_and_messages_are_stored_redacted() -> None:
     await flush_test_redis()
     secret = "hf_storedSecret123"
     async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
-        item = Launch(request=request(), user_id="U1", channel="C1", detail=f"x {secret}")
-        await st.launches.create(item, [Event("thread", item.id, f"stderr {secret}")])
+        launch = Launch(request=request(), user_id="U1", channel="C1", detail=f"x {secret}")
+        await st.launches.create(launch, [Event("thread", launch.id, f"stderr {secret}")])
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
-            raw = str(await client.get(f"trainbot:launch:{item.id}"))
-            entries = await client.xrange("trainbot:outbox")
+            raw = str(await client.get(f"trainbot:launch:{launch.id}"))
+            entries = await stream_entries(client, "trainbot:outbox")
         finally:
             await client.aclose()
     assert secret not in raw and "[redacted]" in raw
@@ -180,19 +175,19 @@ async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing
 async def test_watchers_preferences_and_dms_written_once() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = Launch(request=request(), user_id="U1", channel="C1")
-        await store.launches.create(item, [])
-        assert await store.people.watch(item.id, "U2") and not await store.people.watch(
-            item.id, "U2"
+        launch = Launch(request=request(), user_id="U1", channel="C1")
+        await store.launches.create(launch, [])
+        assert await store.people.watch(launch.id, "U2") and not await store.people.watch(
+            launch.id, "U2"
         )
-        assert await store.people.watchers(item.id) == ["U2"] and await store.people.watching(
+        assert await store.people.watchers(launch.id) == ["U2"] and await store.people.watching(
             "U2"
-        ) == [item.id]
-        assert await store.people.unwatch(item.id, "U2") and not await store.people.unwatch(
-            item.id, "U2"
+        ) == [launch.id]
+        assert await store.people.unwatch(launch.id, "U2") and not await store.people.unwatch(
+            launch.id, "U2"
         )
         assert (
-            await store.people.watchers(item.id) == [] and await store.people.watching("U2") == []
+            await store.people.watchers(launch.id) == [] and await store.people.watching("U2") == []
         )
 
         assert (await store.people.prefs("U2")).dm == ["finish", "failure", "hang"]  # the defaults
@@ -202,7 +197,7 @@ async def test_watchers_preferences_and_dms_written_once() -> None:
         assert (await store.people.prefs("U2")).dm == []
 
         before = await store.outbox.length()
-        dm = Event("dm", item.id, "done", data={"user": "U2", "notice": "completed"})
+        dm = Event("dm", launch.id, "done", data={"user": "U2", "notice": "completed"})
         assert await store.lanes.write_dms("1-0", [dm, dm])
         assert not await store.lanes.write_dms("1-0", [dm])  # a redelivered line writes none again
         assert await store.outbox.length() == before + 2
@@ -220,7 +215,7 @@ async def test_the_facts_of_an_event_are_stored_redacted_even_where_json_escapes
         await st.launches.create(item, [Event("thread", item.id, data=facts)], enqueue=False)
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
-            entries = await client.xrange("trainbot:outbox")
+            entries = await stream_entries(client, "trainbot:outbox")
         finally:
             await client.aclose()
     stored = [json.loads(fields["data"]) for _, fields in entries if fields["kind"] == "thread"]

@@ -25,17 +25,11 @@ from bot.store import keys
 from bot.store.base import EPISODE_OVER_S, StoreError
 from bot.store.store import Store
 from commands.requests import TrainRequest
-from tests.bot.botkit import TEST_REDIS, flush_test_redis
+from tests.bot.botkit import TEST_REDIS, flush_test_redis, free_port
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
 REDIS_SERVER = shutil.which("redis-server")
 needs_server = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -137,27 +131,27 @@ def a_launch() -> Launch:
 
 async def test_a_lost_reply_to_create_does_not_queue_the_launch_twice() -> None:
     async with dropper_store() as (store, dropper, _):
-        item = a_launch()
+        launch = a_launch()
         dropper.marker = b"EXEC"
-        assert await store.launches.create(item, [Event("parent", item.id)])
+        assert await store.launches.create(launch, [Event("parent", launch.id)])
         assert dropper.dropped == 1
         assert await store.queue.length() == 1
         assert await store.outbox.length() == 1
-        assert await store.history.active_ids("U1") == [item.id]  # the same id, not a second draw
+        assert await store.history.active_ids("U1") == [launch.id]  # the same id, not a second draw
 
 
 async def test_a_lost_reply_to_a_change_does_not_write_its_messages_twice() -> None:
     async with dropper_store() as (store, dropper, _):
-        item = a_launch()
-        await store.launches.create(item, [Event("parent", item.id)])
+        launch = a_launch()
+        await store.launches.create(launch, [Event("parent", launch.id)])
 
         dropper.marker = b"EXEC"
         stored, events = await store.launches.mutate(
-            item.id, lambda s: [Event("thread", s.id, "Once.")]
+            launch.id, lambda s: [Event("thread", s.id, "Once.")]
         )
         assert dropper.dropped == 1
         assert [(e.kind, e.text) for e in events] == [("thread", "Once.")]  # from the mark
-        assert stored.id == item.id
+        assert stored.id == launch.id
         assert await store.outbox.length() == 2  # parent + one thread line
 
 
@@ -181,8 +175,8 @@ async def test_a_lost_reply_to_a_count_counts_once() -> None:
 async def test_a_lost_reply_to_a_dead_letter_sets_the_entry_aside_once() -> None:
     async with dropper_store() as (store, dropper, _):
         await store.ensure_groups()
-        item = a_launch()
-        await store.launches.create(item, [])
+        launch = a_launch()
+        await store.launches.create(launch, [])
         [(entry_id, fields)] = await store.queue.read("w1", block_ms=100)
         dropper.marker = b"EVAL"
         await store.queue.dead_letter_entry(entry_id, fields, "boom", retry_at=time.time() + 600)
@@ -207,8 +201,8 @@ async def test_a_write_refused_by_a_replica_waits_for_its_promotion() -> None:
         promoting = asyncio.create_task(promote())
         async with Store.connect(target) as store:  # its first write (the groups) is refused
             store.retry_observers.append(lambda reason, _: seen.append(store.failing_over()))
-            item = a_launch()
-            assert await store.launches.create(item, [Event("parent", item.id)])
+            launch = a_launch()
+            assert await store.launches.create(launch, [Event("parent", launch.id)])
             assert store.failing_over() == ""
         await promoting
         await client.aclose()
@@ -260,9 +254,9 @@ async def test_wait_holds_a_queued_launch_until_the_replica_has_it() -> None:
         async with Store.connect(target) as store:
             assert await store.replicas() == 1
             for _ in range(20):
-                item = a_launch()
-                await store.launches.create(item, [Event("parent", item.id)])
-                assert await replica_client.exists(f"trainbot:launch:{item.id}") == 1
+                launch = a_launch()
+                await store.launches.create(launch, [Event("parent", launch.id)])
+                assert await replica_client.exists(f"trainbot:launch:{launch.id}") == 1
         await replica_client.aclose()
 
 
@@ -270,11 +264,11 @@ async def test_wait_without_replicas_costs_its_timeout_and_still_writes() -> Non
     await flush_test_redis()
     target = Target(url=TEST_REDIS, wait_replicas=1, wait_timeout_ms=300)
     async with Store.connect(target) as store:
-        item = a_launch()
+        launch = a_launch()
         started = time.monotonic()
-        assert await store.launches.create(item, [Event("parent", item.id)])
+        assert await store.launches.create(launch, [Event("parent", launch.id)])
         assert time.monotonic() - started >= 0.29
-        assert await store.launches.get(item.id) is not None
+        assert await store.launches.get(launch.id) is not None
 
 
 async def test_a_record_that_is_not_a_launch_is_skipped_not_fatal(

@@ -19,7 +19,8 @@ from bot.store import keys
 from bot.store.store import Store
 from cluster.errors import ConfigError
 from commands.errors import CommandError
-from commands.requests import JobRef, TrainRequest
+from commands.request_fields import JobRef
+from commands.requests import TrainRequest
 from tests.bot.botkit import TEST_REDIS, bot_settings, dev_config, flush_test_redis
 
 
@@ -28,8 +29,8 @@ def launch(user: str, cluster: str) -> Launch:
     return Launch(request=req, user_id=user, user_name=user.lower(), channel="C1")
 
 
-async def finish(store: Store, item: Launch, job_id: str, outcome: str = "COMPLETED") -> None:
-    await store.launches.create(item, [Event("parent", item.id)])
+async def finish(store: Store, launch: Launch, job_id: str, outcome: str = "COMPLETED") -> None:
+    await store.launches.create(launch, [Event("parent", launch.id)])
 
     def submitted(stored: Launch) -> list[Event]:
         stored.phase = Phase.RUNNING
@@ -41,8 +42,8 @@ async def finish(store: Store, item: Launch, job_id: str, outcome: str = "COMPLE
         stored.attempts[-1].ended_at = time.time()
         return []
 
-    await store.launches.mutate(item.id, submitted)
-    await store.launches.mutate(item.id, done)
+    await store.launches.mutate(launch.id, submitted)
+    await store.launches.mutate(launch.id, done)
 
 
 def no_scan(*args: Any, **kwargs: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+from typing import cast
 
 import pytest
 from PIL import Image
@@ -16,7 +17,7 @@ from bot.text.plot import (
     RETRY,
     SMOOTH,
     VALIDATION,
-    Marks,
+    AxisMarks,
     reduce_per_column,
     render_loss_png,
 )
@@ -37,13 +38,16 @@ def pixels(png: bytes, colour: str, tolerance: int = 12) -> list[tuple[int, int]
     image = Image.open(io.BytesIO(png)).convert("RGB")
     want = rgb(colour)
     width, height = image.size
-    data = image.load()
+    data = image.load()  # RGB: each pixel is a (red, green, blue) tuple
     assert data is not None
     return [
         (x, y)
         for y in range(height)
         for x in range(width)
-        if all(abs(a - b) <= tolerance for a, b in zip(data[x, y], want, strict=True))
+        if all(
+            abs(a - b) <= tolerance
+            for a, b in zip(cast("tuple[int, int, int]", data[x, y]), want, strict=True)
+        )
     ]
 
 
@@ -69,7 +73,7 @@ def test_validation_retries_and_checkpoints_are_drawn() -> None:
         falling(300),
         title=TITLE,
         validation=[(100.0, 2.0), (200.0, 1.5), (300.0, 1.2)],
-        marks=Marks(retries=[150], checkpoints=[100, 200, 300]),
+        marks=AxisMarks(retries=[150], checkpoints=[100, 200, 300]),
     )
     for colour in (VALIDATION, RETRY, CHECKPOINT):
         assert not pixels(plain, colour), colour

@@ -9,8 +9,6 @@ import asyncio
 import json
 import math
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 
@@ -26,22 +24,12 @@ from bot.wording import sweeps
 from commands.budget import iso_week
 from commands.requests import TrainRequest
 from support.slack_standin import SlackStandin
+from tests.bot.botkit import notifying
 
 CHANNEL = "C0TRAIN"
 
 
 pytestmark = pytest.mark.usefixtures("clean_redis")
-
-
-@asynccontextmanager
-async def notifying(notifier: Notifier) -> AsyncIterator[Notifier]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(notifier.run(stop))
-    try:
-        yield notifier
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 def make_sweep(
@@ -209,5 +197,5 @@ def test_a_table_past_the_block_limits_is_summarised_by_state() -> None:
     text = json.dumps(blocks, ensure_ascii=False)
     assert len(launches) == 256
     assert "more members not shown: ⏳ QUEUED" in text
-    select = blocks[-1]["elements"][1]  # type: ignore[index]
+    select = blocks[-1]["elements"][1]
     assert len(select["options"]) == 100  # Slack's limit for a select

@@ -48,10 +48,13 @@ def completed_steps(ckpt_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for p in ckpt_dir.iterdir() if (m := STEP_RE.match(p.name)))
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, save_time_s: float) -> None:
+def save_checkpoint(ckpt_dir: Path, step: int, save_time_s: float, model: str = "") -> None:
+    # As NeMo-RL's checkpointer: the policy's weights, training_info.json and the run's whole
+    # config as config.yaml (what examples/converters/convert_dcp_to_hf.py reads).
     tmp = ckpt_dir / f"tmp_step_{step}"
     s.write_files(tmp / "policy" / "weights", {"model.safetensors.index.json": "{}\n"})
-    s.write_files(tmp, {"training_info.json": '{"step": %d}\n' % step, "config.yaml": "stand-in\n"})
+    config = f"policy:\n  model_name: {model or 'meta-llama/Llama-3.1-8B-Instruct'}\n"
+    s.write_files(tmp, {"training_info.json": '{"step": %d}\n' % step, "config.yaml": config})
     time.sleep(save_time_s)
     tmp.rename(ckpt_dir / f"step_{step}")
 
@@ -232,7 +235,7 @@ def main(algorithm: str) -> None:
             timed_out = budget is not None and time.monotonic() - began + took >= budget
             if step % save_period == 0 or step == steps or timed_out:
                 s.say(f"Saving checkpoint for step {step}...")
-                save_checkpoint(ckpt_dir, step, save_time_s)
+                save_checkpoint(ckpt_dir, step, save_time_s, model)
             s.say(*results(algorithm, loss, step_time_s, reward))
             current += 1
             total_steps += 1
