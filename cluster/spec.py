@@ -31,7 +31,7 @@ from cluster.images import check_image_ref, is_registry_ref, pyxis_image
 from cluster.launcher_options import LauncherOptions
 from cluster.profile_fields import SLURM_NAME_PATTERN
 from cluster.profiles import ClusterProfile
-from cluster.progress import Point, Progress
+from cluster.progress import Point, Progress, tensorboard_dirs
 from cluster.remote import RemoteArg, join_remote
 from cluster.sbatch import JobShape
 from cluster.slurm import slurm_time_seconds
@@ -154,10 +154,15 @@ class Framework(ABC):
         differs from ``tracking.checkpoint_dir`` (None: nothing new)."""
         return None
 
+    def tensorboard_printed(self, text: str) -> list[str]:
+        """The TensorBoard directories new log ``text`` names, as printed, in order, once
+        each (:func:`cluster.progress.tensorboard_dirs`: NeMo's and NeMo-RL's lines)."""
+        return tensorboard_dirs(text)
+
     def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
-        """The run's TensorBoard directory on the login node, from the one its log names
-        (:func:`cluster.progress.tensorboard_dirs`); ``job_dir`` is the absolute directory
-        the collector found the job's log in."""
+        """The run's TensorBoard directory on the login node, from one that
+        :meth:`tensorboard_printed` found; ``job_dir`` is the absolute directory the
+        collector found the job's log in."""
         return printed
 
     def attach_command(self, tracking: Tracking) -> str | None:

@@ -10,7 +10,7 @@ prints, writes checkpoints in Megatron's layout and ends the way the loop ends.
 Command line, as upstream's: ``--recipe <function name>`` (``--recipe=...``),
 ``--dataset``, ``--peft_scheme``, then Hydra-style ``key=value`` overrides; read here:
 ``train.train_iters``, ``train.exit_interval``, ``train.exit_duration_in_mins``,
-``logger.log_interval``, ``checkpoint.save``, ``checkpoint.load``,
+``logger.log_interval``, ``logger.tensorboard_dir``, ``checkpoint.save``, ``checkpoint.load``,
 ``checkpoint.pretrained_checkpoint``, ``checkpoint.save_interval``,
 ``validation.eval_interval``, ``rerun_state_machine.rerun_mode``.
 
@@ -25,6 +25,8 @@ Knobs (``_devcluster/standin.py``: ~/devcluster-control/*.env, DEVCLUSTER_<KEY>)
                  rerun_state_machine.rerun_mode=... on the command line sets it too
   exit_at        stop early at this iteration (as train.exit_interval)
   exit_after_s   stop early after this many seconds (as train.exit_duration_in_mins)
+  exit_minute_s  how many seconds one minute of train.exit_duration_in_mins lasts here
+                 (default 60), so a test of the time budget need not wait minutes
   sigterm        1: a SIGTERM saves and exits 0 (train.exit_signal_handler=True)
   dialect        bridge (default) or megatron-lm (microseconds in the time stamps)
   log_interval   default logger.log_interval (10 in the recipes; default here 5)
@@ -209,7 +211,8 @@ def main() -> None:
     exit_at = s.int_knob(overrides, "train.exit_interval", s.int_knob(k, "exit_at", 0))
     exit_after_s = s.float_knob(k, "exit_after_s", 0.0)
     if "train.exit_duration_in_mins" in overrides:
-        exit_after_s = 60 * s.float_knob(overrides, "train.exit_duration_in_mins", 0.0)
+        minute_s = s.float_knob(k, "exit_minute_s", 60.0)
+        exit_after_s = minute_s * s.float_knob(overrides, "train.exit_duration_in_mins", 0.0)
     step_time_s = s.float_knob(k, "step_time_s", 1.0)
     save_time_s = s.float_knob(k, "save_time_s", 0.5)
     nan_at = s.int_knob(k, "nan_at", -1)
@@ -241,6 +244,12 @@ def main() -> None:
     if pretrained and not start:
         at = tracker(Path(os.path.expanduser(pretrained)))
         s.say(f"  successfully loaded checkpoint from {pretrained} [ t 0/1, p 0/1 ] at iteration {at}")
+    # GlobalState.tensorboard_logger (last rank), first used once the checkpoint is loaded;
+    # the recipes set logger.tensorboard_dir (<cwd>/nemo_experiments/default/tb_logs).
+    board = overrides.get("logger.tensorboard_dir", "nemo_experiments/default/tb_logs")
+    if board not in ("", "None", "null"):
+        s.say("> setting tensorboard ...")
+        s.tensorboard_events(Path(os.path.expanduser(board)))
     s.say(f"Starting training loop at iteration {start}")
 
     got_term: list[bool] = []
