@@ -196,13 +196,17 @@ def nan_raise(rank: int, it: int) -> None:
 
 
 def nan_validate(rank: int, it: int) -> None:
-    """rerun_state_machine with re-runs on: re-run in place, reproducible, save and exit."""
-    s.warn(
-        f"WARNING:megatron.core.rerun_state_machine:Unexpected result nan on rank {rank} at "
-        f"iteration #{it} invocation #1 (message='found NaN in local forward loss calculation')",
-        "WARNING:megatron.core.rerun_state_machine:First rerun: unexpected result is "
-        "reproducible within the tolerance (nan = nan). Need to rerun on a different GPU to "
-        "verify correctness.",
+    """rerun_state_machine with re-runs on: re-run in place, reproducible, save and exit.
+    megatron.training's log handler (log_handler.CustomHandler) prints a record's message
+    alone, on stdout; these two are logger.error, so the warning filter keeps them."""
+    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    local = int(os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or 0)
+    s.say(
+        f"Unexpected result nan on rank {rank} at iteration #{it} invocation #1 "
+        "(message='found NaN in local forward loss calculation')",
+        f"Rank {rank}, node {host}, device {local}, iteration #{it}: First rerun: unexpected "
+        "result is reproducible within the tolerance (nan = nan). Need to rerun on a "
+        "different GPU to verify correctness.!",
     )
 
 
@@ -240,6 +244,7 @@ def main() -> None:
     yes = ("1", "true", "yes")
     throughput = overrides.get("logger.log_throughput", k.get("log_throughput", "0")).lower() in yes
     qk_clip = overrides.get("model.qk_clip", "0").lower() in yes
+    filter_warnings = overrides.get("logger.filter_warnings", "True").lower() in yes
     nan_mode = overrides.get("rerun_state_machine.rerun_mode", k.get("nan_mode", "raise"))
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(total // 3, 1))
@@ -305,11 +310,11 @@ def main() -> None:
         if nan and nan_mode == "validate_results":
             nan_validate(rank, it)
             save_checkpoint(save, it, dialect, save_time_s, True)
-            s.warn(
-                "WARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. "
-                "Please resume the job from the checkpoint to rerun the last iteration and "
-                "establish a diagnostic"
-            )
+            if not filter_warnings:  # a WARNING: logger.filter_warnings (on by default) drops it
+                s.say(
+                    "Saving a checkpoint and exiting now. Please resume the job from the "
+                    "checkpoint to rerun the last iteration and establish a diagnostic"
+                )
             s.finish(16)
         if nan:
             nan_raise(rank, it)
