@@ -28,8 +28,9 @@ says the re-run's verdict (``Rank 0, node dev1, device 0, iteration #7: First re
 unexpected result is reproducible within the tolerance (nan = nan). Need to rerun on a
 different GPU to verify correctness.!``), saves and exits with code 16
 (``EXIT_CODE_RESUME_TO_DISAMBIGUATE``) or 17 (not reproducible: a transient fault). Its
-records print bare (megatron.training's log handler), and its WARNINGs (``Saving a
-checkpoint and exiting now ...``) only where ``logger.filter_warnings`` is off.
+records print bare (megatron.training's log handler); its WARNINGs (``Saving a checkpoint
+and exiting now ...``) are dropped by Megatron-Bridge unless ``logger.filter_warnings`` is
+off.
 ``exit_duration_in_mins``, ``exit_interval`` and SIGTERM end the run early on purpose
 (exit 0, Slurm: COMPLETED) after a save: ``[exiting program after 1.5 minutes] datetime:
 ...``, ``[exiting program at iteration 40] datetime: ...``, ``[exiting program after
@@ -78,7 +79,7 @@ EXIT_RE = re.compile(
     r"|at iteration (?P<it>\d+)|after receiving SIGTERM\.)\] datetime:"
 )
 # Its verdicts: the first re-run's (logger.error, always printed) and the exit's own words
-# (WARNINGs, which the warning filter both loops set up by default, filter_warnings, drops).
+# (WARNINGs, which Megatron-Bridge's default warning filter, logger.filter_warnings, drops).
 RERUN_EXIT_RE = re.compile(
     r"(?P<text>Saving a checkpoint and exiting now\. Please resume the job from the checkpoint"
     r"|Exiting now\. (?:The job can be resumed|A checkpoint at the last iteration|Please resume)"

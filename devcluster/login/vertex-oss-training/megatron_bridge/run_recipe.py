@@ -244,7 +244,11 @@ def main() -> None:
     yes = ("1", "true", "yes")
     throughput = overrides.get("logger.log_throughput", k.get("log_throughput", "0")).lower() in yes
     qk_clip = overrides.get("model.qk_clip", "0").lower() in yes
-    filter_warnings = overrides.get("logger.filter_warnings", "True").lower() in yes
+    # Megatron-Bridge's setup_logging drops WARNING records (logger.filter_warnings, on by
+    # default); Megatron-LM's initialize does not.
+    filter_warnings = dialect == "bridge" and (
+        overrides.get("logger.filter_warnings", "True").lower() in yes
+    )
     nan_mode = overrides.get("rerun_state_machine.rerun_mode", k.get("nan_mode", "raise"))
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(total // 3, 1))
@@ -309,12 +313,14 @@ def main() -> None:
         nan = 0 <= nan_at <= it
         if nan and nan_mode == "validate_results":
             nan_validate(rank, it)
-            save_checkpoint(save, it, dialect, save_time_s, True)
-            if not filter_warnings:  # a WARNING: logger.filter_warnings (on by default) drops it
+            if not filter_warnings:  # a WARNING (log_single_rank), before the save
                 s.say(
                     "Saving a checkpoint and exiting now. Please resume the job from the "
                     "checkpoint to rerun the last iteration and establish a diagnostic"
                 )
+            # train(): the loop's iteration counts completed ones, so the save is of the
+            # one before: resuming from it re-runs this one.
+            save_checkpoint(save, it - 1, dialect, save_time_s, True)
             s.finish(16)
         if nan:
             nan_raise(rank, it)
