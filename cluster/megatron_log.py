@@ -5,7 +5,8 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553, ``training.py`` ``training_log``,
 ``evaluate_and_print_results``, ``print_datetime``; ``checkpointing.py``) and
 Megatron-Bridge's own (NVIDIA-NeMo/Megatron-Bridge 067f987df03b8355b03192d88d70f1709fedf51a,
 ``training/utils/train_utils.py`` ``training_log``, ``training/eval.py``,
-``training/train.py``, ``training/checkpointing.py``). The last rank prints, every
+``training/train.py``, ``training/checkpointing.py``), as released in ``megatron-core``
+0.19.2 and ``megatron-bridge`` 0.6.2 (checked against both). The last rank prints, every
 ``logger.log_interval`` iterations (10 in the recipes)::
 
    [2026-03-02 10:15:02] iteration       10/     100 | consumed samples:          640 |

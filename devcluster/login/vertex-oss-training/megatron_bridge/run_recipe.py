@@ -37,7 +37,9 @@ Format strings are upstream's: NVIDIA-NeMo/Megatron-Bridge
 067f987df03b8355b03192d88d70f1709fedf51a (training/utils/train_utils.py training_log,
 training/eval.py, training/train.py checkpoint_and_decide_exit, training/checkpointing.py)
 and NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/training/
-training.py, checkpointing.py, megatron/core/rerun_state_machine.py).
+training.py, checkpointing.py, log_handler.py, megatron/core/rerun_state_machine.py), checked
+against the released megatron-bridge 0.6.2 and megatron-core 0.19.2 (not yet against a
+capture: tests/cluster/data/megatron/README.md).
 """
 
 from __future__ import annotations
