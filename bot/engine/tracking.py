@@ -26,7 +26,7 @@ from cluster.slurm.base import is_terminal, slurm_time_seconds
 from cluster.slurm.reasons import explain_pending
 from cluster.watching.collector import JobSnapshot
 from cluster.watching.diagnosis import Diagnosis
-from cluster.watching.progress import Point, complete_lines, run_links, tensorboard_dirs
+from cluster.watching.progress import Point, complete_lines, run_links
 from cluster.watching.tracking import Tracking
 
 log = logging.getLogger(__name__)
@@ -171,10 +171,9 @@ class _Step:
                 launch.run_links.append(url)
                 tracker = "MLflow" if "/experiments/" in url else "W&B"
                 self.say(f"📈 {tracker} run: <{escape(url)}|{escape(url.rsplit('/', 1)[-1])}>")
-        for printed in tensorboard_dirs(text):
-            where = framework(tracking.framework).tensorboard_dir(
-                printed, tracking, self.snap.directory
-            )
+        fw = framework(tracking.framework)
+        for printed in fw.tensorboard_printed(text):
+            where = fw.tensorboard_dir(printed, tracking, self.snap.directory)
             if where not in launch.tensorboard_dirs:
                 launch.tensorboard_dirs.append(where)
                 self.say(render.tensorboard_text(self.profile, where, self.snap.job_id, launch.id))
