@@ -28,7 +28,7 @@ from cluster.slurm.base import is_terminal, slurm_time_seconds
 from cluster.slurm.reasons import explain_pending
 from cluster.watching.collector import JobSnapshot
 from cluster.watching.diagnosis import Diagnosis
-from cluster.watching.progress import Point, complete_lines, run_links, tensorboard_dirs
+from cluster.watching.progress import Point, complete_lines, run_links
 from cluster.watching.tracking import Tracking
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class _Step:
         digest = digest_from_log(text)
         if digest:
             self.attempt.record = record.model_copy(update={"image_digest": digest})
-            self.say(f"Image {escape(record.image)}: digest {digest} (as the job imported it).")
+            self.tell({"move": "image_digest", "image": record.image, "digest": digest})
 
     def trackers(self, text: str, tracking: Tracking) -> None:
         """Where the run logs its metrics (a W&B page, a TensorBoard directory): said once."""
@@ -177,10 +177,9 @@ class _Step:
                 launch.run_links.append(url)
                 tracker = "mlflow" if "/experiments/" in url else "wandb"
                 self.tell({"move": "run_link", "tracker": tracker, "url": url})
-        for printed in tensorboard_dirs(text):
-            where = framework(tracking.framework).tensorboard_dir(
-                printed, tracking, self.snap.directory
-            )
+        fw = framework(tracking.framework)
+        for printed in fw.tensorboard_printed(text):
+            where = fw.tensorboard_dir(printed, tracking, self.snap.directory)
             if where not in launch.tensorboard_dirs:
                 launch.tensorboard_dirs.append(where)
                 job = self.snap.job_id

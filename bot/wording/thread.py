@@ -458,6 +458,14 @@ def attach_ready(facts: Facts) -> str:
     )
 
 
+def image_digest(facts: Facts) -> str:
+    """A registry image's digest, as the job's import printed it."""
+    return (
+        f"Image {escape(_s(facts, 'image'))}: digest {escape(_s(facts, 'digest'))} (as the job "
+        "imported it)."
+    )
+
+
 def slurm_state(facts: Facts) -> str:
     return f"Slurm state: {escape(_s(facts, 'state'))}."
 
@@ -499,6 +507,7 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "slurm_requeue": slurm_requeue,
     "attach_ready": attach_ready,
     "slurm_state": slurm_state,
+    "image_digest": image_digest,
     # ... what a run's health calls for (bot.lifecycle.health), and what
     # W&B says of a run and of a sweep's runs
     "health": health.note,

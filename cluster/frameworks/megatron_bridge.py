@@ -23,7 +23,11 @@ such option (no pyxis: the dev cluster), without a container and the image in
 Slurm restart, as nemo-run names its own); checkpoints go to ``checkpoints/`` there
 (``checkpoint.save`` and ``checkpoint.load``), so every attempt of one launch resumes from
 the newest complete one, which the tracker file ``latest_checkpointed_iteration.txt``
-names.
+names. TensorBoard event files go to ``tb_logs/`` there (``logger.tensorboard_dir``: the
+recipes' own default, ``<cwd>/nemo_experiments/default/tb_logs``, would be shared by every
+launch run from the same directory); the last rank prints ``> setting tensorboard ...``
+when it makes the writer (``megatron/bridge/training/state.py``), and that line is when
+the thread names the directory.
 """
 
 from __future__ import annotations
@@ -65,6 +69,10 @@ EXPORT_PROGRAM = "convert_checkpoints.py"
 DEFAULT_IMAGE = "nvcr.io/nvidia/nemo:26.02"
 CHECKPOINT_PATTERN = r"^iter_([0-9]{7,})$"
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
+TENSORBOARD_SUBDIR = "tb_logs"
+#: What the last rank prints when it makes the TensorBoard writer (Megatron-Bridge's
+#: GlobalState.tensorboard_logger, as Megatron-LM's global_vars): the directory is not in it.
+TENSORBOARD_SET_RE = re.compile(r"^> setting tensorboard \.\.\.\s*$", re.MULTILINE)
 LOAD_KEY, PRETRAINED_KEY = "checkpoint.load", "checkpoint.pretrained_checkpoint"
 _PATH_VALUE = r"/[A-Za-z0-9._/+@-]{1,199}"
 OVERRIDES = {
@@ -156,12 +164,13 @@ def batch_script(spec: LaunchSpec) -> str:
             load = quote_path(value)
         else:
             extra.append(f"{key}={quote_path(value)}")
+    extra.append(f'logger.tensorboard_dir="$RUN_DIR/{TENSORBOARD_SUBDIR}"')
     words = " ".join(shlex.quote(w) for w in program)
     lines.append(
         'exec srun --kill-on-bad-exit=1 --output="$RUN_DIR/log-'
         f'{spec.job_name}_%j_${{SLURM_RESTART_COUNT:-0}}.out" "$@" '
         f"python3 {here}/{shlex.quote(spec.script or 'run_recipe.py')} {words} "
-        f'checkpoint.save="$RUN_DIR/checkpoints" {LOAD_KEY}={load} {" ".join(extra)}'.rstrip()
+        f'checkpoint.save="$RUN_DIR/checkpoints" {LOAD_KEY}={load} {" ".join(extra)}'
     )
     return "\n".join(lines)
 
@@ -279,6 +288,14 @@ class MegatronBridge(Framework):
 
     def parse_progress(self, text: str, carry: Point | None) -> Progress:
         return parse_megatron(text, carry)
+
+    def tensorboard_printed(self, text: str) -> list[str]:
+        # The log does not name the directory; the batch script chose it (logger.tensorboard_dir).
+        return [TENSORBOARD_SUBDIR] if TENSORBOARD_SET_RE.search(text) else []
+
+    def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
+        # <run dir>/tb_logs: the directory the collector found the log in is the run's own.
+        return join_remote(job_dir or tracking.log_dir, printed)
 
     def start_key(self, parent_framework: str, same_workload: bool) -> str:
         if parent_framework != self.name:

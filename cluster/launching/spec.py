@@ -34,7 +34,7 @@ from cluster.site.profiles import ClusterProfile
 from cluster.slurm.base import slurm_time_seconds
 from cluster.slurm.sbatch import JobShape
 from cluster.ssh.remote import RemoteArg, join_remote
-from cluster.watching.progress import Point, Progress
+from cluster.watching.progress import Point, Progress, tensorboard_dirs
 from cluster.watching.tracking import Tracking
 
 if TYPE_CHECKING:
@@ -155,10 +155,15 @@ class Framework(ABC):
         differs from ``tracking.checkpoint_dir`` (None: nothing new)."""
         return None
 
+    def tensorboard_printed(self, text: str) -> list[str]:
+        """The TensorBoard directories new log ``text`` names, as printed, in order, once
+        each (:func:`cluster.watching.progress.tensorboard_dirs`: NeMo's and NeMo-RL's lines)."""
+        return tensorboard_dirs(text)
+
     def tensorboard_dir(self, printed: str, tracking: Tracking, job_dir: str) -> str:
-        """The run's TensorBoard directory on the login node, from the one its log names
-        (:func:`cluster.watching.progress.tensorboard_dirs`); ``job_dir`` is the absolute directory
-        the collector found the job's log in."""
+        """The run's TensorBoard directory on the login node, from one that
+        :meth:`tensorboard_printed` found; ``job_dir`` is the absolute directory the
+        collector found the job's log in."""
         return printed
 
     def attach_command(self, tracking: Tracking) -> str | None:

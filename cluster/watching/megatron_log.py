@@ -5,7 +5,8 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553, ``training.py`` ``training_log``,
 ``evaluate_and_print_results``, ``print_datetime``; ``checkpointing.py``) and
 Megatron-Bridge's own (NVIDIA-NeMo/Megatron-Bridge 067f987df03b8355b03192d88d70f1709fedf51a,
 ``training/utils/train_utils.py`` ``training_log``, ``training/eval.py``,
-``training/train.py``, ``training/checkpointing.py``). The last rank prints, every
+``training/train.py``, ``training/checkpointing.py``), as released in ``megatron-core``
+0.19.2 and ``megatron-bridge`` 0.6.2 (checked against both). The last rank prints, every
 ``logger.log_interval`` iterations (10 in the recipes)::
 
    [2026-03-02 10:15:02] iteration       10/     100 | consumed samples:          640 |
@@ -24,7 +25,13 @@ default, ``rerun_mode: disabled``)::
 
 and, when they are on (Megatron-LM's default, ``validate_results``), logs ``Unexpected
 result nan on rank 0 at iteration #7 invocation #1 (message='...')``, re-runs the step,
-saves and exits with code 16 (``EXIT_CODE_RESUME_TO_DISAMBIGUATE``) or 17.
+says the re-run's verdict (``Rank 0, node dev1, device 0, iteration #7: First rerun:
+unexpected result is reproducible within the tolerance (nan = nan). Need to rerun on a
+different GPU to verify correctness.!``), saves and exits with code 16
+(``EXIT_CODE_RESUME_TO_DISAMBIGUATE``) or 17 (not reproducible: a transient fault). Its
+records print bare (megatron.training's log handler); its WARNINGs (``Saving a checkpoint
+and exiting now ...``) are dropped by Megatron-Bridge unless ``logger.filter_warnings`` is
+off.
 ``exit_duration_in_mins``, ``exit_interval`` and SIGTERM end the run early on purpose
 (exit 0, Slurm: COMPLETED) after a save: ``[exiting program after 1.5 minutes] datetime:
 ...``, ``[exiting program at iteration 40] datetime: ...``, ``[exiting program after
@@ -72,9 +79,13 @@ EXIT_RE = re.compile(
     r"^\s*\[exiting program (?P<why>after (?P<minutes>[0-9.]+) minutes"
     r"|at iteration (?P<it>\d+)|after receiving SIGTERM\.)\] datetime:"
 )
+# Its verdicts: the first re-run's (logger.error, always printed) and the exit's own words
+# (WARNINGs, which Megatron-Bridge's default warning filter, logger.filter_warnings, drops).
 RERUN_EXIT_RE = re.compile(
     r"(?P<text>Saving a checkpoint and exiting now\. Please resume the job from the checkpoint"
-    r"|Exiting now\. (?:The job can be resumed|A checkpoint at the last iteration|Please resume))"
+    r"|Exiting now\. (?:The job can be resumed|A checkpoint at the last iteration|Please resume)"
+    r"|First rerun: unexpected result is (?:not )?reproducible within the tolerance"
+    r" \([^)]{1,80}\)(?:\. Need to rerun on a different GPU to verify correctness\.)?)"
 )
 # The configuration printed at start: Megatron-Bridge's YAML ("  log_interval: 10") or
 # Megatron-LM's argument list ("  log_interval .......... 10").
@@ -107,7 +118,7 @@ class MegatronFacts:
     log_interval: int | None = None  # iterations between two progress lines
     stop_early: StopEarly | None = None
     nan: NanCheck | None = None
-    rerun_exit: str = ""  # the re-run state machine's own words when it exits (code 16/17)
+    rerun_exit: str = ""  # the re-run state machine's last verdict or exit words (code 16/17)
     saved: tuple[tuple[int, str], ...] = ()  # (iteration, save dir), as announced
     tflops_per_gpu: float | None = None
     skipped_iterations: int = 0

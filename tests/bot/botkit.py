@@ -96,6 +96,8 @@ class Knobs(TypedDict, total=False):
     exit_at: int
     nan_mode: str
     sigterm: str
+    exit_minute_s: float
+    log_throughput: int
 
 
 def dev_config(

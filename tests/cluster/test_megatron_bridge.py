@@ -3,6 +3,11 @@ and registry images (cluster.site.image_refs)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from cluster.frameworks.megatron_bridge import MEGATRON_BRIDGE, batch_script
@@ -11,6 +16,7 @@ from cluster.launching.recipes import DEFAULT_CATALOG
 from cluster.launching.spec import LaunchSpec
 from cluster.site.image_refs import check_image_ref, enroot_uri, is_registry_ref, pyxis_image
 from cluster.site.profiles import ClusterProfile
+from cluster.watching.progress import tensorboard_dirs
 from commands.rules import ImageRule
 
 
@@ -69,6 +75,7 @@ def test_the_launch_is_one_sbatch_with_a_task_per_gpu_and_srun_in_the_container(
         script
     )
     assert 'checkpoint.save="$RUN_DIR/checkpoints" checkpoint.load="$RUN_DIR/checkpoints"' in script
+    assert 'logger.tensorboard_dir="$RUN_DIR/tb_logs"' in script  # not the recipes' shared one
     hopper = batch_script(spec(profile=profile(type="hcc-a3m")))
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in hopper
     assert ". /var/lib/tcpxo/lib64/nccl-env-profile.sh" in hopper
@@ -169,3 +176,44 @@ def test_every_launcher_gets_a_registry_image_in_pyxis_form() -> None:
         launch = LaunchSpec.from_recipe(profile(), recipe, launch_id="L-1", nodes=1, image=image)
         assert launch.image_path == pyxis_image(image) and "#" in launch.image_path
         assert launch.image_path in plan_launch(launch).script()
+
+
+RUN_RECIPE = (
+    Path(__file__).parents[2] / "devcluster/login/vertex-oss-training/megatron_bridge/run_recipe.py"
+)
+
+
+def test_tensorboard_is_the_run_directorys_own_and_said_when_the_writer_is_made() -> None:
+    """The log does not name the directory (``> setting tensorboard ...``): the batch
+    script chose ``<run dir>/tb_logs``, and the directory the log was found in is the run's."""
+    tracking = MEGATRON_BRIDGE.tracking(spec(), "4187\n")
+    made = "  successfully loaded checkpoint\n> setting tensorboard ...\nStarting training loop\n"
+    assert MEGATRON_BRIDGE.tensorboard_printed(made) == ["tb_logs"]
+    assert MEGATRON_BRIDGE.tensorboard_printed("Starting training loop at iteration 0\n") == []
+    assert MEGATRON_BRIDGE.tensorboard_printed("x > setting tensorboard ... later\n") == []
+    job_dir = "/home/trainer/vertex-oss-training/megatron_bridge/experiments/x-L-7f3a9c"
+    assert MEGATRON_BRIDGE.tensorboard_dir("tb_logs", tracking, job_dir) == f"{job_dir}/tb_logs"
+    assert MEGATRON_BRIDGE.tensorboard_dir("tb_logs", tracking, "") == (
+        f"{tracking.log_dir}/tb_logs"
+    )
+    assert tensorboard_dirs(made) == []  # NeMo's and NeMo-RL's lines are another shape
+
+
+def test_the_stand_in_writes_events_where_the_batch_script_says(tmp_path: Path) -> None:
+    """The dev cluster's run_recipe.py (this checkout's copy, run here as the only rank)."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DEVCLUSTER_STEP_TIME_S": "0"}
+    env.update(DEVCLUSTER_SAVE_TIME_S="0", DEVCLUSTER_TEARDOWN_S="0")
+    board = tmp_path / "run" / "tb_logs"
+    argv = [sys.executable, str(RUN_RECIPE), "--recipe=llama31_8b_pretrain_config"]
+    argv += ["train.train_iters=2", f"checkpoint.save={tmp_path}/run/checkpoints"]
+    out = subprocess.run(
+        [*argv, f"logger.tensorboard_dir={board}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert MEGATRON_BRIDGE.tensorboard_printed(out.stdout) == ["tb_logs"]
+    assert [p.name.startswith("events.out.tfevents.") for p in board.iterdir()] == [True]

@@ -127,3 +127,40 @@ async def test_a_nan_is_named_with_its_step(unique: str) -> None:
     assert done.outcome != "COMPLETED", said
     assert done.health.nan_step == 5, said
     assert "NaN" in said and "step 5" in said, said
+
+
+async def test_a_time_budget_exit_is_said_stopped_early_and_resumed_from_its_checkpoint(
+    unique: str,
+) -> None:
+    """train.exit_duration_in_mins=1 (a minute lasts 5 s here: exit_minute_s) and 2 s steps:
+    attempt 1 passes its budget at step 3 of 5, saves it, prints ``[exiting program after
+    ... minutes]`` and exits 0 (Slurm: COMPLETED); trainbot says it stopped early, not ✅,
+    and resumes it from that checkpoint; attempt 2 does steps 4 and 5 (4 s) and completes.
+    The TensorBoard directory the batch script chose is said once, and holds the events."""
+    front = ConsoleFront(io.StringIO(), color=False)
+    budget: Knobs = {"step_time_s": 2, "save_time_s": 0.1, "log_interval": 1, "exit_minute_s": 5}
+    async with knobs(unique, **budget), running(bot_settings(), dev_config(), front) as bot:
+        launch_id = await train(
+            bot,
+            front,
+            f"pretrain llama3p1_8b {MB} name={unique} train.train_iters=5 "
+            "train.exit_duration_in_mins=1 checkpoint.save_interval=100",
+        )
+        done = await wait_for_launch(bot.store, launch_id, timeout_s=240)
+        await wait_delivered(bot.store)
+    said = "\n".join(front.lines)
+    assert (
+        "⏸️ STOPPED EARLY at step 3 / 5 (its time budget; Slurm: COMPLETED) · checkpoint "
+        "step 3 · resuming from it (attempt 2)." in said
+    ), said
+    assert done.outcome == "COMPLETED" and len(done.attempts) == 2, said
+    assert done.progress.step == 5 and done.attempts[1].resume, done.progress
+    assert done.checkpoints == ["iter_0000003", "iter_0000005"], done.checkpoints
+    first = run_log_of(done.attempts[0].job_id, launch_id)
+    assert re.search(r"^\[exiting program after [0-9.]+ minutes\] datetime: ", first, re.M), first
+    second = run_log_of(done.attempts[1].job_id, launch_id)
+    assert "Starting training loop at iteration 3\n" in second, second
+    # The thread names <run dir>/tb_logs once, for both attempts, and it holds event files.
+    boards = re.findall(r"📊 TensorBoard logs in `([^`]+)`", said)
+    assert len(boards) == 1 and boards[0].endswith(f"-{launch_id}/tb_logs"), said
+    assert login_run(f"ls {boards[0]}").startswith("events.out.tfevents."), boards

@@ -330,3 +330,9 @@ def test_set_aside() -> None:
         "⚠️ This launch failed inside trainbot (KeyError), 5 times; it was set aside (dead "
         "letters) and is tried again in 10 min, for up to 24 h. `/cancel` stops it."
     )
+
+
+def test_image_digest() -> None:
+    assert says("image_digest", image="nvcr.io#nvidia/nemo:26.02", digest="sha256:ab12") == (
+        "Image nvcr.io#nvidia/nemo:26.02: digest sha256:ab12 (as the job imported it)."
+    )

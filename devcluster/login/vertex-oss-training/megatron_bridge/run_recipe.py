@@ -10,7 +10,7 @@ prints, writes checkpoints in Megatron's layout and ends the way the loop ends.
 Command line, as upstream's: ``--recipe <function name>`` (``--recipe=...``),
 ``--dataset``, ``--peft_scheme``, then Hydra-style ``key=value`` overrides; read here:
 ``train.train_iters``, ``train.exit_interval``, ``train.exit_duration_in_mins``,
-``logger.log_interval``, ``checkpoint.save``, ``checkpoint.load``,
+``logger.log_interval``, ``logger.tensorboard_dir``, ``checkpoint.save``, ``checkpoint.load``,
 ``checkpoint.pretrained_checkpoint``, ``checkpoint.save_interval``,
 ``validation.eval_interval``, ``rerun_state_machine.rerun_mode``.
 
@@ -25,15 +25,21 @@ Knobs (``_devcluster/standin.py``: ~/devcluster-control/*.env, DEVCLUSTER_<KEY>)
                  rerun_state_machine.rerun_mode=... on the command line sets it too
   exit_at        stop early at this iteration (as train.exit_interval)
   exit_after_s   stop early after this many seconds (as train.exit_duration_in_mins)
+  exit_minute_s  how many seconds one minute of train.exit_duration_in_mins lasts here
+                 (default 60), so a test of the time budget need not wait minutes
   sigterm        1: a SIGTERM saves and exits 0 (train.exit_signal_handler=True)
   dialect        bridge (default) or megatron-lm (microseconds in the time stamps)
   log_interval   default logger.log_interval (10 in the recipes; default here 5)
+  log_throughput 1: the iteration line has "throughput per GPU" (logger.log_throughput,
+                 off in the recipes; Megatron-Bridge prints "Step Time : ..." either way)
 
 Format strings are upstream's: NVIDIA-NeMo/Megatron-Bridge
 067f987df03b8355b03192d88d70f1709fedf51a (training/utils/train_utils.py training_log,
 training/eval.py, training/train.py checkpoint_and_decide_exit, training/checkpointing.py)
 and NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/training/
-training.py, checkpointing.py, megatron/core/rerun_state_machine.py).
+training.py, checkpointing.py, log_handler.py, megatron/core/rerun_state_machine.py), checked
+against the released megatron-bridge 0.6.2 and megatron-core 0.19.2 (not yet against a
+capture: tests/cluster/data/megatron/README.md).
 """
 
 from __future__ import annotations
@@ -62,6 +68,12 @@ LR = 3.0e-4
 def stamp(dialect: str) -> str:
     fmt = "%Y-%m-%d %H:%M:%S.%f" if dialect == "megatron-lm" else "%Y-%m-%d %H:%M:%S"
     return datetime.now().strftime(fmt)
+
+
+def ranks(dialect: str) -> str:
+    """The ranks a load names: Megatron-Bridge's are 0-based, Megatron-LM's 1-based and
+    with the GTP weight-remat group (megatron-core 0.19.2)."""
+    return "[ t 1/1, gtp_remat 1/1, p 1/1 ]" if dialect == "megatron-lm" else "[ t 0/1, p 0/1 ]"
 
 
 def parse_args(argv: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -97,9 +109,12 @@ def image_check(image: str) -> bool:
     return True
 
 
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
 def tracker(save: Path) -> int:
     try:
-        text = (save / "latest_checkpointed_iteration.txt").read_text().strip()
+        text = (save / TRACKER).read_text().strip()
     except OSError:
         return 0
     return int(text) if text.isdigit() else 0
@@ -127,19 +142,29 @@ def save_checkpoint(save: Path, it: int, dialect: str, save_time_s: float, lines
         s.say(f"  successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]")
 
 
-def iteration_line(it: int, total: int, loss: float, ms: float, nan: int, dialect: str) -> str:
+def iteration_line(
+    it: int,
+    total: int,
+    loss: float,
+    ms: float,
+    nan: int,
+    dialect: str,
+    throughput: bool,
+    qk_clip: bool,
+) -> str:
     line = f" [{stamp(dialect)}]"
     line += f" iteration {it:8d}/{total:8d} |"
     line += f" consumed samples: {it * GLOBAL_BATCH_SIZE:12d} |"
     line += f" elapsed time per iteration (ms): {ms:.1f} |"
-    line += f" throughput per GPU (TFLOP/s/GPU): {412.3 + (it % 7) * 0.4:.1f} |"
+    if throughput:  # logger.log_throughput (off in the recipes), --log-throughput
+        line += f" throughput per GPU (TFLOP/s/GPU): {412.3 + (it % 7) * 0.4:.1f} |"
     line += f" learning rate: {LR * min(1.0, it / 10):.6E} |"
     line += f" global batch size: {GLOBAL_BATCH_SIZE:5d} |"
     if loss >= 0.0:  # upstream: a NaN average is left off the line
         line += f" lm loss: {loss:.6E} |"
     line += " loss scale: 1.0 |"
     line += f" grad norm: {1.5 + 3.0 / it:.3f} |"
-    if dialect == "bridge":
+    if dialect == "bridge" and qk_clip:  # model.qk_clip (MuonClip): not in the Llama recipes
         line += f" max attention logit: {18.25 + it * 0.01:.3f} |"
     line += f" number of skipped iterations: {0:3d} |"
     line += f" number of nan iterations: {nan:3d} |"
@@ -165,7 +190,7 @@ def nan_raise(rank: int, it: int) -> None:
     s.warn(
         f"[rank{rank}]: Traceback (most recent call last):",
         f'[rank{rank}]:   File "/opt/Megatron-Bridge/src/megatron/bridge/training/losses.py", '
-        "line 54, in masked_next_token_loss",
+        "line 73, in masked_next_token_loss",
         f"[rank{rank}]:     rerun_state_machine.validate_result(",
         f"[rank{rank}]: RuntimeError: Rank {rank}, node {host}, device {local}, iteration {it}: "
         "Unexpected result nan (message='found NaN in local forward loss calculation')",
@@ -173,13 +198,17 @@ def nan_raise(rank: int, it: int) -> None:
 
 
 def nan_validate(rank: int, it: int) -> None:
-    """rerun_state_machine with re-runs on: re-run in place, reproducible, save and exit."""
-    s.warn(
-        f"WARNING:megatron.core.rerun_state_machine:Unexpected result nan on rank {rank} at "
-        f"iteration #{it} invocation #1 (message='found NaN in local forward loss calculation')",
-        "WARNING:megatron.core.rerun_state_machine:First rerun: unexpected result is "
-        "reproducible within the tolerance (nan = nan). Need to rerun on a different GPU to "
-        "verify correctness.",
+    """rerun_state_machine with re-runs on: re-run in place, reproducible, save and exit.
+    megatron.training's log handler (log_handler.CustomHandler) prints a record's message
+    alone, on stdout; these two are logger.error, so the warning filter keeps them."""
+    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    local = int(os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or 0)
+    s.say(
+        f"Unexpected result nan on rank {rank} at iteration #{it} invocation #1 "
+        "(message='found NaN in local forward loss calculation')",
+        f"Rank {rank}, node {host}, device {local}, iteration #{it}: First rerun: unexpected "
+        "result is reproducible within the tolerance (nan = nan). Need to rerun on a "
+        "different GPU to verify correctness.!",
     )
 
 
@@ -209,14 +238,25 @@ def main() -> None:
     exit_at = s.int_knob(overrides, "train.exit_interval", s.int_knob(k, "exit_at", 0))
     exit_after_s = s.float_knob(k, "exit_after_s", 0.0)
     if "train.exit_duration_in_mins" in overrides:
-        exit_after_s = 60 * s.float_knob(overrides, "train.exit_duration_in_mins", 0.0)
+        minute_s = s.float_knob(k, "exit_minute_s", 60.0)
+        exit_after_s = minute_s * s.float_knob(overrides, "train.exit_duration_in_mins", 0.0)
     step_time_s = s.float_knob(k, "step_time_s", 1.0)
     save_time_s = s.float_knob(k, "save_time_s", 0.5)
     nan_at = s.int_knob(k, "nan_at", -1)
+    yes = ("1", "true", "yes")
+    throughput = overrides.get("logger.log_throughput", k.get("log_throughput", "0")).lower() in yes
+    qk_clip = overrides.get("model.qk_clip", "0").lower() in yes
+    # Megatron-Bridge's setup_logging drops WARNING records (logger.filter_warnings, on by
+    # default); Megatron-LM's initialize does not.
+    filter_warnings = dialect == "bridge" and (
+        overrides.get("logger.filter_warnings", "True").lower() in yes
+    )
     nan_mode = overrides.get("rerun_state_machine.rerun_mode", k.get("nan_mode", "raise"))
     fault = s.fault_armed(k)
     fault_at = s.int_knob(k, "fault_at_step", max(total // 3, 1))
-    save = Path(os.path.expanduser(overrides.get("checkpoint.save", "nemo_experiments/default/checkpoints")))
+    save = Path(
+        os.path.expanduser(overrides.get("checkpoint.save", "nemo_experiments/default/checkpoints"))
+    )
     load = overrides.get("checkpoint.load", "")
     pretrained = overrides.get("checkpoint.pretrained_checkpoint", "")
     save.mkdir(parents=True, exist_ok=True)
@@ -225,22 +265,43 @@ def main() -> None:
     s.say(*s.secret_fingerprints())
     if dialect == "megatron-lm":  # megatron/training/arguments.py print_args
         s.say("------------------------ arguments ------------------------")
-        for arg, value in (("log_interval", interval), ("save_interval", every), ("train_iters", total)):
+        for arg, value in (
+            ("log_interval", interval),
+            ("save_interval", every),
+            ("train_iters", total),
+        ):
             s.say(f"  {arg} {'.' * (48 - len(arg))} {value}")
         s.say("-------------------- end of arguments ---------------------")
-    s.startup(k, ["> building train, validation, and test datasets ...", "> compiling dataset index builder ..."])
+    s.startup(
+        k,
+        [
+            "> building train, validation, and test datasets ...",
+            "> compiling dataset index builder ...",
+        ],
+    )
     start = 0
     load_dir = Path(os.path.expanduser(load)) if load else None
     if load_dir is not None and tracker(load_dir):
         start = tracker(load_dir)
+        s.say(f"  successfully loaded checkpoint from {load} {ranks(dialect)} at iteration {start}")
+    elif load_dir is not None and dialect == "megatron-lm":  # checkpointing.py load_checkpoint
         s.say(
-            f"  successfully loaded checkpoint from {load} [ t 0/1, p 0/1 ] at iteration {start}"
+            f"WARNING: could not find the metadata file {load_dir / TRACKER}",
+            "    will not load any checkpoints and will start from random",
         )
     elif load_dir is not None:
         s.say(f"WARNING: could not find the metadata file {load_dir / 'latest_train_state.pt'}")
     if pretrained and not start:
         at = tracker(Path(os.path.expanduser(pretrained)))
-        s.say(f"  successfully loaded checkpoint from {pretrained} [ t 0/1, p 0/1 ] at iteration {at}")
+        s.say(
+            f"  successfully loaded checkpoint from {pretrained} {ranks(dialect)} at iteration {at}"
+        )
+    # GlobalState.tensorboard_logger (last rank), first used once the checkpoint is loaded;
+    # the recipes set logger.tensorboard_dir (<cwd>/nemo_experiments/default/tb_logs).
+    board = overrides.get("logger.tensorboard_dir", "nemo_experiments/default/tb_logs")
+    if board not in ("", "None", "null"):
+        s.say("> setting tensorboard ...")
+        s.tensorboard_events(Path(os.path.expanduser(board)))
     s.say(f"Starting training loop at iteration {start}")
 
     got_term: list[bool] = []
@@ -254,12 +315,14 @@ def main() -> None:
         nan = 0 <= nan_at <= it
         if nan and nan_mode == "validate_results":
             nan_validate(rank, it)
-            save_checkpoint(save, it, dialect, save_time_s, True)
-            s.warn(
-                "WARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. "
-                "Please resume the job from the checkpoint to rerun the last iteration and "
-                "establish a diagnostic"
-            )
+            if not filter_warnings:  # a WARNING (log_single_rank), before the save
+                s.say(
+                    "Saving a checkpoint and exiting now. Please resume the job from the "
+                    "checkpoint to rerun the last iteration and establish a diagnostic"
+                )
+            # train(): the loop's iteration counts completed ones, so the save is of the
+            # one before: resuming from it re-runs this one.
+            save_checkpoint(save, it - 1, dialect, save_time_s, True)
             s.finish(16)
         if nan:
             nan_raise(rank, it)
@@ -268,7 +331,9 @@ def main() -> None:
             loss = s.loss_at(it, total, start=10.8, floor=2.1)
             if dialect == "bridge":
                 s.say(f"Step Time : {step_time_s:.2f}s GPU utilization: 412.3MODEL_TFLOP/s/GPU")
-            s.say(iteration_line(it, total, loss, step_time_s * 1000, 0, dialect))
+            s.say(
+                iteration_line(it, total, loss, step_time_s * 1000, 0, dialect, throughput, qk_clip)
+            )
         if val_every and it % val_every == 0:
             validation_block(it, s.loss_at(it, total, start=10.9, floor=2.2))
         if got_term:
