@@ -13,6 +13,7 @@ PORT=29500
 COMMON="--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 256 --max-position-embeddings 256
  --micro-batch-size 4 --global-batch-size 8 --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2
  --weight-decay 0.01 --clip-grad 1.0 --bf16 --transformer-impl local --no-gradient-accumulation-fusion
+ --no-persist-layer-norm --no-masked-softmax-fusion
  --mock-data --tokenizer-type NullTokenizer --vocab-size 4096 --ckpt-format torch_dist
  --log-interval 5 --eval-interval 10 --eval-iters 2 --log-throughput --seed 1234 --distributed-backend nccl"
 
