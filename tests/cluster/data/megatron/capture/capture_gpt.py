@@ -17,6 +17,7 @@ two test hooks in the forward step, read from the environment:
 import os
 import time
 
+import megatron.core.datasets.utils as dataset_utils
 import pretrain_gpt as pg
 import torch
 from megatron.core.enums import ModelType
@@ -26,7 +27,6 @@ from megatron.training.argument_utils import (
     pretrain_cfg_container_from_args,
 )
 from megatron.training.arguments import parse_and_validate_args
-import megatron.core.datasets.utils as dataset_utils
 
 # The wheel ships the dataset helpers built (helpers_cpp) but not their Makefile, so
 # Megatron's run-time "make" fails and exits; the built module is what it would make.
