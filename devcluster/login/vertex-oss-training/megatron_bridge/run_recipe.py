@@ -38,8 +38,8 @@ Format strings are upstream's: NVIDIA-NeMo/Megatron-Bridge
 training/eval.py, training/train.py checkpoint_and_decide_exit, training/checkpointing.py)
 and NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/training/
 training.py, checkpointing.py, log_handler.py, megatron/core/rerun_state_machine.py), checked
-against the released megatron-bridge 0.6.2 and megatron-core 0.19.2 (not yet against a
-capture: tests/cluster/data/megatron/README.md).
+against the released megatron-bridge 0.6.2 and megatron-core 0.19.2, and megatron.training's
+shapes against what it printed on an H100 (tests/cluster/data/megatron/captured/).
 """
 
 from __future__ import annotations
@@ -123,8 +123,9 @@ def tracker(save: Path) -> int:
 def save_checkpoint(save: Path, it: int, dialect: str, save_time_s: float, lines: bool) -> None:
     """Megatron's order: the iter_ directory, then (rank 0, last) the train state and the
     tracker, so a directory newer than the tracker is a save in progress."""
-    if lines:
-        s.say(f"saving checkpoint at iteration {it:7d} to {save} in torch_dist format")
+    if lines:  # megatron.training stamps it (checkpointing.py), Megatron-Bridge does not
+        said = f"saving checkpoint at iteration {it:7d} to {save} in torch_dist format"
+        s.say(f"[{stamp(dialect)}] {said}" if dialect == "megatron-lm" else said)
     where = save / f"iter_{it:07d}"
     s.write_files(where, {".metadata": "", "common.pt": "", "metadata.json": "{}\n"})
     time.sleep(save_time_s)
@@ -171,10 +172,13 @@ def iteration_line(
     return line
 
 
-def validation_block(it: int, loss: float) -> None:
+def validation_block(it: int, loss: float, where: str = "") -> None:
+    """evaluate_and_print_results: in the loop the prefix is ``iteration N`` (Megatron-Bridge
+    training/train.py, megatron.training), once training is done ``iteration N on
+    validation set`` and ``... on test set`` (Bridge training/pretrain.py, as captured)."""
     text = (
-        f" validation loss at iteration {it} on validation set | "
-        f"lm loss value: {loss:.6E} | lm loss PPL: {math.exp(min(loss, 50)):.6E} | "
+        f" validation loss at iteration {it}{where} | "
+        f"lm loss value: {loss:.6E} | lm loss PPL: {math.exp(min(20, loss)):.6E} | "
     )
     s.say("-" * (len(text) + 1), text, "-" * (len(text) + 1))
 
@@ -197,18 +201,46 @@ def nan_raise(rank: int, it: int) -> None:
     )
 
 
-def nan_validate(rank: int, it: int) -> None:
-    """rerun_state_machine with re-runs on: re-run in place, reproducible, save and exit.
-    megatron.training's log handler (log_handler.CustomHandler) prints a record's message
-    alone, on stdout; these two are logger.error, so the warning filter keeps them."""
+RERUN_LOGGER = "megatron.core.rerun_state_machine"
+
+
+def record(level: str, message: str, filter_warnings: bool) -> None:
+    """A logging record as both loops print it: megatron/training/__init__.py imports
+    training.py, whose ``logging.basicConfig(handlers=[CustomHandler()])`` gives the handler
+    logging's default format, ``LEVEL:logger:message`` (as captured); Megatron-Bridge
+    imports megatron.training too (training/utils/log_utils.py) and, by default
+    (logger.filter_warnings), drops WARNING records."""
+    if level == "WARNING" and filter_warnings:
+        return
+    s.say(f"{level}:{RERUN_LOGGER}:{message}")
+
+
+def nan_validate(rank: int, it: int, filter_warnings: bool) -> None:
+    """rerun_state_machine with re-runs on: re-run in place, reproducible, then the exit's
+    words (the save and exit 16 follow), in the captured order."""
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     local = int(os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or 0)
-    s.say(
+    record(
+        "ERROR",
         f"Unexpected result nan on rank {rank} at iteration #{it} invocation #1 "
         "(message='found NaN in local forward loss calculation')",
+        filter_warnings,
+    )
+    record(
+        "WARNING", "Need to rerun step to check reproducibility of initial result", filter_warnings
+    )
+    record(
+        "ERROR",
         f"Rank {rank}, node {host}, device {local}, iteration #{it}: First rerun: unexpected "
         "result is reproducible within the tolerance (nan = nan). Need to rerun on a "
         "different GPU to verify correctness.!",
+        filter_warnings,
+    )
+    record(
+        "WARNING",
+        "Saving a checkpoint and exiting now. Please resume the job from the checkpoint to "
+        "rerun the last iteration and establish a diagnostic",
+        filter_warnings,
     )
 
 
@@ -314,12 +346,7 @@ def main() -> None:
         s.strike(fault, it, fault_at, s.finish)
         nan = 0 <= nan_at <= it
         if nan and nan_mode == "validate_results":
-            nan_validate(rank, it)
-            if not filter_warnings:  # a WARNING (log_single_rank), before the save
-                s.say(
-                    "Saving a checkpoint and exiting now. Please resume the job from the "
-                    "checkpoint to rerun the last iteration and establish a diagnostic"
-                )
+            nan_validate(rank, it, filter_warnings)
             # train(): the loop's iteration counts completed ones, so the save is of the
             # one before: resuming from it re-runs this one.
             save_checkpoint(save, it - 1, dialect, save_time_s, True)
@@ -327,7 +354,10 @@ def main() -> None:
         if nan:
             nan_raise(rank, it)
             s.finish(1)
-        if it % interval == 0:
+        # megatron.training also prints the run's first iteration (training_log's
+        # is_first_iteration); Megatron-Bridge prints only multiples of the interval.
+        first = dialect == "megatron-lm" and it == start + 1
+        if it % interval == 0 or first:
             loss = s.loss_at(it, total, start=10.8, floor=2.1)
             if dialect == "bridge":
                 s.say(f"Step Time : {step_time_s:.2f}s GPU utilization: 412.3MODEL_TFLOP/s/GPU")
@@ -355,6 +385,12 @@ def main() -> None:
             s.finish(0)
     if saved_at != total and total > start:
         save_checkpoint(save, total, dialect, save_time_s, True)
+    if val_every and total > start:  # do_valid, do_test: once more, at the last iteration
+        s.say(f"[after training is done] datetime: {stamp(dialect)} ")
+        validation_block(
+            total, s.loss_at(total, total, start=10.9, floor=2.2), " on validation set"
+        )
+        validation_block(total, s.loss_at(total, total, start=11.0, floor=2.3), " on test set")
     s.finish(0)
 
 
