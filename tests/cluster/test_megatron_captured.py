@@ -5,7 +5,10 @@ every kept line as printed; their README says how each run was made)."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -213,3 +216,73 @@ def test_every_captured_file_is_small_and_names_its_run() -> None:
     for log in DATA.glob("*.log"):
         assert log.stat().st_size < 50_000, log.name
         assert f"== {log.stem}: " in summary, log.name
+
+
+RUN_RECIPE = (
+    Path(__file__).parents[2] / "devcluster/login/vertex-oss-training/megatron_bridge/run_recipe.py"
+)
+# The lines the parser and the thread read, and the re-run state machine's words.
+READ = re.compile(
+    r"\] iteration |validation loss at|saving checkpoint|successfully (?:saved|loaded) checkpoint"
+    r"|rerun_state_machine:(?!RerunStateMachine|Result validation|Setting)|RuntimeError|"
+    r"\[exiting program"
+)
+
+
+def shape(line: str) -> str:
+    """A line without its values: time stamps, numbers, paths and host names blanked."""
+    line = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\]", "[T]", line)
+    line = re.sub(r"(?<=\s)/\S+", "P", line)
+    line = re.sub(r"node \S+,", "node H,", line)
+    line = re.sub(r"\d+(?:\.\d+)?(?:E[-+]\d+)?", "N", line)
+    return re.sub(r" +", " ", line).strip()
+
+
+def shapes(text: str) -> list[str]:
+    seen: list[str] = []
+    for line in text.splitlines():
+        if READ.search(line) and (not seen or shape(line) != seen[-1]):
+            seen.append(shape(line))
+    return seen
+
+
+def stand_in(tmp_path: Path, knobs: dict[str, str], *words: str) -> tuple[int, str]:
+    """The dev cluster's run_recipe.py in megatron.training's dialect, as the only rank."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "SLURMD_NODENAME": "vm"}
+    env.update(DEVCLUSTER_STEP_TIME_S="0", DEVCLUSTER_SAVE_TIME_S="0", DEVCLUSTER_STARTUP_S="0")
+    env.update(DEVCLUSTER_TEARDOWN_S="0", DEVCLUSTER_DIALECT="megatron-lm")
+    env.update(DEVCLUSTER_LOG_THROUGHPUT="1", DEVCLUSTER_VAL_EVERY="10")
+    env.update({f"DEVCLUSTER_{key.upper()}": value for key, value in knobs.items()})
+    save = tmp_path / "ckpt"
+    argv = [sys.executable, str(RUN_RECIPE), "--recipe=llama31_8b_pretrain_config"]
+    argv += [f"checkpoint.save={save}", f"checkpoint.load={save}", "logger.tensorboard_dir="]
+    done = subprocess.run(
+        [*argv, *words], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("run", "knobs", "words"),
+    [
+        ("normal", {}, ["train.train_iters=30"]),
+        ("exit-interval", {}, ["train.train_iters=30", "train.exit_interval=15"]),
+        ("nan-disabled", {"nan_at": "13"}, ["train.train_iters=30"]),
+        (
+            "nan-validate",
+            {"nan_at": "13", "nan_mode": "validate_results"},
+            ["train.train_iters=30"],
+        ),
+        (
+            "nan-transient",
+            {"nan_at": "13", "nan_mode": "validate_results", "nan_once": "1"},
+            ["train.train_iters=30"],
+        ),
+    ],
+)
+def test_the_stand_in_prints_the_captured_shapes_in_their_order(
+    run: str, knobs: dict[str, str], words: list[str], tmp_path: Path
+) -> None:
+    code, text = stand_in(tmp_path, knobs, *words)
+    assert code == exit_code(run), text
+    assert shapes(text) == shapes(fixture(f"{run}.log")), text

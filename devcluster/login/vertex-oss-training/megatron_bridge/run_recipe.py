@@ -23,6 +23,8 @@ Knobs (``_devcluster/standin.py``: ~/devcluster-control/*.env, DEVCLUSTER_<KEY>)
   nan_mode       raise (Megatron-Bridge's default: re-runs off, RuntimeError) or
                  validate_results (Megatron-LM's default: re-run, save, exit 16);
                  rerun_state_machine.rerun_mode=... on the command line sets it too
+  nan_once       1: with validate_results, the re-run in place gives a finite loss (a
+                 transient fault): no save, exit 17
   exit_at        stop early at this iteration (as train.exit_interval)
   exit_after_s   stop early after this many seconds (as train.exit_duration_in_mins)
   exit_minute_s  how many seconds one minute of train.exit_duration_in_mins lasts here
@@ -196,6 +198,10 @@ def nan_raise(rank: int, it: int) -> None:
         f'[rank{rank}]:   File "/opt/Megatron-Bridge/src/megatron/bridge/training/losses.py", '
         "line 73, in masked_next_token_loss",
         f"[rank{rank}]:     rerun_state_machine.validate_result(",
+        # megatron-core 0.19.2's validate_result, line 534 (as captured)
+        f'[rank{rank}]:   File "/usr/local/lib/python3.12/dist-packages/megatron/core/'
+        'rerun_state_machine.py", line 534, in validate_result',
+        f"[rank{rank}]:     raise RuntimeError(full_message)",
         f"[rank{rank}]: RuntimeError: Rank {rank}, node {host}, device {local}, iteration {it}: "
         "Unexpected result nan (message='found NaN in local forward loss calculation')",
     )
@@ -215,9 +221,10 @@ def record(level: str, message: str, filter_warnings: bool) -> None:
     s.say(f"{level}:{RERUN_LOGGER}:{message}")
 
 
-def nan_validate(rank: int, it: int, filter_warnings: bool) -> None:
-    """rerun_state_machine with re-runs on: re-run in place, reproducible, then the exit's
-    words (the save and exit 16 follow), in the captured order."""
+def nan_validate(rank: int, it: int, filter_warnings: bool, once: bool) -> None:
+    """rerun_state_machine with re-runs on: re-run in place, then the verdict and the exit's
+    words, in the captured order: reproducible (the save and exit 16 follow) or, ``once``,
+    not (exit 17 follows, no save)."""
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     local = int(os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or 0)
     record(
@@ -229,6 +236,21 @@ def nan_validate(rank: int, it: int, filter_warnings: bool) -> None:
     record(
         "WARNING", "Need to rerun step to check reproducibility of initial result", filter_warnings
     )
+    where = f"Rank {rank}, node {host}, device {local}, iteration #{it}"
+    if once:
+        record(
+            "ERROR",
+            f"{where}: First rerun: unexpected result is not reproducible within the "
+            f"tolerance ({s.loss_at(it, it, start=10.8, floor=2.1)} != nan)!",
+            filter_warnings,
+        )
+        record("ERROR", f"{where}: Possible transient error!!", filter_warnings)
+        record(
+            "WARNING",
+            "Exiting now. The job can be resumed from a previous checkpoint",
+            filter_warnings,
+        )
+        return
     record(
         "ERROR",
         f"Rank {rank}, node {host}, device {local}, iteration #{it}: First rerun: unexpected "
@@ -346,7 +368,10 @@ def main() -> None:
         s.strike(fault, it, fault_at, s.finish)
         nan = 0 <= nan_at <= it
         if nan and nan_mode == "validate_results":
-            nan_validate(rank, it, filter_warnings)
+            once = k.get("nan_once", "0").lower() in yes
+            nan_validate(rank, it, filter_warnings, once)
+            if once:  # EXIT_CODE_FAILED_ON_RESULT_VALIDATION, without a save
+                s.finish(17)
             # train(): the loop's iteration counts completed ones, so the save is of the
             # one before: resuming from it re-runs this one.
             save_checkpoint(save, it - 1, dialect, save_time_s, True)
