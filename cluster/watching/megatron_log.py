@@ -28,10 +28,21 @@ result nan on rank 0 at iteration #7 invocation #1 (message='...')``, re-runs th
 says the re-run's verdict (``Rank 0, node dev1, device 0, iteration #7: First rerun:
 unexpected result is reproducible within the tolerance (nan = nan). Need to rerun on a
 different GPU to verify correctness.!``), saves and exits with code 16
-(``EXIT_CODE_RESUME_TO_DISAMBIGUATE``) or 17 (not reproducible: a transient fault). Its
-records print bare (megatron.training's log handler); its WARNINGs (``Saving a checkpoint
-and exiting now ...``) are dropped by Megatron-Bridge unless ``logger.filter_warnings`` is
-off.
+(``EXIT_CODE_RESUME_TO_DISAMBIGUATE``) or 17 (not reproducible: a transient fault). As
+captured from megatron.training (megatron-core 0.19.2 on an H100,
+``tests/cluster/data/megatron/captured/``) its records carry logging's default prefix
+(``ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 0 at iteration
+#13 ...``), the step is the one being computed (13 for a NaN after 12 complete ones) and
+the save before exit 16 is of iteration 11; resumed on the same GPU it says ``Got
+rescheduled on the same GPU. ...`` and ``Exiting now. Please resume the job from the same
+checkpoint ...`` and exits 16 again, before any iteration line. Its WARNINGs (``Saving a
+checkpoint and exiting now ...``) are dropped by Megatron-Bridge unless
+``logger.filter_warnings`` is off.
+
+megatron.training also prints the first iteration of a run (1, or 16 after a resume from
+15) whatever the interval, stamps ``saving checkpoint ...`` too, and once training is
+done evaluates again at the last iteration ``on validation set`` and ``on test set``: the
+test set's loss is not read as validation.
 ``exit_duration_in_mins``, ``exit_interval`` and SIGTERM end the run early on purpose
 (exit 0, Slurm: COMPLETED) after a save: ``[exiting program after 1.5 minutes] datetime:
 ...``, ``[exiting program at iteration 40] datetime: ...``, ``[exiting program after
@@ -62,8 +73,8 @@ NAN_ITERS_RE = re.compile(r"\| number of nan iterations:\s+(?P<n>\d+) \|")
 SKIPPED_ITERS_RE = re.compile(r"\| number of skipped iterations:\s+(?P<n>\d+) \|")
 TFLOPS_RE = re.compile(r"\| throughput per GPU \(TFLOP/s/GPU\): (?P<tflops>[0-9.]+) \|")
 VALIDATION_RE = re.compile(
-    r"^\s*validation loss at iteration (?P<it>\d+)\b.*?"
-    r"\| lm loss value: (?P<loss>[-+0-9.Eenaif]+) \|"
+    r"^\s*validation loss at iteration (?P<it>\d+)(?P<where> on [a-z ]+ set)? \|.*?"
+    r"\blm loss value: (?P<loss>[-+0-9.Eenaif]+) \|"
 )
 SAVED_RE = re.compile(
     r"successfully saved checkpoint from iteration\s+(?P<it>\d+) to (?P<dir>\S+)(?: \[|\s*$)"
@@ -83,10 +94,29 @@ EXIT_RE = re.compile(
 # (WARNINGs, which Megatron-Bridge's default warning filter, logger.filter_warnings, drops).
 RERUN_EXIT_RE = re.compile(
     r"(?P<text>Saving a checkpoint and exiting now\. Please resume the job from the checkpoint"
-    r"|Exiting now\. (?:The job can be resumed|A checkpoint at the last iteration|Please resume)"
+    r"(?: to rerun the last iteration and establish a diagnostic)?"
+    r"|Exiting now\. (?:The job can be resumed from a previous checkpoint"
+    r"|A checkpoint at the last iteration"
+    r"|Please resume the job from the same checkpoint to rerun the last iteration"
+    r" and establish a diagnostic|Please resume)"
     r"|First rerun: unexpected result is (?:not )?reproducible within the tolerance"
     r" \([^)]{1,80}\)(?:\. Need to rerun on a different GPU to verify correctness\.)?)"
 )
+# The checkpoint a run starts from: megatron.training's "  successfully loaded checkpoint
+# from <dir> [ t 1/1, gtp_remat 1/1, p 1/1 ] at iteration 15" (Megatron-Bridge's names
+# 0-based ranks, "[ t 0/1, p 0/1 ]").
+LOADED_RE = re.compile(
+    r"^\s*successfully loaded checkpoint from (?P<dir>\S+) \[[^\]]{1,120}\] at iteration"
+    r" (?P<it>\d+)\s*$"
+)
+# What the re-run state machine's exit codes mean (megatron/core/rerun_state_machine.py,
+# EXIT_CODE_RESUME_TO_DISAMBIGUATE and EXIT_CODE_FAILED_ON_RESULT_VALIDATION).
+RERUN_EXIT_CODES = {
+    16: "the NaN was reproducible on this GPU: resume from the checkpoint it saved, on"
+    " another GPU, to tell a fault of this GPU from one of the model or data",
+    17: "the NaN did not come back when the step was re-run: a transient fault; resume"
+    " from the last checkpoint",
+}
 # The configuration printed at start: Megatron-Bridge's YAML ("  log_interval: 10") or
 # Megatron-LM's argument list ("  log_interval .......... 10").
 LOG_INTERVAL_RE = re.compile(r"^\s*log_interval\s*(?::|=|\.{2,})\s*(?P<n>\d+)\s*$")
@@ -122,6 +152,7 @@ class MegatronFacts:
     saved: tuple[tuple[int, str], ...] = ()  # (iteration, save dir), as announced
     tflops_per_gpu: float | None = None
     skipped_iterations: int = 0
+    loaded: tuple[int, str] | None = None  # (iteration, load dir) the run started from
 
 
 def _float(text: str) -> float | None:
@@ -166,8 +197,14 @@ def parse_megatron(text: str, carry: Point | None = None) -> Progress:
                 )
             )
         elif match := VALIDATION_RE.search(line):
-            if (value := _float(match["loss"])) is not None:
-                validation.append((int(match["it"]), value))
+            # megatron.training evaluates again once training is done, "on validation set"
+            # and "on test set", at the last iteration: the test set's loss is no
+            # validation, and an iteration already validated in the loop keeps its value.
+            step, value = int(match["it"]), _float(match["loss"])
+            if value is None or match["where"] == " on test set":
+                continue
+            if not any(seen == step for seen, _ in validation):
+                validation.append((step, value))
         elif (match := NAN_CHECK_RE.search(line)) and total:
             step = int(match["it1"] or match["it2"])
             if not any(
@@ -187,6 +224,17 @@ def parse_megatron(text: str, carry: Point | None = None) -> Progress:
     )
 
 
+def _interval_from(iterations: list[int]) -> int | None:
+    """The log interval read off the iterations printed: megatron.training prints the
+    first iteration of a run (1, or 16 after a resume from 15) whatever the interval, the
+    others are its multiples."""
+    if len(iterations) >= 3:
+        return math.gcd(*iterations[1:]) or None
+    if len(iterations) == 2 and iterations[1] > iterations[0]:
+        return iterations[1] - iterations[0]
+    return None
+
+
 def megatron_facts(text: str) -> MegatronFacts:
     """The facts beside progress in new log text: the log interval (from the recipe's
     printed config, else from two progress lines in a row), an early exit, the NaN check,
@@ -197,6 +245,7 @@ def megatron_facts(text: str) -> MegatronFacts:
     nan: NanCheck | None = None
     rerun, tflops, skipped = "", None, 0
     saved: list[tuple[int, str]] = []
+    loaded: tuple[int, str] | None = None
     for line in text.splitlines():
         if match := ITERATION_RE.search(line):
             iterations.append(int(match["it"]))
@@ -219,9 +268,10 @@ def megatron_facts(text: str) -> MegatronFacts:
             rerun = match["text"]
         elif match := SAVED_RE.search(line):
             saved.append((int(match["it"]), match["dir"]))
-    if interval is None and len(iterations) >= 2:
-        gaps = {b - a for a, b in zip(iterations, iterations[1:], strict=False) if b > a}
-        interval = min(gaps) if gaps else None
+        elif match := LOADED_RE.match(line):
+            loaded = (int(match["it"]), match["dir"])
+    if interval is None:
+        interval = _interval_from(iterations)
     return MegatronFacts(
         log_interval=interval,
         stop_early=stop,
@@ -230,4 +280,5 @@ def megatron_facts(text: str) -> MegatronFacts:
         saved=tuple(saved),
         tflops_per_gpu=tflops,
         skipped_iterations=skipped,
+        loaded=loaded,
     )

@@ -23,6 +23,8 @@ Knobs (``_devcluster/standin.py``: ~/devcluster-control/*.env, DEVCLUSTER_<KEY>)
   nan_mode       raise (Megatron-Bridge's default: re-runs off, RuntimeError) or
                  validate_results (Megatron-LM's default: re-run, save, exit 16);
                  rerun_state_machine.rerun_mode=... on the command line sets it too
+  nan_once       1: with validate_results, the re-run in place gives a finite loss (a
+                 transient fault): no save, exit 17
   exit_at        stop early at this iteration (as train.exit_interval)
   exit_after_s   stop early after this many seconds (as train.exit_duration_in_mins)
   exit_minute_s  how many seconds one minute of train.exit_duration_in_mins lasts here
@@ -38,8 +40,8 @@ Format strings are upstream's: NVIDIA-NeMo/Megatron-Bridge
 training/eval.py, training/train.py checkpoint_and_decide_exit, training/checkpointing.py)
 and NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/training/
 training.py, checkpointing.py, log_handler.py, megatron/core/rerun_state_machine.py), checked
-against the released megatron-bridge 0.6.2 and megatron-core 0.19.2 (not yet against a
-capture: tests/cluster/data/megatron/README.md).
+against the released megatron-bridge 0.6.2 and megatron-core 0.19.2, and megatron.training's
+shapes against what it printed on an H100 (tests/cluster/data/megatron/captured/).
 """
 
 from __future__ import annotations
@@ -123,8 +125,9 @@ def tracker(save: Path) -> int:
 def save_checkpoint(save: Path, it: int, dialect: str, save_time_s: float, lines: bool) -> None:
     """Megatron's order: the iter_ directory, then (rank 0, last) the train state and the
     tracker, so a directory newer than the tracker is a save in progress."""
-    if lines:
-        s.say(f"saving checkpoint at iteration {it:7d} to {save} in torch_dist format")
+    if lines:  # megatron.training stamps it (checkpointing.py), Megatron-Bridge does not
+        said = f"saving checkpoint at iteration {it:7d} to {save} in torch_dist format"
+        s.say(f"[{stamp(dialect)}] {said}" if dialect == "megatron-lm" else said)
     where = save / f"iter_{it:07d}"
     s.write_files(where, {".metadata": "", "common.pt": "", "metadata.json": "{}\n"})
     time.sleep(save_time_s)
@@ -171,10 +174,13 @@ def iteration_line(
     return line
 
 
-def validation_block(it: int, loss: float) -> None:
+def validation_block(it: int, loss: float, where: str = "") -> None:
+    """evaluate_and_print_results: in the loop the prefix is ``iteration N`` (Megatron-Bridge
+    training/train.py, megatron.training), once training is done ``iteration N on
+    validation set`` and ``... on test set`` (Bridge training/pretrain.py, as captured)."""
     text = (
-        f" validation loss at iteration {it} on validation set | "
-        f"lm loss value: {loss:.6E} | lm loss PPL: {math.exp(min(loss, 50)):.6E} | "
+        f" validation loss at iteration {it}{where} | "
+        f"lm loss value: {loss:.6E} | lm loss PPL: {math.exp(min(20, loss)):.6E} | "
     )
     s.say("-" * (len(text) + 1), text, "-" * (len(text) + 1))
 
@@ -192,23 +198,71 @@ def nan_raise(rank: int, it: int) -> None:
         f'[rank{rank}]:   File "/opt/Megatron-Bridge/src/megatron/bridge/training/losses.py", '
         "line 73, in masked_next_token_loss",
         f"[rank{rank}]:     rerun_state_machine.validate_result(",
+        # megatron-core 0.19.2's validate_result, line 534 (as captured)
+        f'[rank{rank}]:   File "/usr/local/lib/python3.12/dist-packages/megatron/core/'
+        'rerun_state_machine.py", line 534, in validate_result',
+        f"[rank{rank}]:     raise RuntimeError(full_message)",
         f"[rank{rank}]: RuntimeError: Rank {rank}, node {host}, device {local}, iteration {it}: "
         "Unexpected result nan (message='found NaN in local forward loss calculation')",
     )
 
 
-def nan_validate(rank: int, it: int) -> None:
-    """rerun_state_machine with re-runs on: re-run in place, reproducible, save and exit.
-    megatron.training's log handler (log_handler.CustomHandler) prints a record's message
-    alone, on stdout; these two are logger.error, so the warning filter keeps them."""
+RERUN_LOGGER = "megatron.core.rerun_state_machine"
+
+
+def record(level: str, message: str, filter_warnings: bool) -> None:
+    """A logging record as both loops print it: megatron/training/__init__.py imports
+    training.py, whose ``logging.basicConfig(handlers=[CustomHandler()])`` gives the handler
+    logging's default format, ``LEVEL:logger:message`` (as captured); Megatron-Bridge
+    imports megatron.training too (training/utils/log_utils.py) and, by default
+    (logger.filter_warnings), drops WARNING records."""
+    if level == "WARNING" and filter_warnings:
+        return
+    s.say(f"{level}:{RERUN_LOGGER}:{message}")
+
+
+def nan_validate(rank: int, it: int, filter_warnings: bool, once: bool) -> None:
+    """rerun_state_machine with re-runs on: re-run in place, then the verdict and the exit's
+    words, in the captured order: reproducible (the save and exit 16 follow) or, ``once``,
+    not (exit 17 follows, no save)."""
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     local = int(os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or 0)
-    s.say(
+    record(
+        "ERROR",
         f"Unexpected result nan on rank {rank} at iteration #{it} invocation #1 "
         "(message='found NaN in local forward loss calculation')",
+        filter_warnings,
+    )
+    record(
+        "WARNING", "Need to rerun step to check reproducibility of initial result", filter_warnings
+    )
+    where = f"Rank {rank}, node {host}, device {local}, iteration #{it}"
+    if once:
+        record(
+            "ERROR",
+            f"{where}: First rerun: unexpected result is not reproducible within the "
+            f"tolerance ({s.loss_at(it, it, start=10.8, floor=2.1)} != nan)!",
+            filter_warnings,
+        )
+        record("ERROR", f"{where}: Possible transient error!!", filter_warnings)
+        record(
+            "WARNING",
+            "Exiting now. The job can be resumed from a previous checkpoint",
+            filter_warnings,
+        )
+        return
+    record(
+        "ERROR",
         f"Rank {rank}, node {host}, device {local}, iteration #{it}: First rerun: unexpected "
         "result is reproducible within the tolerance (nan = nan). Need to rerun on a "
         "different GPU to verify correctness.!",
+        filter_warnings,
+    )
+    record(
+        "WARNING",
+        "Saving a checkpoint and exiting now. Please resume the job from the checkpoint to "
+        "rerun the last iteration and establish a diagnostic",
+        filter_warnings,
     )
 
 
@@ -314,12 +368,10 @@ def main() -> None:
         s.strike(fault, it, fault_at, s.finish)
         nan = 0 <= nan_at <= it
         if nan and nan_mode == "validate_results":
-            nan_validate(rank, it)
-            if not filter_warnings:  # a WARNING (log_single_rank), before the save
-                s.say(
-                    "Saving a checkpoint and exiting now. Please resume the job from the "
-                    "checkpoint to rerun the last iteration and establish a diagnostic"
-                )
+            once = k.get("nan_once", "0").lower() in yes
+            nan_validate(rank, it, filter_warnings, once)
+            if once:  # EXIT_CODE_FAILED_ON_RESULT_VALIDATION, without a save
+                s.finish(17)
             # train(): the loop's iteration counts completed ones, so the save is of the
             # one before: resuming from it re-runs this one.
             save_checkpoint(save, it - 1, dialect, save_time_s, True)
@@ -327,7 +379,10 @@ def main() -> None:
         if nan:
             nan_raise(rank, it)
             s.finish(1)
-        if it % interval == 0:
+        # megatron.training also prints the run's first iteration (training_log's
+        # is_first_iteration); Megatron-Bridge prints only multiples of the interval.
+        first = dialect == "megatron-lm" and it == start + 1
+        if it % interval == 0 or first:
             loss = s.loss_at(it, total, start=10.8, floor=2.1)
             if dialect == "bridge":
                 s.say(f"Step Time : {step_time_s:.2f}s GPU utilization: 412.3MODEL_TFLOP/s/GPU")
@@ -355,6 +410,12 @@ def main() -> None:
             s.finish(0)
     if saved_at != total and total > start:
         save_checkpoint(save, total, dialect, save_time_s, True)
+    if val_every and total > start:  # do_valid, do_test: once more, at the last iteration
+        s.say(f"[after training is done] datetime: {stamp(dialect)} ")
+        validation_block(
+            total, s.loss_at(total, total, start=10.9, floor=2.2), " on validation set"
+        )
+        validation_block(total, s.loss_at(total, total, start=11.0, floor=2.3), " on test set")
     s.finish(0)
 
 
