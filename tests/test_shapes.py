@@ -152,3 +152,16 @@ def test_no_caller_names_a_redis_key() -> None:
         "(store.queue.length(), store.lanes.dead_letter_count()...) instead of naming "
         "a key:\n" + "\n".join(found)
     )
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """A class name says one thing in the whole house: two classes of one name in two
+    rooms (a store section and a gateway answer both called People) read as one."""
+    where: dict[str, list[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((PROJECT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(path.relative_to(PROJECT)))
+    twins = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not twins, f"class names used twice: {twins}"

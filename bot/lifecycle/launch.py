@@ -111,7 +111,7 @@ class Attempt(BaseModel):
         self.slurm_state = self.slurm_state or "CANCELLED"
 
 
-class Progress(BaseModel):
+class LaunchProgress(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     step: int = 0
@@ -174,7 +174,7 @@ class Launch(BaseModel):
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)
     attempts: list[Attempt] = Field(default_factory=list)
-    progress: Progress = Field(default_factory=Progress)
+    progress: LaunchProgress = Field(default_factory=LaunchProgress)
     checkpoints: list[str] = Field(default_factory=list)
     checkpoint_bytes: dict[str, int] = Field(default_factory=dict)  # name -> size when saved
     progress_history: list[tuple[int, float]] = Field(default_factory=list)  # (step, loss)

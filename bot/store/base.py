@@ -2,7 +2,7 @@
 failover, done-marks and WAIT, the consumer groups, and redacting what it writes.
 
 Each section of :class:`bot.store.store.Store` is a :class:`Section` over one shared
-:class:`Core`; each public coroutine of theirs is declared with :func:`rides`.
+:class:`StoreCore`; each public coroutine of theirs is declared with :func:`rides`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 
 class _HasCore(Protocol):
-    core: Core
+    core: StoreCore
 
 
 S = TypeVar("S", bound=_HasCore)
@@ -119,7 +119,7 @@ class Failover:
     last_retry: float = 0.0  # monotonic time of the latest retry
 
 
-class Core:
+class StoreCore:
     """What every section of the store shares: the client, the settings, the observers
     and the failover being ridden through."""
 
@@ -217,10 +217,10 @@ async def ensure_groups(redis_client: aioredis.Redis) -> None:
 
 class Section:
     """One section of the store (``store.launches``, ``store.queue``...): the shared
-    :class:`Core` and the helpers its writes use. Its public coroutines are declared
+    :class:`StoreCore` and the helpers its writes use. Its public coroutines are declared
     with :func:`rides`."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: StoreCore) -> None:
         self.core = core
 
     @property

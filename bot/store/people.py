@@ -7,8 +7,8 @@ from bot.store import keys
 from bot.store.base import Section, rides
 
 
-class People(Section):
-    """Preferences and watching."""
+class PersonSettings(Section):
+    """A person's notification preferences and the launches they watch."""
 
     @rides
     async def prefs(self, user_id: str) -> Prefs:

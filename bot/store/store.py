@@ -1,7 +1,7 @@
 """Redis: launch records, the launch queue, the outbox, leases and the rest, as one
 :class:`Store` made of sections (``store.launches``, ``store.queue``, ``store.outbox``,
 ``store.lanes``, ``store.budgets``...), each a :class:`~bot.store.base.Section` over one
-shared :class:`~bot.store.base.Core`. The Redis keys stay inside the sections.
+shared :class:`~bot.store.base.StoreCore`. The Redis keys stay inside the sections.
 
 Every change to a launch goes through :meth:`Launches.mutate` (``store.launches.mutate``),
 which writes the record, its indexes and the outbox entries it produced in one
@@ -22,7 +22,7 @@ from bot.settings.config import Retention
 from bot.settings.env import Target
 from bot.store import keys
 from bot.store.ask_lists import Asks
-from bot.store.base import Change, Core, Failover, ensure_groups, rides
+from bot.store.base import Change, Failover, StoreCore, ensure_groups, rides
 from bot.store.budgets import Budgets
 from bot.store.connection import open_redis
 from bot.store.history import History
@@ -32,7 +32,7 @@ from bot.store.launches import Launches
 from bot.store.leases import Leases
 from bot.store.marks import Marks
 from bot.store.nodes import Nodes
-from bot.store.people import People
+from bot.store.people import PersonSettings
 from bot.store.streams import Backlog, Outbox, Queue, read_backlog
 from bot.store.tokens import Tokens
 
@@ -50,7 +50,7 @@ class Store:
         retention: Retention | None = None,
         target: Target | None = None,
     ) -> None:
-        self.core = core = Core(client, redact=redact, retention=retention, target=target)
+        self.core = core = StoreCore(client, redact=redact, retention=retention, target=target)
         self.launches = Launches(core)  # launch records and sweeps; every change to one
         self.history = History(core)  # the indexes of launches, and the finished ones
         self.queue = Queue(core)  # the launch queue, its deferred entries, its dead letters
@@ -60,7 +60,7 @@ class Store:
         self.marks = Marks(core)  # done-marks, counters and once-only marks
         self.leases = Leases(core)  # named locks with an owner and an expiry
         self.asks = Asks(core)  # asks handed to the workers, and their answers
-        self.people = People(core)  # preferences and who watches which launch
+        self.people = PersonSettings(core)  # preferences and who watches which launch
         self.tokens = Tokens(core)  # API tokens
         self.nodes = Nodes(core)  # the node ledger
         self.image_runs = ImageRuns(core)  # /images import and fetch: their runs
