@@ -62,6 +62,10 @@ _ECC_HOST_RE = re.compile(
 )
 _HARDWARE_LINE_RE = re.compile(r"ecc|\bxid\b", re.IGNORECASE)
 _RANK_RE = re.compile(r"\[rank ?(\d+)\]", re.IGNORECASE)
+# Megatron's re-run state machine names the node of the rank whose result it checked:
+# "Rank 0, node <host>, device 0, iteration #13: First rerun: ..." (megatron-core 0.19.2,
+# megatron/core/rerun_state_machine.py; as captured on a GPU, tests/cluster/data/megatron/captured).
+_RERUN_NODE_RE = re.compile(r"\bRank \d+, node (?P<host>[\w.-]+), device \d+, iteration #\d+:")
 _ERRORISH_RE = re.compile(r"error|exception|traceback|fatal|killed|abort", re.IGNORECASE)
 _FORCE_TERMINATED_RE = re.compile(r"^srun: Force Terminated (?:StepId|job step)")
 _PERSON_CANCEL_RE = re.compile(r"CANCELLED by [1-9][0-9]*")
@@ -170,6 +174,8 @@ def _named_node(
         return None
     for line in hits:
         if m := _NODE_FAILURE_RE.search(line):
+            return m["host"]
+        if m := _RERUN_NODE_RE.search(line):
             return m["host"]
     for line in (ln for ln in hits if _HARDWARE_LINE_RE.search(ln)):
         if m := _ECC_HOST_RE.search(line):
