@@ -80,6 +80,7 @@ from bot.text.mrkdwn import (
     VIEW_RELAUNCH,
     escape,
 )
+from bot.wording import refusals
 from bot.wording.sweeps import ACTION_CANCEL_MEMBER
 from cluster.errors import TrainbotError
 from commands.context import CommandContext, User
@@ -187,7 +188,7 @@ class Core:
                 return await self.on_action(incoming)
             return await self.on_command(incoming)
         except NoUser as exc:  # names the admins to ask, as mentions
-            return Reply(exc.mrkdwn, error=True)
+            return Reply(refusals.no_user(exc.facts), error=True)
         except CommandError as exc:  # its text may quote what the user typed
             return Reply(escape(str(exc)), error=True)
         except TrainbotError as exc:

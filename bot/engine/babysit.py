@@ -26,13 +26,14 @@ def alert_key(launch: Launch, cause_key: str) -> str:
     return dedup_key(launch.cluster, launch.id, cause_key)
 
 
-def oncall(launch: Launch, cause_key: str, cause: str, action: str) -> list[Event]:
-    """A page (once per launch and cause) for the on-call channel and webhook."""
+def oncall(launch: Launch, cause_key: str, **facts: object) -> list[Event]:
+    """A page (once per launch and cause) for the on-call channel and webhook: the cause
+    and what is done about it as facts (bot.wording.pages words them)."""
     key = alert_key(launch, cause_key)
     if key in launch.open_alerts:
         return []
     launch.open_alerts.append(key)
-    data = {"dedup_key": key, "cause_key": cause_key, "cause": cause, "action": action}
+    data = {"dedup_key": key, "cause_key": cause_key, "facts": facts}
     return [Event("oncall", launch.id, data=data)]
 
 
@@ -93,9 +94,8 @@ def on_failure(
         )
     text += "\n" + escape(decision.reason)
     events = [Event("thread", launch.id, text)]
-    action = "Retrying." if decision.retry else "Not retried."
     if decision.page:
-        events += oncall(launch, diagnosis.key, escape(diagnosis.cause), action)
+        events += oncall(launch, diagnosis.key, cause=diagnosis.cause, retry=decision.retry)
     if not decision.retry:
         launch.detail = f"{escape(diagnosis.cause)}. {escape(decision.reason)}"[:300]
         return events, False
@@ -206,8 +206,7 @@ def pending_reason(launch: Launch, snap: JobSnapshot) -> list[Event]:
     facts |= {"code": code, "fix": why.fix, "buttons": ["cancel"]}
     events.append(Event("thread", launch.id, data=facts))
     if why.page:
-        cause = f"job {job} is {escape(why.words)} (Slurm: {escape(code)})"
-        events += oncall(launch, "job_held", cause, "Release it (scontrol release) or cancel it.")
+        events += oncall(launch, "job_held", job=job, words=why.words, code=code)
     return events
 
 
@@ -237,7 +236,6 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
     if now - last < bound:
         return []
     attempt.hang_reported = True
-    quiet = measures.duration(now - last)
     facts: dict[str, object] = {"move": "hang", "job": attempt.job_id, "quiet_s": now - last}
     facts |= {"bound_s": bound, "buttons": ["cancel", "retry"]}
     if not starting:
@@ -245,5 +243,4 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
     elif attempt.tail.strip():
         facts["last_line"] = attempt.tail.strip().splitlines()[-1][:120]
     events = [Event("thread", launch.id, data=facts), Event("update", launch.id)]
-    cause = f"no progress for {quiet} while RUNNING (silent hang?)"
-    return events + oncall(launch, "silent_hang", cause, "Cancel or Retry from the thread.")
+    return events + oncall(launch, "silent_hang", quiet_s=now - last)

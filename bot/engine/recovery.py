@@ -126,14 +126,15 @@ async def prepare_retry(hold: Hold, item: Launch) -> bool:
     try:
         result = await seed_tokenizer_cache(hold.clusters.pool, profile)
     except ClusterError as exc:
-        why = escape(str(exc))
+        error = str(exc)
+        why = escape(error)
         facts = phases.Facts(text=f"Could not seed the tokenizer cache: {why}. Not retrying.")
 
         def give_up(stored: Launch) -> list[Event]:
             if not phases.allowed(stored, "retry_failed"):
                 return []
             _, events = phases.retry_failed(stored, facts)
-            return events + babysit.oncall(stored, "tokenizer_seed", why, "Not retried.")
+            return events + babysit.oncall(stored, "tokenizer_seed", cause=error)
 
         await hold.mutate(item.id, give_up)
         return False

@@ -88,7 +88,7 @@ async def reroute(
             )
             continue  # the person's budget there has no room for its estimate
         if not answer.allowed:
-            facts = phases.Facts(cluster=target, data={"left": cluster, "refusal": answer.why})
+            facts = phases.Facts(cluster=target, data={"left": cluster, **answer.facts()})
             await store.launches.mutate(launch.id, phases.step(phases.move_refused, facts))
             continue
         if await _move(store, clusters, launch, target, why, after_s, answer.terms):

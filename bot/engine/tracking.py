@@ -236,9 +236,8 @@ class _Step:
             self.tell({**facts, "before": ended[-1].state if ended else "REQUEUED"})
             return
         self.tell({**facts, "node_failure": True})
-        nodes = f" on {escape(failed[-1].nodelist)}" if failed[-1].nodelist else ""
-        cause = f"node failure{nodes} (NODE_FAIL); Slurm requeued job {snap.job_id}"
-        self.events += babysit.oncall(self.launch, "node_failure", cause, "Slurm runs it again.")
+        nodes, job = failed[-1].nodelist, snap.job_id
+        self.events += babysit.oncall(self.launch, "node_failure", nodes=nodes, job=job)
 
     def attach(self) -> None:
         tracking = self.attempt.tracking

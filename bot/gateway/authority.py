@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from bot.gateway.identity import NoUser, People
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch, Terms
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
 from commands.access import may_view_logs
 from commands.admission import Admission, Standing, admit
 from commands.budget import budget_for, iso_week
@@ -33,14 +33,19 @@ GroupsOf = Callable[[str], Awaitable[Collection[str]]]
 
 @dataclass(frozen=True)
 class Readmission:
-    """The answer for a launch that moves: ``why`` (mrkdwn, "" when it may go) and
+    """The answer for a launch that moves: ``why`` (plain text, "" when it may go), ``ask``
+    (for NO_USER: whom the person asks, as facts; see bot.gateway.identity.NoUser) and
     ``outcome`` (NOT_ALLOWED, NO_USER, OVER_BUDGET, or UNSURE: ask again later); when it
-    may, the ``terms`` (Unix
-    user, Slurm account, image secrets) it goes with there."""
+    may, the ``terms`` (Unix user, Slurm account, image secrets) it goes with there."""
 
     why: str = ""
     outcome: str = ""
     terms: Terms = Terms()
+    ask: dict[str, Any] = field(default_factory=dict)
+
+    def facts(self) -> dict[str, Any]:
+        """The refusal as a thread line's facts (bot.wording.refusals words them)."""
+        return {"reason": self.why, "ask": self.ask} if self.ask else {"reason": self.why}
 
     @property
     def allowed(self) -> bool:
@@ -131,7 +136,7 @@ class Authority:
             if not seen.allowed:
                 why = f"after={follows.id}: {seen.reason}"
                 log.info("launch %s may not follow %s now: %s", launch.id, follows.id, why)
-                return Readmission(why=escape(why), outcome="NOT_ALLOWED")
+                return Readmission(why=why, outcome="NOT_ALLOWED")
         now = time.time()
         charged = held = 0.0
         if budget_for(policy, user.id, user.groups, target) is not None:
@@ -153,14 +158,14 @@ class Authority:
                 why = "Slack did not say the person's groups just now"
                 return Readmission(why=why, outcome="UNSURE")
             log.info("launch %s may not go on %s now: %s", launch.id, target, refused[1])
-            return Readmission(why=escape(refused[1]), outcome=refused[0])
+            return Readmission(why=refused[1], outcome=refused[0])
         try:
             cluster_user = await self.people.cluster_user(target, user)
         except NoUser as exc:
             log.info("launch %s: %s has no user on %s now: %s", launch.id, user.id, target, exc)
-            return Readmission(why=exc.mrkdwn, outcome="NO_USER")
+            return Readmission(why=exc.facts["reason"], outcome="NO_USER", ask=exc.facts["ask"])
         except CommandError as exc:
-            return Readmission(why=escape(str(exc)), outcome="NO_USER")
+            return Readmission(why=str(exc), outcome="NO_USER")
         terms = Terms(
             cluster_user=cluster_user,
             slurm_account=answer.account,

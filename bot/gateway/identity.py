@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from bot.gateway.asks import ClusterCalls
 from bot.gateway.on_cluster import Clusters
 from bot.text.front import Front
-from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError
 from commands.context import User
 from commands.errors import CommandError
@@ -33,12 +33,16 @@ ACCOUNT_TTL_S = 600.0  # what the login node said about a name is asked again af
 
 
 class NoUser(CommandError):
-    """A person refused a Unix user; ``mrkdwn`` is the message with the admins and
-    on-call as Slack mentions (everything else in it escaped)."""
+    """A person refused a Unix user. ``str(error)`` is plain text; ``facts`` say it for
+    the front end (bot.wording.refusals): ``reason``, and ``ask``, whom to ask (the
+    admins' and on-call's Slack ids) to add them to ``cluster``'s identity map."""
 
-    def __init__(self, message: str, ask: str) -> None:
-        super().__init__(f"{message} Ask {ask}")
-        self.mrkdwn = f"{escape(message)} Ask {ask}"
+    def __init__(self, message: str, ask: dict[str, Any]) -> None:
+        cluster = ask.get("cluster", "")
+        super().__init__(
+            f"{message} Ask a trainbot admin to add you under clusters.{cluster}.identity.users."
+        )
+        self.facts: dict[str, Any] = {"reason": message, "ask": ask}
 
 
 class People:
@@ -50,15 +54,17 @@ class People:
         self.front = front
         self._accounts: dict[tuple[str, str], tuple[float, str]] = {}
 
-    def who_to_ask(self) -> str:
-        """The admins and on-call the config names, as Slack mentions."""
+    def who_to_ask(self, cluster: str) -> dict[str, Any]:
+        """Whom a person without a user on ``cluster`` asks, as facts: the admins the
+        config names (Slack user and group ids) and the on-call user group."""
         config = self.clusters.config
         admins = config.policy.admins
-        names = [f"<@{u}>" for u in admins.users if u != "*"]
-        names += [f"<!subteam^{g}>" for g in admins.groups if g != "*"]
-        if config.alerts.oncall_usergroup:
-            names.append(f"on-call (<!subteam^{config.alerts.oncall_usergroup}>)")
-        return " or ".join(names) if names else "a trainbot admin"
+        return {
+            "users": [u for u in admins.users if u != "*"],
+            "groups": [g for g in admins.groups if g != "*"],
+            "oncall": config.alerts.oncall_usergroup or "",
+            "cluster": cluster,
+        }
 
     async def cluster_user(self, cluster: str, user: User) -> str:
         """The Unix user ``user``'s launches run as on ``cluster`` ("": the shared account);
@@ -79,7 +85,7 @@ class People:
             name = None if why else name
         if name is not None:
             return name
-        ask = f"{self.who_to_ask()} to add you under clusters.{cluster}.identity.users."
+        ask = self.who_to_ask(cluster)
         if why:  # an email that names no one it may: refused, whatever unmapped says
             log.warning("refused %s a user on %s: %s", user.id, cluster, why)
             raise NoUser(

@@ -17,11 +17,28 @@ from bot.lifecycle.launch import Launch
 from bot.notify import alerts
 from bot.settings.sections import Alerts
 from bot.text.front import Front
+from bot.wording import pages
 
 log = logging.getLogger(__name__)
 
 Step = Callable[[str, Launch, dict[str, Any], str], Awaitable[None]]
 PAGE_KINDS = ("oncall", "resolve")
+
+
+def said_cause(data: dict[str, Any], *, plain: bool = False) -> str:
+    """The page's cause: worded from its facts (mrkdwn, or ``plain`` for PagerDuty); an
+    entry written before pages carried facts holds it worded already (escaped)."""
+    facts = data.get("facts")
+    if isinstance(facts, dict):
+        return pages.cause(str(data.get("cause_key", "")), facts, plain=plain)
+    return str(data.get("cause", ""))
+
+
+def said_action(data: dict[str, Any]) -> str:
+    facts = data.get("facts")
+    if isinstance(facts, dict):
+        return pages.action(str(data.get("cause_key", "")), facts)
+    return str(data.get("action", ""))
 
 
 class Pager:
@@ -56,8 +73,8 @@ class Pager:
                 title=launch.words,
                 user_id=launch.user_id,
                 cluster=launch.cluster,
-                cause=str(data.get("cause", "")),
-                action=str(data.get("action", "")),
+                cause=said_cause(data),
+                action=said_action(data),
                 permalink=permalink,
             )
         else:
@@ -88,7 +105,7 @@ class Pager:
             return
         await self.pagerduty.trigger(
             str(data["dedup_key"]),
-            f"{launch.cluster} job {launch.job_id or launch.id}: {data.get('cause', '')}",
+            f"{launch.cluster} job {launch.job_id or launch.id}: {said_cause(data, plain=True)}",
             source=f"trainbot/{launch.cluster}",
             custom_details={"launch": launch.id, "job": launch.job_id, "user": launch.user_id},
             links=[{"href": permalink, "text": "Slack thread"}]

@@ -131,12 +131,12 @@ async def _no_longer_allowed(
 
             await mutate(item.id, rederived)
         return False
-    # answer.why: the policy's answer, worded (mrkdwn) where it was decided (authority)
+    # answer.facts(): the policy's answer and whom to ask, worded by bot.wording.refusals
     if answer.outcome == "OVER_BUDGET":
-        said = {"why": "over_budget", "refusal": answer.why}
+        said = {"why": "over_budget", **answer.facts()}
         detail = "Over the GPU-hour budget when it was due."
     else:
-        said = {"why": "no_longer_allowed", "owner": item.user_id, "refusal": answer.why}
+        said = {"why": "no_longer_allowed", "owner": item.user_id, **answer.facts()}
         detail = "No longer allowed when it was due."
     facts = phases.Facts(outcome=answer.outcome, detail=detail, data=said)
     await mutate(item.id, phases.step(phases.not_started, facts))

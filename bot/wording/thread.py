@@ -18,7 +18,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
-from bot.wording import after_training, health, sweeps
+from bot.wording import after_training, health, refusals, sweeps
 from cluster.site.image_refs import IMPORT_NOTE
 from cluster.ssh.remote import quote_path
 
@@ -138,8 +138,8 @@ def submitted(facts: Facts) -> str:
 def not_started(facts: Facts) -> str:
     """Why a launch that waited ends without a job (``why``): the launch it waited for ended
     badly or is still unapproved, the budget has no room, its owner may no longer launch,
-    or its ``from=`` cannot be used. ``refusal`` and ``parent_detail`` are worded (mrkdwn)
-    already, by the policy and by the parent's end."""
+    or its ``from=`` cannot be used. The policy's answer is worded by
+    :mod:`bot.wording.refusals`; ``parent_detail`` is worded already, by the parent's end."""
     why = _s(facts, "why")
     parent, owner = escape(_s(facts, "parent")), _mention(_s(facts, "owner"))
     start_from, error = escape(_s(facts, "start_from")), escape(_s(facts, "error"))
@@ -160,10 +160,10 @@ def not_started(facts: Facts) -> str:
             f"`/train` it again with after={parent}."
         )
     if why == "over_budget":
-        return f"⛔ Not started now that it is due: {_s(facts, 'refusal')}"
+        return f"⛔ Not started now that it is due: {refusals.refused(facts)}"
     if why == "no_longer_allowed":
         return (
-            f"⛔ {owner}: not started now that it is due: {_s(facts, 'refusal')} "
+            f"⛔ {owner}: not started now that it is due: {refusals.refused(facts)} "
             "Nothing was submitted."
         )
     if why == "no_checkpoint":
@@ -235,10 +235,10 @@ def old_job_gone(facts: Facts) -> str:
 
 
 def move_refused(facts: Facts) -> str:
-    """``refusal`` is the policy's answer, worded (mrkdwn) where it was decided."""
+    """The policy's answer, worded by :mod:`bot.wording.refusals`."""
     return (
         f"🔀 Still pending on {escape(_s(facts, 'left'))}; {escape(_s(facts, 'cluster'))} "
-        f"would start it now, but it was not moved there: {_s(facts, 'refusal')}"
+        f"would start it now, but it was not moved there: {refusals.refused(facts)}"
     )
 
 

@@ -141,8 +141,8 @@ def reroute(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 def move_refused(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     """Still pending (on ``facts.data["left"]``) where ``facts.cluster`` would start it now,
-    but its owner may not launch there (``facts.data["refusal"]``, the policy's answer):
-    it stays, and is not offered a move again."""
+    but its owner may not launch there (``facts.data``: ``reason`` and ``ask``, the policy's
+    answer): it stays, and is not offered a move again."""
     check(launch, "move_refused")
     if launch.rerouted or launch.cancelled_by:
         return launch, []

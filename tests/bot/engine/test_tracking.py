@@ -351,7 +351,8 @@ def test_a_node_failure_requeue_waits_for_sacct_then_is_paged_once() -> None:
     assert not [t for t in threads(events) if "requeued" in t] and item.attempts[0].restarts == 0
     events = apply_snapshot(item, requeued("NODE_FAIL"), PROFILE, Watch(), now=2e3)
     (page,) = [e for e in events if e.kind == "oncall"]
-    assert page.data["cause_key"] == "node_failure" and "dev[0-1]" in page.data["cause"]
+    assert page.data["cause_key"] == "node_failure"
+    assert page.data["facts"] == {"nodes": "dev[0-1]", "job": "7"}
     assert any(t.startswith("⚠️ Slurm requeued job 7 (restart 1)") for t in threads(events))
     again = apply_snapshot(item, requeued("NODE_FAIL"), PROFILE, Watch(), now=2e3)
     assert not [e for e in again if e.kind == "oncall"]

@@ -113,3 +113,28 @@ async def test_a_launch_without_a_job_or_a_thread_link_is_still_paged() -> None:
     ((_, _, summary, fields),) = alarms.calls
     assert summary == f"a4 job {item.id}: node dev1 failed (NODE_FAIL)"
     assert fields["links"] == []
+
+
+# A page written since pages carry facts: bot.wording.pages words it, escaped for Slack
+# and plain for PagerDuty (DATA above is an entry written before: posted as it holds it).
+FACTS = {
+    "dedup_key": "trainbot/a4/L-7f3a/job_held",
+    "cause_key": "job_held",
+    "facts": {"job": "4187", "words": "held by <an admin>", "code": "JobHeldAdmin"},
+}
+
+
+async def test_a_page_of_facts_is_worded_escaped_for_slack_and_plain_for_pagerduty() -> None:
+    alarms = Alarms()
+    paging, front = pager(Alerts(oncall_channel="C0ONCALL", oncall_usergroup="S0ONCALL"), alarms)
+    item = launch()
+    await paging.post("oncall", item, FACTS, PERMALINK)
+    await paging.page("oncall", item, FACTS, PERMALINK)
+    ((_, page),) = front.posts
+    assert page.startswith(f"<!subteam^S0ONCALL> job 4187 ({item.id}: sft llama3p1_8b")
+    assert (
+        "on a4: job 4187 is held by &lt;an admin&gt; (Slurm: JobHeldAdmin). "
+        "Release it (scontrol release) or cancel it."
+    ) in page
+    ((_, _, summary, _),) = alarms.calls
+    assert summary == "a4 job 4187: job 4187 is held by <an admin> (Slurm: JobHeldAdmin)"
