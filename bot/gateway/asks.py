@@ -59,6 +59,35 @@ _ERRORS: dict[str, type[ClusterError]] = {
 }
 
 
+def error_answer(exc: ClusterError) -> dict[str, Any]:
+    """A cluster error as a worker answers it, with what the asker needs to raise the same."""
+    error_type = "ClusterError" if isinstance(exc, Refused) else type(exc).__name__
+    answer: dict[str, Any] = {
+        "error": exc.message,
+        "error_type": error_type,
+        "cluster": exc.cluster,
+    }
+    if isinstance(exc, SlurmCommandFailed):
+        answer |= {"command": exc.command, "returncode": exc.returncode, "stderr": exc.stderr}
+    return answer
+
+
+def error_of(answer: dict[str, Any]) -> ClusterError:
+    """The error a worker's answer names, as the asker raises it (any other kind: a
+    ClusterError with the answer's words)."""
+    message, cluster = str(answer["error"]), str(answer.get("cluster", ""))
+    kind_ = _ERRORS.get(str(answer.get("error_type")), ClusterError)
+    if kind_ is SlurmCommandFailed:
+        returncode = answer.get("returncode")
+        if isinstance(returncode, int) and "command" in answer:
+            return SlurmCommandFailed(
+                command=str(answer["command"]), returncode=returncode,
+                stderr=str(answer.get("stderr", "")), cluster=cluster,
+            )  # fmt: skip
+        return ClusterError(message, cluster=cluster)  # an answer without them: its words
+    return kind_(message, cluster=cluster)
+
+
 class ClusterCalls(Protocol):
     """What the core asks of the clusters."""
 
@@ -123,8 +152,7 @@ class WorkerAsks:
                 cluster=cluster,
             )
         if "error" in answer:
-            kind_ = _ERRORS.get(str(answer.get("error_type")), ClusterError)
-            raise kind_(str(answer["error"]), cluster=str(answer.get("cluster", "")))
+            raise error_of(answer)
         return answer.get("value")
 
     async def _signed_answer(self, ask: wire.Ask, timeout_s: float) -> dict[str, Any] | None:
@@ -281,8 +309,7 @@ async def _answer(
     except TimeoutError:
         answer = {"error": f"no answer within {timeout_s:.1f} s", "error_type": "CommandTimeout"}
     except ClusterError as exc:
-        error_type = "ClusterError" if isinstance(exc, Refused) else type(exc).__name__
-        answer = {"error": exc.message, "error_type": error_type, "cluster": exc.cluster}
+        answer = error_answer(exc)
     except Exception as exc:  # a bug here must not leave the asker waiting
         log.exception("ask %s failed inside trainbot", ask.kind)
         answer = {"error": f"failed inside trainbot ({type(exc).__name__})"}

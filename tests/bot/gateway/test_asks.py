@@ -6,17 +6,18 @@ in its time saying so. Real Redis; the cluster side is scripted at trainbot's ow
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from pydantic import ValidationError
 
-from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.asks import Refused, WorkerAsks, error_answer, error_of, serve_asks
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch
 from bot.settings.config import parse_config
 from bot.settings.env import Settings
 from bot.store.store import Store
-from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout
+from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.preflight.discovery import ClusterCapacity
 from cluster.site.accounts import Account
 from cluster.site.nodes import NodeAction
@@ -198,3 +199,28 @@ async def test_a_node_ask_is_done_only_for_on_call_and_as_the_config_says(store:
             stop.set()
             await worker
     assert clusters.asked == [("node", "a4", "dev3", "drain", "Xid 79 twice", "U0BOB", "")]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        SlurmCommandFailed(
+            command="sbatch --test-only", returncode=1, stderr="x\nbad", cluster="a4"
+        ),
+        CommandTimeout("no answer within 1.5 s", cluster="a4"),
+        ClusterUnreachable("the login node did not answer", cluster="a3m"),
+        ClusterError("something else", cluster="a4"),
+    ],
+)
+def test_a_workers_error_reaches_the_asker_as_the_same_error(error: ClusterError) -> None:
+    """What a worker answers for a cluster error is raised on the asker's side as the
+    same kind with the same words (a failed Slurm command used to become a TypeError)."""
+    answer = json.loads(json.dumps(error_answer(error)))  # as it crosses Redis
+    again = error_of(answer)
+    assert type(again) is type(error)
+    assert str(again) == str(error) and again.cluster == error.cluster
+
+
+def test_a_refusal_reaches_the_asker_as_a_cluster_error() -> None:
+    again = error_of(json.loads(json.dumps(error_answer(Refused("not the launch's log")))))
+    assert type(again) is ClusterError and "not the launch's log" in str(again)
