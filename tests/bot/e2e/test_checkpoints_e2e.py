@@ -110,8 +110,13 @@ async def test_deleting_old_checkpoints_keeps_the_best_and_the_last(unique: str)
         await bot.store.launches.mutate(launch_id, overfit)
         listed = await handle_line(f"/checkpoints {launch_id}", bot.core, front, user="alice")
         assert listed is not None and listed.blocks, listed
-        button = listed.blocks[-1]["elements"][0]
-        assert button["action_id"] == f"{ACTION_PRUNE}1" and button["value"] == launch_id
+        button = next(
+            element
+            for block in listed.blocks
+            for element in block.get("elements", [])
+            if element.get("action_id") == f"{ACTION_PRUNE}1"
+        )  # beside Export and Evaluate, and each checkpoint's own buttons
+        assert button["value"] == launch_id
         assert "at steps 3 are deleted" in button["confirm"]["text"]["text"], button
         pressed = await bot.core(
             Incoming(
