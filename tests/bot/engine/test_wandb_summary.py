@@ -21,7 +21,7 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase, Sweep
 from bot.lifecycle.sweeps import wandb_columns
 from bot.store.store import Store
-from bot.wording import thread
+from bot.wording import following, thread
 from commands.requests import TrainRequest
 from support.wandb_standin import WandbStandin
 from tests.bot.botkit import bot_settings, stream_entries
@@ -76,7 +76,7 @@ def test_summaries(payload: object, expected: dict[str, float] | None) -> None:
 
 
 def test_the_line_escapes_what_the_run_chose() -> None:
-    text = thread.wandb_summary({"run": "r1", "metrics": {"<!channel>": 1.0, "loss": 0.98123}})
+    text = following.wandb_summary({"run": "r1", "metrics": {"<!channel>": 1.0, "loss": 0.98123}})
     assert "<!channel>" not in text and "&lt;!channel&gt; 1" in text and "loss 0.9812" in text
 
 
