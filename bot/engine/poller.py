@@ -51,7 +51,6 @@ from cluster.watching.collector import JobSnapshot, PollResult, collect
 from cluster.watching.diagnosis import UNKNOWN, Diagnosis, diagnose
 from cluster.watching.evidence import gather
 from cluster.watching.tracking import Tracking
-from commands.context import CommandContext
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +108,13 @@ class Poller:
         # reroute: the move admitted again (the runtime gives it the groups Slack says now)
         self.authority = Authority(store, clusters, self.people)
         # reroute: where a pending launch would start now (Slurm's estimates, shared briefly)
-        config = clusters.config
-        context = CommandContext(
-            clusters=clusters.profiles, catalog=config.catalog, policy=config.policy
-        )
         self.planner = Planner(
-            store, clusters, clusters, context, StartEstimates(), self.people.cluster_user
+            store,
+            clusters,
+            clusters,
+            clusters.config.command_context(),
+            StartEstimates(),
+            self.people.cluster_user,
         )
 
     def start(self) -> None:

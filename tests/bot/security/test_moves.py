@@ -29,7 +29,6 @@ from bot.settings.config import Config
 from bot.store.store import Store
 from bot.text.front import Incoming
 from cluster.ssh.pool import SSHPool
-from commands.context import CommandContext
 from commands.policy import PolicyRule, Principals
 from commands.requests import TrainRequest
 from commands.rules import AccountRule
@@ -108,10 +107,7 @@ async def test_a_due_launch_of_a_person_removed_from_the_identity_map_ends_with_
 
 def planner_of(store: Store, clusters: Clusters, authority: Authority) -> Planner:
     """The poller's planner: it asks the clusters itself, as the poller does."""
-    config = clusters.config
-    context = CommandContext(
-        clusters=clusters.profiles, catalog=config.catalog, policy=config.policy
-    )
+    context = clusters.config.command_context()
     return Planner(
         store, clusters, clusters, context, StartEstimates(), authority.people.cluster_user
     )
