@@ -219,10 +219,13 @@ def test_silent_hang_stops_progress_while_the_job_keeps_running(
     )  # fmt: skip
     cancel_after.append(job)
     log_path = f"{RECIPES}/nemo_rl/{job}/nemo_rl_output.log"
+    # Step 1 is whole once its timing is printed; the hang strikes before step 2's header.
     login.wait_for(
-        lambda: "Step 1/5" in login.run(f"cat {log_path} 2>/dev/null", check=False).stdout, "step 1"
+        lambda: "Total step time" in login.run(f"cat {log_path} 2>/dev/null", check=False).stdout,
+        "step 1's results",
     )
     first = login.read(log_path)
+    assert "Step 1/5" in first
     time.sleep(2)
     assert login.read(log_path) == first
     assert "Step 2/5" not in first
