@@ -75,18 +75,6 @@ EDGE_ROOMS = {"slack": {"text"}, "console": {"text"}}
 # words it nor Slack markup (mrkdwn, Block Kit). ``bot.text`` keeps plots and the Front seam.
 SPEAK_IN_FACTS = ("lifecycle", "engine", "planning", "gateway", "store")
 MARKUP = (("bot", "wording"), ("bot", "text", "mrkdwn"))
-# Files of those rooms that still word their own lines, moved to bot/wording/ one by one:
-# this list only shrinks (a file here that no longer imports markup fails the test).
-STILL_WORDING = frozenset(
-    {
-        "bot/engine/babysit.py",
-        "bot/engine/recovery.py",
-        "bot/engine/submit.py",
-        "bot/engine/tracking.py",
-        "bot/engine/worker.py",
-    }
-)
-
 # Outside systems and the one place that may import each.
 OWNERS = {
     "redis": ("bot", "store"),
@@ -242,18 +230,15 @@ def broken(arrows: list[Arrow]) -> list[str]:
 
 
 def test_the_code_keeps_every_floor() -> None:
-    faults = [f for f in broken(all_arrows(PROJECT)) if f.split(":", 1)[0] not in STILL_WORDING]
+    faults = broken(all_arrows(PROJECT))
     assert not faults, "imports that break docs/architecture.md's floors:\n" + "\n".join(faults)
 
 
-def test_the_files_that_still_word_lines_are_only_those_listed() -> None:
-    """STILL_WORDING shrinks: a file listed there that imports no markup any more is taken
-    off the list, so it cannot start wording again unseen."""
-    wording = {arrow.path for arrow in all_arrows(PROJECT) if markup_faults(arrow)}
-    assert wording == STILL_WORDING, (
-        f"no longer wording (take off STILL_WORDING): {sorted(STILL_WORDING - wording)}; "
-        f"wording anew: {sorted(wording - STILL_WORDING)}"
-    )
+def test_no_room_that_speaks_in_facts_imports_markup() -> None:
+    """lifecycle/, engine/, planning/, gateway/ and store/ say what happened as facts: not
+    one of their files imports bot.wording or Slack markup (bot.text.mrkdwn)."""
+    wording = sorted({arrow.path for arrow in all_arrows(PROJECT) if markup_faults(arrow)})
+    assert not wording, f"files of {SPEAK_IN_FACTS} that word lines: {wording}"
 
 
 def test_every_room_of_bot_is_in_the_floor_plan() -> None:

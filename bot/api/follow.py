@@ -19,7 +19,7 @@ from aiohttp import web
 
 from bot.core.core import Core
 from bot.lifecycle.launch import Launch
-from bot.wording import render
+from bot.wording import endings, render
 from cluster.errors import TrainbotError
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,8 @@ def new_lines(before: list[str], now: list[str]) -> list[str]:
 
 def end_line(launch: Launch) -> str:
     _, word = render.status_label(launch)
-    detail = f": {launch.detail}" if launch.detail else ""
+    said = endings.sentence(launch.ending, launch.detail)
+    detail = f": {said}" if said else ""
     return f"{END_MARK} {launch.id} ended {word}{detail}\n"
 
 

@@ -38,6 +38,7 @@ _LAUNCH = {
             "active": "boolean",
             "outcome": "string",
             "detail": "string",
+            "ending": "object",
             "job_id": "string",
             "attempts": "integer",
             "step": "integer",

@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.lifecycle import measures
 from bot.lifecycle.launch import Launch
-from bot.wording import render
+from bot.wording import endings, render
 from commands.sweep import SWEEP_ID_PATTERN
 from commands.values import LAUNCH_ID_PATTERN
 
@@ -38,7 +38,8 @@ def launch_json(launch: Launch) -> dict[str, Any]:
         "state": word,
         "active": launch.active,
         "outcome": launch.outcome,
-        "detail": launch.detail,
+        "detail": endings.sentence(launch.ending, launch.detail),  # how it ended, in words
+        "ending": launch.ending,  # ... and as facts (``move`` and what its words need)
         "job_id": launch.job_id,
         "attempts": len(launch.attempts),
         "step": progress.step,

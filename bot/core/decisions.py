@@ -13,8 +13,7 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
 from bot.text.front import Reply
 from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
-from bot.wording import health as health_words
-from bot.wording import render, thread
+from bot.wording import endings, render, thread
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject
 from commands.context import CommandContext, User
@@ -95,7 +94,8 @@ class Decisions:
         cancelled, the launch goes back to following it). Nothing here asks a cluster."""
         if launch.cancelled_by:
             return Reply(
-                f"{launch.id} was cancelled by {health_words.canceller(launch)}.", error=True
+                f"{launch.id} was cancelled by {endings.who_cancelled(launch.cancelled_by)}.",
+                error=True,
             )
         if not launch.active or launch.phase not in (Phase.SUBMITTED, Phase.RUNNING):
             return Reply(

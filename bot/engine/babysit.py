@@ -1,4 +1,5 @@
-"""What the bot does when a run goes wrong: diagnose, retry or stop, page on-call.
+"""What the bot does when a run ends or goes wrong: diagnose, retry or stop, page on-call,
+and the facts of its closing line.
 
 Pure: called inside a launch's transaction (see bot.engine.tracking), it edits the
 launch and returns the events to write with it. The failure catalog and the
@@ -11,8 +12,7 @@ from bot.lifecycle import measures, phases
 from bot.lifecycle.events import Event, dedup_key
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.settings.sections import Watch
-from bot.text.mrkdwn import code_block, escape
-from bot.wording import health as health_words
+from cluster.site.profiles import ClusterProfile
 from cluster.slurm.reasons import explain_pending
 from cluster.watching.collector import JobSnapshot
 from cluster.watching.diagnosis import Diagnosis, retry_decision
@@ -46,11 +46,6 @@ def resolve_alerts(launch: Launch, outcome: str) -> list[Event]:
     return events
 
 
-def evidence_block(diagnosis: Diagnosis) -> str:
-    lines = list(diagnosis.evidence[-EVIDENCE_LINES:])
-    return code_block("\n".join(lines)) if lines else ""
-
-
 def on_failure(
     launch: Launch,
     watch: Watch,
@@ -64,11 +59,9 @@ def on_failure(
     on (a retry is queued) rather than ending here."""
     attempt = launch.attempts[-1]
     if launch.cancelled_by:  # a cancel is final: whatever the log shows, nothing is retried
-        job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
-        who = health_words.canceller(launch)
-        launch.detail = f"Cancelled by {who}."
-        text = f"🚫 {job} ended ({state}) after {who} cancelled it; not retried."
-        return [Event("thread", launch.id, text)], False
+        said = {"move": "cancel_ended", "job": attempt.job_id, "state": state}
+        launch.ending = said | {"by": launch.cancelled_by}
+        return [Event("thread", launch.id, data=dict(launch.ending))], False
     if diagnosis is None:
         return [], False
     attempt.cause_key = diagnosis.key
@@ -80,24 +73,21 @@ def on_failure(
         previous_keys=previous,
         newer_checkpoint=len(launch.checkpoints) > attempt.checkpoints_at_start,
     )
-    ran = measures.duration(now - (attempt.started_at or attempt.submitted_at or now))
-    job = f"Job {attempt.job_id}" if attempt.job_id else "The job"
-    text = f"⚠️ {job} failed ({state}) after {ran}: {escape(diagnosis.cause)}."
-    if block := evidence_block(diagnosis):
-        text += "\n" + block
+    ran_s = now - (attempt.started_at or attempt.submitted_at or now)
+    facts: dict[str, object] = {"move": "job_failed", "job": attempt.job_id, "state": state}
+    facts |= {"ran_s": ran_s, "cause": diagnosis.cause, "reason": decision.reason}
+    if evidence := list(diagnosis.evidence[-EVIDENCE_LINES:]):
+        facts["evidence"] = evidence
     if diagnosis.read:
-        text += f"\nRead: {escape(diagnosis.read)}."
+        facts["read"] = diagnosis.read
     if diagnosis.output_cut:
-        text += (
-            "\nsrun force-terminated the job's tasks after the first one failed, and output "
-            "still on its way to the log is lost then: the cause may be missing from the logs."
-        )
-    text += "\n" + escape(decision.reason)
-    events = [Event("thread", launch.id, text)]
+        facts["output_cut"] = True
+    events = [Event("thread", launch.id, data=facts)]
     if decision.page:
         events += oncall(launch, diagnosis.key, cause=diagnosis.cause, retry=decision.retry)
     if not decision.retry:
-        launch.detail = f"{escape(diagnosis.cause)}. {escape(decision.reason)}"[:300]
+        launch.ending = {"move": "job_failed", "cause": diagnosis.cause}
+        launch.ending["reason"] = decision.reason
         return events, False
     number = len(launch.attempts) + 1
     attempt = Attempt(
@@ -131,32 +121,30 @@ def early_stop_reason(launch: Launch) -> str:
 
 def on_stopped_early(
     launch: Launch, watch: Watch, *, why: str, now: float
-) -> tuple[list[Event], str]:
+) -> tuple[list[Event], dict[str, object]]:
     """The job ended COMPLETED short of its total (``why``, :func:`early_stop_reason`).
     Resumed from its newest checkpoint as a new attempt when ``watch.resume_stopped_early``
     says so (the launch stays active: ``after=`` dependents wait), else the launch ends
-    STOPPED_EARLY. Returns the events and, when not resumed, the line that explains it
-    ("" when resumed)."""
+    STOPPED_EARLY. Returns the events and, when not resumed, the facts of why (where it
+    stopped, why it was not resumed, the command that goes on: bot.wording.endings words
+    them in the closing line); {} when resumed."""
     attempt, p = launch.attempts[-1], launch.progress
     saved = len(launch.checkpoints) > attempt.checkpoints_at_start
     where = f"step {p.step:,} / {p.total:,}"
-    ckpt = ""
-    if launch.checkpoints:
-        ckpt = f" · checkpoint {escape(measures.checkpoint_label(launch, launch.checkpoints[-1]))}"
-    head = f"⏸️ STOPPED EARLY at {where} ({escape(why)}; Slurm: COMPLETED){ckpt}"
+    ckpt = measures.checkpoint_label(launch, launch.checkpoints[-1]) if launch.checkpoints else ""
     mode = watch.resume_stopped_early
     wanted = mode == "always" or (mode == "time_budget" and why == TIME_BUDGET)
+    blocker: dict[str, object] = {}
     if launch.cancelled_by:
-        blocker = "it was cancelled"
+        blocker = {"blocker": "cancelled"}
     elif not wanted:
-        which = "no run" if mode == "never" else "only a run that stopped on its time budget"
-        blocker = f"the policy resumes {which} (watch.resume_stopped_early)"
+        blocker = {"blocker": "policy_never" if mode == "never" else "policy_time_budget"}
     elif not saved:
-        blocker = "it saved no checkpoint in this attempt"
+        blocker = {"blocker": "no_checkpoint"}
     elif p.step <= attempt.from_step:
-        blocker = "it made no progress in this attempt"
+        blocker = {"blocker": "no_progress"}
     elif launch.resumes >= watch.max_resumes:
-        blocker = f"it was resumed {launch.resumes} times already (watch.max_resumes)"
+        blocker = {"blocker": "max_resumes", "resumes": launch.resumes}
     else:
         number = len(launch.attempts) + 1
         new = Attempt(
@@ -167,20 +155,20 @@ def on_stopped_early(
             from_step=p.step,
         )
         facts = {"step": p.step, "total": p.total, "why": why, "attempt": number}
-        if launch.checkpoints:
-            facts["checkpoint"] = measures.checkpoint_label(launch, launch.checkpoints[-1])
+        if ckpt:
+            facts["checkpoint"] = ckpt
         _, events = phases.resume(launch, phases.Facts(now=now, attempt=new, data=facts))
-        return events, ""
-    request, again = launch.request, ""
+        return events, {}
+    ended = {"step": p.step, "total": p.total, "why": why, **blocker}
+    phases.stopped_early(launch, phases.Facts(data=ended))
+    said = dict(ended)
+    if ckpt:
+        said["checkpoint"] = ckpt
+    request = launch.request
     if isinstance(request, TrainRequest):
         update = {"start_from": launch.id, "after": None, "after_any": False, "at": None}
-        again = request.model_copy(update=update).to_text()
-    detail = f"Stopped early at {where} ({why}); not resumed: {blocker}."
-    phases.stopped_early(launch, phases.Facts(detail=detail[:300]))
-    line = f"{head}. Not resumed: {escape(blocker)}."
-    if again:
-        line += f" To go on from its checkpoint: `{escape(again)}`"
-    return [], line
+        said["again"] = request.model_copy(update=update).to_text()
+    return [], said
 
 
 def pending_reason(launch: Launch, snap: JobSnapshot) -> list[Event]:
@@ -244,3 +232,38 @@ def check_hang(launch: Launch, watch: Watch, now: float) -> list[Event]:
         facts["last_line"] = attempt.tail.strip().splitlines()[-1][:120]
     events = [Event("thread", launch.id, data=facts), Event("update", launch.id)]
     return events + oncall(launch, "silent_hang", quiet_s=now - last)
+
+
+def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
+    """GPU-hours of every attempt that ran: what Slurm's accounting says (elapsed time x
+    allocated GPUs) where it was read, else run time x nodes x GPUs per node."""
+    total = 0.0
+    for a in launch.attempts:
+        if a.gpu_hours is not None:
+            total += a.gpu_hours
+        elif a.started_at:
+            ran_s = max(0.0, (a.ended_at or now) - a.started_at)
+            total += ran_s * launch.request.nodes * profile.gpus_per_node / 3600
+    return total
+
+
+def closing_facts(
+    launch: Launch, profile: ClusterProfile, now: float, *, state: str
+) -> dict[str, object]:
+    """The facts of the closing line (Slurm's ``state``, the launch's outcome, how long, how
+    many attempts, GPU-hours, the last checkpoint, the exit code); also records the launch's
+    GPU-hours. bot.wording.endings words them."""
+    first = launch.attempts[0]
+    start = first.started_at or first.submitted_at or launch.created_at
+    elapsed = (launch.attempt.ended_at if launch.attempt else now) - start
+    launch.gpu_hours = used_gpu_hours(launch, profile, now)
+    facts: dict[str, object] = {"move": "closing", "state": state, "outcome": launch.outcome}
+    facts |= {"elapsed_s": elapsed, "attempts": len(launch.attempts)}
+    facts["gpu_hours"] = launch.gpu_hours
+    if launch.checkpoints:
+        facts["checkpoint"] = measures.checkpoint_label(launch, launch.checkpoints[-1])
+    if launch.attempt and launch.attempt.exit_code:
+        facts["exit_code"] = launch.attempt.exit_code
+    if launch.health.nan_step is not None:
+        facts["nan_step"] = launch.health.nan_step
+    return facts

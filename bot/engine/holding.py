@@ -52,9 +52,9 @@ class Hold:
             stored.fence += 1
             return []
 
-        item, _ = await self.store.launches.mutate(launch_id, take)
-        self._fence = item.fence
-        return item
+        launch, _ = await self.store.launches.mutate(launch_id, take)
+        self._fence = launch.fence
+        return launch
 
     async def check_still_ours(self, launch_id: str) -> None:
         """LostLock unless this worker's fence is still the launch's and no other worker
@@ -92,20 +92,19 @@ class Hold:
         data = {"move": move, **facts}
         await self.mutate(launch_id, lambda stored: [Event("thread", stored.id, data=data)])
 
-    async def reject(
-        self, item: Launch, outcome: str, text: str, *, data: dict[str, object] | None = None
-    ) -> None:
-        facts = phases.Facts(outcome=outcome, text=text, data=data or {})
-        await self.move(item.id, phases.not_submitted, facts)
+    async def reject(self, launch: Launch, outcome: str, **facts: object) -> None:
+        """It ends ``outcome`` before Slurm ran anything; ``facts``: why (``why``, the error,
+        what it needs; bot.wording.endings words them)."""
+        await self.move(launch.id, phases.not_submitted, phases.Facts(outcome=outcome, data=facts))
 
-    async def new_jobs(self, item: Launch) -> list[FoundJob]:
+    async def new_jobs(self, launch: Launch) -> list[FoundJob]:
         """The jobs Slurm has for the launch (by its id) that none of its attempts records."""
-        known = {a.job_id for a in item.attempts if a.job_id}
-        return [j for j in await self.clusters.find(item) if j.job_id not in known]
+        known = {a.job_id for a in launch.attempts if a.job_id}
+        return [j for j in await self.clusters.find(launch) if j.job_id not in known]
 
     async def record(
         self,
-        item: Launch,
+        launch: Launch,
         *,
         submission: Submission | None = None,
         job_id: str = "",
@@ -113,7 +112,7 @@ class Hold:
     ) -> None:
         """Slurm has the launch's job (submitted, or found by the launch id): it is the
         current attempt's; one that appeared after a cancel is cancelled."""
-        spec = self.clusters.spec_for(item).spec
+        spec = self.clusters.spec_for(launch).spec
         tracking = submission.tracking if submission else spec.fw.found(spec, job_id)
         job_id = tracking.job_id
         facts = phases.Facts(
@@ -124,20 +123,20 @@ class Hold:
             partition=spec.slurm_partition,
             record=submission.record if submission else None,
         )
-        stored, _ = await self.move(item.id, phases.submitted, facts)
+        stored, _ = await self.move(launch.id, phases.submitted, facts)
         set_job_id(job_id)
         if stored.phase == Phase.SUBMITTED:
-            log.info("launch %s submitted as job %s", item.id, job_id)
+            log.info("launch %s submitted as job %s", launch.id, job_id)
             return
-        await self.cancel_late_job(item, job_id)
+        await self.cancel_late_job(launch, job_id)
 
-    async def cancel_late_job(self, item: Launch, job_id: str) -> None:
+    async def cancel_late_job(self, launch: Launch, job_id: str) -> None:
         """``scancel`` a job that appeared after its launch was cancelled; the thread says
         how that went."""
         try:
-            await self.clusters.cancel(item, [job_id])
+            await self.clusters.cancel(launch, [job_id])
             error = ""
         except ClusterError as exc:
             error = str(exc)
         log.info("job %s appeared after the launch was cancelled: %s", job_id, error or "cancelled")
-        await self.tell(item.id, "late_job", job=job_id, cluster=item.cluster, error=error)
+        await self.tell(launch.id, "late_job", job=job_id, cluster=launch.cluster, error=error)

@@ -27,6 +27,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from bot.engine import wandb_summary
 from bot.engine.after_training import AfterTraining
 from bot.engine.charging import charge_ended
+from bot.engine.evidence import Diagnoser, record_faulty_node
 from bot.engine.gpuwatch import sample_running
 from bot.engine.reroute import reroute as reroute_pending
 from bot.engine.tracking import apply_snapshot, tracked
@@ -40,16 +41,13 @@ from bot.lifecycle.launch import Launch
 from bot.planning.cost import StartEstimates
 from bot.planning.planner import Planner
 from bot.settings.logs import log_context
-from bot.store.base import StoreError
-from bot.store.nodes import NodeEntry
 from bot.store.store import Store
 from cluster.errors import ClusterError
 from cluster.site.login import cert_key_id
 from cluster.site.profiles import ClusterProfile
 from cluster.slurm.base import is_terminal
 from cluster.watching.collector import JobSnapshot, PollResult, collect
-from cluster.watching.diagnosis import UNKNOWN, Diagnosis, diagnose
-from cluster.watching.evidence import gather
+from cluster.watching.diagnosis import Diagnosis
 from cluster.watching.tracking import Tracking
 
 log = logging.getLogger(__name__)
@@ -95,7 +93,7 @@ class Poller:
         self.owner = owner
         self.polls = 0
         self.scheduler = AsyncIOScheduler()
-        self.unknown_at: dict[tuple[str, str], float] = {}  # (cluster, job): first "unknown" read
+        self.diagnoser = Diagnoser(clusters)  # a failed job's evidence, read again when unknown
         self.held: set[str] = set()  # the clusters whose lease this poller holds
         self.stopping = False
         self.observers: list[Callable[[str, float], None]] = []  # (cluster, seconds) per poll
@@ -324,7 +322,7 @@ class Poller:
             await self._finish_cancel(launch, job.job_id)
         if ended and not launch.cancelled_by:  # a cancelled launch ends CANCELLED: no diagnosis
             try:
-                diagnosis = await self.diagnose(profile, job, snap)
+                diagnosis = await self.diagnoser.diagnose(profile, job, snap)
             except ClusterError as exc:
                 log.warning("job %s: evidence not read: %s", job.job_id, exc)
                 return  # the next poll reads it again
@@ -343,27 +341,9 @@ class Poller:
         if was_active and not stored.active:  # it ended now: its W&B run's summary
             self.wandb.start(stored)  # then= steps: the store keeps them (Store.after_pending)
         if diagnosis is not None and diagnosis.failed_node:
-            await self.record_faulty_node(profile.name, stored, job.job_id, diagnosis, now)
+            await record_faulty_node(self.store, profile.name, stored, job.job_id, diagnosis, now)
         if stored.cancelled_by == TRAINBOT and stored.cancelled_at == now:  # NaN: stop it now
             await self._finish_cancel(stored, job.job_id, grace_s=0.0)
-
-    async def record_faulty_node(
-        self, cluster: str, launch: Launch, job_id: str, diagnosis: Diagnosis, now: float
-    ) -> None:
-        """The node the diagnosis names as faulty goes into the node ledger (once per job)."""
-        node = diagnosis.failed_node or ""
-        entry = NodeEntry(
-            at=now,
-            launch_id=launch.id,
-            job_id=job_id,
-            cause_key=diagnosis.key,
-            cause=diagnosis.cause[:300],
-        )
-        try:
-            if await self.store.nodes.record_node(cluster, node, entry):
-                log.info("node=%s cluster=%s job=%s in the node ledger", node, cluster, job_id)
-        except (StoreError, ValueError) as exc:  # the launch moved on; only the ledger lacks it
-            log.warning("node %s of job %s not written to the ledger: %s", node, job_id, exc)
 
     async def _finish_cancel(
         self, launch: Launch, job_id: str, grace_s: float = CANCEL_GRACE_S
@@ -383,38 +363,3 @@ class Poller:
             log.warning("job %s of cancelled launch %s not cancelled: %s", job_id, launch.id, exc)
             return
         log.info("job %s of cancelled launch %s: scancel sent by the poller", job_id, launch.id)
-
-    async def diagnose(
-        self, profile: ClusterProfile, job: Tracking, snap: JobSnapshot
-    ) -> Diagnosis | None:
-        """What the failed job's evidence shows; None while an "unknown" waits to be read
-        again. The second read happens once ``watch.evidence_reread_s`` has passed, not at
-        every poll in between."""
-        key = (profile.name, job.job_id)
-        first = self.unknown_at.get(key)
-        delay_s = self.clusters.config.watch.evidence_reread_s
-        if first is not None and time.monotonic() - first < delay_s:
-            return None
-        catalog = self.clusters.config.failure_catalog
-        evidence = await gather(
-            self.clusters.pool,
-            profile.login,
-            job,
-            state=snap.state or "",
-            record=snap.acct,
-            cluster=profile.name,
-            catalog=catalog,
-            roots=log_roots(profile),
-        )
-        found = diagnose(evidence, catalog)
-        if found is not None and found.kind is UNKNOWN and first is None and delay_s > 0:
-            self.unknown_at[key] = time.monotonic()
-            log.info(
-                "job %s: no known cause in %s; reading again in %.0f s",
-                job.job_id,
-                evidence.describe_read(),
-                delay_s,
-            )
-            return None
-        self.unknown_at.pop(key, None)
-        return found

@@ -20,7 +20,6 @@ from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase
 from bot.planning import pipelines, start_from
 from bot.settings.logs import launch_fields
-from bot.text.mrkdwn import code_block, escape
 from cluster.errors import ClusterError, ClusterUnreachable, CommandTimeout, SlurmCommandFailed
 from cluster.launching.spec import LaunchSpec
 from cluster.launching.start_copy import copy_start
@@ -32,17 +31,17 @@ THREAD_WAIT_S = 1.0  # a launch whose thread is not posted yet: look again this 
 THREAD_WAIT_MAX_S = 60.0  # twice as long each time up to this
 
 
-async def launch(hold: Hold, item: Launch) -> None:
+async def run(hold: Hold, launch: Launch) -> None:
     """The held launch, looked up first if a submit of it may have run, then readied,
     pre-flighted and submitted (or its dry run told)."""
-    if item.phase == Phase.SUBMITTING and not await recovery.look_up(hold, item):
+    if launch.phase == Phase.SUBMITTING and not await recovery.look_up(hold, launch):
         return  # found and recorded, or the cluster did not answer: looked up again later
-    if not await ready(hold, item):
+    if not await ready(hold, launch):
         return
-    profile = hold.clusters.profile_for(item)  # its Unix user checked against the config
+    profile = hold.clusters.profile_for(launch)  # its Unix user checked against the config
     started = await start_from.start_point(
         hold.store,
-        item,
+        launch,
         hold.mutate,
         profile,
         hold.authority,
@@ -50,62 +49,44 @@ async def launch(hold: Hold, item: Launch) -> None:
     )
     if started is None:
         return  # from=: the parent has no checkpoint to start from
-    item = started
-    built = hold.clusters.spec_for(derived(hold, item))
+    launch = started
+    built = hold.clusters.spec_for(derived(hold, launch))
     spec = built.spec
-    item, _ = await hold.move(item.id, phases.preflight, phases.Facts())
-    if item.phase != Phase.PREFLIGHT:
+    launch, _ = await hold.move(launch.id, phases.preflight, phases.Facts())
+    if launch.phase != Phase.PREFLIGHT:
         return  # cancelled meanwhile
-    if item.request.dry_run:
-        dry = await hold.clusters.dry_run(spec)
-        checks = "\n".join(
-            ("✓ " if c.ok else "✗ ") + escape(c.message) for c in dry.preflight.checks
-        )
-        as_user = f", as {item.cluster_user}," if item.cluster_user else ""
-        text = (
-            f"Dry run: nothing was submitted. On the login node{as_user} trainbot would run "
-            f"`{escape(dry.remote_shell)}` with this script on stdin (secrets redacted):\n"
-            f"{code_block(dry.script)}\nPre-flight:\n{checks}"
-        )
-        facts = phases.Facts(outcome="DRY_RUN", text=text)
-        await hold.move(item.id, phases.dry_run, facts)
+    if launch.request.dry_run:
+        await dry_run(hold, launch, spec)
         return
     result = await hold.clusters.preflight(spec)
     if not result.ok:
-        text = "Not submitted: " + escape(result.message())
-        data: dict[str, object] = {}
-        partition_ok = all(c.ok for c in result.checks if c.name == "partition")
-        default = spec.profile.partition
-        if not partition_ok and spec.slurm_partition != default:
-            text += f" Re-run with partition={default}?"
-            data = {"buttons": ["use_partition"], "partition": default}
-        await hold.reject(item, "PREFLIGHT", text, data=data)
+        await hold.reject(launch, "PREFLIGHT", **refusal(result, spec))
         return
-    if not await thread_is_up(hold, item):
+    if not await thread_is_up(hold, launch):
         return
     facts = phases.Facts(now=time.time(), data=preflight_facts(result, spec, built.notes))
-    item, _ = await hold.move(item.id, phases.submitting, facts)
-    if item.phase != Phase.SUBMITTING:
+    launch, _ = await hold.move(launch.id, phases.submitting, facts)
+    if launch.phase != Phase.SUBMITTING:
         return
     # Last word before Slurm: the fence this worker raised must still be the launch's
     # (a successor raised it past ours) and no other worker may hold the lock (one that
     # has not raised it yet). Nothing is re-acquired here: a worker that stalled past
     # its lock must not take it back. The login node holds the submit to its deadline.
-    await hold.check_still_ours(item.id)
-    spec = dataclasses.replace(spec, submit_by=math.ceil(submit_deadline(item)))
+    await hold.check_still_ours(launch.id)
+    spec = dataclasses.replace(spec, submit_by=math.ceil(submit_deadline(launch)))
     try:
         submission = await hold.clusters.submit(spec)
     except (CommandTimeout, ClusterUnreachable) as exc:
         # The launcher may or may not have run: never conclude without Slurm's word.
-        await recovery.outcome_unknown(hold, item, exc)
+        await recovery.outcome_unknown(hold, launch, exc)
         return
     except SlurmCommandFailed as exc:
-        await recovery.failed_submit(hold, item, exc)
+        await recovery.failed_submit(hold, launch, exc)
         return
-    await hold.record(item, submission=submission)
+    await hold.record(launch, submission=submission)
 
 
-def derived(hold: Hold, item: Launch) -> Launch:
+def derived(hold: Hold, launch: Launch) -> Launch:
     """The launch no further than the config and the policy give its person, whatever its
     record in Redis says: a custom image only where ``policy.custom_images`` allows it
     (else ClusterError: the launch ends with the reason, nothing run); job secrets only
@@ -114,72 +95,92 @@ def derived(hold: Hold, item: Launch) -> Launch:
     move's re-admission may have narrowed the record with fresher groups: never widened
     here. ``profile_for`` checks its Unix user, and the CA the name it signs for.)"""
     policy = hold.clusters.config.policy
-    profile = hold.clusters.profile(item.cluster)
-    req, fields = item.request, launch_fields(item.id, cluster=item.cluster)
+    profile = hold.clusters.profile(launch.cluster)
+    req, fields = launch.request, launch_fields(launch.id, cluster=launch.cluster)
     secrets = True
     if is_custom_image(req.image, {*profile.images, *profile.images.values()}):
         decision, secrets = may_use_image(
-            policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster,
+            policy, user_id=launch.user_id, group_ids=launch.groups, cluster=launch.cluster,
             image=str(req.image), cluster_images=list(profile.images),
         )  # fmt: skip
         if not decision.allowed:
             log.warning(
                 "launch %s refused: its record asks for image %s, which %s may not run "
-                "on %s", item.id, req.image, item.user_id, item.cluster, extra=fields,
+                "on %s", launch.id, req.image, launch.user_id, launch.cluster, extra=fields,
             )  # fmt: skip
             raise ClusterError(
                 f"the launch's record asks for image={req.image}, which the policy does "
-                f"not let {item.user_id} run on {item.cluster} ({decision.reason})",
-                cluster=item.cluster,
+                f"not let {launch.user_id} run on {launch.cluster} ({decision.reason})",
+                cluster=launch.cluster,
             )
-    given = slurm_account(policy, user_id=item.user_id, group_ids=item.groups, cluster=item.cluster)
-    account = item.slurm_account if item.slurm_account in ("", given) else given or ""
-    secrets = secrets and item.image_secrets
-    if account != item.slurm_account:
+    given = slurm_account(
+        policy, user_id=launch.user_id, group_ids=launch.groups, cluster=launch.cluster
+    )
+    account = launch.slurm_account if launch.slurm_account in ("", given) else given or ""
+    secrets = secrets and launch.image_secrets
+    if account != launch.slurm_account:
         log.warning(
             "launch %s: its record says Slurm account %r, which the policy does not give "
-            "%s; %r is used", item.id, item.slurm_account, item.user_id, account,
+            "%s; %r is used", launch.id, launch.slurm_account, launch.user_id, account,
             extra=fields,
         )  # fmt: skip
-    return item.model_copy(update={"slurm_account": account, "image_secrets": secrets})
+    return launch.model_copy(update={"slurm_account": account, "image_secrets": secrets})
 
 
-async def ready(hold: Hold, item: Launch) -> bool:
+async def dry_run(hold: Hold, launch: Launch, spec: LaunchSpec) -> None:
+    """A dry run ends here: what would have run (the remote command, the script, each
+    pre-flight check), as facts."""
+    dry = await hold.clusters.dry_run(spec)
+    said: dict[str, object] = {"shell": dry.remote_shell, "script": dry.script}
+    said["checks"] = [[c.ok, c.message] for c in dry.preflight.checks]
+    if launch.cluster_user:
+        said["user"] = launch.cluster_user
+    await hold.move(launch.id, phases.dry_run, phases.Facts(outcome="DRY_RUN", data=said))
+
+
+def refusal(result: PreflightResult, spec: LaunchSpec) -> dict[str, object]:
+    """Why pre-flight refused, and the partition to go to where the asked one is wrong."""
+    facts: dict[str, object] = {"why": "preflight", "error": result.message()}
+    partition_ok = all(c.ok for c in result.checks if c.name == "partition")
+    default = spec.profile.partition
+    if not partition_ok and spec.slurm_partition != default:
+        facts |= {"buttons": ["use_partition"], "partition": default}
+    return facts
+
+
+async def ready(hold: Hold, launch: Launch) -> bool:
     """A retry's old job is gone, and a launch that already waited for its thread
     looks at it first: no pre-flight over SSH on each look while it waits. A launch
     waiting for a time or for another launch (at=, after=) goes back until then."""
-    if await pipelines.must_wait(hold.store, item, hold.mutate, hold.authority):
+    if await pipelines.must_wait(hold.store, launch, hold.mutate, hold.authority):
         return False
-    if item.phase == Phase.RETRYING and not await recovery.prepare_retry(hold, item):
+    if launch.phase == Phase.RETRYING and not await recovery.prepare_retry(hold, launch):
         return False
-    return not await hold.store.marks.thread_waits(item.id) or await thread_is_up(hold, item)
+    return not await hold.store.marks.thread_waits(launch.id) or await thread_is_up(hold, launch)
 
 
-async def thread_is_up(hold: Hold, item: Launch) -> bool:
+async def thread_is_up(hold: Hold, launch: Launch) -> bool:
     """A launch never runs without a thread anyone can see: submit only once its
     parent message is posted. While it is not, look again shortly (a deferred entry);
     when the channel refuses the bot (the notifier gave up and told the person by
     DM), the launch ends here with nothing submitted."""
-    current = await hold.store.launches.get(item.id)
+    current = await hold.store.launches.get(launch.id)
     if current is not None and current.parent_ts:
         return True
-    refused = await hold.store.marks.bad_channel(item.id) or await hold.store.lanes.no_thread(
-        item.id
+    refused = await hold.store.marks.bad_channel(launch.id) or await hold.store.lanes.no_thread(
+        launch.id
     )
     if refused:
-        text = (
-            f"Not submitted: trainbot could not post this launch's thread in "
-            f"<#{escape(item.channel)}> ({escape(refused)}), and a launch never runs "
-            "without one. Invite the bot there, or use a channel it is in, and `/train` again."
+        await hold.reject(
+            launch, "NO_THREAD", why="no_thread", channel=launch.channel, refused=refused
         )
-        await hold.reject(item, "NO_THREAD", text)
         return False
     if current is None or current.phase not in (Phase.QUEUED, Phase.PREFLIGHT):
         return False  # cancelled or ended meanwhile: nothing to wait for
-    waits = await hold.store.marks.count_thread_wait(item.id)
+    waits = await hold.store.marks.count_thread_wait(launch.id)
     wait_s = min(THREAD_WAIT_MAX_S, THREAD_WAIT_S * 2.0 ** min(waits - 1, 10))
-    log.info("launch %s: its thread is not posted yet; looking again in %.0f s", item.id, wait_s)
-    await hold.store.queue.requeue(item.id, after_s=wait_s)
+    log.info("launch %s: its thread is not posted yet; looking again in %.0f s", launch.id, wait_s)
+    await hold.store.queue.requeue(launch.id, after_s=wait_s)
     return False
 
 

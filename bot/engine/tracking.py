@@ -12,14 +12,11 @@ import re
 import time
 
 from bot.engine import babysit
-from bot.lifecycle import health, measures, phases
+from bot.lifecycle import health, phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.sections import Watch
-from bot.text.mrkdwn import code_block, escape
 from bot.text.plot import reduce_per_column
-from bot.wording import health as health_words
-from bot.wording import render
 from cluster.launching.run_record import digest_from_log
 from cluster.launching.spec import framework
 from cluster.site.image_refs import is_registry_ref
@@ -74,16 +71,13 @@ class _Step:
         # not list it yet, so an end seen in the same poll waits one poll for its checkpoints.
         self.checkpoints_unread = False
 
-    def say(self, text: str, data: dict[str, object] | None = None) -> None:
-        self.events.append(Event("thread", self.launch.id, text, data=dict(data or {})))
-
     def tell(self, facts: dict[str, object]) -> None:
         """A thread line as facts (``facts["move"]`` says what it tells; bot.wording words it)."""
         self.events.append(Event("thread", self.launch.id, data=dict(facts)))
         self.visible = True
 
     def move(self, move: phases.Move, facts: phases.Facts) -> None:
-        """A change of phase Slurm's word means: its lines are said like :meth:`say`'s."""
+        """A change of phase Slurm's word means: its lines are said like :meth:`tell`'s."""
         self.events += phases.step(move, facts)(self.launch)
         self.visible = True
 
@@ -281,13 +275,13 @@ class _Step:
         elif previous and state not in ("PENDING", "CONFIGURING"):
             self.tell({"move": "slurm_state", "state": state})
 
-    def end(self, state: str) -> str | None:
+    def end(self, state: str) -> dict[str, object] | None:
         """The launch ends ``state``; a run that COMPLETED short of its total is resumed
-        (None) or ends STOPPED_EARLY, never ✅ (the line that says why it stopped)."""
+        (None) or ends STOPPED_EARLY, never ✅ (the facts of why it stopped)."""
         why = babysit.early_stop_reason(self.launch) if state == "COMPLETED" else ""
         if not why:
             phases.ended(self.launch, phases.Facts(outcome=state))
-            return ""
+            return {}
         events, stopped = babysit.on_stopped_early(self.launch, self.watch, why=why, now=self.now)
         self.events += events
         self.visible = True
@@ -326,22 +320,21 @@ class _Step:
         stopped = self.end(state)
         if stopped is None:
             return  # resumed as a new attempt
-        summary = final_summary(launch, self.profile, self.now)
+        facts = babysit.closing_facts(launch, self.profile, self.now, state=state)
+        if not launch.ending and not launch.detail:  # (a failure or a stop said it already)
+            launch.ending = dict(facts)
         if stopped:
-            summary = f"{stopped}\n{summary}"
-        if state == "COMPLETED":  # a run whose loss went NaN is no plain success
-            summary = health_words.completed_text(launch, summary)
-        launch.detail = launch.detail or summary.split("\n", 1)[0]
+            facts["stopped"] = stopped
         if (
             state != "COMPLETED"
             and not launch.cancelled_by
             and not launch.attempts[-1].cause_key
             and attempt.tail.strip()
         ):
-            lines = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
-            summary += "\nLast lines of the log:\n" + code_block("\n".join(lines))
+            facts["tail"] = attempt.tail.strip().splitlines()[-FAILURE_TAIL_LINES:]
         # The final line: Run again; a run left stopped early also goes on from its checkpoint.
-        self.say(summary, {"buttons": ["resume", "run_again"] if stopped else ["run_again"]})
+        facts["buttons"] = ["resume", "run_again"] if stopped else ["run_again"]
+        self.tell(facts)
         if state == "COMPLETED":  # recovered: close what was paged for it
             self.events += babysit.resolve_alerts(launch, state)
         if len(launch.progress_history) >= 2:
@@ -380,39 +373,3 @@ def apply_snapshot(
         launch.parent_rendered_at = step.now
         step.events.append(Event("update", launch.id))
     return step.events
-
-
-def used_gpu_hours(launch: Launch, profile: ClusterProfile, now: float) -> float:
-    """GPU-hours of every attempt that ran: what Slurm's accounting says (elapsed time x
-    allocated GPUs) where it was read, else run time x nodes x GPUs per node."""
-    total = 0.0
-    for a in launch.attempts:
-        if a.gpu_hours is not None:
-            total += a.gpu_hours
-        elif a.started_at:
-            ran_s = max(0.0, (a.ended_at or now) - a.started_at)
-            total += ran_s * launch.request.nodes * profile.gpus_per_node / 3600
-    return total
-
-
-def final_summary(launch: Launch, profile: ClusterProfile, now: float) -> str:
-    """The closing line; also records the launch's GPU-hours."""
-    icon, word = render.status_label(launch)
-    first = launch.attempts[0]
-    start = first.started_at or first.submitted_at or launch.created_at
-    elapsed = (launch.attempt.ended_at if launch.attempt else now) - start
-    gpu_hours = launch.gpu_hours = used_gpu_hours(launch, profile, now)
-    attempts = len(launch.attempts)
-    parts = [
-        f"in {measures.duration(elapsed)}",
-        f"{attempts} attempt{'s' if attempts != 1 else ''}",
-        f"{gpu_hours:.2g} GPU-hours",
-    ]
-    if launch.checkpoints:
-        parts.append(
-            f"last checkpoint {escape(measures.checkpoint_label(launch, launch.checkpoints[-1]))}"
-        )
-    exit_code = launch.attempt.exit_code if launch.attempt else ""
-    if word != "COMPLETED" and exit_code and exit_code != "0:0":
-        parts.append(f"exit code {exit_code}")
-    return f"{icon} {word} " + " · ".join(parts)

@@ -37,7 +37,6 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.settings.logs import log_context
 from bot.store.base import StoreError
 from bot.store.store import Store
-from bot.text.mrkdwn import escape
 from cluster.errors import ClusterError, ClusterUnreachable, PersonRefused
 
 CLAIM_IDLE_MS = 30_000
@@ -58,7 +57,7 @@ def worker_name(prefix: str = "") -> str:
 class Worker:
     """Takes launches off the queue, one at a time, each under its lock and fence: the
     queue loop and the dead letters here; the launch it handles is its :class:`Hold`,
-    handed to :func:`bot.engine.submit.launch` and the paths of :mod:`bot.engine.recovery`."""
+    handed to :func:`bot.engine.submit.run` and the paths of :mod:`bot.engine.recovery`."""
 
     def __init__(self, store: Store, clusters: Clusters, *, name: str) -> None:
         self.store = store
@@ -154,30 +153,26 @@ class Worker:
                     launch_id, lambda s: [Event("thread", s.id, data=note)] if s.active else []
                 )
             return
-        text = (
-            f"❌ This launch failed inside trainbot ({escape(type(exc).__name__)}), "
-            f"{MAX_DELIVERIES} times in each of {replays + 1} tries over "
-            f"{(now - first_dead) / 3600:.1f} h; it was given up (dead letters). "
-            "Nothing more will happen to it; `/train` again to retry."
-        )
+        said = {"error": type(exc).__name__, "tries": MAX_DELIVERIES, "rounds": replays + 1}
+        said["hours"] = (now - first_dead) / 3600
         await self.store.launches.mutate(
-            launch_id, phases.step(phases.given_up, phases.Facts(text=text))
+            launch_id, phases.step(phases.given_up, phases.Facts(data=said))
         )
 
     async def process(self, launch_id: str) -> bool:
         """Handle one queue entry; False leaves it pending (another worker holds the launch)."""
-        item = await self.store.launches.get(launch_id)
-        if item is None:
+        launch = await self.store.launches.get(launch_id)
+        if launch is None:
             log.warning("worker: queue entry for unknown launch %s dropped", launch_id)
             return True
-        if item.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
-            if not item.submit_started_at:
+        if launch.phase not in (Phase.QUEUED, Phase.PREFLIGHT, Phase.SUBMITTING, Phase.RETRYING):
+            if not launch.submit_started_at:
                 return True  # already handled (a redelivery), or cancelled
-        with log_context(launch_id=launch_id, cluster=item.cluster, job_id=item.job_id):
-            return await self._process(item)
+        with log_context(launch_id=launch_id, cluster=launch.cluster, job_id=launch.job_id):
+            return await self._process(launch)
 
-    async def _process(self, item: Launch) -> bool:
-        launch_id = item.id
+    async def _process(self, launch: Launch) -> bool:
+        launch_id = launch.id
         # Two workers never handle one launch at once (a redelivery racing the original):
         # the lock is renewed while this worker works, and the fence token it raises makes
         # the writes of any earlier holder fail.
@@ -205,11 +200,11 @@ class Worker:
                     self.hold, launch_id, exc
                 )  # a submit may have run: look it up
             else:
-                await self.hold.reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+                await self.hold.reject(launch, "NOT_SUBMITTED", error=str(exc))
         except ClusterUnreachable as exc:
             await recovery.unreachable(self.hold, launch_id, exc)
         except ClusterError as exc:
-            await self.hold.reject(item, "NOT_SUBMITTED", f"Not submitted: {escape(str(exc))}")
+            await self.hold.reject(launch, "NOT_SUBMITTED", error=str(exc))
         finally:
             renew.cancel()
             await asyncio.gather(renew, return_exceptions=True)
@@ -218,11 +213,11 @@ class Worker:
         return True
 
     async def _work(self, launch_id: str) -> None:
-        item = await self.hold.take(launch_id)
-        if item.active:
-            await submit.launch(self.hold, item)
+        launch = await self.hold.take(launch_id)
+        if launch.active:
+            await submit.run(self.hold, launch)
         else:
-            await recovery.settle_cancelled(self.hold, item)
+            await recovery.settle_cancelled(self.hold, launch)
 
     async def _renew(self, lock: str, work: asyncio.Task[None]) -> None:
         """Keep the lock while ``work`` runs; losing it stops the work (a submit not yet

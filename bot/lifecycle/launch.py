@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import time
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -170,7 +171,9 @@ class Launch(BaseModel):
     parent_ts: str = ""
     phase: Phase = Phase.QUEUED
     outcome: str = ""  # Slurm's final word (COMPLETED, FAILED, ...) or why it was rejected
-    detail: str = ""  # a short human sentence about the outcome
+    detail: str = ""  # the outcome's sentence (mrkdwn) of a record written before `ending`
+    # How it ended, as facts (``move`` and what its words need): bot.wording.endings says it
+    ending: dict[str, Any] = Field(default_factory=dict)
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)
     attempts: list[Attempt] = Field(default_factory=list)
@@ -292,7 +295,8 @@ class HistoryEntry(BaseModel):
     job_id: str = ""
     phase: str
     outcome: str = ""
-    detail: str = ""
+    detail: str = ""  # (a record written before `ending`)
+    ending: dict[str, Any] = Field(default_factory=dict)
     attempts: int = 0
     created_at: float
     ended_at: float
@@ -318,6 +322,7 @@ class HistoryEntry(BaseModel):
             phase=str(launch.phase),
             outcome=launch.outcome,
             detail=launch.detail[:300],
+            ending=launch.ending,
             attempts=len(launch.attempts),
             created_at=launch.created_at,
             ended_at=launch.updated_at,

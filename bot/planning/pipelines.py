@@ -69,14 +69,18 @@ async def must_wait(
         return True
     if parent is not None:
         outcome, detail = parent.outcome or parent.phase.value.upper(), parent.detail
+        ending = parent.ending
     else:  # its record expired: its history entry says how it ended
         entry = await store.history.finished(item.waits_for)
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
+        ending = entry.ending if entry else {}
     if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
         return await _no_longer_allowed(store, item, mutate, authority, parent)
-    said = {"why": "parent_ended", "parent": item.waits_for, "parent_outcome": outcome}
-    said["parent_detail"] = detail  # the record's sentence (mrkdwn), as its end wrote it
+    said: dict[str, object] = {"why": "parent_ended", "parent": item.waits_for}
+    said["parent_outcome"] = outcome
+    said["parent_ending"] = ending  # how it ended, as facts (bot.wording.endings)
+    said["parent_detail"] = detail  # a record's sentence, written before ends had facts
     detail = f"{item.waits_for} ended {outcome}"
     facts = phases.Facts(outcome="PARENT_FAILED", detail=detail, data=said)
     await mutate(item.id, phases.step(phases.not_started, facts))

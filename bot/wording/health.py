@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bot.lifecycle.health import TRAINBOT
-from bot.lifecycle.launch import Launch
 from bot.text.mrkdwn import escape
 
 Facts = Mapping[str, Any]
@@ -116,23 +114,3 @@ def note(facts: Facts) -> str:
     if say is None:
         raise ValueError(f"a health note of kind {kind!r} has no words here ({', '.join(NOTES)})")
     return say(facts)
-
-
-def canceller(launch: Launch) -> str:
-    """Who cancelled ``launch``, as the thread says it."""
-    if launch.cancelled_by == TRAINBOT:
-        return "trainbot (its loss went NaN)"
-    return f"<@{launch.cancelled_by}>"
-
-
-def completed_text(launch: Launch, summary: str) -> str:
-    """The closing line of a run that COMPLETED although its loss went NaN or inf: not a
-    plain success."""
-    if launch.health.nan_step is None:
-        return summary
-    first, _, rest = summary.partition("\n")
-    note = (
-        f"⚠️ {first} — but its loss went NaN/inf at step {launch.health.nan_step:,}: "
-        "the model it saved after that is likely unusable."
-    )
-    return note + ("\n" + rest if rest else "")

@@ -16,21 +16,9 @@ from bot.lifecycle.launch import Launch, Phase
 from bot.lifecycle.measures import checkpoint_label, checkpoint_step, duration, waiting
 from bot.text import mrkdwn as st
 from bot.text.plot import AxisMarks, render_loss_png
+from bot.wording.endings import OUTCOME_ICONS, OUTCOME_WORDS, sentence
 from cluster.site.profiles import ClusterProfile
 
-OUTCOME_ICONS = {
-    "COMPLETED": "✅",
-    "FAILED": "❌",
-    "CANCELLED": "🚫",
-    "TIMEOUT": "⌛",
-    "NODE_FAIL": "💥",
-    "OUT_OF_MEMORY": "❌",
-    "PREEMPTED": "⏸️",
-    "BOOT_FAIL": "💥",
-    "DEADLINE": "⌛",
-    "STOPPED_EARLY": "⏸️",
-}
-OUTCOME_WORDS = {"STOPPED_EARLY": "STOPPED EARLY"}  # trainbot's own outcomes, in words
 PHASE_LABELS = {
     Phase.AWAITING_APPROVAL: ("✋", "AWAITING APPROVAL"),
     Phase.QUEUED: ("⏳", "QUEUED"),
@@ -126,8 +114,8 @@ def parent(
         lines.append(wait)
     if progress := progress_line(launch):
         lines.append(progress)
-    if launch.detail and not launch.active:
-        lines.append(launch.detail)
+    if not launch.active and (said := sentence(launch.ending, launch.detail)):
+        lines.append(said)
     text = "\n".join(lines)
     blocks: list[dict[str, Any]] = [st.section(text), st.context(footer(launch, now))]
     buttons = []

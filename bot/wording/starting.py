@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bot.text.mrkdwn import escape
-from bot.wording import refusals
+from bot.wording import endings, refusals
 from bot.wording.facts import Facts, count, fact, mention
 from cluster.site.image_refs import IMPORT_NOTE
 
@@ -107,12 +107,15 @@ def not_started(facts: Facts) -> str:
     """Why a launch that waited ends without a job (``why``): the launch it waited for ended
     badly or is still unapproved, the budget has no room, its owner may no longer launch,
     or its ``from=`` cannot be used. The policy's answer is worded by
-    :mod:`bot.wording.refusals`; ``parent_detail`` is worded already, by the parent's end."""
+    :mod:`bot.wording.refusals`; the parent's end, by :mod:`bot.wording.endings`."""
     why = fact(facts, "why")
     parent, owner = escape(fact(facts, "parent")), mention(fact(facts, "owner"))
     start_from, error = escape(fact(facts, "start_from")), escape(fact(facts, "error"))
     if why == "parent_ended":
-        detail = fact(facts, "parent_detail")
+        ended = facts.get("parent_ending")
+        detail = endings.sentence(
+            ended if isinstance(ended, dict) else {}, fact(facts, "parent_detail")
+        )
         said = f" ({detail.rstrip('.')})" if detail else ""
         return (
             f"⛔ Not started, because {parent}, which this launch waited for, ended "

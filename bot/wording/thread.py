@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
-from bot.wording import after_training, health, sweeps
+from bot.wording import after_training, endings, health, sweeps
 from bot.wording.facts import Facts, mention
 from bot.wording.following import (
     attach_ready,
@@ -106,6 +106,8 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "wandb_summary": wandb_summary,
     "wandb_comparison": sweeps.wandb_comparison,
     "after_training": after_training.after_training,  # then=export, then=eval: its steps
+    # how a launch ends: a failed attempt, the closing line, the ends before Slurm ran it
+    **endings.SAYINGS,
 }
 
 

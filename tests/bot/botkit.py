@@ -25,7 +25,7 @@ from bot.settings.config import Config, parse_config
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
-from bot.wording import thread
+from bot.wording import endings, thread
 from commands.requests import TrainRequest
 from support.workspace import ASK_KEY
 from tests import devlogin
@@ -51,6 +51,11 @@ async def launch_in(store: Store, launch_id: str) -> Launch:
     launch = await store.launches.get(launch_id)
     assert launch is not None, f"the store has no launch {launch_id}"
     return launch
+
+
+def ended_with(launch: Launch) -> str:
+    """The launch's sentence of how it ended, as the parent message and the API say it."""
+    return endings.sentence(launch.ending, launch.detail)
 
 
 def launch_id_in(text: str) -> str:

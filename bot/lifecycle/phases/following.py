@@ -10,11 +10,11 @@ from bot.lifecycle.phases.table import (
     Facts,
     P,
     check,
+    ending_of,
     enqueue,
     go,
     thread_line,
     update_parent,
-    worded,
 )
 
 # -- the poller: Slurm's word on the job -----------------------------------------------
@@ -82,12 +82,13 @@ def resume(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 def stopped_early(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     """The job ended COMPLETED short of its total (``facts.reason`` says why) and is not
     resumed: the launch ends STOPPED_EARLY, never a plain success, so an ``after=`` child
-    that needs success does not start from a half-trained checkpoint. The closing line is
-    the caller's."""
+    that needs success does not start from a half-trained checkpoint. Its end is
+    ``facts.data`` (where it stopped, why, why it was not resumed); the closing line is the
+    caller's."""
     check(launch, "stopped_early")
     go(launch, "stopped_early", P.DONE)
     launch.outcome = "CANCELLED" if launch.cancelled_by else "STOPPED_EARLY"
-    launch.detail = facts.detail or launch.detail
+    launch.ending = {"move": "stopped_early", **facts.data}
     return launch, []
 
 
@@ -225,13 +226,15 @@ def old_job_stays(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def retry_failed(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """The retry could not be prepared (``facts.text`` says why): its attempt is dropped
+    """The retry could not be prepared (``facts.reason`` says why): its attempt is dropped
     and the launch ends FAILED."""
     check(launch, "retry_failed")
     launch.attempts.pop()
     go(launch, "retry_failed", P.DONE)
-    launch.outcome, launch.detail = "FAILED", facts.text
-    return launch, [worded(launch, "retry_failed", facts.text), update_parent(launch)]
+    launch.outcome = "FAILED"
+    line = thread_line(launch, "retry_failed", error=facts.reason)
+    launch.ending = ending_of(line)
+    return launch, [line, update_parent(launch)]
 
 
 # -- Cancel -----------------------------------------------------------------------------
@@ -248,7 +251,7 @@ def cancel(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
     target = launch.phase
     if launch.phase not in FOLLOWED or not launch.job_id:
         target = P.DONE
-        launch.outcome, launch.detail = "CANCELLED", f"🚫 Cancelled by <@{facts.by}>."
+        launch.outcome, launch.ending = "CANCELLED", {"move": "cancel", "by": facts.by}
     go(launch, "cancel", target)
     in_flight = bool(launch.submit_started_at)
     if in_flight:  # a worker looks the job up and cancels it

@@ -9,11 +9,11 @@ from bot.lifecycle.phases.table import (
     Facts,
     P,
     check,
+    ending_of,
     enqueue,
     go,
     thread_line,
     update_parent,
-    worded,
 )
 
 # -- /train, approval ---------------------------------------------------------------
@@ -64,7 +64,7 @@ def reject(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
         return launch, []
     go(launch, "reject", P.REJECTED)
     launch.outcome = "NOT_APPROVED"
-    launch.detail = f"Not approved by <@{facts.by}>."
+    launch.ending = {"move": "reject", "by": facts.by}
     return launch, [thread_line(launch, "reject", by=facts.by), update_parent(launch)]
 
 
@@ -129,18 +129,15 @@ def submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def _end_here(launch: Launch, move: str, target: Phase, facts: Facts) -> list[Event]:
-    """The launch ends without a job: ``facts.outcome``, ``facts.detail`` (or the first line
-    of ``facts.text``, where the caller still words its line) as its detail. A line with
-    no text is its facts (``facts.data``: ``why`` and what it needs), worded by bot.wording."""
+    """The launch ends without a job: ``facts.outcome``. Its line is its facts
+    (``facts.data``: ``why`` and what it needs), worded by bot.wording; its end is the
+    same facts, or ``facts.detail``, a plain sentence, where the caller gave one."""
     check(launch, move)
     go(launch, move, target)
     launch.outcome = facts.outcome
-    launch.detail = facts.detail or facts.text.split("\n", 1)[0][:300]
     launch.submit_started_at = 0.0
-    if facts.text:
-        line = worded(launch, move, facts.text, **facts.data)
-    else:
-        line = thread_line(launch, move, outcome=facts.outcome, **facts.data)
+    line = thread_line(launch, move, outcome=facts.outcome, **facts.data)
+    launch.ending = {"move": "said", "text": facts.detail} if facts.detail else ending_of(line)
     return [line, update_parent(launch)]
 
 
@@ -151,7 +148,7 @@ def not_submitted(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def dry_run(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """A dry run ends after its pre-flight; ``facts.text`` says what would have run."""
+    """A dry run ends after its pre-flight; ``facts.data`` says what would have run."""
     return launch, _end_here(launch, "dry_run", P.DRY_RUN, facts)
 
 
@@ -162,8 +159,11 @@ def not_started(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
 
 
 def given_up(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """It failed inside trainbot on every try: it ends INTERNAL_ERROR."""
+    """It failed inside trainbot on every try (``facts.data``: the error, the tries): it
+    ends INTERNAL_ERROR."""
     check(launch, "given_up")
     go(launch, "given_up", P.DONE)
-    launch.outcome, launch.detail = "INTERNAL_ERROR", facts.text
-    return launch, [worded(launch, "given_up", facts.text), update_parent(launch)]
+    launch.outcome = "INTERNAL_ERROR"
+    line = thread_line(launch, "given_up", **facts.data)
+    launch.ending = ending_of(line)
+    return launch, [line, update_parent(launch)]

@@ -92,9 +92,9 @@ class Facts:
     by_name: str = ""
     job_id: str = ""  # which Slurm job
     outcome: str = ""  # the launch's final word (PREFLIGHT, SUBMIT_FAILED, COMPLETED, ...)
-    text: str = ""  # the thread line, where the caller still words it (mrkdwn)
+    text: str = ""  # queue: what a new launch waits for, as its asker was told (the core's)
     how: str = ""  # submitted: how the job came (submitted, found_after_restart, ...)
-    detail: str = ""  # the record's short sentence about the outcome
+    detail: str = ""  # a plain sentence of how it ended, where the move's own facts don't say
     reason: str = ""  # why (a policy's reason, an error)
     data: Mapping[str, object] = field(default_factory=dict)  # the thread line's (buttons)
     attempt: Attempt | None = None  # the new attempt of a retry the failure catalog decided
@@ -155,11 +155,13 @@ def thread_line(launch: Launch, move: str, **facts: object) -> Event:
     return Event("thread", launch.id, data=data)
 
 
-def worded(launch: Launch, move: str, text: str, **facts: object) -> Event:
-    """A thread line of a move whose caller still words it: ``text`` beside the facts."""
-    event = thread_line(launch, move, **facts)
-    event.text = text
-    return event
+# What a line shows below its first (a script, a log's lines, the buttons): not the end's.
+BELOW_THE_LINE = frozenset({"script", "checks", "output", "tail", "evidence", "buttons"})
+
+
+def ending_of(line: Event) -> dict[str, object]:
+    """A launch's end as the facts of its closing line, less what shows below its first."""
+    return {key: value for key, value in line.data.items() if key not in BELOW_THE_LINE}
 
 
 def update_parent(launch: Launch) -> Event:

@@ -159,7 +159,7 @@ async def test_the_slack_profile_email_names_the_persons_unix_user(
         launch_id = launch_id_in(mapped.json()["text"])
         launch = await wait_for_launch(bot.store, launch_id)
         await wait_delivered(bot.store)
-    assert launch.cluster_user == "bob" and launch.outcome == "DRY_RUN", launch.detail
+    assert launch.cluster_user == "bob" and launch.outcome == "DRY_RUN", launch.ending
     asked = [c.params.get("user") for c in standin.calls_to("users.info")]
     assert asked == ["U0BOBBY", "U0NOMAIL"]
     dry = [t for t in thread_texts(standin, launch.parent_ts) if t.startswith("Dry run")]

@@ -72,7 +72,7 @@ async def test_each_checkpoint_resumes_starts_a_new_run_or_exports(
         ack = await post_signed(url, slash_command_body("/train", text))
         launch_id = LAUNCH_RE.search(ack.json()["text"]).group(0)  # type: ignore[union-attr]
         done = await wait_for_launch(bot.store, launch_id, timeout_s=180)
-        assert done.outcome == "COMPLETED", done.detail
+        assert done.outcome == "COMPLETED", done.ending
         assert len(done.checkpoints) >= 2, done.checkpoints
 
         listed = await post_signed(url, slash_command_body("/checkpoints", launch_id))
@@ -125,7 +125,7 @@ async def test_each_checkpoint_resumes_starts_a_new_run_or_exports(
     assert isinstance(child.request, TrainRequest)
     assert (child.request.start_from, child.request.start_step) == (launch_id, older_step)
     assert child.request.workload == "sft" and child.request.framework == "nemo"
-    assert child.outcome == "COMPLETED", child.detail
+    assert child.outcome == "COMPLETED", child.ending
     refused = ephemeral_with(standin, "at step 99999")
     assert f"{launch_id} has no complete checkpoint at step 99999" in refused, refused
     others = [

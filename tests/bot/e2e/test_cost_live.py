@@ -193,7 +193,7 @@ async def test_a_budget_refuses_what_does_not_fit_and_charges_what_sacct_says(
 
         launch_id = launch_id_in(first.text)
         launch = await wait_for_launch(bot.store, launch_id)
-        assert launch.outcome == "COMPLETED", (launch.detail, launch.attempts[-1].tail)
+        assert launch.outcome == "COMPLETED", (launch.ending, launch.attempts[-1].tail)
         launch = await wait_charged(bot.store, launch_id)
         week = iso_week(time.time())
         charged = await bot.store.budgets.usage("alice", "a4", week)

@@ -49,14 +49,16 @@ async def test_a_cause_that_shows_up_late_is_found_on_the_second_read(job_root: 
     tracking = lay_out(job_root, "nemo_x", log="GPU available: True\n")
     async with console_bot(evidence_reread_s=2.0) as (bot, _):
         profile = bot.clusters.profile("a4").model_copy(update={"log_dir": str(JOBS)})
-        assert await bot.poller.diagnose(profile, tracking, failed(tracking)) is None
+        assert await bot.poller.diagnoser.diagnose(profile, tracking, failed(tracking)) is None
         # The shared file system catches up: the sbatch log now holds the cause.
         late = Path(tracking.log_dir) / f"sbatch_trainer-trainer.x_{FAKE_JOB_ID}.out"
         late.write_text(text("nemo_tokenizer_race"))
         late.chmod(0o644)
-        assert await bot.poller.diagnose(profile, tracking, failed(tracking)) is None  # too soon
+        assert (
+            await bot.poller.diagnoser.diagnose(profile, tracking, failed(tracking)) is None
+        )  # too soon
         await asyncio.sleep(2.0)
-        found = await bot.poller.diagnose(profile, tracking, failed(tracking))
+        found = await bot.poller.diagnoser.diagnose(profile, tracking, failed(tracking))
     assert found is not None and found.key == "tokenizer_race"
 
 
@@ -67,10 +69,10 @@ async def test_an_unknown_cause_stands_after_the_delay_and_says_what_was_read(
     async with console_bot(evidence_reread_s=1.0) as (bot, _):
         profile = bot.clusters.profile("a4").model_copy(update={"log_dir": str(JOBS)})
         snap = failed(tracking)
-        assert await bot.poller.diagnose(profile, tracking, snap) is None
-        assert await bot.poller.diagnose(profile, tracking, snap) is None  # too soon
+        assert await bot.poller.diagnoser.diagnose(profile, tracking, snap) is None
+        assert await bot.poller.diagnoser.diagnose(profile, tracking, snap) is None  # too soon
         await asyncio.sleep(1.0)
-        found = await bot.poller.diagnose(profile, tracking, snap)
+        found = await bot.poller.diagnoser.diagnose(profile, tracking, snap)
     assert found is not None and found.key == "unknown"
     assert found.evidence[0] == "ValueError: odd"
     assert f"log-trainer-trainer.x_{FAKE_JOB_ID}_0.out in {tracking.log_dir}" in found.read

@@ -97,7 +97,7 @@ async def test_dpo_and_rm_runs_show_their_loss(
     ]
     await follow(pool, dev_profile, runs)
     for launch in runs:
-        assert launch.outcome == "COMPLETED", launch.detail
+        assert launch.outcome == "COMPLETED", launch.ending
         assert [step for step, _ in launch.progress_history] == [1, 2, 3, 4]
         assert all(loss is not None and 0 < loss < 1 for _, loss in launch.progress_history)
         assert launch.progress.loss is not None
@@ -112,7 +112,7 @@ async def test_a_two_epoch_sft_shows_monotonic_steps(
         pool, dev_profile, jobs_to_cancel, "nemo-rl", "sft", "algorithms/sft.sh", env
     )
     said = await follow(pool, dev_profile, [run])
-    assert run.outcome == "COMPLETED", run.detail
+    assert run.outcome == "COMPLETED", run.ending
     assert [step for step, _ in run.progress_history] == [1, 2, 3, 4, 5, 6]
     assert (run.progress.step, run.progress.total) == (6, 6)
     saved = [line for line in said[run.id] if line.startswith("💾")]
@@ -130,7 +130,7 @@ async def test_nemo_runs_show_one_validation_per_validation_and_each_checkpoint_
     ]
     said = await follow(pool, dev_profile, runs)
     for launch in runs:
-        assert launch.outcome == "COMPLETED", launch.detail
+        assert launch.outcome == "COMPLETED", launch.ending
         assert [step for step, _ in launch.validation_history] == [3, 6]
         saved = [line for line in said[launch.id] if line.startswith("💾")]
         assert saved == [f"💾 Checkpoint step {n} saved." for n in (2, 5, 6)]
@@ -163,7 +163,7 @@ async def test_a_ray_sub_layout_run_is_followed_to_completed_across_a_requeue(
     said = await follow(
         pool, dev_profile, [run], timeout_s=360, events_out=events, meanwhile=requeue_at_step_3
     )
-    assert requeued and run.outcome == "COMPLETED", run.detail
+    assert requeued and run.outcome == "COMPLETED", run.ending
     assert [p.rsplit("/", 2)[-2:] for p in paths] == [
         [f"{run.job_id}-logs", "ray-driver.log"],
         [f"{run.job_id}-1-logs", "ray-driver.log"],
@@ -197,7 +197,7 @@ async def test_a_long_start_up_that_prints_is_not_a_hang_and_a_silent_one_is(
     said = await follow(
         pool, dev_profile, [talking, silent], watch=watch, meanwhile=cancel_once_reported
     )
-    assert talking.outcome == "COMPLETED", talking.detail
+    assert talking.outcome == "COMPLETED", talking.ending
     assert not talking.attempts[-1].hang_reported
     assert not [line for line in said[talking.id] if "No progress" in line]
     (report,) = [line for line in said[silent.id] if "No progress" in line]

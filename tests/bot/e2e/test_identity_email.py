@@ -69,7 +69,7 @@ async def test_an_email_that_names_someone_else_root_or_the_shared_account_is_re
         assert logged_in <= {"trainer", "alice", "bob"}, logged_in
     for user_id, unix_user in ((ALICE, "alice"), (BOBBY, "bob")):
         launch = launches[user_id]
-        assert launch.cluster_user == unix_user and launch.outcome == "DRY_RUN", launch.detail
+        assert launch.cluster_user == unix_user and launch.outcome == "DRY_RUN", launch.ending
         dry = [t for t in thread_texts(standin, launch.parent_ts) if t.startswith("Dry run")]
         assert dry and f"On the login node, as {unix_user}, trainbot would run" in dry[0]
         assert "✓ " in dry[0] and "✗" not in dry[0], dry[0]

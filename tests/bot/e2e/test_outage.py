@@ -38,6 +38,7 @@ from support.slack_standin import SlackStandin
 from tests.bot.botkit import (
     bot_settings,
     dev_config,
+    ended_with,
     flush_test_redis,
     open_test_store,
     wait_for_launch,
@@ -75,7 +76,7 @@ async def test_a_launch_whose_parent_is_a_dead_letter_ends_once_without_prefligh
         assert found is not None
         ended = await wait_for_launch(bot.store, found.group(0), timeout_s=40)
         assert ended.outcome == "NO_THREAD" and not ended.job_id
-        assert "could not post this launch's thread" in ended.detail
+        assert "could not post this launch's thread" in ended_with(ended)
         passes = sum(w.processed for w in bot.workers)
         await asyncio.sleep(4.0)  # nothing more: no look, no pre-flight
         assert sum(w.processed for w in bot.workers) == passes
@@ -158,7 +159,8 @@ async def test_a_queue_dead_letter_is_replayed_with_backoff_and_given_up_after_i
     assert await store.queue.retrying_count() == 0 and await store.queue.dead_letter_count() == 1
     ended = await store.launches.get(other.id)
     assert ended is not None and ended.outcome == "INTERNAL_ERROR" and not ended.active
-    assert "given up" in ended.detail and "10 tries over 24." in ended.detail
+    said = ended_with(ended)
+    assert "given up" in said and "10 tries over 24." in said
 
 
 async def test_the_notifier_retries_as_long_as_the_config_says(

@@ -27,6 +27,7 @@ from tests.bot.botkit import (
     Knobs,
     bot_settings,
     dev_config,
+    ended_with,
     knobs,
     launch_id_in,
     login_run,
@@ -104,7 +105,7 @@ async def test_child_ends_with_the_parents_reason_when_it_fails_for_good(unique:
         await wait_delivered(bot.store)
     assert failed.outcome == "FAILED" and failed.attempts[0].cause_key == "gpu_oom"
     assert ended.phase == Phase.DONE and ended.outcome == "PARENT_FAILED"
-    assert ended.detail == f"{parent} ended FAILED"
+    assert ended_with(ended) == f"{parent} ended FAILED"
     said = "\n".join(front.lines)
     assert (
         f"@alice ⛔ Not started, because {parent}, which this launch waited for, ended FAILED"

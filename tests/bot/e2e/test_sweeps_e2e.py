@@ -119,7 +119,7 @@ async def test_a_2x2_sweep_runs_four_jobs_retries_one_and_ends_with_the_comparis
         await wait_until(
             lambda: _posted(standin, "files.completeUploadExternal"), "the overlay", 30
         )
-    assert [d.outcome for d in done] == ["COMPLETED"] * 4, [d.detail for d in done]
+    assert [d.outcome for d in done] == ["COMPLETED"] * 4, [d.ending for d in done]
     # One approval for the sweep, asked and answered once in its one thread.
     posts = standin.calls_to("chat.postMessage")
     parents = [
@@ -208,7 +208,7 @@ async def test_one_cancel_of_a_sweep_cancels_every_member_one_job_each(
         done = [await wait_for_launch(bot.store, m.id, timeout_s=120) for m in
                 await members_of(bot, sweep_id)]  # fmt: skip
         await wait_delivered(bot.store)
-    assert [d.outcome for d in done] == ["CANCELLED"] * 4, [d.detail for d in done]
+    assert [d.outcome for d in done] == ["CANCELLED"] * 4, [d.ending for d in done]
     for launch in done:
         assert len(launch.attempts) == 1
         assert slurm_jobs_named(launch.id) == [launch.job_id]  # one job each, none resubmitted

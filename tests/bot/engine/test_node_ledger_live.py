@@ -10,6 +10,7 @@ import time
 import pytest
 
 from bot.console.chat import ConsoleFront
+from bot.engine.evidence import record_faulty_node
 from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import running
 from bot.text.front import Incoming, Reply
@@ -54,8 +55,8 @@ async def test_a_node_that_failed_two_launches_is_drained_and_resumed_from_clust
     async with running(bot_settings(), config, ConsoleFront(io.StringIO(), color=False)) as bot:
         for number, job in ((1, "9001"), (2, "9002")):  # as the poller writes a failed job's
             found = Diagnosis(kind=xid, evidence=("NVRM: Xid 79",), failed_node=NODE)
-            await bot.poller.record_faulty_node(
-                "a4", failed_launch(number), job, found, time.time()
+            await record_faulty_node(
+                bot.store, "a4", failed_launch(number), job, found, time.time()
             )
         listed = await bot.core(
             Incoming(user_id=ONCALL, user_name="oncall", channel_id="C1", command="/clusters",

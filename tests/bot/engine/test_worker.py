@@ -18,8 +18,9 @@ import pytest
 
 from bot.core.core import Core
 from bot.engine import recovery, submit, worker
+from bot.engine.babysit import used_gpu_hours
 from bot.engine.holding import Hold
-from bot.engine.tracking import apply_snapshot, used_gpu_hours
+from bot.engine.tracking import apply_snapshot
 from bot.engine.worker import Worker, worker_name
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
@@ -42,7 +43,7 @@ from cluster.watching.diagnosis import diagnose
 from cluster.watching.evidence import Evidence, EvidenceFile
 from commands.context import User
 from commands.requests import TrainRequest
-from tests.bot.botkit import stream_entries
+from tests.bot.botkit import ended_with, stream_entries
 
 CONFIG = """
 clusters:
@@ -550,7 +551,7 @@ async def test_a_channel_that_refuses_the_bot_gets_no_job(
     assert await Worker(store, clusters, name="a").process(launch.id)
     stored = await store.launches.get(launch.id)
     assert stored is not None and stored.phase == Phase.REJECTED
-    assert stored.outcome == "NO_THREAD" and "not_in_channel" in stored.detail
+    assert stored.outcome == "NO_THREAD" and "not_in_channel" in ended_with(stored)
     assert clusters.submits == []
 
 

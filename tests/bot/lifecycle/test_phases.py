@@ -82,7 +82,9 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(by="U2"),
         ["thread", "update"],
         "⛔ Not approved by <@U2>. Nothing was submitted.",
-        lambda item: item.outcome == "NOT_APPROVED",
+        lambda item: (
+            item.outcome == "NOT_APPROVED" and item.ending == {"move": "reject", "by": "U2"}
+        ),
         {"by": "U2"},
     ),
     **{
@@ -94,10 +96,15 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     },
     ("dry_run", P.PREFLIGHT, P.DRY_RUN): Case(
         lambda: launch(P.PREFLIGHT),
-        phases.Facts(outcome="DRY_RUN", text="Dry run: nothing was submitted.\nscript"),
+        phases.Facts(
+            outcome="DRY_RUN",
+            data={"shell": "bash -s", "script": "srun train", "checks": [[True, "image ok"]]},
+        ),
         ["thread", "update"],
-        "Dry run",
-        lambda item: item.detail == "Dry run: nothing was submitted.",
+        "Dry run: nothing was submitted.",
+        # its end: the line's facts less what shows below the first line (the script)
+        lambda item: item.ending == {"move": "dry_run", "outcome": "DRY_RUN", "shell": "bash -s"},
+        {"shell": "bash -s", "script": "srun train", "checks": [[True, "image ok"]]},
     ),
     ("submitting", P.PREFLIGHT, P.SUBMITTING): Case(
         lambda: launch(P.PREFLIGHT),
@@ -134,10 +141,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     **{
         ("not_submitted", source, P.REJECTED): Case(
             partial(launch, source),
-            phases.Facts(outcome="PREFLIGHT", text="Not submitted: no such partition"),
+            phases.Facts(outcome="PREFLIGHT", data={"why": "preflight", "error": "no partition"}),
             ["thread", "update"],
-            "Not submitted",
-            lambda item: item.outcome == "PREFLIGHT",
+            "Not submitted: no partition",
+            lambda item: item.outcome == "PREFLIGHT" and item.ending["error"] == "no partition",
+            {"why": "preflight", "error": "no partition", "outcome": "PREFLIGHT"},
         )
         for source in NOTHING_RAN
     },
@@ -150,16 +158,21 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ),
         ["thread", "update"],
         "⛔ Not started, because L-1, which this launch waited for, ended FAILED. Nothing",
-        lambda item: (item.outcome, item.detail) == ("PARENT_FAILED", "L-1 ended FAILED"),
+        lambda item: (
+            (item.outcome, item.ending)
+            == ("PARENT_FAILED", {"move": "said", "text": "L-1 ended FAILED"})
+        ),
         {"why": "parent_ended", "parent": "L-1", "outcome": "PARENT_FAILED"},
     ),
     **{
         ("given_up", source, P.DONE): Case(
             partial(launch, source, job="41"),
-            phases.Facts(text="❌ This launch failed inside trainbot"),
+            phases.Facts(data={"error": "KeyError", "tries": 10, "rounds": 2, "hours": 24.5}),
             ["thread", "update"],
-            "❌ This launch failed inside trainbot",
-            lambda item: item.outcome == "INTERNAL_ERROR",
+            "❌ This launch failed inside trainbot (KeyError), 10 times in each of 2 tries over "
+            "24.5 h",
+            lambda item: item.outcome == "INTERNAL_ERROR" and item.ending["error"] == "KeyError",
+            {"error": "KeyError", "tries": 10, "rounds": 2},
         )
         for source in ACTIVE_PHASES
     },
@@ -214,8 +227,13 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     **{
         ("stopped_early", source, P.DONE): Case(
             partial(launch, source, job="41"),
-            phases.Facts(detail="Stopped early at step 37 / 100."),
-            check=lambda item: item.outcome == "STOPPED_EARLY" and not item.active,
+            phases.Facts(data={"step": 37, "total": 100, "why": "its time budget"}),
+            check=lambda item: (
+                item.outcome == "STOPPED_EARLY"
+                and not item.active
+                and item.ending
+                == {"move": "stopped_early", "step": 37, "total": 100, "why": "its time budget"}
+            ),
         )
         for source in (P.SUBMITTED, P.RUNNING)
     },
@@ -275,10 +293,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("retry_failed", P.RETRYING, P.DONE): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
-        phases.Facts(text="Could not seed the tokenizer cache"),
+        phases.Facts(reason="no space left"),
         ["thread", "update"],
-        "Could not seed the tokenizer cache",
+        "Could not seed the tokenizer cache: no space left. Not retrying.",
         lambda item: item.outcome == "FAILED" and len(item.attempts) == 1,
+        {"error": "no space left"},
     ),
     **{
         ("cancel", source, P.DONE): Case(
@@ -286,7 +305,11 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             phases.Facts(now=NOW, by="U2"),
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",
-            lambda item: item.outcome == "CANCELLED" and item.cancelled_by == "U2",
+            lambda item: (
+                item.outcome == "CANCELLED"
+                and item.cancelled_by == "U2"
+                and item.ending == {"move": "cancel", "by": "U2"}
+            ),
             {"by": "U2"},
         )
         for source in ACTIVE_PHASES

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.core.core import Core
-from bot.engine.tracking import used_gpu_hours
+from bot.engine.babysit import used_gpu_hours
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase, StepRun

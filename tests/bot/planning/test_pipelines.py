@@ -27,6 +27,7 @@ from commands.policy import BudgetRule, Policy, PolicyRule
 from commands.rules import ViewerRule
 from tests.bot.botkit import (
     dev_config,
+    ended_with,
     flush_test_redis,
     launch_in,
     open_test_store,
@@ -56,14 +57,16 @@ async def test_a_child_waits_for_its_parent_then_ends_with_its_reason() -> None:
 
         def cancelled(launch: Launch) -> list[Event]:
             launch.phase, launch.outcome = Phase.DONE, "CANCELLED"
-            launch.detail = "🚫 Cancelled by <@U0BOB>."
+            launch.ending = {"move": "cancel", "by": "U0BOB"}
             return []
 
         await store.launches.mutate(parent.id, cancelled)
         assert await must_wait(store, child, store.launches.mutate)
         ended = await store.launches.get(child.id)
         assert ended is not None and ended.phase == Phase.DONE
-        assert ended.outcome == "PARENT_FAILED" and ended.detail == f"{parent.id} ended CANCELLED"
+        assert (
+            ended.outcome == "PARENT_FAILED" and ended_with(ended) == f"{parent.id} ended CANCELLED"
+        )
         (text,) = await thread_texts(store, child.id)
         assert text.startswith(f"⛔ Not started, because {parent.id}")  # the mention: notices
         assert "ended CANCELLED (🚫 Cancelled by <@U0BOB>). Nothing" in text  # mrkdwn kept as is
@@ -302,7 +305,7 @@ async def test_a_child_of_a_parent_stuck_in_approval_ends_and_frees_its_place() 
         ended = await store.launches.get(child.id)
         assert ended is not None and ended.phase == Phase.DONE
         assert ended.outcome == "PARENT_UNAPPROVED"
-        assert ended.detail == f"{parent.id} still awaited approval after 24 h"
+        assert ended_with(ended) == f"{parent.id} still awaited approval after 24 h"
         said = await thread_texts(store, child.id)
         assert any(
             "has awaited approval for over 24 h" in t and f"after={parent.id}" in t for t in said

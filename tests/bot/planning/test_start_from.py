@@ -18,7 +18,7 @@ from cluster.site.profiles import ClusterProfile
 from cluster.ssh.remote import quote_path
 from cluster.watching.tracking import Tracking
 from commands import CommandError, TrainRequest, User
-from tests.bot.botkit import flush_test_redis, open_test_store
+from tests.bot.botkit import ended_with, flush_test_redis, open_test_store
 from tests.commands.conftest import build_context
 from tests.commands.lines import parse_line
 
@@ -187,7 +187,8 @@ async def test_nemo_rl_starts_from_a_copy_in_a_directory_of_its_own() -> None:
         )
         ended = await store.launches.get(other.id)
         assert ended is not None and ended.outcome == "NO_CHECKPOINT" and not ended.attempts
-        assert "No space left on device" in ended.detail or ended.detail.startswith("Could not")
+        said = ended_with(ended)
+        assert "No space left on device" in said or said.startswith("Could not")
 
 
 def test_chains_show_in_jobs_lines() -> None:

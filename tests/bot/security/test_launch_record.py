@@ -21,6 +21,7 @@ from commands.requests import TrainRequest
 from tests.bot.botkit import (
     bot_settings,
     dev_config,
+    ended_with,
     launch_in,
     open_test_store,
     slurm_jobs_named,
@@ -88,10 +89,10 @@ async def test_a_record_rewritten_to_another_user_or_image_never_runs(
         assert not launch.attempts or not launch.attempts[-1].job_id
         if fields:
             who = fields["cluster_user"] or "trainer"
-            assert f"its record names the Unix user {who}" in launch.detail, launch.detail
-            assert "the configuration maps U0ALICE to alice" in launch.detail
+            assert f"its record names the Unix user {who}" in ended_with(launch), ended_with(launch)
+            assert "the configuration maps U0ALICE to alice" in ended_with(launch)
         else:
-            assert "image=/tmp/evil-image.sqsh" in launch.detail, launch.detail
+            assert "image=/tmp/evil-image.sqsh" in ended_with(launch), ended_with(launch)
     assert control.phase == Phase.DRY_RUN, control  # the path itself works as alice
     assert slurm_jobs_named(unique) == []  # nothing reached Slurm
     said = caplog.text

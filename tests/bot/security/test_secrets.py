@@ -110,7 +110,7 @@ async def test_secrets_a_failed_submission_prints_go_nowhere(
     finally:
         await asyncio.to_thread(login_run, f"rm -rf {recipes}", check=False)
     slack = json.dumps([c.params for c in standin.calls])
-    assert launch.outcome == "SUBMIT_FAILED", launch.detail
+    assert launch.outcome == "SUBMIT_FAILED", launch.ending
     assert "Slurm refused the job" in slack and "Invalid account" in slack
     assert "HF_TOKEN=[redacted]" in slack and "WANDB_API_KEY(base64)=[redacted]" in slack
     for where, text in {"Slack": slack, "the logs": caplog.text, "Redis": stored}.items():

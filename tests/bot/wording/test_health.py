@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bot.lifecycle.health import note
-from bot.lifecycle.launch import Launch
 from bot.wording import health
-from commands.requests import TrainRequest
 
 
 def test_loss_nan_in_each_of_its_three_outcomes() -> None:
@@ -75,11 +73,3 @@ def test_gpu_idle_escapes_what_the_cluster_printed() -> None:
 def test_a_kind_with_no_words_is_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match=r"kind 'gone' has no words here \(loss_nan"):
         health.note(note("gone"))
-
-
-def test_who_cancelled() -> None:
-    request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U1", channel="C1", cancelled_by="U2")
-    assert health.canceller(item) == "<@U2>"
-    item.cancelled_by = "trainbot"
-    assert health.canceller(item) == "trainbot (its loss went NaN)"
