@@ -393,10 +393,8 @@ async def _delete(clusters: Clusters, launch: Launch, what: wire.DeleteCheckpoin
         None,
     )
     if launch.active or tracking is None or not set(what.names) <= set(launch.checkpoints):
-        raise _refuse(
-            what, launch.cluster, f"{launch.id} has no such checkpoints to delete", launch.id
-        )
-    names = list(what.names)
+        why = f"{launch.id} has no such checkpoints to delete"
+        raise _refuse(what, launch.cluster, why, launch.id)
     await clusters.delete_checkpoints(
-        launch, tracking.checkpoint_dir, names, tracking.checkpoint_pattern
+        launch, tracking.checkpoint_dir, list(what.names), tracking.checkpoint_pattern
     )
