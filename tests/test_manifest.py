@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from bot.slack.http import SlackService, run_slack
-from bot.text import mrkdwn
+from bot.text import actions
 from bot.text.front import Incoming, Reply
 from commands.dispatch import COMMANDS as PARSED_COMMANDS
 from commands.registry import SLASH_COMMANDS, SlashCommand
@@ -227,7 +227,7 @@ async def test_every_button_reaches_the_core(manifest: dict[str, Any], served: S
     assert manifest["settings"]["interactivity"]["is_enabled"]
     buttons = [
         value
-        for name, value in vars(mrkdwn).items()
+        for name, value in vars(actions).items()
         if name.startswith("ACTION_") and name != "ACTION_PREFIX"
     ]
     assert buttons

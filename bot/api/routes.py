@@ -31,8 +31,9 @@ from bot.core.core import Core
 from bot.core.rates import slow_down
 from bot.store.base import StoreError
 from bot.store.tokens import TokenRecord
+from bot.text.actions import ACTION_CANCEL
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import ACTION_CANCEL, escape
+from bot.text.mrkdwn import escape
 from cluster.errors import TrainbotError
 from commands.errors import CommandError
 from commands.job_commands import parse_job_ref

@@ -10,8 +10,9 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.planning.after_training import following
 from bot.store.store import Store
+from bot.text.actions import VIEW_EVALUATE
 from bot.text.front import Reply
-from bot.text.mrkdwn import VIEW_EVALUATE, escape, section, text_input
+from bot.text.mrkdwn import escape, section, text_input
 from commands.after_training import EXPORT, check_then, eval_tasks, parse_then
 from commands.context import CommandContext, User
 from commands.errors import CommandError

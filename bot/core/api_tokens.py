@@ -9,16 +9,9 @@ from typing import Any
 
 from bot.store.store import Store
 from bot.store.tokens import SCOPES, TokenRecord
+from bot.text.actions import ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE
 from bot.text.front import Reply
-from bot.text.mrkdwn import (
-    ACTION_TOKEN_CREATE,
-    ACTION_TOKEN_REVOKE,
-    actions,
-    button,
-    context,
-    escape,
-    section,
-)
+from bot.text.mrkdwn import actions, button, context, escape, section
 from commands.context import User
 from commands.errors import CommandError
 

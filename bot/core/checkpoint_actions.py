@@ -12,19 +12,15 @@ import re
 
 from bot.lifecycle.launch import Launch
 from bot.planning.checkpoints import saved, steps_text
-from bot.text.front import Reply
-from bot.text.mrkdwn import (
+from bot.text.actions import (
     ACTION_CKPT_EXPORT,
     ACTION_CKPT_NEW_RUN,
     ACTION_CKPT_RESUME,
     ACTION_FORM_CHECK,
     VIEW_RELAUNCH,
-    Block,
-    actions,
-    button,
-    section,
-    text_input,
 )
+from bot.text.front import Reply
+from bot.text.mrkdwn import Block, actions, button, section, text_input
 from commands.errors import CommandError
 from commands.requests import TrainRequest
 

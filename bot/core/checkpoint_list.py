@@ -19,9 +19,9 @@ from bot.planning import checkpoints
 from bot.planning.after_training import exportable, following
 from bot.planning.checkpoints import Saved
 from bot.store.store import Store
+from bot.text.actions import ACTION_PRUNE
 from bot.text.front import Reply
 from bot.text.mrkdwn import (
-    ACTION_PRUNE,
     actions,
     button,
     confirm_dialog,

@@ -47,11 +47,11 @@ from bot.gateway.identity import NoUser, People
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Launch
 from bot.store.store import Store
-from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
-from bot.text.mrkdwn import (
+from bot.text.actions import (
     ACTION_APPROVE,
     ACTION_ATTACH,
     ACTION_CANCEL,
+    ACTION_CANCEL_MEMBER,
     ACTION_CKPT_EXPORT,
     ACTION_CKPT_NEW_RUN,
     ACTION_EDIT_RELAUNCH,
@@ -72,16 +72,15 @@ from bot.text.mrkdwn import (
     ACTION_TOKEN_CREATE,
     ACTION_TOKEN_REVOKE,
     ACTION_USE_PARTITION,
-    HELP_TOPICS,
     SHORTCUT_LAUNCH,
     VIEW_EVALUATE,
     VIEW_LAUNCH,
     VIEW_NODE_DRAIN,
     VIEW_RELAUNCH,
-    escape,
 )
+from bot.text.front import GROUP_EVENTS, HOME_EVENT, Front, Incoming, Reply
+from bot.text.mrkdwn import HELP_TOPICS, escape
 from bot.wording import refusals
-from bot.wording.sweeps import ACTION_CANCEL_MEMBER
 from cluster.errors import TrainbotError
 from commands.context import CommandContext, User
 from commands.dispatch import parse_command

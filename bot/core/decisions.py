@@ -11,8 +11,9 @@ from bot.lifecycle import phases
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.store.store import Store
+from bot.text.actions import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from bot.text.front import Reply
-from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, escape
+from bot.text.mrkdwn import escape
 from bot.wording import endings, render, thread
 from cluster.errors import ClusterError
 from commands.access import may_approve, may_reject

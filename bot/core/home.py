@@ -18,16 +18,8 @@ from bot.lifecycle.notices import DM_EVENTS
 from bot.lifecycle.prefs import EVENT_LABELS, Prefs
 from bot.lifecycle.prefs import hours_text as prefs_hours
 from bot.store.lanes import DeadLetter
-from bot.text.mrkdwn import (
-    ACTION_PREFS,
-    SECTION_TEXT_MAX,
-    actions,
-    button,
-    context,
-    escape,
-    hour_select,
-    section,
-)
+from bot.text.actions import ACTION_PREFS
+from bot.text.mrkdwn import SECTION_TEXT_MAX, actions, button, context, escape, hour_select, section
 from bot.wording import render, waits
 from cluster.preflight.discovery import ClusterCapacity
 

@@ -8,15 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bot.core.train import Launcher
+from bot.text.actions import ACTION_FORM_CHECK, VIEW_LAUNCH, VIEW_RELAUNCH
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import (
-    ACTION_FORM_CHECK,
-    VIEW_LAUNCH,
-    VIEW_RELAUNCH,
-    escape,
-    section,
-    text_input,
-)
+from bot.text.mrkdwn import escape, section, text_input
 from commands.admission import admit
 from commands.context import User
 from commands.dispatch import parse_command

@@ -19,19 +19,9 @@ from bot.gateway.asks import ClusterCalls
 from bot.gateway.identity import People
 from bot.store.nodes import NodeEntry, NodeRecord
 from bot.store.store import Store
+from bot.text.actions import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import (
-    ACTION_NODE_DRAIN,
-    ACTION_NODE_RESUME,
-    VIEW_NODE_DRAIN,
-    Block,
-    actions,
-    button,
-    confirm_dialog,
-    escape,
-    section,
-    text_input,
-)
+from bot.text.mrkdwn import Block, actions, button, confirm_dialog, escape, section, text_input
 from cluster.errors import ClusterError
 from cluster.site.nodes import NodeAction, clean_reason
 from cluster.slurm.base import HOSTNAME_RE

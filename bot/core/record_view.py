@@ -9,8 +9,9 @@ escaped, in code blocks.
 from __future__ import annotations
 
 from bot.lifecycle.launch import Launch
+from bot.text.actions import ACTION_RECORD
 from bot.text.front import Reply
-from bot.text.mrkdwn import ACTION_RECORD, button, code_block, context, escape, section
+from bot.text.mrkdwn import button, code_block, context, escape, section
 from cluster.launching.run_record import MAX_DIFF_BYTES
 
 MODAL_TITLE = "Run record"

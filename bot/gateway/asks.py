@@ -98,12 +98,12 @@ class ClusterCalls(Protocol):
 
     async def images(self, cluster: str) -> ImageListing: ...
 
-    async def cancel(self, item: Launch, job_ids: list[str]) -> None: ...
+    async def cancel(self, launch: Launch, job_ids: list[str]) -> None: ...
 
-    async def tail(self, item: Launch, path: str, lines: int) -> str: ...
+    async def tail(self, launch: Launch, path: str, lines: int) -> str: ...
 
     async def delete_checkpoints(
-        self, item: Launch, directory: str, names: list[str], pattern: str
+        self, launch: Launch, directory: str, names: list[str], pattern: str
     ) -> None: ...
 
     async def account(self, cluster: str, name: str) -> Account: ...
@@ -183,23 +183,23 @@ class WorkerAsks:
         value = await self._ask(what, cluster=cluster, timeout_s=ASK_TIMEOUT_S)
         return _IMAGES.validate_python(value)
 
-    async def cancel(self, item: Launch, job_ids: list[str]) -> None:
+    async def cancel(self, launch: Launch, job_ids: list[str]) -> None:
         """Cancel the launch's jobs: the worker takes them from its record (the one
         written cancelled before this is asked), not from here."""
-        what = wire.Cancel(launch=item.id)
-        await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S)
+        what = wire.Cancel(launch=launch.id)
+        await self._ask(what, cluster=launch.cluster, timeout_s=ASK_TIMEOUT_S)
 
-    async def tail(self, item: Launch, path: str, lines: int) -> str:
+    async def tail(self, launch: Launch, path: str, lines: int) -> str:
         """The launch's log: the worker reads the one its record names, not ``path``."""
-        what = wire.Tail(launch=item.id, lines=max(1, min(lines, MAX_TAIL_LINES)))
-        return str(await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S))
+        what = wire.Tail(launch=launch.id, lines=max(1, min(lines, MAX_TAIL_LINES)))
+        return str(await self._ask(what, cluster=launch.cluster, timeout_s=ASK_TIMEOUT_S))
 
     async def delete_checkpoints(
-        self, item: Launch, directory: str, names: list[str], pattern: str
+        self, launch: Launch, directory: str, names: list[str], pattern: str
     ) -> None:
         """The worker deletes ``names`` where the launch's record says (not ``directory``)."""
-        what = wire.DeleteCheckpoints(launch=item.id, names=tuple(names))
-        await self._ask(what, cluster=item.cluster, timeout_s=ASK_TIMEOUT_S)
+        what = wire.DeleteCheckpoints(launch=launch.id, names=tuple(names))
+        await self._ask(what, cluster=launch.cluster, timeout_s=ASK_TIMEOUT_S)
 
     async def account(self, cluster: str, name: str) -> Account:
         what = wire.AccountOf(cluster=cluster, name=name)
@@ -334,23 +334,23 @@ async def _run(store: Store, clusters: Clusters, what: wire.What) -> Any:
         return await _estimate(clusters, what)
     if isinstance(what, wire.NodeUpdate):
         return await _node(clusters, what)
-    item = await store.launches.get(what.launch)
-    if item is None:
+    launch = await store.launches.get(what.launch)
+    if launch is None:
         raise _refuse(what, "", f"launch {what.launch} is not known", what.launch)
     if isinstance(what, wire.Cancel):
-        if not item.cancelled_by:
-            why = f"{item.id} is not cancelled in its record"
-            raise _refuse(what, item.cluster, why, item.id)
-        job_ids = recorded_jobs(item)
+        if not launch.cancelled_by:
+            why = f"{launch.id} is not cancelled in its record"
+            raise _refuse(what, launch.cluster, why, launch.id)
+        job_ids = recorded_jobs(launch)
         if job_ids:
-            await clusters.cancel(item, job_ids)  # as its person, the record's user checked
+            await clusters.cancel(launch, job_ids)  # as its person, the record's user checked
         return None
     if isinstance(what, wire.DeleteCheckpoints):
-        return await _delete(clusters, item, what)
-    path = recorded_log(item)
+        return await _delete(clusters, launch, what)
+    path = recorded_log(launch)
     if not path:
-        raise Refused(f"{item.id} has not recorded a log yet", cluster=item.cluster)
-    return await clusters.tail(item, path, what.lines)  # checked there, read as its person
+        raise Refused(f"{launch.id} has not recorded a log yet", cluster=launch.cluster)
+    return await clusters.tail(launch, path, what.lines)  # checked there, read as its person
 
 
 async def _estimate(clusters: Clusters, what: wire.Estimate) -> Any:
@@ -386,15 +386,15 @@ async def _node(clusters: Clusters, what: wire.NodeUpdate) -> Any:
     )  # fmt: skip
 
 
-async def _delete(clusters: Clusters, item: Launch, what: wire.DeleteCheckpoints) -> None:
+async def _delete(clusters: Clusters, launch: Launch, what: wire.DeleteCheckpoints) -> None:
     """Only names the ended launch's record lists, in the directory its record names."""
     tracking = next(
-        (a.tracking for a in reversed(item.attempts) if a.tracking and a.tracking.checkpoint_dir),
+        (a.tracking for a in reversed(launch.attempts) if a.tracking and a.tracking.checkpoint_dir),
         None,
     )
-    if item.active or tracking is None or not set(what.names) <= set(item.checkpoints):
-        raise _refuse(what, item.cluster, f"{item.id} has no such checkpoints to delete", item.id)
-    names = list(what.names)
+    if launch.active or tracking is None or not set(what.names) <= set(launch.checkpoints):
+        why = f"{launch.id} has no such checkpoints to delete"
+        raise _refuse(what, launch.cluster, why, launch.id)
     await clusters.delete_checkpoints(
-        item, tracking.checkpoint_dir, names, tracking.checkpoint_pattern
+        launch, tracking.checkpoint_dir, list(what.names), tracking.checkpoint_pattern
     )

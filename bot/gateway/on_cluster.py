@@ -24,7 +24,8 @@ from bot.store.store import Store
 from cluster.errors import ClusterError, PersonRefused
 from cluster.images.jobs import ImageJob, JobState, image_job_state, submit_image_job
 from cluster.images.listing import ImageListing, list_images
-from cluster.launching import jobs, launch, wandb_run
+from cluster.launching import jobs, wandb_run
+from cluster.launching import launch as plans
 from cluster.launching.spec import LaunchSpec, interactive_framework
 from cluster.preflight import checks
 from cluster.preflight.discovery import ClusterCapacity, cluster_capacity, start_estimate
@@ -50,19 +51,19 @@ class Spec:
     notes: list[str] = field(default_factory=list)  # e.g. a secret that is not configured
 
 
-def job_comment(item: Launch) -> str:
+def job_comment(launch: Launch) -> str:
     """What Slurm's ``--comment`` says about a launch: which launch, and whose."""
-    who = re.sub(r"[^A-Za-z0-9._@-]", "", item.user_id)[:40] or "unknown"
-    return f"trainbot {item.id} by {who}"
+    who = re.sub(r"[^A-Za-z0-9._@-]", "", launch.user_id)[:40] or "unknown"
+    return f"trainbot {launch.id} by {who}"
 
 
-def wandb_env(item: Launch, cluster: str) -> dict[str, str]:
+def wandb_env(launch: Launch, cluster: str) -> dict[str, str]:
     """The W&B variables of a launch's job (:mod:`cluster.launching.wandb_run`): one run for
     every attempt, the sweep as its group, tagged with the launch, the cluster and the owner's
     name."""
-    owner = item.cluster_user or item.user_name or item.user_id
+    owner = launch.cluster_user or launch.user_name or launch.user_id
     return wandb_run.run_env(
-        item.id, cluster=cluster, owner=owner, sweep=item.sweep, notes=item.request.to_text()
+        launch.id, cluster=cluster, owner=owner, sweep=launch.sweep, notes=launch.request.to_text()
     )
 
 
@@ -89,26 +90,26 @@ class Clusters:
         except KeyError:
             raise ClusterError(f"unknown cluster {name!r}", cluster=name) from None
 
-    def profile_for(self, item: Launch) -> ClusterProfile:
+    def profile_for(self, launch: Launch) -> ClusterProfile:
         """The launch's cluster as its person: logged in as their Unix user, with
         certificates whose key id names them and the launch. The record's Unix user is
         checked against the config first (a record is only what Redis says): one the
         config cannot give its person is refused (PersonRefused), nothing is run."""
-        profile = self.profile(item.cluster)
-        problem = user_problem(profile, item.user_id, item.cluster_user)
+        profile = self.profile(launch.cluster)
+        problem = user_problem(profile, launch.user_id, launch.cluster_user)
         if problem:
             log.warning(
                 "launch %s refused: its record says it runs as %r on %s, but %s",
-                item.id, item.cluster_user or profile.login.user, item.cluster, problem,
-                extra=launch_fields(item.id, cluster=item.cluster),
+                launch.id, launch.cluster_user or profile.login.user, launch.cluster, problem,
+                extra=launch_fields(launch.id, cluster=launch.cluster),
             )  # fmt: skip
             raise PersonRefused(
-                f"launch {item.id} is not run: its record names the Unix user "
-                f"{item.cluster_user or profile.login.user}, and {problem}",
-                cluster=item.cluster,
+                f"launch {launch.id} is not run: its record names the Unix user "
+                f"{launch.cluster_user or profile.login.user}, and {problem}",
+                cluster=launch.cluster,
             )
-        key_id = cert_key_id(item.user_id, item.cluster_user, item.id)
-        return profile.as_user(item.cluster_user, key_id)
+        key_id = cert_key_id(launch.user_id, launch.cluster_user, launch.id)
+        return profile.as_user(launch.cluster_user, key_id)
 
     def profile_of_person(
         self, cluster: str, user_id: str, cluster_user: str, work_id: str
@@ -157,19 +158,20 @@ class Clusters:
                 values[job_name] = value
         return values, notes
 
-    def spec_for(self, item: Launch) -> Spec:
-        profile = self.profile_for(item)
-        req = item.request
+    def spec_for(self, launch: Launch) -> Spec:
+        profile = self.profile_for(launch)
+        req = launch.request
         custom = is_custom_image(req.image, {*profile.images, *profile.images.values()})
-        if custom and not item.image_secrets:  # policy.custom_images: no job secrets (env or file)
+        # policy.custom_images: no job secrets (env or file)
+        if custom and not launch.image_secrets:
             profile = profile.model_copy(update={"job_secrets": {}})
         withheld: list[str] = []
-        if item.cluster_user and profile.identity is not None:  # a person's own job
+        if launch.cluster_user and profile.identity is not None:  # a person's own job
             people = profile.people_secrets()  # identity.org_secrets: the bot's, if allowed
             withheld = sorted(set(profile.job_secrets) - set(people))
             profile = profile.model_copy(update={"job_secrets": people})
-        if item.slurm_account:  # policy.accounts: the person's Slurm account
-            profile = profile.model_copy(update={"account": item.slurm_account})
+        if launch.slurm_account:  # policy.accounts: the person's Slurm account
+            profile = profile.model_copy(update={"account": launch.slurm_account})
         secrets, notes = self.secrets(profile)
         notes += [
             f"{name} is the organisation's and not given to people's jobs on {profile.name} "
@@ -186,23 +188,23 @@ class Clusters:
             spec = LaunchSpec.from_recipe(
                 profile,
                 recipe,
-                launch_id=item.id,
+                launch_id=launch.id,
                 nodes=req.nodes,
                 partition=req.partition,
                 time_limit=req.time,
                 name=req.name,
                 image=req.image,
                 overrides=tuple(req.overrides),
-                env=wandb_env(item, profile.name),
+                env=wandb_env(launch, profile.name),
                 secrets=secrets,
-                comment=job_comment(item),
+                comment=job_comment(launch),
             )
-            if item.start_key and not item.checkpoints:  # from=, until it saved its own
-                spec = dataclasses.replace(spec, start_from=(item.start_key, item.start_path))
+            if launch.start_key and not launch.checkpoints:  # from=, until it saved its own
+                spec = dataclasses.replace(spec, start_from=(launch.start_key, launch.start_path))
         else:
             spec = LaunchSpec(
                 profile=profile,
-                launch_id=item.id,
+                launch_id=launch.id,
                 framework=interactive_framework().name,
                 nodes=req.nodes,
                 partition=req.partition,
@@ -210,21 +212,21 @@ class Clusters:
                 name=req.name,
                 image=req.image,
                 interactive=True,
-                comment=job_comment(item),
-                env=wandb_env(item, profile.name),
+                comment=job_comment(launch),
+                env=wandb_env(launch, profile.name),
                 secrets=secrets,
             )
-        return Spec(self._for_attempt(item, spec), notes)
+        return Spec(self._for_attempt(launch, spec), notes)
 
-    def _for_attempt(self, item: Launch, spec: LaunchSpec) -> LaunchSpec:
+    def _for_attempt(self, launch: Launch, spec: LaunchSpec) -> LaunchSpec:
         """A retry keeps away from a failed node and resumes from the older checkpoints."""
-        attempt = item.attempt
+        attempt = launch.attempt
         if attempt is None or attempt.job_id:
             return spec
         changes: dict[str, object] = {}
         if attempt.exclude:
             changes["exclude"] = attempt.exclude
-        earlier = [a.tracking for a in item.attempts[:-1] if a.tracking is not None]
+        earlier = [a.tracking for a in launch.attempts[:-1] if a.tracking is not None]
         if attempt.resume and earlier:
             changes["overrides"] = spec.fw.retry_overrides(
                 spec.overrides, earlier[-1], spec.profile
@@ -243,8 +245,8 @@ class Clusters:
         await self.remember(spec, dry.preflight)
         return dry
 
-    async def submit(self, spec: LaunchSpec) -> launch.Submission:
-        return await launch.submit(self.pool, launch.plan_launch(await self.fitted(spec)))
+    async def submit(self, spec: LaunchSpec) -> plans.Submission:
+        return await plans.submit(self.pool, plans.plan_launch(await self.fitted(spec)))
 
     @staticmethod
     def _launcher_key(spec: LaunchSpec) -> tuple[str, str]:
@@ -277,22 +279,24 @@ class Clusters:
                 *key, result.launcher.encode(), ttl_s=LAUNCHER_TTL_S
             )
 
-    async def find(self, item: Launch) -> list[jobs.FoundJob]:
-        return await jobs.find_jobs_for_launch(self.pool, self.profile_for(item), item.id)
+    async def find(self, launch: Launch) -> list[jobs.FoundJob]:
+        return await jobs.find_jobs_for_launch(self.pool, self.profile_for(launch), launch.id)
 
-    async def cancel(self, item: Launch, job_ids: list[str], *, pending_only: bool = False) -> None:
+    async def cancel(
+        self, launch: Launch, job_ids: list[str], *, pending_only: bool = False
+    ) -> None:
         """``scancel`` as the launch's person: Slurm itself refuses anyone else's job;
         ``pending_only``: Slurm leaves a job that has started alone."""
-        await jobs.cancel(self.pool, self.profile_for(item), job_ids, pending_only=pending_only)
+        await jobs.cancel(self.pool, self.profile_for(launch), job_ids, pending_only=pending_only)
 
     async def cancel_and_confirm(
-        self, item: Launch, job_id: str, *, pending_only: bool = False
+        self, launch: Launch, job_id: str, *, pending_only: bool = False
     ) -> str:
         """``scancel`` the job and wait until Slurm shows it ended; "" or why not."""
         try:
-            await self.cancel(item, [job_id], pending_only=pending_only)
+            await self.cancel(launch, [job_id], pending_only=pending_only)
             for _ in range(CANCEL_CONFIRM_TRIES):
-                found = {j.job_id: j for j in await self.find(item)}
+                found = {j.job_id: j for j in await self.find(launch)}
                 if job_id not in found or not found[job_id].active:
                     return ""
                 await asyncio.sleep(1.0)
@@ -300,37 +304,37 @@ class Clusters:
             return str(exc)
         return f"Slurm still shows it running after {CANCEL_CONFIRM_TRIES} s"
 
-    async def usage(self, item: Launch) -> Usage:
+    async def usage(self, launch: Launch) -> Usage:
         """What ``sacct`` recorded for every job of the launch: those its attempts recorded
         and any other Slurm has under its id (as the launch's person)."""
-        here = ("", item.cluster)  # a job left behind on another cluster never started
-        job_ids = [a.job_id for a in item.attempts if a.job_id and a.cluster in here]
-        return await jobs.launch_usage(self.pool, self.profile_for(item), item.id, job_ids)
+        here = ("", launch.cluster)  # a job left behind on another cluster never started
+        job_ids = [a.job_id for a in launch.attempts if a.job_id and a.cluster in here]
+        return await jobs.launch_usage(self.pool, self.profile_for(launch), launch.id, job_ids)
 
-    async def tail(self, item: Launch, path: str, lines: int) -> str:
+    async def tail(self, launch: Launch, path: str, lines: int) -> str:
         """The last lines of the launch's own log, as its person: ``path`` must be the log
         its record names, look like one of its job's logs, and resolve (links followed, on
         the login node) inside the cluster's directories; else ClusterError, nothing read."""
-        problem = log_path_problem(item, path)
+        problem = log_path_problem(launch, path)
         if problem:
             log.warning(
-                "launch %s: refused to read %s: %s", item.id, path, problem,
-                extra=launch_fields(item.id, cluster=item.cluster),
+                "launch %s: refused to read %s: %s", launch.id, path, problem,
+                extra=launch_fields(launch.id, cluster=launch.cluster),
             )  # fmt: skip
             raise ClusterError(
-                f"trainbot reads only {item.id}'s own log, and {path} is not it: {problem}",
-                cluster=item.cluster,
+                f"trainbot reads only {launch.id}'s own log, and {path} is not it: {problem}",
+                cluster=launch.cluster,
             )
-        profile = self.profile_for(item)
+        profile = self.profile_for(launch)
         return await jobs.tail_log(
-            self.pool, profile, path, lines=lines, roots=log_roots(self.profile(item.cluster))
+            self.pool, profile, path, lines=lines, roots=log_roots(self.profile(launch.cluster))
         )
 
     async def delete_checkpoints(
-        self, item: Launch, directory: str, names: list[str], pattern: str
+        self, launch: Launch, directory: str, names: list[str], pattern: str
     ) -> None:
         """Delete some of the launch's checkpoints, as its person where the cluster maps them."""
-        await delete_checkpoints(self.pool, self.profile_for(item), directory, names, pattern)
+        await delete_checkpoints(self.pool, self.profile_for(launch), directory, names, pattern)
 
     async def capacity(self, cluster: str) -> ClusterCapacity:
         return await cluster_capacity(self.pool, self.profile(cluster))

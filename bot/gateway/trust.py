@@ -48,16 +48,16 @@ def log_roots(profile: ClusterProfile) -> tuple[str, ...]:
     return tuple(dict.fromkeys(root.rstrip("/") for root in found if root.strip("/")))
 
 
-def recorded_log(item: Launch) -> str:
+def recorded_log(launch: Launch) -> str:
     """The log the launch's current attempt recorded ("" when none yet)."""
-    attempt = item.attempt
+    attempt = launch.attempt
     return attempt.tracking.log_path if attempt and attempt.tracking else ""
 
 
-def log_path_problem(item: Launch, path: str) -> str:
-    """Why ``path`` is not a log of ``item`` that trainbot may read ("" when it may be):
+def log_path_problem(launch: Launch, path: str) -> str:
+    """Why ``path`` is not a log of ``launch`` that trainbot may read ("" when it may be):
     the one its record names, a ``.log`` or ``.out`` file, naming its Slurm job."""
-    if not path or path != recorded_log(item):
+    if not path or path != recorded_log(launch):
         return "it is not the log the launch's record names"
     if any(c in path for c in "\0\n\r") or ".." in path.split("/"):
         return "the path holds '..' or a control character"
@@ -65,19 +65,21 @@ def log_path_problem(item: Launch, path: str) -> str:
         return "the path is not absolute"
     if not path.rsplit("/", 1)[-1].endswith(LOG_SUFFIXES):
         return "it is not a log file (.log or .out)"
-    job_id = item.job_id
+    job_id = launch.job_id
     if not job_id or not re.search(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])", path):
         return f"the path does not name the launch's Slurm job ({job_id or 'none yet'})"
     return ""
 
 
-def recorded_jobs(item: Launch) -> list[str]:
+def recorded_jobs(launch: Launch) -> list[str]:
     """The Slurm jobs a cancel of the launch ends, from its record: its newest attempt's
     job, and the one before while a Retry holds the newest back until that one is gone
     (what /cancel picks), each only on the launch's own cluster."""
-    here = ("", item.cluster)
+    here = ("", launch.cluster)
     attempts = (
-        item.attempts[-2:] if item.attempts and item.attempts[-1].held else item.attempts[-1:]
+        launch.attempts[-2:]
+        if launch.attempts and launch.attempts[-1].held
+        else launch.attempts[-1:]
     )
     found = [a.job_id for a in reversed(attempts) if a.job_id and a.cluster in here]
     return list(dict.fromkeys(found))

@@ -43,73 +43,73 @@ def parent_ok(outcome: str, any_end: bool) -> bool:
 
 async def must_wait(
     store: Store,
-    item: Launch,
+    launch: Launch,
     mutate: Callable[..., Awaitable[object]],
     authority: Authority | None = None,
 ) -> bool:
-    """True when ``item`` may not go yet (put back for later) or has ended here: its
+    """True when ``launch`` may not go yet (put back for later) or has ended here: its
     parent ended for good without completing, or, now that it is due, the policy, the
     person's groups, the identity map or the budget no longer let it go (``authority``
     asks :func:`commands.admission.admit` again). A dry run goes at once: it submits
     nothing, and its answer already said what the launch would wait for."""
-    if item.phase != Phase.QUEUED or item.attempts or item.request.dry_run:
+    if launch.phase != Phase.QUEUED or launch.attempts or launch.request.dry_run:
         return False
     now = time.time()
-    if item.request.at and (due := at_epoch(item.request.at)) > now:
-        await store.queue.requeue(item.id, after_s=max(due - now, 0.05))
+    if launch.request.at and (due := at_epoch(launch.request.at)) > now:
+        await store.queue.requeue(launch.id, after_s=max(due - now, 0.05))
         return True
-    if not item.waits_for:
-        return await _no_longer_allowed(store, item, mutate, authority)
-    parent = await store.launches.get(item.waits_for)
+    if not launch.waits_for:
+        return await _no_longer_allowed(store, launch, mutate, authority)
+    parent = await store.launches.get(launch.waits_for)
     if parent is not None and parent.phase == Phase.AWAITING_APPROVAL:
         if now - parent.created_at > APPROVAL_PATIENCE_S:
-            return await _unapproved(item, parent, mutate)
+            return await _unapproved(launch, parent, mutate)
     if parent is not None and parent.active:
-        await store.queue.requeue(item.id, after_s=PARENT_LOOK_S)
+        await store.queue.requeue(launch.id, after_s=PARENT_LOOK_S)
         return True
     if parent is not None:
         outcome, detail = parent.outcome or parent.phase.value.upper(), parent.detail
         ending = parent.ending
     else:  # its record expired: its history entry says how it ended
-        entry = await store.history.finished(item.waits_for)
+        entry = await store.history.finished(launch.waits_for)
         outcome = (entry.outcome or entry.phase.upper()) if entry else "UNKNOWN"
         detail = entry.detail if entry else ""
         ending = entry.ending if entry else {}
-    if parent_ok(outcome, item.request.after_any or bool(item.sweep)):  # a sweep's turn
-        return await _no_longer_allowed(store, item, mutate, authority, parent)
-    said: dict[str, object] = {"why": "parent_ended", "parent": item.waits_for}
+    if parent_ok(outcome, launch.request.after_any or bool(launch.sweep)):  # a sweep's turn
+        return await _no_longer_allowed(store, launch, mutate, authority, parent)
+    said: dict[str, object] = {"why": "parent_ended", "parent": launch.waits_for}
     said["parent_outcome"] = outcome
     said["parent_ending"] = ending  # how it ended, as facts (bot.wording.endings)
     said["parent_detail"] = detail  # a record's sentence, written before ends had facts
-    detail = f"{item.waits_for} ended {outcome}"
+    detail = f"{launch.waits_for} ended {outcome}"
     facts = phases.Facts(outcome="PARENT_FAILED", detail=detail, data=said)
-    await mutate(item.id, phases.step(phases.not_started, facts))
+    await mutate(launch.id, phases.step(phases.not_started, facts))
     return True
 
 
 async def _unapproved(
-    item: Launch, parent: Launch, mutate: Callable[..., Awaitable[object]]
+    launch: Launch, parent: Launch, mutate: Callable[..., Awaitable[object]]
 ) -> bool:
-    """``item`` waited ``APPROVAL_PATIENCE_S`` for a parent that still awaits approval: it
+    """``launch`` waited ``APPROVAL_PATIENCE_S`` for a parent that still awaits approval: it
     ends here, giving back the place it held among its owner's active launches (their
     ``max_concurrent``) and its budget hold, and says how to go on."""
     hours = APPROVAL_PATIENCE_S / 3600
     said = {"why": "parent_unapproved", "parent": parent.id, "hours": hours}
     detail = f"{parent.id} still awaited approval after {hours:g} h"
     facts = phases.Facts(outcome="PARENT_UNAPPROVED", detail=detail, data=said)
-    await mutate(item.id, phases.step(phases.not_started, facts))
+    await mutate(launch.id, phases.step(phases.not_started, facts))
     return True
 
 
-def waited(item: Launch) -> bool:
+def waited(launch: Launch) -> bool:
     """Whether the launch waited since it was admitted: for a time (``at=``), another
     launch (``after=``, a sweep member's turn), or a second person's approval."""
-    return bool(item.request.at or item.waits_for or item.sweep or item.approved_by)
+    return bool(launch.request.at or launch.waits_for or launch.sweep or launch.approved_by)
 
 
 async def _no_longer_allowed(
     store: Store,
-    item: Launch,
+    launch: Launch,
     mutate: Callable[..., Awaitable[object]],
     authority: Authority | None,
     parent: Launch | None = None,
@@ -119,31 +119,31 @@ async def _no_longer_allowed(
     it was asked for, and the launch it waited for (``after=``) must still be one they
     may see. When the answer is now no it ends here, saying why (True); when its Unix
     user, account or image secrets are now others, it goes with those."""
-    if authority is None or not waited(item):
+    if authority is None or not waited(launch):
         return False
-    answer = await authority.readmit(item, follows=parent)
+    answer = await authority.readmit(launch, follows=parent)
     if answer.outcome == "UNSURE":  # Slack did not answer: nothing ends for want of it
-        await store.queue.requeue(item.id, after_s=UNSURE_LOOK_S)
+        await store.queue.requeue(launch.id, after_s=UNSURE_LOOK_S)
         return True
     if answer.allowed:
-        if answer.differs(item):
-            answer.apply(item)
+        if answer.differs(launch):
+            answer.apply(launch)
 
             def rederived(stored: Launch) -> list[Event]:
                 answer.apply(stored)
                 return []
 
-            await mutate(item.id, rederived)
+            await mutate(launch.id, rederived)
         return False
     # answer.facts(): the policy's answer and whom to ask, worded by bot.wording.refusals
     if answer.outcome == "OVER_BUDGET":
         said = {"why": "over_budget", **answer.facts()}
         detail = "Over the GPU-hour budget when it was due."
     else:
-        said = {"why": "no_longer_allowed", "owner": item.user_id, **answer.facts()}
+        said = {"why": "no_longer_allowed", "owner": launch.user_id, **answer.facts()}
         detail = "No longer allowed when it was due."
     facts = phases.Facts(outcome=answer.outcome, detail=detail, data=said)
-    await mutate(item.id, phases.step(phases.not_started, facts))
+    await mutate(launch.id, phases.step(phases.not_started, facts))
     return True
 
 

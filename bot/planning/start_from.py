@@ -126,7 +126,7 @@ def start_key(request: TrainRequest, parent: Launch) -> str:
 
 async def start_point(
     store: Store,
-    item: Launch,
+    launch: Launch,
     mutate: Mutate,
     profile: ClusterProfile,
     authority: Authority | None = None,
@@ -141,10 +141,10 @@ async def start_point(
     NOT_ALLOWED. Where the framework goes on writing where it starts (NeMo-RL), the
     child starts from ``copy`` of the checkpoint in a directory of its own, never in the
     parent's. A retry keeps what the first attempt started from."""
-    request = item.request
-    if not (isinstance(request, TrainRequest) and item.starts_from) or item.start_key:
-        return item
-    parent = await store.launches.get(item.starts_from)
+    request = launch.request
+    if not (isinstance(request, TrainRequest) and launch.starts_from) or launch.start_key:
+        return launch
+    parent = await store.launches.get(launch.starts_from)
     step = request.start_step
     found = checkpoints.chosen(parent, step) if parent is not None else None
     key, why = "", "it saved no complete checkpoint"
@@ -154,10 +154,10 @@ async def start_point(
         why = checkpoints.missing_step(parent, step).rstrip(".") or why
     elif authority is not None and (
         refused := start_refusal(
-            authority.clusters.config.policy, request, parent, await authority.user(item)
+            authority.clusters.config.policy, request, parent, await authority.user(launch)
         )
     ):
-        await _not_allowed(item, mutate, refused)
+        await _not_allowed(launch, mutate, refused)
         return None
     elif found is not None:
         try:
@@ -168,18 +168,18 @@ async def start_point(
         if key and (outside := checkpoint_outside(found[0].checkpoint_dir, parent, base)):
             key, why = "", outside
     if parent is None or found is None or not key:
-        said = {"why": "no_checkpoint", "owner": item.user_id, "start_from": item.starts_from}
+        said = {"why": "no_checkpoint", "owner": launch.user_id, "start_from": launch.starts_from}
         said["error"] = why
-        detail = f"{item.starts_from} has no checkpoint to start from"
+        detail = f"{launch.starts_from} has no checkpoint to start from"
         facts = phases.Facts(outcome="NO_CHECKPOINT", detail=detail, data=said)
-        await mutate(item.id, phases.step(phases.not_started, facts))
+        await mutate(launch.id, phases.step(phases.not_started, facts))
         return None
     tracking, name, found_step = found
     fw = framework(request.framework)
     try:
-        value, copied = await _start_value(fw, tracking, name, profile, item, parent, copy)
+        value, copied = await _start_value(fw, tracking, name, profile, launch, parent, copy)
     except ClusterError as exc:
-        await _no_copy(item, mutate, str(exc))
+        await _no_copy(launch, mutate, str(exc))
         return None
     told = {"move": "start_from", "parent": parent.id, "newest": step is None}
     told |= {"step": found_step, "checkpoint": name, "key": key, "value": value, **copied}
@@ -190,7 +190,7 @@ async def start_point(
         stored.start_key, stored.start_path = key, value
         return [Event("thread", stored.id, data=told)]
 
-    stored, _ = await mutate(item.id, noted)
+    stored, _ = await mutate(launch.id, noted)
     return stored if stored.start_key else None
 
 
@@ -199,7 +199,7 @@ async def _start_value(
     tracking: Tracking,
     name: str,
     profile: ClusterProfile,
-    item: Launch,
+    launch: Launch,
     parent: Launch,
     copy: CopyStart | None,
 ) -> tuple[str, dict[str, object]]:
@@ -208,24 +208,24 @@ async def _start_value(
     own directory first (ClusterError when it cannot be)."""
     if not fw.starts_in_copy:
         return fw.start_value(tracking, name, profile), {}
-    source, target, value = fw.start_copy(tracking, name, profile, item.id)
+    source, target, value = fw.start_copy(tracking, name, profile, launch.id)
     if copy is None:
-        raise ClusterError("no way to copy it here", cluster=item.cluster)
+        raise ClusterError("no way to copy it here", cluster=launch.cluster)
     how = await copy(source, target)
     return value, {"copy": target, "linked": how == "linked"}
 
 
-async def _not_allowed(item: Launch, mutate: Mutate, why: str) -> None:
+async def _not_allowed(launch: Launch, mutate: Mutate, why: str) -> None:
     """``from=`` is no longer the person's to use: the launch ends, saying why."""
-    said = {"why": "not_allowed", "owner": item.user_id, "start_from": item.starts_from}
-    detail = f"May not start from {item.starts_from}."
+    said = {"why": "not_allowed", "owner": launch.user_id, "start_from": launch.starts_from}
+    detail = f"May not start from {launch.starts_from}."
     facts = phases.Facts(outcome="NOT_ALLOWED", detail=detail, data={**said, "error": why})
-    await mutate(item.id, phases.step(phases.not_started, facts))
+    await mutate(launch.id, phases.step(phases.not_started, facts))
 
 
-async def _no_copy(item: Launch, mutate: Mutate, why: str) -> None:
+async def _no_copy(launch: Launch, mutate: Mutate, why: str) -> None:
     """The copy of the parent's checkpoint could not be made: the launch ends, saying why."""
-    said = {"why": "no_copy", "owner": item.user_id, "start_from": item.starts_from}
-    detail = f"Could not copy {item.starts_from}'s checkpoint."
+    said = {"why": "no_copy", "owner": launch.user_id, "start_from": launch.starts_from}
+    detail = f"Could not copy {launch.starts_from}'s checkpoint."
     facts = phases.Facts(outcome="NO_CHECKPOINT", detail=detail, data={**said, "error": why})
-    await mutate(item.id, phases.step(phases.not_started, facts))
+    await mutate(launch.id, phases.step(phases.not_started, facts))

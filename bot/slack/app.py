@@ -47,8 +47,7 @@ from bot.slack.incoming import (
     team_of,
 )
 from bot.slack.webapi import SlackError, SlackFront
-from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
-from bot.text.mrkdwn import (
+from bot.text.actions import (
     ACTION_CKPT_NEW_RUN,
     ACTION_EDIT_RELAUNCH,
     ACTION_EVALUATE,
@@ -58,13 +57,11 @@ from bot.text.mrkdwn import (
     ACTION_PREFS,
     ACTION_RECORD,
     ACTION_TOKEN,
-    HELP_CARD_TEXT,
     SHORTCUT_LAUNCH,
     VIEW_PREFIX,
-    escape,
-    help_card,
-    unescape,
 )
+from bot.text.front import GROUP_EVENTS, HOME_EVENT, Handler, Incoming, Reply
+from bot.text.mrkdwn import HELP_CARD_TEXT, escape, help_card, unescape
 from commands.registry import COMMAND_NAMES
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from typing import Any
 
 from bot.slack.incoming import incoming_from_view
 from bot.slack.webapi import SlackError, SlackFront
+from bot.text.actions import VIEW_LAUNCH
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import MESSAGE_TEXT_MAX, VIEW_LAUNCH, cut_text
+from bot.text.mrkdwn import MESSAGE_TEXT_MAX, cut_text
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,9 @@
 """Finding launches: the active and tracked sets, the Slurm job index, finished
-launches' history, and what earlier runs left behind (step times, launcher options)."""
+launches' history, and what earlier runs left behind (step times, launcher options).
+
+:class:`History` reads them; :func:`write_indexes` and :func:`keep_step_run` write them,
+queued on the pipeline of the transaction that writes the launch's record
+(:mod:`bot.store.launches`), so a record and its indexes never disagree."""
 
 from __future__ import annotations
 
@@ -7,11 +11,14 @@ import logging
 import time
 from typing import Any
 
-from bot.lifecycle.launch import HistoryEntry, StepRun
+from bot.lifecycle.launch import TRACKED_PHASES, HistoryEntry, Launch, StepRun
+from bot.settings.config import Retention
 from bot.store import keys
 from bot.store.base import Section, rides
 
 log = logging.getLogger(__name__)
+
+STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour estimate uses
 
 
 class History(Section):
@@ -102,3 +109,58 @@ class History(Section):
     @rides
     async def save_launcher_options(self, cluster: str, name: str, text: str, ttl_s: int) -> None:
         await self.redis.set(keys.launcher_options(cluster, name), text, ex=ttl_s)
+
+
+def write_indexes(pipe: Any, launch: Launch, retention: Retention) -> None:
+    """Queue on ``pipe`` what the launch's record being written changes in the indexes:
+    the active and tracked sets, its jobs' entries in the job index and, once it has
+    finished, its history entry."""
+    if launch.active:
+        pipe.sadd(keys.ACTIVE, launch.id)
+        pipe.sadd(keys.user_active(launch.user_id), launch.id)
+    else:
+        pipe.srem(keys.ACTIVE, launch.id)
+        pipe.srem(keys.user_active(launch.user_id), launch.id)
+    if launch.phase in TRACKED_PHASES:
+        pipe.sadd(keys.tracked(launch.cluster), launch.id)
+    else:
+        pipe.srem(keys.tracked(launch.cluster), launch.id)
+    for attempt in launch.attempts:
+        if attempt.job_id:
+            index = keys.job_index(attempt.job_id)
+            pipe.hset(index, attempt.cluster or launch.cluster, launch.id)
+            if launch.active:
+                pipe.persist(index)
+            else:
+                pipe.expire(index, retention.launch_s)
+    if not launch.active:
+        _write_finished(pipe, launch, retention)
+
+
+def _write_finished(pipe: Any, launch: Launch, retention: Retention) -> None:
+    """A finished launch: its record expires; its history entry is kept longer."""
+    keep_s = retention.history_s
+    pipe.expire(keys.launch(launch.id), retention.launch_s)
+    pipe.expire(keys.watchers(launch.id), retention.launch_s)  # goes with the record
+    pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
+    oldest = time.time() - keep_s
+    for index in (
+        keys.history(),
+        keys.history(user_id=launch.user_id),
+        keys.history(cluster=launch.cluster),
+    ):
+        pipe.zadd(index, {launch.id: launch.updated_at})
+        pipe.zremrangebyscore(index, "-inf", oldest)
+
+
+def keep_step_run(pipe: Any, launch: Launch, now: float, keep_s: int) -> None:
+    """Queue on ``pipe`` the ended launch's median step time, for later GPU-hour estimates
+    of its recipe on as many nodes of its cluster (:meth:`History.step_runs`): the newest
+    ``STEP_RUNS_KEPT`` are kept. Nothing when it recorded no step times."""
+    step_time = launch.progress.median_step_time_s
+    if launch.recipe_key and step_time and launch.progress.total:
+        run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)
+        runs = keys.step_runs(launch.cluster, launch.recipe_key, launch.request.nodes)
+        pipe.lpush(runs, run.model_dump_json())
+        pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
+        pipe.expire(runs, keep_s)

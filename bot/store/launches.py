@@ -20,7 +20,7 @@ from redis.exceptions import WatchError
 
 from bot.lifecycle import notices
 from bot.lifecycle.events import Event
-from bot.lifecycle.launch import TRACKED_PHASES, HistoryEntry, Launch, StepRun, Sweep, new_launch_id
+from bot.lifecycle.launch import Launch, Sweep, new_launch_id
 from bot.store import keys
 from bot.store.base import Change, Section, StoreError, _Op, rides
 from bot.store.budgets import (
@@ -34,6 +34,7 @@ from bot.store.budgets import (
     read_active_counts,
     read_budget_use,
 )
+from bot.store.history import keep_step_run, write_indexes
 from commands.budget import iso_week
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 _TAKEN_AND_ACTIVE = """
 return {redis.call('exists', KEYS[1], KEYS[2]), redis.call('smembers', KEYS[3])}
 """
-STEP_RUNS_KEPT = 20  # earlier runs per (cluster, recipe, nodes) the GPU-hour estimate uses
 ID_DRAWS = 20  # fresh ids tried for a new launch whose id is taken, before giving up
 
 
@@ -142,7 +142,7 @@ class Launches(Section):
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(keys.launch(launch.id), self._record(launch))
                     hold_teams(pipe, launch.id, teams, self.retention.history_s)
-                    self._index(pipe, launch)
+                    write_indexes(pipe, launch, self.retention)
                     for event in events:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
                     if enqueue:
@@ -211,7 +211,7 @@ class Launches(Section):
                     for launch in launches:
                         pipe.set(keys.launch(launch.id), self._record(launch))
                         hold_teams(pipe, launch.id, teams, self.retention.history_s)
-                        self._index(pipe, launch)
+                        write_indexes(pipe, launch, self.retention)
                     for event in events:
                         pipe.xadd(keys.OUTBOX, self._entry(event))
                     for launch in launches if enqueue else []:
@@ -276,7 +276,7 @@ class Launches(Section):
                     launch.updated_at = time.time()
                     pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.set(key, self._record(launch))
-                    self._index(pipe, launch)
+                    write_indexes(pipe, launch, self.retention)
                     if was_active and not launch.active:
                         self._ran(pipe, launch)
                     for event in events:
@@ -315,43 +315,6 @@ class Launches(Section):
             except Exception:  # an observer's bug never undoes a write
                 log.exception("store observer failed")
 
-    def _index(self, pipe: Any, launch: Launch) -> None:
-        if launch.active:
-            pipe.sadd(keys.ACTIVE, launch.id)
-            pipe.sadd(keys.user_active(launch.user_id), launch.id)
-        else:
-            pipe.srem(keys.ACTIVE, launch.id)
-            pipe.srem(keys.user_active(launch.user_id), launch.id)
-        if launch.phase in TRACKED_PHASES:
-            pipe.sadd(keys.tracked(launch.cluster), launch.id)
-        else:
-            pipe.srem(keys.tracked(launch.cluster), launch.id)
-        for attempt in launch.attempts:
-            if attempt.job_id:
-                index = keys.job_index(attempt.job_id)
-                pipe.hset(index, attempt.cluster or launch.cluster, launch.id)
-                if launch.active:
-                    pipe.persist(index)
-                else:
-                    pipe.expire(index, self.retention.launch_s)
-        if not launch.active:
-            self._finished(pipe, launch)
-
-    def _finished(self, pipe: Any, launch: Launch) -> None:
-        """A finished launch: its record expires; its history entry is kept longer."""
-        keep_s = self.retention.history_s
-        pipe.expire(keys.launch(launch.id), self.retention.launch_s)
-        pipe.expire(keys.watchers(launch.id), self.retention.launch_s)  # goes with the record
-        pipe.set(keys.summary(launch.id), HistoryEntry.of(launch).model_dump_json(), ex=keep_s)
-        oldest = time.time() - keep_s
-        for index in (
-            keys.history(),
-            keys.history(user_id=launch.user_id),
-            keys.history(cluster=launch.cluster),
-        ):
-            pipe.zadd(index, {launch.id: launch.updated_at})
-            pipe.zremrangebyscore(index, "-inf", oldest)
-
     @rides
     async def after_pending(self, cluster: str) -> list[str]:
         """The launches of ``cluster`` whose export or evaluation is to run or be followed."""
@@ -376,13 +339,7 @@ class Launches(Section):
         then = getattr(launch.request, "then", None)
         if then and launch.outcome == "COMPLETED" and not launch.after_state:
             pipe.sadd(keys.after_pending(launch.cluster), launch.id)  # then=: run after
-        step_time = launch.progress.median_step_time_s
-        if launch.recipe_key and step_time and launch.progress.total:
-            run = StepRun(step_time_s=step_time, steps=launch.progress.total, ended_at=now)
-            runs = keys.step_runs(launch.cluster, launch.recipe_key, launch.request.nodes)
-            pipe.lpush(runs, run.model_dump_json())
-            pipe.ltrim(runs, 0, STEP_RUNS_KEPT - 1)
-            pipe.expire(runs, keep_s)
+        keep_step_run(pipe, launch, now, keep_s)
 
 
 async def _sweep_room(

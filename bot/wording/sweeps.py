@@ -13,8 +13,8 @@ from typing import Any
 
 from bot.lifecycle.launch import Launch, Sweep
 from bot.lifecycle.sweeps import final_loss, final_val_loss, gpu_hours, ranked
+from bot.text.actions import ACTION_CANCEL, ACTION_CANCEL_MEMBER
 from bot.text.mrkdwn import (
-    ACTION_CANCEL,
     SECTION_TEXT_MAX,
     Block,
     actions,
@@ -27,7 +27,6 @@ from bot.wording import render
 
 TABLE_SECTIONS_MAX = 3  # sections of rows in the parent; past that the table is summarised
 SELECT_OPTIONS_MAX = 100  # Slack's limit for a static select
-ACTION_CANCEL_MEMBER = "trainbot_cancel_member"
 
 
 def _num(value: float | None) -> str:

@@ -10,7 +10,7 @@ import re
 import aiohttp
 import pytest
 
-from bot.text.mrkdwn import ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE
+from bot.text.actions import ACTION_TOKEN_CREATE, ACTION_TOKEN_REVOKE
 from support.slack_requests import block_action_body, post_signed
 from support.slack_standin import SlackStandin
 from tests.bot.api.test_api import web_with_api

@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from bot.text.mrkdwn import ACTION_FORM_CHECK, SHORTCUT_LAUNCH, VIEW_LAUNCH
+from bot.text.actions import ACTION_FORM_CHECK, SHORTCUT_LAUNCH, VIEW_LAUNCH
 from support.slack_requests import post_signed, shortcut_body, view_submission_body
 from support.slack_standin import SlackStandin
 from tests.bot.api.test_api import web_with_api

@@ -10,7 +10,7 @@ from bot.core import checkpoint_actions as ca
 from bot.core.checkpoint_list import listing
 from bot.lifecycle.launch import Launch, Phase
 from bot.planning.after_training import chosen_checkpoint
-from bot.text.mrkdwn import ACTION_CKPT_EXPORT, ACTION_CKPT_NEW_RUN, ACTION_CKPT_RESUME
+from bot.text.actions import ACTION_CKPT_EXPORT, ACTION_CKPT_NEW_RUN, ACTION_CKPT_RESUME
 from commands import CommandError
 from tests.bot.planning.test_checkpoints import NEMO_RL, parent
 

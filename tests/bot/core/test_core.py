@@ -10,8 +10,9 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch, Phase
 from bot.settings.config import load_config
 from bot.settings.env import Settings
+from bot.text.actions import ACTION_HELP
 from bot.text.front import Incoming
-from bot.text.mrkdwn import ACTION_HELP, HELP_TOPICS
+from bot.text.mrkdwn import HELP_TOPICS
 from cluster.ssh.pool import SSHPool
 from commands.requests import TrainRequest
 from tests.bot.botkit import flush_test_redis, open_test_store

@@ -7,7 +7,7 @@ import pytest
 from bot.core.node_ledger import drain_reason, ledger_blocks, may_act, parse_node_value
 from bot.settings.config import load_config
 from bot.store.nodes import NodeEntry, NodeRecord
-from bot.text.mrkdwn import ACTION_NODE_DRAIN, ACTION_NODE_RESUME
+from bot.text.actions import ACTION_NODE_DRAIN, ACTION_NODE_RESUME
 from commands.context import User
 from commands.errors import CommandError
 from tests.bot.core.test_core import EXAMPLE

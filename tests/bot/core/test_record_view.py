@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bot.core import home, record_view
 from bot.lifecycle.launch import Attempt, Launch
-from bot.text.mrkdwn import ACTION_RECORD
+from bot.text.actions import ACTION_RECORD
 from cluster.launching.run_record import RunRecord
 from commands import TrainRequest
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from bot.core.sweep_answers import confirm_cancel
 from bot.lifecycle.launch import Launch, Phase, Sweep
-from bot.text.mrkdwn import ACTION_CANCEL
+from bot.text.actions import ACTION_CANCEL
 from commands.requests import TrainRequest
 
 

@@ -18,8 +18,8 @@ from bot.settings.config import Config
 from bot.settings.env import Settings
 from bot.store import keys
 from bot.store.store import Store
+from bot.text.actions import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from bot.text.front import Incoming
-from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from bot.wording import thread
 from cluster.ssh.pool import SSHPool
 from commands.budget import iso_week

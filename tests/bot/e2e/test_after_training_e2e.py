@@ -20,7 +20,7 @@ from bot.runtime.assembly import Bot, running
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
 from bot.store.store import Store
-from bot.text.mrkdwn import ACTION_EVALUATE, ACTION_EXPORT, VIEW_EVALUATE
+from bot.text.actions import ACTION_EVALUATE, ACTION_EXPORT, VIEW_EVALUATE
 from support.slack_requests import (
     block_action_body,
     post_signed,

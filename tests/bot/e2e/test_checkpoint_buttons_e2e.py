@@ -15,7 +15,7 @@ import pytest
 from bot.runtime.assembly import running
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
-from bot.text.mrkdwn import (
+from bot.text.actions import (
     ACTION_CKPT_EXPORT,
     ACTION_CKPT_NEW_RUN,
     ACTION_CKPT_RESUME,

@@ -14,8 +14,8 @@ from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Launch
 from bot.planning import checkpoints
 from bot.runtime.assembly import running
+from bot.text.actions import ACTION_PRUNE
 from bot.text.front import Incoming
-from bot.text.mrkdwn import ACTION_PRUNE
 from tests.bot.botkit import (
     Knobs,
     bot_settings,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.store.nodes import NodeEntry
-from bot.text.mrkdwn import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
+from bot.text.actions import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
 from support.slack_requests import block_action_payload, post_signed, view_submission_body
 from support.slack_standin import Call, SlackStandin
 from tests.bot.api.test_api import web_with_api

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.console.chat import handle_line
-from bot.text.mrkdwn import ACTION_PREFS
+from bot.text.actions import ACTION_PREFS
 from commands.rules import ViewerRule
 from support.slack_requests import block_action_payload, post_signed, slash_command_body
 from support.slack_standin import SlackStandin

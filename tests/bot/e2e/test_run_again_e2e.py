@@ -14,7 +14,7 @@ import pytest
 from bot.runtime.assembly import running
 from bot.slack.http import run_slack
 from bot.slack.webapi import open_front
-from bot.text.mrkdwn import ACTION_EDIT_RELAUNCH, ACTION_RUN_AGAIN, VIEW_RELAUNCH
+from bot.text.actions import ACTION_EDIT_RELAUNCH, ACTION_RUN_AGAIN, VIEW_RELAUNCH
 from commands.requests import TrainRequest
 from support.slack_requests import (
     block_action_body,

@@ -20,7 +20,7 @@ from bot.runtime.assembly import Bot, running
 from bot.settings.config import Config
 from bot.slack.http import SlackService, run_slack
 from bot.slack.webapi import open_front
-from bot.text.mrkdwn import ACTION_APPROVE, ACTION_CANCEL
+from bot.text.actions import ACTION_APPROVE, ACTION_CANCEL
 from commands.rules import ApproverRule
 from support.slack_requests import block_action_body, post_signed, slash_command_body
 from support.slack_standin import SlackStandin

@@ -13,8 +13,8 @@ from bot.console.chat import ConsoleFront
 from bot.engine.evidence import record_faulty_node
 from bot.lifecycle.launch import Launch
 from bot.runtime.assembly import running
+from bot.text.actions import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import ACTION_NODE_DRAIN, ACTION_NODE_RESUME, VIEW_NODE_DRAIN
 from cluster.watching.diagnosis import CATALOG, Diagnosis
 from commands.requests import TrainRequest
 from tests.bot.botkit import bot_settings, dev_config, login_run

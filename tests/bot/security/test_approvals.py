@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bot.lifecycle.launch import Phase
-from bot.text.mrkdwn import ACTION_APPROVE, ACTION_REJECT
+from bot.text.actions import ACTION_APPROVE, ACTION_REJECT
 from support.slack_standin import SlackStandin
 from tests.bot.security.kit import secure_bot
 

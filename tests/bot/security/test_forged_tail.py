@@ -63,15 +63,15 @@ async def test_a_forged_tail_never_reads_a_private_file(
 
         # 3. The record rewritten to name the private file as the launch's log.
         await w.rewrite(launch.id, attempts=[attempt(JOB, files["secret"])])
-        item = await w.store.launches.get(launch.id)
-        assert item is not None
+        record = await w.store.launches.get(launch.id)
+        assert record is not None
         with pytest.raises(ClusterError, match="not a log file"):
-            await w.asks.tail(item, files["secret"], 5)
+            await w.asks.tail(record, files["secret"], 5)
 
         # 4. ... or to name a link that looks like its log and points at the private file.
         await w.rewrite(launch.id, attempts=[attempt(JOB, files["link"])])
         with pytest.raises(ClusterError, match="outside the launch's directories"):
-            await w.asks.tail(item, files["link"], 5)
+            await w.asks.tail(record, files["link"], 5)
     assert all(files["text"] not in str(a) for a in answers)
     said = caplog.text
     assert "ask refused and dropped: the ask is not signed" in said

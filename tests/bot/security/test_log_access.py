@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.text.mrkdwn import ACTION_LOGS
+from bot.text.actions import ACTION_LOGS
 from support.slack_standin import SlackStandin
 from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed
 

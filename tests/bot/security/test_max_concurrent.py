@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 
 from bot.slack.app import WORKING_TEXT
-from bot.text.mrkdwn import ACTION_CANCEL, ACTION_LOGS, ACTION_RETRY, ACTION_USE_PARTITION
+from bot.text.actions import ACTION_CANCEL, ACTION_LOGS, ACTION_RETRY, ACTION_USE_PARTITION
 from commands.policy import PolicyRule
 from support.slack_requests import post_signed, slash_command_fields
 from support.slack_standin import SlackStandin

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bot.lifecycle.launch import Phase
-from bot.text.mrkdwn import ACTION_CANCEL, ACTION_RETRY
+from bot.text.actions import ACTION_CANCEL, ACTION_RETRY
 from support.slack_requests import event_envelope, post_signed
 from support.slack_standin import SlackStandin
 from tests.bot.security.kit import REFUSED_LOGS, secure_bot, seed

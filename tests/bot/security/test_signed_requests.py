@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from bot.lifecycle.launch import Phase
 from bot.slack.http import SlackParams, run_slack
-from bot.text.mrkdwn import ACTION_CANCEL
+from bot.text.actions import ACTION_CANCEL
 from support.slack_requests import (
     block_action_payload,
     event_envelope,

@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 
 from bot.lifecycle.launch import Phase
-from bot.text.mrkdwn import ACTION_CANCEL
+from bot.text.actions import ACTION_CANCEL
 from support.slack_requests import block_action_payload, post_signed
 from support.slack_standin import SlackStandin
 from tests.bot.security.kit import secure_bot, seed

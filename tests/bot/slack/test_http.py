@@ -14,8 +14,9 @@ from pydantic import SecretStr
 
 from bot.slack.app import WORKING_TEXT
 from bot.slack.http import SlackParams
+from bot.text.actions import ACTION_HELP
 from bot.text.front import Incoming, Reply
-from bot.text.mrkdwn import ACTION_HELP, HELP_TOPICS, escape
+from bot.text.mrkdwn import HELP_TOPICS, escape
 from cluster.errors import ConfigError
 from support.slack_requests import (
     block_action_body,
