@@ -28,8 +28,8 @@ def test_the_modal_shows_the_command_names_and_the_diff_escaped() -> None:
         recipes_diff=DIFF,
         recipes_diff_truncated=True,
     )
-    item = launch(record)
-    reply = record_view.record_reply(item)
+    stored = launch(record)
+    reply = record_view.record_reply(stored)
     assert reply.modal == "Run record" and not reply.error
     text = "\n".join(str(b) for b in reply.blocks)
     assert "python3 run.py -e slurm -s sft/x.py" in text
@@ -40,10 +40,10 @@ def test_the_modal_shows_the_command_names_and_the_diff_escaped() -> None:
 
 
 def test_a_launch_without_a_record_has_no_button_and_says_why() -> None:
-    item = launch(None)
-    assert record_view.record_button(item) is None
-    assert "has no run record yet" in record_view.record_reply(item).text
-    blocks = home.home_blocks([item], [], {}, {})
+    stored = launch(None)
+    assert record_view.record_button(stored) is None
+    assert "has no run record yet" in record_view.record_reply(stored).text
+    blocks = home.home_blocks([stored], [], {}, {})
     assert not any("accessory" in b for b in blocks)
     recorded = launch(RunRecord(command="x"))
     blocks = home.home_blocks([recorded], [], {}, {})

@@ -231,8 +231,8 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
         cancel_jobs.append(running_launch.job_id)
 
         async def reported() -> Launch | None:
-            item = await bot.store.launches.get(launch_id)
-            return item if item and item.attempts[-1].hang_reported else None
+            launch = await bot.store.launches.get(launch_id)
+            return launch if launch and launch.attempts[-1].hang_reported else None
 
         await wait_until(reported, "the hang to be reported", 30)
         await asyncio.sleep(4.0)  # more polls: still one report, one page
@@ -249,8 +249,12 @@ async def test_silent_hang_is_reported_and_paged_once(unique: str, cancel_jobs: 
         assert not retry.error, retry.text
 
         async def resubmitted() -> Launch | None:
-            item = await bot.store.launches.get(launch_id)
-            return item if item and len(item.attempts) == 2 and item.attempts[-1].job_id else None
+            launch = await bot.store.launches.get(launch_id)
+            return (
+                launch
+                if launch and len(launch.attempts) == 2 and launch.attempts[-1].job_id
+                else None
+            )
 
         after = await wait_until(resubmitted, "the retry's job", 60)
         cancel_jobs.extend(a.job_id for a in after.attempts if a.job_id)
@@ -285,8 +289,8 @@ async def test_node_failure_requeue_runs_elsewhere_paged_once_and_resolved(
         cancel_jobs.append(launch.job_id)
 
         async def checkpointed() -> bool:  # a checkpoint to resume from
-            item = await bot.store.launches.get(launch_id)
-            return bool(item and item.checkpoints)
+            launch = await bot.store.launches.get(launch_id)
+            return bool(launch and launch.checkpoints)
 
         await wait_until(checkpointed, "a checkpoint", 30)
         node = login_run(f"squeue -h -j {launch.job_id} -o %N").strip()
@@ -322,8 +326,8 @@ async def test_interactive_job_attach_command_runs_in_the_allocation(
         cancel_jobs.append(launch.job_id)
 
         async def attach_ready() -> bool:
-            item = await bot.store.launches.get(launch_id)
-            return bool(item and item.attempts[-1].attach_ready)
+            launch = await bot.store.launches.get(launch_id)
+            return bool(launch and launch.attempts[-1].attach_ready)
 
         await wait_until(attach_ready, "attach.sh", 30)
         await wait_delivered(bot.store)

@@ -64,8 +64,8 @@ async def test_launch_attach_and_cancel_through_the_bastion(
         cancel_jobs.append(launch.job_id)
 
         async def attach_ready() -> bool:
-            item = await bot.store.launches.get(launch_id)
-            return bool(item and item.attempts[-1].attach_ready)
+            launch = await bot.store.launches.get(launch_id)
+            return bool(launch and launch.attempts[-1].attach_ready)
 
         await wait_until(attach_ready, "attach.sh", 30)
         attach = await handle_line(f"/attach {launch_id}", bot.core, front, user="alice")

@@ -107,23 +107,23 @@ async def test_a_worker_adopts_a_job_submitted_before_it_died(unique: str) -> No
             nodes=1,
             name=unique,
         )
-        item = Launch(request=request, user_id="alice", channel="console", phase=Phase.SUBMITTING)
-        spec = bot.clusters.spec_for(item).spec
+        stored = Launch(request=request, user_id="alice", channel="console", phase=Phase.SUBMITTING)
+        spec = bot.clusters.spec_for(stored).spec
         submitted = await cluster_launch.submit(bot.clusters.pool, cluster_launch.plan_launch(spec))
-        await bot.store.launches.create(item, [])  # queued for a worker, as the dead one left it
+        await bot.store.launches.create(stored, [])  # queued for a worker, as the dead one left it
         from bot.engine.worker import Worker
 
         worker = Worker(bot.store, bot.clusters, name="replacement")
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
         try:
-            launch = await wait_for_launch(bot.store, item.id)
+            launch = await wait_for_launch(bot.store, stored.id)
         finally:
             stop.set()
             await task
         await wait_delivered(bot.store)
     assert launch.job_id == submitted.job_id
-    assert slurm_jobs_named(item.id) == [submitted.job_id]
+    assert slurm_jobs_named(stored.id) == [submitted.job_id]
     assert any("Found the job submitted before a restart" in line for line in front.lines)
 
 

@@ -252,9 +252,9 @@ async def test_a_retry_then_a_cancel_is_charged_what_sacct_recorded_for_both_job
         assert not retried.error, retried.text
 
         async def second_running() -> Launch | None:
-            item = await bot.store.launches.get(launch_id)
-            ok = item and len(item.attempts) == 2 and item.phase == Phase.RUNNING
-            return item if ok else None
+            launch = await bot.store.launches.get(launch_id)
+            ok = launch and len(launch.attempts) == 2 and launch.phase == Phase.RUNNING
+            return launch if ok else None
 
         second = await wait_until(second_running, "the retry's job running", 120)
         cancel_jobs.append(second.job_id)

@@ -91,8 +91,8 @@ async def test_a_worker_stopped_mid_submit_yields_one_job(
 
             async def b_submitted() -> Launch | None:
                 assert b.poll() is None, b_log.read_text()
-                item = await store.launches.get(launch.id)
-                return item if item is not None and item.job_id else None
+                stored = await store.launches.get(launch.id)
+                return stored if stored is not None and stored.job_id else None
 
             taken = await wait_until(b_submitted, "worker B to take the launch over", 120, 0.3)
             cancel_jobs.append(taken.job_id)

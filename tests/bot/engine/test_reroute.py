@@ -41,19 +41,19 @@ def pending(job_id: str) -> Launch:
 async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = pending("4187")
-        await store.launches.create(item, [])
+        launch = pending("4187")
+        await store.launches.create(launch, [])
         await store.launches.mutate(
-            item.id, lambda s: [Event("update", s.id)]
+            launch.id, lambda s: [Event("update", s.id)]
         )  # index as submitted
-        assert await store.history.tracked_ids("a4") == [item.id]
-        assert reroute._due(item, 30, time.time())
-        assert not reroute._due(item, 120, time.time())  # not pending that long yet
+        assert await store.history.tracked_ids("a4") == [launch.id]
+        assert reroute._due(launch, 30, time.time())
+        assert not reroute._due(launch, 120, time.time())  # not pending that long yet
         cancels = Cancels("")
-        moved = await reroute._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
+        moved = await reroute._move(store, cancels, launch, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert moved
         assert cancels.calls == [("a4", "4187", True)]  # only while still pending
-        stored = await store.launches.get(item.id)
+        stored = await store.launches.get(launch.id)
         assert stored is not None
         assert stored.cluster == "a3u" and stored.request.cluster == "a3u"
         assert stored.rerouted and stored.phase == Phase.RETRYING
@@ -63,7 +63,7 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
         ]
         assert stored.attempts[0].ended_at > 0  # billed until the move
         assert await store.history.tracked_ids("a4") == []  # the old cluster's poller lets it go
-        assert await store.history.find_job("4187") == [("a4", item.id)]
+        assert await store.history.find_job("4187") == [("a4", launch.id)]
         assert not reroute._due(stored, 30, time.time())
         again = await reroute._move(store, cancels, stored, "a3m", "a3m: now", 30, Terms())  # type: ignore[arg-type]
         assert not again and len(cancels.calls) == 1  # moved once at most
@@ -72,12 +72,12 @@ async def test_a_pending_launch_moves_once_and_its_old_job_stays_on_its_cluster(
 async def test_a_job_that_started_meanwhile_keeps_the_launch_where_it_is() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = pending("4188")
-        await store.launches.create(item, [])
+        launch = pending("4188")
+        await store.launches.create(launch, [])
         cancels = Cancels("Slurm still shows it running after 15 s")
-        moved = await reroute._move(store, cancels, item, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
+        moved = await reroute._move(store, cancels, launch, "a3u", "a3u: now", 30, Terms())  # type: ignore[arg-type]
         assert not moved
-        stored = await store.launches.get(item.id)
+        stored = await store.launches.get(launch.id)
         assert stored is not None
         assert stored.cluster == "a4" and stored.phase == Phase.SUBMITTED
         assert [a.job_id for a in stored.attempts] == ["4188"]
@@ -85,12 +85,12 @@ async def test_a_job_that_started_meanwhile_keeps_the_launch_where_it_is() -> No
 
 
 def test_settle_move_gives_earlier_attempts_their_cluster() -> None:
-    item = pending("4189")
-    item.attempts.append(Attempt(number=2, cluster="a3u"))
-    assert phases.settle_move(item) == "a4"
-    assert item.cluster == "a3u"
-    assert [a.cluster for a in item.attempts] == ["a4", "a3u"]
-    assert phases.settle_move(item) == ""  # already there
+    launch = pending("4189")
+    launch.attempts.append(Attempt(number=2, cluster="a3u"))
+    assert phases.settle_move(launch) == "a4"
+    assert launch.cluster == "a3u"
+    assert [a.cluster for a in launch.attempts] == ["a4", "a3u"]
+    assert phases.settle_move(launch) == ""  # already there
 
 
 async def test_a_move_needs_room_in_the_budget_there() -> None:
@@ -100,9 +100,9 @@ async def test_a_move_needs_room_in_the_budget_there() -> None:
         budgets=(BudgetRule(users=("U1",), clusters=("a3u",), gpu_hours_per_week=10),),
     )
     async with open_test_store() as store, authority_for(store, policy) as authority:
-        item = pending("4190")
-        item.estimate_gpu_hours = 16.0
-        assert (await authority.readmit(item, "a3u")).outcome == "OVER_BUDGET"
-        assert (await authority.readmit(item, "a3m")).allowed  # no budget there
-        item.estimate_gpu_hours = 4.0
-        assert (await authority.readmit(item, "a3u")).allowed
+        launch = pending("4190")
+        launch.estimate_gpu_hours = 16.0
+        assert (await authority.readmit(launch, "a3u")).outcome == "OVER_BUDGET"
+        assert (await authority.readmit(launch, "a3m")).allowed  # no budget there
+        launch.estimate_gpu_hours = 4.0
+        assert (await authority.readmit(launch, "a3u")).allowed

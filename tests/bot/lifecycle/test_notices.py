@@ -23,68 +23,68 @@ def change(launch: Launch, edit: object) -> tuple[list[str], bool, list[Event]]:
 
 
 def running() -> Launch:
-    item = launch(Phase.RUNNING)
-    item.attempts[0].started_at = 1000.0
-    item.attempts[0].slurm_state = "RUNNING"
-    return item
+    stored = launch(Phase.RUNNING)
+    stored.attempts[0].started_at = 1000.0
+    stored.attempts[0].slurm_state = "RUNNING"
+    return stored
 
 
 def test_completed_mentions_the_owner_on_the_final_line() -> None:
-    item = running()
-    item.progress_history = [(1, 2.0), (2, 1.5)]
+    launch = running()
+    launch.progress_history = [(1, 2.0), (2, 1.5)]
     found, mention, events = change(
-        item, lambda i: apply_snapshot(i, snapshot("COMPLETED"), PROFILE, Watch(), now=1600.0)
+        launch, lambda i: apply_snapshot(i, snapshot("COMPLETED"), PROFILE, Watch(), now=1600.0)
     )
     assert found == ["completed"] and mention
     lines = [e for e in events if e.kind == "thread"]
     said = {"move": "closing", "state": "COMPLETED", "outcome": "COMPLETED", "attempts": 1}
     said |= {"buttons": ["run_again"], "notices": ["completed"], "mention": True}
     assert lines[-1].data.items() >= said.items() and not lines[-1].text
-    assert thread.posted(item, lines[-1]).startswith("<@U0ALICE> ✅ COMPLETED in 10 min")
+    assert thread.posted(launch, lines[-1]).startswith("<@U0ALICE> ✅ COMPLETED in 10 min")
 
 
 def test_a_start_and_a_checkpoint_are_quiet() -> None:
-    item = launch(Phase.SUBMITTED)
+    stored = launch(Phase.SUBMITTED)
     ckpt = "model_name=0--val_loss=0.00-step=19-consumed_samples=1280.0"
     found, mention, events = change(
-        item,
+        stored,
         lambda i: apply_snapshot(i, snapshot("RUNNING", ckpts=(ckpt,)), PROFILE, now=1100.0),
     )
     assert found == ["started", "checkpoint"] and not mention
     last = [e for e in events if e.kind == "thread"][-1]
     assert last.data == {"move": "checkpoint", "step": 19, "notices": ["started", "checkpoint"]}
-    assert thread.posted(item, last) == "💾 Checkpoint step 19 saved."  # no mention
+    assert thread.posted(stored, last) == "💾 Checkpoint step 19 saved."  # no mention
 
 
 def test_a_hang_mentions_the_owner_once() -> None:
-    item = running()
-    item.progress.step, item.progress.total, item.progress.updated_at = 5, 10, 1100.0
+    launch = running()
+    launch.progress.step, launch.progress.total, launch.progress.updated_at = 5, 10, 1100.0
     watch = Watch(hang_min_s=60, hang_step_factor=10)
     snap = snapshot("RUNNING", "", offset=10)
     found, mention, events = change(
-        item, lambda i: apply_snapshot(i, snap, PROFILE, watch, now=1200.0)
+        launch, lambda i: apply_snapshot(i, snap, PROFILE, watch, now=1200.0)
     )
     assert found == ["hung"] and mention
     tagged = [e for e in events if e.data.get("notices")]
     assert [thread.line(e)[:18] for e in tagged] == ["⚠️ No progress for"]
-    again, _, _ = change(item, lambda i: apply_snapshot(i, snap, PROFILE, watch, now=1300.0))
+    again, _, _ = change(launch, lambda i: apply_snapshot(i, snap, PROFILE, watch, now=1300.0))
     assert again == []
 
 
 def test_a_failure_mentions_the_owner() -> None:
-    item = running()
+    launch = running()
     found, mention, _ = change(
-        item, lambda i: apply_snapshot(i, snapshot("FAILED"), PROFILE, Watch(), now=1600.0)
+        launch, lambda i: apply_snapshot(i, snapshot("FAILED"), PROFILE, Watch(), now=1600.0)
     )
-    assert item.outcome == "FAILED" and found == ["failed"] and mention
+    assert launch.outcome == "FAILED" and found == ["failed"] and mention
 
 
 def test_cancelled_by_someone_else_mentions_the_owner_by_themselves_not() -> None:
     def cancel_by(who: str):  # type: ignore[no-untyped-def]
-        def edit(item: Launch) -> list[Event]:
-            item.cancelled_by = who
-            item.phase, item.outcome = Phase.DONE, "CANCELLED"
-            return [Event("thread", item.id, f"🚫 Cancelled by <@{who}>.")]
+        def edit(launch: Launch) -> list[Event]:
+            launch.cancelled_by = who
+            launch.phase, launch.outcome = Phase.DONE, "CANCELLED"
+            return [Event("thread", launch.id, f"🚫 Cancelled by <@{who}>.")]
 
         return edit
 
@@ -97,9 +97,9 @@ def test_approval_asked_and_answered_mention_the_owner() -> None:
     assert classify(None, asked) == (["approval"], True)
 
     def decide(phase: Phase):  # type: ignore[no-untyped-def]
-        def edit(item: Launch) -> list[Event]:
-            item.phase = phase
-            return [Event("thread", item.id, "decided"), Event("update", item.id)]
+        def edit(launch: Launch) -> list[Event]:
+            launch.phase = phase
+            return [Event("thread", launch.id, "decided"), Event("update", launch.id)]
 
         return edit
 
@@ -119,8 +119,8 @@ def test_a_change_without_a_thread_line_carries_no_notice() -> None:
 
 
 def test_dm_text_is_one_short_line_with_the_thread_link() -> None:
-    item = launch(Phase.DONE)
-    text = thread.dm(item, "✅ COMPLETED in 41 min · 1 attempt\nmore", "https://x/p1")
+    stored = launch(Phase.DONE)
+    text = thread.dm(stored, "✅ COMPLETED in 41 min · 1 attempt\nmore", "https://x/p1")
     assert text == (
         "sft llama3p1_8b on a4 (`L-7f3a9c`): ✅ COMPLETED in 41 min · 1 attempt · "
         "<https://x/p1|thread>"
@@ -129,11 +129,11 @@ def test_dm_text_is_one_short_line_with_the_thread_link() -> None:
 
 
 def test_a_sweep_member_concerns_its_owner_only_when_it_fails_hangs_or_another_cancels() -> None:
-    item = running()
-    item.sweep = "S-0a1b2c"
-    item.progress_history = [(1, 2.0), (2, 1.5)]
+    launch = running()
+    launch.sweep = "S-0a1b2c"
+    launch.progress_history = [(1, 2.0), (2, 1.5)]
     found, mention, _ = change(
-        item, lambda i: apply_snapshot(i, snapshot("COMPLETED"), PROFILE, Watch(), now=1600.0)
+        launch, lambda i: apply_snapshot(i, snapshot("COMPLETED"), PROFILE, Watch(), now=1600.0)
     )
     assert (found, mention) == ([], False)  # the sweep's table and comparison tell it
     failing = running()

@@ -82,15 +82,15 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(by="U2"),
         ["thread", "update"],
         "⛔ Not approved by <@U2>. Nothing was submitted.",
-        lambda item: (
-            item.outcome == "NOT_APPROVED" and item.ending == {"move": "reject", "by": "U2"}
+        lambda launch: (
+            launch.outcome == "NOT_APPROVED" and launch.ending == {"move": "reject", "by": "U2"}
         ),
         {"by": "U2"},
     ),
     **{
         ("preflight", source, P.PREFLIGHT): Case(
             partial(launch, source),
-            check=lambda item: item.submit_started_at == 0.0,
+            check=lambda launch: launch.submit_started_at == 0.0,
         )
         for source in NOTHING_RAN
     },
@@ -103,7 +103,9 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ["thread", "update"],
         "Dry run: nothing was submitted.",
         # its end: the line's facts less what shows below the first line (the script)
-        lambda item: item.ending == {"move": "dry_run", "outcome": "DRY_RUN", "shell": "bash -s"},
+        lambda launch: (
+            launch.ending == {"move": "dry_run", "outcome": "DRY_RUN", "shell": "bash -s"}
+        ),
         {"shell": "bash -s", "script": "srun train", "checks": [[True, "image ok"]]},
     ),
     ("submitting", P.PREFLIGHT, P.SUBMITTING): Case(
@@ -111,7 +113,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(now=NOW, data={"image": "nemo.sqsh", "notes": ["no pyxis <x>"]}),
         ["thread", "update"],
         "Pre-flight ok: image nemo.sqsh found, directories writable.\nNote: no pyxis &lt;x&gt;.",
-        lambda item: item.submit_started_at == NOW and item.preflight_said == 0,
+        lambda launch: launch.submit_started_at == NOW and launch.preflight_said == 0,
         {"image": "nemo.sqsh", "notes": ["no pyxis <x>"]},
     ),
     ("submitted", P.SUBMITTING, P.SUBMITTED): Case(
@@ -119,7 +121,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(now=NOW, job_id="41", partition="a4", tracking=tracking("41")),
         ["thread", "update"],
         "Submitted: Slurm job 41 on a4, partition a4, 1 node. Logs: `/logs/L`",
-        lambda item: item.job_id == "41" and item.submit_started_at == 0.0,
+        lambda launch: launch.job_id == "41" and launch.submit_started_at == 0.0,
         {
             "job": "41",
             "how": "submitted",
@@ -135,7 +137,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(now=NOW, job_id="41", text="Submitted", tracking=tracking("41")),
         ["thread"],
         "🚫 Slurm job 41 appeared after the launch was cancelled",
-        lambda item: item.attempts[-1].slurm_state == "CANCELLED",
+        lambda launch: launch.attempts[-1].slurm_state == "CANCELLED",
         {"job": "41", "after_cancel": True},
     ),
     **{
@@ -144,7 +146,9 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             phases.Facts(outcome="PREFLIGHT", data={"why": "preflight", "error": "no partition"}),
             ["thread", "update"],
             "Not submitted: no partition",
-            lambda item: item.outcome == "PREFLIGHT" and item.ending["error"] == "no partition",
+            lambda launch: (
+                launch.outcome == "PREFLIGHT" and launch.ending["error"] == "no partition"
+            ),
             {"why": "preflight", "error": "no partition", "outcome": "PREFLIGHT"},
         )
         for source in NOTHING_RAN
@@ -158,8 +162,8 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ),
         ["thread", "update"],
         "⛔ Not started, because L-1, which this launch waited for, ended FAILED. Nothing",
-        lambda item: (
-            (item.outcome, item.ending)
+        lambda launch: (
+            (launch.outcome, launch.ending)
             == ("PARENT_FAILED", {"move": "said", "text": "L-1 ended FAILED"})
         ),
         {"why": "parent_ended", "parent": "L-1", "outcome": "PARENT_FAILED"},
@@ -171,7 +175,9 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             ["thread", "update"],
             "❌ This launch failed inside trainbot (KeyError), 10 times in each of 2 tries over "
             "24.5 h",
-            lambda item: item.outcome == "INTERNAL_ERROR" and item.ending["error"] == "KeyError",
+            lambda launch: (
+                launch.outcome == "INTERNAL_ERROR" and launch.ending["error"] == "KeyError"
+            ),
             {"error": "KeyError", "tries": 10, "rounds": 2},
         )
         for source in ACTIVE_PHASES
@@ -181,7 +187,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(now=NOW, nodes="dev[0-1]"),
         ["thread"],
         "Running on dev[0-1].",
-        lambda item: item.attempts[-1].started_at == NOW,
+        lambda launch: launch.attempts[-1].started_at == NOW,
         {"job": "41", "nodes": "dev[0-1]"},
     ),
     ("requeued", P.RUNNING, P.SUBMITTED): Case(
@@ -195,7 +201,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ("ended", source, P.DONE): Case(
             partial(launch, source, job="41"),
             phases.Facts(outcome="FAILED"),
-            check=lambda item: item.outcome == "FAILED",
+            check=lambda launch: launch.outcome == "FAILED",
         )
         for source in (P.SUBMITTED, P.RUNNING)
     },
@@ -204,7 +210,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             partial(launch, source, job="41"),
             phases.Facts(attempt=Attempt(number=2, not_before=NOW + 30)),
             ["enqueue", "update"],
-            check=lambda item: len(item.attempts) == 2 and not item.attempts[-1].held,
+            check=lambda launch: len(launch.attempts) == 2 and not launch.attempts[-1].held,
         )
         for source in (P.SUBMITTED, P.RUNNING)
     },
@@ -219,7 +225,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             ["thread", "enqueue", "update"],
             "⏸️ STOPPED EARLY at step 37 / 100 (its time budget; Slurm: COMPLETED) · resuming "
             "from it (attempt 2).",
-            lambda item: item.resumes == 1 and item.attempts[-1].resume and item.active,
+            lambda launch: launch.resumes == 1 and launch.attempts[-1].resume and launch.active,
             {"job": "41", "step": 37, "total": 100, "attempt": 2},
         )
         for source in (P.SUBMITTED, P.RUNNING)
@@ -228,10 +234,10 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         ("stopped_early", source, P.DONE): Case(
             partial(launch, source, job="41"),
             phases.Facts(data={"step": 37, "total": 100, "why": "its time budget"}),
-            check=lambda item: (
-                item.outcome == "STOPPED_EARLY"
-                and not item.active
-                and item.ending
+            check=lambda launch: (
+                launch.outcome == "STOPPED_EARLY"
+                and not launch.active
+                and launch.ending
                 == {"move": "stopped_early", "step": 37, "total": 100, "why": "its time budget"}
             ),
         )
@@ -243,7 +249,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             phases.Facts(now=NOW, by="U2", job_id="41"),
             ["thread", "update", "enqueue"],
             "🔁 Retry asked for by <@U2>: cancelling job 41",
-            lambda item: item.attempts[-1].held and item.attempts[-1].resume,
+            lambda launch: launch.attempts[-1].held and launch.attempts[-1].resume,
             {"by": "U2", "job": "41"},
         )
         for source in (P.SUBMITTED, P.RUNNING)
@@ -252,14 +258,14 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         lambda: launch(P.SUBMITTED, job="41"),
         phases.Facts(job_id="41", cluster="a3u", due=NOW + 60),
         ["update", "enqueue"],
-        check=lambda item: item.rerouted and item.attempts[-1].cluster == "a3u",
+        check=lambda launch: launch.rerouted and launch.attempts[-1].cluster == "a3u",
     ),
     ("move_refused", P.SUBMITTED, P.SUBMITTED): Case(
         lambda: launch(P.SUBMITTED, job="41"),
         phases.Facts(cluster="a3u", data={"left": "a4", "refusal": "you may not."}),
         ["thread"],
         "🔀 Still pending on a4; a3u would start it now, but it was not moved there: you may not.",
-        lambda item: item.rerouted and len(item.attempts) == 1,
+        lambda launch: launch.rerouted and len(launch.attempts) == 1,
         {"job": "41", "cluster": "a3u", "left": "a4", "refusal": "you may not."},
     ),
     ("old_job_gone", P.RETRYING, P.RETRYING): Case(
@@ -267,7 +273,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(now=NOW, job_id="41"),
         ["thread"],
         "Job 41 is gone: submitting a new attempt.",
-        lambda item: not item.attempts[-1].held and item.attempts[0].ended_at == NOW,
+        lambda launch: not launch.attempts[-1].held and launch.attempts[0].ended_at == NOW,
         {"job": "41"},
     ),
     ("moved", P.RETRYING, P.RETRYING): Case(
@@ -275,7 +281,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(now=NOW, job_id="41", data={"left": "a4", "waited_s": 600, "why": "idle"}),
         ["thread", "enqueue", "update"],
         "🔀 Still pending on a4 after 10 min while a4 would start it now (idle): cancelled job 41",
-        lambda item: not item.attempts[-1].held,
+        lambda launch: not launch.attempts[-1].held,
         {"job": "41", "left": "a4", "waited_s": 600, "why": "idle"},
     ),
     ("old_job_stays", P.RETRYING, P.RUNNING): Case(
@@ -283,20 +289,20 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
         phases.Facts(job_id="41", reason="scancel timed out"),
         ["thread", "update"],
         "⚠️ Job 41 could not be cancelled (scancel timed out); it keeps running",
-        lambda item: len(item.attempts) == 1,
+        lambda launch: len(launch.attempts) == 1,
         {"job": "41", "error": "scancel timed out"},
     ),
     ("old_job_stays", P.RETRYING, P.SUBMITTED): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
         kinds=["update"],
-        check=lambda item: len(item.attempts) == 1,
+        check=lambda launch: len(launch.attempts) == 1,
     ),
     ("retry_failed", P.RETRYING, P.DONE): Case(
         lambda: launch(P.RETRYING, job="41", held=True),
         phases.Facts(reason="no space left"),
         ["thread", "update"],
         "Could not seed the tokenizer cache: no space left. Not retrying.",
-        lambda item: item.outcome == "FAILED" and len(item.attempts) == 1,
+        lambda launch: launch.outcome == "FAILED" and len(launch.attempts) == 1,
         {"error": "no space left"},
     ),
     **{
@@ -305,10 +311,10 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             phases.Facts(now=NOW, by="U2"),
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",
-            lambda item: (
-                item.outcome == "CANCELLED"
-                and item.cancelled_by == "U2"
-                and item.ending == {"move": "cancel", "by": "U2"}
+            lambda launch: (
+                launch.outcome == "CANCELLED"
+                and launch.cancelled_by == "U2"
+                and launch.ending == {"move": "cancel", "by": "U2"}
             ),
             {"by": "U2"},
         )
@@ -320,7 +326,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
             phases.Facts(now=NOW, by="U2"),
             ["thread", "update"],
             "🚫 Cancelled by <@U2>.",
-            lambda item: item.cancelled_at == NOW and not item.outcome,
+            lambda launch: launch.cancelled_at == NOW and not launch.outcome,
             {"by": "U2", "job": "41"},
         )
         for source in (P.SUBMITTED, P.RUNNING)
@@ -343,9 +349,9 @@ def edge_id(key: tuple[str, Phase, Phase]) -> str:
 def test_each_allowed_move(key: tuple[str, Phase, Phase]) -> None:
     name, source, target = key
     case = CASES[key]
-    item = case.make()
-    assert item.phase == source
-    moved, events = move(name)(item, case.facts)
+    launch = case.make()
+    assert launch.phase == source
+    moved, events = move(name)(launch, case.facts)
     assert moved.phase == target
     assert [e.kind for e in events] == case.kinds
     lines = [e for e in events if e.kind == "thread"]
@@ -379,19 +385,19 @@ def test_the_moves_tested_are_the_table() -> None:
     ],
 )
 def test_a_move_the_table_does_not_allow_is_refused(name: str, phase: Phase) -> None:
-    item = launch(phase, job="41")
-    before = item.model_dump()
+    stored = launch(phase, job="41")
+    before = stored.model_dump()
     with pytest.raises(phases.NotAllowed, match=f"{name} is not allowed from {phase.value}"):
-        move(name)(item, phases.Facts(now=NOW, by="U2", job_id="41"))
-    assert item.model_dump() == before  # refused before anything changed
+        move(name)(stored, phases.Facts(now=NOW, by="U2", job_id="41"))
+    assert stored.model_dump() == before  # refused before anything changed
 
 
 def test_step_leaves_a_launch_that_moved_on_alone() -> None:
     """In a store transaction a move that no longer applies (a cancel came first) is
     no change at all."""
-    item = launch(Phase.DONE)
+    stored = launch(Phase.DONE)
     change = phases.step(phases.submitting, phases.Facts(now=NOW, text="ok"))
-    assert change(item) == [] and item.phase == Phase.DONE
+    assert change(stored) == [] and stored.phase == Phase.DONE
     queued = launch(Phase.QUEUED)
     assert phases.step(phases.preflight, phases.Facts())(queued) == []
     assert queued.phase == Phase.PREFLIGHT
@@ -400,10 +406,10 @@ def test_step_leaves_a_launch_that_moved_on_alone() -> None:
 def test_a_retry_holds_and_queues_and_a_cancel_wins() -> None:
     """Retry holds the launch and queues it; nothing goes on until the old job is gone
     (old_job_gone), and a launch cancelled meanwhile is not retried."""
-    item = launch(Phase.RUNNING, job="41", started=True)
-    item.cancelled_by = "U3"
-    _, events = phases.retry(item, phases.Facts(now=NOW, by="U2", job_id="41"))
-    assert events == [] and item.phase == Phase.RUNNING
+    stored = launch(Phase.RUNNING, job="41", started=True)
+    stored.cancelled_by = "U3"
+    _, events = phases.retry(stored, phases.Facts(now=NOW, by="U2", job_id="41"))
+    assert events == [] and stored.phase == Phase.RUNNING
     fresh = launch(Phase.RUNNING, job="41", started=True)
     _, events = phases.retry(fresh, phases.Facts(now=NOW, by="U2", job_id="40"))  # old job
     assert events == [] and fresh.phase == Phase.RUNNING

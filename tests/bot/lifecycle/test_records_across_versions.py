@@ -27,50 +27,50 @@ def launch() -> Launch:
 async def test_a_newer_record_loads_and_an_older_process_drops_only_what_it_does_not_know() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = launch()
-        await store.launches.create(item, [Event("parent", item.id)], enqueue=False)
-        raw = await stored_record(store, item.id)
+        ours = launch()
+        await store.launches.create(ours, [Event("parent", ours.id)], enqueue=False)
+        raw = await stored_record(store, ours.id)
         raw["added_in_a_later_version"] = {"x": 1}  # as a newer process would write it
-        await store.redis.set(keys.launch(item.id), json.dumps(raw))
+        await store.redis.set(keys.launch(ours.id), json.dumps(raw))
 
-        stored = await store.launches.get(item.id)  # this (older) version reads it
-        assert stored is not None and stored.id == item.id and stored.phase == Phase.QUEUED
+        stored = await store.launches.get(ours.id)  # this (older) version reads it
+        assert stored is not None and stored.id == ours.id and stored.phase == Phase.QUEUED
 
         def run(current: Launch) -> list[Event]:
             current.phase = Phase.RUNNING
             return []
 
-        await store.launches.mutate(item.id, run)  # and rewrites it
-        after = await stored_record(store, item.id)
+        await store.launches.mutate(ours.id, run)  # and rewrites it
+        after = await stored_record(store, ours.id)
         assert after["phase"] == str(Phase.RUNNING.value)
         assert "added_in_a_later_version" not in after  # the documented loss
-        assert after["user_name"] == "alice" and after["id"] == item.id
+        assert after["user_name"] == "alice" and after["id"] == ours.id
 
 
 async def test_an_older_record_without_the_newer_fields_loads_with_their_defaults() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = launch()
-        full = json.loads(item.model_dump_json())
+        ours = launch()
+        full = json.loads(ours.model_dump_json())
         defaults = {name for name, field in Launch.model_fields.items() if not field.is_required()}
         older = {k: v for k, v in full.items() if k not in defaults or k in ("id",)}
-        await store.redis.set(keys.launch(item.id), json.dumps(older))
-        stored = await store.launches.get(item.id)
-        assert stored is not None and stored.id == item.id
+        await store.redis.set(keys.launch(ours.id), json.dumps(older))
+        stored = await store.launches.get(ours.id)
+        assert stored is not None and stored.id == ours.id
         assert stored.attempts == [] and stored.phase == Launch.model_fields["phase"].default
         entry = HistoryEntry.of(stored)
         minimal = {k: v for k, v in json.loads(entry.model_dump_json()).items()
                    if HistoryEntry.model_fields[k].is_required()}  # fmt: skip
-        assert HistoryEntry.model_validate_json(json.dumps(minimal)).id == item.id
+        assert HistoryEntry.model_validate_json(json.dumps(minimal)).id == ours.id
 
 
 async def test_a_request_key_this_version_does_not_know_makes_the_record_unreadable() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
-        item = launch()
-        await store.launches.create(item, [Event("parent", item.id)], enqueue=False)
-        raw = await stored_record(store, item.id)
+        stored = launch()
+        await store.launches.create(stored, [Event("parent", stored.id)], enqueue=False)
+        raw = await stored_record(store, stored.id)
         raw["request"]["a_later_request_key"] = "y"  # a /train key added by a newer version
-        await store.redis.set(keys.launch(item.id), json.dumps(raw))
+        await store.redis.set(keys.launch(stored.id), json.dumps(raw))
         with pytest.raises(ValidationError, match="a_later_request_key"):
-            await store.launches.get(item.id)
+            await store.launches.get(stored.id)

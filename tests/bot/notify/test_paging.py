@@ -68,12 +68,12 @@ def test_the_steps_follow_the_configuration() -> None:
 
 async def test_the_slack_page_mentions_on_call_and_its_resolution_mentions_no_one() -> None:
     paging, front = pager(Alerts(oncall_channel="C0ONCALL", oncall_usergroup="S0ONCALL"))
-    item = launch()
-    await paging.post("oncall", item, DATA, PERMALINK)
-    await paging.post("resolve", item, {"outcome": "recovered as job 4192"}, PERMALINK)
+    stored = launch()
+    await paging.post("oncall", stored, DATA, PERMALINK)
+    await paging.post("resolve", stored, {"outcome": "recovered as job 4192"}, PERMALINK)
     (page_at, page), (resolved_at, resolved) = front.posts
     assert page_at == resolved_at == "C0ONCALL"
-    assert page.startswith(f"<!subteam^S0ONCALL> job 4187 ({item.id}: sft llama3p1_8b")
+    assert page.startswith(f"<!subteam^S0ONCALL> job 4187 ({stored.id}: sft llama3p1_8b")
     assert "node dev1 failed (NODE_FAIL)." in page and "Retried without it as job 4192" in page
     assert PERMALINK in page
     assert resolved.startswith("✅ Resolved: job 4187") and "<!subteam" not in resolved
@@ -90,15 +90,15 @@ async def test_without_an_oncall_channel_the_slack_step_posts_nothing() -> None:
 async def test_pagerduty_is_triggered_and_resolved_under_the_same_dedup_key() -> None:
     alarms = Alarms()
     paging, front = pager(Alerts(), alarms)
-    item = launch()
-    await paging.page("oncall", item, DATA, PERMALINK)
-    await paging.page("resolve", item, {"dedup_key": DATA["dedup_key"]}, PERMALINK)
+    stored = launch()
+    await paging.page("oncall", stored, DATA, PERMALINK)
+    await paging.page("resolve", stored, {"dedup_key": DATA["dedup_key"]}, PERMALINK)
     (trigger, key, summary, fields), resolve = alarms.calls
     assert (trigger, key) == ("trigger", DATA["dedup_key"])
     assert summary == "a4 job 4187: node dev1 failed (NODE_FAIL)"
     assert fields == {
         "source": "trainbot/a4",
-        "custom_details": {"launch": item.id, "job": "4187", "user": "U0ALICE"},
+        "custom_details": {"launch": stored.id, "job": "4187", "user": "U0ALICE"},
         "links": [{"href": PERMALINK, "text": "Slack thread"}],
     }
     assert resolve == ("resolve", DATA["dedup_key"])
@@ -108,10 +108,10 @@ async def test_pagerduty_is_triggered_and_resolved_under_the_same_dedup_key() ->
 async def test_a_launch_without_a_job_or_a_thread_link_is_still_paged() -> None:
     alarms = Alarms()
     paging, _ = pager(Alerts(), alarms)
-    item = launch(job_id="")
-    await paging.page("oncall", item, DATA, "(no thread yet)")
+    stored = launch(job_id="")
+    await paging.page("oncall", stored, DATA, "(no thread yet)")
     ((_, _, summary, fields),) = alarms.calls
-    assert summary == f"a4 job {item.id}: node dev1 failed (NODE_FAIL)"
+    assert summary == f"a4 job {stored.id}: node dev1 failed (NODE_FAIL)"
     assert fields["links"] == []
 
 
@@ -127,11 +127,11 @@ FACTS = {
 async def test_a_page_of_facts_is_worded_escaped_for_slack_and_plain_for_pagerduty() -> None:
     alarms = Alarms()
     paging, front = pager(Alerts(oncall_channel="C0ONCALL", oncall_usergroup="S0ONCALL"), alarms)
-    item = launch()
-    await paging.post("oncall", item, FACTS, PERMALINK)
-    await paging.page("oncall", item, FACTS, PERMALINK)
+    stored = launch()
+    await paging.post("oncall", stored, FACTS, PERMALINK)
+    await paging.page("oncall", stored, FACTS, PERMALINK)
     ((_, page),) = front.posts
-    assert page.startswith(f"<!subteam^S0ONCALL> job 4187 ({item.id}: sft llama3p1_8b")
+    assert page.startswith(f"<!subteam^S0ONCALL> job 4187 ({stored.id}: sft llama3p1_8b")
     assert (
         "on a4: job 4187 is held by &lt;an admin&gt; (Slurm: JobHeldAdmin). "
         "Release it (scontrol release) or cancel it."

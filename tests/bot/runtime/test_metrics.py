@@ -95,8 +95,8 @@ async def test_a_scrape_without_redis_says_so() -> None:
 async def test_launch_outcomes_retries_and_pages_are_counted_by_cause() -> None:
     async with console_bot() as bot, open_test_store() as other:
         store = bot.store
-        item = launch()
-        await store.launches.create(item, [])
+        ours = launch()
+        await store.launches.create(ours, [])
 
         def submitted(stored: Launch) -> list[Event]:
             stored.attempts.append(Attempt(number=1, job_id="1"))
@@ -115,12 +115,12 @@ async def test_launch_outcomes_retries_and_pages_are_counted_by_cause() -> None:
             stored.phase, stored.outcome = Phase.DONE, "FAILED"
             return []
 
-        await store.launches.mutate(item.id, submitted)
-        await store.launches.mutate(item.id, failed_then_retried)
-        await store.launches.mutate(item.id, ended)
-        await store.launches.mutate(item.id, lambda s: [])  # already ended: not counted again
+        await store.launches.mutate(ours.id, submitted)
+        await store.launches.mutate(ours.id, failed_then_retried)
+        await store.launches.mutate(ours.id, ended)
+        await store.launches.mutate(ours.id, lambda s: [])  # already ended: not counted again
         await other.launches.mutate(
-            item.id, lambda s: []
+            ours.id, lambda s: []
         )  # another process's write: not this bot's
         samples = parse(await bot.metrics())
     assert value(samples, "trainbot_launches_total", outcome="FAILED", cause="oom") == 1

@@ -157,20 +157,20 @@ async def test_admin_rights_are_not_kept_while_slack_cannot_confirm_them(
 
 
 def test_only_links_to_configured_hosts_are_posted() -> None:
-    item = launch()
+    stored = launch()
     lines = (
         "wandb: 🚀 View run at https://evil.example/team/llama/runs/ab12cd\n"
         "wandb: 🚀 View run at https://wandb.ai.evil.example/x/runs/1\n"
         "wandb: 🚀 View run at https://wandb.ai/team/llama/runs/ok1\n"
     )
-    said = threads(apply_snapshot(item, snapshot("RUNNING", lines), PROFILE, Watch(), now=1.0))
+    said = threads(apply_snapshot(stored, snapshot("RUNNING", lines), PROFILE, Watch(), now=1.0))
     assert not any("evil" in t for t in said), said
     assert any("<https://wandb.ai/team/llama/runs/ok1|ok1>" in t for t in said), said
-    assert item.run_links == ["https://wandb.ai/team/llama/runs/ok1"]
+    assert stored.run_links == ["https://wandb.ai/team/llama/runs/ok1"]
     own = Watch(link_hosts=("wandb.example.com",))
-    item = launch()
+    stored = launch()
     line = "wandb: View run at https://wandb.example.com/team/p/runs/z9\n"
-    said = threads(apply_snapshot(item, snapshot("RUNNING", line), PROFILE, own, now=1.0))
+    said = threads(apply_snapshot(stored, snapshot("RUNNING", line), PROFILE, own, now=1.0))
     assert any("<https://wandb.example.com/team/p/runs/z9|z9>" in t for t in said), said
 
 

@@ -109,16 +109,16 @@ async def test_the_poller_never_reads_as_the_user_a_rewritten_record_names(
     caplog.set_level("INFO")
     async with open_test_store() as store, SSHPool() as pool:
         clusters = Clusters(dev_config(people=PEOPLE), bot_settings(), pool, store)
-        item = await seeded(store, job_id="990001", log_path="/home/bob/.ssh/id_ed25519")
+        launch = await seeded(store, job_id="990001", log_path="/home/bob/.ssh/id_ed25519")
         honest = await seeded(store, job_id="990002", log_path="/home/alice/x/log-x_990002_0.out")
-        await AskWorker(store, clusters, None).rewrite(item.id, cluster_user="bob")  # type: ignore[arg-type]
+        await AskWorker(store, clusters, None).rewrite(launch.id, cluster_user="bob")  # type: ignore[arg-type]
         poller = Poller(store, clusters, owner="sectest-poller")
         try:
             assert await poller.poll("a4") == 1  # only the honest launch is looked at
         finally:
             await poller.release()
     said = caplog.text
-    assert f"launch {item.id} not polled: its record says it runs as 'bob'" in said
+    assert f"launch {launch.id} not polled: its record says it runs as 'bob'" in said
     assert "the configuration maps U0ALICE to alice, not to bob" in said
     assert "signed a certificate for alice" in said  # the honest one, read as alice
     assert "signed a certificate for bob" not in said

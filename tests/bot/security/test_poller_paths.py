@@ -74,7 +74,7 @@ async def test_the_poller_does_not_read_a_private_file_a_record_names(unique: st
     try:
         async with open_test_store() as store, SSHPool() as pool:
             clusters = Clusters(dev_config(people=PEOPLE), bot_settings(), pool, store)
-            item = await seeded(store, job_id="990001")
+            launch = await seeded(store, job_id="990001")
             tracking = {
                 "framework": "nemo",
                 "job_id": "990001",
@@ -83,14 +83,14 @@ async def test_the_poller_does_not_read_a_private_file_a_record_names(unique: st
                 "log_names": [f"sectest-{unique}.log"],
             }
             await AskWorker(store, clusters, None).rewrite(  # type: ignore[arg-type]
-                item.id, attempts=[{**attempt("990001"), "tracking": tracking}]
+                launch.id, attempts=[{**attempt("990001"), "tracking": tracking}]
             )
             poller = Poller(store, clusters, owner="sectest-poller")
             try:
                 assert await poller.poll("a4") == 1
             finally:
                 await poller.release()
-            after = await store.launches.get(item.id)
+            after = await store.launches.get(launch.id)
     finally:
         login_run(f"rm -f {secret}", check=False, user="alice")
     assert after is not None

@@ -140,9 +140,9 @@ async def test_back_up_lose_redis_restore_and_everything_is_back(
         assert f"{len(before)} keys put back" in capsys.readouterr().out
         async with Store.connect(second.url) as store:
             assert await everything(store) == before
-            for item in made.values():
-                stored = await store.launches.get(item.id)
-                assert stored is not None and stored.id == item.id
+            for launch in made.values():
+                stored = await store.launches.get(launch.id)
+                assert stored is not None and stored.id == launch.id
             assert [e.id for e in await store.history.entries()] == [e.id for e in history]
             assert (await store.history.entries())[0].job_id == "4187"
             assert await store.budgets.charges(0) == charges and charges[0].gpu_hours == 6.5

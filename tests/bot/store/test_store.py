@@ -119,14 +119,14 @@ async def test_create_holds_to_max_active_across_connections() -> None:
         items = [Launch(request=request(), user_id="U1", channel="C1") for _ in range(8)]
         made = await asyncio.gather(
             *(
-                (one if i % 2 else two).launches.create(item, [], enqueue=False, max_active=3)
-                for i, item in enumerate(items)
+                (one if i % 2 else two).launches.create(launch, [], enqueue=False, max_active=3)
+                for i, launch in enumerate(items)
             )
         )
         assert made.count(True) == 3 and sum(await one.budgets.active_counts("U1")) == 3
-        kept = [item.id for item, ok in zip(items, made, strict=True) if ok]
+        kept = [launch.id for launch, ok in zip(items, made, strict=True) if ok]
         assert sorted(kept) == await one.history.active_ids("U1")
-        assert [await one.launches.get(item.id) is not None for item in items] == made
+        assert [await one.launches.get(launch.id) is not None for launch in items] == made
 
 
 async def test_first_seen_is_shared_and_expires() -> None:
@@ -157,8 +157,8 @@ async def test_many_launches_are_read_in_order_in_chunks() -> None:
     await flush_test_redis()
     async with open_test_store() as store:
         items = [Launch(request=request(), user_id="U1", channel="C1") for _ in range(5)]
-        for item in items:
-            await store.launches.create(item, [], enqueue=False)
+        for launch in items:
+            await store.launches.create(launch, [], enqueue=False)
         ids = [items[3].id, "L-000000", items[0].id, items[4].id]
         found = await store.launches.get_many(ids, chunk=2)
         assert [f.id if f else None for f in found] == [items[3].id, None, items[0].id, items[4].id]
@@ -210,9 +210,9 @@ async def test_the_facts_of_an_event_are_stored_redacted_even_where_json_escapes
     await flush_test_redis()
     secret = 'hf_"quoted\\Secret'
     async with Store.connect(TEST_REDIS, redact=lambda t: t.replace(secret, "[redacted]")) as st:
-        item = Launch(request=request(), user_id="U1", channel="C1")
+        launch = Launch(request=request(), user_id="U1", channel="C1")
         facts = {"move": "launcher_error", "output": f"token {secret}", "more": [secret]}
-        await st.launches.create(item, [Event("thread", item.id, data=facts)], enqueue=False)
+        await st.launches.create(launch, [Event("thread", launch.id, data=facts)], enqueue=False)
         client = aioredis.from_url(TEST_REDIS, decode_responses=True)
         try:
             entries = await stream_entries(client, "trainbot:outbox")

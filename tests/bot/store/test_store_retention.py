@@ -146,14 +146,14 @@ async def test_a_launch_past_its_retention_is_named_with_when_it_ended() -> None
     )
     async with running(bot_settings(), short, ConsoleFront(), workers=0) as bot:
         bot.poller.shutdown()
-        item = launch("U1", "a4")
-        await finish(bot.store, item, "4242", "TIMEOUT")
-        assert (await bot.core.lookup.find(JobRef(id="4242"))).id == item.id
+        stored = launch("U1", "a4")
+        await finish(bot.store, stored, "4242", "TIMEOUT")
+        assert (await bot.core.lookup.find(JobRef(id="4242"))).id == stored.id
         await asyncio.sleep(2.5)
         with pytest.raises(CommandError) as raised:
-            await bot.core.lookup.find(JobRef(id=item.id))
+            await bot.core.lookup.find(JobRef(id=stored.id))
         day = time.strftime("%Y-%m-%d", time.gmtime())
-        assert str(raised.value).startswith(f"{item.id} ended on {day} (TIMEOUT); its details")
+        assert str(raised.value).startswith(f"{stored.id} ended on {day} (TIMEOUT); its details")
         with pytest.raises(CommandError, match="No launch of trainbot has Slurm job 4242"):
             await bot.core.lookup.find(JobRef(id="4242"))  # its index entry expired with the record
         with pytest.raises(CommandError, match="No launch L-000000"):

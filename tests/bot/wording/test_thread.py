@@ -108,22 +108,23 @@ def test_a_line_with_no_text_and_no_words_for_its_move_is_refused_with_a_reason(
 def test_every_move_that_writes_facts_alone_has_words() -> None:
     """A move whose thread line carries no text must be one the wording knows."""
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U1", channel="C1")
-    _, events = phases.queue(item, phases.Facts(by="U1"))
+    launch = Launch(request=request, user_id="U1", channel="C1")
+    _, events = phases.queue(launch, phases.Facts(by="U1"))
     (line,) = [e for e in events if e.kind == "thread"]
     assert not line.text and line.data["move"] in thread.SAYINGS
 
 
 def test_the_mention_and_the_dm() -> None:
     request = TrainRequest(workload="sft", model="llama3p1_8b", framework="nemo", cluster="a4")
-    item = Launch(request=request, user_id="U0ALICE", channel="C1")
-    line = Event("thread", item.id, data={"move": "cancel", "by": "U2", "mention": True})
-    assert thread.posted(item, line) == "<@U0ALICE> 🚫 Cancelled by <@U2>."
-    quiet = Event("thread", item.id, data={"move": "running", "nodes": "dev1"})
-    assert thread.posted(item, quiet) == "Running on dev1."
-    dm = thread.dm(item, thread.line(line), "https://x/p")
+    launch = Launch(request=request, user_id="U0ALICE", channel="C1")
+    line = Event("thread", launch.id, data={"move": "cancel", "by": "U2", "mention": True})
+    assert thread.posted(launch, line) == "<@U0ALICE> 🚫 Cancelled by <@U2>."
+    quiet = Event("thread", launch.id, data={"move": "running", "nodes": "dev1"})
+    assert thread.posted(launch, quiet) == "Running on dev1."
+    dm = thread.dm(launch, thread.line(line), "https://x/p")
     assert (
-        dm == f"sft llama3p1_8b on a4 (`{item.id}`): 🚫 Cancelled by <@U2>. · <https://x/p|thread>"
+        dm
+        == f"sft llama3p1_8b on a4 (`{launch.id}`): 🚫 Cancelled by <@U2>. · <https://x/p|thread>"
     )
 
 
