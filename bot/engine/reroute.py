@@ -11,8 +11,7 @@ from bot.gateway.authority import Authority
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import phases
 from bot.lifecycle.launch import Launch, Phase, Terms
-from bot.planning.placement import PLACE_TIMEOUT_S
-from bot.planning.planner import Planner
+from bot.planning.planner import PLACE_TIMEOUT_S, Planner
 from bot.store.store import Store
 from commands.errors import CommandError
 

@@ -18,17 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.gateway.asks import ClusterCalls
-from bot.gateway.on_cluster import Clusters
 from bot.lifecycle import measures
-from bot.lifecycle.launch import StepRun, recipe_key
-from bot.store.store import Store
-from cluster.errors import ClusterError, CommandTimeout
+from bot.lifecycle.launch import StepRun
 from cluster.site.profiles import ClusterProfile
 from cluster.slurm.base import slurm_time_seconds
 from cluster.slurm.sbatch import JobShape, StartEstimate
-from commands.budget import budget_for, check_budget, iso_week
-from commands.context import User
-from commands.policy import Decision, Policy
+from commands.budget import check_budget
+from commands.policy import Decision
 from commands.requests import InteractiveRequest, TrainRequest
 
 START_ESTIMATE_TIMEOUT_S = 1.5  # the answer to /train waits at most this for Slurm
@@ -241,78 +237,4 @@ def estimate_shape(
     person's Slurm ``account`` from ``policy.accounts``, else the cluster's)."""
     return profile.job_shape(
         request.nodes, partition=request.partition, time_limit=request.time, account=account
-    )
-
-
-async def appraise(
-    store: Store,
-    clusters: Clusters,
-    calls: ClusterCalls,
-    policy: Policy,
-    request: TrainRequest | InteractiveRequest,
-    user: User,
-    *,
-    account: str | None,
-    estimates: StartEstimates,
-    cluster_user: str = "",
-    timeout_s: float = START_ESTIMATE_TIMEOUT_S,
-    known: tuple[CostEstimate, float, float] | None = None,
-) -> Appraisal:
-    """Start estimate (one SSH round trip by ``calls``, as the person's Unix user,
-    ``cluster_user``, where it logs in as people; at most ``timeout_s``; shared by the
-    same shape for a few seconds), GPU-hour estimate and budget check for ``request``
-    by ``user``. ``known``: the GPU-hour estimate and the GPU-hours charged and held this
-    week, already read from the store (not read again)."""
-    profile = clusters.profile(request.cluster)
-    task = estimates.ask(
-        calls,
-        request.cluster,
-        estimate_shape(request, profile, account),
-        user_id=user.id,
-        cluster_user=cluster_user,
-        timeout_s=timeout_s,
-        groups=user.groups,
-    )
-    asking = asyncio.ensure_future(asyncio.shield(task))  # one asker leaving stops no one
-    try:
-        if known is None:
-            key = recipe_key(request)
-            runs = await store.history.step_runs(request.cluster, key, request.nodes) if key else []
-            cost = estimate_cost(request, profile, runs)
-        else:
-            cost = known[0]
-        budget = budget_for(policy, user.id, user.groups, request.cluster)
-        decision, left, week = None, None, ""
-        if budget is not None:
-            week = iso_week(time.time())
-            if known is None:
-                charged, active = await store.budgets.budget_use(user.id, request.cluster, week)
-            else:
-                charged, active = known[1], known[2]
-            decision = check_budget(
-                budget=budget,
-                charged=charged,
-                active=active,
-                estimate=cost.gpu_hours,
-                cluster=request.cluster,
-                override=request.over_budget,
-            )
-            left = budget - charged - active - (cost.gpu_hours or 0.0)
-    except BaseException:
-        asking.cancel()
-        raise
-    try:
-        start = start_text(await asking)
-    except CommandTimeout:
-        start = start_text(None, f"Slurm did not answer within {timeout_s:g} s")
-    except ClusterError as exc:
-        start = start_text(None, str(exc))
-    return Appraisal(
-        start=start,
-        cost=cost,
-        budget=decision,
-        left_after=left,
-        budget_total=budget or 0.0,
-        week=week,
-        cluster=request.cluster,
     )

@@ -22,7 +22,6 @@ from bot.gateway.identity import People
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.events import Event
 from bot.lifecycle.launch import Attempt, Launch, Phase
-from bot.planning import placement
 from bot.planning.cost import StartEstimates
 from bot.planning.planner import Planner
 from bot.settings.config import Config
@@ -156,7 +155,7 @@ async def test_a_rerouted_launch_runs_as_the_targets_user_with_its_account_and_s
         cancelled.append((launch.cluster, launch.cluster_user, job_id))
         return ""  # gone before it started
 
-    monkeypatch.setattr(placement, "place", place)
+    monkeypatch.setattr(Planner, "place", place)
     async with open_test_store() as store, clusters_of(config, store) as clusters:
         monkeypatch.setattr(clusters, "cancel_and_confirm", cancel_and_confirm)
         alice, bob = pending_on("a3m", "U0ALICE"), pending_on("a3m", "U0BOB")
