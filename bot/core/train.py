@@ -34,8 +34,7 @@ from bot.store.budgets import BudgetGuard, OverBudget, OverTeamBudget, TeamGuard
 from bot.store.store import Store
 from bot.text.front import Front, Incoming, Reply
 from bot.text.mrkdwn import escape
-from bot.wording import render
-from bot.wording import waits as waiting
+from bot.wording import render, starting
 from commands.access import is_custom_image, may_use_image
 from commands.admission import Admission, Standing, admit
 from commands.budget import budget_for, iso_week
@@ -45,6 +44,7 @@ from commands.job_commands import parse_job_ref
 from commands.placement import AUTO
 from commands.request_fields import JobRef
 from commands.requests import InteractiveRequest, TrainRequest
+from commands.schedule import at_epoch
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class Launcher:
         admission: Admission,
         appraisal: Appraisal,
         before: str,
-        waits: str,
+        waits: dict[str, object],
         user: User,
     ) -> Reply:
         """Store the admitted launch within its limits (queued, or asking for approval)
@@ -196,7 +196,7 @@ class Launcher:
                 f"{launch.id} needs a second person's approval ({escape(admission.reason)}); "
                 f"asked in its thread.{before}"
             )
-        _, events = phases.queue(launch, phases.Facts(by=user.id, text=waits))
+        _, events = phases.queue(launch, phases.Facts(by=user.id, data=waits))
         if refused := await stored(events):
             return Reply(refused, error=True)
         log.info(
@@ -207,7 +207,7 @@ class Launcher:
             extra=launch_fields(launch.id, cluster=launch.cluster),
         )
         profile = self.clusters.profiles.get(launch.cluster)
-        return Reply(render.queued_reply(launch, profile) + before + waits)
+        return Reply(render.queued_reply(launch, profile) + before + starting.waits(waits))
 
     async def use_partition(self, incoming: Incoming, user: User) -> Reply:
         """The [Use a4] button under a refused launch: the same request on that partition."""
@@ -303,24 +303,21 @@ class Launcher:
             )
         return parent
 
-    async def waits(self, launch: Launch, user: User) -> str:
-        """at= and after=: noted on the launch; what it waits for, as a line ("": nothing)."""
+    async def waits(self, launch: Launch, user: User) -> dict[str, object]:
+        """at= and after=: noted on the launch; what it waits for, where cluster=auto put it
+        and what it starts from, as facts (the queue line's and the answer's: {} for none)."""
         launch.tz = user.tz
         launch.groups = sorted(user.groups)  # admitted again as it moves, should Slack not say
-        if launch.request.after:
-            launch.waits_for = await self.parent_of(launch.request, user)
-        text = waiting.waits_text(launch, own_zone=True)  # only the asker sees it
-        where = (
-            f"\n📍 cluster=auto chose {escape(launch.placed)}: Slurm starts it there first."
-            if launch.placed
-            else ""
-        )
-        if launch.starts_from:
-            where += (
-                f"\n▶️ It starts from {launch.starts_from}'s newest complete checkpoint; its "
-                "thread says which when it goes."
-            )
-        return where + (f"\n⏳ It {text}." if text else "")
+        request = launch.request
+        if request.after:
+            launch.waits_for = await self.parent_of(request, user)
+        said: dict[str, object] = {"placed": launch.placed, "starts_from": launch.starts_from}
+        if request.at:
+            said |= {"at": at_epoch(request.at), "tz": launch.tz}  # the asker's own zone
+        if launch.waits_for:
+            until = "ends" if request.after_any or launch.sweep else "completes"
+            said |= {"waits_for": launch.waits_for, "until": until}
+        return {key: value for key, value in said.items() if value}
 
     async def parent_of(self, request: TrainRequest | InteractiveRequest, user: User) -> str:
         """after=: the launch id of the parent the person may see, or CommandError."""

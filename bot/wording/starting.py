@@ -9,13 +9,37 @@ from bot.text.mrkdwn import escape
 from bot.wording import endings, refusals
 from bot.wording.facts import Facts, count, fact, mention
 from cluster.site.image_refs import IMPORT_NOTE
+from commands.schedule import show
 
 # -- /train, approval ------------------------------------------------------------------
 
 
 def queue(facts: Facts) -> str:
-    """``Queued by @alice: `/train sft ...```, then what it waits for (the core's words)."""
-    return f"Queued by {mention(fact(facts, 'by'))}: {command(facts)}{fact(facts, 'waits')}"
+    """``Queued by @alice: `/train sft ...```, then what it waits for (:func:`waits`; an
+    entry of an older version holds those words as its ``waits``)."""
+    said = fact(facts, "waits") if isinstance(facts.get("waits"), str) else waits(facts)
+    return f"Queued by {mention(fact(facts, 'by'))}: {command(facts)}{said}"
+
+
+def waits(facts: Facts) -> str:
+    """Where cluster=auto put a new launch (``placed``), what it starts from
+    (``starts_from``) and what it waits for: its ``at`` time in its owner's zone (``tz``),
+    the launch it ``waits_for`` ``until`` it completes or ends; "" for none of them."""
+    said = ""
+    if placed := fact(facts, "placed"):
+        said += f"\n📍 cluster=auto chose {escape(placed)}: Slurm starts it there first."
+    if parent := fact(facts, "starts_from"):
+        said += (
+            f"\n▶️ It starts from {escape(parent)}'s newest complete checkpoint; its thread "
+            "says which when it goes."
+        )
+    parts = []
+    at = facts.get("at")
+    if isinstance(at, int | float) and not isinstance(at, bool):
+        parts.append(f"starts at {show(float(at), fact(facts, 'tz'))}")
+    if waits_for := fact(facts, "waits_for"):
+        parts.append(f"waits until {escape(waits_for)} {escape(fact(facts, 'until'))}")
+    return said + (f"\n⏳ It {'; '.join(parts)}." if parts else "")
 
 
 def ask_approval(facts: Facts) -> str:

@@ -20,12 +20,12 @@ from bot.lifecycle.phases.table import (
 
 
 def queue(launch: Launch, facts: Facts) -> tuple[Launch, list[Event]]:
-    """A new launch goes on the queue. ``facts.text``: what it waits for, as its asker
-    was told (the core's words), or ""."""
+    """A new launch goes on the queue. ``facts.data``: what it waits for (``at``,
+    ``waits_for``), where cluster=auto put it, what it starts from."""
     check(launch, "queue")
     go(launch, "queue", P.QUEUED)
     command = launch.request.to_text()
-    line = thread_line(launch, "queue", by=facts.by, command=command, waits=facts.text)
+    line = thread_line(launch, "queue", by=facts.by, command=command, **facts.data)
     return launch, [Event("parent", launch.id), line]
 
 

@@ -92,7 +92,6 @@ class Facts:
     by_name: str = ""
     job_id: str = ""  # which Slurm job
     outcome: str = ""  # the launch's final word (PREFLIGHT, SUBMIT_FAILED, COMPLETED, ...)
-    text: str = ""  # queue: what a new launch waits for, as its asker was told (the core's)
     how: str = ""  # submitted: how the job came (submitted, found_after_restart, ...)
     detail: str = ""  # a plain sentence of how it ended, where the move's own facts don't say
     reason: str = ""  # why (a policy's reason, an error)

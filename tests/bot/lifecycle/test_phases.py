@@ -56,11 +56,15 @@ NOTHING_RAN = (P.QUEUED, P.PREFLIGHT, P.SUBMITTING, P.RETRYING)
 CASES: dict[tuple[str, Phase, Phase], Case] = {
     ("queue", P.QUEUED, P.QUEUED): Case(
         lambda: launch(P.QUEUED),
-        phases.Facts(by="U1", text="; waits until L-1 completes"),
+        phases.Facts(by="U1", data={"waits_for": "L-1", "until": "completes"}),
         ["parent", "thread"],
-        "Queued by <@U1>: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1`; waits "
-        "until L-1",
-        carries={"by": "U1", "command": "/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1"},
+        "Queued by <@U1>: `/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1`\n⏳ It "
+        "waits until L-1 completes.",
+        carries={
+            "by": "U1",
+            "command": "/train sft llama3p1_8b framework=nemo cluster=a4 nodes=1",
+            "waits_for": "L-1",
+        },
     ),
     ("ask_approval", P.QUEUED, P.AWAITING_APPROVAL): Case(
         lambda: launch(P.QUEUED),
@@ -134,7 +138,7 @@ CASES: dict[tuple[str, Phase, Phase], Case] = {
     ),
     ("submitted", P.DONE, P.DONE): Case(
         lambda: launch(P.DONE),
-        phases.Facts(now=NOW, job_id="41", text="Submitted", tracking=tracking("41")),
+        phases.Facts(now=NOW, job_id="41", tracking=tracking("41")),
         ["thread"],
         "🚫 Slurm job 41 appeared after the launch was cancelled",
         lambda launch: launch.attempts[-1].slurm_state == "CANCELLED",
@@ -396,7 +400,7 @@ def test_step_leaves_a_launch_that_moved_on_alone() -> None:
     """In a store transaction a move that no longer applies (a cancel came first) is
     no change at all."""
     stored = launch(Phase.DONE)
-    change = phases.step(phases.submitting, phases.Facts(now=NOW, text="ok"))
+    change = phases.step(phases.submitting, phases.Facts(now=NOW))
     assert change(stored) == [] and stored.phase == Phase.DONE
     queued = launch(Phase.QUEUED)
     assert phases.step(phases.preflight, phases.Facts())(queued) == []

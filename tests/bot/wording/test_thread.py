@@ -4,6 +4,9 @@ holds its own text posted as it is, and a move with no words refused with a reas
 
 from __future__ import annotations
 
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
 import pytest
 
 from bot.lifecycle import phases
@@ -22,8 +25,16 @@ COMMAND = "/train sft llama3p1_8b cluster=a4"
 
 def test_queue() -> None:
     assert says("queue", by="U1", command=COMMAND) == f"Queued by <@U1>: `{COMMAND}`"
+    # an entry an older version wrote holds its words (``waits``): posted as they are
     waits = says("queue", by="U1", command=COMMAND, waits="; waits until L-0 completes")
     assert waits == f"Queued by <@U1>: `{COMMAND}`; waits until L-0 completes"
+    facts = {"placed": "a3u", "starts_from": "L-1", "waits_for": "L-0", "until": "ends"}
+    at = datetime(2026, 12, 24, 8, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    assert says("queue", by="U1", command=COMMAND, **facts, at=at, tz="Europe/Berlin") == (
+        f"Queued by <@U1>: `{COMMAND}`\n📍 cluster=auto chose a3u: Slurm starts it there first."
+        "\n▶️ It starts from L-1's newest complete checkpoint; its thread says which when it goes."
+        "\n⏳ It starts at 2026-12-24 08:00 Europe/Berlin; waits until L-0 ends."
+    )
 
 
 def test_ask_approval() -> None:
