@@ -11,7 +11,7 @@ do, each with its own user (the policy counts launches per user), signed as Slac
 signs them.
 
 The web role's asks are answered by a process running the workers' own ask loop
-(``bot.gateway.asks.serve_asks``, with the dev cluster's key: Slurm's estimate over
+(``bot.gateway.answering.serve_asks``, with the dev cluster's key: Slurm's estimate over
 SSH) and nothing else: a ``--role worker`` would also take every queued launch, and
 with no notifier in this row to post their threads it looks at each again and again
 (about twenty Redis commands a look), on the same two cores as the web role it is
@@ -146,7 +146,7 @@ async def serve_asks() -> None:
     import os
     import signal
 
-    from bot.gateway.asks import serve_asks as answer_asks
+    from bot.gateway.answering import serve_asks as answer_asks
     from bot.gateway.on_cluster import Clusters
     from bot.settings.config import load_config
     from bot.settings.env import Settings

@@ -29,12 +29,23 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cluster.images.listing import ImageListing
 from cluster.launching.jobs import MAX_TAIL_LINES
+from cluster.preflight.discovery import ClusterCapacity
+from cluster.site.accounts import Account
 from cluster.site.login import CLUSTER_USER_PATTERN
 from cluster.site.profile_fields import CLUSTER_NAME_PATTERN, SLURM_NAME_PATTERN
+from cluster.slurm.sbatch import JobShape, StartEstimate
 from commands.values import LAUNCH_ID_PATTERN
+
+# What an answer holds, as JSON: the worker dumps it, the asker validates it.
+CAPACITY = TypeAdapter(ClusterCapacity)
+ESTIMATE = TypeAdapter(StartEstimate)
+SHAPE = TypeAdapter(JobShape)
+ACCOUNT = TypeAdapter(Account)
+IMAGES = TypeAdapter(ImageListing)
 
 MAX_ASK_BYTES = 4096  # an ask holds ids and a shape; anything longer is not one
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a log tail is the longest answer (MAX_TAIL_LINES)

@@ -36,7 +36,8 @@ from bot.core.redact import (
 from bot.engine.image_runner import ImageRunner
 from bot.engine.poller import Poller, lease_name
 from bot.engine.worker import Worker, worker_name
-from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.answering import serve_asks
+from bot.gateway.asks import WorkerAsks
 from bot.gateway.authority import Authority
 from bot.gateway.identity import People
 from bot.gateway.on_cluster import Clusters

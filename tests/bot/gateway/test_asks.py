@@ -11,7 +11,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from bot.gateway.asks import Refused, WorkerAsks, error_answer, error_of, serve_asks
+from bot.gateway.answering import Refused, error_answer, serve_asks
+from bot.gateway.asks import WorkerAsks, error_of
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch
 from bot.settings.config import parse_config

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.gateway import ask_wire as wire
-from bot.gateway.asks import WorkerAsks, serve_asks
+from bot.gateway.answering import serve_asks
+from bot.gateway.asks import WorkerAsks
 from bot.gateway.on_cluster import Clusters
 from bot.lifecycle.launch import Attempt, Launch, Phase
 from bot.store import keys
