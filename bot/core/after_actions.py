@@ -84,7 +84,10 @@ async def ask(
             return []
         stored.after_then, stored.after_job, stored.after_state = then, "", ""
         stored.after_step = step
-        return [Event("thread", stored.id, f"{what.capitalize()}{which} asked: then={then}.")]
+        said: dict[str, object] = {"move": "after_asked", "what": what, "then": then}
+        if step is not None:
+            said["step"] = step
+        return [Event("thread", stored.id, data=said)]
 
     stored, events = await store.launches.mutate(launch.id, record)
     if not events:

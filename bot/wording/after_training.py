@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot.text.mrkdwn import code_block, escape
-
-Facts = Mapping[str, Any]
+from bot.wording.facts import Facts, fact
 
 
 def _tasks(facts: Facts) -> list[str]:
@@ -92,3 +91,12 @@ def ended(facts: Facts) -> str:
     if facts.get("tail"):
         lines.append(code_block(str(facts["tail"])))
     return "\n".join(lines)
+
+
+def asked(facts: Facts) -> str:
+    """``Export of step 1,200 asked: then=export.``: Export or Evaluate pressed on a
+    finished launch (``what``), of a checkpoint's ``step`` or its newest."""
+    step = facts.get("step")
+    which = f" of step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
+    what, then = escape(fact(facts, "what")).capitalize(), escape(fact(facts, "then"))
+    return f"{what}{which} asked: then={then}."

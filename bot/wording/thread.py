@@ -106,6 +106,7 @@ SAYINGS: dict[str, Callable[[Facts], str]] = {
     "wandb_summary": wandb_summary,
     "wandb_comparison": sweeps.wandb_comparison,
     "after_training": after_training.after_training,  # then=export, then=eval: its steps
+    "after_asked": after_training.asked,  # ... asked for by a button on a finished launch
     # how a launch ends: a failed attempt, the closing line, the ends before Slurm ran it
     **endings.SAYINGS,
 }

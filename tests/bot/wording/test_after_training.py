@@ -56,3 +56,12 @@ def test_ended_with_results_against_a_baseline_and_without_a_model() -> None:
     assert failed == (
         "The export (job 42) ended FAILED without a model.\n```\nTraceback &lt;x&gt;\n```"
     )
+
+
+def test_an_export_or_evaluation_asked_by_a_button_says_what_and_of_which_step() -> None:
+    asked = {"move": "after_asked", "what": "export", "then": "export"}
+    assert thread.line(Event("thread", "L-1", data=asked)) == "Export asked: then=export."
+    of_step = {**asked, "what": "evaluation", "then": "eval:gsm8k", "step": 1200}
+    assert thread.line(Event("thread", "L-1", data=of_step)) == (
+        "Evaluation of step 1,200 asked: then=eval:gsm8k."
+    )
