@@ -290,7 +290,7 @@ class Section:
         await ensure_groups(self.redis)
 
     def _record(self, launch: Launch) -> str:
-        return self.core.redact(launch.model_dump_json())
+        return self.core.redact(launch.to_record())
 
     def _redacted(self, event: Event) -> dict[str, str]:
         """The event as stored (the outbox, a change's done-mark): every field redacted, and
