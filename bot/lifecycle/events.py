@@ -49,7 +49,7 @@ class Event:
             "kind": self.kind,
             "launch": self.launch_id,
             "text": self.text,
-            "data": json.dumps(self.data),
+            "data": json.dumps(self.data, separators=(",", ":")),
         }
 
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import secrets
 import time
@@ -75,6 +76,8 @@ RETRY_MAX_S = 2.0
 # No retry for this long (the longest back-off and the longest try): nothing rides through.
 EPISODE_OVER_S = RETRY_MAX_S + REDIS_SOCKET_TIMEOUT_S + 1.0
 OP_DONE_S = 86400  # how long a done-mark is kept (far longer than any retry)
+# An event's fields as encoded when it says nothing in them (Event.decode reads them back).
+EMPTY_FIELDS = {"text": "", "data": "{}"}
 
 
 @dataclass
@@ -290,7 +293,7 @@ class Section:
         await ensure_groups(self.redis)
 
     def _record(self, launch: Launch) -> str:
-        return self.core.redact(launch.model_dump_json())
+        return self.core.redact(launch.to_record())
 
     def _redacted(self, event: Event) -> dict[str, str]:
         """The event as stored (the outbox, a change's done-mark): every field redacted, and
@@ -302,6 +305,15 @@ class Section:
 
     def _entry(self, event: Event) -> Any:
         return _fields(self._redacted(event))
+
+    def _done_events(self, events: list[Event]) -> str:
+        """A change's done-mark: its events as stored, in compact JSON and without the
+        fields they leave empty (the mark is kept a day, and most events are bare updates)."""
+        kept = [
+            {k: v for k, v in self._redacted(event).items() if EMPTY_FIELDS.get(k) != v}
+            for event in events
+        ]
+        return json.dumps(kept, separators=(",", ":"))
 
 
 def _redact_facts(value: Any, redact: Callable[[str], str]) -> Any:

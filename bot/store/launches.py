@@ -288,7 +288,7 @@ class Launches(Section):
                                 pipe.xadd(keys.QUEUE, {"launch": launch.id})
                         else:
                             pipe.xadd(keys.OUTBOX, self._entry(event))
-                    self._mark_done(pipe, op, json.dumps([self._redacted(e) for e in events]))
+                    self._mark_done(pipe, op, self._done_events(events))
                     await pipe.execute()
                     if launch.job_id != job_before or launch.cancelled_at != cancelled_before:
                         await self._wait_replicas(op)  # a job id or a cancel must survive

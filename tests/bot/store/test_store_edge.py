@@ -145,14 +145,17 @@ async def test_a_lost_reply_to_a_change_does_not_write_its_messages_twice() -> N
         launch = a_launch()
         await store.launches.create(launch, [Event("parent", launch.id)])
 
+        said = [
+            Event("update", launch.id),
+            Event("thread", launch.id, "Once."),
+            Event("thread", launch.id, data={"move": "job_stuck", "job": "5", "held": True}),
+        ]
         dropper.marker = b"EXEC"
-        stored, events = await store.launches.mutate(
-            launch.id, lambda s: [Event("thread", s.id, "Once.")]
-        )
+        stored, events = await store.launches.mutate(launch.id, lambda s: list(said))
         assert dropper.dropped == 1
-        assert [(e.kind, e.text) for e in events] == [("thread", "Once.")]  # from the mark
+        assert events == said  # from the mark, empty text and facts included
         assert stored.id == launch.id
-        assert await store.outbox.length() == 2  # parent + one thread line
+        assert await store.outbox.length() == 4  # parent + the three
 
 
 async def test_a_lost_reply_to_a_posted_mark_still_says_it_was_this_call() -> None:
