@@ -241,6 +241,34 @@ def test_no_room_that_speaks_in_facts_imports_markup() -> None:
     assert not wording, f"files of {SPEAK_IN_FACTS} that word lines: {wording}"
 
 
+def written_events(source: str, path: str) -> list[str]:
+    """Each ``Event(...)`` of ``source`` built with words (a third argument, or ``text=``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Event":
+            if len(node.args) > 2 or any(k.arg == "text" for k in node.keywords):
+                found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_no_event_is_written_as_words() -> None:
+    """A thread event carries its move and facts (bot.wording words them): the rooms that
+    decide what happens, and the core, build no Event with text. (notify/ words a DM or a
+    sweep member's line as it posts it; an entry an older version wrote may hold text, and
+    the wording posts it as it is.)"""
+    faults = [
+        fault
+        for room in (*SPEAK_IN_FACTS, "core")
+        for path in sorted((PROJECT / "bot" / room).rglob("*.py"))
+        for fault in written_events(path.read_text(), str(path.relative_to(PROJECT)))
+        if room != "store"  # (it stores an event as it was given, redacted)
+    ]
+    assert not faults, f"events built with words: {faults}"
+    assert written_events('Event("thread", "L-1", "Done.")', "x.py") == ["x.py:1"]
+    assert written_events('Event("thread", "L-1", text="Done.")', "x.py") == ["x.py:1"]
+    assert written_events('Event("thread", "L-1", data={"move": "x"})', "x.py") == []
+
+
 def test_every_room_of_bot_is_in_the_floor_plan() -> None:
     rooms = {p.name for p in (PROJECT / "bot").iterdir() if (p / "__init__.py").is_file()}
     assert rooms == set(ROOMS), f"rooms on disk {sorted(rooms)} against the plan {list(ROOMS)}"

@@ -190,11 +190,10 @@ def pending_reason(launch: Launch, snap: JobSnapshot) -> list[Event]:
     if why is None or not why.stuck:
         return events
     job = snap.job_id
-    facts = {"move": "job_stuck", "job": job, "held": why.held, "words": why.words}
-    facts |= {"code": code, "fix": why.fix, "buttons": ["cancel"]}
+    facts = {"move": "job_stuck", "job": job, "code": code, "buttons": ["cancel"]}  # worded by code
     events.append(Event("thread", launch.id, data=facts))
     if why.page:
-        events += oncall(launch, "job_held", job=job, words=why.words, code=code)
+        events += oncall(launch, "job_held", job=job, code=code)
     return events
 
 

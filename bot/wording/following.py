@@ -7,6 +7,7 @@ from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
 from bot.wording import refusals
 from bot.wording.facts import Facts, count, fact, mention
+from cluster.slurm.reasons import explain_pending
 from cluster.ssh.remote import quote_path
 
 # -- the poller: Slurm's word on the job -------------------------------------------------
@@ -104,13 +105,19 @@ def resume(facts: Facts) -> str:
 
 
 def job_stuck(facts: Facts) -> str:
-    """A pending job that does not start by itself (a hold, a limit, a dead dependency)."""
-    label = "⛔ HELD" if facts.get("held") else "⛔ CANNOT START"
+    """A pending job that does not start by itself (a hold, a limit, a dead dependency):
+    squeue's reason ``code``, in words with its fix (:func:`cluster.slurm.reasons.
+    explain_pending`; an entry an older version wrote holds them as ``words``/``fix``)."""
+    code = fact(facts, "code")
+    why = explain_pending(code)
+    held = facts.get("held", why.held if why else False)
+    words = fact(facts, "words") or (why.words if why else code)
+    fix = fact(facts, "fix") or (why.fix if why and "words" not in facts else "")
+    label = "⛔ HELD" if held else "⛔ CANNOT START"
     text = (
-        f"{label} · job {escape(fact(facts, 'job'))} is {escape(fact(facts, 'words'))} "
-        f"(Slurm: `{escape(fact(facts, 'code'))}`)."
+        f"{label} · job {escape(fact(facts, 'job'))} is {escape(words)} (Slurm: `{escape(code)}`)."
     )
-    return f"{text} {escape(fact(facts, 'fix'))}" if facts.get("fix") else text
+    return f"{text} {escape(fix)}" if fix else text
 
 
 def _seconds(facts: Facts, key: str) -> float:

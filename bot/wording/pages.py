@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import escape
+from cluster.slurm.reasons import explain_pending
 
 Facts = Mapping[str, Any]
 
@@ -34,10 +35,9 @@ def cause(cause_key: str, facts: Facts, *, plain: bool = False) -> str:
     diagnosed says its own cause."""
     say = (lambda text: text) if plain else escape
     if cause_key == "job_held":
-        return (
-            f"job {say(_s(facts, 'job'))} is {say(_s(facts, 'words'))} "
-            f"(Slurm: {say(_s(facts, 'code'))})"
-        )
+        why = explain_pending(_s(facts, "code"))
+        words = _s(facts, "words") or (why.words if why else "held")
+        return f"job {say(_s(facts, 'job'))} is {say(words)} (Slurm: {say(_s(facts, 'code'))})"
     if cause_key == "silent_hang":
         quiet = facts.get("quiet_s", 0)
         quiet_s = quiet if isinstance(quiet, int | float) and not isinstance(quiet, bool) else 0

@@ -15,6 +15,10 @@ def test_job_held() -> None:
         "job 41 is held by <an admin> (Slurm: JobHeldAdmin)"
     )
     assert pages.action("job_held", facts) == "Release it (scontrol release) or cancel it."
+    # as the engine writes it now: the code alone, worded here
+    assert pages.cause("job_held", {"job": "41", "code": "JobHeldAdmin"}) == (
+        "job 41 is held by an administrator (Slurm: JobHeldAdmin)"
+    )
 
 
 def test_silent_hang() -> None:

@@ -249,6 +249,15 @@ def test_what_babysitting_says_of_a_stuck_a_hung_and_a_resumed_run() -> None:
     assert says("job_stuck", job="41", held=False, words="over a limit", code="QOSMax") == (
         "⛔ CANNOT START · job 41 is over a limit (Slurm: `QOSMax`)."
     )
+    # as the engine writes it now: squeue's code, worded here with its fix
+    assert says("job_stuck", job="41", code="JobHeldUser") == (
+        "⛔ HELD · job 41 is held (a user hold, or requeued held) (Slurm: `JobHeldUser`). "
+        "Release it with scontrol release &lt;job&gt;, or cancel it."
+    )
+    assert says("job_stuck", job="41", code="QOSMaxGRESPerUser") == (
+        "⛔ CANNOT START · job 41 is waiting for its group's or account's limit to free up "
+        "(Slurm: `QOSMaxGRESPerUser`). It starts when other jobs of the group end."
+    )
     assert says("hang", job="41", quiet_s=1800.0, bound_s=600.0, step=1200) == (
         "⚠️ No progress for 30 min (last seen at step 1,200; the bound is 10 min). Job 41 is "
         "still RUNNING and may be hung. Cancel or Retry below."
