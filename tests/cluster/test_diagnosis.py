@@ -386,7 +386,7 @@ def test_catalog_is_data() -> None:
         assert all(s in STATES for s in kind.states), kind.key
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)  # (no deadline: the suite profile, tests/conftest.py)
 @given(
     log=st.text(),
     state=st.none() | st.sampled_from(STATES) | st.text(max_size=20),

@@ -106,9 +106,14 @@ def decide(
     kind_key: str, previous: tuple[str, ...] = (), failed_node: str | None = None, attempt: int = 1
 ) -> RetryDecision:
     kind = next(k for k in CATALOG if k.key == kind_key)
-    diagnosis = Diagnosis(kind, ("x",), failed_node=failed_node)
+    return decide_on(Diagnosis(kind, ("x",), failed_node=failed_node), previous, attempt)
+
+
+def decide_on(found: Diagnosis, previous: tuple[str, ...] = (), attempt: int = 0) -> RetryDecision:
+    """The retry decision for ``found`` after the attempts that ended ``previous`` (its
+    attempt number: one after them, unless given), with a newer checkpoint saved."""
     return retry_decision(
-        diagnosis, attempt=attempt, max_attempts=3, previous_keys=previous,
+        found, attempt=attempt or 1 + len(previous), max_attempts=3, previous_keys=previous,
         newer_checkpoint=True,
     )  # fmt: skip
 

@@ -12,17 +12,11 @@ from pathlib import Path
 import pytest
 
 from cluster.slurm.sacct import merge_acct, parse_sacct
-from cluster.watching.diagnosis import Diagnosis, RetryDecision, diagnose, retry_decision
+from cluster.watching.diagnosis import diagnose
 from cluster.watching.evidence import Evidence, EvidenceFile
+from tests.cluster.test_failures import decide_on
 
 CAPTURED = Path(__file__).parent / "data" / "megatron" / "captured"
-
-
-def decide(found: Diagnosis, previous: tuple[str, ...] = ()) -> RetryDecision:
-    return retry_decision(
-        found, attempt=1 + len(previous), max_attempts=3, previous_keys=previous,
-        newer_checkpoint=True,
-    )  # fmt: skip
 
 
 def evidence_of(run: str, exit_code: int, node_list: str = "vm") -> Evidence:
@@ -46,9 +40,9 @@ def test_a_re_run_verdict_is_retried_once_without_its_node(
     found = diagnose(evidence_of(run, exit_code))
     assert found is not None and found.kind.key == key
     assert found.failed_node == "vm"  # "Rank 0, node vm, device 0, iteration #13: ..."
-    decision = decide(found)
+    decision = decide_on(found)
     assert decision.retry and decision.exclude_node == "vm"
-    assert not decide(found, previous=(key,)).retry  # once: a second time is the run's
+    assert not decide_on(found, previous=(key,)).retry  # once: a second time is the run's
 
 
 def test_a_node_the_job_did_not_run_on_is_never_excluded() -> None:
@@ -60,4 +54,4 @@ def test_a_node_the_job_did_not_run_on_is_never_excluded() -> None:
 def test_a_nan_with_re_runs_off_is_the_runs_own() -> None:
     found = diagnose(evidence_of("nan-disabled", 1))
     assert found is not None and found.kind.key == "nan_loss"
-    assert not decide(found).retry
+    assert not decide_on(found).retry

@@ -36,9 +36,7 @@ from commands.values import NAME_PATTERN, PARTITION_PATTERN
 from tests.commands.lines import parse_line
 
 SAFE = re.compile(r"[A-Za-z0-9._/:+,@~=-]*")
-FIXTURES = settings(
-    suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None, max_examples=400
-)
+FIXTURES = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=400)
 ADMIN = User(id="U0ADMIN")
 
 VALID_PAIRS = [
