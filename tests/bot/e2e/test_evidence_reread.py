@@ -13,6 +13,7 @@ import pytest
 
 from bot.engine.babysit import on_failure
 from bot.lifecycle.launch import Attempt, Launch, Phase
+from bot.wording import thread
 from cluster.watching.collector import JobSnapshot, LogChunk
 from cluster.watching.tracking import Tracking
 from commands.requests import TrainRequest
@@ -83,7 +84,7 @@ async def test_an_unknown_cause_stands_after_the_delay_and_says_what_was_read(
     events, retried = on_failure(
         launch, bot.clusters.config.watch, state="FAILED", diagnosis=found, now=time.time()
     )
-    said = events[0].text
+    said = thread.line(events[0])
     assert not retried and "Not retrying: the cause is unknown." in said
     assert f"Read: log-trainer-trainer.x_{FAKE_JOB_ID}_0.out in " in said, said
     assert "srun force-terminated" not in said  # nothing was cut here
