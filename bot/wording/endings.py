@@ -15,7 +15,7 @@ from typing import Any
 from bot.lifecycle.health import TRAINBOT
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
-from bot.wording.facts import Facts, count, fact, mention
+from bot.wording.facts import Facts, count, fact, mention, number
 
 SENTENCE_MAX = 300  # characters of the record's sentence
 
@@ -50,7 +50,7 @@ def _job(facts: Facts) -> str:
 def job_failed(facts: Facts) -> str:
     """``⚠️ Job 42 failed (FAILED) after 3 min: <cause>.``, the evidence, what to read, and
     what is done about it (the failure catalog's decision)."""
-    ran = duration(float(facts.get("ran_s", 0) or 0))
+    ran = duration(number(facts, "ran_s"))
     text = f"⚠️ {_job(facts)} failed ({escape(fact(facts, 'state'))}) after {ran}: "
     text += f"{escape(fact(facts, 'cause'))}."
     evidence = facts.get("evidence") or []
@@ -117,11 +117,10 @@ def stopped_early(facts: Facts) -> str:
 def _summary(facts: Facts) -> str:
     outcome = fact(facts, "outcome") or "DONE"
     attempts = count(facts, "attempts")
-    gpu_hours = facts.get("gpu_hours", 0.0)
     parts = [
-        f"in {duration(float(facts.get('elapsed_s', 0) or 0))}",
+        f"in {duration(number(facts, 'elapsed_s'))}",
         f"{attempts} attempt{'s' if attempts != 1 else ''}",
-        f"{float(gpu_hours if isinstance(gpu_hours, int | float) else 0):.2g} GPU-hours",
+        f"{number(facts, 'gpu_hours'):.2g} GPU-hours",
     ]
     if ckpt := fact(facts, "checkpoint"):
         parts.append(f"last checkpoint {escape(ckpt)}")
@@ -196,11 +195,10 @@ def dry_run(facts: Facts) -> str:
 
 def given_up(facts: Facts) -> str:
     """It failed inside trainbot on every try (the dead letters): nothing more happens."""
-    hours = facts.get("hours", 0.0)
     return (
         f"❌ This launch failed inside trainbot ({escape(fact(facts, 'error'))}), "
         f"{count(facts, 'tries')} times in each of {count(facts, 'rounds')} tries over "
-        f"{float(hours if isinstance(hours, int | float) else 0):.1f} h; it was given up "
+        f"{number(facts, 'hours'):.1f} h; it was given up "
         "(dead letters). Nothing more will happen to it; `/train` again to retry."
     )
 

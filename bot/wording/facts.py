@@ -22,6 +22,12 @@ def count(facts: Facts, key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def number(facts: Facts, key: str) -> float:
+    """A fact that is a number (seconds, hours, GPU-hours), 0.0 when absent or not one."""
+    value = facts.get(key, 0)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
 def mention(user: str) -> str:
     """``<@U123>``: Slack shows the person's name. A user id is letters and digits."""
     return f"<@{escape(user)}>"

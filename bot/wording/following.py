@@ -6,7 +6,7 @@ from __future__ import annotations
 from bot.lifecycle.measures import duration
 from bot.text.mrkdwn import code_block, escape
 from bot.wording import refusals
-from bot.wording.facts import Facts, count, fact, mention
+from bot.wording.facts import Facts, count, fact, mention, number
 from cluster.slurm.reasons import explain_pending
 from cluster.ssh.remote import quote_path
 
@@ -50,10 +50,9 @@ def move_refused(facts: Facts) -> str:
 
 def moved(facts: Facts) -> str:
     cluster, job = escape(fact(facts, "cluster")), escape(fact(facts, "job"))
-    waited = facts.get("waited_s", 0)
     return (
         f"🔀 Still pending on {escape(fact(facts, 'left'))} after "
-        f"{duration(waited if isinstance(waited, int | float) else 0)} while {cluster} would "
+        f"{duration(number(facts, 'waited_s'))} while {cluster} would "
         f"start it now ({escape(fact(facts, 'why'))}): cancelled job {job} there before it "
         f"started and moved the launch to {cluster}, once; its GPU-hour estimate counts on "
         f"{cluster} now."
@@ -76,11 +75,10 @@ def lookup_unreachable(facts: Facts) -> str:
 
 
 def outcome_unknown(facts: Facts) -> str:
-    wait = facts.get("wait_s", 0)
     return (
         f"⚠️ The submission on {escape(fact(facts, 'cluster'))} did not finish "
         f"({escape(fact(facts, 'error'))}): the job may exist. Looking it up by the launch id "
-        f"in {wait if isinstance(wait, int | float) else 0:.0f} s before anything else."
+        f"in {number(facts, 'wait_s'):.0f} s before anything else."
     )
 
 
@@ -120,11 +118,6 @@ def job_stuck(facts: Facts) -> str:
     return f"{text} {escape(fix)}" if fix else text
 
 
-def _seconds(facts: Facts, key: str) -> float:
-    value = facts.get(key, 0)
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
 def hang(facts: Facts) -> str:
     """No progress for longer than the run's bound: at a step, or in start-up (with the
     log's last line when there is one)."""
@@ -135,8 +128,8 @@ def hang(facts: Facts) -> str:
         if facts.get("last_line"):
             where += f", last line `{escape(fact(facts, 'last_line'))}`"
     return (
-        f"⚠️ No progress for {duration(_seconds(facts, 'quiet_s'))} (last seen at {where}; "
-        f"the bound is {duration(_seconds(facts, 'bound_s'))}). Job {escape(fact(facts, 'job'))} "
+        f"⚠️ No progress for {duration(number(facts, 'quiet_s'))} (last seen at {where}; "
+        f"the bound is {duration(number(facts, 'bound_s'))}). Job {escape(fact(facts, 'job'))} "
         "is still RUNNING and may be hung. Cancel or Retry below."
     )
 
@@ -146,8 +139,8 @@ def set_aside(facts: Facts) -> str:
     return (
         f"⚠️ This launch failed inside trainbot ({escape(fact(facts, 'error'))}), "
         f"{count(facts, 'tries')} times; it was set aside (dead letters) and is tried again in "
-        f"{_seconds(facts, 'wait_s') / 60:.0f} min, for up to "
-        f"{_seconds(facts, 'retry_for_h'):g} h. `/cancel` stops it."
+        f"{number(facts, 'wait_s') / 60:.0f} min, for up to "
+        f"{number(facts, 'retry_for_h'):g} h. `/cancel` stops it."
     )
 
 
